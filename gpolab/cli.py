@@ -1,0 +1,40 @@
+"""The ``gpolab`` command line: one entry point, one subcommand per module in ``gpolab.commands``.
+
+Each command module exposes ``register(subparsers)`` (argparse only, no heavy imports) and sets
+``func`` to a runner that imports the library lazily, so ``gpolab --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from gpolab.validate import ConfigError
+
+COMMANDS = ("sweep", "chi2")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpolab",
+        description="Measure GRPO-family policy-gradient estimators against exact gradients.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"gpolab.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as err:
+        print(f"gpolab {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
