@@ -42,6 +42,8 @@ __all__ = [
     "mean_advantages",
     "grpo_advantages",
     "ustat_gradient",
+    "ustat_weights",
+    "gradient_weights",
     "policy_gradient",
     "estimate_gradient",
     "tree_advantages",
@@ -61,11 +63,12 @@ TRAINER_PRESETS = {
 MIN_GROUP = {"vanilla": 1, "oracle": 1, "loo": 2, "mean": 1, "grpo": 2, "ustat": 2}
 
 
-def check_estimator(name: str, G: int, *, scale: str = "group", ddof: int = 1,
-                    eps: float = 1e-4, field: str = "G") -> None:
+def check_estimator(
+    name: str, G: int, *, scale: str = "group", ddof: int = 1, eps: float = 1e-4, field: str = "G"
+) -> None:
     """Plain-Python validation of an estimator configuration (raises ``ConfigError``)."""
     validate.choice("estimator", name, ESTIMATORS)
-    validate.integer(field, G, minimum=MIN_GROUP[name])
+    validate.integer(f"{field} (for {name})", G, minimum=MIN_GROUP[name])
     validate.choice("scale", scale, SCALES)
     validate.choice("ddof", ddof, (0, 1))
     validate.real("eps", eps, low=0.0)
@@ -76,7 +79,7 @@ def _group_mean(x: jax.Array) -> jax.Array:
 
 
 def degenerate(rewards: jax.Array) -> jax.Array:
-    """True for groups whose rewards are all equal (no learning signal): shape ``rewards[..., 0]``."""
+    """True for groups whose rewards are all equal (no signal); shape ``rewards.shape[:-1]``."""
     return jnp.max(rewards, axis=-1) == jnp.min(rewards, axis=-1)
 
 
@@ -112,8 +115,9 @@ def mean_advantages(rewards: jax.Array) -> jax.Array:
     return rewards - _group_mean(rewards)
 
 
-def grpo_advantages(rewards: jax.Array, *, scale: str = "group", ddof: int = 1,
-                    eps: float | jax.Array = 1e-4) -> jax.Array:
+def grpo_advantages(
+    rewards: jax.Array, *, scale: str = "group", ddof: int = 1, eps: float | jax.Array = 1e-4
+) -> jax.Array:
     """Std-normalized GRPO advantages: A_g = (Z_g − Z̄) / (s + eps).
 
     ``scale="group"``: s is the std over the group (last axis); ``"batch"``: one s over every
@@ -138,8 +142,15 @@ def grpo_advantages(rewards: jax.Array, *, scale: str = "group", ddof: int = 1,
     return jnp.where(flat, 0.0, centred / jnp.where(flat, 1.0, s + eps))
 
 
-def advantages(name: str, rewards: jax.Array, *, baseline: jax.Array | None = None,
-               scale: str = "group", ddof: int = 1, eps: float | jax.Array = 1e-4) -> jax.Array:
+def advantages(
+    name: str,
+    rewards: jax.Array,
+    *,
+    baseline: jax.Array | None = None,
+    scale: str = "group",
+    ddof: int = 1,
+    eps: float | jax.Array = 1e-4,
+) -> jax.Array:
     """Advantages of the estimator called ``name`` (``ustat`` uses its loo advantages)."""
     if name == "vanilla":
         return vanilla_advantages(rewards)
@@ -157,41 +168,71 @@ def advantages(name: str, rewards: jax.Array, *, baseline: jax.Array | None = No
 
 
 def policy_gradient(adv: jax.Array, scores: jax.Array) -> jax.Array:
-    """ĝ = (1/G) Σ_g A_g W_g for advantages ``[..., G]`` and scores W ``[..., G, D]`` → ``[..., D]``.
+    """ĝ = (1/G) Σ_g A_g W_g from advantages ``[..., G]`` and scores W ``[..., G, D]``.
 
     Equal to ∇_θ (1/G) Σ_g stop_gradient(A_g) log π_θ(Y_g|x), the trainers' surrogate.  [U, eq. 1]
     """
     return jnp.einsum("...g,...gd->...d", adv, scores) / adv.shape[-1]
 
 
-def ustat_gradient(rewards: jax.Array, scores: jax.Array) -> jax.Array:
-    """U-statistic with the pairwise kernel h = ½ (W_i − W_j)(Z_i − Z_j), G ≥ 2.  [U, eq. 6]
+def ustat_weights(rewards: jax.Array) -> jax.Array:
+    """Per-sample weights c_g of the U-statistic, ĝ_U = Σ_g c_g W_g, from its pairwise kernel.
 
-    U = C(G, 2)⁻¹ Σ_{i<j} ½ (W_i − W_j)(Z_i − Z_j).  Computed pair by pair over the G × G upper
-    triangle (by linearity in W, without forming G² score differences); it equals the
-    leave-one-out estimator exactly, which the tests check.
+    U = C(G, 2)⁻¹ Σ_{i<j} h_ij with h_ij = ½ (W_i − W_j)(Z_i − Z_j), G ≥ 2.  [U, eq. 6]
+    Summed pair by pair over the G × G upper triangle; by linearity in W,
+    Σ_{i<j} (Z_i − Z_j)(W_i − W_j) = Σ_i W_i (Σ_{j>i} (Z_i − Z_j) − Σ_{j<i} (Z_j − Z_i)).
+    The result equals the leave-one-out weights A^loo/G exactly, which the tests check.
     """
     G = rewards.shape[-1]
     dz = jnp.expand_dims(rewards, -1) - jnp.expand_dims(rewards, -2)  # [..., i, j] = Z_i − Z_j
-    upper = jnp.triu(jnp.ones((G, G), dtype=bool), k=1)
-    dz = jnp.where(upper, dz, 0.0)
-    # Σ_{i<j} (Z_i − Z_j)(W_i − W_j) = Σ_i W_i Σ_j dz_ij − Σ_j W_j Σ_i dz_ij
-    weight = jnp.sum(dz, axis=-1) - jnp.sum(dz, axis=-2)
-    return 0.5 * jnp.einsum("...g,...gd->...d", weight, scores) / (G * (G - 1) / 2)
+    dz = jnp.where(jnp.triu(jnp.ones((G, G), dtype=bool), k=1), dz, 0.0)
+    return 0.5 * (jnp.sum(dz, axis=-1) - jnp.sum(dz, axis=-2)) / (G * (G - 1) / 2)
 
 
-def estimate_gradient(name: str, rewards: jax.Array, scores: jax.Array, *,
-                      baseline: jax.Array | None = None, scale: str = "group", ddof: int = 1,
-                      eps: float | jax.Array = 1e-4) -> jax.Array:
-    """Gradient estimate ``[..., D]`` of estimator ``name`` from rewards ``[..., G]``, scores ``[..., G, D]``."""
+def ustat_gradient(rewards: jax.Array, scores: jax.Array) -> jax.Array:
+    """The U-statistic gradient ``[..., D]`` from rewards ``[..., G]``, scores ``[..., G, D]``."""
+    return jnp.einsum("...g,...gd->...d", ustat_weights(rewards), scores)
+
+
+def gradient_weights(
+    name: str,
+    rewards: jax.Array,
+    *,
+    baseline: jax.Array | None = None,
+    scale: str = "group",
+    ddof: int = 1,
+    eps: float | jax.Array = 1e-4,
+) -> jax.Array:
+    """Weights c ``[..., G]`` with ĝ = Σ_g c_g W_g: A_g/G for advantage estimators, kernel weights
+    for ``ustat``.  Lets an environment form ĝ without materialising per-sample scores."""
     if name == "ustat":
-        return ustat_gradient(rewards, scores)
+        return ustat_weights(rewards)
     adv = advantages(name, rewards, baseline=baseline, scale=scale, ddof=ddof, eps=eps)
-    return policy_gradient(adv, scores)
+    return adv / rewards.shape[-1]
 
 
-def tree_advantages(rewards: jax.Array, *, variant: str = "thought-std", ddof: int = 1,
-                    eps: float | jax.Array = 1e-4) -> jax.Array:
+def estimate_gradient(
+    name: str,
+    rewards: jax.Array,
+    scores: jax.Array,
+    *,
+    baseline: jax.Array | None = None,
+    scale: str = "group",
+    ddof: int = 1,
+    eps: float | jax.Array = 1e-4,
+) -> jax.Array:
+    """Gradient estimate ``[..., D]`` of ``name``: rewards ``[..., G]``, scores ``[..., G, D]``."""
+    c = gradient_weights(name, rewards, baseline=baseline, scale=scale, ddof=ddof, eps=eps)
+    return jnp.einsum("...g,...gd->...d", c, scores)
+
+
+def tree_advantages(
+    rewards: jax.Array,
+    *,
+    variant: str = "thought-std",
+    ddof: int = 1,
+    eps: float | jax.Array = 1e-4,
+) -> jax.Array:
     """Thought-level advantages for tree rewards ``[..., K, M]`` → ``[..., K]``.  [T, eq. 3–4]
 
     V̂_k = (1/M) Σ_j Z_kj (value of thought k from its M continuations), then
@@ -210,7 +251,9 @@ def tree_advantages(rewards: jax.Array, *, variant: str = "thought-std", ddof: i
     if variant == "leaf-std":
         leaves = rewards.reshape(*rewards.shape[:-2], -1)
         n = leaves.shape[-1]
-        s = jnp.sqrt(jnp.sum((leaves - _group_mean(leaves)) ** 2, axis=-1, keepdims=True) / (n - ddof))
+        s = jnp.sqrt(
+            jnp.sum((leaves - _group_mean(leaves)) ** 2, axis=-1, keepdims=True) / (n - ddof)
+        )
         flat = jnp.expand_dims(degenerate(values), -1) | (s + eps == 0)
         return jnp.where(flat, 0.0, centred / jnp.where(flat, 1.0, s + eps))
     raise validate.ConfigError(f"variant: got {variant!r}; allowed: {', '.join(TREE_VARIANTS)}")

@@ -36,8 +36,9 @@ def integers(field: str, values: Sequence, minimum: int = 1) -> None:
         integer(field, v, minimum)
 
 
-def real(field: str, value, low: float = -math.inf, high: float = math.inf,
-         open_low: bool = False) -> None:
+def real(
+    field: str, value, low: float = -math.inf, high: float = math.inf, open_low: bool = False
+) -> None:
     try:
         x = float(value)
     except (TypeError, ValueError):

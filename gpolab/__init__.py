@@ -1,0 +1,40 @@
+"""gpolab: measure GRPO-family policy-gradient estimators against exact gradients.
+
+The public API is re-exported here lazily (importing ``gpolab`` does not import jax)::
+
+    from gpolab import estimators, engine, theory, SweepConfig, run_sweep
+    from gpolab.estimators import grpo_advantages, loo_advantages
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_MODULES = ("estimators", "engine", "cells", "envs", "theory", "plots", "validate", "sweep")
+_NAMES = {
+    "SweepConfig": "gpolab.sweep",
+    "run_sweep": "gpolab.sweep",
+    "load_config": "gpolab.sweep",
+    "write_results": "gpolab.sweep",
+    "ConfigError": "gpolab.validate",
+    "advantages": "gpolab.estimators",
+    "estimate_gradient": "gpolab.estimators",
+    "grpo_advantages": "gpolab.estimators",
+    "loo_advantages": "gpolab.estimators",
+    "mean_advantages": "gpolab.estimators",
+    "oracle_advantages": "gpolab.estimators",
+    "vanilla_advantages": "gpolab.estimators",
+    "ustat_gradient": "gpolab.estimators",
+    "tree_advantages": "gpolab.estimators",
+}
+__all__ = ["__version__", *_MODULES, *_NAMES]
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return importlib.import_module(f"gpolab.{name}")
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module 'gpolab' has no attribute {name!r}")

@@ -1,0 +1,97 @@
+"""Per-seed measurement functions: one env, one estimator, one seed → error vector and diagnostics.
+
+Each ``*_cell`` dataclass is the static part of a measurement (it sets shapes and code paths and
+is hashed by the engine's jit cache); the traced part travels in ``args``.  Functions follow the
+engine's signature ``fn(cell, key, args) -> dict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from gpolab import estimators
+from gpolab.envs import bandit, tree
+
+
+@dataclasses.dataclass(frozen=True)
+class BanditCell:
+    """Every estimator in ``estimators`` is applied to the same draws (common random numbers).
+
+    ``B=0``: every prompt gets one group (reports Σ_x f(x) MSE(x));
+    ``B=b``: a mini-batch of b iid prompts (reports the mini-batch MSE).
+    """
+
+    estimators: tuple[str, ...]
+    G: int
+    B: int = 0
+    scale: str = "group"
+    ddof: int = 1
+
+
+def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
+    """Errors of gradient estimates against the exact gradient.  ``args = (params, truth, eps)``.
+
+    Returns ``{name: {"err": e, "sq": ‖e‖²}}`` per estimator plus the degenerate-group fraction.
+    """
+    params, truth, eps = args
+    k_prompts, k_group = jax.random.split(key)
+    P = params.num_prompts
+    if cell.B == 0:
+        prompts = jnp.arange(P, dtype=jnp.int32)
+    else:
+        prompts = bandit.sample_prompts(k_prompts, params, cell.B)
+    actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
+    out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
+    for name in cell.estimators:
+        c = estimators.gradient_weights(
+            name, rewards, baseline=truth.V[prompts], scale=cell.scale, ddof=cell.ddof, eps=eps
+        )
+        ghat = bandit.weighted_scores(params, prompts, actions, c)
+        if cell.B == 0:
+            err = (jnp.sqrt(truth.prompt_probs)[:, None] * (ghat - truth.g_local)).reshape(-1)
+        else:
+            err = bandit.to_global(params, prompts, ghat) - truth.g
+        out[name] = {"err": err, "sq": jnp.sum(err**2)}
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeCell:
+    K: int
+    M: int
+    variant: str = "thought-std"
+    ddof: int = 1
+
+
+def tree_error(cell: TreeCell, key: jax.Array, args) -> dict:
+    """Thought advantages Â (K,) against the standardized true values.
+
+    ``args = (params, truth, eps)``.
+
+    Two independent sets of continuations for the same thoughts give an unbiased estimate of the
+    conditional variance E[Var(Â_k | thoughts)] = E[½ (Â¹_k − Â²_k)²].
+    """
+    params, truth, eps = args
+    k_thoughts, k_c1, k_c2 = jax.random.split(key, 3)
+    p, _ = tree.sample_thoughts(k_thoughts, params, cell.K)
+    z1 = tree.sample_continuations(k_c1, p, cell.M)
+    z2 = tree.sample_continuations(k_c2, p, cell.M)
+    adv = lambda z: estimators.tree_advantages(z, variant=cell.variant, ddof=cell.ddof, eps=eps)  # noqa: E731
+    a1, a2 = adv(z1), adv(z2)
+    target = tree.population_target(truth, p)
+    err = (a1 - target) / jnp.sqrt(cell.K)
+    return {
+        "err": err,
+        "sq": jnp.sum(err**2),
+        "sq_group": jnp.mean((a1 - tree.group_target(p, cell.ddof)) ** 2),
+        "cond_var": 0.5 * jnp.mean((a1 - a2) ** 2),
+        "degenerate": estimators.degenerate(jnp.mean(z1, axis=-1)).astype(p.dtype),
+        "a": jnp.mean(a1),
+        "t": jnp.mean(target),
+        "aa": jnp.mean(a1 * a1),
+        "tt": jnp.mean(target * target),
+        "at": jnp.mean(a1 * target),
+    }

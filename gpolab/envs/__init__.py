@@ -1,0 +1,1 @@
+"""Surrogate environments: parameters as data, sampling as pure functions, exact truth beside it."""

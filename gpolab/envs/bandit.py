@@ -1,0 +1,222 @@
+"""Contextual softmax bandit: P prompts × A actions, Bernoulli rewards, exact truth by enumeration.
+
+One "action" stands for a whole LLM response.  Two parameterisations share every function:
+
+* tabular:    logits[x, a] = θ[x, a],     θ of shape (P, A); local score W = e_a − π_x
+* log-linear: logits[x, a] = φ(x, a) · θ,  θ of shape (d,);   local score W = φ(x, a) − E_π φ(x, ·)
+
+"Local" coordinates are the parameter block prompt x can move: row x of θ (tabular, d = A) or all
+of θ (log-linear).  Per-prompt gradients live there; :func:`to_global` places a mini-batch of them
+into the flat parameter space of size D (P·A or d).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from gpolab import validate
+
+KINDS = ("tabular", "loglinear")
+
+
+@struct.dataclass
+class BanditParams:
+    theta: jax.Array  # (P, A) tabular logits or (d,) log-linear weights
+    features: jax.Array  # (P, A, d) log-linear features; (P, A, 0) for tabular
+    success: jax.Array  # (P, A) Bernoulli reward probabilities
+    prompt_probs: jax.Array  # (P,) prompt distribution f
+    tabular: bool = struct.field(pytree_node=False, default=True)
+
+    @property
+    def num_prompts(self) -> int:
+        return self.success.shape[0]
+
+    @property
+    def num_actions(self) -> int:
+        return self.success.shape[1]
+
+    @property
+    def local_dim(self) -> int:
+        return self.num_actions if self.tabular else self.features.shape[-1]
+
+
+@struct.dataclass
+class BanditTruth:
+    """Exact per-prompt quantities (all conditional on x, arrays of shape (P,) unless noted)."""
+
+    prompt_probs: jax.Array  # f
+    V: jax.Array  # E[Z|x], the oracle baseline
+    sigma2: jax.Array  # Var(Z|x)
+    g_local: jax.Array  # (P, d) g_x = E[W Z | x] in local coordinates
+    g: jax.Array  # (D,) g = E_X g_X, flat global
+    S2: jax.Array  # E‖W‖²
+    tr_sigma_oracle: jax.Array  # E[‖W‖² (Z − V)²] − ‖g_x‖²
+    e_wz2: jax.Array  # E‖W Z‖²
+    e_w2_zv: jax.Array  # E[‖W‖² (Z − V)]
+    c1: jax.Array  # scalar E_X ‖g_X − g‖² (prompt variance)
+
+
+def make(
+    key: jax.Array | int = 0,
+    *,
+    prompts: int = 16,
+    actions: int = 64,
+    kind: str = "tabular",
+    dim: int = 8,
+    logit_scale: float = 1.0,
+    success_a: float = 0.5,
+    success_b: float = 1.0,
+) -> BanditParams:
+    """A random bandit instance (validated in plain Python, then drawn with ``key``).
+
+    Logits (tabular) or θ and φ (log-linear, φ ~ N(0, 1/d) so logits have scale ``logit_scale``)
+    are Gaussian; success probabilities are Beta(``success_a``, ``success_b``), so prompts have
+    heterogeneous V(x); prompts are uniform.
+    """
+    validate.choice("kind", kind, KINDS)
+    validate.integer("prompts", prompts, 1)
+    validate.integer("actions", actions, 2)
+    validate.integer("dim", dim, 1)
+    validate.real("logit_scale", logit_scale, low=0.0)
+    validate.real("success_a", success_a, low=0.0, open_low=True)
+    validate.real("success_b", success_b, low=0.0, open_low=True)
+    key = jax.random.key(key) if isinstance(key, int) else key
+    k_theta, k_feat, k_succ = jax.random.split(key, 3)
+    success = jax.random.beta(k_succ, success_a, success_b, (prompts, actions))
+    probs = jnp.full((prompts,), 1.0 / prompts)
+    if kind == "tabular":
+        theta = logit_scale * jax.random.normal(k_theta, (prompts, actions))
+        features = jnp.zeros((prompts, actions, 0))
+    else:
+        theta = logit_scale * jax.random.normal(k_theta, (dim,))
+        features = jax.random.normal(k_feat, (prompts, actions, dim)) / np.sqrt(dim)
+    return BanditParams(theta, features, success, probs, tabular=kind == "tabular")
+
+
+def validate_params(params: BanditParams) -> None:
+    """Plain-Python checks of a user-built instance (probabilities in range, finite θ)."""
+    validate.finite_array("theta", params.theta)
+    validate.finite_array("features", params.features)
+    validate.finite_array("success", params.success, 0.0, 1.0)
+    validate.finite_array("prompt_probs", params.prompt_probs, 0.0, 1.0)
+    if abs(float(np.sum(params.prompt_probs)) - 1.0) > 1e-5:
+        raise validate.ConfigError("prompt_probs: must sum to 1")
+
+
+def logits(params: BanditParams) -> jax.Array:
+    """(P, A) policy logits."""
+    if params.tabular:
+        return params.theta
+    return params.features @ params.theta
+
+
+def policy(params: BanditParams) -> jax.Array:
+    """(P, A) action probabilities π(a|x)."""
+    return jax.nn.softmax(logits(params), axis=-1)
+
+
+def expected_return(params: BanditParams) -> jax.Array:
+    """J(θ) = Σ_x f(x) Σ_a π(a|x) p(x, a); its gradient is the true policy gradient g."""
+    return jnp.sum(params.prompt_probs * jnp.sum(policy(params) * params.success, axis=-1))
+
+
+def score_table(params: BanditParams) -> jax.Array:
+    """(P, A, d) exact local scores W(x, a) = ∇ log π(a|x) for every prompt and action."""
+    pi = policy(params)
+    if params.tabular:
+        return jnp.eye(params.num_actions)[None] - pi[:, None, :]
+    mean_feat = jnp.einsum("pa,pad->pd", pi, params.features)
+    return params.features - mean_feat[:, None, :]
+
+
+def _inverse_cdf(key: jax.Array, probs: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """Categorical draws by inverse CDF along the last axis of ``probs`` (no noise per category)."""
+    cdf = jnp.cumsum(probs, axis=-1)
+    u = jax.random.uniform(key, shape, dtype=cdf.dtype) * cdf[..., -1:]
+    search = lambda c, v: jnp.searchsorted(c, v, side="right")  # noqa: E731
+    idx = jax.vmap(search)(cdf, u) if cdf.ndim == 2 else search(cdf, u)
+    return jnp.minimum(idx, probs.shape[-1] - 1).astype(jnp.int32)
+
+
+def sample_prompts(key: jax.Array, params: BanditParams, B: int) -> jax.Array:
+    """(B,) iid prompt indices from f."""
+    return _inverse_cdf(key, params.prompt_probs, (B,))
+
+
+def sample(key: jax.Array, params: BanditParams, prompts: jax.Array, G: int):
+    """G responses per prompt in ``prompts`` (B,): actions (B, G) int32 and rewards (B, G)."""
+    k_a, k_r = jax.random.split(key)
+    pi = policy(params)[prompts]
+    actions = _inverse_cdf(k_a, pi, (prompts.shape[0], G))
+    p = jnp.take_along_axis(params.success[prompts], actions, axis=-1)
+    rewards = (jax.random.uniform(k_r, p.shape, dtype=p.dtype) < p).astype(p.dtype)
+    return actions, rewards
+
+
+def scores(params: BanditParams, prompts: jax.Array, actions: jax.Array) -> jax.Array:
+    """(B, G, d) local scores of the sampled actions."""
+    return score_table(params)[prompts[:, None], actions]
+
+
+def weighted_scores(
+    params: BanditParams, prompts: jax.Array, actions: jax.Array, weights: jax.Array
+) -> jax.Array:
+    """(B, d) Σ_g c_g W(x_b, a_bg) without materialising per-sample scores.
+
+    Tabular: Σ_g c_g e_{a_g} − (Σ_g c_g) π_x, a scatter-add into A bins.
+    Log-linear: Σ_g c_g φ(x, a_g) − (Σ_g c_g) E_π φ(x, ·).
+    """
+    pi = policy(params)[prompts]
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    if params.tabular:
+        rows = jnp.arange(prompts.shape[0])[:, None]
+        hits = jnp.zeros(pi.shape, weights.dtype).at[rows, actions].add(weights)
+        return hits - total * pi
+    feats = params.features[prompts]  # (B, A, d)
+    mean_feat = jnp.einsum("ba,bad->bd", pi, feats)
+    chosen = jnp.take_along_axis(feats, actions[:, :, None], axis=1)  # (B, G, d)
+    return jnp.einsum("bg,bgd->bd", weights, chosen) - total * mean_feat
+
+
+def to_global(params: BanditParams, prompts: jax.Array, local: jax.Array) -> jax.Array:
+    """Mini-batch gradient (1/B) Σ_b ĝ_{x_b} in flat global coordinates (D,)."""
+    if not params.tabular:
+        return jnp.mean(local, axis=0)
+    full = jnp.zeros(params.success.shape, local.dtype).at[prompts].add(local)
+    return full.reshape(-1) / prompts.shape[0]
+
+
+def exact(params: BanditParams) -> BanditTruth:
+    """Every exact quantity of DESIGN §3, by enumeration over actions."""
+    pi = policy(params)
+    p = params.success
+    f = params.prompt_probs
+    W = score_table(params)
+    w2 = jnp.sum(W**2, axis=-1)  # ‖W(x, a)‖²
+    V = jnp.sum(pi * p, axis=-1)
+    g_local = jnp.einsum("pa,pad->pd", pi * (p - V[:, None]), W)
+    gsq = jnp.sum(g_local**2, axis=-1)
+    e_w2_zv2 = jnp.sum(pi * w2 * (p * (1 - p) + (p - V[:, None]) ** 2), axis=-1)
+    if params.tabular:  # prompt x's gradient sits in row x only
+        P = params.num_prompts
+        g_rows = jnp.eye(P)[:, :, None] * g_local[None, :, :]  # (P, P, A): g_x in global coords
+        g_each = g_rows.reshape(P, -1)
+    else:
+        g_each = g_local
+    g = f @ g_each
+    c1 = f @ jnp.sum((g_each - g[None]) ** 2, axis=-1)
+    return BanditTruth(
+        prompt_probs=f,
+        V=V,
+        sigma2=V * (1 - V),
+        g_local=g_local,
+        g=g,
+        S2=jnp.sum(pi * w2, axis=-1),
+        tr_sigma_oracle=e_w2_zv2 - gsq,
+        e_wz2=jnp.sum(pi * w2 * p, axis=-1),
+        e_w2_zv=jnp.sum(pi * w2 * (p - V[:, None]), axis=-1),
+        c1=c1,
+    )

@@ -1,0 +1,106 @@
+"""Figures drawn from saved result tables only (plotting never recomputes anything)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+LABELS = {
+    "vanilla": "REINFORCE (no baseline)",
+    "oracle": "oracle baseline V(x)",
+    "loo": "GRPO-type / RLOO (leave-one-out)",
+    "ustat": "U-statistic",
+    "mean": "Dr.GRPO (mean incl. self)",
+    "grpo": "GRPO (std-normalized)",
+}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def mse_vs_G(df, path: str | Path, title: str | None = None) -> Path:
+    """Log-log MSE against G per estimator, 95% CI bands, exact theory dashed."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), constrained_layout=True)
+    for i, (name, sub) in enumerate(df.groupby("estimator", sort=False)):
+        sub = sub.sort_values("G")
+        G = sub["G"].to_numpy(dtype=float)
+        color = f"C{i}"
+        theory = sub["theory_mse"].to_numpy(dtype=float)
+        has_theory = np.isfinite(theory).any()
+        ax.plot(
+            G,
+            sub["mse"],
+            "o" if has_theory else "o-",
+            color=color,
+            ms=5,
+            mfc="none",
+            label=LABELS.get(name, name),
+        )
+        ax.fill_between(G, sub["mse_ci_low"], sub["mse_ci_high"], color=color, alpha=0.2, lw=0)
+        if has_theory:
+            ax.plot(G, theory, "--", color=color, lw=1.2)
+    ax.plot([], [], "ko", mfc="none", label="Monte Carlo (95% CI band)")
+    ax.plot([], [], "k--", lw=1.2, label="exact finite-G theory")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="group size G (responses per prompt)",
+        ylabel="gradient MSE  E‖ĝ − g‖²  (log scale)",
+    )
+    ax.set_xticks(
+        sorted(df["G"].dropna().unique()), labels=map(str, sorted(df["G"].dropna().unique()))
+    )
+    ax.minorticks_off()
+    ax.set_title(title or "Gradient MSE vs group size")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    return _save(fig, plt, path)
+
+
+def tree_heatmap(df, path: str | Path, value: str = "mse", title: str | None = None) -> Path:
+    """K × M heatmap of ``value`` (log colour scale) with equal-budget (K·M) diagonals labelled."""
+    plt = _pyplot()
+    from matplotlib.colors import LogNorm
+
+    grid = df.pivot_table(index="K", columns="M", values=value, aggfunc="mean").sort_index()
+    grid = grid.reindex(sorted(grid.columns), axis=1)
+    Ks, Ms = grid.index.to_numpy(), grid.columns.to_numpy()
+    fig, ax = plt.subplots(figsize=(6.0, 4.6), constrained_layout=True)
+    data = grid.to_numpy(dtype=float)
+    positive = data[np.isfinite(data) & (data > 0)]
+    norm = LogNorm(positive.min(), positive.max()) if positive.size else None
+    im = ax.imshow(data, origin="lower", cmap="viridis", norm=norm, aspect="auto")
+    for i, K in enumerate(Ks):
+        for j, M in enumerate(Ms):
+            bright = norm is not None and np.isfinite(data[i, j]) and norm(data[i, j]) > 0.6
+            ax.text(
+                j,
+                i,
+                f"{data[i, j]:.3g}\nK·M={K * M}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="k" if bright else "w",
+            )
+    ax.set_xticks(range(len(Ms)), labels=map(str, Ms))
+    ax.set_yticks(range(len(Ks)), labels=map(str, Ks))
+    ax.set(xlabel="M (continuations per thought)", ylabel="K (thoughts)")
+    fig.colorbar(im, ax=ax, label=f"{value}: thought advantage vs (p − E p)/sd(p)")
+    ax.set_title(title or "Tree branching: MSE over (K, M)")
+    return _save(fig, plt, path)
+
+
+def _save(fig, plt, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path

@@ -1,0 +1,325 @@
+"""Sweeps: a frozen config → one engine run per cell → a tidy table (one row per cell).
+
+:class:`SweepConfig` is the single source of defaults; TOML files in ``experiments/`` and CLI flags
+only override it (:func:`load_config`, :meth:`SweepConfig.replace`).  :meth:`SweepConfig.validate`
+checks everything in plain Python, before anything is traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from gpolab import estimators, validate
+
+ENVS = ("bandit", "tree")
+BANDIT_ESTIMATORS = estimators.ESTIMATORS
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """Everything a sweep needs.  Tuples are grids; every combination is one cell."""
+
+    env: str = "bandit"
+    estimators: tuple[str, ...] = ("vanilla", "oracle", "loo", "mean", "grpo")
+    G: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+    K: tuple[int, ...] = (2, 4, 8, 16)
+    M: tuple[int, ...] = (1, 2, 4, 8)
+    variants: tuple[str, ...] = ("thought-std",)
+    seeds: int = 20_000
+    chunk: int = 4096
+    seed: int = 0
+    B: int = 0  # 0: every prompt gets a group; b > 0: b iid prompts per estimate
+    scale: str = "group"
+    ddof: int = 1
+    eps: float = 1e-4
+    # bandit instance
+    kind: str = "tabular"
+    prompts: int = 16
+    actions: int = 64
+    dim: int = 8
+    logit_scale: float = 1.0
+    success_a: float = 0.5
+    success_b: float = 1.0
+    instance_seed: int = 0
+    # tree thoughts
+    model: str = "beta"
+    a: float = 2.0
+    b: float = 3.0
+    thoughts: int = 32
+    x64: bool = False
+    out: str = "results/sweep"
+
+    def replace(self, **changes) -> SweepConfig:
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            allowed = ", ".join(f.name for f in dataclasses.fields(self))
+            raise validate.ConfigError(f"{sorted(unknown)[0]}: unknown field; allowed: {allowed}")
+        return dataclasses.replace(self, **{k: _coerce(self, k, v) for k, v in changes.items()})
+
+    def validate(self) -> None:
+        validate.choice("env", self.env, ENVS)
+        validate.integer("seeds", self.seeds, 1)
+        validate.integer("chunk", self.chunk, 1)
+        validate.integer("seed", self.seed, 0)
+        validate.choice("ddof", self.ddof, (0, 1))
+        validate.real("eps", self.eps, low=0.0)
+        if self.env == "bandit":
+            if not self.estimators:
+                raise validate.ConfigError(
+                    f"estimators: empty; allowed: {', '.join(BANDIT_ESTIMATORS)}"
+                )
+            validate.integers("G", self.G, 1)
+            validate.integer("B", self.B, 0)
+            validate.choice("kind", self.kind, ("tabular", "loglinear"))
+            validate.integer("prompts", self.prompts, 1)
+            validate.integer("actions", self.actions, 2)
+            validate.integer("dim", self.dim, 1)
+            validate.real("logit_scale", self.logit_scale, low=0.0)
+            validate.real("success_a", self.success_a, low=0.0, open_low=True)
+            validate.real("success_b", self.success_b, low=0.0, open_low=True)
+            for name in self.estimators:
+                for G in self.G:
+                    estimators.check_estimator(
+                        name, G, scale=self.scale, ddof=self.ddof, eps=self.eps
+                    )
+        else:
+            validate.integers("K", self.K, 2)
+            validate.integers("M", self.M, 1)
+            for v in self.variants:
+                validate.choice("variant", v, estimators.TREE_VARIANTS)
+            validate.choice("model", self.model, ("beta", "finite"))
+            validate.real("a", self.a, low=0.0, open_low=True)
+            validate.real("b", self.b, low=0.0, open_low=True)
+            validate.integer("thoughts", self.thoughts, 2)
+        check_writable(self.out)
+
+
+_LISTS = {"estimators": str, "G": int, "K": int, "M": int, "variants": str}
+
+
+def _coerce(cfg: SweepConfig, name: str, value):
+    """Accept "2,4,8" or lists for grid fields; leave other values as given (validated later)."""
+    if name in _LISTS:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, (str, int)):
+            value = [value]
+        try:
+            return tuple(_LISTS[name](v) for v in value)
+        except (TypeError, ValueError):
+            raise validate.ConfigError(
+                f"{name}: got {value!r}; allowed: a comma-separated list of "
+                f"{'integers' if _LISTS[name] is int else 'names'}"
+            ) from None
+    return value
+
+
+def check_writable(out: str) -> None:
+    """Create ``out`` if needed and check a file can be written there."""
+    try:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        msg = f"out: {out!r} is not a writable directory ({err.strerror})"
+        raise validate.ConfigError(msg) from None
+
+
+def load_config(path: str | os.PathLike, base: SweepConfig | None = None) -> SweepConfig:
+    """Read a TOML experiment file: its ``[sweep]`` table overrides :class:`SweepConfig` fields."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as err:
+        raise validate.ConfigError(f"config: cannot read {str(path)!r} ({err.strerror})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise validate.ConfigError(f"config: {str(path)!r} is not valid TOML ({err})") from None
+    return (base or SweepConfig()).replace(**data.get("sweep", {}))
+
+
+def _cells(cfg: SweepConfig):
+    """Static settings of every compiled unit: one per G (bandit, all estimators on the same
+    draws) or per (variant, K, M) (tree)."""
+    from gpolab.cells import BanditCell, TreeCell
+
+    if cfg.env == "bandit":
+        for G in cfg.G:
+            yield BanditCell(tuple(cfg.estimators), G, cfg.B, cfg.scale, cfg.ddof)
+    else:
+        for variant in cfg.variants:
+            for K in cfg.K:
+                for M in cfg.M:
+                    yield TreeCell(K, M, variant, cfg.ddof)
+
+
+def num_cells(cfg: SweepConfig) -> int:
+    """Rows in the result table."""
+    if cfg.env == "bandit":
+        return len(cfg.estimators) * len(cfg.G)
+    return len(cfg.variants) * len(cfg.K) * len(cfg.M)
+
+
+def _setup(cfg: SweepConfig):
+    import jax
+
+    if cfg.x64:
+        jax.config.update("jax_enable_x64", True)
+    from gpolab.envs import bandit, tree
+
+    if cfg.env == "bandit":
+        params = bandit.make(
+            cfg.instance_seed,
+            prompts=cfg.prompts,
+            actions=cfg.actions,
+            kind=cfg.kind,
+            dim=cfg.dim,
+            logit_scale=cfg.logit_scale,
+            success_a=cfg.success_a,
+            success_b=cfg.success_b,
+        )
+        return params, bandit.exact(params)
+    params = (
+        tree.make_beta(cfg.a, cfg.b)
+        if cfg.model == "beta"
+        else tree.make_finite(cfg.instance_seed, cfg.thoughts, a=cfg.a, b=cfg.b)
+    )
+    return params, tree.exact(params)
+
+
+def _stats_row(stats) -> dict:
+    return {
+        "mse": stats.mse,
+        "mse_se": stats.mse_se,
+        "mse_ci_low": stats.mse_ci_low,
+        "mse_ci_high": stats.mse_ci_high,
+        "variance": stats.variance,
+        "bias_sq": stats.bias_sq,
+    }
+
+
+def _bandit_rows(cfg, cell, m, truth) -> list[dict]:
+    from gpolab import engine
+    from gpolab.theory import mse as theory_mse
+
+    B = cfg.B or None
+    rows = []
+    for name in cell.estimators:
+        stats = engine.error_stats(m, err=f"{name}/err", sq=f"{name}/sq")
+        rows.append(
+            {
+                "env": "bandit",
+                "kind": cfg.kind,
+                "estimator": name,
+                "variant": cfg.scale,
+                "G": cell.G,
+                "K": None,
+                "M": None,
+                "B": cfg.B,
+                "n_seeds": m.n,
+                **_stats_row(stats),
+                "degenerate_frac": float(m.mean("degenerate")),
+                "theory_mse": theory_mse.mse(truth, name, cell.G, B),
+                "theory_bias_sq": theory_mse.bias_sq(truth, name, cell.G, B),
+            }
+        )
+    return rows
+
+
+def _tree_rows(cfg, cell, m, params) -> list[dict]:
+    from gpolab import engine
+    from gpolab.theory import tree as theory_tree
+
+    stats = engine.error_stats(m)
+    cond_var = float(m.mean("cond_var"))
+    cov = float(m.mean("at") - m.mean("a") * m.mean("t"))
+    va = float(m.mean("aa") - m.mean("a") ** 2)
+    vt = float(m.mean("tt") - m.mean("t") ** 2)
+    return [
+        {
+            "env": "tree",
+            "kind": cfg.model,
+            "estimator": "tree",
+            "variant": cell.variant,
+            "G": None,
+            "K": cell.K,
+            "M": cell.M,
+            "B": None,
+            "n_seeds": m.n,
+            **_stats_row(stats),
+            "variance": cond_var,  # E[Var(Â_k | thoughts)]
+            "bias_sq": stats.mse - cond_var,  # E[(E[Â_k | thoughts] − A_k)²]
+            "mse_group": float(m.mean("sq_group")),
+            "corr": cov / math.sqrt(va * vt) if va > 0 and vt > 0 else math.nan,
+            "leaves": cell.K * cell.M,
+            "degenerate_frac": float(m.mean("degenerate")),
+            "theory_degenerate_frac": theory_tree.degenerate_prob(params, cell.K, cell.M),
+            "theory_mse": math.nan,
+        }
+    ]
+
+
+def run_sweep(cfg: SweepConfig, on_row: Callable[[dict], None] | None = None):
+    """Validate ``cfg``, run every cell, return a pandas DataFrame with one row per cell.
+
+    ``seconds`` is the wall time of the compiled unit the row belongs to (compile included),
+    divided evenly among the rows that share it.
+    """
+    cfg.validate()
+    import jax
+    import pandas as pd
+
+    from gpolab import cells, engine
+
+    params, truth = _setup(cfg)
+    key = jax.random.key(cfg.seed)
+    eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
+    fn = cells.bandit_error if cfg.env == "bandit" else cells.tree_error
+    args = (params, truth, eps)
+    rows = []
+    for cell in _cells(cfg):
+        start = time.perf_counter()
+        m = engine.run(fn, cell, args, key, cfg.seeds, cfg.chunk)
+        new = (
+            _bandit_rows(cfg, cell, m, truth)
+            if cfg.env == "bandit"
+            else _tree_rows(cfg, cell, m, params)
+        )
+        seconds = (time.perf_counter() - start) / len(new)
+        for row in new:
+            row["seconds"] = seconds
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    df = pd.DataFrame(rows)
+    for col in ("G", "K", "M", "B"):
+        df[col] = df[col].astype("Int64")
+    if cfg.env == "bandit":  # table order: estimator, then G
+        order = {name: i for i, name in enumerate(cfg.estimators)}
+        df = df.sort_values(
+            ["estimator", "G"],
+            key=lambda s: s.map(order) if s.name == "estimator" else s,
+            kind="stable",
+        ).reset_index(drop=True)
+    return df
+
+
+def write_results(df, out: str | os.PathLike) -> list[Path]:
+    """Write ``results.parquet`` and ``results.csv`` atomically (temp file + rename)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, writer in (("results.parquet", df.to_parquet), ("results.csv", df.to_csv)):
+        tmp = out / f".{name}.tmp"
+        writer(tmp, index=False)
+        os.replace(tmp, out / name)
+        paths.append(out / name)
+    return paths

@@ -1,0 +1,1 @@
+"""Closed forms used by tests and figure overlays."""
