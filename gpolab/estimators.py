@@ -78,6 +78,19 @@ def _group_mean(x: jax.Array) -> jax.Array:
     return jnp.mean(x, axis=-1, keepdims=True)
 
 
+def _std(x: jax.Array, ddof: int, axis: int | None) -> jax.Array:
+    """Standard deviation over ``axis`` (None: every element), keeping dims."""
+    n = x.shape[-1] if axis == -1 else x.size
+    dev = x - jnp.mean(x, axis=axis, keepdims=True)
+    return jnp.sqrt(jnp.sum(dev**2, axis=axis, keepdims=True) / (n - ddof))
+
+
+def _standardize(centred: jax.Array, s: jax.Array, eps, flat_groups: jax.Array) -> jax.Array:
+    """centred / (s + eps), exactly 0 for all-equal groups and wherever s + eps = 0."""
+    flat = jnp.expand_dims(flat_groups, -1) | (s + eps == 0)
+    return jnp.where(flat, 0.0, centred / jnp.where(flat, 1.0, s + eps))
+
+
 def degenerate(rewards: jax.Array) -> jax.Array:
     """True for groups whose rewards are all equal (no signal); shape ``rewards.shape[:-1]``."""
     return jnp.max(rewards, axis=-1) == jnp.min(rewards, axis=-1)
@@ -129,17 +142,13 @@ def grpo_advantages(
     centred = rewards - _group_mean(rewards)
     if scale == "none":
         return centred
-    G = rewards.shape[-1]
     if scale == "group":
-        s = jnp.sqrt(jnp.sum(centred**2, axis=-1, keepdims=True) / (G - ddof))
+        s = _std(rewards, ddof, axis=-1)
     elif scale == "batch":
-        n = rewards.size
-        dev = rewards - jnp.mean(rewards, keepdims=True)
-        s = jnp.sqrt(jnp.sum(dev**2, keepdims=True) / (n - ddof))
+        s = _std(rewards, ddof, axis=None)
     else:
         raise validate.ConfigError(f"scale: got {scale!r}; allowed: {', '.join(SCALES)}")
-    flat = jnp.expand_dims(degenerate(rewards), -1) | (s + eps == 0)
-    return jnp.where(flat, 0.0, centred / jnp.where(flat, 1.0, s + eps))
+    return _standardize(centred, s, eps, degenerate(rewards))
 
 
 def advantages(
@@ -249,11 +258,6 @@ def tree_advantages(
     if variant == "mean-only":
         return centred
     if variant == "leaf-std":
-        leaves = rewards.reshape(*rewards.shape[:-2], -1)
-        n = leaves.shape[-1]
-        s = jnp.sqrt(
-            jnp.sum((leaves - _group_mean(leaves)) ** 2, axis=-1, keepdims=True) / (n - ddof)
-        )
-        flat = jnp.expand_dims(degenerate(values), -1) | (s + eps == 0)
-        return jnp.where(flat, 0.0, centred / jnp.where(flat, 1.0, s + eps))
+        s = _std(rewards.reshape(*rewards.shape[:-2], -1), ddof, axis=-1)
+        return _standardize(centred, s, eps, degenerate(values))
     raise validate.ConfigError(f"variant: got {variant!r}; allowed: {', '.join(TREE_VARIANTS)}")
