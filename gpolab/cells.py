@@ -37,11 +37,10 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
     Returns ``{name: {"err": e, "sq": ‖e‖²}}`` per estimator plus the degenerate-group fraction.
     """
     params, truth, eps = args
-    k_prompts, k_group = jax.random.split(key)
-    P = params.num_prompts
     if cell.B == 0:
-        prompts = jnp.arange(P, dtype=jnp.int32)
+        prompts, k_group = jnp.arange(params.num_prompts, dtype=jnp.int32), key
     else:
+        k_prompts, k_group = jax.random.split(key)
         prompts = bandit.sample_prompts(k_prompts, params, cell.B)
     actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}

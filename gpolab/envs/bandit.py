@@ -132,10 +132,13 @@ def score_table(params: BanditParams) -> jax.Array:
     return params.features - mean_feat[:, None, :]
 
 
-def _inverse_cdf(key: jax.Array, probs: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    """Categorical draws by inverse CDF along the last axis of ``probs`` (no noise per category)."""
+def _inverse_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
+    """Categorical draws by inverse CDF along the last axis of ``probs`` for uniforms ``u``.
+
+    One uniform per draw and a binary search, instead of noise over every category.
+    """
     cdf = jnp.cumsum(probs, axis=-1)
-    u = jax.random.uniform(key, shape, dtype=cdf.dtype) * cdf[..., -1:]
+    u = u * cdf[..., -1:]
     search = lambda c, v: jnp.searchsorted(c, v, side="right")  # noqa: E731
     idx = jax.vmap(search)(cdf, u) if cdf.ndim == 2 else search(cdf, u)
     return jnp.minimum(idx, probs.shape[-1] - 1).astype(jnp.int32)
@@ -143,17 +146,17 @@ def _inverse_cdf(key: jax.Array, probs: jax.Array, shape: tuple[int, ...]) -> ja
 
 def sample_prompts(key: jax.Array, params: BanditParams, B: int) -> jax.Array:
     """(B,) iid prompt indices from f."""
-    return _inverse_cdf(key, params.prompt_probs, (B,))
+    u = jax.random.uniform(key, (B,), dtype=params.prompt_probs.dtype)
+    return _inverse_cdf(params.prompt_probs, u)
 
 
 def sample(key: jax.Array, params: BanditParams, prompts: jax.Array, G: int):
     """G responses per prompt in ``prompts`` (B,): actions (B, G) int32 and rewards (B, G)."""
-    k_a, k_r = jax.random.split(key)
     pi = policy(params)[prompts]
-    actions = _inverse_cdf(k_a, pi, (prompts.shape[0], G))
+    u = jax.random.uniform(key, (2, prompts.shape[0], G), dtype=pi.dtype)  # one PRNG call
+    actions = _inverse_cdf(pi, u[0])
     p = jnp.take_along_axis(params.success[prompts], actions, axis=-1)
-    rewards = (jax.random.uniform(k_r, p.shape, dtype=p.dtype) < p).astype(p.dtype)
-    return actions, rewards
+    return actions, (u[1] < p).astype(p.dtype)
 
 
 def scores(params: BanditParams, prompts: jax.Array, actions: jax.Array) -> jax.Array:
