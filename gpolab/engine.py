@@ -9,8 +9,11 @@ exact truth, eps, ...), so sweeping continuous knobs never recompiles.
   chunk size, the number of chunks or the device count.
 * Seeds run in chunks of ``chunk``; the last chunk is padded and its padding masked out, so one
   compilation per (fn, cell, chunk, shapes) serves every seed count.
-* Per chunk, each output leaf is reduced to its sum and sum of squares on device; chunks are
-  combined on the host in float64.  Memory is bounded by the chunk, not by the seed count.
+* Per chunk, each output leaf is reduced to its sum (and per-seed scalars to their sum of
+  squares) on device; chunks are combined on the host in float64.  Memory is bounded by the
+  chunk, not by the seed count.
+* The seed axis can be sharded over devices and processes (:func:`seed_mesh`); results do not
+  depend on it beyond float rounding of the sums.
 """
 
 from __future__ import annotations
@@ -46,10 +49,34 @@ def prng_mode():
     return jax.threefry_partitionable(False)
 
 
-def per_seed(fn: Callable, cell, key: jax.Array, args, indices: jax.Array):
-    """Raw per-seed outputs for the given seed indices (diagnostics, histograms, tests)."""
+def per_seed(fn: Callable, cell, key: jax.Array, args, indices, mesh=None):
+    """Raw per-seed outputs for the given seed indices (diagnostics, histograms, tests).
+
+    With ``mesh``, the indices (length a multiple of the device count) are sharded over it.
+    """
+    if mesh is not None:
+        indices = _shard(np.asarray(indices, dtype=np.uint32), mesh)
     with prng_mode():
         return _per_seed(fn, cell, key, args, indices)
+
+
+def _shard(a: np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
+    """A host array as a global array split along its first axis over the mesh's devices."""
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds"))
+    return jax.make_array_from_callback(a.shape, sharding, lambda i: a[i])
+
+
+def init_distributed(coordinator: str, num_processes: int, process_id: int) -> None:
+    """Join a multi-process run (``jax.distributed``); on CPU, collectives go through gloo.
+
+    Every process then sees the global device list, and :func:`seed_mesh` spans all of them.
+    """
+    validate.integer("num_processes", num_processes, 1)
+    validate.integer("process_id", process_id, 0, num_processes - 1)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+    )
 
 
 @partial(jax.jit, static_argnames=("fn", "cell"))
@@ -57,25 +84,24 @@ def _per_seed(fn: Callable, cell, key: jax.Array, args, indices: jax.Array):
     return jax.vmap(fn, in_axes=(None, 0, None))(cell, seed_keys(key, indices), args)
 
 
-@partial(jax.jit, static_argnames=("fn", "cell", "chunk"))
-def _chunk_moments(fn: Callable, cell, chunk: int, key: jax.Array, args, start, n_valid):
+@partial(jax.jit, static_argnames=("fn", "cell"))
+def _chunk_moments(fn: Callable, cell, key: jax.Array, args, idx: jax.Array, valid: jax.Array):
+    """Sums (and, for per-seed scalars, sums of squares) over one chunk of seeds."""
     TRACES[(getattr(fn, "__name__", str(fn)), cell)] += 1
-    idx = start + jnp.arange(chunk, dtype=jnp.uint32)
     out = jax.vmap(fn, in_axes=(None, 0, None))(cell, seed_keys(key, idx), args)
-    valid = jnp.arange(chunk) < n_valid
 
     def moments(x):
-        x = jnp.where(valid.reshape((chunk,) + (1,) * (x.ndim - 1)), x, 0)
-        return jnp.sum(x, axis=0), jnp.sum(x * x, axis=0)
+        x = jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 1)), x, 0)
+        return jnp.sum(x, axis=0), (jnp.sum(x * x) if x.ndim == 1 else None)
 
     return jax.tree.map(moments, out)
 
 
 @dataclasses.dataclass(frozen=True)
 class Moments:
-    """Sums and sums of squares (float64) of every per-seed output over ``n`` seeds.
-
-    Nested outputs are keyed by their path, e.g. ``"loo/sq"``.
+    """Sums (float64) of every per-seed output over ``n`` seeds, and sums of squares of the
+    per-seed scalars (enough for their variance and standard error; vector outputs such as error
+    vectors only need their mean).  Nested outputs are keyed by their path, e.g. ``"loo/sq"``.
     """
 
     n: int
@@ -85,16 +111,23 @@ class Moments:
     def mean(self, name: str) -> np.ndarray:
         return self.sums[name] / self.n
 
-    def var(self, name: str) -> np.ndarray:
-        """Unbiased (ddof 1) per-element variance across seeds."""
+    def var(self, name: str) -> float:
+        """Unbiased (ddof 1) variance across seeds of a per-seed scalar."""
+        if name not in self.sumsq:
+            raise KeyError(f"{name!r} is not a per-seed scalar; only its mean is accumulated")
         n = self.n
         if n < 2:
-            return np.full_like(self.sums[name], np.nan)
-        return np.maximum(self.sumsq[name] - self.sums[name] ** 2 / n, 0.0) / (n - 1)
+            return math.nan
+        return max(float(self.sumsq[name] - self.sums[name] ** 2 / n), 0.0) / (n - 1)
 
-    def se(self, name: str) -> np.ndarray:
-        """Standard error of :meth:`mean`."""
-        return np.sqrt(self.var(name) / self.n)
+    def se(self, name: str) -> float:
+        """Standard error of :meth:`mean` of a per-seed scalar."""
+        return math.sqrt(self.var(name) / self.n)
+
+
+def seed_mesh(devices=None) -> jax.sharding.Mesh:
+    """A 1-D mesh named ``"seeds"`` over ``devices`` (default: every device of every process)."""
+    return jax.sharding.Mesh(np.asarray(devices or jax.devices()), ("seeds",))
 
 
 def run(
@@ -105,21 +138,39 @@ def run(
     n_seeds: int,
     chunk: int = 4096,
     on_chunk: Callable[[int], None] | None = None,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> Moments:
-    """Run ``fn`` over seeds 0..n_seeds−1 in chunks; returns float64 :class:`Moments`."""
+    """Run ``fn`` over seeds 0..n_seeds−1 in chunks; returns float64 :class:`Moments`.
+
+    With ``mesh`` (see :func:`seed_mesh`), each chunk's seed axis is sharded over the mesh's
+    devices (``NamedSharding(mesh, P("seeds"))``; ``chunk`` is rounded up to a multiple of the
+    device count) and the per-chunk sums are all-reduced by XLA.  Per-seed draws are identical
+    to the unsharded run; sums agree to float rounding.  Under ``jax.distributed`` every process
+    calls :func:`run` with the same arguments and gets the same result.
+    """
     validate.integer("seeds", n_seeds, 1)
     validate.integer("chunk", chunk, 1)
+    if mesh is not None:
+        chunk = -(-chunk // mesh.size) * mesh.size
     parts = []
     with prng_mode():
         for start in range(0, n_seeds, chunk):
-            n_valid = min(chunk, n_seeds - start)
-            parts.append(_chunk_moments(fn, cell, chunk, key, args, np.uint32(start), n_valid))
+            idx = np.arange(start, start + chunk, dtype=np.uint32)
+            valid = idx < n_seeds
+            if mesh is not None:
+                idx, valid = _shard(idx, mesh), _shard(valid, mesh)
+            parts.append(_chunk_moments(fn, cell, key, args, idx, valid))
             if on_chunk is not None:
-                on_chunk(n_valid)
+                on_chunk(min(chunk, n_seeds - start))
     flat = [dict(_flatten(p)) for p in parts]
-    sums = {k: sum(np.asarray(f[k][0], dtype=np.float64) for f in flat) for k in flat[0]}
-    sumsq = {k: sum(np.asarray(f[k][1], dtype=np.float64) for f in flat) for k in flat[0]}
+    sums = {k: sum(_host(f[k][0]) for f in flat) for k in flat[0]}
+    sumsq = {k: sum(_host(f[k][1]) for f in flat) for k in flat[0] if flat[0][k][1] is not None}
     return Moments(n_seeds, sums, sumsq)
+
+
+def _host(x: jax.Array) -> np.ndarray:
+    """A replicated result as float64 numpy (works for multi-process global arrays too)."""
+    return np.asarray(x.addressable_data(0), dtype=np.float64)
 
 
 def _flatten(tree: dict, prefix: str = ""):
@@ -150,7 +201,10 @@ class ErrorStats:
 
 def error_stats(m: Moments, err: str = "err", sq: str = "sq") -> ErrorStats:
     """Summarise the error vector ``err`` and its squared norm ``sq`` (both per-seed outputs)."""
+    n = m.n
     mse = float(m.mean(sq))
-    se = float(m.se(sq)) if m.n > 1 else math.nan
-    variance = float(np.sum(m.var(err)))
-    return ErrorStats(m.n, mse, se, mse - Z95 * se, mse + Z95 * se, variance, mse - variance)
+    se = m.se(sq) if n > 1 else math.nan
+    # tr Cov(ĝ) with ddof 1: (Σ_s ‖e_s‖² − n ‖ē‖²) / (n − 1), from the scalar ‖e‖² and the mean e
+    mean_sq = float(np.sum(m.mean(err) ** 2))
+    variance = (n * mse - n * mean_sq) / (n - 1) if n > 1 else math.nan
+    return ErrorStats(n, mse, se, mse - Z95 * se, mse + Z95 * se, variance, mse - variance)

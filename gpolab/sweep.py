@@ -56,6 +56,7 @@ class SweepConfig:
     b: float = 3.0
     thoughts: int = 32
     x64: bool = False
+    shard: bool = False  # shard the seed axis over every device (of every process)
     out: str = "results/sweep"
 
     def replace(self, **changes) -> SweepConfig:
@@ -284,10 +285,11 @@ def run_sweep(cfg: SweepConfig, on_row: Callable[[dict], None] | None = None):
     eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
     fn = cells.bandit_error if cfg.env == "bandit" else cells.tree_error
     args = (params, truth, eps)
+    mesh = engine.seed_mesh() if cfg.shard else None
     rows = []
     for cell in _cells(cfg):
         start = time.perf_counter()
-        m = engine.run(fn, cell, args, key, cfg.seeds, cfg.chunk)
+        m = engine.run(fn, cell, args, key, cfg.seeds, cfg.chunk, mesh=mesh)
         new = (
             _bandit_rows(cfg, cell, m, truth)
             if cfg.env == "bandit"

@@ -36,8 +36,14 @@ def test_results_do_not_depend_on_chunk_size():
     key = jax.random.key(1)
     a = engine.run(cells.bandit_error, CELL, args, key, 20_000, chunk=1000)
     b = engine.run(cells.bandit_error, CELL, args, key, 20_000, chunk=7000)
+    assert a.sums.keys() == b.sums.keys() and a.sumsq.keys() == b.sumsq.keys() == {
+        "degenerate",
+        "loo/sq",
+        "grpo/sq",
+    }
     for k in a.sums:
         np.testing.assert_allclose(a.sums[k], b.sums[k], rtol=1e-5, atol=1e-7)
+    for k in a.sumsq:
         np.testing.assert_allclose(a.sumsq[k], b.sumsq[k], rtol=1e-5, atol=1e-7)
     # and both equal the direct per-seed computation
     direct = engine.per_seed(

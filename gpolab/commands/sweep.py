@@ -62,6 +62,7 @@ HELP = {
     "b": "tree: Beta b",
     "thoughts": "tree finite model: number of distinct thoughts",
     "x64": "float64 mode (theory checks)",
+    "shard": "shard the seed axis over all devices (and all processes with --coordinator)",
     "out": "output directory for results.parquet, results.csv and the figure",
 }
 
@@ -76,6 +77,10 @@ def register(sub) -> None:
     )
     p.add_argument("--config", help="TOML experiment file ([sweep] table); flags override it")
     p.add_argument("--json", action="store_true", help="print the rows as JSON lines on stdout")
+    dist = p.add_argument_group("multi-process (jax.distributed; implies --shard)")
+    dist.add_argument("--coordinator", help="host:port of process 0, e.g. 127.0.0.1:12345")
+    dist.add_argument("--num-processes", type=int, default=1, help="processes in the run")
+    dist.add_argument("--process-id", type=int, default=0, help="this process's index")
     for f in dataclasses.fields(SweepConfig):
         default = getattr(DEFAULTS, f.name)
         flag = "--" + f.name.replace("_", "-")
@@ -112,6 +117,14 @@ def run(args) -> int:
     }
     cfg = cfg.replace(**overrides)
     cfg.validate()
+    if args.coordinator:
+        from gpolab.engine import init_distributed
+
+        init_distributed(args.coordinator, args.num_processes, args.process_id)
+        cfg = cfg.replace(shard=True)
+    if args.process_id != 0:  # every process computes; process 0 reports and writes
+        run_sweep(cfg)
+        return 0
     total = num_cells(cfg)
     done = []
 

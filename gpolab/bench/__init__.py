@@ -1,0 +1,229 @@
+"""``gpolab bench``: throughput of the engine, as ratios measured in one run.
+
+Workloads (all through the real engine, :func:`gpolab.engine.run`):
+
+* ``W1``: tabular softmax bandit, 16 prompts × 64 actions, G = 16, loo, squared error per seed
+  against the exact gradient; compared with the numpy reference (:mod:`gpolab.bench.numpy_ref`,
+  same statistic, checked equal within standard error) and with the PRNG bound (a per-seed
+  function that only draws the same uniforms and sums them).
+* ``loglinear``: log-linear bandit (d = 8), G = 16, five estimators on common draws.
+* ``tree``: Beta(2, 3) thoughts, K = 8, M = 8, thought-std advantages.
+* ``W1-scaling-*``: W1 at growing seed counts (linear scaling, one compilation).
+* ``W1-G64-rss``: W1 at G = 64 for 10⁶ seeds in a fresh process: peak resident memory.
+* ``default sweep``: ``gpolab sweep``'s default, cold then warm, for the share of compile time.
+
+``compile_s`` is the time of ``lower().compile()`` of the workload's chunk function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchConfig:
+    quick: bool = False
+    seeds: int = 400_000  # per throughput measurement (quick: 20,000)
+    numpy_seeds: int = 40_000  # numpy reference (quick: 4,000)
+    chunk: int = 8192
+    seed: int = 0
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _timed_run(fn, cell, args, key, n, chunk):
+    """(seconds, Moments) of a steady-state run: compiled first, then timed."""
+    import jax
+
+    from gpolab import engine
+
+    with engine.prng_mode():
+        start = time.perf_counter()
+        idx = np.arange(chunk, dtype=np.uint32)
+        engine._chunk_moments.lower(fn, cell, key, args, idx, idx < chunk).compile()
+        compile_s = time.perf_counter() - start
+    engine.run(fn, cell, args, key, chunk, chunk)  # warm the jit cache (same compilation)
+    start = time.perf_counter()
+    m = engine.run(fn, cell, args, key, n, chunk)
+    jax.block_until_ready(m.sums)
+    return time.perf_counter() - start, compile_s, m
+
+
+def _uniforms_cell(cell, key, args):
+    """PRNG bound: draw the workload's uniforms for one seed and nothing else."""
+    import jax
+    import jax.numpy as jnp
+
+    return {"s": jnp.sum(jax.random.uniform(key, cell[1]))}
+
+
+def _row(workload, n, seconds, compile_s, **extra):
+    return {
+        "workload": workload,
+        "n_seeds": n,
+        "seeds_per_s": n / seconds,
+        "compile_s": compile_s,
+        "peak_rss_mb": peak_rss_mb(),
+        **extra,
+    }
+
+
+def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) -> dict:
+    import jax
+
+    from gpolab import cells, engine
+    from gpolab.bench import numpy_ref
+    from gpolab.envs import bandit
+
+    n = n or cfg.seeds
+    params = bandit.make(0, prompts=16, actions=64)
+    truth = bandit.exact(params)
+    args = (params, truth, np.float32(1e-4))
+    key = jax.random.key(cfg.seed)
+    cell = cells.BanditCell(("loo",), G=G)
+    seconds, compile_s, m = _timed_run(cells.bandit_error, cell, args, key, n, cfg.chunk)
+    stats = engine.error_stats(m, "loo/err", "loo/sq")
+    row = _row(
+        f"W1 tabular 16x64 G={G} loo", n, seconds, compile_s, mse=stats.mse, mse_se=stats.mse_se
+    )
+    if not numpy:
+        return row
+    rng_cell = ("uniforms", (2, 16, G))
+    rng_s, _, _ = _timed_run(_uniforms_cell, rng_cell, None, key, n, cfg.chunk)
+    f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    ref = (
+        f64(bandit.policy(params)),
+        f64(params.success),
+        f64(truth.g_local),
+        f64(truth.prompt_probs),
+        G,
+    )
+    start = time.perf_counter()
+    np_mse, np_se = numpy_ref.w1_mse(cfg.seed, *ref, cfg.numpy_seeds)
+    np_rate = cfg.numpy_seeds / (time.perf_counter() - start)
+    row.update(
+        numpy_seeds_per_s=np_rate,
+        speedup_vs_numpy=row["seeds_per_s"] / np_rate,
+        rng_seeds_per_s=n / rng_s,
+        rng_bound_fraction=row["seeds_per_s"] / (n / rng_s),
+        numpy_mse=np_mse,
+        numpy_agrees=bool(abs(np_mse - stats.mse) < 4 * np.hypot(np_se, stats.mse_se)),
+    )
+    return row
+
+
+def loglinear(cfg: BenchConfig) -> dict:
+    import jax
+
+    from gpolab import cells
+    from gpolab.envs import bandit
+
+    params = bandit.make(0, prompts=16, actions=64, kind="loglinear", dim=8)
+    args = (params, bandit.exact(params), np.float32(1e-4))
+    cell = cells.BanditCell(("vanilla", "oracle", "loo", "mean", "grpo"), G=16)
+    n = cfg.seeds // 2
+    seconds, compile_s, _ = _timed_run(
+        cells.bandit_error, cell, args, jax.random.key(cfg.seed), n, cfg.chunk
+    )
+    return _row("loglinear 16x64 d=8 G=16, 5 estimators", n, seconds, compile_s)
+
+
+def tree(cfg: BenchConfig) -> dict:
+    import jax
+
+    from gpolab import cells
+    from gpolab.envs import tree as tree_env
+
+    params = tree_env.make_beta(2.0, 3.0)
+    args = (params, tree_env.exact(params), np.float32(1e-4))
+    n = cfg.seeds // 2
+    seconds, compile_s, _ = _timed_run(
+        cells.tree_error, cells.TreeCell(8, 8), args, jax.random.key(cfg.seed), n, cfg.chunk
+    )
+    return _row("tree Beta(2,3) K=8 M=8", n, seconds, compile_s)
+
+
+def rss_subprocess(n: int, G: int = 64, chunk: int = 8192) -> dict:
+    """W1 at group size G for n seeds in a fresh interpreter; its peak RSS is the memory bound."""
+    code = (
+        "import json, sys; from gpolab.bench import BenchConfig, w1, peak_rss_mb;"
+        f"r = w1(BenchConfig(chunk={chunk}), G={G}, n={n}, numpy=False);"
+        "r['peak_rss_mb'] = peak_rss_mb(); print(json.dumps(r))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    row["workload"] = f"W1 G={G}, {n:.0e} seeds, fresh process (peak RSS)"
+    return row
+
+
+def default_sweep(cfg: BenchConfig) -> dict:
+    """The default ``gpolab sweep`` twice in one process: cold (compiling) and warm (cached).
+
+    ``compile_s`` = cold − warm; ``compile_share`` = compile_s / cold.
+    """
+    import tempfile
+
+    from gpolab.sweep import SweepConfig, run_sweep
+
+    with tempfile.TemporaryDirectory() as out:
+        sweep = SweepConfig(out=out, seeds=2_000 if cfg.quick else SweepConfig.seeds)
+        times = []
+        for _ in range(2):
+            start = time.perf_counter()
+            df = run_sweep(sweep)
+            times.append(time.perf_counter() - start)
+    cold, warm = times
+    n = sweep.seeds * len(sweep.G)
+    return _row(
+        f"default sweep ({len(df)} rows, {sweep.seeds} seeds), warm",
+        n,
+        warm,
+        cold - warm,
+        compile_share=(cold - warm) / cold,
+        cold_s=cold,
+    )
+
+
+def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
+    if cfg.quick:
+        cfg = dataclasses.replace(
+            cfg, seeds=min(cfg.seeds, 20_000), numpy_seeds=min(cfg.numpy_seeds, 4_000), chunk=4096
+        )
+    rows = []
+
+    def add(row):
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+
+    add(w1(cfg))
+    add(loglinear(cfg))
+    add(tree(cfg))
+    for n in (10_000, 100_000) if cfg.quick else (10_000, 100_000, 1_000_000):
+        r = w1(cfg, n=n, numpy=False)
+        r["workload"] = f"W1 scaling, {n:.0e} seeds"
+        r["compile_s"] = None  # same compiled chunk as W1: nothing is compiled again
+        add(r)
+    add(rss_subprocess(100_000 if cfg.quick else 1_000_000))
+    add(default_sweep(cfg))
+    return rows
+
+
+def machine() -> str:
+    import jax
+
+    dev = jax.devices()[0]
+    return (
+        f"{platform.processor() or platform.machine()}, {jax.device_count()} x "
+        f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}"
+    )

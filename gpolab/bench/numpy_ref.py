@@ -1,0 +1,56 @@
+"""Vectorized numpy reference of workload W1, the yardstick of ``gpolab bench``.
+
+W1: tabular softmax bandit, every prompt gets a group of G responses, leave-one-out advantages,
+per-seed squared error Σ_x f(x) ‖ĝ_x − g_x‖² against the exact gradient.  Same statistic as
+``gpolab.cells.bandit_error`` with ``BanditCell(("loo",), G)``, computed with numpy only and an
+independent random stream, vectorized over a batch of seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def w1_errors(
+    rng: np.random.Generator,
+    pi: np.ndarray,
+    success: np.ndarray,
+    g_local: np.ndarray,
+    prompt_probs: np.ndarray,
+    G: int,
+    n_seeds: int,
+) -> np.ndarray:
+    """Per-seed squared errors (n_seeds,) of the loo estimator; all arrays float64 numpy.
+
+    ``pi``, ``success``: (P, A); ``g_local``: (P, A) exact per-prompt gradients (tabular rows).
+    """
+    P, A = pi.shape
+    cdf = np.cumsum(pi, axis=-1)
+    u = rng.random((2, n_seeds, P, G))
+    actions = np.empty((n_seeds, P, G), dtype=np.int64)
+    for x in range(P):  # inverse CDF, vectorized over seeds and the group
+        actions[:, x] = np.minimum(np.searchsorted(cdf[x], u[0, :, x] * cdf[x, -1], "right"), A - 1)
+    p = success[np.arange(P)[None, :, None], actions]
+    z = (u[1] < p).astype(np.float64)
+    adv = z - (z.sum(-1, keepdims=True) - z) / (G - 1)  # leave-one-out
+    c = adv / G
+    # ĝ_x = Σ_g c_g (e_{a_g} − π_x): scatter-add into A bins per (seed, prompt)
+    flat = (np.arange(n_seeds * P)[:, None] * A + actions.reshape(n_seeds * P, G)).ravel()
+    hits = np.bincount(flat, weights=c.ravel(), minlength=n_seeds * P * A)
+    ghat = hits.reshape(n_seeds, P, A) - c.sum(-1)[..., None] * pi[None]
+    err2 = ((ghat - g_local[None]) ** 2).sum(-1)
+    return err2 @ prompt_probs
+
+
+def w1_mse(
+    seed: int, pi, success, g_local, prompt_probs, G: int, n_seeds: int, batch: int = 2048
+) -> tuple[float, float]:
+    """(mse, standard error) over ``n_seeds`` seeds, in batches of ``batch``."""
+    rng = np.random.default_rng(seed)
+    errs = np.concatenate(
+        [
+            w1_errors(rng, pi, success, g_local, prompt_probs, G, min(batch, n_seeds - i))
+            for i in range(0, n_seeds, batch)
+        ]
+    )
+    return float(errs.mean()), float(errs.std(ddof=1) / np.sqrt(n_seeds))

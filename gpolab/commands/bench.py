@@ -1,0 +1,71 @@
+"""``gpolab bench``: seeds/s, compile time, peak memory and ratios to numpy and the PRNG bound."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+COLUMNS = [
+    "workload",
+    "seeds_per_s",
+    "numpy_seeds_per_s",
+    "speedup_vs_numpy",
+    "rng_bound_fraction",
+    "compile_s",
+    "peak_rss_mb",
+]
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="throughput of the Monte Carlo engine, with ratios measured in the same run",
+        description="Runs workload W1 (tabular bandit 16x64, G=16, loo) against the numpy "
+        "reference and the PRNG bound, plus log-linear, tree, scaling and memory workloads.",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="small seed counts (about 30 s; used by the tests)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object per workload")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="seeds per throughput measurement (default 400000; quick 20000)",
+    )
+    p.add_argument("--chunk", type=int, default=8192, help="seeds per compiled chunk")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import pandas as pd
+
+    from gpolab import validate
+    from gpolab.bench import BenchConfig, machine, run_bench
+
+    cfg = BenchConfig(quick=args.quick, chunk=args.chunk)
+    if args.seeds is not None:
+        validate.integer("seeds", args.seeds, 1)
+        cfg = BenchConfig(quick=args.quick, chunk=args.chunk, seeds=args.seeds)
+    validate.integer("chunk", args.chunk, 1)
+
+    def progress(row):
+        print(f"{row['workload']}: {row['seeds_per_s']:,.0f} seeds/s", file=sys.stderr, flush=True)
+
+    rows = run_bench(cfg, on_row=progress)
+    if args.json:
+        for r in rows:
+            print(json.dumps({k: r.get(k) for k in {**dict.fromkeys(COLUMNS), **r}}))
+        return 0
+    df = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    print(f"machine: {machine()}")
+    with pd.option_context("display.width", 200, "display.max_colwidth", 60):
+        print(df.to_string(index=False, float_format=lambda x: f"{x:,.3g}"))
+    w1 = rows[0]
+    print(
+        f"\nW1: {w1['seeds_per_s']:,.0f} seeds/s = {w1['speedup_vs_numpy']:.1f}x numpy "
+        f"({w1['numpy_seeds_per_s']:,.0f} seeds/s), {100 * w1['rng_bound_fraction']:.0f}% of "
+        f"the PRNG bound ({w1['rng_seeds_per_s']:,.0f} seeds/s); numpy agrees within 4 SE: "
+        f"{w1['numpy_agrees']}"
+    )
+    return 0

@@ -1,0 +1,120 @@
+"""Sharding the seed axis: 8 forced CPU devices, and 2 processes on localhost (jax.distributed).
+
+Both need a fresh interpreter (the device count is fixed at JAX start-up), so they run the CLI or
+a small script in subprocesses and compare with the single-device result.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+EIGHT_DEVICES = textwrap.dedent(
+    """
+    import json, jax, numpy as np
+    jax.config.update("jax_num_cpu_devices", 8)
+    from gpolab import cells, engine
+    from gpolab.envs import bandit
+    assert jax.device_count() == 8
+    params = bandit.make(0, prompts=4, actions=8)
+    args = (params, bandit.exact(params), np.float32(1e-4))
+    cell = cells.BanditCell(("loo", "grpo"), G=5)
+    key = jax.random.key(3)
+    mesh = engine.seed_mesh()
+    idx = np.arange(4000, dtype=np.uint32)
+    one = engine.per_seed(cells.bandit_error, cell, key, args, idx)
+    many = engine.per_seed(cells.bandit_error, cell, key, args, idx, mesh=mesh)
+    assert len(many["loo"]["sq"].sharding.device_set) == 8
+    bitwise = all(
+        np.array_equal(np.asarray(one[k]["err"]), np.asarray(many[k]["err"]))
+        for k in ("loo", "grpo")
+    )
+    a = engine.run(cells.bandit_error, cell, args, key, 10_001, chunk=1000)
+    b = engine.run(cells.bandit_error, cell, args, key, 10_001, chunk=1000, mesh=mesh)
+    # float32 partial sums in another order: rounding ~ n · 6e-8 for per-seed values of order 1
+    close = all(np.allclose(a.sums[k], b.sums[k], rtol=1e-5, atol=1e-3) for k in a.sums)
+    print(json.dumps({"bitwise": bitwise, "close": close}))
+    """
+)
+
+
+def test_eight_devices_match_one_device():
+    out = subprocess.run(
+        [sys.executable, "-c", EIGHT_DEVICES], capture_output=True, text=True, env=ENV, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"bitwise": True, "close": True}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SWEEP = [
+    "-m",
+    "gpolab.cli",
+    "sweep",
+    "--estimators",
+    "loo,mean,grpo",
+    "--G",
+    "2,6",
+    "--seeds",
+    "6001",
+    "--chunk",
+    "1000",
+    "--prompts",
+    "4",
+    "--actions",
+    "8",
+    "--json",
+]
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_same_table_as_one(tmp_path):
+    single = subprocess.run(
+        [sys.executable, *SWEEP, "--out", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
+    assert single.returncode == 0, single.stderr[-2000:]
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                *SWEEP,
+                "--out",
+                str(tmp_path / "two"),
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs[0][1][-2000:] + outs[1][1][-2000:]
+    rows = lambda text: [line for line in text.splitlines() if line.startswith("{")]  # noqa: E731
+    assert len(rows(outs[0][0])) == 6 and rows(outs[1][0]) == []  # only process 0 reports
+    one = pd.read_parquet(tmp_path / "one" / "results.parquet").drop(columns="seconds")
+    two = pd.read_parquet(tmp_path / "two" / "results.parquet").drop(columns="seconds")
+    pd.testing.assert_frame_equal(one, two, rtol=1e-5)
