@@ -49,6 +49,7 @@ __all__ = [
     "tree_advantages",
     "degenerate",
     "check_estimator",
+    "check_rewards",
 ]
 
 ESTIMATORS = ("vanilla", "oracle", "loo", "mean", "grpo", "ustat")
@@ -76,6 +77,16 @@ def check_estimator(
 
 def _group_mean(x: jax.Array) -> jax.Array:
     return jnp.mean(x, axis=-1, keepdims=True)
+
+
+def check_rewards(rewards, field: str = "rewards") -> None:
+    """Plain-Python check of a reward log before it is traced: finite, at least one group axis."""
+    import numpy as np
+
+    a = np.asarray(rewards)
+    if a.ndim < 1 or a.shape[-1] < 1:
+        raise validate.ConfigError(f"{field}: got shape {a.shape}; allowed: (..., G) with G >= 1")
+    validate.finite_array(field, a)
 
 
 def _std(x: jax.Array, ddof: int, axis: int | None) -> jax.Array:

@@ -184,3 +184,11 @@ def test_trainer_presets_match_docs():
     assert est.TRAINER_PRESETS["trl"] == dict(scale="group", ddof=1, eps=1e-4)
     assert est.TRAINER_PRESETS["verl"]["eps"] == 1e-6
     assert est.TRAINER_PRESETS["openrlhf"]["eps"] == 1e-9
+
+
+def test_check_rewards_rejects_non_finite_logs():
+    est.check_rewards(np.zeros((3, 4)))
+    with pytest.raises(ConfigError, match="^rewards: has non-finite"):
+        est.check_rewards(np.array([[1.0, np.nan]]))
+    with pytest.raises(ConfigError, match="^rewards: got shape"):
+        est.check_rewards(np.float32(1.0))
