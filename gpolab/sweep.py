@@ -66,7 +66,7 @@ class SweepConfig:
             raise validate.ConfigError(f"{sorted(unknown)[0]}: unknown field; allowed: {allowed}")
         return dataclasses.replace(self, **{k: _coerce(self, k, v) for k, v in changes.items()})
 
-    def validate(self) -> None:
+    def validate(self, check_out: bool = True) -> None:
         validate.choice("env", self.env, ENVS)
         validate.integer("seeds", self.seeds, 1)
         validate.integer("chunk", self.chunk, 1)
@@ -101,7 +101,8 @@ class SweepConfig:
             validate.real("a", self.a, low=0.0, open_low=True)
             validate.real("b", self.b, low=0.0, open_low=True)
             validate.integer("thoughts", self.thoughts, 2)
-        check_writable(self.out)
+        if check_out:
+            check_writable(self.out)
 
 
 _LISTS = {"estimators": str, "G": int, "K": int, "M": int, "variants": str}
@@ -147,26 +148,9 @@ def load_config(path: str | os.PathLike, base: SweepConfig | None = None) -> Swe
     return (base or SweepConfig()).replace(**data.get("sweep", {}))
 
 
-def _cells(cfg: SweepConfig):
-    """Static settings of every compiled unit: one per G (bandit, all estimators on the same
-    draws) or per (variant, K, M) (tree)."""
-    from gpolab.cells import BanditCell, TreeCell
-
-    if cfg.env == "bandit":
-        for G in cfg.G:
-            yield BanditCell(tuple(cfg.estimators), G, cfg.B, cfg.scale, cfg.ddof)
-    else:
-        for variant in cfg.variants:
-            for K in cfg.K:
-                for M in cfg.M:
-                    yield TreeCell(K, M, variant, cfg.ddof)
-
-
 def num_cells(cfg: SweepConfig) -> int:
     """Rows in the result table."""
-    if cfg.env == "bandit":
-        return len(cfg.estimators) * len(cfg.G)
-    return len(cfg.variants) * len(cfg.K) * len(cfg.M)
+    return len(_row_ids(cfg))
 
 
 def _setup(cfg: SweepConfig):
@@ -268,11 +252,60 @@ def _tree_rows(cfg, cell, m, params) -> list[dict]:
     ]
 
 
-def run_sweep(cfg: SweepConfig, on_row: Callable[[dict], None] | None = None):
+_NOT_IN_KEY = ("estimators", "G", "K", "M", "variants", "out", "chunk", "shard")
+
+
+def config_hash(cfg: SweepConfig) -> str:
+    from gpolab.store import digest
+
+    return digest(dataclasses.asdict(cfg))
+
+
+def _row_ids(cfg: SweepConfig) -> list[dict]:
+    """One id per table row, in table order: (estimator, G) for the bandit, (variant, K, M)."""
+    if cfg.env == "bandit":
+        return [{"estimator": e, "G": G} for e in cfg.estimators for G in cfg.G]
+    return [{"variant": v, "K": K, "M": M} for v in cfg.variants for K in cfg.K for M in cfg.M]
+
+
+def cell_keys(cfg: SweepConfig) -> list[str]:
+    """Store key of every row: a hash of the row's id and of every setting its numbers depend
+    on (not the grids it sits in, the output directory, the chunk size or the sharding)."""
+    from gpolab.store import digest
+
+    base = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_IN_KEY}
+    return [digest({"sweep": base, "row": rid}) for rid in _row_ids(cfg)]
+
+
+def _units(cfg: SweepConfig, pending: set[int]):
+    """Compiled units covering the pending rows: per G the missing estimators (drawn on common
+    random numbers, so computing a subset changes nothing), per (variant, K, M) for trees."""
+    from gpolab.cells import BanditCell, TreeCell
+
+    ids = _row_ids(cfg)
+    if cfg.env == "bandit":
+        for G in cfg.G:
+            rows = [i for i in sorted(pending) if ids[i]["G"] == G]
+            if rows:
+                names = tuple(ids[i]["estimator"] for i in rows)
+                yield rows, BanditCell(names, G, cfg.B, cfg.scale, cfg.ddof)
+    else:
+        for i in sorted(pending):
+            yield [i], TreeCell(ids[i]["K"], ids[i]["M"], ids[i]["variant"], cfg.ddof)
+
+
+def run_sweep(
+    cfg: SweepConfig,
+    on_row: Callable[[dict], None] | None = None,
+    store=None,
+    on_skip: Callable[[int], None] | None = None,
+):
     """Validate ``cfg``, run every cell, return a pandas DataFrame with one row per cell.
 
-    ``seconds`` is the wall time of the compiled unit the row belongs to (compile included),
-    divided evenly among the rows that share it.
+    With a :class:`gpolab.store.Store`, finished rows are read back instead of recomputed and
+    each new row is written atomically as soon as its unit finishes (resumable).  ``seconds`` is
+    the wall time of the compiled unit a row belongs to (compile included), split evenly among
+    its rows.
     """
     cfg.validate()
     import jax
@@ -280,37 +313,41 @@ def run_sweep(cfg: SweepConfig, on_row: Callable[[dict], None] | None = None):
 
     from gpolab import cells, engine
 
-    params, truth = _setup(cfg)
-    key = jax.random.key(cfg.seed)
-    eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
-    fn = cells.bandit_error if cfg.env == "bandit" else cells.tree_error
-    args = (params, truth, eps)
-    mesh = engine.seed_mesh() if cfg.shard else None
-    rows = []
-    for cell in _cells(cfg):
-        start = time.perf_counter()
-        m = engine.run(fn, cell, args, key, cfg.seeds, cfg.chunk, mesh=mesh)
-        new = (
-            _bandit_rows(cfg, cell, m, truth)
-            if cfg.env == "bandit"
-            else _tree_rows(cfg, cell, m, params)
-        )
-        seconds = (time.perf_counter() - start) / len(new)
-        for row in new:
-            row["seconds"] = seconds
-            rows.append(row)
-            if on_row is not None:
-                on_row(row)
-    df = pd.DataFrame(rows)
+    keys = cell_keys(cfg)
+    pending = {i for i, k in enumerate(keys) if store is None or not store.has(k)}
+    if on_skip is not None and len(pending) < len(keys):
+        on_skip(len(keys) - len(pending))
+    rows: dict[int, dict] = {}
+    if pending:
+        params, truth = _setup(cfg)
+        key = jax.random.key(cfg.seed)
+        eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
+        fn = cells.bandit_error if cfg.env == "bandit" else cells.tree_error
+        args = (params, truth, eps)
+        mesh = engine.seed_mesh() if cfg.shard else None
+        chash = config_hash(cfg)
+        for idx, cell in _units(cfg, pending):
+            start = time.perf_counter()
+            m = engine.run(fn, cell, args, key, cfg.seeds, cfg.chunk, mesh=mesh)
+            new = (
+                _bandit_rows(cfg, cell, m, truth)
+                if cfg.env == "bandit"
+                else _tree_rows(cfg, cell, m, params)
+            )
+            wall = time.perf_counter() - start
+            for i, row in zip(idx, new, strict=True):
+                row["seconds"] = wall / len(new)
+                if store is not None:
+                    store.write(keys[i], [row], chash, row["seconds"])
+                rows[i] = row
+                if on_row is not None:
+                    on_row(row)
+    if store is not None:
+        df = store.read(keys)
+    else:
+        df = pd.DataFrame([rows[i] for i in range(len(keys))])
     for col in ("G", "K", "M", "B"):
         df[col] = df[col].astype("Int64")
-    if cfg.env == "bandit":  # table order: estimator, then G
-        order = {name: i for i, name in enumerate(cfg.estimators)}
-        df = df.sort_values(
-            ["estimator", "G"],
-            key=lambda s: s.map(order) if s.name == "estimator" else s,
-            kind="stable",
-        ).reset_index(drop=True)
     return df
 
 

@@ -14,6 +14,8 @@ import textwrap
 import pandas as pd
 import pytest
 
+from gpolab.store import PROVENANCE
+
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
 EIGHT_DEVICES = textwrap.dedent(
@@ -115,6 +117,7 @@ def test_two_processes_give_the_same_table_as_one(tmp_path):
     assert all(p.returncode == 0 for p in procs), outs[0][1][-2000:] + outs[1][1][-2000:]
     rows = lambda text: [line for line in text.splitlines() if line.startswith("{")]  # noqa: E731
     assert len(rows(outs[0][0])) == 6 and rows(outs[1][0]) == []  # only process 0 reports
-    one = pd.read_parquet(tmp_path / "one" / "results.parquet").drop(columns="seconds")
-    two = pd.read_parquet(tmp_path / "two" / "results.parquet").drop(columns="seconds")
+    drop = ["seconds", *PROVENANCE]
+    one = pd.read_parquet(tmp_path / "one" / "results.parquet").drop(columns=drop, errors="ignore")
+    two = pd.read_parquet(tmp_path / "two" / "results.parquet").drop(columns=drop, errors="ignore")
     pd.testing.assert_frame_equal(one, two, rtol=1e-5)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 
 from gpolab.sweep import SweepConfig
 
@@ -77,6 +76,11 @@ def register(sub) -> None:
     )
     p.add_argument("--config", help="TOML experiment file ([sweep] table); flags override it")
     p.add_argument("--json", action="store_true", help="print the rows as JSON lines on stdout")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="recompute every cell (default: reuse finished cells found in --out)",
+    )
     dist = p.add_argument_group("multi-process (jax.distributed; implies --shard)")
     dist.add_argument("--coordinator", help="host:port of process 0, e.g. 127.0.0.1:12345")
     dist.add_argument("--num-processes", type=int, default=1, help="processes in the run")
@@ -125,24 +129,23 @@ def run(args) -> int:
     if args.process_id != 0:  # every process computes; process 0 reports and writes
         run_sweep(cfg)
         return 0
-    total = num_cells(cfg)
-    done = []
+    from gpolab.progress import Progress
+    from gpolab.store import Store
 
-    def progress(row):
-        done.append(row)
-        label = (
-            f"{row['estimator']} G={row['G']}"
-            if cfg.env == "bandit"
-            else f"{row['variant']} K={row['K']} M={row['M']}"
-        )
-        print(
-            f"[{len(done)}/{total}] {cfg.env} {label}: mse={row['mse']:.4g} "
-            f"({row['seconds']:.2f} s)",
-            file=sys.stderr,
-            flush=True,
-        )
+    def label(row):
+        if cfg.env == "bandit":
+            return f"{row['estimator']} G={row['G']}: mse={row['mse']:.4g}"
+        return f"{row['variant']} K={row['K']} M={row['M']}: mse={row['mse']:.4g}"
 
-    df = run_sweep(cfg, on_row=progress)
+    # a multi-process run keeps every process in lockstep, so it computes every cell
+    store = None if args.fresh or args.coordinator else Store(cfg.out)
+    with Progress(num_cells(cfg), f"sweep {cfg.env}") as progress:
+        df = run_sweep(
+            cfg,
+            store=store,
+            on_skip=progress.skip,
+            on_row=lambda row: progress.update(1, label(row)),
+        )
     paths = write_results(df, cfg.out)
     if cfg.env == "bandit":
         fig = plots.mse_vs_G(

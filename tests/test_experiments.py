@@ -1,0 +1,127 @@
+"""Declarative experiments: validation, resumable results, figures from saved tables only."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gpolab import engine, experiments
+from gpolab.cli import main
+from gpolab.store import PROVENANCE, Store
+from gpolab.sweep import SweepConfig, num_cells, run_sweep
+from gpolab.validate import ConfigError
+
+SHIPPED = sorted(experiments.DEFAULT_DIR.glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_every_shipped_experiment_loads(path):
+    exp = experiments.load(path)
+    assert exp.name == path.stem
+    if exp.kind == "sweep":
+        assert num_cells(exp.config(quick=True)) > 0
+        assert exp.config(quick=True).seeds <= exp.config(quick=False).seeds
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("[sweep]\nG = [2]\n", "missing [experiment] table"),
+        ('[experiment]\nkind = "movie"\n', "experiment.kind: got 'movie'; allowed: sweep, command"),
+        ('[experiment]\nplot = "pie"\n', "experiment.plot: got 'pie'; allowed: mse_vs_G"),
+        ('[experiment]\ncolour = "red"\n', "experiment.colour: unknown; allowed: "),
+        ('[experiment]\nplot = "mse_vs_G"\n[sweep]\nGG = [2]\n', "GG: unknown field"),
+        (
+            '[experiment]\nplot = "mse_vs_G"\n[sweep]\nG = [1]\nestimators = ["loo"]\n',
+            "G (for loo): got 1",
+        ),
+        ('[experiment]\nplot = "mse_vs_G"\n[quick]\nseeds = 0\n', "seeds: got 0"),
+        ('[experiment]\nkind = "command"\n', "command.argv: "),
+        ("[experiment\n", "not valid TOML"),
+    ],
+)
+def test_bad_experiment_files_name_file_and_field(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        experiments.load(path)
+    assert str(err.value).startswith("bad.toml: ")
+    assert message in str(err.value)
+
+
+def small_config(out) -> SweepConfig:
+    return SweepConfig(
+        estimators=("loo", "mean"),
+        G=(2, 3, 5),
+        seeds=1500,
+        chunk=512,
+        prompts=3,
+        actions=5,
+        out=str(out),
+    )
+
+
+def strip(df: pd.DataFrame) -> pd.DataFrame:
+    return df.drop(columns=["seconds", *PROVENANCE], errors="ignore")
+
+
+def test_resume_after_interruption_gives_the_same_table(tmp_path):
+    whole = run_sweep(small_config(tmp_path / "whole"), store=Store(tmp_path / "whole"))
+    cfg = small_config(tmp_path / "cut")
+    seen = []
+
+    def interrupt(row):
+        seen.append(row)
+        if len(seen) == 2:  # Ctrl-C after the second finished cell
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(cfg, store=Store(cfg.out), on_row=interrupt)
+    assert len(list(Path(cfg.out, "cells").glob("*.parquet"))) == 2  # nothing lost, no temp
+    assert not list(Path(cfg.out, "cells").glob(".*"))
+    skipped = []
+    resumed = run_sweep(cfg, store=Store(cfg.out), on_skip=skipped.append)
+    assert skipped == [2]
+    pd.testing.assert_frame_equal(strip(resumed), strip(whole))
+    assert resumed["cell_key"].is_unique
+
+
+def test_changed_config_invalidates_only_changed_cells(tmp_path):
+    cfg = small_config(tmp_path)
+    run_sweep(cfg, store=Store(tmp_path))
+    computed = []
+    run_sweep(cfg.replace(G=(2, 3, 5, 7)), store=Store(tmp_path), on_row=computed.append)
+    assert [(r["estimator"], r["G"]) for r in computed] == [("loo", 7), ("mean", 7)]
+    computed.clear()
+    run_sweep(cfg.replace(eps=1e-6), store=Store(tmp_path), on_row=computed.append)
+    assert len(computed) == num_cells(cfg)  # eps enters every cell
+
+
+def test_figures_quick_only_one_end_to_end_and_plot_from_saved_table(tmp_path, capsys, monkeypatch):
+    out, results = tmp_path / "fig", tmp_path / "res"
+    argv = [
+        "figures",
+        "--quick",
+        "--only",
+        "bandit_mse_vs_G",
+        "--out",
+        str(out),
+        "--results",
+        str(results),
+    ]
+    assert main(argv) == 0
+    png = out / "bandit_mse_vs_G.png"
+    assert png.stat().st_size > 10_000
+    table = pd.read_parquet(results / "bandit_mse_vs_G-quick" / "results.parquet")
+    assert len(table) == 30 and table["n_seeds"].eq(4000).all()
+    # a second run and a re-plot never recompute: the engine is not called again
+    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("recomputed"))
+    png.unlink()
+    assert main(argv) == 0
+    assert png.exists()
+    assert "bandit_mse_vs_G" in capsys.readouterr().out
+
+
+def test_figures_rejects_unknown_name(capsys):
+    assert main(["figures", "--only", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("gpolab figures: error: only: got 'nope'; allowed:")
