@@ -32,9 +32,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def enable_compilation_cache() -> None:
+    """Keep XLA executables on disk across CLI runs (``GPOLAB_CACHE_DIR``; empty disables).
+
+    Each ``gpolab`` invocation is a new process; with the cache a repeated sweep skips XLA
+    compilation (e.g. a tree cell: 3.0 s cold, 0.7 s from the cache).
+    """
+    import os
+    from pathlib import Path
+
+    cache = os.environ.get("GPOLAB_CACHE_DIR", str(Path.home() / ".cache" / "gpolab" / "xla"))
+    if cache:
+        import jax
+
+        jax.config.update("jax_compilation_cache_dir", cache)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command != "bench":  # bench measures cold compilation
+        enable_compilation_cache()
     try:
         return int(args.func(args) or 0)
     except ConfigError as err:

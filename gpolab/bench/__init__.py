@@ -195,6 +195,9 @@ def default_sweep(cfg: BenchConfig) -> dict:
 
 
 def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)  # compile_s is cold compilation
     if cfg.quick:
         cfg = dataclasses.replace(
             cfg, seeds=min(cfg.seeds, 20_000), numpy_seeds=min(cfg.numpy_seeds, 4_000), chunk=4096
