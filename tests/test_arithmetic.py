@@ -1,0 +1,99 @@
+"""Arithmetic surrogate: log π normalises over every answer, exact V and g, pre-training."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gpolab.envs import arithmetic as ar
+
+
+@pytest.fixture(scope="module")
+def setup():
+    q = ar.make_questions(0, 40)
+    return q, ar.init(1, hidden=8)
+
+
+def all_canonical_answers() -> np.ndarray:
+    """Every canonical answer: k free tokens (not <eos>) then <eos> padding, or 4 free tokens."""
+    free = [t for t in range(ar.VOCAB) if t != ar.EOS]
+    seqs = []
+    for k in range(ar.LENGTH + 1):
+        for head in itertools.product(free, repeat=k):
+            seqs.append(list(head) + [ar.EOS] * (ar.LENGTH - k))
+    return np.array(seqs, np.int32)
+
+
+def test_questions_cover_categories_and_encode_answers():
+    q = ar.make_questions(3, 500)
+    counts = np.bincount(np.asarray(q.category), minlength=5)
+    assert counts.min() > 70  # uniform over 5 categories: 100 ± 4·9
+    for i in range(20):
+        v = int(q.values[i])
+        tokens = ar.encode(v)
+        assert "".join("-" if t == ar.MINUS else str(t) for t in tokens if t != ar.EOS) == str(v)
+        np.testing.assert_array_equal(q.answers[i], tokens)
+    assert np.abs(np.asarray(q.values)).max() <= 99
+
+
+def test_probabilities_sum_to_one_and_V_is_teacher_forced(setup):
+    """Brute-force enumeration of all 16,105 canonical answers of one question."""
+    q, params = setup
+    seqs = jnp.asarray(all_canonical_answers())
+    assert seqs.shape[0] == 1 + 11 + 11**2 + 11**3 + 11**4
+    feats = jnp.broadcast_to(q.features[0], (seqs.shape[0], ar.FEATURES))
+    probs = jnp.exp(ar.log_prob(params.weights, params, feats, seqs))
+    np.testing.assert_allclose(float(jnp.sum(probs)), 1.0, rtol=1e-4)
+    star = int(np.flatnonzero(np.all(np.asarray(seqs) == np.asarray(q.answers[0]), -1))[0])
+    np.testing.assert_allclose(ar.success_prob(params, q)[0], probs[star], rtol=1e-5)
+
+
+def test_score_has_mean_zero_by_enumeration(setup):
+    """Σ_y π(y) ∇log π(y) = ∇ Σ_y π(y) = 0, over every canonical answer."""
+    q, params = setup
+    seqs = jnp.asarray(all_canonical_answers())
+    feats = jnp.broadcast_to(q.features[2], (seqs.shape[0], ar.FEATURES))
+
+    def total(w):
+        return jnp.sum(jnp.exp(ar.log_prob(w, params, feats, seqs)))
+
+    flat = jax.flatten_util.ravel_pytree(jax.grad(total)(params.weights))[0]
+    assert float(jnp.max(jnp.abs(flat))) < 1e-4
+
+
+def test_sampling_frequency_of_the_answer_matches_V(setup):
+    q, params = setup
+    V = np.asarray(ar.success_prob(params, q))
+    i = int(np.argmax(V))
+    toks = ar.sample(jax.random.key(0), params, q.features[i], 40_000)
+    hit = float(jnp.mean(jnp.all(toks == q.answers[i][None], -1)))
+    assert abs(hit - V[i]) < 4 * np.sqrt(V[i] * (1 - V[i]) / 40_000)
+
+
+def test_exact_gradient_and_identities(setup):
+    q, params = setup
+    g = ar.exact_gradients(params, q)
+    eps = 1e-3
+    flat, unravel = jax.flatten_util.ravel_pytree(params.weights)
+    V = lambda w: ar.success_prob(ar.ArithmeticParams(unravel(w), params.hidden), q)[5]  # noqa: E731
+    for j in (0, 17, flat.size - 1):
+        e = jnp.zeros_like(flat).at[j].set(eps)
+        fd = (V(flat + e) - V(flat - e)) / (2 * eps)
+        np.testing.assert_allclose(g[5, j], fd, rtol=2e-2, atol=1e-6)
+    truth = ar.exact(jax.random.key(0), params, q, samples=16)
+    # E‖WZ‖² = V ‖∇ log π(y*)‖² = ‖g‖²/V
+    w_star = ar.gradient_estimate(params, q.features[5], q.answers[5][None], jnp.ones(1))
+    np.testing.assert_allclose(truth.e_wz2[5], truth.V[5] * jnp.sum(w_star**2), rtol=1e-3)
+
+
+def test_pretraining_is_deterministic_and_reaches_targets():
+    q = ar.make_questions(0, 60)
+    targets = {"weak": 0.1, "strong": 0.3}
+    a = ar.pretrain(q, seed=2, hidden=8, targets=targets, lr=1e-2)
+    b = ar.pretrain(q, seed=2, hidden=8, targets=targets, lr=1e-2)
+    for name, level in targets.items():
+        va, vb = ar.success_prob(a[name], q), ar.success_prob(b[name], q)
+        np.testing.assert_array_equal(va, vb)
+        assert level <= float(jnp.mean(va)) < level + 0.1
