@@ -50,6 +50,31 @@ def test_probabilities_sum_to_one_and_V_is_teacher_forced(setup):
     np.testing.assert_allclose(ar.success_prob(params, q)[0], probs[star], rtol=1e-5)
 
 
+def test_reasoning_prefix_probabilities_and_V_by_enumeration():
+    """With R = 2 thought tokens from k = 3: Σ over every (prefix, answer) = 1 and
+    V = Σ_prefix π(prefix, y*)."""
+    q = ar.make_questions(1, 5)
+    params = ar.init(2, hidden=8, thoughts=2, thought_vocab=3)
+    answers = all_canonical_answers()[::7]  # a subset of answers, every prefix
+    answers = np.concatenate([answers, np.asarray(q.answers[:1])])
+    pre = np.asarray(ar.thought_prefixes(params))
+    seqs = np.concatenate([np.repeat(pre, len(answers), 0), np.tile(answers, (len(pre), 1))], 1)
+    feats = jnp.broadcast_to(q.features[0], (len(seqs), ar.FEATURES))
+    probs = np.asarray(jnp.exp(ar.log_prob(params.weights, params, feats, jnp.asarray(seqs))))
+    star = np.all(seqs[:, 2:] == np.asarray(q.answers[0]), -1)
+    np.testing.assert_allclose(ar.success_prob(params, q)[0], probs[star].sum(), rtol=1e-5)
+    # the prefix marginal: Σ_y π(prefix, y) over all answers = π(prefix); Σ_prefix = 1
+    full = all_canonical_answers()
+    total = 0.0
+    for p in pre:
+        s = np.concatenate([np.repeat(p[None], len(full), 0), full], 1)
+        f = jnp.broadcast_to(q.features[0], (len(s), ar.FEATURES))
+        total += float(jnp.sum(jnp.exp(ar.log_prob(params.weights, params, f, jnp.asarray(s)))))
+    np.testing.assert_allclose(total, 1.0, rtol=1e-4)
+    toks = ar.sample(jax.random.key(0), params, q.features[0], 64)
+    assert toks.shape == (64, 6) and bool(jnp.all(toks[:, :2] >= ar.VOCAB))
+
+
 def test_score_has_mean_zero_by_enumeration(setup):
     """Σ_y π(y) ∇log π(y) = ∇ Σ_y π(y) = 0, over every canonical answer."""
     q, params = setup
@@ -68,7 +93,7 @@ def test_sampling_frequency_of_the_answer_matches_V(setup):
     V = np.asarray(ar.success_prob(params, q))
     i = int(np.argmax(V))
     toks = ar.sample(jax.random.key(0), params, q.features[i], 40_000)
-    hit = float(jnp.mean(jnp.all(toks == q.answers[i][None], -1)))
+    hit = float(jnp.mean(ar.rewards(toks, q.answers[i])))
     assert abs(hit - V[i]) < 4 * np.sqrt(V[i] * (1 - V[i]) / 40_000)
 
 
@@ -83,9 +108,10 @@ def test_exact_gradient_and_identities(setup):
         fd = (V(flat + e) - V(flat - e)) / (2 * eps)
         np.testing.assert_allclose(g[5, j], fd, rtol=2e-2, atol=1e-6)
     truth = ar.exact(jax.random.key(0), params, q, samples=16)
-    # E‖WZ‖² = V ‖∇ log π(y*)‖² = ‖g‖²/V
+    # without a reasoning prefix, E‖WZ‖² = V ‖∇ log π(y*)‖² = ‖g‖²/V
     w_star = ar.gradient_estimate(params, q.features[5], q.answers[5][None], jnp.ones(1))
     np.testing.assert_allclose(truth.e_wz2[5], truth.V[5] * jnp.sum(w_star**2), rtol=1e-3)
+    np.testing.assert_allclose(truth.e_wz2[5], jnp.sum(g[5] ** 2) / truth.V[5], rtol=1e-3)
 
 
 def test_pretraining_is_deterministic_and_reaches_targets():

@@ -102,31 +102,44 @@ def live_mask(tokens: jax.Array) -> jax.Array:
     return 1.0 - after.astype(jnp.float32)
 
 
+THOUGHTS, THOUGHT_VOCAB = 0, 4  # reasoning prefix: off by default (see ArithmeticTruth)
+
+
 class Policy(nn.Module):
-    """Question encoder → GRU decoder over answer tokens."""
+    """Question encoder → GRU decoder: ``thoughts`` reasoning tokens, then the answer tokens.
+
+    Token ids: 0–11 answer tokens, 12 … 12 + k − 1 thought tokens, 12 + k the start token.
+    Thought positions may only emit thought tokens and answer positions only answer tokens.
+    """
 
     hidden: int = 32
+    thoughts: int = THOUGHTS
+    thought_vocab: int = THOUGHT_VOCAB
 
     def setup(self):
         self.encoder = nn.Dense(self.hidden)
-        self.embed = nn.Embed(VOCAB + 1, self.hidden)
+        self.embed = nn.Embed(VOCAB + self.thought_vocab + 1, self.hidden)
         self.cell = nn.GRUCell(features=self.hidden)
-        self.head = nn.Dense(VOCAB)
+        self.head = nn.Dense(VOCAB + self.thought_vocab)
 
     def init_state(self, features):
         return jnp.tanh(self.encoder(features))
 
-    def step(self, state, token):
+    def step(self, state, token, position: int):
         state, out = self.cell(state, self.embed(token))
-        return state, self.head(out)
+        logits = self.head(out)
+        thought = position < self.thoughts
+        allowed = (jnp.arange(logits.shape[-1]) >= VOCAB) == thought
+        return state, jnp.where(allowed, logits, -1e9)
 
     def __call__(self, features, tokens):
-        """Teacher-forced logits (..., LENGTH, VOCAB) for answer ``tokens`` (..., LENGTH)."""
+        """Teacher-forced logits (..., T, V) for full sequences ``tokens`` (..., T)."""
         state = self.init_state(features)
-        prev = jnp.concatenate([jnp.full(tokens.shape[:-1] + (1,), START), tokens[..., :-1]], -1)
+        start = jnp.full(tokens.shape[:-1] + (1,), VOCAB + self.thought_vocab)
+        prev = jnp.concatenate([start, tokens[..., :-1]], -1)
         logits = []
-        for t in range(LENGTH):
-            state, lg = self.step(state, prev[..., t])
+        for t in range(tokens.shape[-1]):
+            state, lg = self.step(state, prev[..., t], t)
             logits.append(lg)
         return jnp.stack(logits, axis=-2)
 
@@ -135,164 +148,107 @@ class Policy(nn.Module):
 class ArithmeticParams:
     weights: dict  # flax parameters of :class:`Policy`
     hidden: int = struct.field(pytree_node=False, default=32)
+    thoughts: int = struct.field(pytree_node=False, default=THOUGHTS)
+    thought_vocab: int = struct.field(pytree_node=False, default=THOUGHT_VOCAB)
 
     @property
     def model(self) -> Policy:
-        return Policy(self.hidden)
+        return Policy(self.hidden, self.thoughts, self.thought_vocab)
+
+    @property
+    def length(self) -> int:
+        return self.thoughts + LENGTH
 
 
-def init(key: jax.Array | int = 0, hidden: int = 32) -> ArithmeticParams:
+def init(
+    key: jax.Array | int = 0,
+    hidden: int = 32,
+    thoughts: int = THOUGHTS,
+    thought_vocab: int = THOUGHT_VOCAB,
+) -> ArithmeticParams:
     validate.integer("hidden", hidden, 1)
+    validate.integer("thoughts", thoughts, 0)
+    validate.integer("thought_vocab", thought_vocab, 1)
     key = jax.random.key(key) if isinstance(key, int) else key
-    model = Policy(hidden)
-    weights = model.init(key, jnp.zeros((FEATURES,)), jnp.zeros((LENGTH,), jnp.int32))
-    return ArithmeticParams(weights, hidden)
+    params = ArithmeticParams({}, hidden, thoughts, thought_vocab)
+    weights = params.model.init(key, jnp.zeros((FEATURES,)), jnp.zeros((params.length,), jnp.int32))
+    return params.replace(weights=weights)
+
+
+def answer_part(tokens: jax.Array) -> jax.Array:
+    return tokens[..., -LENGTH:]
 
 
 def log_prob(weights, params: ArithmeticParams, features: jax.Array, tokens: jax.Array):
-    """log π(y|x) for token sequences (..., LENGTH), summed up to the first <eos>."""
+    """log π(t, y|x) for full sequences (..., thoughts + LENGTH): every thought token plus the
+    answer tokens up to and including the first <eos>."""
     logits = params.model.apply(weights, features, tokens)
     logp = jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[..., None], -1)[..., 0]
-    return jnp.sum(logp * live_mask(tokens), axis=-1)
+    live = jnp.concatenate(
+        [jnp.ones(tokens.shape[:-1] + (params.thoughts,)), live_mask(answer_part(tokens))], -1
+    )
+    return jnp.sum(logp * live, axis=-1)
+
+
+def thought_prefixes(params: ArithmeticParams) -> jax.Array:
+    """Every reasoning prefix (k^R, R) as token ids."""
+    k, R = params.thought_vocab, params.thoughts
+    grid = np.indices((k,) * R).reshape(R, -1).T if R else np.zeros((1, 0), np.int64)
+    return jnp.asarray(grid + VOCAB, jnp.int32)
+
+
+def correct_sequences(params: ArithmeticParams, answer: jax.Array) -> jax.Array:
+    """Every successful full sequence for one answer: each prefix followed by y* (k^R, T)."""
+    pre = thought_prefixes(params)
+    return jnp.concatenate([pre, jnp.broadcast_to(answer, (pre.shape[0], LENGTH))], -1)
+
+
+def _success_one(weights, params, features, answer):
+    seqs = correct_sequences(params, answer)
+    feats = jnp.broadcast_to(features, (seqs.shape[0], FEATURES))
+    return jnp.exp(jax.nn.logsumexp(log_prob(weights, params, feats, seqs)))
 
 
 def success_prob(params: ArithmeticParams, questions: Questions) -> jax.Array:
-    """V(x) = π_θ(y*|x) for every question (n,), by teacher forcing."""
-    return jnp.exp(log_prob(params.weights, params, questions.features, questions.answers))
+    """V(x) = Σ_t π_θ(t, y*|x) over every reasoning prefix t, for each question (n,)."""
+    return jax.vmap(_success_one, in_axes=(None, None, 0, 0))(
+        params.weights, params, questions.features, questions.answers
+    )
 
 
 def exact_gradients(params: ArithmeticParams, questions: Questions) -> jax.Array:
-    """(n, D) g_x = ∇_θ π_θ(y*|x) for every question, flattened."""
-
-    def v(weights, feat, ans):
-        return jnp.exp(log_prob(weights, params, feat, ans))
-
-    grads = jax.vmap(jax.grad(v), in_axes=(None, 0, 0))(
-        params.weights, questions.features, questions.answers
+    """(n, D) g_x = ∇_θ V(x) for every question, flattened."""
+    grads = jax.vmap(jax.grad(_success_one), in_axes=(None, None, 0, 0))(
+        params.weights, params, questions.features, questions.answers
     )
     return jax.vmap(lambda g: ravel_pytree(g)[0])(grads)
 
 
 def sample(key: jax.Array, params: ArithmeticParams, features: jax.Array, G: int):
-    """G answers for one question: tokens (G, LENGTH) int32 by inverse-CDF sampling per step,
-    canonicalised, and rewards are computed by the caller against y*."""
+    """G full sequences (G, thoughts + LENGTH) int32 for one question, by inverse-CDF sampling
+    at every step; the answer part is canonicalised."""
     model = params.model
-    u = jax.random.uniform(key, (LENGTH, G))
+    u = jax.random.uniform(key, (params.length, G))
     state = model.apply(
         params.weights, jnp.broadcast_to(features, (G, FEATURES)), method=Policy.init_state
     )
-    token = jnp.full((G,), START, jnp.int32)
+    token = jnp.full((G,), VOCAB + params.thought_vocab, jnp.int32)
     out = []
-    for t in range(LENGTH):
-        state, logits = model.apply(params.weights, state, token, method=Policy.step)
+    for t in range(params.length):
+        state, logits = model.apply(params.weights, state, token, t, method=Policy.step)
         cdf = jnp.cumsum(jax.nn.softmax(logits), axis=-1)
         token = jnp.minimum(
             jax.vmap(lambda c, v: jnp.searchsorted(c, v * c[-1], side="right"))(cdf, u[t]),
-            VOCAB - 1,
+            logits.shape[-1] - 1,
         ).astype(jnp.int32)
         out.append(token)
-    return canonical(jnp.stack(out, axis=-1))
+    tokens = jnp.stack(out, axis=-1)
+    return jnp.concatenate([tokens[:, : params.thoughts], canonical(answer_part(tokens))], -1)
 
 
-POLICIES = {"base": 0.15, "instruct": 0.40, "icl": 0.65}  # target mean V(x) of each strength
-
-
-def pretrain(
-    questions: Questions,
-    seed: int = 0,
-    hidden: int = 32,
-    targets: dict[str, float] | None = None,
-    lr: float = 3e-3,
-    max_steps: int = 5000,
-) -> dict[str, ArithmeticParams]:
-    """Supervised pre-training (optax Adam on −log π(y*|x), full batch) from one seeded init,
-    snapshotting the first parameters whose mean V(x) reaches each target: three policies of
-    increasing strength standing in for Base / Instruct / Instruct+few-shot.  Deterministic."""
-    import optax
-
-    targets = dict(POLICIES if targets is None else targets)
-    params = init(seed, hidden)
-    opt = optax.adam(lr)
-
-    def loss(weights):
-        return -jnp.mean(log_prob(weights, params, questions.features, questions.answers))
-
-    @jax.jit
-    def step(weights, state):
-        value, grad = jax.value_and_grad(loss)(weights)
-        updates, state = opt.update(grad, state, weights)
-        mean_v = jnp.mean(jnp.exp(log_prob(weights, params, questions.features, questions.answers)))
-        return optax.apply_updates(weights, updates), state, mean_v
-
-    weights, state = params.weights, opt.init(params.weights)
-    out: dict[str, ArithmeticParams] = {}
-    pending = sorted(targets.items(), key=lambda kv: kv[1])
-    for _ in range(max_steps):
-        new_weights, new_state, mean_v = step(weights, state)
-        while pending and float(mean_v) >= pending[0][1]:
-            out[pending.pop(0)[0]] = ArithmeticParams(weights, hidden)
-        if not pending:
-            return out
-        weights, state = new_weights, new_state
-    raise RuntimeError(f"pre-training reached mean V = {float(mean_v):.3f} < targets {pending}")
-
-
-@struct.dataclass
-class ArithmeticTruth:
-    """Per-question truth.  V and g_x are exact; S2 = E‖W‖² is a Monte Carlo estimate (with its
-    standard error) from which the other moments follow exactly, because Z = 1{y = y*} and
-    W(y*) = g_x / V:  E‖WZ‖² = ‖g_x‖²/V,  E[‖W‖²(Z − V)²] = ‖g_x‖²(1 − 2V)/V + V² S2."""
-
-    prompt_probs: jax.Array  # (n,) uniform
-    V: jax.Array
-    sigma2: jax.Array
-    g_all: jax.Array  # (n, D)
-    g_local: jax.Array  # (n, D) (= g_all; named as in the bandit for the theory module)
-    S2: jax.Array
-    S2_se: jax.Array
-    e_wz2: jax.Array
-    tr_sigma_oracle: jax.Array
-    e_w2_zv: jax.Array
-    c1: jax.Array
-
-
-def exact(
-    key: jax.Array, params: ArithmeticParams, questions: Questions, samples: int = 64
-) -> ArithmeticTruth:
-    """Exact V, g_x (and so E‖WZ‖²); S2 by ``samples`` sampled answers per question."""
-    V = success_prob(params, questions)
-    g = exact_gradients(params, questions)
-    gsq = jnp.sum(g**2, axis=-1)
-
-    def score_norms(key, feat):
-        toks = sample(key, params, feat, samples)
-        grads = jax.vmap(jax.grad(log_prob), in_axes=(None, None, None, 0))(
-            params.weights, params, feat, toks
-        )
-        return jax.vmap(lambda t: jnp.sum(ravel_pytree(t)[0] ** 2))(grads)
-
-    n = questions.features.shape[0]
-    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(n))
-    w2 = jax.lax.map(lambda kf: score_norms(*kf), (keys, questions.features), batch_size=25)
-    S2 = jnp.mean(w2, axis=-1)
-    S2_se = jnp.std(w2, axis=-1, ddof=1) / np.sqrt(samples)
-    e_w2_zv2 = gsq * (1 - 2 * V) / V + V**2 * S2
-    # E[‖W‖²(Z − V)] = (1 − V)‖W*‖² V − V (S2 − V‖W*‖²) = ‖g‖²/V − V S2
-    f = jnp.full((n,), 1.0 / n)
-    gbar = f @ g
-    return ArithmeticTruth(
-        prompt_probs=f,
-        V=V,
-        sigma2=V * (1 - V),
-        g_all=g,
-        g_local=g,
-        S2=S2,
-        S2_se=S2_se,
-        e_wz2=gsq / V,
-        tr_sigma_oracle=e_w2_zv2 - gsq,
-        e_w2_zv=gsq / V - V * S2,
-        c1=f @ jnp.sum((g - gbar[None]) ** 2, axis=-1),
-    )
+def rewards(tokens: jax.Array, answer: jax.Array) -> jax.Array:
+    """Z = 1 iff the (canonical) answer part equals y*."""
+    return jnp.all(answer_part(tokens) == answer[None], axis=-1).astype(jnp.float32)
 
 
 def gradient_estimate(
@@ -306,3 +262,118 @@ def gradient_estimate(
         return jnp.sum(c * log_prob(w, params, feats, tokens))
 
     return ravel_pytree(jax.grad(surrogate)(params.weights))[0]
+
+
+def score_norms(params: ArithmeticParams, features: jax.Array, tokens: jax.Array) -> jax.Array:
+    """‖W‖² = ‖∇_θ log π(t, y|x)‖² of each sequence (N,)."""
+    grads = jax.vmap(jax.grad(log_prob), in_axes=(None, None, None, 0))(
+        params.weights, params, features, tokens
+    )
+    return jax.vmap(lambda t: jnp.sum(ravel_pytree(t)[0] ** 2))(grads)
+
+
+POLICIES = {"base": 0.15, "instruct": 0.40, "icl": 0.65}  # target mean V(x) of each strength
+
+
+def pretrain(
+    questions: Questions,
+    seed: int = 0,
+    hidden: int = 32,
+    targets: dict[str, float] | None = None,
+    lr: float = 3e-3,
+    max_steps: int = 5000,
+    thoughts: int = THOUGHTS,
+    thought_vocab: int = THOUGHT_VOCAB,
+) -> dict[str, ArithmeticParams]:
+    """Supervised pre-training (optax Adam on −log V(x), full batch) from one seeded init,
+    snapshotting the first parameters whose mean V(x) reaches each target: three policies of
+    increasing strength standing in for Base / Instruct / Instruct+few-shot.  Deterministic."""
+    import optax
+
+    targets = dict(POLICIES if targets is None else targets)
+    params = init(seed, hidden, thoughts, thought_vocab)
+    opt = optax.adam(lr)
+
+    def neg_log_v(weights):
+        v = jax.vmap(_success_one, in_axes=(None, None, 0, 0))(
+            weights, params, questions.features, questions.answers
+        )
+        return -jnp.mean(jnp.log(v)), jnp.mean(v)
+
+    @jax.jit
+    def step(weights, state):
+        (_, mean_v), grad = jax.value_and_grad(neg_log_v, has_aux=True)(weights)
+        updates, state = opt.update(grad, state, weights)
+        return optax.apply_updates(weights, updates), state, mean_v
+
+    weights, state = params.weights, opt.init(params.weights)
+    out: dict[str, ArithmeticParams] = {}
+    pending = sorted(targets.items(), key=lambda kv: kv[1])
+    for _ in range(max_steps):
+        new_weights, new_state, mean_v = step(weights, state)
+        while pending and float(mean_v) >= pending[0][1]:
+            out[pending.pop(0)[0]] = params.replace(weights=weights)
+        if not pending:
+            return out
+        weights, state = new_weights, new_state
+    raise RuntimeError(f"pre-training reached mean V = {float(mean_v):.3f} < targets {pending}")
+
+
+@struct.dataclass
+class ArithmeticTruth:
+    """Per-question truth (arrays of shape (n,) unless noted).
+
+    V, g_x and A = E[‖W‖² Z] are exact (enumerating the k^R successful sequences); S2 = E‖W‖²
+    is a Monte Carlo estimate with its standard error.  Because Z is binary, the rest follows:
+    E‖WZ‖² = A, E[‖W‖²(Z − V)²] = (1 − 2V) A + V² S2, E[‖W‖²(Z − V)] = A − V S2.
+    The oracle baseline beats no baseline iff S2 < 2 E[‖W‖² | Z = 1]: a reasoning prefix whose
+    score norm does not depend on correctness (as in an LLM's chain of thought) makes it so.
+    """
+
+    prompt_probs: jax.Array
+    V: jax.Array
+    sigma2: jax.Array
+    g_local: jax.Array  # (n, D)
+    S2: jax.Array
+    S2_se: jax.Array
+    e_wz2: jax.Array
+    tr_sigma_oracle: jax.Array
+    e_w2_zv: jax.Array
+    c1: jax.Array
+
+
+def exact(
+    key: jax.Array, params: ArithmeticParams, questions: Questions, samples: int = 64
+) -> ArithmeticTruth:
+    """Truth of every question; S2 from ``samples`` sampled sequences per question."""
+    V = success_prob(params, questions)
+    g = exact_gradients(params, questions)
+    gsq = jnp.sum(g**2, axis=-1)
+
+    def per_question(key, feat, answer):
+        seqs = correct_sequences(params, answer)
+        feats = jnp.broadcast_to(feat, (seqs.shape[0], FEATURES))
+        probs = jnp.exp(log_prob(params.weights, params, feats, seqs))
+        A = probs @ score_norms(params, feat, seqs)
+        w2 = score_norms(params, feat, sample(key, params, feat, samples))
+        return A, jnp.mean(w2), jnp.std(w2, ddof=1) / np.sqrt(samples)
+
+    n = questions.features.shape[0]
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(n))
+    A, S2, S2_se = jax.lax.map(
+        lambda a: per_question(*a), (keys, questions.features, questions.answers), batch_size=25
+    )
+    f = jnp.full((n,), 1.0 / n)
+    gbar = f @ g
+    return ArithmeticTruth(
+        prompt_probs=f,
+        V=V,
+        sigma2=V * (1 - V),
+        g_local=g,
+        S2=S2,
+        S2_se=S2_se,
+        e_wz2=A,
+        tr_sigma_oracle=(1 - 2 * V) * A + V**2 * S2 - gsq,
+        e_w2_zv=A - V * S2,
+        c1=f @ jnp.sum((g - gbar[None]) ** 2, axis=-1),
+    )
