@@ -50,6 +50,7 @@ def test_probabilities_sum_to_one_and_V_is_teacher_forced(setup):
     np.testing.assert_allclose(ar.success_prob(params, q)[0], probs[star], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_reasoning_prefix_probabilities_and_V_by_enumeration():
     """With R = 2 thought tokens from k = 3: Σ over every (prefix, answer) = 1 and
     V = Σ_prefix π(prefix, y*)."""
@@ -97,12 +98,13 @@ def test_sampling_frequency_of_the_answer_matches_V(setup):
     assert abs(hit - V[i]) < 4 * np.sqrt(V[i] * (1 - V[i]) / 40_000)
 
 
+@pytest.mark.slow
 def test_exact_gradient_and_identities(setup):
     q, params = setup
     g = ar.exact_gradients(params, q)
     eps = 1e-3
     flat, unravel = jax.flatten_util.ravel_pytree(params.weights)
-    V = lambda w: ar.success_prob(ar.ArithmeticParams(unravel(w), params.hidden), q)[5]  # noqa: E731
+    V = jax.jit(lambda w: ar.success_prob(ar.ArithmeticParams(unravel(w), params.hidden), q)[5])
     for j in (0, 17, flat.size - 1):
         e = jnp.zeros_like(flat).at[j].set(eps)
         fd = (V(flat + e) - V(flat - e)) / (2 * eps)
