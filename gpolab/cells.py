@@ -22,6 +22,7 @@ class BanditCell:
 
     ``B=0``: every prompt gets one group (reports Σ_x f(x) MSE(x));
     ``B=b``: a mini-batch of b iid prompts (reports the mini-batch MSE).
+    ``mean_error=False`` keeps only ‖e‖² per seed (MSE and its CI, no bias/variance split).
     """
 
     estimators: tuple[str, ...]
@@ -29,6 +30,7 @@ class BanditCell:
     B: int = 0
     scale: str = "group"
     ddof: int = 1
+    mean_error: bool = True
 
 
 def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
@@ -44,16 +46,22 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
         prompts = bandit.sample_prompts(k_prompts, params, cell.B)
     actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
-    for name in cell.estimators:
-        c = estimators.gradient_weights(
-            name, rewards, baseline=truth.V[prompts], scale=cell.scale, ddof=cell.ddof, eps=eps
-        )
-        ghat = bandit.weighted_scores(params, prompts, actions, c)
-        if cell.B == 0:
-            err = (jnp.sqrt(truth.prompt_probs)[:, None] * (ghat - truth.g_local)).reshape(-1)
-        else:
-            err = bandit.to_global(params, prompts, ghat) - truth.g
-        out[name] = {"err": err, "sq": jnp.sum(err**2)}
+    weights = jnp.stack([  # (E, B, G): one row of per-sample weights per estimator
+        estimators.gradient_weights(name, rewards, baseline=truth.V[prompts], scale=cell.scale,
+                                    ddof=cell.ddof, eps=eps)
+        for name in cell.estimators
+    ])
+    ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
+        params, prompts, actions, weights)  # (E, B, d), one batched scatter
+    if cell.B == 0:
+        err = (jnp.sqrt(truth.prompt_probs)[:, None] * (ghat - truth.g_local[None]))
+        err = err.reshape(len(cell.estimators), -1)
+    else:
+        err = jax.vmap(bandit.to_global, in_axes=(None, None, 0))(params, prompts, ghat)
+        err = err - truth.g[None]
+    sq = jnp.sum(err**2, axis=-1)
+    for i, name in enumerate(cell.estimators):
+        out[name] = {"err": err[i], "sq": sq[i]} if cell.mean_error else {"sq": sq[i]}
     return out
 
 

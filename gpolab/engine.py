@@ -205,6 +205,9 @@ def error_stats(m: Moments, err: str = "err", sq: str = "sq") -> ErrorStats:
     mse = float(m.mean(sq))
     se = m.se(sq) if n > 1 else math.nan
     # tr Cov(ĝ) with ddof 1: (Σ_s ‖e_s‖² − n ‖ē‖²) / (n − 1), from the scalar ‖e‖² and the mean e
-    mean_sq = float(np.sum(m.mean(err) ** 2))
-    variance = (n * mse - n * mean_sq) / (n - 1) if n > 1 else math.nan
+    if err in m.sums and n > 1:
+        mean_sq = float(np.sum(m.mean(err) ** 2))
+        variance = (n * mse - n * mean_sq) / (n - 1)
+    else:  # the mean error vector was not accumulated
+        variance = math.nan
     return ErrorStats(n, mse, se, mse - Z95 * se, mse + Z95 * se, variance, mse - variance)
