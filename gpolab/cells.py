@@ -46,15 +46,19 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
         prompts = bandit.sample_prompts(k_prompts, params, cell.B)
     actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
-    weights = jnp.stack([  # (E, B, G): one row of per-sample weights per estimator
-        estimators.gradient_weights(name, rewards, baseline=truth.V[prompts], scale=cell.scale,
-                                    ddof=cell.ddof, eps=eps)
-        for name in cell.estimators
-    ])
+    weights = jnp.stack(
+        [  # (E, B, G): one row of per-sample weights per estimator
+            estimators.gradient_weights(
+                name, rewards, baseline=truth.V[prompts], scale=cell.scale, ddof=cell.ddof, eps=eps
+            )
+            for name in cell.estimators
+        ]
+    )
     ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
-        params, prompts, actions, weights)  # (E, B, d), one batched scatter
+        params, prompts, actions, weights
+    )  # (E, B, d), one batched scatter
     if cell.B == 0:
-        err = (jnp.sqrt(truth.prompt_probs)[:, None] * (ghat - truth.g_local[None]))
+        err = jnp.sqrt(truth.prompt_probs)[None, :, None] * (ghat - truth.g_local[None])
         err = err.reshape(len(cell.estimators), -1)
     else:
         err = jax.vmap(bandit.to_global, in_axes=(None, None, 0))(params, prompts, ghat)
