@@ -1,0 +1,253 @@
+"""Log-linear policy over large finite response sets, binary rewards: the std-normalization testbed.
+
+DESIGN §7, [N] arXiv 2601.23135.  N prompts, A responses each; response y of prompt x carries a
+vector u(x, y) ∈ R^k with ‖u‖ = B, and the policy features are
+
+    φ(x, y) = √(1 − ρ²) · (e_x ⊗ u(x, y))  ⊕  ρ · u(x, y)          ‖φ(x, y)‖ = B,
+
+a per-prompt *own* block (orthogonal across prompts) and one *shared* block of the same content.
+θ = (θ_1, …, θ_N, θ_s) ∈ R^{Nk + k}, so logits(x, y) = ⟨u(x, y), v_x⟩ with the effective vector
+v_x = √(1 − ρ²) θ_x + ρ θ_s.  ρ = 0 gives exactly orthogonal per-prompt gradients; ρ = 1 one
+shared k-dimensional problem.
+
+Rewards are binary and deterministic, r(x, y) = 1 for the top q_x·A responses along one target
+direction w (so the optimum is at infinity and every prompt can reach p_x → 1).  At θ = 0 the policy
+is uniform and p_x = q_x, geometrically spaced from ``p_low`` to ``p_high`` (a poor, heterogeneous
+initial policy).  ``equal=True`` is the control: every prompt is a copy of one prompt with
+q = ``p_equal``, so σ_x is equal across prompts along any trajectory that starts at θ = 0.
+
+Because φ restricted to prompt x is u(x, y) ⊗ (√(1 − ρ²), ρ), every per-prompt quantity is a
+k-dimensional *local* one: with c_x = Cov_π(r, u) and M_x = E_π[(r − p_x) ψ_u ψ_uᵀ]
+(ψ_u = u − E_π u),  g_x = ∇p_x = (√(1 − ρ²) c_x at block x, ρ c_x at the shared block) and
+H_x = ∇²p_x = M_x ⊗ vvᵀ with v = (√(1 − ρ²), ρ), so ‖g_x‖ = ‖c_x‖ and ‖H_x‖_op = ‖M_x‖_op.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from gpolab import validate
+from gpolab.envs.bandit import _inverse_cdf
+
+
+@struct.dataclass
+class LogLinearParams:
+    u: jax.Array  # (N, A, k) response vectors, ‖u(x, y)‖ = B
+    reward: jax.Array  # (N, A) binary rewards r(x, y)
+    rho: jax.Array  # () orthogonality knob ρ ∈ [0, 1] (traced: sweeping it does not recompile)
+    bound: float = struct.field(pytree_node=False, default=1.0)  # B
+
+    @property
+    def num_prompts(self) -> int:
+        return self.u.shape[0]
+
+    @property
+    def num_responses(self) -> int:
+        return self.u.shape[1]
+
+    @property
+    def block(self) -> int:
+        return self.u.shape[2]
+
+    @property
+    def dim(self) -> int:
+        """D = N·k + k, the size of θ."""
+        return (self.num_prompts + 1) * self.block
+
+
+@struct.dataclass
+class LogLinearTruth:
+    """Exact per-prompt quantities at one θ (arrays of shape (N,) unless noted)."""
+
+    pi: jax.Array  # (N, A) π(y|x)
+    p: jax.Array  # E_π r = p_x
+    q: jax.Array  # 1 − p_x, summed directly (no cancellation near p_x = 1)
+    sigma: jax.Array  # σ_x = √(p_x (1 − p_x))
+    mean_u: jax.Array  # (N, k) E_π u(x, ·)
+    g_local: jax.Array  # (N, k) c_x = Cov_π(r, u)
+    g: jax.Array  # (N, D) g_x = ∇p_x in global coordinates
+    J: jax.Array  # () mean_x p_x
+
+
+def make(
+    key: jax.Array | int = 0,
+    *,
+    prompts: int = 32,
+    responses: int = 256,
+    block: int = 8,
+    bound: float = 1.0,
+    rho: float = 0.0,
+    p_low: float = 0.02,
+    p_high: float = 0.9,
+    align: float = 0.5,
+    equal: bool = False,
+    p_equal: float = 0.2,
+) -> LogLinearParams:
+    """A random instance (validated in plain Python first, then drawn with ``key``).
+
+    u(x, y) uniform on the sphere of radius B in R^k; the target w uniform on the unit sphere;
+    r(x, y) = 1 for the round(q_x·A) responses with the largest ⟨u(x, y), w⟩,
+    q_x = p_low·(p_high/p_low)^{x/(N−1)} (``equal``: q_x = p_equal and u(x, ·) = u(0, ·)).
+    """
+    validate.integer("prompts", prompts, 1)
+    validate.integer("responses", responses, 256)
+    validate.integer("block", block, 1)
+    validate.real("bound", bound, low=0.0, open_low=True)
+    validate.real("rho", rho, 0.0, 1.0)
+    validate.real("p_low", p_low, 0.0, 1.0, open_low=True)
+    validate.real("p_high", p_high, p_low, 1.0)
+    validate.real("p_equal", p_equal, 0.0, 1.0, open_low=True)
+    validate.real("align", align, 0.0, 1.0)
+    if p_high >= 1.0 or p_equal >= 1.0:
+        raise validate.ConfigError("p_high, p_equal: got 1; allowed: numbers in (0, 1)")
+    key = jax.random.key(key) if isinstance(key, int) else key
+    k_u, k_w, k_n = jax.random.split(key, 3)
+    rows = 1 if equal else prompts
+    u = np.array(jax.random.normal(k_u, (rows, responses, block)), np.float64)
+    u *= bound / np.linalg.norm(u, axis=-1, keepdims=True)
+    w = np.array(jax.random.normal(k_w, (block,)), np.float64)
+    w /= np.linalg.norm(w)
+    if equal:
+        q = np.full(prompts, p_equal)
+        u = np.broadcast_to(u, (prompts, responses, block))
+    else:
+        q = np.geomspace(p_low, p_high, prompts) if prompts > 1 else np.array([p_low])
+    n_correct = np.clip(np.round(q * responses), 1, responses - 1).astype(int)
+    noise = np.asarray(jax.random.normal(k_n, (rows, responses)), np.float64) * bound
+    noise = np.broadcast_to(noise / np.sqrt(block), (prompts, responses))
+    score = align * (u @ w) + np.sqrt(1.0 - align**2) * noise
+    rank = np.argsort(np.argsort(-score, axis=-1), axis=-1)  # 0 = largest score
+    reward = (rank < n_correct[:, None]).astype(np.float32)
+    return LogLinearParams(
+        u=jnp.asarray(u, jnp.float32),
+        reward=jnp.asarray(reward),
+        rho=jnp.asarray(rho, jnp.float32),
+        bound=float(bound),
+    )
+
+
+def init_theta(params: LogLinearParams) -> jax.Array:
+    """θ₀ = 0: the uniform policy, p_x = q_x."""
+    return jnp.zeros((params.dim,), params.u.dtype)
+
+
+def split_theta(params: LogLinearParams, theta: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """θ (D,) → own blocks (N, k) and shared block (k,)."""
+    N, k = params.num_prompts, params.block
+    return theta[: N * k].reshape(N, k), theta[N * k :]
+
+
+def mixing(params: LogLinearParams) -> tuple[jax.Array, jax.Array]:
+    """(a, ρ) with a = √(1 − ρ²): the weights of the own and shared blocks."""
+    return jnp.sqrt(jnp.maximum(1.0 - params.rho**2, 0.0)), params.rho
+
+
+def to_global(params: LogLinearParams, local: jax.Array) -> jax.Array:
+    """Per-prompt local vectors (N, k) → per-prompt global vectors (N, D):
+    m_x ↦ (a·m_x at block x, ρ·m_x at the shared block)."""
+    N = params.num_prompts
+    a, rho = mixing(params)
+    own = (jnp.eye(N, dtype=local.dtype)[:, :, None] * local[None, :, :]).reshape(N, -1)
+    return jnp.concatenate([a * own, rho * local], axis=-1)
+
+
+def batch_to_global(params: LogLinearParams, local: jax.Array) -> jax.Array:
+    """(1/N) Σ_x (global embedding of m_x), without building the (N, D) matrix."""
+    a, rho = mixing(params)
+    N = params.num_prompts
+    return jnp.concatenate([a * local.reshape(-1), rho * jnp.sum(local, axis=0)]) / N
+
+
+def logits(params: LogLinearParams, theta: jax.Array) -> jax.Array:
+    """(N, A) logits ⟨φ(x, y), θ⟩ = ⟨u(x, y), √(1 − ρ²) θ_x + ρ θ_s⟩."""
+    own, shared = split_theta(params, theta)
+    a, rho = mixing(params)
+    v = a * own + rho * shared[None, :]
+    return jnp.einsum("nak,nk->na", params.u, v)
+
+
+def features(params: LogLinearParams) -> jax.Array:
+    """(N, A, D) the full feature table φ(x, y) (tests and small instances only)."""
+    N, A, k = params.u.shape
+    a, rho = mixing(params)
+    own = jnp.eye(N, dtype=params.u.dtype)[:, None, :, None] * params.u[:, :, None, :]
+    return jnp.concatenate([a * own.reshape(N, A, N * k), rho * params.u], axis=-1)
+
+
+def success(params: LogLinearParams, theta: jax.Array) -> jax.Array:
+    """(N,) p_x(θ) = Σ_y π(y|x) r(x, y)."""
+    return jnp.sum(jax.nn.softmax(logits(params, theta), axis=-1) * params.reward, axis=-1)
+
+
+def expected_return(params: LogLinearParams, theta: jax.Array) -> jax.Array:
+    """J(θ) = (1/N) Σ_x p_x(θ)."""
+    return jnp.mean(success(params, theta))
+
+
+def exact(params: LogLinearParams, theta: jax.Array) -> LogLinearTruth:
+    """p_x, σ_x and g_x = Cov_π(r, φ) = E_π[(r − p_x) ψ] by enumeration over responses.  [N, §3]"""
+    pi = jax.nn.softmax(logits(params, theta), axis=-1)
+    r = params.reward
+    p = jnp.sum(pi * r, axis=-1)
+    q = jnp.sum(pi * (1.0 - r), axis=-1)
+    c = jnp.einsum("na,nak->nk", pi * (r - p[:, None]), params.u)
+    return LogLinearTruth(
+        pi=pi,
+        mean_u=jnp.einsum("na,nak->nk", pi, params.u),
+        p=p,
+        q=q,
+        sigma=jnp.sqrt(jnp.maximum(p * q, 0.0)),
+        g_local=c,
+        g=to_global(params, c),
+        J=jnp.mean(p),
+    )
+
+
+def hessian_local(params: LogLinearParams, theta: jax.Array) -> jax.Array:
+    """(N, k, k) M_x = E_π[(r − p_x) ψ_u ψ_uᵀ], ψ_u = u − E_π u; H_x = M_x ⊗ vvᵀ.  [N, §3]"""
+    pi = jax.nn.softmax(logits(params, theta), axis=-1)
+    r = params.reward
+    p = jnp.sum(pi * r, axis=-1, keepdims=True)
+    psi = params.u - jnp.einsum("na,nak->nk", pi, params.u)[:, None, :]
+    return jnp.einsum("na,nak,nal->nkl", pi * (r - p), psi, psi)
+
+
+def hessian(params: LogLinearParams, theta: jax.Array, x: int) -> jax.Array:
+    """(D, D) H_x = ∇²p_x in global coordinates (tests and small instances only)."""
+    M = hessian_local(params, theta)[x]
+    N, k = params.num_prompts, params.block
+    a, rho = mixing(params)
+    embed = jnp.zeros((params.dim, k), M.dtype)
+    embed = embed.at[x * k : (x + 1) * k].set(a * jnp.eye(k)).at[N * k :].set(rho * jnp.eye(k))
+    return embed @ M @ embed.T
+
+
+def curvature_norms(params: LogLinearParams, theta: jax.Array):
+    """(σ_x, ‖g_x‖, ‖H_x‖_op), each (N,): the quantities of the curvature law."""
+    truth = exact(params, theta)
+    M = hessian_local(params, theta)
+    h = jnp.max(jnp.abs(jnp.linalg.eigvalsh(M)), axis=-1)
+    return truth.sigma, jnp.linalg.norm(truth.g_local, axis=-1), h
+
+
+def sample(key: jax.Array, params: LogLinearParams, truth: LogLinearTruth, G: int):
+    """G responses for every prompt from π = ``truth.pi`` (the policy at the current θ):
+    (responses (N, G) int32, rewards (N, G))."""
+    u = jax.random.uniform(key, (params.num_prompts, G), dtype=truth.pi.dtype)
+    ys = _inverse_cdf(truth.pi, u)
+    return ys, jnp.take_along_axis(params.reward, ys, axis=-1)
+
+
+def gradient(
+    params: LogLinearParams, truth: LogLinearTruth, ys: jax.Array, weights: jax.Array
+) -> jax.Array:
+    """(D,) (1/N) Σ_x Σ_g c_xg W(x, y_xg), W = φ − E_π φ, without per-sample scores:
+    local m_x = Σ_g c_g u(x, y_g) − (Σ_g c_g) E_π u(x, ·), then embedded."""
+    mean_u = truth.mean_u
+    chosen = jnp.take_along_axis(params.u, ys[:, :, None], axis=1)  # (N, G, k)
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    local = jnp.einsum("ng,ngk->nk", weights, chosen) - total * mean_u
+    return batch_to_global(params, local)

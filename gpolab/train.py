@@ -1,0 +1,320 @@
+"""Policy-gradient training on exact surrogates: SGD / Adam (optax), vmapped over seeds and steps.
+
+DESIGN §4 and §7, [N] arXiv 2601.23135.  One run is a pure function of (key, env params, traced
+knobs): ``lax.scan`` over steps of
+
+    d_t = direction(θ_t)          (sampled estimator with group size G, or the exact G = ∞ limit)
+    θ_{t+1} = θ_t + η · opt(d_t)  (ascent; opt = identity for SGD, optax.scale_by_adam for Adam)
+
+and :func:`train` is ``jit(vmap_lr(vmap_seed(run)))``: every step size of a log grid and every
+seed in one compiled call.  Shape-setting settings (estimator, G, optimizer, steps, ddof) live in
+the static :class:`Run`; the step size η and eps are traced, so sweeping them does not recompile.
+
+The trainer talks to an environment only through :class:`TrainEnv` (five pure functions), so the
+same loop serves the log-linear bandit, the softmax bandit or an LLM surrogate.  Directions:
+
+=============== ===================================== ====================================
+estimator       sampled (G < ∞)                       exact (G = ∞)
+=============== ===================================== ====================================
+grpo            (Z − Z̄)/(s_x + eps), std per group    (1/N) Σ_x g_x / (σ_x + eps)
+grpo-batch      (Z − Z̄)/(s + eps), one std per batch  (1/N) Σ_x g_x / (σ_pool + eps)
+mean            Z − Z̄  (Dr.GRPO)                      (1/N) Σ_x g_x
+loo             RLOO                                  (1/N) Σ_x g_x
+vanilla         Z                                     (1/N) Σ_x g_x
+=============== ===================================== ====================================
+
+σ_pool² = mean_x σ_x² + Var_x(p_x) is the G → ∞ limit of the pooled batch variance.
+"REINFORCE" below means the unnormalized estimators (mean, loo, vanilla).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+
+from gpolab import engine, validate
+from gpolab import estimators as est
+
+ESTIMATORS = ("grpo", "grpo-batch", "mean", "loo", "vanilla")
+REINFORCE = ("mean", "loo", "vanilla")
+OPTIMIZERS = ("sgd", "adam")
+EXACT = 0  # G = 0 stands for the exact-gradient mode (G = ∞)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainEnv:
+    """The five pure functions the trainer needs from an environment (static, hashable).
+
+    * ``init(params) -> θ₀`` a flat (D,) parameter vector;
+    * ``exact(params, θ) -> truth`` with fields ``p``, ``q`` (= 1 − p) and ``sigma`` (P,) and
+      the per-prompt gradients ``g`` (P, D) of p_x;
+    * ``sample(key, params, truth, G) -> (aux, rewards)``: G responses for each of the P prompts
+      of one step, rewards (P, G), drawn from the policy at the θ ``truth`` was computed at (the
+      trainer computes the truth every step anyway, so an env can keep π in it);
+    * ``gradient(params, truth, aux, weights) -> (D,)``: (1/P) Σ_x Σ_g c_xg W(x, y_xg);
+    * ``optimum``: J* (for the suboptimality gap J* − J).
+    """
+
+    name: str
+    init: Callable
+    exact: Callable
+    sample: Callable
+    gradient: Callable
+    optimum: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """Static settings of one training configuration (each distinct Run compiles once)."""
+
+    estimator: str
+    G: int  # EXACT (0) = exact gradient
+    optimizer: str = "sgd"
+    steps: int = 500
+    ddof: int = 1
+
+    def validate(self) -> None:
+        validate.choice("estimator", self.estimator, ESTIMATORS)
+        validate.choice("optimizer", self.optimizer, OPTIMIZERS)
+        validate.integer("steps", self.steps, 1)
+        validate.choice("ddof", self.ddof, (0, 1))
+        if self.G != EXACT:
+            base = "grpo" if self.estimator.startswith("grpo") else self.estimator
+            est.check_estimator(base, self.G, ddof=self.ddof)
+
+
+@struct.dataclass
+class Knobs:
+    """Traced continuous settings."""
+
+    lr: jax.Array  # step size η
+    eps: jax.Array  # added to the std (grpo)
+
+
+def loglinear_env() -> TrainEnv:
+    """The log-linear bandit of DESIGN §7 (:mod:`gpolab.envs.loglinear`)."""
+    from gpolab.envs import loglinear
+
+    return TrainEnv(
+        name="loglinear",
+        init=loglinear.init_theta,
+        exact=loglinear.exact,
+        sample=loglinear.sample,
+        gradient=loglinear.gradient,
+        optimum=1.0,
+    )
+
+
+def pooled_sigma(truth) -> jax.Array:
+    """σ_pool = √(mean_x σ_x² + Var_x p_x): the G → ∞ batch std of rewards (uniform prompts)."""
+    var = jnp.mean(truth.sigma**2) + jnp.mean(truth.p**2) - jnp.mean(truth.p) ** 2
+    return jnp.sqrt(jnp.maximum(var, 0.0))
+
+
+def exact_direction(estimator: str, truth, eps) -> jax.Array:
+    """The G = ∞ direction: (1/N) Σ_x g_x / (σ_x + eps) (grpo), / (σ_pool + eps) (grpo-batch),
+    else (1/N) Σ_x g_x = ∇J.  [N, eq. 3–4]"""
+    if estimator == "grpo":
+        return jnp.mean(truth.g / (truth.sigma + eps)[:, None], axis=0)
+    g = jnp.mean(truth.g, axis=0)
+    if estimator == "grpo-batch":
+        return g / (pooled_sigma(truth) + eps)
+    return g
+
+
+def sampled_weights(estimator: str, rewards: jax.Array, ddof: int, eps) -> jax.Array:
+    """Per-sample weights c (P, G), ĝ_x = Σ_g c_g W_g (:func:`estimators.gradient_weights`)."""
+    if estimator == "grpo-batch":
+        return est.gradient_weights("grpo", rewards, scale="batch", ddof=ddof, eps=eps)
+    return est.gradient_weights(estimator, rewards, scale="group", ddof=ddof, eps=eps)
+
+
+def mean_pairwise_cosine(g: jax.Array) -> jax.Array:
+    """(1/(P(P−1))) Σ_{x≠z} cos(g_x, g_z) from the unit vectors n_x: (‖Σ n‖² − Σ‖n‖²)/(P(P−1)).
+    Zero gradients count as cosine 0."""
+    P = g.shape[0]
+    norm = jnp.linalg.norm(g, axis=-1, keepdims=True)
+    n = jnp.where(norm > 0, g / jnp.where(norm > 0, norm, 1.0), 0.0)
+    total = jnp.sum(n, axis=0)
+    return (jnp.sum(total**2) - jnp.sum(n**2)) / (P * (P - 1))
+
+
+def optimizer(name: str) -> optax.GradientTransformation:
+    """The step-size-free part of the update (η multiplies it outside, traced)."""
+    return optax.scale_by_adam() if name == "adam" else optax.identity()
+
+
+def direction(run: Run, env: TrainEnv, key, params, truth, knobs: Knobs):
+    """(d, zero-variance fraction) for one step; exact when ``run.G == EXACT``."""
+    if run.G == EXACT:
+        return exact_direction(run.estimator, truth, knobs.eps), jnp.zeros(())
+    aux, rewards = env.sample(key, params, truth, run.G)
+    weights = sampled_weights(run.estimator, rewards, run.ddof, knobs.eps)
+    zero = jnp.mean(est.degenerate(rewards).astype(rewards.dtype))
+    return env.gradient(params, truth, aux, weights), zero
+
+
+def diagnostics(truth) -> dict:
+    """Per-step exact diagnostics at θ_t: J, σ̄ = mean_x σ_x, max_x σ_x, mean pairwise cosine of
+    the g_x, ‖∇J‖."""
+    return dict(
+        J=jnp.mean(truth.p),
+        sigma_bar=jnp.mean(truth.sigma),
+        sigma_max=jnp.max(truth.sigma),
+        cos=mean_pairwise_cosine(truth.g),
+        grad_norm=jnp.linalg.norm(jnp.mean(truth.g, axis=0)),
+    )
+
+
+def train_one(run: Run, env: TrainEnv, key: jax.Array, params, knobs: Knobs) -> dict:
+    """One training run: per-step diagnostics (steps + 1,) (entry t at θ_t) and the per-step
+    zero-variance fraction (steps,)."""
+    tx = optimizer(run.optimizer)
+    theta0 = env.init(params)
+
+    def step(carry, step_key):
+        theta, opt_state = carry
+        truth = env.exact(params, theta)
+        d, zero = direction(run, env, step_key, params, truth, knobs)
+        updates, opt_state = tx.update(d, opt_state, theta)
+        theta = theta + knobs.lr * updates
+        return (theta, opt_state), (diagnostics(truth), zero)
+
+    keys = jax.random.split(key, run.steps)
+    (theta, _), (diag, zero) = jax.lax.scan(step, (theta0, tx.init(theta0)), keys)
+    last = diagnostics(env.exact(params, theta))
+    out = {k: jnp.concatenate([v, last[k][None]]) for k, v in diag.items()}
+    out["zero_frac"] = zero
+    return out
+
+
+@partial(jax.jit, static_argnames=("run", "env"))
+def _train(run: Run, env: TrainEnv, keys: jax.Array, params, lrs: jax.Array, eps: jax.Array):
+    per_seed = jax.vmap(train_one, in_axes=(None, None, 0, None, None))
+    per_lr = jax.vmap(lambda lr: per_seed(run, env, keys, params, Knobs(lr=lr, eps=eps)), in_axes=0)
+    return per_lr(lrs)
+
+
+def train(
+    run: Run,
+    env: TrainEnv,
+    key: jax.Array,
+    params,
+    lrs,
+    seeds: int,
+    eps: float = 1e-4,
+) -> dict:
+    """Every step size in ``lrs`` × every seed in one jit: dict of numpy arrays (L, S, steps + 1)
+    (``zero_frac``: (L, S, steps)).  Seed i uses ``fold_in(key, i)``; the exact mode is
+    deterministic and runs one seed."""
+    run.validate()
+    validate.integer("seeds", seeds, 1)
+    lrs = np.asarray(lrs, np.float32).reshape(-1)
+    if lrs.size == 0 or not np.all(np.isfinite(lrs)) or np.any(lrs <= 0):
+        raise validate.ConfigError("lr-grid: got an empty or non-positive list; allowed: lr > 0")
+    validate.real("eps", eps, low=0.0)
+    n = 1 if run.G == EXACT else seeds
+    with engine.prng_mode():
+        keys = engine.seed_keys(key, jnp.arange(n, dtype=jnp.uint32))
+        out = _train(run, env, keys, params, jnp.asarray(lrs), jnp.asarray(eps, jnp.float32))
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Host-side analysis of the curves (numpy; no tracing)
+
+
+def hit_time(curve: np.ndarray, target: float) -> np.ndarray:
+    """First t with curve[..., t] ≥ target (float, inf where never), over the last axis."""
+    reached = curve >= target
+    first = np.argmax(reached, axis=-1).astype(float)
+    return np.where(reached.any(axis=-1), first, np.inf)
+
+
+def best_lr_index(J: np.ndarray, target: float) -> int:
+    """Step size (axis 0 of J (L, S, T+1)) whose seed-mean curve reaches ``target`` first; ties
+    and never-reached broken by the larger mean final J."""
+    mean = J.mean(axis=1)
+    t = hit_time(mean, target)
+    order = np.lexsort((-mean[:, -1], t))
+    return int(order[0])
+
+
+def level_gain(J_fast: np.ndarray, J_slow: np.ndarray) -> np.ndarray:
+    """Iteration gain along the trajectory: for each t, (iterations the slow curve needs to reach
+    J_fast[t]) / t; nan where the slow curve never gets there (or t = 0)."""
+    t = np.arange(J_fast.shape[-1], dtype=float)
+    slow_best = np.maximum.accumulate(J_slow)
+    need = np.searchsorted(slow_best, J_fast, side="left").astype(float)
+    need = np.where(need >= J_slow.shape[-1], np.nan, need)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(t > 0, need / t, np.nan)
+
+
+def bootstrap_hit_ratio(
+    J_num: np.ndarray, J_den: np.ndarray, target: float, n_boot: int = 200, seed: int = 0
+) -> tuple[float, float]:
+    """95% bootstrap interval (over seeds, resampled independently for both curves) of
+    hit_time(mean J_num) / hit_time(mean J_den); J_* are (S, T+1)."""
+    rng = np.random.default_rng(seed)
+    ratios = []
+    for _ in range(n_boot):
+        a = J_num[rng.integers(0, J_num.shape[0], J_num.shape[0])].mean(axis=0)
+        b = J_den[rng.integers(0, J_den.shape[0], J_den.shape[0])].mean(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratios.append(hit_time(a, target) / hit_time(b, target))
+    ratios = np.asarray(ratios)
+    if not np.isfinite(ratios).any():
+        return float("nan"), float("nan")
+    ratios = ratios[~np.isnan(ratios)]
+    return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
+
+
+def finite_sample_bias(
+    key: jax.Array,
+    env: TrainEnv,
+    params,
+    theta,
+    G: int,
+    *,
+    seeds: int = 4096,
+    eps: float = 1e-4,
+    ddof: int = 1,
+    estimator: str = "grpo",
+) -> dict:
+    """Monte Carlo E ĝ of a sampled estimator at fixed θ against the exact G = ∞ direction
+    d* (:func:`exact_direction`): relative bias ‖E ĝ − d*‖/‖d*‖ (with its Monte Carlo noise
+    floor √(tr Cov ĝ / S)/‖d*‖), cosine(E ĝ, d*) and the zero-variance group fraction."""
+    run = Run(estimator, G, ddof=ddof)
+    run.validate()
+    knobs = Knobs(lr=jnp.ones(()), eps=jnp.asarray(eps, jnp.float32))
+    truth = env.exact(params, theta)
+
+    def one(k):
+        return direction(run, env, k, params, truth, knobs)
+
+    with engine.prng_mode():
+        keys = engine.seed_keys(key, jnp.arange(seeds, dtype=jnp.uint32))
+        d, zero = jax.jit(jax.vmap(one))(keys)
+    d = np.asarray(d, np.float64)
+    target = np.asarray(exact_direction(estimator, truth, eps), np.float64)
+    mean = d.mean(axis=0)
+    noise = np.sqrt(np.sum(d.var(axis=0, ddof=1)) / seeds)
+    tn = np.linalg.norm(target)
+    return dict(
+        rel_bias=float(np.linalg.norm(mean - target) / tn),
+        rel_bias_noise=float(noise / tn),
+        cosine=float(mean @ target / (np.linalg.norm(mean) * tn)),
+        norm_ratio=float(np.linalg.norm(mean) / tn),
+        zero_frac=float(np.mean(zero)),
+        zero_frac_theory=float(
+            np.mean(np.asarray(truth.p, np.float64) ** G + np.asarray(truth.q, np.float64) ** G)
+        ),
+    )

@@ -1,0 +1,196 @@
+"""The generic trainer on the log-linear bandit: exact directions, the equal-σ control,
+determinism, vmapped = looped, finite-sample bias, curve analysis, and the CLI."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpolab import train
+from gpolab.cli import main
+from gpolab.envs import loglinear as ll
+
+ENV = train.loglinear_env()
+
+
+def small(**kw):
+    kw.setdefault("prompts", 6)
+    return ll.make(4, responses=256, block=4, **kw)
+
+
+def test_exact_directions():
+    params = small(rho=0.4)
+    theta = 0.5 * jax.random.normal(jax.random.key(0), (params.dim,))
+    truth = ll.exact(params, theta)
+    g, s, p = np.asarray(truth.g), np.asarray(truth.sigma), np.asarray(truth.p)
+    np.testing.assert_allclose(
+        train.exact_direction("grpo", truth, 0.0), (g / s[:, None]).mean(0), rtol=1e-5
+    )
+    for name in train.REINFORCE:
+        np.testing.assert_allclose(train.exact_direction(name, truth, 0.0), g.mean(0), rtol=1e-6)
+    pooled = np.sqrt(np.mean(p) - np.mean(p) ** 2)  # binary rewards: pooled variance J(1 − J)
+    np.testing.assert_allclose(train.pooled_sigma(truth), pooled, rtol=1e-5)
+
+
+def test_equal_sigma_control_is_reinforce_after_step_rescaling():
+    """Identical prompts: GRPO (exact, step η) = REINFORCE with step η/σ(θ_t), step for step;
+    with heterogeneous prompts no such scalar rescaling exists (the directions differ)."""
+    params = small(equal=True, p_equal=0.25)
+    lr, steps = 40.0, 25
+    out = train.train(
+        train.Run("grpo", train.EXACT, "sgd", steps),
+        ENV,
+        jax.random.key(0),
+        params,
+        [lr],
+        1,
+        eps=0.0,
+    )
+    theta = ll.init_theta(params)
+    J = []
+    for _ in range(steps):
+        truth = ll.exact(params, theta)
+        J.append(float(truth.J))
+        theta = theta + lr / truth.sigma[0] * jnp.mean(truth.g, axis=0)
+    J.append(float(ll.exact(params, theta).J))
+    np.testing.assert_allclose(out["J"][0, 0], J, rtol=2e-5, atol=2e-6)
+    assert J[-1] > J[0] + 0.3  # it actually learned
+    truth = ll.exact(small(), ll.init_theta(small()))
+    a = np.asarray(train.exact_direction("grpo", truth, 0.0))
+    b = np.asarray(train.exact_direction("loo", truth, 0.0))
+    assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) < 0.99
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "grpo-batch", "mean"])
+def test_training_is_deterministic_per_seed_and_vmapped_equals_looped(estimator):
+    params = small(rho=0.5)
+    run = train.Run(estimator, 4, "adam", 15)
+    key = jax.random.key(3)
+    lrs = [0.05, 0.3]
+    a = train.train(run, ENV, key, params, lrs, 3)
+    b = train.train(run, ENV, key, params, lrs, 3)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    assert not np.array_equal(a["J"][1, 0], a["J"][1, 1])  # seeds differ
+    looped = jax.jit(train.train_one, static_argnums=(0, 1))
+    from gpolab import engine
+
+    with engine.prng_mode():
+        for s in range(3):
+            k = jax.random.fold_in(key, s)
+            knobs = train.Knobs(lr=jnp.float32(lrs[1]), eps=jnp.float32(1e-4))
+            one = looped(run, ENV, k, params, knobs)
+            np.testing.assert_allclose(one["J"], a["J"][1, s], rtol=1e-5, atol=1e-6)
+
+
+def test_step_sizes_are_traced_no_recompile():
+    params = small()
+    run = train.Run("loo", 2, "sgd", 5)
+    train.train(run, ENV, jax.random.key(0), params, [1.0, 2.0], 2)
+    before = train._train._cache_size()
+    train.train(run, ENV, jax.random.key(1), params, [5.0, 9.0], 2, eps=1e-8)
+    assert train._train._cache_size() == before
+
+
+def test_finite_sample_bias():
+    """loo is unbiased for ∇J (relative bias at the Monte Carlo noise floor); mean is shrunk by
+    exactly (1 − 1/G); grpo at G = 2 is biased against Σ_x g_x/σ_x; zero-variance fraction
+    matches p^G + (1 − p)^G within its binomial standard error."""
+    params = small()
+    theta = ll.init_theta(params)
+    key = jax.random.key(5)
+    S = 3000
+    loo = train.finite_sample_bias(key, ENV, params, theta, 4, seeds=S, estimator="loo")
+    assert loo["rel_bias"] < 1.5 * loo["rel_bias_noise"]
+    mean = train.finite_sample_bias(key, ENV, params, theta, 4, seeds=S, estimator="mean")
+    assert mean["norm_ratio"] == pytest.approx(0.75, abs=4 * mean["rel_bias_noise"])
+    grpo = train.finite_sample_bias(key, ENV, params, theta, 2, seeds=S, ddof=1)
+    assert grpo["rel_bias"] > 5 * grpo["rel_bias_noise"]
+    z = grpo["zero_frac_theory"]
+    assert abs(grpo["zero_frac"] - z) < 4 * np.sqrt(z * (1 - z) / (S * params.num_prompts))
+
+
+def test_curve_analysis_hand_derived():
+    # hit times: first index at or above 0.5; never → inf
+    curves = np.array([[0.1, 0.4, 0.5, 0.9], [0.1, 0.2, 0.3, 0.4]])
+    np.testing.assert_array_equal(train.hit_time(curves, 0.5), [2.0, np.inf])
+    # slow curve reaches level J_fast[t] at index need; gain = need / t
+    fast = np.array([0.0, 0.5, 0.8, 0.9])
+    slow = np.array([0.0, 0.2, 0.5, 0.6, 0.8, 0.85])
+    np.testing.assert_allclose(train.level_gain(fast, slow), [np.nan, 2.0, 2.0, np.nan])
+    J = np.zeros((2, 1, 4))
+    J[0, 0] = [0, 0.2, 0.6, 0.7]
+    J[1, 0] = [0, 0.6, 0.7, 0.8]
+    assert train.best_lr_index(J, 0.5) == 1
+    from gpolab.commands.train import phase_bounds
+
+    assert phase_bounds(np.array([np.nan, 1.0, 2.0, 3.0, 3.0, 2.0])) == (3, 5)
+
+
+def test_pairwise_cosine():
+    g = jnp.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    c = 1 / np.sqrt(2)
+    assert float(train.mean_pairwise_cosine(g)) == pytest.approx((0 + c + c) / 3, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_cli_train_and_curvature_end_to_end(tmp_path, capsys):
+    out = tmp_path / "train"
+    rc = main(
+        [
+            "train",
+            "--quick",
+            "--steps",
+            "12",
+            "--seeds",
+            "2",
+            "--G",
+            "2",
+            "--rho",
+            "0,0.9",
+            "--bias-seeds",
+            "16",
+            "--prompts",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary.estimator) == {"grpo", "loo"} and set(summary.setting) >= {"control"}
+    gain = pd.read_csv(out / "gain.csv")
+    assert {"gain", "pred_sqrt_ratio", "cos_mean"} <= set(gain.columns)
+    bias = pd.read_csv(out / "finite_sample.csv")
+    assert set(bias.eps) == {1e-4, 1e-8} and set(bias.ddof) == {0, 1}
+    for f in ("train_curves.png", "train_gain.png", "train_phases.png"):
+        assert (out / f).stat().st_size > 1000
+    rc = main(
+        ["curvature", "--quick", "--thetas", "8", "--prompts", "4", "--out", str(tmp_path / "curv")]
+    )
+    assert rc == 0
+    assert "tightest C" in capsys.readouterr().out
+    assert (tmp_path / "curv" / "curvature.png").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (["train", "--env", "bandit"], "env"),
+        (["train", "--estimators", "grpo,ppo"], "estimators"),
+        (["train", "--G", "1"], "G"),
+        (["train", "--G", "two"], "G"),
+        (["train", "--optimizers", "rmsprop"], "optimizers"),
+        (["train", "--lr-grid", "0:1:3"], "lr-grid"),
+        (["train", "--rho", "1.5"], "rho"),
+        (["train", "--ddof", "2"], "ddof"),
+        (["train", "--target", "0"], "target"),
+        (["curvature", "--thetas", "0"], "thetas"),
+        (["curvature", "--rho", "-1"], "rho"),
+    ],
+)
+def test_bad_config_is_one_clear_line(argv, field, capsys, tmp_path):
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"error: {field}" in err and "allowed" in err
