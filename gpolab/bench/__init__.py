@@ -38,6 +38,14 @@ class BenchConfig:
 
 
 def peak_rss_mb() -> float:
+    """Peak resident memory of this process image (VmHWM; ru_maxrss survives exec on Linux)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
