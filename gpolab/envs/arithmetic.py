@@ -24,6 +24,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from gpolab import validate
+from gpolab.envs.sampling import inverse_cdf
 
 VOCAB = 12  # 0-9, '-', <eos>
 MINUS, EOS, START = 10, 11, 12
@@ -236,11 +237,7 @@ def sample(key: jax.Array, params: ArithmeticParams, features: jax.Array, G: int
     out = []
     for t in range(params.length):
         state, logits = model.apply(params.weights, state, token, t, method=Policy.step)
-        cdf = jnp.cumsum(jax.nn.softmax(logits), axis=-1)
-        token = jnp.minimum(
-            jax.vmap(lambda c, v: jnp.searchsorted(c, v * c[-1], side="right"))(cdf, u[t]),
-            logits.shape[-1] - 1,
-        ).astype(jnp.int32)
+        token = inverse_cdf(jax.nn.softmax(logits), u[t][:, None])[:, 0]
         out.append(token)
     tokens = jnp.stack(out, axis=-1)
     return jnp.concatenate([tokens[:, : params.thoughts], canonical(answer_part(tokens))], -1)

@@ -18,6 +18,7 @@ import numpy as np
 from flax import struct
 
 from gpolab import validate
+from gpolab.envs.sampling import inverse_cdf
 
 KINDS = ("tabular", "loglinear")
 
@@ -132,29 +133,17 @@ def score_table(params: BanditParams) -> jax.Array:
     return params.features - mean_feat[:, None, :]
 
 
-def _inverse_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
-    """Categorical draws by inverse CDF along the last axis of ``probs`` for uniforms ``u``.
-
-    One uniform per draw and a binary search, instead of noise over every category.
-    """
-    cdf = jnp.cumsum(probs, axis=-1)
-    u = u * cdf[..., -1:]
-    search = lambda c, v: jnp.searchsorted(c, v, side="right")  # noqa: E731
-    idx = jax.vmap(search)(cdf, u) if cdf.ndim == 2 else search(cdf, u)
-    return jnp.minimum(idx, probs.shape[-1] - 1).astype(jnp.int32)
-
-
 def sample_prompts(key: jax.Array, params: BanditParams, B: int) -> jax.Array:
     """(B,) iid prompt indices from f."""
     u = jax.random.uniform(key, (B,), dtype=params.prompt_probs.dtype)
-    return _inverse_cdf(params.prompt_probs, u)
+    return inverse_cdf(params.prompt_probs, u)
 
 
 def sample(key: jax.Array, params: BanditParams, prompts: jax.Array, G: int):
     """G responses per prompt in ``prompts`` (B,): actions (B, G) int32 and rewards (B, G)."""
     pi = policy(params)[prompts]
     u = jax.random.uniform(key, (2, prompts.shape[0], G), dtype=pi.dtype)  # one PRNG call
-    actions = _inverse_cdf(pi, u[0])
+    actions = inverse_cdf(pi, u[0])
     p = jnp.take_along_axis(params.success[prompts], actions, axis=-1)
     return actions, (u[1] < p).astype(p.dtype)
 

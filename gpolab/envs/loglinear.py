@@ -30,7 +30,7 @@ import numpy as np
 from flax import struct
 
 from gpolab import validate
-from gpolab.envs.bandit import _inverse_cdf
+from gpolab.envs.sampling import inverse_cdf
 
 
 @struct.dataclass
@@ -237,7 +237,7 @@ def sample(key: jax.Array, params: LogLinearParams, truth: LogLinearTruth, G: in
     """G responses for every prompt from π = ``truth.pi`` (the policy at the current θ):
     (responses (N, G) int32, rewards (N, G))."""
     u = jax.random.uniform(key, (params.num_prompts, G), dtype=truth.pi.dtype)
-    ys = _inverse_cdf(truth.pi, u)
+    ys = inverse_cdf(truth.pi, u)
     return ys, jnp.take_along_axis(params.reward, ys, axis=-1)
 
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from gpolab import validate
+from gpolab.envs.sampling import inverse_cdf
 
 MODELS = ("beta", "finite")
 
@@ -71,9 +72,8 @@ def sample_thoughts(key: jax.Array, params, K: int):
     """K thought values p (K,) and, for finite thoughts, their ids (K,) int32 (else zeros)."""
     if isinstance(params, BetaThoughts):
         return jax.random.beta(key, params.a, params.b, (K,)), jnp.zeros((K,), jnp.int32)
-    cdf = jnp.cumsum(jax.nn.softmax(params.logits))
-    u = jax.random.uniform(key, (K,), dtype=cdf.dtype) * cdf[-1]
-    ids = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1).astype(jnp.int32)
+    probs = jax.nn.softmax(params.logits)
+    ids = inverse_cdf(probs, jax.random.uniform(key, (K,), dtype=probs.dtype))
     return params.values[ids], ids
 
 
