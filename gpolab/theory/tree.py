@@ -1,9 +1,75 @@
-"""Closed forms for tree branching (DESIGN §6, [T] arXiv 2509.24494)."""
+"""Closed forms for tree branching (DESIGN §6, [T] arXiv 2509.24494).
+
+Setting: K thoughts with iid values p_k (Beta(a, b), or a finite thought set under a softmax
+policy), M Bernoulli(p_k) continuations each, V̂_k = S_k/M with S_k the number of successes, and the
+thought advantage Â_k = (V̂_k − V̄) / (S + eps), S the scale of the variant:
+``thought-std`` S = std_k V̂_k, ``leaf-std`` S = std of the K·M leaves, ``mean-only`` S = 1 (no eps).
+Definitions (all per thought, averaged over k):
+``variance`` = E[Var(Â_k | p_1..p_K)], ``mse`` = E[(Â_k − A_k)²] with the population target
+A_k = (p_k − E p)/sd(p), ``corr`` = Corr(Â_k, A_k).
+
+Notation: μ = E p, σ² = Var p, τ = E[p(1 − p)], w(p) = p(1 − p)/M = Var(V̂ | p).
+For Beta(a, b): μ = a/(a+b), σ² = ab/((a+b)²(a+b+1)), τ = (a+b)σ², and V̂ is beta-binomial/M with
+
+    v = Var V̂ = σ² + τ/M = σ² (1 + (a+b)/M).
+
+**K → ∞ (exact limits).**  V̄ → μ and the scale S → S∞ almost surely (thought-std: √v; leaf-std:
+the leaf std √(μ(1 − μ)); mean-only: 1), so Â_k → (V̂_k − μ)/S∞ and, with e_k = V̂_k − p_k,
+
+    variance floor = E w / S∞²        thought-std: (τ/M)/v = (a+b)/(a+b+M)
+                                      leaf-std:    (τ/M)/(μ(1−μ)) = (a+b)/((a+b+1) M)
+                                      mean-only:   τ/M
+    corr∞ = Cov(V̂, p)/(sd V̂ sd p) = σ/√v = √(M/(M+a+b))        (every variant: scale-free)
+    mse∞ = v/S∞² − 2σ/S∞ + 1          thought-std: 2(1 − √(M/(M+a+b)))
+
+(mse_group has the same limit: the within-group target tends to the population one.)  The
+thought-std floor decays like (a+b)/M once M ≫ a + b: slope −1 on a log-log plot, the paper's
+"continuations drive the variance to zero, thoughts only leave a floor" [T].
+
+**Finite K, exact (Beta thoughts).**  Write Q = Σ_k (V̂_k − V̄)², so Σ_k Â_k² = Q/(S+eps)² and
+Σ_k Â_k V̂_k = Q/(S+eps) (Σ_k Â_k = 0).  Given S_k the thought value has the posterior
+Beta(a + S_k, b + M − S_k), so E[p_k | S] = (a + S_k)/(a+b+M) is *linear* in S_k and
+
+    E[Â_k A_k] = M E[Q/(S+eps)] / (K (a+b+M) σ),     E[Â_k²] = E[Q/(S+eps)²] / K,
+    corr = E[Â_k A_k] / √E[Â_k²],                   mse = E[Â_k²] − 2 E[Â_k A_k] + 1.
+
+Q and S are functions of (Σ S_k, Σ S_k²) only (the leaf std of binary leaves is a function of
+Σ S_k), whose joint pmf is the K-fold convolution of the beta-binomial pmf: computed exactly by a
+2-D FFT when the grid (KM + 1)(KM² + 1) is small (:data:`EXACT_GRID`).  Beyond it, the second-order
+delta method (E√Q ≈ √EQ − Var Q/(8 EQ^{3/2}), EQ = (K−1)v, Var Q from the fourth central
+moment of V̂) is used; its error is O(1/K²) there.  With thought-std and eps = 0,
+E[Â_k²] = (K − ddof)/K · (1 − P(degenerate)) exactly.
+
+**Finite K, conditional variance (expansion in 1/K).**  mean-only is exact:
+E Var(Â_k | p) = (1 − 1/K) τ/M.  For the std variants, write S² = S∞²(1 + D), D = D0 + D1 with
+D0 = E[D | p] and D1 = (1/K) Σ_j h(p_j, e_j)/S∞² the noise part (thought-std:
+h = 2(p − μ)e + e² − w; leaf-std: h = (1 − 2μ)e), expand (1 + D)^{-1/2} to second order and keep
+O(1/K):
+
+    S∞² · variance ≈ E w (1 − 1/K)/ḡ − Cov(w, g)/(Kḡ²) + E w Var(g)/(Kḡ³)
+                     − E[(p − μ) E[eh|p] + E[e²h|p]] / (K S∞²)
+                     + E[E[h²|p]] (v/4 + 3 E w/4) / (K S∞⁴),
+
+with ḡ = E S²/S∞² ((K−1)/(K−ddof) for thought-std) and g the per-thought fluctuation of
+E[S² | p]/S∞² (thought-std: ((p − μ)² + w − v)/v; leaf-std: (1 − 2μ)(p − μ)/S∞²), using the
+binomial moments E[e³|p] = p(1−p)(1−2p)/M², E[e⁴|p] = p(1−p)(1 + 3(M−2)p(1−p))/M³.  eps enters
+as the factor (1 + eps/S∞)⁻².  The error is O(1/K²) and grows at small M (degenerate groups are not
+in the expansion), so :func:`variance` returns NaN below ``k_min`` (default 16).  Every formula
+is checked against Monte Carlo in tests/test_treelab.py.
+
+**Degenerate groups** (all V̂_k equal): P = Σ_j P(V̂ = j/M)^K (:func:`degenerate_prob`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
-from scipy import stats
+from scipy import special, stats
+
+VARIANTS = ("thought-std", "leaf-std", "mean-only")
+EXACT_GRID = 1 << 23  # largest (KM + 1)(KM² + 1) grid convolved exactly
 
 
 def value_pmf(params, M: int) -> np.ndarray:
@@ -15,13 +81,272 @@ def value_pmf(params, M: int) -> np.ndarray:
     j = np.arange(M + 1)
     if hasattr(params, "a"):
         return stats.betabinom.pmf(j, M, float(params.a), float(params.b))
-    logits = np.asarray(params.logits, dtype=np.float64)
-    pi = np.exp(logits - logits.max())
-    pi /= pi.sum()
-    v = np.asarray(params.values, dtype=np.float64)
-    return pi @ stats.binom.pmf(j[None, :], M, v[:, None])
+    law = thought_law(params)
+    return law.weights @ stats.binom.pmf(j[None, :], M, law.nodes[:, None])
 
 
 def degenerate_prob(params, K: int, M: int) -> float:
     """P(all K thought values V̂_k are equal) = Σ_j P(V̂ = j/M)^K (thoughts are iid)."""
     return float(np.sum(value_pmf(params, M) ** K))
+
+
+# ----------------------------------------------------------------------------- thought laws
+
+
+@dataclasses.dataclass(frozen=True)
+class ThoughtLaw:
+    """The distribution of a thought value p as a quadrature rule: E f(p) = Σ_i w_i f(x_i).
+
+    Beta(a, b): 24-point Gauss–Jacobi (exact for polynomials of degree ≤ 47, which covers every
+    moment used here); finite thoughts: the thought values with their policy probabilities.
+    ``beta`` holds (a, b) for the Beta law (the finite-K exact formulas need it), else None.
+    """
+
+    nodes: np.ndarray
+    weights: np.ndarray
+    beta: tuple[float, float] | None = None
+
+    def expect(self, f) -> float:
+        return float(self.weights @ f(self.nodes))
+
+    @property
+    def mean(self) -> float:
+        return self.expect(lambda p: p)
+
+    @property
+    def var(self) -> float:
+        mu = self.mean
+        return self.expect(lambda p: (p - mu) ** 2)
+
+    @property
+    def tau(self) -> float:
+        """E[p(1 − p)]."""
+        return self.expect(lambda p: p * (1 - p))
+
+
+def beta_law(a: float, b: float, n: int = 24) -> ThoughtLaw:
+    x, w = special.roots_jacobi(n, b - 1.0, a - 1.0)  # weight (1 − x)^(b−1) (1 + x)^(a−1)
+    return ThoughtLaw((1.0 + x) / 2.0, w / w.sum(), (float(a), float(b)))
+
+
+def thought_law(params) -> ThoughtLaw:
+    """The law of p for ``BetaThoughts``, ``FiniteThoughts``, or a pair (a, b)."""
+    if isinstance(params, tuple):
+        return beta_law(*params)
+    if hasattr(params, "a"):
+        return beta_law(float(params.a), float(params.b))
+    logits = np.asarray(params.logits, dtype=np.float64)
+    pi = np.exp(logits - logits.max())
+    return ThoughtLaw(np.asarray(params.values, dtype=np.float64), pi / pi.sum())
+
+
+def beta_moments(a: float, b: float) -> tuple[float, float, float]:
+    """(μ, σ², τ) = (E p, Var p, E[p(1 − p)]) of Beta(a, b); τ = (a + b) σ²."""
+    mu = a / (a + b)
+    var = a * b / ((a + b) ** 2 * (a + b + 1))
+    return mu, var, (a + b) * var
+
+
+def value_variance(law: ThoughtLaw, M: int) -> float:
+    """Var V̂ = Var p + E[p(1 − p)]/M (Beta: σ²(1 + (a+b)/M), the beta-binomial variance / M²)."""
+    return law.var + law.tau / M
+
+
+# ----------------------------------------------------------------------------- K → ∞
+
+
+def limit_scale_sq(law: ThoughtLaw, M: int, variant: str) -> float:
+    """S∞²: the limit of the squared scale (thought-std: Var V̂; leaf-std: μ(1 − μ); else 1)."""
+    if variant == "thought-std":
+        return value_variance(law, M)
+    if variant == "leaf-std":
+        mu = law.mean
+        return mu * (1 - mu)
+    if variant == "mean-only":
+        return 1.0
+    raise ValueError(f"variant: got {variant!r}; allowed: {', '.join(VARIANTS)}")
+
+
+def floor(law: ThoughtLaw, M: int, variant: str = "thought-std", eps: float = 0.0) -> float:
+    """K → ∞ limit of E[Var(Â_k | p)] = (τ/M)/S∞² · (1 + eps/S∞)⁻² (exact).
+
+    Beta, thought-std: (a+b)/(a+b+M); leaf-std: (a+b)/((a+b+1)M); mean-only: τ/M.
+    """
+    s2 = limit_scale_sq(law, M, variant)
+    return law.tau / M / s2 * _eps_factor(s2, variant, eps)
+
+
+def limit_corr(law: ThoughtLaw, M: int) -> float:
+    """K → ∞ limit of Corr(Â_k, A_k) = sd(p)/sd(V̂); Beta: √(M/(M + a + b)) (every variant)."""
+    return math.sqrt(law.var / value_variance(law, M))
+
+
+def limit_mse(law: ThoughtLaw, M: int, variant: str = "thought-std", eps: float = 0.0) -> float:
+    """K → ∞ limit of E[(Â_k − A_k)²] = v/S² − 2σ/S + 1 with S = S∞ + eps (S = 1 for mean-only).
+
+    thought-std, eps = 0: 2(1 − corr∞).  Also the limit of ``mse_group``.
+    """
+    s = math.sqrt(limit_scale_sq(law, M, variant)) + (eps if variant != "mean-only" else 0.0)
+    return value_variance(law, M) / s**2 - 2 * math.sqrt(law.var) / s + 1.0
+
+
+def _eps_factor(s2: float, variant: str, eps: float) -> float:
+    return 1.0 if variant == "mean-only" else (1.0 + eps / math.sqrt(s2)) ** -2
+
+
+# ----------------------------------------------------------------------------- finite K
+
+
+def variance(
+    law: ThoughtLaw,
+    K: int,
+    M: int,
+    variant: str = "thought-std",
+    ddof: int = 1,
+    eps: float = 0.0,
+    k_min: int = 16,
+) -> float:
+    """E[Var(Â_k | p)] at finite K: exact for mean-only ((1 − 1/K) τ/M), the O(1/K) expansion
+    in the module docstring for the std variants (NaN for K < ``k_min``)."""
+    w_mean = law.tau / M
+    if variant == "mean-only":
+        return (1 - 1 / K) * w_mean
+    if K < k_min:
+        return math.nan
+    mu, var_p = law.mean, law.var
+    v = var_p + w_mean
+    s2 = limit_scale_sq(law, M, variant)
+
+    def w(p):
+        return p * (1 - p) / M
+
+    def k3(p):
+        return p * (1 - p) * (1 - 2 * p) / M**2
+
+    def m4(p):
+        return p * (1 - p) * (1 + 3 * (M - 2) * p * (1 - p)) / M**3
+
+    if variant == "thought-std":
+        g_bar = (K - 1) / (K - ddof)
+
+        def g(p):
+            return ((p - mu) ** 2 + w(p) - v) / v
+
+        def eh(p):  # E[e h | p], h = 2(p − μ)e + e² − w
+            return 2 * (p - mu) * w(p) + k3(p)
+
+        def e2h(p):
+            return 2 * (p - mu) * k3(p) + m4(p) - w(p) ** 2
+
+        def hh(p):
+            return 4 * (p - mu) ** 2 * w(p) + 4 * (p - mu) * k3(p) + m4(p) - w(p) ** 2
+
+    else:  # leaf-std: S² ≈ L(1 − L) N/(N − ddof), L = mean leaf, fluctuation (1 − 2μ)(L − μ)
+        n = K * M
+        g_bar = (s2 - v / K) * n / (n - ddof) / s2
+        c = 1 - 2 * mu
+
+        def g(p):
+            return c * (p - mu) / s2
+
+        def eh(p):
+            return c * w(p)
+
+        def e2h(p):
+            return c * k3(p)
+
+        def hh(p):
+            return c**2 * w(p)
+
+    cov_wg = law.expect(lambda p: (w(p) - w_mean) * g(p))
+    var_g = law.expect(lambda p: g(p) ** 2) - law.expect(g) ** 2
+    t1 = w_mean * (1 - 1 / K) / g_bar - cov_wg / (K * g_bar**2) + w_mean * var_g / (K * g_bar**3)
+    t2 = -law.expect(lambda p: (p - mu) * eh(p) + e2h(p)) / (K * s2)
+    t3 = law.expect(hh) * (v / 4 + 3 * w_mean / 4) / (K * s2**2)
+    return (t1 + t2 + t3) / s2 * _eps_factor(s2, variant, eps)
+
+
+def sum_stats_pmf(pmf1: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact joint pmf of (T1, T2) = (Σ_k S_k, Σ_k S_k²) for K iid S_k with pmf ``pmf1`` on 0..M.
+
+    The K-fold 2-D convolution, by FFT on the (KM + 1) × (KM² + 1) grid (no wrap-around).
+    Returns (t1, t2, prob) over the support (probabilities below 1e-15 dropped: FFT noise).
+    """
+    M = len(pmf1) - 1
+    shape = (K * M + 1, K * M * M + 1)
+    base = np.zeros(shape)
+    s = np.arange(M + 1)
+    base[s, s * s] = pmf1
+    joint = np.fft.irfft2(np.fft.rfft2(base) ** K, s=shape)
+    t1, t2 = np.nonzero(joint > 1e-15)
+    prob = joint[t1, t2]
+    return t1.astype(np.float64), t2.astype(np.float64), prob / prob.sum()
+
+
+def _moments_exact(pmf1, K, M, variant, ddof, eps):
+    """(E[Q/(S+eps)], E[Q/(S+eps)²]) over the exact joint pmf of the sums (Q in V̂ units)."""
+    t1, t2, prob = sum_stats_pmf(pmf1, K)
+    q = np.maximum(t2 - t1**2 / K, 0.0) / M**2
+    q = np.where(q < 1e-12, 0.0, q)
+    if variant == "thought-std":
+        scale = np.sqrt(q / (K - ddof)) + eps
+    elif variant == "leaf-std":
+        n = K * M
+        mean = t1 / n
+        scale = np.sqrt(np.maximum(mean * (1 - mean), 0.0) * n / (n - ddof)) + eps
+    else:
+        scale = np.ones_like(q)
+    safe = np.where(q > 0, scale, 1.0)
+    return float(prob @ (q / safe)), float(prob @ (q / safe**2))
+
+
+def _moments_delta(law, pmf1, K, M, variant, ddof, eps):
+    """Large-K (delta method) versions of :func:`_moments_exact`; error O(1/K²)."""
+    j = np.arange(M + 1) / M
+    v = float(pmf1 @ (j - pmf1 @ j) ** 2)
+    m4 = float(pmf1 @ (j - pmf1 @ j) ** 4)
+    eq = (K - 1) * v
+    if variant == "mean-only":
+        return eq, eq
+    if variant == "thought-std":
+        var_q = (K - 1) ** 2 * (m4 / K - v**2 * (K - 3) / (K * (K - 1)))
+        e_s = (math.sqrt(eq) - var_q / (8 * eq**1.5)) / math.sqrt(K - ddof)
+        p_deg = float(np.sum(pmf1**K))
+        e_q_s2 = (K - ddof) * (1 - p_deg) * (1 + eps / math.sqrt(v)) ** -2
+        return (K - ddof) * e_s * (1 + eps / math.sqrt(v)) ** -1, e_q_s2
+    s = math.sqrt(limit_scale_sq(law, M, variant) - v / K) + eps  # leaf std, fluctuation ignored
+    return eq / s, eq / s**2
+
+
+def advantage_moments(
+    law: ThoughtLaw, K: int, M: int, variant: str = "thought-std", ddof: int = 1, eps: float = 0.0
+) -> dict:
+    """Exact (or, past :data:`EXACT_GRID`, delta-method) E[Â_k²], E[Â_k A_k], corr and mse.
+
+    Needs a Beta law (the posterior mean of p given S_k is linear in S_k); returns NaNs for
+    finite thoughts.  ``exact`` says which route was taken.
+    """
+    nan = dict(second=math.nan, cross=math.nan, corr=math.nan, mse=math.nan, exact=False)
+    if law.beta is None:
+        return nan
+    a, b = law.beta
+    pmf1 = stats.betabinom.pmf(np.arange(M + 1), M, a, b)
+    exact = (K * M + 1) * (K * M * M + 1) <= EXACT_GRID
+    if exact:
+        e_qs, e_qs2 = _moments_exact(pmf1, K, M, variant, ddof, eps)
+    else:
+        e_qs, e_qs2 = _moments_delta(law, pmf1, K, M, variant, ddof, eps)
+    second = e_qs2 / K
+    cross = M * e_qs / (K * (a + b + M) * math.sqrt(law.var))
+    corr = cross / math.sqrt(second) if second > 0 else math.nan
+    return dict(second=second, cross=cross, corr=corr, mse=second - 2 * cross + 1, exact=exact)
+
+
+def corr(law, K, M, variant="thought-std", ddof=1, eps=0.0) -> float:
+    """Corr(Â_k, A_k) at finite K (see :func:`advantage_moments`)."""
+    return advantage_moments(law, K, M, variant, ddof, eps)["corr"]
+
+
+def mse(law, K, M, variant="thought-std", ddof=1, eps=0.0) -> float:
+    """E[(Â_k − A_k)²] at finite K (see :func:`advantage_moments`)."""
+    return advantage_moments(law, K, M, variant, ddof, eps)["mse"]

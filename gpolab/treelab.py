@@ -1,0 +1,498 @@
+"""Tree branching lab (issue 6, DESIGN §6, [T] arXiv 2509.24494): K thoughts × M continuations.
+
+One engine run per (K, M): each seed draws K thought values, two independent sets of M
+continuations per thought (two sets give an unbiased estimate of the conditional variance
+E[Var(Â_k | p)] = E[½(Â¹_k − Â²_k)²]), and the thought advantages of
+:func:`gpolab.estimators.tree_advantages`.  Rows carry the Monte Carlo metrics and the closed
+forms of :mod:`gpolab.theory.tree`.
+
+Speed (both exact samplers, measured on 2 CPU cores, 1.28M draws):
+
+* thought values: ``jax.random.beta`` takes 2.2 s; for integer (a, b) we draw
+  p = X/(X + Y) with X = Σ_{i<a} E_i, Y = Σ_{i<b} E'_i sums of exponentials (Gamma(a), Gamma(b)),
+  a + b uniforms per thought (the compiled shape depends on (a, b), so this path makes them
+  static).  Non-integer (a, b) fall back to ``jax.random.beta``.
+* continuations: only the success count S_k ~ Binomial(M, p_k) matters (every variant is a
+  function of the counts: the leaves are binary), so for M > 16 S_k comes from
+  ``jax.random.binomial``; the leaf array handed to ``tree_advantages`` is then
+  Z_kj = 1[j < S_k], which has the same V̂_k and leaf std as any arrangement of the successes.
+
+Thought-policy gradient (finite thoughts under softmax π): ĝ = (1/K) Σ_k Â_k (e_{t_k} − π) is
+compared with the exact gradient of what the variant estimates as K, M → ∞: ∇J/sd(p) for
+thought-std, ∇J/√(J(1 − J)) for leaf-std, ∇J for mean-only (∇J = π ⊙ (values − J), see
+:func:`gpolab.envs.tree.exact`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gpolab import estimators, validate
+from gpolab.envs import tree
+
+MODELS = ("beta", "finite")
+INVERSION_FROM = 9  # M at which counts come from CDF inversion instead of M uniforms
+INVERSION_UPTO = 120  # (1 − q)^M with q ≤ ½ stays a normal float32 up to here; above: binomial
+LEAVES_PER_CHUNK = 1 << 21  # chunk = seeds per compiled chunk, so that chunk·K·M ≲ this
+JSON_KEYS = (
+    "K",
+    "M",
+    "variance",
+    "mse",
+    "mse_group",
+    "corr",
+    "degenerate_frac",
+    "theory_variance",
+    "theory_corr",
+)
+COST_KEYS = ("leaves", "cost", "mse_x_cost")
+
+
+@dataclasses.dataclass(frozen=True)
+class LabCell:
+    """Static settings of one (K, M) cell.  ``beta_ints`` = (a, b) when both are integers (the
+    fast exact sampler), else None; ``grad``: also the thought-policy gradient (finite model)."""
+
+    K: int
+    M: int
+    variant: str = "thought-std"
+    ddof: int = 1
+    beta_ints: tuple[int, int] | None = None
+    grad: bool = False
+
+
+def sample_beta_int(key: jax.Array, a: int, b: int, shape: tuple[int, ...]) -> jax.Array:
+    """Beta(a, b) for integer a, b: X/(X + Y), X ~ Gamma(a), Y ~ Gamma(b) as sums of
+    exponentials −log U (exact)."""
+    e = -jnp.log1p(-jax.random.uniform(key, (*shape, a + b)))  # U ∈ [0, 1) → E ∈ [0, ∞)
+    x = jnp.sum(e[..., :a], axis=-1)
+    return x / (x + jnp.sum(e[..., a:], axis=-1))
+
+
+def sample_counts(key: jax.Array, p: jax.Array, M: int) -> jax.Array:
+    """S_k ~ Binomial(M, p_k), float (K,).
+
+    M < 9: Σ_j 1[U_j < p_k] (M uniforms); 9 ≤ M ≤ 120: inversion of one uniform through the
+    CDF built by the recurrence P(s) = P(s − 1)·(M − s + 1)/s·q/(1 − q) from P(0) = (1 − q)^M,
+    q = min(p, 1 − p) (no underflow; 5× faster than ``jax.random.binomial`` at M = 64, exact up
+    to float32 rounding of the CDF); M > 120: ``jax.random.binomial``.
+    """
+    if M < INVERSION_FROM:
+        u = jax.random.uniform(key, (p.shape[0], M), dtype=p.dtype)
+        return jnp.sum(u < p[:, None], -1).astype(p.dtype)
+    if M > INVERSION_UPTO:
+        return jax.random.binomial(key, M, p).astype(p.dtype)
+    u = jax.random.uniform(key, p.shape, dtype=p.dtype)
+    flip = p > 0.5
+    q = jnp.where(flip, 1 - p, p)
+    ratio = q / (1 - q)
+    pmf = (1 - q) ** M
+    cdf, count = pmf, jnp.zeros_like(p)
+    for s in range(1, M + 1):  # unrolled: M is static
+        count = count + (u >= cdf)
+        pmf = pmf * ((M - s + 1) / s) * ratio
+        cdf = cdf + pmf
+    return jnp.where(flip, M - count, count)
+
+
+def leaves(counts: jax.Array, M: int) -> jax.Array:
+    """Binary leaves (K, M) with Z_kj = 1[j < S_k] (same V̂_k and leaf std as the drawn ones)."""
+    return (jnp.arange(M)[None, :] < counts[:, None]).astype(jnp.float32)
+
+
+def thought_gradient(adv: jax.Array, ids: jax.Array, pi: jax.Array) -> jax.Array:
+    """ĝ = (1/K) Σ_k Â_k (e_{t_k} − π), the thought-level policy gradient (T,)."""
+    K = adv.shape[0]
+    return jnp.zeros_like(pi).at[ids].add(adv) / K - pi * jnp.mean(adv)
+
+
+def lab_seed(cell: LabCell, key: jax.Array, args) -> dict:
+    """One tree: per-thought squared errors, conditional variance, correlation moments.
+
+    ``args = (params, truth, eps, grad_target)``; ``grad_target`` (T,) is used with ``cell.grad``.
+    """
+    params, truth, eps, grad_target = args
+    k_thoughts, k_c1, k_c2 = jax.random.split(key, 3)
+    if cell.beta_ints is not None:
+        p, ids = sample_beta_int(k_thoughts, *cell.beta_ints, (cell.K,)), None
+    else:
+        p, ids = tree.sample_thoughts(k_thoughts, params, cell.K)
+
+    def adv(k):
+        counts = sample_counts(k, p, cell.M)
+        # only leaf-std looks past V̂_k = S_k/M; for the others one "leaf" V̂_k gives the same Â
+        z = leaves(counts, cell.M) if cell.variant == "leaf-std" else (counts / cell.M)[:, None]
+        a = estimators.tree_advantages(z, variant=cell.variant, ddof=cell.ddof, eps=eps)
+        return a, counts
+
+    (a1, c1), (a2, _) = adv(k_c1), adv(k_c2)
+    target = tree.population_target(truth, p)
+    out = {
+        "sq": jnp.mean((a1 - target) ** 2),
+        "sq_group": jnp.mean((a1 - tree.group_target(p, cell.ddof)) ** 2),
+        "cond_var": 0.5 * jnp.mean((a1 - a2) ** 2),
+        "degenerate": estimators.degenerate(c1).astype(jnp.float32),
+        "a": jnp.mean(a1),
+        "t": jnp.mean(target),
+        "aa": jnp.mean(a1 * a1),
+        "tt": jnp.mean(target * target),
+        "at": jnp.mean(a1 * target),
+    }
+    if cell.grad:
+        err = thought_gradient(a1, ids, jax.nn.softmax(params.logits)) - grad_target
+        out["grad_err"], out["grad_sq"] = err, jnp.sum(err**2)
+    return out
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeLabConfig:
+    """Everything ``gpolab tree`` needs; the single source of defaults."""
+
+    a: float = 2.0
+    b: float = 3.0
+    K: tuple[int, ...] = (4, 16, 64, 512)
+    M: tuple[int, ...] = (1, 2, 4, 16, 64)
+    budget: int = 0  # > 0: every split K·M = budget with K ≥ 2 (K restricted to ``K`` if given)
+    seeds: int = 20_000
+    chunk: int = 4096
+    seed: int = 0
+    variant: str = "thought-std"
+    ddof: int = 1
+    eps: float = 1e-4
+    model: str = "beta"
+    thoughts: int = 32
+    logit_scale: float = 1.0
+    instance_seed: int = 0
+    think_len: float = 256.0
+    answer_len: float = 256.0
+    out: str = "results/tree"
+
+    def validate(self) -> None:
+        validate.real("a", self.a, low=0.0, open_low=True)
+        validate.real("b", self.b, low=0.0, open_low=True)
+        if not self.budget:
+            validate.integers("K", self.K, 2)
+            validate.integers("M", self.M, 1)
+        validate.integer("budget", self.budget, 0)
+        validate.integer("seeds", self.seeds, 2)
+        validate.integer("chunk", self.chunk, 1)
+        validate.integer("seed", self.seed, 0)
+        validate.choice("variant", self.variant, estimators.TREE_VARIANTS)
+        validate.choice("ddof", self.ddof, (0, 1))
+        validate.real("eps", self.eps, low=0.0)
+        validate.choice("model", self.model, MODELS)
+        validate.integer("thoughts", self.thoughts, 2)
+        validate.real("logit_scale", self.logit_scale, low=0.0)
+        validate.real("think_len", self.think_len, low=0.0)
+        validate.real("answer_len", self.answer_len, low=0.0)
+        if self.budget:
+            self.cells()  # raises when no split exists
+
+    def cells(self) -> list[tuple[int, int]]:
+        """(K, M) of every row: the grid, or the splits of the budget."""
+        if not self.budget:
+            return [(K, M) for K in self.K for M in self.M]
+        given = set(self.K) if self.K != TreeLabConfig.K else None
+        splits = [
+            (K, self.budget // K)
+            for K in range(2, self.budget + 1)
+            if self.budget % K == 0 and (given is None or K in given)
+        ]
+        if not splits:
+            raise validate.ConfigError(
+                f"budget: got {self.budget!r}; allowed: an integer >= 2 with a split K·M = budget, "
+                "K >= 2" + (f" and K in {sorted(given)}" if given else "")
+            )
+        return splits
+
+
+def cost(K: int, M: int, think_len: float, answer_len: float) -> float:
+    """Token cost of one tree: K·(L_think + M·L_answer) (each thought once, M answers each)."""
+    return K * (think_len + M * answer_len)
+
+
+def setup(cfg: TreeLabConfig):
+    """(params, truth, law, grad_target) for the configured thought model."""
+    from gpolab.theory import tree as theory
+
+    if cfg.model == "beta":
+        params = tree.make_beta(cfg.a, cfg.b)
+    else:
+        params = tree.make_finite(
+            cfg.instance_seed, cfg.thoughts, logit_scale=cfg.logit_scale, a=cfg.a, b=cfg.b
+        )
+    truth = tree.exact(params)
+    law = theory.thought_law(params)
+    grad_target = np.zeros(0, np.float32)
+    if cfg.model == "finite":
+        g = np.asarray(truth.grad, np.float64)
+        J = law.mean
+        scale = {"thought-std": math.sqrt(law.var), "leaf-std": math.sqrt(J * (1 - J))}
+        grad_target = (g / scale.get(cfg.variant, 1.0)).astype(np.float32)
+    return params, truth, law, grad_target
+
+
+def _beta_ints(cfg: TreeLabConfig) -> tuple[int, int] | None:
+    ints = cfg.model == "beta" and float(cfg.a).is_integer() and float(cfg.b).is_integer()
+    return (int(cfg.a), int(cfg.b)) if ints and cfg.a + cfg.b <= 64 else None
+
+
+def chunk_for(cfg: TreeLabConfig, K: int, M: int) -> int:
+    """Seeds per compiled chunk: ``cfg.chunk`` capped so a chunk holds ≲ 2M leaves (a power of 2;
+    depends on (K, M) only, so one compilation serves every seed count)."""
+    cap = max(1, LEAVES_PER_CHUNK // (K * M))
+    return min(cfg.chunk, 1 << (cap.bit_length() - 1))
+
+
+def measure(cfg: TreeLabConfig, K: int, M: int, setup_=None) -> dict:
+    """Run one (K, M) cell and return its row (Monte Carlo metrics, closed forms, cost)."""
+    from gpolab import engine
+    from gpolab.theory import tree as theory
+
+    params, truth, law, grad_target = setup_ or setup(cfg)
+    cell = LabCell(K, M, cfg.variant, cfg.ddof, _beta_ints(cfg), cfg.model == "finite")
+    args = (params, truth, np.float32(cfg.eps), grad_target)
+    start = time.perf_counter()
+    m = engine.run(lab_seed, cell, args, jax.random.key(cfg.seed), cfg.seeds, chunk_for(cfg, K, M))
+    cov = float(m.mean("at") - m.mean("a") * m.mean("t"))
+    va = float(m.mean("aa") - m.mean("a") ** 2)
+    vt = float(m.mean("tt") - m.mean("t") ** 2)
+    adv = theory.advantage_moments(law, K, M, cfg.variant, cfg.ddof, cfg.eps)
+    row = {
+        "K": K,
+        "M": M,
+        "variance": float(m.mean("cond_var")),
+        "mse": float(m.mean("sq")),
+        "mse_group": float(m.mean("sq_group")),
+        "corr": cov / math.sqrt(va * vt) if va > 0 and vt > 0 else math.nan,
+        "degenerate_frac": float(m.mean("degenerate")),
+        "theory_variance": theory.variance(law, K, M, cfg.variant, cfg.ddof, cfg.eps),
+        "theory_corr": adv["corr"],
+        "variance_se": m.se("cond_var"),
+        "mse_se": m.se("sq"),
+        "theory_mse": adv["mse"],
+        "theory_exact": adv["exact"],
+        "theory_floor": theory.floor(law, M, cfg.variant, cfg.eps),
+        "theory_degenerate_frac": theory.degenerate_prob(params, K, M),
+        "leaves": K * M,
+        "cost": cost(K, M, cfg.think_len, cfg.answer_len),
+        "variant": cfg.variant,
+        "ddof": cfg.ddof,
+        "model": cfg.model,
+        "n_seeds": cfg.seeds,
+    }
+    if cell.grad:
+        stats = engine.error_stats(m, err="grad_err", sq="grad_sq")
+        row.update(grad_mse=stats.mse, grad_mse_se=stats.mse_se, grad_variance=stats.variance)
+    row["mse_x_cost"] = row.get("grad_mse", row["mse"]) * row["cost"]
+    row["seconds"] = time.perf_counter() - start
+    return row
+
+
+def run_lab(cfg: TreeLabConfig, on_row: Callable[[dict], None] | None = None):
+    """Validate ``cfg``, measure every (K, M) cell, return a DataFrame (one row per cell)."""
+    import pandas as pd
+
+    cfg.validate()
+    ctx = setup(cfg)
+    rows = []
+    for K, M in cfg.cells():
+        rows.append(measure(cfg, K, M, ctx))
+        if on_row is not None:
+            on_row(rows[-1])
+    return pd.DataFrame(rows)
+
+
+def json_keys(cfg: TreeLabConfig) -> tuple[str, ...]:
+    """Keys of the ``--json`` records: :data:`JSON_KEYS`, + ``grad_mse`` for the finite model,
+    + :data:`COST_KEYS` in budget mode."""
+    keys = JSON_KEYS + (("grad_mse",) if cfg.model == "finite" else ())
+    return keys + (COST_KEYS if cfg.budget else ())
+
+
+def recommend(df, metric: str | None = None) -> dict:
+    """The split with the lowest ``metric`` × cost (default: grad_mse if present, else mse):
+    the MSE one gets per unit of token budget when independent trees of that shape are averaged
+    (MSE ∝ 1/n for n trees, cost ∝ n)."""
+    metric = metric or ("grad_mse" if "grad_mse" in df else "mse")
+    score = df[metric] * df["cost"]
+    best = df.loc[score.idxmin()]
+    lowest = df.loc[df[metric].idxmin()]
+    return dict(
+        K=int(best["K"]),
+        M=int(best["M"]),
+        metric=metric,
+        value=float(best[metric]),
+        cost=float(best["cost"]),
+        score=float(score.min()),
+        lowest_K=int(lowest["K"]),
+        lowest_M=int(lowest["M"]),
+        lowest_value=float(lowest[metric]),
+    )
+
+
+# ----------------------------------------------------------------------------- figures
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, plt, path):
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def plot_floor(df, path, title: str = ""):
+    """Conditional variance vs K (log x) for each M: Monte Carlo ± 2 SE, the O(1/K) theory
+    dashed, and the exact K → ∞ floor as a dashed horizontal line."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), constrained_layout=True)
+    for i, (M, sub) in enumerate(df.sort_values("K").groupby("M")):
+        c = f"C{i}"
+        K = sub["K"].to_numpy(float)
+        ax.errorbar(
+            K, sub["variance"], 2 * sub["variance_se"], fmt="o-", color=c, ms=4, label=f"M = {M}"
+        )
+        ax.plot(K, sub["theory_variance"], "x", color=c, ms=6)
+        ax.axhline(sub["theory_floor"].iloc[0], color=c, ls="--", lw=1)
+    ax.plot([], [], "k--", lw=1, label="exact K→∞ floor")
+    ax.plot([], [], "kx", label="O(1/K) theory")
+    Ks = sorted(df["K"].unique())
+    ax.set(xscale="log", xlabel="K (thoughts per prompt)", ylabel="E Var(Â_k | thought values)")
+    ax.set_xticks(Ks, labels=map(str, Ks))
+    ax.minorticks_off()
+    ax.set_title(title or "More thoughts only reach a floor")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    return _save(fig, plt, path)
+
+
+def plot_variance_vs_M(df, path, title: str = "", floor_fn: Callable | None = None):
+    """Conditional variance vs M, log-log, at the largest K: Monte Carlo, the exact floor
+    dashed (``floor_fn(M)`` on a fine grid, else interpolated between the rows), and a slope −1
+    reference; the fitted slope over M ≥ 16 in the legend."""
+    plt = _pyplot()
+    K = int(df["K"].max())
+    sub = df[df["K"] == K].sort_values("M")
+    M = sub["M"].to_numpy(float)
+    fig, ax = plt.subplots(figsize=(6.0, 4.4), constrained_layout=True)
+    ax.errorbar(
+        M,
+        sub["variance"],
+        2 * sub["variance_se"],
+        fmt="o",
+        color="C0",
+        label=f"Monte Carlo, K = {K}",
+    )
+    grid = np.geomspace(M.min(), M.max(), 100)
+    if floor_fn is not None:
+        curve = np.array([floor_fn(float(x)) for x in grid])
+    else:
+        log_floor = np.log(sub["theory_floor"].to_numpy())
+        curve = np.exp(np.interp(np.log(grid), np.log(M), log_floor))
+    ax.plot(grid, curve, "k--", lw=1.2, label="exact K→∞ floor")
+    big = sub[sub["M"] >= 16]
+    if len(big) >= 2:
+        slope = np.polyfit(np.log(big["M"]), np.log(big["variance"]), 1)[0]
+        ref = big["variance"].iloc[-1] * big["M"].iloc[-1] / grid
+        ax.plot(grid, ref, ":", color="C3", label=f"slope −1 (fit over M ≥ 16: {slope:.3f})")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="M (continuations per thought)",
+        ylabel="E Var(Â_k | thought values)",
+    )
+    ax.set_title(title or "Continuations drive the variance to zero at rate 1/M")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    return _save(fig, plt, path)
+
+
+def plot_heatmap(df, path, value: str = "mse", title: str = ""):
+    """``value`` over the (K, M) grid (log colour), with equal-budget K·M diagonals."""
+    plt = _pyplot()
+    from matplotlib.colors import LogNorm
+
+    grid = df.pivot_table(index="K", columns="M", values=value).sort_index()
+    grid = grid.reindex(sorted(grid.columns), axis=1)
+    Ks, Ms = grid.index.to_numpy(), grid.columns.to_numpy()
+    data = grid.to_numpy(float)
+    fig, ax = plt.subplots(figsize=(6.2, 4.6), constrained_layout=True)
+    pos = data[np.isfinite(data) & (data > 0)]
+    norm = LogNorm(pos.min(), pos.max()) if pos.size else None
+    im = ax.imshow(data, origin="lower", cmap="viridis", norm=norm, aspect="auto")
+    for i in range(len(Ks)):
+        for j in range(len(Ms)):
+            bright = norm is not None and np.isfinite(data[i, j]) and norm(data[i, j]) > 0.6
+            ax.text(
+                j,
+                i,
+                f"{data[i, j]:.3g}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="k" if bright else "w",
+            )
+    budget = np.log2(np.outer(Ks, Ms).astype(float))
+    levels = np.arange(np.ceil(budget.min()), np.floor(budget.max()) + 1, 2)
+    cs = ax.contour(budget, levels=levels, colors="w", linewidths=0.8, linestyles="--")
+    ax.clabel(cs, fmt=lambda x: f"K·M={2**x:.0f}", fontsize=6)
+    ax.set_xticks(range(len(Ms)), labels=map(str, Ms))
+    ax.set_yticks(range(len(Ks)), labels=map(str, Ks))
+    ax.set(xlabel="M (continuations per thought)", ylabel="K (thoughts)")
+    fig.colorbar(im, ax=ax, label=f"{value} of Â_k vs (p − E p)/sd(p)")
+    ax.set_title(title or "Tree branching: MSE over (K, M), equal budgets dashed")
+    return _save(fig, plt, path)
+
+
+def plot_budget(df, path, best: dict, title: str = ""):
+    """Fixed leaf budget: the MSE of every split (bars, theory ×), and MSE × cost (line)."""
+    plt = _pyplot()
+    metric = best["metric"]
+    df = df.sort_values("K")
+    x = np.arange(len(df))
+    fig, ax = plt.subplots(figsize=(6.6, 4.4), constrained_layout=True)
+    splits = list(zip(df["K"], df["M"], strict=True))
+    colors = ["C3" if (K, M) == (best["K"], best["M"]) else "C0" for K, M in splits]
+    se = df[f"{metric}_se"] if f"{metric}_se" in df else None
+    ax.bar(
+        x,
+        df[metric],
+        yerr=None if se is None else 2 * se,
+        color=colors,
+        alpha=0.8,
+        label=f"{metric} (Monte Carlo, red: recommended)",
+    )
+    if metric == "mse":
+        ax.plot(x, df["theory_mse"], "kx", label="exact theory")
+    ax.set_xticks(x, labels=[f"K={K}\nM={M}" for K, M in splits], fontsize=7)
+    ax.set(ylabel=metric, yscale="log", xlabel="split of the leaf budget K·M")
+    ax2 = ax.twinx()
+    ax2.plot(x, df[metric] * df["cost"], "o--", color="C2", label=f"{metric} × token cost")
+    ax2.set(ylabel=f"{metric} × K(L_think + M L_answer)", yscale="log")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8)
+    ax.set_title(title or f"Fixed budget K·M = {int(df['leaves'].iloc[0])}")
+    return _save(fig, plt, path)

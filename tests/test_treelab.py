@@ -1,0 +1,244 @@
+"""Tree branching lab (issue 6): estimator identities, samplers, closed forms vs Monte Carlo, CLI.
+
+Tolerances come from Monte Carlo standard errors (4 SE) of per-seed scalars; fixed seeds.
+"""
+
+import itertools
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from gpolab import engine, estimators, treelab
+from gpolab.cli import main
+from gpolab.envs import tree
+from gpolab.theory import tree as theory
+
+
+def run_cell(K, M, seeds, *, a=2.0, b=3.0, variant="thought-std", ddof=1, model="beta", key=0):
+    """Raw engine moments of one cell (eps = 0, so the exact formulas apply as written)."""
+    cfg = treelab.TreeLabConfig(a=a, b=b, variant=variant, ddof=ddof, eps=0.0, model=model)
+    params, truth, law, grad_target = treelab.setup(cfg)
+    cell = treelab.LabCell(K, M, variant, ddof, treelab._beta_ints(cfg), model == "finite")
+    args = (params, truth, np.float32(0.0), grad_target)
+    chunk = treelab.chunk_for(cfg, K, M)
+    return engine.run(treelab.lab_seed, cell, args, jax.random.key(key), seeds, chunk), law
+
+
+def close(m, name, exact, n_se=4.0):
+    mean, se = float(m.mean(name)), m.se(name)
+    assert abs(mean - exact) < n_se * se, f"{name}: MC {mean:.5g} ± {se:.2g} vs exact {exact:.5g}"
+
+
+# ----------------------------------------------------------------------------- identities
+
+
+@pytest.mark.parametrize("ddof", [0, 1])
+def test_M1_is_flat_grpo(ddof):
+    z = (jax.random.uniform(jax.random.key(1), (50, 8)) < 0.4).astype(jnp.float32)
+    flat = estimators.grpo_advantages(z, ddof=ddof, eps=1e-4)
+    treeadv = estimators.tree_advantages(z[..., None], variant="thought-std", ddof=ddof, eps=1e-4)
+    np.testing.assert_array_equal(treeadv, flat)
+
+
+@pytest.mark.parametrize("variant", estimators.TREE_VARIANTS)
+def test_advantages_sum_to_zero_and_affine_invariance(variant):
+    z = jax.random.uniform(jax.random.key(2), (40, 6, 5))  # real-valued leaves
+    adv = estimators.tree_advantages(z, variant=variant, eps=0.0)
+    np.testing.assert_allclose(jnp.sum(adv, -1), 0.0, atol=2e-5)
+    moved = estimators.tree_advantages(3.0 * z + 7.0, variant=variant, eps=0.0)
+    scale = 3.0 if variant == "mean-only" else 1.0  # std variants are affine invariant
+    np.testing.assert_allclose(moved, scale * adv, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("variant", estimators.TREE_VARIANTS)
+def test_lab_leaves_give_the_drawn_trees_advantages(variant):
+    """The lab hands Z_kj = 1[j < S_k] (or V̂ alone) to tree_advantages: same Â as the draws."""
+    z = (jax.random.uniform(jax.random.key(3), (30, 5, 7)) < 0.5).astype(jnp.float32)
+    counts = jnp.sum(z, -1)
+    ref = estimators.tree_advantages(z, variant=variant)
+    arranged = jax.vmap(lambda c: treelab.leaves(c, 7))(counts)
+    np.testing.assert_allclose(estimators.tree_advantages(arranged, variant=variant), ref, 1e-6)
+    if variant != "leaf-std":
+        one = estimators.tree_advantages((counts / 7)[..., None], variant=variant)
+        np.testing.assert_allclose(one, ref, rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- samplers
+
+
+def test_integer_beta_sampler():
+    with engine.prng_mode():
+        p = treelab.sample_beta_int(jax.random.key(4), 2, 3, (50_000,))
+    assert stats.kstest(np.asarray(p, np.float64), stats.beta(2, 3).cdf).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("M", [5, 64, 150])  # uniforms, CDF inversion, jax.random.binomial
+def test_count_sampler_is_binomial(M):
+    p = jnp.full((40_000,), 0.3)
+    with engine.prng_mode():
+        s = np.asarray(treelab.sample_counts(jax.random.key(M), p, M), np.int64)
+    pmf = stats.binom.pmf(np.arange(M + 1), M, 0.3)
+    bins = np.flatnonzero(pmf * len(s) > 5)  # pool the far tails into the edge bins
+    edges = np.concatenate([[-0.5], bins[1:] - 0.5, [M + 0.5]])
+    observed = np.histogram(s, edges)[0]
+    expected = np.add.reduceat(pmf, np.concatenate([[0], bins[1:]])) * len(s)
+    assert stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-3
+
+
+# ----------------------------------------------------------------------------- closed forms
+
+
+@pytest.mark.parametrize("a,b,M", [(2.0, 3.0, 1), (0.5, 1.5, 4), (1.0, 1.0, 16)])
+def test_beta_limits_in_closed_form(a, b, M):
+    law = theory.thought_law((a, b))
+    mu, var, tau = theory.beta_moments(a, b)
+    assert math.isclose(law.mean, mu) and math.isclose(law.var, var) and math.isclose(law.tau, tau)
+    assert math.isclose(theory.floor(law, M), (a + b) / (a + b + M), rel_tol=1e-9)
+    assert math.isclose(theory.floor(law, M, "leaf-std"), (a + b) / ((a + b + 1) * M), rel_tol=1e-9)
+    rho = math.sqrt(M / (M + a + b))
+    assert math.isclose(theory.limit_corr(law, M), rho, rel_tol=1e-9)
+    assert math.isclose(theory.limit_mse(law, M), 2 * (1 - rho), rel_tol=1e-9)
+    pmf = stats.betabinom.pmf(np.arange(M + 1), M, a, b)  # Var V̂ from the beta-binomial pmf
+    j = np.arange(M + 1) / M
+    assert math.isclose(theory.value_variance(law, M), pmf @ j**2 - (pmf @ j) ** 2, rel_tol=1e-9)
+
+
+def test_sum_stats_pmf_matches_enumeration():
+    pmf1 = stats.betabinom.pmf(np.arange(4), 3, 2.0, 3.0)
+    t1, t2, prob = theory.sum_stats_pmf(pmf1, 3)
+    ref = {}
+    for s in itertools.product(range(4), repeat=3):
+        key = (sum(s), sum(x * x for x in s))
+        ref[key] = ref.get(key, 0.0) + np.prod(pmf1[list(s)])
+    got = {(int(x), int(y)): p for x, y, p in zip(t1, t2, prob, strict=True)}
+    assert got.keys() == ref.keys()
+    for k, v in ref.items():
+        assert math.isclose(got[k], v, rel_tol=1e-9, abs_tol=1e-14)
+
+
+def test_thought_std_second_moment_identity():
+    """Σ_k Â_k² = K − ddof on non-degenerate groups ⇒ E Â² = (K−ddof)/K · (1 − P_deg)."""
+    law = theory.thought_law((2.0, 3.0))
+    for K, M, ddof in [(4, 2, 1), (6, 3, 0)]:
+        exact = theory.advantage_moments(law, K, M, "thought-std", ddof)["second"]
+        p_deg = theory.degenerate_prob(tree.make_beta(2.0, 3.0), K, M)
+        assert math.isclose(exact, (K - ddof) / K * (1 - p_deg), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "a,b,M,variant",
+    [(2.0, 3.0, 4, "thought-std"), (0.5, 1.5, 2, "thought-std"), (1.0, 4.0, 16, "leaf-std")],
+)
+def test_finite_K_correlation_and_mse_match_exact(a, b, M, variant):
+    """E[Â_k A_k], E[Â_k²] and the MSE at K = 8 against the exact beta-binomial formulas."""
+    m, law = run_cell(8, M, 20_000, a=a, b=b, variant=variant, key=11)
+    exact = theory.advantage_moments(law, 8, M, variant, 1)
+    assert exact["exact"]
+    close(m, "at", exact["cross"])
+    close(m, "aa", exact["second"])
+    close(m, "sq", exact["mse"])
+    corr_mc = float(m.mean("at")) / math.sqrt(float(m.mean("aa")) * float(m.mean("tt")))
+    assert abs(corr_mc - exact["corr"]) < 0.02
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "a,b,M,variant",
+    [(2.0, 3.0, 1, "thought-std"), (2.0, 3.0, 16, "thought-std"), (0.5, 0.5, 4, "thought-std"),
+     (1.0, 2.0, 8, "leaf-std"), (2.0, 3.0, 4, "mean-only")],
+)  # fmt: skip
+def test_variance_floor_matches_closed_form(a, b, M, variant):
+    """At K = 256 the conditional variance matches the O(1/K) theory within 4 SE, and that theory
+    sits within 1% of the exact K → ∞ floor."""
+    m, law = run_cell(256, M, 3000, a=a, b=b, variant=variant, key=12)
+    expected = theory.variance(law, 256, M, variant, 1)
+    close(m, "cond_var", expected)
+    assert abs(expected / theory.floor(law, M, variant) - 1) < 0.01
+
+
+@pytest.mark.slow
+def test_variance_decays_like_one_over_M():
+    """Log-log slope of the conditional variance in M over M = 32, 64, 96 ≫ a + b = 2."""
+    Ms = [32, 64, 96]
+    var = [float(run_cell(256, M, 1500, a=1.0, b=1.0, key=13)[0].mean("cond_var")) for M in Ms]
+    slope = np.polyfit(np.log(Ms), np.log(var), 1)[0]
+    assert abs(slope + 1) < 0.05, slope
+
+
+@pytest.mark.parametrize("K,M", [(3, 1), (4, 4), (2, 16)])
+def test_degenerate_fraction_matches_exact(K, M):
+    m, _ = run_cell(K, M, 20_000, key=14)
+    exact = theory.degenerate_prob(tree.make_beta(2.0, 3.0), K, M)
+    se = math.sqrt(exact * (1 - exact) / 20_000)
+    assert abs(float(m.mean("degenerate")) - exact) < 4 * se + 1e-12
+
+
+def test_thought_gradient_exact_and_mean_only_bias():
+    """∇J = π ⊙ (values − J) equals jax.grad, and mean-only ĝ has mean (1 − 1/K) ∇J exactly."""
+    params = tree.make_finite(0, 32)
+    auto = jax.grad(lambda l: tree.thought_return(params.replace(logits=l)))(params.logits)
+    np.testing.assert_allclose(tree.exact(params).grad, auto, rtol=1e-5, atol=1e-7)
+    K, n = 4, 20_000
+    m, _ = run_cell(K, 2, n, variant="mean-only", model="finite", key=15)
+    g = np.asarray(tree.exact(params).grad, np.float64)
+    stats_ = engine.error_stats(m, err="grad_err", sq="grad_sq")
+    mean_err = m.mean("grad_err")
+    # ‖ē − b‖² ≈ tr Cov/n · χ²_T/T; 3× its mean is far in the tail for T = 32
+    assert np.sum((mean_err + g / K) ** 2) < 3 * stats_.variance / n
+
+
+def test_one_compilation_per_shape():
+    cfg = treelab.TreeLabConfig(K=(3,), M=(2,), seeds=10)
+    params, truth, _, gt = treelab.setup(cfg)
+    cell = treelab.LabCell(3, 2, beta_ints=(2, 3))
+    args = (params, truth, np.float32(1e-4), gt)
+    before = engine.TRACES[("lab_seed", cell)]
+    for n in (5, 50, 77):
+        engine.run(treelab.lab_seed, cell, args, jax.random.key(0), n, chunk=32)
+    assert engine.TRACES[("lab_seed", cell)] - before <= 1
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+@pytest.mark.slow
+def test_cli_grid_and_budget_json(tmp_path, capsys):
+    out = str(tmp_path / "grid")
+    assert main(["tree", "--K", "2,4", "--M", "1,3", "--seeds", "64", "--out", out, "--json"]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 4 and all(list(r) == list(treelab.JSON_KEYS) for r in rows)
+    assert {(r["K"], r["M"]) for r in rows} == {(2, 1), (2, 3), (4, 1), (4, 3)}
+    for name in ("results.parquet", "results.csv", "tree_floor.png", "tree_lab_heatmap.png"):
+        assert (tmp_path / "grid" / name).exists()
+    out = str(tmp_path / "budget")
+    args = ["tree", "--budget", "6", "--seeds", "64", "--model", "finite", "--out", out, "--json"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    rows = [json.loads(x) for x in captured.out.splitlines()]
+    keys = [*treelab.JSON_KEYS, "grad_mse", *treelab.COST_KEYS]
+    assert [(r["K"], r["M"]) for r in rows] == [(2, 3), (3, 2), (6, 1)]
+    assert all(list(r) == keys for r in rows)
+    assert "recommended split: K=" in captured.err
+    assert (tmp_path / "budget" / "tree_budget.png").exists()
+
+
+@pytest.mark.parametrize(
+    "flags,field",
+    [
+        (["--K", "1,4"], "K"),
+        (["--M", "0"], "M"),
+        (["--variant", "leaf"], "variant"),
+        (["--budget", "1"], "budget"),
+        (["--budget", "16", "--K", "3,5"], "budget"),
+        (["--ddof", "2"], "ddof"),
+    ],
+)
+def test_cli_bad_config(tmp_path, capsys, flags, field):
+    assert main(["tree", *flags, "--seeds", "8", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gpolab tree: error: {field}: "), err
