@@ -51,7 +51,13 @@ class Experiment:
         return self.sweep.replace(**self.quick) if quick else self.sweep
 
     def argv(self, quick: bool) -> list[str]:
-        extra = [a for k, v in self.quick.items() for a in (f"--{k}", str(v))] if quick else []
+        """The command's argv; ``[quick]`` entries become flags (``true`` → a bare flag)."""
+        extra = []
+        for k, v in (self.quick.items() if quick else ()):
+            if v is True:
+                extra.append(f"--{k}")
+            elif v is not False:
+                extra += [f"--{k}", str(v)]
         return [*self.command, *extra]
 
 
