@@ -66,14 +66,15 @@ def mse_vs_G(df, path: str | Path, title: str | None = None) -> Path:
 
 
 def tree_heatmap(df, path: str | Path, value: str = "mse", title: str | None = None) -> Path:
-    """K × M heatmap of ``value`` (log colour scale) with equal-budget (K·M) diagonals labelled."""
+    """K × M heatmap of ``value`` (log colour scale), each cell labelled with its value, and the
+    equal-budget diagonals K·M = 2^j dashed (for power-of-two grids)."""
     plt = _pyplot()
     from matplotlib.colors import LogNorm
 
     grid = df.pivot_table(index="K", columns="M", values=value, aggfunc="mean").sort_index()
     grid = grid.reindex(sorted(grid.columns), axis=1)
     Ks, Ms = grid.index.to_numpy(), grid.columns.to_numpy()
-    fig, ax = plt.subplots(figsize=(6.0, 4.6), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(6.2, 4.6), constrained_layout=True)
     data = grid.to_numpy(dtype=float)
     positive = data[np.isfinite(data) & (data > 0)]
     norm = LogNorm(positive.min(), positive.max()) if positive.size else None
@@ -90,11 +91,15 @@ def tree_heatmap(df, path: str | Path, value: str = "mse", title: str | None = N
                 fontsize=7,
                 color="k" if bright else "w",
             )
+    budget = np.log2(np.outer(Ks, Ms).astype(float))
+    if len(Ks) > 1 and len(Ms) > 1:
+        levels = np.arange(np.ceil(budget.min()), np.floor(budget.max()) + 1, 2)
+        ax.contour(budget, levels=levels, colors="w", linewidths=0.8, linestyles="--", alpha=0.6)
     ax.set_xticks(range(len(Ms)), labels=map(str, Ms))
     ax.set_yticks(range(len(Ks)), labels=map(str, Ks))
     ax.set(xlabel="M (continuations per thought)", ylabel="K (thoughts)")
     fig.colorbar(im, ax=ax, label=f"{value}: thought advantage vs (p − E p)/sd(p)")
-    ax.set_title(title or "Tree branching: MSE over (K, M)")
+    ax.set_title(title or "Tree branching: MSE over (K, M), equal budgets dashed")
     return _save(fig, plt, path)
 
 

@@ -430,40 +430,10 @@ def plot_variance_vs_M(df, path, title: str = "", floor_fn: Callable | None = No
 
 
 def plot_heatmap(df, path, value: str = "mse", title: str = ""):
-    """``value`` over the (K, M) grid (log colour), with equal-budget K·M diagonals."""
-    plt = _pyplot()
-    from matplotlib.colors import LogNorm
+    """``value`` over the (K, M) grid with equal-budget diagonals (:func:`plots.tree_heatmap`)."""
+    from gpolab import plots
 
-    grid = df.pivot_table(index="K", columns="M", values=value).sort_index()
-    grid = grid.reindex(sorted(grid.columns), axis=1)
-    Ks, Ms = grid.index.to_numpy(), grid.columns.to_numpy()
-    data = grid.to_numpy(float)
-    fig, ax = plt.subplots(figsize=(6.2, 4.6), constrained_layout=True)
-    pos = data[np.isfinite(data) & (data > 0)]
-    norm = LogNorm(pos.min(), pos.max()) if pos.size else None
-    im = ax.imshow(data, origin="lower", cmap="viridis", norm=norm, aspect="auto")
-    for i in range(len(Ks)):
-        for j in range(len(Ms)):
-            bright = norm is not None and np.isfinite(data[i, j]) and norm(data[i, j]) > 0.6
-            ax.text(
-                j,
-                i,
-                f"{data[i, j]:.3g}",
-                ha="center",
-                va="center",
-                fontsize=7,
-                color="k" if bright else "w",
-            )
-    budget = np.log2(np.outer(Ks, Ms).astype(float))
-    levels = np.arange(np.ceil(budget.min()), np.floor(budget.max()) + 1, 2)
-    cs = ax.contour(budget, levels=levels, colors="w", linewidths=0.8, linestyles="--")
-    ax.clabel(cs, fmt=lambda x: f"K·M={2**x:.0f}", fontsize=6)
-    ax.set_xticks(range(len(Ms)), labels=map(str, Ms))
-    ax.set_yticks(range(len(Ks)), labels=map(str, Ks))
-    ax.set(xlabel="M (continuations per thought)", ylabel="K (thoughts)")
-    fig.colorbar(im, ax=ax, label=f"{value} of Â_k vs (p − E p)/sd(p)")
-    ax.set_title(title or "Tree branching: MSE over (K, M), equal budgets dashed")
-    return _save(fig, plt, path)
+    return plots.tree_heatmap(df, path, value=value, title=title or None)
 
 
 def plot_budget(df, path, best: dict, title: str = ""):
