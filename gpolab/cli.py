@@ -22,13 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"gpolab.commands.{name}")
-        except ModuleNotFoundError as err:  # TODO(integration): drop once chi2 lands
-            if err.name != f"gpolab.commands.{name}":
-                raise
-            continue
-        module.register(sub)
+        importlib.import_module(f"gpolab.commands.{name}").register(sub)
     return parser
 
 
