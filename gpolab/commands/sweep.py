@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 
+from gpolab.commands import add_config_flags, given
 from gpolab.sweep import SweepConfig
 
 DEFAULTS = SweepConfig()
@@ -85,25 +84,7 @@ def register(sub) -> None:
     dist.add_argument("--coordinator", help="host:port of process 0, e.g. 127.0.0.1:12345")
     dist.add_argument("--num-processes", type=int, default=1, help="processes in the run")
     dist.add_argument("--process-id", type=int, default=0, help="this process's index")
-    for f in dataclasses.fields(SweepConfig):
-        default = getattr(DEFAULTS, f.name)
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(default, bool):
-            p.add_argument(
-                flag,
-                dest=f.name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=HELP[f.name],
-            )
-            continue
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        kind = int if isinstance(default, int) else float if isinstance(default, float) else str
-        if isinstance(default, tuple):
-            kind = str
-        p.add_argument(
-            flag, dest=f.name, type=kind, default=None, help=f"{HELP[f.name]} (default: {shown})"
-        )
+    add_config_flags(p, SweepConfig, HELP)
     p.set_defaults(func=run)
 
 
@@ -114,12 +95,7 @@ def run(args) -> int:
     from gpolab.sweep import load_config, num_cells, run_sweep, write_results
 
     cfg = load_config(args.config) if args.config else SweepConfig()
-    overrides = {
-        f.name: getattr(args, f.name)
-        for f in dataclasses.fields(SweepConfig)
-        if getattr(args, f.name) is not None
-    }
-    cfg = cfg.replace(**overrides)
+    cfg = cfg.replace(**given(args, SweepConfig))
     cfg.validate()
     if args.coordinator:
         from gpolab.engine import init_distributed

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from gpolab.commands import add_config_flags, given
 from gpolab.treelab import TreeLabConfig
 
 DEFAULTS = TreeLabConfig()
@@ -49,14 +50,7 @@ def register(sub) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the rows as JSON lines on stdout")
     p.add_argument("--figures-dir", default=None, help="also copy the figures here (e.g. figures)")
-    for f in dataclasses.fields(TreeLabConfig):
-        default = getattr(DEFAULTS, f.name)
-        flag = "--" + f.name.replace("_", "-")
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        kind = str if isinstance(default, (tuple, str)) else type(default)
-        p.add_argument(
-            flag, dest=f.name, type=kind, default=None, help=f"{HELP[f.name]} (default: {shown})"
-        )
+    add_config_flags(p, TreeLabConfig, HELP)
     p.set_defaults(func=run)
 
 
@@ -73,11 +67,10 @@ def _ints(field: str, text: str) -> tuple[int, ...]:
 
 def config(args: argparse.Namespace) -> TreeLabConfig:
     """The validated config: defaults overridden by the flags that were given."""
-    changes = {}
-    for f in dataclasses.fields(TreeLabConfig):
-        value = getattr(args, f.name)
-        if value is not None:
-            changes[f.name] = _ints(f.name, value) if f.name in ("K", "M") else value
+    changes = given(args, TreeLabConfig)
+    for name in ("K", "M"):
+        if name in changes:
+            changes[name] = _ints(name, changes[name])
     cfg = dataclasses.replace(DEFAULTS, **changes)
     cfg.validate()
     from gpolab.sweep import check_writable
