@@ -7,7 +7,6 @@ import json
 from gpolab.commands import add_config_flags, given
 from gpolab.sweep import SweepConfig
 
-DEFAULTS = SweepConfig()
 TABLE_COLUMNS = {
     "bandit": [
         "estimator",
