@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from gpolab import estimators
-from gpolab.envs import bandit, tree
+from gpolab.envs import arithmetic, bandit, tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +66,50 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
     sq = jnp.sum(err**2, axis=-1)
     for i, name in enumerate(cell.estimators):
         out[name] = {"err": err[i], "sq": sq[i]} if cell.mean_error else {"sq": sq[i]}
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ArithmeticCell:
+    """``Q`` questions drawn uniformly per seed, one group of G answers each; every estimator on
+    the same draws.  The per-seed mean of ‖ĝ_x − g_x‖² over the Q questions is unbiased for the
+    average per-question MSE Σ_x f(x) MSE(x)."""
+
+    estimators: tuple[str, ...]
+    G: int
+    Q: int = 8
+    scale: str = "group"
+    ddof: int = 1
+
+
+def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
+    """``args = (params, truth, questions, eps)``: one forward pass per group and one backward
+    pass per estimator (a vjp with E cotangents)."""
+    params, truth, questions, eps = args
+    k_q, k_g = jax.random.split(key)
+    idx = jax.random.randint(k_q, (cell.Q,), 0, questions.features.shape[0])
+
+    def one(key, i):
+        feat, answer = questions.features[i], questions.answers[i]
+        tokens = arithmetic.sample(key, params, feat, cell.G)
+        rewards = arithmetic.rewards(tokens, answer)
+        weights = jnp.stack(
+            [
+                estimators.gradient_weights(
+                    name, rewards, baseline=truth.V[i], scale=cell.scale, ddof=cell.ddof, eps=eps
+                )
+                for name in cell.estimators
+            ]
+        )  # (E, G)
+        ghat = arithmetic.gradient_estimates(params, feat, tokens, weights)  # (E, D)
+        sq = jnp.sum((ghat - truth.g_local[i][None]) ** 2, axis=-1)
+        return sq, estimators.degenerate(rewards).astype(sq.dtype)
+
+    sq, degenerate = jax.lax.map(lambda a: one(*a), (jax.random.split(k_g, cell.Q), idx))
+    sq = jnp.mean(sq, axis=0)
+    out = {"degenerate": jnp.mean(degenerate)}
+    for i, name in enumerate(cell.estimators):
+        out[name] = {"sq": sq[i]}
     return out
 
 

@@ -26,9 +26,35 @@ def _pyplot():
 
 
 def mse_vs_G(df, path: str | Path, title: str | None = None) -> Path:
-    """Log-log MSE against G per estimator, 95% CI bands, exact theory dashed."""
+    """Log-log MSE against G per estimator, 95% CI bands, exact theory dashed (with the band its
+    own Monte Carlo inputs carry, if any) and the first-order law trΣ_or/G dotted.  One panel per
+    ``policy`` when the table has several (the arithmetic surrogate)."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), constrained_layout=True)
+    policies = [p for p in df.get("policy", []) if isinstance(p, str)]
+    policies = list(dict.fromkeys(policies)) or [None]
+    fig, axes = plt.subplots(
+        1,
+        len(policies),
+        figsize=(6.4 if len(policies) == 1 else 4.6 * len(policies), 4.4),
+        constrained_layout=True,
+        sharey=True,
+        squeeze=False,
+    )
+    for ax, policy in zip(axes[0], policies, strict=True):
+        sub = df if policy is None else df[df["policy"] == policy]
+        _mse_panel(ax, sub)
+        if policy is not None:
+            v = sub["mean_V"].iloc[0] if "mean_V" in sub else np.nan
+            ax.set_title(f"{policy} (mean V = {v:.2f})" if np.isfinite(v) else policy)
+    axes[0][0].legend(fontsize=7 if len(policies) > 1 else 8)
+    if policies == [None]:
+        axes[0][0].set_title(title or "Gradient MSE vs group size")
+    else:
+        fig.suptitle(title or "Gradient MSE vs group size")
+    return _save(fig, plt, path)
+
+
+def _mse_panel(ax, df) -> None:
     for i, (name, sub) in enumerate(df.groupby("estimator", sort=False)):
         sub = sub.sort_values("G")
         G = sub["G"].to_numpy(dtype=float)
@@ -47,6 +73,13 @@ def mse_vs_G(df, path: str | Path, title: str | None = None) -> Path:
         ax.fill_between(G, sub["mse_ci_low"], sub["mse_ci_high"], color=color, alpha=0.2, lw=0)
         if has_theory:
             ax.plot(G, theory, "--", color=color, lw=1.2)
+            se = sub.get("theory_mse_se")
+            if se is not None and np.nanmax(se.to_numpy(dtype=float), initial=0) > 0:
+                band = 1.96 * se.to_numpy(dtype=float)
+                ax.fill_between(G, theory - band, theory + band, color=color, alpha=0.15, lw=0)
+    first = df.drop_duplicates("G").sort_values("G") if "theory_first_order" in df else None
+    if first is not None and np.isfinite(first["theory_first_order"].to_numpy(float)).any():
+        ax.plot(first["G"], first["theory_first_order"], "k:", lw=1.2, label="trΣ_or / G")
     ax.plot([], [], "ko", mfc="none", label="Monte Carlo (95% CI band)")
     ax.plot([], [], "k--", lw=1.2, label="exact finite-G theory")
     ax.set(
@@ -55,14 +88,10 @@ def mse_vs_G(df, path: str | Path, title: str | None = None) -> Path:
         xlabel="group size G (responses per prompt)",
         ylabel="gradient MSE  E‖ĝ − g‖²  (log scale)",
     )
-    ax.set_xticks(
-        sorted(df["G"].dropna().unique()), labels=map(str, sorted(df["G"].dropna().unique()))
-    )
+    Gs = sorted(df["G"].dropna().unique())
+    ax.set_xticks(Gs, labels=map(str, Gs))
     ax.minorticks_off()
-    ax.set_title(title or "Gradient MSE vs group size")
-    ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    return _save(fig, plt, path)
 
 
 def tree_heatmap(df, path: str | Path, value: str = "mse", title: str | None = None) -> Path:

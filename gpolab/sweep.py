@@ -20,7 +20,9 @@ import numpy as np
 
 from gpolab import estimators, validate
 
-ENVS = ("bandit", "tree")
+ENVS = ("bandit", "tree", "arithmetic")
+POLICIES = ("base", "instruct", "icl")
+ARITHMETIC_CHUNK = 16  # seeds per chunk cap: each seed holds Q·E gradient vectors of ~11k
 BANDIT_ESTIMATORS = estimators.ESTIMATORS
 
 
@@ -55,6 +57,13 @@ class SweepConfig:
     a: float = 2.0
     b: float = 3.0
     thoughts: int = 32
+    # arithmetic LLM surrogate
+    policy: tuple[str, ...] = POLICIES
+    questions: int = 500
+    per_seed: int = 8  # questions per seed, one group each
+    filler: int = 64  # chain-of-thought filler tokens per answer
+    hidden: int = 32
+    truth_samples: int = 256  # sequences per question for the Monte Carlo part of S2
     x64: bool = False
     shard: bool = False  # shard the seed axis over every device (of every process)
     out: str = "results/sweep"
@@ -73,12 +82,28 @@ class SweepConfig:
         validate.integer("seed", self.seed, 0)
         validate.choice("ddof", self.ddof, (0, 1))
         validate.real("eps", self.eps, low=0.0)
-        if self.env == "bandit":
+        if self.env in ("bandit", "arithmetic"):
             if not self.estimators:
                 raise validate.ConfigError(
                     f"estimators: empty; allowed: {', '.join(BANDIT_ESTIMATORS)}"
                 )
             validate.integers("G", self.G, 1)
+            for name in self.estimators:
+                for G in self.G:
+                    estimators.check_estimator(
+                        name, G, scale=self.scale, ddof=self.ddof, eps=self.eps
+                    )
+        if self.env == "arithmetic":
+            if not self.policy:
+                raise validate.ConfigError(f"policy: empty; allowed: {', '.join(POLICIES)}")
+            for name in self.policy:
+                validate.choice("policy", name, POLICIES)
+            validate.integer("questions", self.questions, 1)
+            validate.integer("per_seed", self.per_seed, 1)
+            validate.integer("filler", self.filler, 0)
+            validate.integer("hidden", self.hidden, 1)
+            validate.integer("truth_samples", self.truth_samples, 2)
+        elif self.env == "bandit":
             validate.integer("B", self.B, 0)
             validate.choice("kind", self.kind, ("tabular", "loglinear"))
             validate.integer("prompts", self.prompts, 1)
@@ -87,11 +112,6 @@ class SweepConfig:
             validate.real("logit_scale", self.logit_scale, low=0.0)
             validate.real("success_a", self.success_a, low=0.0, open_low=True)
             validate.real("success_b", self.success_b, low=0.0, open_low=True)
-            for name in self.estimators:
-                for G in self.G:
-                    estimators.check_estimator(
-                        name, G, scale=self.scale, ddof=self.ddof, eps=self.eps
-                    )
         else:
             validate.integers("K", self.K, 2)
             validate.integers("M", self.M, 1)
@@ -105,7 +125,7 @@ class SweepConfig:
             check_writable(self.out)
 
 
-_LISTS = {"estimators": str, "G": int, "K": int, "M": int, "variants": str}
+_LISTS = {"estimators": str, "G": int, "K": int, "M": int, "variants": str, "policy": str}
 
 
 def _coerce(cfg: SweepConfig, name: str, value):
@@ -153,13 +173,34 @@ def num_cells(cfg: SweepConfig) -> int:
     return len(_row_ids(cfg))
 
 
-def _setup(cfg: SweepConfig):
+def make_setup(cfg: SweepConfig) -> Callable:
+    """``context → (cell args without eps, truth)``, each built once and only when a pending
+    unit needs it (the context is the arithmetic policy; None for the other envs)."""
+    import functools
+
     import jax
 
     if cfg.x64:
         jax.config.update("jax_enable_x64", True)
-    from gpolab.envs import bandit, tree
+    from gpolab.envs import arithmetic, bandit, tree
 
+    if cfg.env == "arithmetic":
+        questions = arithmetic.make_questions(cfg.instance_seed, cfg.questions)
+        policies = functools.cache(
+            lambda: arithmetic.pretrain(
+                questions, seed=cfg.instance_seed, hidden=cfg.hidden, filler=cfg.filler
+            )
+        )
+        exact = jax.jit(arithmetic.exact, static_argnames="samples")
+        truth_key = jax.random.fold_in(jax.random.key(cfg.instance_seed), 1)
+
+        @functools.cache
+        def arithmetic_setup(policy):
+            params = policies()[policy]
+            truth = exact(truth_key, params, questions, samples=cfg.truth_samples)
+            return (params, truth, questions), truth
+
+        return arithmetic_setup
     if cfg.env == "bandit":
         params = bandit.make(
             cfg.instance_seed,
@@ -171,13 +212,15 @@ def _setup(cfg: SweepConfig):
             success_a=cfg.success_a,
             success_b=cfg.success_b,
         )
-        return params, bandit.exact(params)
-    params = (
-        tree.make_beta(cfg.a, cfg.b)
-        if cfg.model == "beta"
-        else tree.make_finite(cfg.instance_seed, cfg.thoughts, a=cfg.a, b=cfg.b)
-    )
-    return params, tree.exact(params)
+        truth = bandit.exact(params)
+    else:
+        params = (
+            tree.make_beta(cfg.a, cfg.b)
+            if cfg.model == "beta"
+            else tree.make_finite(cfg.instance_seed, cfg.thoughts, a=cfg.a, b=cfg.b)
+        )
+        truth = tree.exact(params)
+    return lambda _: ((params, truth), truth)
 
 
 def _stats_row(stats) -> dict:
@@ -191,28 +234,34 @@ def _stats_row(stats) -> dict:
     }
 
 
-def _bandit_rows(cfg, cell, m, truth) -> list[dict]:
+def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
+    """Rows of the bandit and of the arithmetic surrogate (whose S2 is a Monte Carlo estimate:
+    ``theory_mse_se`` is the standard error it carries into the exact formula)."""
     from gpolab import engine
     from gpolab.theory import mse as theory_mse
 
-    B = cfg.B or None
+    B = cfg.B or None if cfg.env == "bandit" else None
     rows = []
     for name in cell.estimators:
         stats = engine.error_stats(m, err=f"{name}/err", sq=f"{name}/sq")
         rows.append(
             {
-                "env": "bandit",
-                "kind": cfg.kind,
+                "env": cfg.env,
+                "kind": cfg.kind if cfg.env == "bandit" else f"filler{cfg.filler}",
+                **({"policy": policy} if policy is not None else {}),
                 "estimator": name,
                 "variant": cfg.scale,
                 "G": cell.G,
                 "K": None,
                 "M": None,
-                "B": cfg.B,
+                "B": cfg.B if cfg.env == "bandit" else None,
                 "n_seeds": m.n,
                 **_stats_row(stats),
                 "degenerate_frac": float(m.mean("degenerate")),
+                "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
                 "theory_mse": theory_mse.mse(truth, name, cell.G, B),
+                "theory_mse_se": theory_mse.mse_se(truth, name, cell.G, B),
+                "theory_first_order": theory_mse.mse(truth, "oracle", cell.G, B),
                 "theory_bias_sq": theory_mse.bias_sq(truth, name, cell.G, B),
             }
         )
@@ -252,7 +301,7 @@ def _tree_rows(cfg, cell, m, params) -> list[dict]:
     ]
 
 
-_NOT_IN_KEY = ("estimators", "G", "K", "M", "variants", "out", "chunk", "shard")
+_NOT_IN_KEY = ("estimators", "G", "K", "M", "variants", "policy", "out", "chunk", "shard")
 
 
 def config_hash(cfg: SweepConfig) -> str:
@@ -265,6 +314,13 @@ def _row_ids(cfg: SweepConfig) -> list[dict]:
     """One id per table row, in table order: (estimator, G) for the bandit, (variant, K, M)."""
     if cfg.env == "bandit":
         return [{"estimator": e, "G": G} for e in cfg.estimators for G in cfg.G]
+    if cfg.env == "arithmetic":
+        return [
+            {"policy": p, "estimator": e, "G": G}
+            for p in cfg.policy
+            for e in cfg.estimators
+            for G in cfg.G
+        ]
     return [{"variant": v, "K": K, "M": M} for v in cfg.variants for K in cfg.K for M in cfg.M]
 
 
@@ -278,20 +334,29 @@ def cell_keys(cfg: SweepConfig) -> list[str]:
 
 
 def _units(cfg: SweepConfig, pending: set[int]):
-    """Compiled units covering the pending rows: per G the missing estimators (drawn on common
-    random numbers, so computing a subset changes nothing), per (variant, K, M) for trees."""
-    from gpolab.cells import BanditCell, TreeCell
+    """(rows, context, cell) units covering the pending rows: per (policy,) G the missing
+    estimators (drawn on common random numbers, so computing a subset changes nothing), per
+    (variant, K, M) for trees.  Arithmetic cells do not depend on the policy (its weights are
+    traced), so each G compiles once for every policy."""
+    from gpolab.cells import ArithmeticCell, BanditCell, TreeCell
 
     ids = _row_ids(cfg)
-    if cfg.env == "bandit":
-        for G in cfg.G:
-            rows = [i for i in sorted(pending) if ids[i]["G"] == G]
-            if rows:
-                names = tuple(ids[i]["estimator"] for i in rows)
-                yield rows, BanditCell(names, G, cfg.B, cfg.scale, cfg.ddof)
-    else:
+    if cfg.env == "tree":
         for i in sorted(pending):
-            yield [i], TreeCell(ids[i]["K"], ids[i]["M"], ids[i]["variant"], cfg.ddof)
+            yield [i], None, TreeCell(ids[i]["K"], ids[i]["M"], ids[i]["variant"], cfg.ddof)
+        return
+    for policy in cfg.policy if cfg.env == "arithmetic" else (None,):
+        for G in cfg.G:
+            rows = [
+                i for i in sorted(pending) if ids[i]["G"] == G and ids[i].get("policy") == policy
+            ]
+            if not rows:
+                continue
+            names = tuple(ids[i]["estimator"] for i in rows)
+            if cfg.env == "bandit":
+                yield rows, None, BanditCell(names, G, cfg.B, cfg.scale, cfg.ddof)
+            else:
+                yield rows, policy, ArithmeticCell(names, G, cfg.per_seed, cfg.scale, cfg.ddof)
 
 
 def run_sweep(
@@ -319,20 +384,23 @@ def run_sweep(
         on_skip(len(keys) - len(pending))
     rows: dict[int, dict] = {}
     if pending:
-        params, truth = _setup(cfg)
+        setup = make_setup(cfg)
         key = jax.random.key(cfg.seed)
         eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
-        fn = cells.bandit_error if cfg.env == "bandit" else cells.tree_error
-        args = (params, truth, eps)
+        fn = {"bandit": cells.bandit_error, "tree": cells.tree_error}.get(
+            cfg.env, cells.arithmetic_error
+        )
+        chunk = min(cfg.chunk, ARITHMETIC_CHUNK) if cfg.env == "arithmetic" else cfg.chunk
         mesh = engine.seed_mesh() if cfg.shard else None
         chash = config_hash(cfg)
-        for idx, cell in _units(cfg, pending):
+        for idx, context, cell in _units(cfg, pending):
             start = time.perf_counter()
-            m = engine.run(fn, cell, args, key, cfg.seeds, cfg.chunk, mesh=mesh)
+            args, truth = setup(context)
+            m = engine.run(fn, cell, (*args, eps), key, cfg.seeds, chunk, mesh=mesh)
             new = (
-                _bandit_rows(cfg, cell, m, truth)
-                if cfg.env == "bandit"
-                else _tree_rows(cfg, cell, m, params)
+                _tree_rows(cfg, cell, m, args[0])
+                if cfg.env == "tree"
+                else _bandit_rows(cfg, cell, m, truth, context)
             )
             wall = time.perf_counter() - start
             for i, row in zip(idx, new, strict=True):

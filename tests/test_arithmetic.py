@@ -125,3 +125,94 @@ def test_pretraining_is_deterministic_and_reaches_targets():
         va, vb = ar.success_prob(a[name], q), ar.success_prob(b[name], q)
         np.testing.assert_array_equal(va, vb)
         assert level <= float(jnp.mean(va)) < level + 0.1
+
+
+@pytest.fixture(scope="module")
+def filler_setup():
+    q = ar.make_questions(0, 40)
+    return q, ar.init(1, hidden=8, filler=6, filler_vocab=5)
+
+
+def test_filler_leaves_V_and_g_unchanged_and_marginalises(filler_setup):
+    """The answer does not depend on the filler: V and g equal those of the same decoder
+    without it, and log π(f, y) = log π(y) + Σ_r log p(f_r)."""
+    q, params = filler_setup
+    core = ar.ArithmeticParams(
+        {"params": {k: v for k, v in params.weights["params"].items() if k != "filler_head"}}, 8
+    )
+    np.testing.assert_allclose(ar.success_prob(params, q), ar.success_prob(core, q), rtol=1e-6)
+    g, g_core = ar.exact_gradients(params, q), ar.exact_gradients(core, q)
+    assert g.shape[1] == g_core.shape[1] + (ar.FEATURES + 1) * 5
+    np.testing.assert_allclose(jnp.sort(g, axis=1)[:, -50:], jnp.sort(g_core, axis=1)[:, -50:])
+    toks = ar.sample(jax.random.key(3), params, q.features[1], 16)
+    assert toks.shape == (16, 6 + ar.LENGTH) and int(toks[:, :6].max()) < 5
+    p = ar.filler_probs(params, q.features[1])
+    feats = jnp.broadcast_to(q.features[1], (16, ar.FEATURES))
+    expect = ar.log_prob(core.weights, core, feats, toks[:, 6:]) + jnp.sum(
+        jnp.log(p)[toks[:, :6]], -1
+    )
+    got = ar.log_prob(params.weights, params, feats, toks)
+    np.testing.assert_allclose(got, expect, rtol=1e-5)
+
+
+def test_filler_score_norm_closed_form_matches_monte_carlo(filler_setup):
+    """E‖W_f‖² = F (‖x‖² + 1)(1 − ‖p‖²) against the sampled score norms of the filler block
+    (total minus decoded block), within 4 standard errors."""
+    q, params = filler_setup
+    feat = q.features[2]
+    toks = ar.sample(jax.random.key(0), params, feat, 4000)
+    total = ar.score_norms(params, feat, toks)
+    core = ar.score_norms(params, feat, toks[:, 6:], ar._core_log_prob)
+    filler = np.asarray(total - core)
+    se = filler.std(ddof=1) / np.sqrt(filler.size)
+    assert abs(filler.mean() - float(ar.filler_score_norm(params, feat))) < 4 * se
+
+
+def test_batched_gradient_estimates_equal_one_at_a_time(filler_setup):
+    q, params = filler_setup
+    toks = ar.sample(jax.random.key(1), params, q.features[0], 8)
+    w = jax.random.normal(jax.random.key(2), (3, 8))
+    many = ar.gradient_estimates(params, q.features[0], toks, w)
+    for e in range(3):
+        one = ar.gradient_estimate(params, q.features[0], toks, w[e])
+        np.testing.assert_allclose(many[e], one, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_sweep_mse_matches_exact_formula_and_orders_estimators(tmp_path):
+    """`gpolab sweep --env arithmetic` at a small size: every MC MSE within 4 SE (MC and the
+    S2 error of the formula) of the exact formula; vanilla > loo > oracle at G ≥ 4; loo/oracle − 1
+    follows the exact (S2σ² + ‖g‖²)/((G − 1) trΣ_or)."""
+    from gpolab.sweep import SweepConfig, run_sweep
+
+    cfg = SweepConfig(
+        env="arithmetic",
+        policy=("base", "icl"),
+        estimators=("vanilla", "loo", "oracle", "mean"),
+        G=(4, 16),
+        seeds=300,
+        questions=100,
+        hidden=16,
+        filler=64,
+        truth_samples=128,
+        out=str(tmp_path),
+    )
+    df = run_sweep(cfg)
+    assert len(df) == 2 * 4 * 2 and set(df["policy"]) == {"base", "icl"}
+    tol = 4 * np.hypot(df["mse_se"], df["theory_mse_se"])
+    assert (np.abs(df["mse"] - df["theory_mse"]) < tol).all(), df
+    for _, sub in df.groupby(["policy", "G"]):
+        m = sub.set_index("estimator")
+        assert (
+            m.loc["vanilla", "theory_mse"]
+            > m.loc["loo", "theory_mse"]
+            > m.loc["oracle", "theory_mse"]
+        )
+        assert m.loc["vanilla", "mse_ci_low"] > m.loc["oracle", "mse_ci_high"]
+        ratio = m.loc["loo", "mse"] / m.loc["oracle", "mse"]
+        exact = m.loc["loo", "theory_mse"] / m.loc["oracle", "theory_mse"]
+        rel = np.hypot(
+            m.loc["loo", "mse_se"] / m.loc["loo", "mse"],
+            m.loc["oracle", "mse_se"] / m.loc["oracle", "mse"],
+        )
+        assert abs(ratio - exact) < 4 * rel * ratio

@@ -105,7 +105,7 @@ def test_bad_config_is_one_clear_line(argv, field, capsys, tmp_path):
 
 
 def test_sweep_accepts_an_experiment_file(tmp_path, capsys):
-    path = EXPERIMENTS[0]
+    path = next(p for p in EXPERIMENTS if p.stem == "bandit_mse_vs_G")
     rc = main(
         ["sweep", "--config", str(path), "--seeds", "500", "--G", "2", "--out", str(tmp_path)]
     )

@@ -8,6 +8,8 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
   function that only draws the same uniforms and sums them).
 * ``loglinear``: log-linear bandit (d = 8), G = 16, five estimators on common draws.
 * ``tree``: Beta(2, 3) thoughts, K = 8, M = 8, thought-std advantages.
+* ``arithmetic``: the GRU LLM surrogate (instruct policy, 64 filler tokens), G = 16, 8 questions
+  per seed, five estimators (one forward pass and five backward passes per group).
 * ``W1-scaling-*``: W1 at growing seed counts (linear scaling, one compilation).
 * ``W1-G64-rss``: W1 at G = 64 for 10⁶ seeds in a fresh process: peak resident memory.
 * ``default sweep``: ``gpolab sweep``'s default, cold then warm, for the share of compile time.
@@ -161,6 +163,27 @@ def tree(cfg: BenchConfig) -> dict:
     return _row("tree Beta(2,3) K=8 M=8", n, seconds, compile_s)
 
 
+def arithmetic(cfg: BenchConfig) -> dict:
+    import jax
+
+    from gpolab import cells
+    from gpolab.sweep import ARITHMETIC_CHUNK, SweepConfig, make_setup
+
+    sweep = SweepConfig(env="arithmetic", policy=("instruct",))
+    args, _ = make_setup(sweep)("instruct")
+    cell = cells.ArithmeticCell(sweep.estimators, G=16, Q=sweep.per_seed)
+    n = 256 if cfg.quick else 2048
+    seconds, compile_s, _ = _timed_run(
+        cells.arithmetic_error,
+        cell,
+        (*args, np.float32(sweep.eps)),
+        jax.random.key(cfg.seed),
+        n,
+        ARITHMETIC_CHUNK,
+    )
+    return _row("arithmetic surrogate G=16, 8 questions/seed, 5 estimators", n, seconds, compile_s)
+
+
 def rss_subprocess(n: int, G: int = 64, chunk: int = 8192) -> dict:
     """W1 at group size G for n seeds in a fresh interpreter; its peak RSS is the memory bound."""
     code = (
@@ -220,6 +243,7 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
     add(w1(cfg))
     add(loglinear(cfg))
     add(tree(cfg))
+    add(arithmetic(cfg))
     for n in (10_000, 100_000) if cfg.quick else (10_000, 100_000, 1_000_000):
         r = w1(cfg, n=n, numpy=False)
         r["workload"] = f"W1 scaling, {n:.0e} seeds"

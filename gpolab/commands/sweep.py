@@ -19,6 +19,19 @@ TABLE_COLUMNS = {
         "degenerate_frac",
         "seconds",
     ],
+    "arithmetic": [
+        "policy",
+        "estimator",
+        "G",
+        "mse",
+        "mse_ci_low",
+        "mse_ci_high",
+        "theory_mse",
+        "theory_mse_se",
+        "theory_first_order",
+        "degenerate_frac",
+        "seconds",
+    ],
     "tree": [
         "variant",
         "K",
@@ -33,14 +46,16 @@ TABLE_COLUMNS = {
     ],
 }
 HELP = {
-    "env": "environment: bandit (softmax contextual bandit) or tree (K thoughts x M continuations)",
-    "estimators": "bandit: comma list of vanilla, oracle, loo, mean, grpo, ustat",
-    "G": "bandit: comma list of group sizes",
+    "env": "environment: bandit (softmax contextual bandit), tree (K thoughts x M continuations) "
+    "or arithmetic (autoregressive LLM surrogate on arithmetic questions)",
+    "estimators": "bandit, arithmetic: comma list of vanilla, oracle, loo, mean, grpo, ustat",
+    "G": "bandit, arithmetic: comma list of group sizes",
     "K": "tree: comma list of thought counts (>= 2)",
     "M": "tree: comma list of continuations per thought (>= 1)",
     "variants": "tree: comma list of thought-std, leaf-std, mean-only",
     "seeds": "Monte Carlo seeds per cell",
-    "chunk": "seeds per compiled chunk (memory bound; results do not depend on it)",
+    "chunk": "seeds per compiled chunk (memory bound; results do not depend on it; "
+    "arithmetic caps it at 16)",
     "seed": "master PRNG seed; seed i uses fold_in(key, i)",
     "B": "bandit: 0 = one group for every prompt (mean per-prompt MSE); b > 0 = b iid prompts",
     "scale": "grpo std: group, batch or none (TRL scale_rewards)",
@@ -58,6 +73,12 @@ HELP = {
     "a": "tree: Beta a",
     "b": "tree: Beta b",
     "thoughts": "tree finite model: number of distinct thoughts",
+    "policy": "arithmetic: comma list of base, instruct, icl (mean V 0.15 / 0.40 / 0.65)",
+    "questions": "arithmetic: number of questions (seeded generator, 5 categories)",
+    "per_seed": "arithmetic: questions per seed, one group each (row: mean per-question MSE)",
+    "filler": "arithmetic: chain-of-thought filler tokens before each answer (0 = answer only)",
+    "hidden": "arithmetic: GRU width",
+    "truth_samples": "arithmetic: sampled sequences per question for the Monte Carlo part of S2",
     "x64": "float64 mode (theory checks)",
     "shard": "shard the seed axis over all devices (and all processes with --coordinator)",
     "out": "output directory for results.parquet, results.csv and the figure",
@@ -108,6 +129,8 @@ def run(args) -> int:
     from gpolab.store import Store
 
     def label(row):
+        if cfg.env == "arithmetic":
+            return f"{row['policy']} {row['estimator']} G={row['G']}: mse={row['mse']:.4g}"
         if cfg.env == "bandit":
             return f"{row['estimator']} G={row['G']}: mse={row['mse']:.4g}"
         return f"{row['variant']} K={row['K']} M={row['M']}: mse={row['mse']:.4g}"
@@ -127,6 +150,13 @@ def run(args) -> int:
             df,
             f"{cfg.out}/mse_vs_G.png",
             title=f"{cfg.kind} bandit, P={cfg.prompts}, A={cfg.actions}, {cfg.seeds} seeds",
+        )
+    elif cfg.env == "arithmetic":
+        fig = plots.mse_vs_G(
+            df,
+            f"{cfg.out}/mse_vs_G.png",
+            title=f"arithmetic surrogate, {cfg.questions} questions, filler {cfg.filler}, "
+            f"{cfg.seeds} seeds × {cfg.per_seed} questions",
         )
     else:
         fig = plots.tree_heatmap(

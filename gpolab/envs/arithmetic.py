@@ -104,6 +104,7 @@ def live_mask(tokens: jax.Array) -> jax.Array:
 
 
 THOUGHTS, THOUGHT_VOCAB = 0, 4  # reasoning prefix: off by default (see ArithmeticTruth)
+FILLER, FILLER_VOCAB = 0, 16  # chain-of-thought filler: off in the bare env; the lab sets it
 
 
 class Policy(nn.Module):
@@ -111,17 +112,34 @@ class Policy(nn.Module):
 
     Token ids: 0–11 answer tokens, 12 … 12 + k − 1 thought tokens, 12 + k the start token.
     Thought positions may only emit thought tokens and answer positions only answer tokens.
+
+    ``filler`` chain-of-thought tokens (ids 0 … filler_vocab − 1 of their own vocabulary) come
+    first, iid from softmax(filler_head(question)), and the answer does not depend on them: like
+    the long reasoning of an LLM they add score noise ‖W_f‖² to every sample whatever its reward,
+    while V(x) = π(y*|x) and g_x stay exact.
     """
 
     hidden: int = 32
     thoughts: int = THOUGHTS
     thought_vocab: int = THOUGHT_VOCAB
+    filler: int = FILLER
+    filler_vocab: int = FILLER_VOCAB
 
     def setup(self):
         self.encoder = nn.Dense(self.hidden)
         self.embed = nn.Embed(VOCAB + self.thought_vocab + 1, self.hidden)
         self.cell = nn.GRUCell(features=self.hidden)
         self.head = nn.Dense(VOCAB + self.thought_vocab)
+        if self.filler:
+            self.filler_head = nn.Dense(self.filler_vocab)
+
+    def filler_logits(self, features):
+        return self.filler_head(features)
+
+    def init_all(self, features, tokens):
+        if self.filler:
+            self.filler_logits(features)
+        return self(features, tokens)
 
     def init_state(self, features):
         return jnp.tanh(self.encoder(features))
@@ -151,13 +169,18 @@ class ArithmeticParams:
     hidden: int = struct.field(pytree_node=False, default=32)
     thoughts: int = struct.field(pytree_node=False, default=THOUGHTS)
     thought_vocab: int = struct.field(pytree_node=False, default=THOUGHT_VOCAB)
+    filler: int = struct.field(pytree_node=False, default=FILLER)
+    filler_vocab: int = struct.field(pytree_node=False, default=FILLER_VOCAB)
 
     @property
     def model(self) -> Policy:
-        return Policy(self.hidden, self.thoughts, self.thought_vocab)
+        return Policy(
+            self.hidden, self.thoughts, self.thought_vocab, self.filler, self.filler_vocab
+        )
 
     @property
     def length(self) -> int:
+        """Tokens decoded by the GRU: thoughts + answer (the filler comes before them)."""
         return self.thoughts + LENGTH
 
 
@@ -166,13 +189,19 @@ def init(
     hidden: int = 32,
     thoughts: int = THOUGHTS,
     thought_vocab: int = THOUGHT_VOCAB,
+    filler: int = FILLER,
+    filler_vocab: int = FILLER_VOCAB,
 ) -> ArithmeticParams:
     validate.integer("hidden", hidden, 1)
     validate.integer("thoughts", thoughts, 0)
     validate.integer("thought_vocab", thought_vocab, 1)
+    validate.integer("filler", filler, 0)
+    validate.integer("filler_vocab", filler_vocab, 2)
     key = jax.random.key(key) if isinstance(key, int) else key
-    params = ArithmeticParams({}, hidden, thoughts, thought_vocab)
-    weights = params.model.init(key, jnp.zeros((FEATURES,)), jnp.zeros((params.length,), jnp.int32))
+    params = ArithmeticParams({}, hidden, thoughts, thought_vocab, filler, filler_vocab)
+    weights = params.model.init(
+        key, jnp.zeros((FEATURES,)), jnp.zeros((params.length,), jnp.int32), method=Policy.init_all
+    )
     return params.replace(weights=weights)
 
 
@@ -180,15 +209,42 @@ def answer_part(tokens: jax.Array) -> jax.Array:
     return tokens[..., -LENGTH:]
 
 
-def log_prob(weights, params: ArithmeticParams, features: jax.Array, tokens: jax.Array):
-    """log π(t, y|x) for full sequences (..., thoughts + LENGTH): every thought token plus the
-    answer tokens up to and including the first <eos>."""
-    logits = params.model.apply(weights, features, tokens)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[..., None], -1)[..., 0]
+def filler_probs(params: ArithmeticParams, features: jax.Array) -> jax.Array:
+    """π of one filler token (..., filler_vocab)."""
+    logits = params.model.apply(params.weights, features, method=Policy.filler_logits)
+    return jax.nn.softmax(logits)
+
+
+def _core_log_prob(weights, params: ArithmeticParams, features: jax.Array, core: jax.Array):
+    """log π(t, y|x) of the decoded part (..., thoughts + LENGTH)."""
+    logits = params.model.apply(weights, features, core)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), core[..., None], -1)[..., 0]
     live = jnp.concatenate(
-        [jnp.ones(tokens.shape[:-1] + (params.thoughts,)), live_mask(answer_part(tokens))], -1
+        [jnp.ones(core.shape[:-1] + (params.thoughts,)), live_mask(answer_part(core))], -1
     )
     return jnp.sum(logp * live, axis=-1)
+
+
+def log_prob(weights, params: ArithmeticParams, features: jax.Array, tokens: jax.Array):
+    """log π(f, t, y|x) for full sequences (..., filler + thoughts + LENGTH): every filler and
+    thought token plus the answer tokens up to and including the first <eos>."""
+    F = params.filler
+    logp = _core_log_prob(weights, params, features, tokens[..., F:])
+    if F:
+        logits = params.model.apply(weights, features, method=Policy.filler_logits)
+        fl = jax.nn.log_softmax(logits)
+        fl = jnp.broadcast_to(fl[..., None, :], tokens.shape[:-1] + (F, fl.shape[-1]))
+        logp = logp + jnp.sum(jnp.take_along_axis(fl, tokens[..., :F, None], -1)[..., 0], -1)
+    return logp
+
+
+def filler_score_norm(params: ArithmeticParams, features: jax.Array) -> jax.Array:
+    """E‖W_f‖² of the filler block, exactly: the filler head is dense, so for F iid tokens
+    ‖W_f‖² = (‖x‖² + 1) ‖Σ_r (e_{t_r} − p)‖², whose mean is F (‖x‖² + 1)(1 − ‖p‖²)."""
+    if not params.filler:
+        return jnp.zeros(features.shape[:-1])
+    p = filler_probs(params, features)
+    return params.filler * (jnp.sum(features**2, -1) + 1) * (1 - jnp.sum(p**2, -1))
 
 
 def thought_prefixes(params: ArithmeticParams) -> jax.Array:
@@ -199,7 +255,8 @@ def thought_prefixes(params: ArithmeticParams) -> jax.Array:
 
 
 def correct_sequences(params: ArithmeticParams, answer: jax.Array) -> jax.Array:
-    """Every successful full sequence for one answer: each prefix followed by y* (k^R, T)."""
+    """Every successful decoded sequence for one answer: each prefix followed by y*
+    (k^R, thoughts + LENGTH); the filler, independent of both, is marginalised out."""
     pre = thought_prefixes(params)
     return jnp.concatenate([pre, jnp.broadcast_to(answer, (pre.shape[0], LENGTH))], -1)
 
@@ -207,7 +264,7 @@ def correct_sequences(params: ArithmeticParams, answer: jax.Array) -> jax.Array:
 def _success_one(weights, params, features, answer):
     seqs = correct_sequences(params, answer)
     feats = jnp.broadcast_to(features, (seqs.shape[0], FEATURES))
-    return jnp.exp(jax.nn.logsumexp(log_prob(weights, params, feats, seqs)))
+    return jnp.exp(jax.nn.logsumexp(_core_log_prob(weights, params, feats, seqs)))
 
 
 def success_prob(params: ArithmeticParams, questions: Questions) -> jax.Array:
@@ -226,9 +283,10 @@ def exact_gradients(params: ArithmeticParams, questions: Questions) -> jax.Array
 
 
 def sample(key: jax.Array, params: ArithmeticParams, features: jax.Array, G: int):
-    """G full sequences (G, thoughts + LENGTH) int32 for one question, by inverse-CDF sampling
-    at every step; the answer part is canonicalised."""
+    """G full sequences (G, filler + thoughts + LENGTH) int32 for one question, by inverse-CDF
+    sampling at every step; the answer part is canonicalised."""
     model = params.model
+    key, k_filler = jax.random.split(key)
     u = jax.random.uniform(key, (params.length, G))
     state = model.apply(
         params.weights, jnp.broadcast_to(features, (G, FEATURES)), method=Policy.init_state
@@ -240,7 +298,11 @@ def sample(key: jax.Array, params: ArithmeticParams, features: jax.Array, G: int
         token = inverse_cdf(jax.nn.softmax(logits), u[t][:, None])[:, 0]
         out.append(token)
     tokens = jnp.stack(out, axis=-1)
-    return jnp.concatenate([tokens[:, : params.thoughts], canonical(answer_part(tokens))], -1)
+    parts = [tokens[:, : params.thoughts], canonical(answer_part(tokens))]
+    if params.filler:
+        u_f = jax.random.uniform(k_filler, (G, params.filler))
+        parts.insert(0, inverse_cdf(filler_probs(params, features), u_f))
+    return jnp.concatenate(parts, -1)
 
 
 def rewards(tokens: jax.Array, answer: jax.Array) -> jax.Array:
@@ -261,9 +323,23 @@ def gradient_estimate(
     return ravel_pytree(jax.grad(surrogate)(params.weights))[0]
 
 
-def score_norms(params: ArithmeticParams, features: jax.Array, tokens: jax.Array) -> jax.Array:
-    """‖W‖² = ‖∇_θ log π(t, y|x)‖² of each sequence (N,)."""
-    grads = jax.vmap(jax.grad(log_prob), in_axes=(None, None, None, 0))(
+def gradient_estimates(
+    params: ArithmeticParams, features: jax.Array, tokens: jax.Array, weights: jax.Array
+) -> jax.Array:
+    """(E, D): ĝ_e = ∇_θ Σ_g c_eg log π_θ(y_g|x) for E weight rows (E, G) at once: one forward
+    pass and a vjp per row."""
+    feats = jnp.broadcast_to(features, (tokens.shape[0], FEATURES))
+    flat, unravel = ravel_pytree(params.weights)
+    logp, vjp = jax.vjp(lambda w: log_prob(unravel(w), params, feats, tokens), flat)
+    return jax.vmap(lambda c: vjp(c)[0])(jax.lax.stop_gradient(weights).astype(logp.dtype))
+
+
+def score_norms(
+    params: ArithmeticParams, features: jax.Array, tokens: jax.Array, fn=log_prob
+) -> jax.Array:
+    """‖W‖² = ‖∇_θ log π(f, t, y|x)‖² of each sequence (N,) (``fn=_core_log_prob`` on decoded
+    sequences: the decoded block only)."""
+    grads = jax.vmap(jax.grad(fn), in_axes=(None, None, None, 0))(
         params.weights, params, features, tokens
     )
     return jax.vmap(lambda t: jnp.sum(ravel_pytree(t)[0] ** 2))(grads)
@@ -281,6 +357,8 @@ def pretrain(
     max_steps: int = 5000,
     thoughts: int = THOUGHTS,
     thought_vocab: int = THOUGHT_VOCAB,
+    filler: int = FILLER,
+    filler_vocab: int = FILLER_VOCAB,
 ) -> dict[str, ArithmeticParams]:
     """Supervised pre-training (optax Adam on −log V(x), full batch) from one seeded init,
     snapshotting the first parameters whose mean V(x) reaches each target: three policies of
@@ -288,7 +366,7 @@ def pretrain(
     import optax
 
     targets = dict(POLICIES if targets is None else targets)
-    params = init(seed, hidden, thoughts, thought_vocab)
+    params = init(seed, hidden, thoughts, thought_vocab, filler, filler_vocab)
     opt = optax.adam(lr)
 
     def neg_log_v(weights):
@@ -320,11 +398,13 @@ def pretrain(
 class ArithmeticTruth:
     """Per-question truth (arrays of shape (n,) unless noted).
 
-    V, g_x and A = E[‖W‖² Z] are exact (enumerating the k^R successful sequences); S2 = E‖W‖²
-    is a Monte Carlo estimate with its standard error.  Because Z is binary, the rest follows:
-    E‖WZ‖² = A, E[‖W‖²(Z − V)²] = (1 − 2V) A + V² S2, E[‖W‖²(Z − V)] = A − V S2.
-    The oracle baseline beats no baseline iff S2 < 2 E[‖W‖² | Z = 1]: a reasoning prefix whose
-    score norm does not depend on correctness (as in an LLM's chain of thought) makes it so.
+    V, g_x and A = E[‖W‖² Z] are exact (enumerating the k^R successful sequences; the filler
+    block adds its exact E‖W_f‖² independently of Z); S2 = E‖W‖² is the exact filler part plus a
+    Monte Carlo estimate of the decoded part, with its standard error.  Because Z is binary, the
+    rest follows: E‖WZ‖² = A, E[‖W‖²(Z − V)²] = (1 − 2V) A + V² S2, E[‖W‖²(Z − V)] = A − V S2.
+    The oracle baseline beats no baseline iff S2 < 2 E[‖W‖² | Z = 1]: without filler this
+    surrogate violates it (failed answers have larger score norms); a chain-of-thought filler,
+    whose score norm does not depend on correctness, restores it.
     """
 
     prompt_probs: jax.Array
@@ -350,15 +430,17 @@ def exact(
     def per_question(key, feat, answer):
         seqs = correct_sequences(params, answer)
         feats = jnp.broadcast_to(feat, (seqs.shape[0], FEATURES))
-        probs = jnp.exp(log_prob(params.weights, params, feats, seqs))
-        A = probs @ score_norms(params, feat, seqs)
-        w2 = score_norms(params, feat, sample(key, params, feat, samples))
-        return A, jnp.mean(w2), jnp.std(w2, ddof=1) / np.sqrt(samples)
+        probs = jnp.exp(_core_log_prob(params.weights, params, feats, seqs))
+        filler = filler_score_norm(params, feat)
+        A = probs @ score_norms(params, feat, seqs, _core_log_prob) + jnp.sum(probs) * filler
+        core = sample(key, params, feat, samples)[:, params.filler :]
+        w2 = score_norms(params, feat, core, _core_log_prob)
+        return A, filler + jnp.mean(w2), jnp.std(w2, ddof=1) / np.sqrt(samples)
 
     n = questions.features.shape[0]
     keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.arange(n))
     A, S2, S2_se = jax.lax.map(
-        lambda a: per_question(*a), (keys, questions.features, questions.answers), batch_size=25
+        lambda a: per_question(*a), (keys, questions.features, questions.answers)
     )
     f = jnp.full((n,), 1.0 / n)
     gbar = f @ g

@@ -14,7 +14,7 @@ def inverse_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
     Categories of probability 0 are never drawn (``side="right"``).
     """
     cdf = jnp.cumsum(probs, axis=-1)
-    u = u * cdf[..., -1:]
+    u = u * (cdf[..., -1:] if cdf.ndim == 2 else cdf[-1])
     search = lambda c, v: jnp.searchsorted(c, v, side="right")  # noqa: E731
     idx = jax.vmap(search)(cdf, u) if cdf.ndim == 2 else search(cdf, u)
     return jnp.minimum(idx, probs.shape[-1] - 1).astype(jnp.int32)

@@ -101,3 +101,30 @@ def bias_sq(truth, estimator: str, G: int, B: int | None = None) -> float:
     if B is None:
         return float(_f64(truth.prompt_probs) @ bias_sq_mean(truth, G))
     return float(np.sum(_f64(truth.g) ** 2)) / G**2  # E ĝ = (1 − 1/G) g
+
+
+def dmse_dS2(truth, estimator: str, G: int) -> np.ndarray:
+    """∂MSE(x)/∂S2(x) per prompt (every closed form above is linear in S2 = E‖W‖², through
+    trΣ_or = E[‖W‖²Z²] − 2V E[‖W‖²Z] + V² S2 − ‖g_x‖²)."""
+    V = _f64(truth.V)
+    oracle = V**2 / G
+    loo = oracle + _f64(truth.sigma2) / (G * (G - 1)) if G > 1 else np.full_like(V, np.nan)
+    return {
+        "oracle": oracle,
+        "vanilla": np.zeros_like(V),
+        "loo": loo,
+        "ustat": loo,
+        "mean": ((G - 1) / G) ** 2 * loo,
+    }[estimator]
+
+
+def mse_se(truth, estimator: str, G: int, B: int | None = None) -> float:
+    """Standard error :func:`mse` inherits from a Monte Carlo S2 (field ``S2_se``, independent
+    across prompts); 0 where S2 is exact, NaN where there is no closed form."""
+    if estimator not in PER_PROMPT:
+        return float("nan")
+    se = getattr(truth, "S2_se", None)
+    if se is None:
+        return 0.0
+    per_prompt = _f64(truth.prompt_probs) * dmse_dS2(truth, estimator, G) * _f64(se)
+    return float(np.sqrt(np.sum(per_prompt**2))) / (B or 1)
