@@ -53,7 +53,7 @@ class Experiment:
     def argv(self, quick: bool) -> list[str]:
         """The command's argv; ``[quick]`` entries become flags (``true`` → a bare flag)."""
         extra = []
-        for k, v in (self.quick.items() if quick else ()):
+        for k, v in self.quick.items() if quick else ():
             if v is True:
                 extra.append(f"--{k}")
             elif v is not False:

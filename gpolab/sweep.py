@@ -36,7 +36,7 @@ class SweepConfig:
     K: tuple[int, ...] = (2, 4, 8, 16)
     M: tuple[int, ...] = (1, 2, 4, 8)
     variants: tuple[str, ...] = ("thought-std",)
-    seeds: int = 20_000
+    seeds: int = 100_000
     chunk: int = 4096
     seed: int = 0
     B: int = 0  # 0: every prompt gets a group; b > 0: b iid prompts per estimate

@@ -12,6 +12,8 @@ into the flat parameter space of size D (P·A or d).
 
 from __future__ import annotations
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,6 +87,12 @@ def make(
     validate.real("success_a", success_a, low=0.0, open_low=True)
     validate.real("success_b", success_b, low=0.0, open_low=True)
     key = jax.random.key(key) if isinstance(key, int) else key
+    return _draw(key, prompts, actions, kind, dim, logit_scale, success_a, success_b)
+
+
+@partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _draw(key, prompts, actions, kind, dim, logit_scale, success_a, success_b) -> BanditParams:
+    """One compiled draw (eager dispatch would compile the Beta sampler op by op)."""
     k_theta, k_feat, k_succ = jax.random.split(key, 3)
     success = jax.random.beta(k_succ, success_a, success_b, (prompts, actions))
     probs = jnp.full((prompts,), 1.0 / prompts)
@@ -181,8 +189,9 @@ def to_global(params: BanditParams, prompts: jax.Array, local: jax.Array) -> jax
     return full.reshape(-1) / prompts.shape[0]
 
 
+@jax.jit
 def exact(params: BanditParams) -> BanditTruth:
-    """Every exact quantity of DESIGN §3, by enumeration over actions."""
+    """Every exact quantity of DESIGN §3, by enumeration over actions (one compiled call)."""
     pi = policy(params)
     p = params.success
     f = params.prompt_probs
