@@ -1,0 +1,38 @@
+"""The two-level inverse-CDF sampler equals searchsorted(cdf, u·total, side="right") bitwise."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gpolab.envs.sampling import inverse_cdf
+
+
+def reference(probs, u):
+    cdf = jnp.cumsum(probs, axis=-1)
+    idx = jax.vmap(lambda c, v: jnp.searchsorted(c, v * c[-1], side="right"))(cdf, u)
+    return jnp.minimum(idx, probs.shape[-1] - 1)
+
+
+@pytest.mark.parametrize("C", [2, 3, 5, 12, 16, 63, 64, 100, 1000])
+def test_equals_binary_search_bitwise(C):
+    k1, k2, k3 = jax.random.split(jax.random.key(C), 3)
+    probs = jax.nn.softmax(3 * jax.random.normal(k1, (6, C)))
+    probs = jnp.where(jax.random.uniform(k3, (6, C)) < 0.3, 0.0, probs)  # zero-probability cells
+    probs = probs.at[:, C // 2].set(0.5)  # every row keeps some mass
+    if C > 2:
+        probs = probs.at[:, 0].set(0.0).at[:, -1].set(0.0)
+    u = jax.random.uniform(k2, (6, 4000))
+    u = u.at[:, :3].set(jnp.array([0.0, 1 - 2**-24, 0.5]))
+    got = inverse_cdf(probs, u)
+    np.testing.assert_array_equal(got, reference(probs, u))
+    drawn = np.asarray(got)
+    assert not np.any(np.take_along_axis(np.asarray(probs), drawn, -1) == 0)
+
+
+def test_one_dimensional_probs_keep_the_shape_of_u():
+    probs = jnp.array([0.1, 0.0, 0.6, 0.3])
+    u = jax.random.uniform(jax.random.key(0), (3, 5, 7))
+    got = inverse_cdf(probs, u)
+    assert got.shape == u.shape and got.dtype == jnp.int32
+    np.testing.assert_array_equal(got.reshape(1, -1), reference(probs[None], u.reshape(1, -1)))
