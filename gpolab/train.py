@@ -25,6 +25,12 @@ vanilla         Z                                     (1/N) Σ_x g_x
 
 σ_pool² = mean_x σ_x² + Var_x(p_x) is the G → ∞ limit of the pooled batch variance.
 "REINFORCE" below means the unnormalized estimators (mean, loo, vanilla).
+
+Step rules (``Run.step``): ``constant`` (θ += η·opt(d)) or ``curvature``
+(θ += η/(s(θ_t) + eps)·opt(d)) with s = ``TrainEnv.curvature(params, truth)`` (default
+max_x σ_x): the oracle step 1/L_t of the curvature law ‖H_x‖ ≤ cB²σ_x at the current iterate,
+L_t = cB²·s(θ_t)/N — REINFORCE told the exact current smoothness constant.  With orthogonal
+prompts and equal σ_x it *is* exact GRPO (the control of DESIGN §7).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from gpolab import estimators as est
 ESTIMATORS = ("grpo", "grpo-batch", "mean", "loo", "vanilla")
 REINFORCE = ("mean", "loo", "vanilla")
 OPTIMIZERS = ("sgd", "adam")
+STEP_RULES = ("constant", "curvature")
 EXACT = 0  # G = 0 stands for the exact-gradient mode (G = ∞)
 
 
@@ -59,7 +66,9 @@ class TrainEnv:
       of one step, rewards (P, G), drawn from the policy at the θ ``truth`` was computed at (the
       trainer computes the truth every step anyway, so an env can keep π in it);
     * ``gradient(params, truth, aux, weights) -> (D,)``: (1/P) Σ_x Σ_g c_xg W(x, y_xg);
-    * ``optimum``: J* (for the suboptimality gap J* − J).
+    * ``optimum``: J* (for the suboptimality gap J* − J);
+    * ``curvature(params, truth) -> ()`` (optional): s(θ) with ∇²J ≼ cB²·s(θ)/N from the
+      curvature law ‖H_x‖ ≤ cB²σ_x (default max_x σ_x, exact for orthogonal prompts).
     """
 
     name: str
@@ -68,6 +77,7 @@ class TrainEnv:
     sample: Callable
     gradient: Callable
     optimum: float = 1.0
+    curvature: Callable | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +89,11 @@ class Run:
     optimizer: str = "sgd"
     steps: int = 500
     ddof: int = 1
+    step: str = "constant"  # STEP_RULES: η, or η / s(θ_t) (oracle 1/L_t)
 
     def validate(self) -> None:
         validate.choice("estimator", self.estimator, ESTIMATORS)
+        validate.choice("step", self.step, STEP_RULES)
         validate.choice("optimizer", self.optimizer, OPTIMIZERS)
         validate.integer("steps", self.steps, 1)
         validate.choice("ddof", self.ddof, (0, 1))
@@ -109,6 +121,7 @@ def loglinear_env() -> TrainEnv:
         sample=loglinear.sample,
         gradient=loglinear.gradient,
         optimum=1.0,
+        curvature=loglinear.smoothness_sigma,
     )
 
 
@@ -161,21 +174,30 @@ def direction(run: Run, env: TrainEnv, key, params, truth, knobs: Knobs):
     return env.gradient(params, truth, aux, weights), zero
 
 
+def curvature_sigma(env: TrainEnv, params, truth) -> jax.Array:
+    """s(θ) of :class:`TrainEnv` (``env.curvature`` or max_x σ_x)."""
+    if env.curvature is None:
+        return jnp.max(truth.sigma)
+    return env.curvature(params, truth)
+
+
 def diagnostics(truth) -> dict:
     """Per-step exact diagnostics at θ_t: J, σ̄ = mean_x σ_x, max_x σ_x, mean pairwise cosine of
-    the g_x, ‖∇J‖."""
+    the g_x, ‖∇J‖ and ḡ = mean_x ‖g_x‖ (the quantity the convergence bounds control:
+    (1/T) Σ_t ḡ_t² ≤ 2c·σ·(J* − J₀)/T with σ = σ̄ for GRPO and σ_max for REINFORCE)."""
     return dict(
         J=jnp.mean(truth.p),
         sigma_bar=jnp.mean(truth.sigma),
         sigma_max=jnp.max(truth.sigma),
         cos=mean_pairwise_cosine(truth.g),
         grad_norm=jnp.linalg.norm(jnp.mean(truth.g, axis=0)),
+        gbar=jnp.mean(jnp.linalg.norm(truth.g, axis=-1)),
     )
 
 
 def train_one(run: Run, env: TrainEnv, key: jax.Array, params, knobs: Knobs) -> dict:
-    """One training run: per-step diagnostics (steps + 1,) (entry t at θ_t) and the per-step
-    zero-variance fraction (steps,)."""
+    """One training run: per-step diagnostics (steps + 1,) (entry t at θ_t; with ``sigma_eff``
+    = s(θ_t)) and the per-step zero-variance fraction (steps,)."""
     tx = optimizer(run.optimizer)
     theta0 = env.init(params)
 
@@ -184,12 +206,15 @@ def train_one(run: Run, env: TrainEnv, key: jax.Array, params, knobs: Knobs) -> 
         truth = env.exact(params, theta)
         d, zero = direction(run, env, step_key, params, truth, knobs)
         updates, opt_state = tx.update(d, opt_state, theta)
-        theta = theta + knobs.lr * updates
-        return (theta, opt_state), (diagnostics(truth), zero)
+        s_eff = curvature_sigma(env, params, truth)
+        lr = knobs.lr / (s_eff + knobs.eps) if run.step == "curvature" else knobs.lr
+        theta = theta + lr * updates
+        return (theta, opt_state), (dict(diagnostics(truth), sigma_eff=s_eff), zero)
 
     keys = jax.random.split(key, run.steps)
     (theta, _), (diag, zero) = jax.lax.scan(step, (theta0, tx.init(theta0)), keys)
-    last = diagnostics(env.exact(params, theta))
+    truth = env.exact(params, theta)
+    last = dict(diagnostics(truth), sigma_eff=curvature_sigma(env, params, truth))
     out = {k: jnp.concatenate([v, last[k][None]]) for k, v in diag.items()}
     out["zero_frac"] = zero
     return out
@@ -277,6 +302,12 @@ def bootstrap_hit_ratio(
     return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
 
 
+@partial(jax.jit, static_argnames=("run", "env"))
+def _directions(run: Run, env: TrainEnv, keys, params, truth, knobs: Knobs):
+    """Sampled directions at one θ for every key (compiled once per (run, env, seed count))."""
+    return jax.vmap(lambda k: direction(run, env, k, params, truth, knobs))(keys)
+
+
 def finite_sample_bias(
     key: jax.Array,
     env: TrainEnv,
@@ -296,13 +327,9 @@ def finite_sample_bias(
     run.validate()
     knobs = Knobs(lr=jnp.ones(()), eps=jnp.asarray(eps, jnp.float32))
     truth = env.exact(params, theta)
-
-    def one(k):
-        return direction(run, env, k, params, truth, knobs)
-
     with engine.prng_mode():
         keys = engine.seed_keys(key, jnp.arange(seeds, dtype=jnp.uint32))
-        d, zero = jax.jit(jax.vmap(one))(keys)
+        d, zero = _directions(run, env, keys, params, truth, knobs)
     d = np.asarray(d, np.float64)
     target = np.asarray(exact_direction(estimator, truth, eps), np.float64)
     mean = d.mean(axis=0)

@@ -146,3 +146,43 @@ def test_bad_instance_raises_one_line(kw, field):
         ll.make(0, **kw)
     msg = str(err.value)
     assert msg.startswith(field) and "allowed" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.6, 1.0])
+def test_smoothness_sigma_is_the_top_eigenvalue_and_bounds_the_hessian_of_J(rho):
+    """s(θ) = λ_max(Σ_x σ_x w_x w_xᵀ) (dense eigensolver) and ‖∇²J(θ)‖_op ≤ 4B²s(θ)/N (autodiff
+    Hessian of J) at random θ; ρ = 0 gives max_x σ_x, ρ = 1 gives Σ_x σ_x."""
+    params = ll.make(2, prompts=5, responses=256, block=3, rho=rho, bound=1.5)
+    a, r = (float(v) for v in ll.mixing(params))
+    N = params.num_prompts
+    W = np.zeros((N, N + 1))
+    W[np.arange(N), np.arange(N)] = a
+    W[:, N] = r
+    for seed in range(2):
+        theta = random_theta(params, seed, scale=1.0 + 2 * seed)
+        truth = ll.exact(params, theta)
+        sig = np.asarray(truth.sigma, np.float64)
+        s = float(ll.smoothness_sigma(params, truth))
+        assert s == pytest.approx(np.linalg.eigvalsh((W.T * sig) @ W)[-1], rel=1e-5)
+        if rho == 0.0:
+            assert s == pytest.approx(sig.max(), rel=1e-6)
+        if rho == 1.0:
+            assert s == pytest.approx(sig.sum(), rel=1e-5)
+        H = np.asarray(jax.hessian(lambda th: ll.expected_return(params, th))(theta), np.float64)
+        L = np.abs(np.linalg.eigvalsh(H)).max()
+        assert L <= 4 * params.bound**2 * s / N * (1 + 1e-5)
+        assert s <= sig.max() * theory.coherence(N, rho) * (1 + 1e-6)
+
+
+def test_admissible_steps_closed_form():
+    eta = theory.admissible_steps(32, 0.0, bound=1.0, c=4.0)
+    assert eta == {"grpo": 8.0, "reinforce": 16.0, "reinforce_iterate": 8.0}
+    assert theory.coherence(32, 1.0) == 32.0
+    eta = theory.admissible_steps(10, 0.5, bound=2.0, c=4.0)
+    kappa = 1 + 9 * 0.25
+    assert eta["grpo"] == pytest.approx(10 / (16 * kappa))
+    assert eta["reinforce"] / eta["grpo"] == pytest.approx(2.0)
+    assert theory.smoothness(10, 0.5, 0.5, bound=2.0) == pytest.approx(1 / eta["reinforce"])
+    # the oracle prediction: σ_max/σ̄ at ρ = 0, 1 at ρ = 1 (s = N σ̄ = κ σ̄)
+    assert theory.predicted_gain_iterate([0.5], [0.25], 10, 0.0) == pytest.approx(2.0)
+    assert theory.predicted_gain_iterate([2.5], [0.25], 10, 1.0) == pytest.approx(1.0)

@@ -10,6 +10,7 @@ import pytest
 from gpolab import train
 from gpolab.cli import main
 from gpolab.envs import loglinear as ll
+from gpolab.validate import ConfigError
 
 ENV = train.loglinear_env()
 
@@ -153,6 +154,12 @@ def test_cli_train_and_curvature_end_to_end(tmp_path, capsys):
             "16",
             "--prompts",
             "4",
+            "--adm-steps",
+            "40",
+            "--adm-seeds",
+            "2",
+            "--gain-G",
+            "4",
             "--out",
             str(out),
         ]
@@ -161,7 +168,11 @@ def test_cli_train_and_curvature_end_to_end(tmp_path, capsys):
     summary = pd.read_csv(out / "summary.csv")
     assert set(summary.estimator) == {"grpo", "loo"} and set(summary.setting) >= {"control"}
     gain = pd.read_csv(out / "gain.csv")
-    assert {"gain", "pred_sqrt_ratio", "cos_mean"} <= set(gain.columns)
+    assert {"gain", "pred_gain", "pred_gnorm_ratio", "cos_mean"} <= set(gain.columns)
+    assert set(gain.comparison) == {"admissible 1/L", "oracle 1/L_t", "tuned"}
+    ctrl = summary[(summary.regime == "admissible") & summary.control & np.isinf(summary.G)]
+    final = ctrl.set_index("method").final_J  # equal σ: identical exact trajectories
+    assert final["grpo"] == pytest.approx(final["reinforce-iterate"], rel=1e-5)
     bias = pd.read_csv(out / "finite_sample.csv")
     assert set(bias.eps) == {1e-4, 1e-8} and set(bias.ddof) == {0, 1}
     for f in ("train_curves.png", "train_gain.png", "train_phases.png"):
@@ -194,3 +205,55 @@ def test_bad_config_is_one_clear_line(argv, field, capsys, tmp_path):
     assert main([*argv, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"error: {field}" in err and "allowed" in err
+
+
+def test_curvature_step_rule_is_the_oracle_one_over_L():
+    """Run.step = "curvature": θ += η/(s(θ_t) + eps)·∇J with s = λ_max(Σ_x σ_x w_x w_xᵀ)."""
+    params = small(rho=0.6)
+    lr, steps, eps = 2.0, 12, 1e-4
+    out = train.train(
+        train.Run("loo", train.EXACT, "sgd", steps, step="curvature"),
+        ENV,
+        jax.random.key(0),
+        params,
+        [lr],
+        1,
+        eps=eps,
+    )
+    theta = ll.init_theta(params)
+    J, S = [], []
+    for _ in range(steps):
+        truth = ll.exact(params, theta)
+        s = ll.smoothness_sigma(params, truth)
+        J.append(float(truth.J))
+        S.append(float(s))
+        theta = theta + lr / (s + eps) * jnp.mean(truth.g, axis=0)
+    np.testing.assert_allclose(out["J"][0, 0, :-1], J, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(out["sigma_eff"][0, 0, :-1], S, rtol=2e-5)
+    with pytest.raises(ConfigError, match="step"):
+        train.Run("loo", 2, step="adaptive").validate()
+
+
+def test_equal_sigma_control_admissible_steps_give_equal_trajectories():
+    """The control of DESIGN §7: identical prompts, orthogonal blocks.  GRPO at its admissible
+    step N/(cB²) and REINFORCE at the oracle step N/(cB²σ_max(θ_t)) are the same update, so the
+    exact trajectories coincide and the measured gain is exactly 1."""
+    from gpolab.theory import curvature
+
+    params = small(equal=True, p_equal=0.1)
+    eta = curvature.admissible_steps(params.num_prompts, 0.0)
+    key = jax.random.key(0)
+    g = train.train(
+        train.Run("grpo", train.EXACT, "sgd", 200), ENV, key, params, [eta["grpo"]], 1, 0.0
+    )
+    r = train.train(
+        train.Run("loo", train.EXACT, "sgd", 200, step="curvature"),
+        ENV,
+        key,
+        params,
+        [eta["reinforce_iterate"]],
+        1,
+        0.0,
+    )
+    np.testing.assert_allclose(g["J"], r["J"], rtol=1e-5, atol=1e-6)
+    assert g["J"][0, 0, -1] > g["J"][0, 0, 0] + 0.1  # it learned

@@ -225,6 +225,40 @@ def hessian(params: LogLinearParams, theta: jax.Array, x: int) -> jax.Array:
     return embed @ M @ embed.T
 
 
+def smoothness_sigma(params: LogLinearParams, truth: LogLinearTruth) -> jax.Array:
+    """s = λ_max(Σ_x σ_x w_x w_xᵀ), w_x = √(1 − ρ²) e_x + ρ e_s ∈ R^{N+1}: from ‖H_x‖ ≤ cB²σ_x,
+    zᵀ∇²J z = (1/N) Σ_x (a z_x + ρ z_s)ᵀ M_x (a z_x + ρ z_s) ≤ (cB²/N)·s·‖z‖², so L = cB²s/N.
+    ρ = 0: s = max_x σ_x; ρ = 1: s = Σ_x σ_x = N σ̄.
+
+    The matrix is diagonal plus one border row, so λ_max is the root above a²σ_max of the
+    secular equation f(λ) = ρ²Σσ − λ + Σ_x a²ρ²σ_x²/(λ − a²σ_x) (decreasing there), found by
+    bisection on [max(a²σ_max, ρ²Σσ), σ_max·(1 + (N − 1)ρ²)] (an eigensolver per step costs
+    3× the whole exact step)."""
+    a, rho = mixing(params)
+    sig = truth.sigma
+    d = a**2 * sig
+    num = (a * rho * sig) ** 2
+    total = rho**2 * jnp.sum(sig)
+    lo = jnp.maximum(jnp.max(d), total)
+    hi = jnp.maximum(jnp.max(sig) * (a**2 + sig.shape[0] * rho**2), lo)
+
+    def f(lam):
+        gap = lam - d
+        terms = jnp.where(
+            gap > 0, num / jnp.where(gap > 0, gap, 1.0), jnp.where(num > 0, jnp.inf, 0.0)
+        )
+        return total - lam + jnp.sum(terms)
+
+    def body(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        up = f(mid) > 0
+        return jnp.where(up, mid, lo), jnp.where(up, hi, mid)
+
+    lo, hi = jax.lax.fori_loop(0, 40, body, (lo, hi))
+    return 0.5 * (lo + hi)
+
+
 def curvature_norms(params: LogLinearParams, theta: jax.Array):
     """(σ_x, ‖g_x‖, ‖H_x‖_op), each (N,): the quantities of the curvature law."""
     truth = exact(params, theta)

@@ -51,3 +51,42 @@ def zero_variance_prob(p, G: int):
     """P(all G binary rewards equal) = p^G + (1 − p)^G: the fraction of groups with no signal."""
     p = np.asarray(p, np.float64)
     return p**G + (1.0 - p) ** G
+
+
+def coherence(prompts: int, rho: float) -> float:
+    """κ = 1 + (N − 1)ρ²: λ_max of Σ_x w_x w_xᵀ, w_x = √(1 − ρ²) e_x + ρ e_s — how much the shared
+    block can add up the N prompts' curvatures (κ = 1 for orthogonal blocks, N for ρ = 1)."""
+    return 1.0 + (prompts - 1) * rho**2
+
+
+def smoothness(prompts: int, rho: float, sigma_max: float, bound: float = 1.0, c: float = 4.0):
+    """L of J = mean_x p_x from the curvature law ‖H_x‖ ≤ cB²σ_x:
+    zᵀ∇²J z = (1/N) Σ_x (a z_x + ρ z_s)ᵀ M_x (a z_x + ρ z_s) ≤ cB²σ_max κ/N."""
+    return c * bound**2 * sigma_max * coherence(prompts, rho) / prompts
+
+
+def admissible_steps(
+    prompts: int, rho: float, bound: float = 1.0, c: float = 4.0, sigma_max: float = 0.5
+) -> dict:
+    """The step sizes of [N, Thm 1] on the trainer's scale (directions are means over prompts):
+
+    * ``grpo``: η = N/(cB²κ) — each prompt block moves by g_x/(cB²σ_x) = g_x/L_x (ρ = 0);
+    * ``reinforce``: η = 1/L = N/(cB²σ_max κ), σ_max = 1/2 a priori (binary rewards);
+    * ``reinforce_iterate``: η = N/(cB²), applied as η/s(θ_t) (``Run.step="curvature"``,
+      s = λ_max(Σ_x σ_x w_x w_xᵀ), :func:`gpolab.envs.loglinear.smoothness_sigma`): REINFORCE
+      told the exact smoothness constant at the current iterate (an oracle).
+
+    GRPO's step is 1/L of the frozen-weight objective (1/N) Σ_x p_x/σ_x(θ_t) it ascends
+    (weights cancel σ_x: L = cB²κ/N); the a-priori REINFORCE step has the same κ, so their
+    ratio is σ_max at every ρ."""
+    k = coherence(prompts, rho)
+    base = prompts / (c * bound**2 * k)
+    return dict(grpo=base, reinforce=base / sigma_max, reinforce_iterate=prompts / (c * bound**2))
+
+
+def predicted_gain_iterate(sigma_eff, sigma_bar, prompts: int, rho: float) -> float:
+    """Iteration speed-up of GRPO (η = N/(cB²κ)) over the oracle REINFORCE step 1/L_t:
+    mean_t s(θ_t) / (κ · mean_t σ̄_t) — σ_max/σ̄ for orthogonal prompts, → 1 as ρ → 1
+    (s = Nσ̄ = κσ̄): the loss-of-orthogonality phase."""
+    s = float(np.mean(sigma_eff))
+    return s / (coherence(prompts, rho) * float(np.mean(sigma_bar)))
