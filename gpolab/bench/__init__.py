@@ -10,6 +10,8 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
 * ``tree``: Beta(2, 3) thoughts, K = 8, M = 8, thought-std advantages.
 * ``arithmetic``: the GRU LLM surrogate (instruct policy, 64 filler tokens), G = 16, 8 questions
   per seed, five estimators (one forward pass and five backward passes per group).
+* ``train``: SGD on the log-linear bandit of DESIGN §7 (32 prompts × 256 responses), grpo,
+  G = 8, 200 steps, 4 step sizes × 64 seeds in one jit; one "seed" here is one training run.
 * ``W1-scaling-*``: W1 at growing seed counts (linear scaling, one compilation).
 * ``W1-G64-rss``: W1 at G = 64 for 10⁶ seeds in a fresh process: peak resident memory.
 * ``default sweep``: ``gpolab sweep``'s default, cold then warm, for the share of compile time.
@@ -184,6 +186,31 @@ def arithmetic(cfg: BenchConfig) -> dict:
     return _row("arithmetic surrogate G=16, 8 questions/seed, 5 estimators", n, seconds, compile_s)
 
 
+def training(cfg: BenchConfig) -> dict:
+    """Seed-runs per second of ``gpolab train``'s compiled loop (jit(vmap lr)(vmap seed)(scan))."""
+    import jax
+
+    from gpolab import train
+    from gpolab.envs import loglinear
+
+    params = loglinear.make(cfg.seed)
+    env, run = train.loglinear_env(), train.Run("grpo", 8, steps=200)
+    lrs, seeds = np.geomspace(1.0, 100.0, 4), 16 if cfg.quick else 64
+    key = jax.random.key(cfg.seed)
+    times = []
+    for _ in range(2):  # compiling, then cached
+        start = time.perf_counter()
+        train.train(run, env, key, params, lrs, seeds)
+        times.append(time.perf_counter() - start)
+    n = seeds * len(lrs)
+    return _row(
+        "loglinear training, grpo G=8, 200 SGD steps (1 seed = 1 run)",
+        n,
+        times[1],
+        times[0] - times[1],
+    )
+
+
 def rss_subprocess(n: int, G: int = 64, chunk: int = 8192) -> dict:
     """W1 at group size G for n seeds in a fresh interpreter; its peak RSS is the memory bound."""
     code = (
@@ -244,6 +271,7 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
     add(loglinear(cfg))
     add(tree(cfg))
     add(arithmetic(cfg))
+    add(training(cfg))
     for n in (10_000, 100_000) if cfg.quick else (10_000, 100_000, 1_000_000):
         r = w1(cfg, n=n, numpy=False)
         r["workload"] = f"W1 scaling, {n:.0e} seeds"
