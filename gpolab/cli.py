@@ -12,7 +12,7 @@ import sys
 
 from gpolab.validate import ConfigError
 
-COMMANDS = ("sweep", "chi2", "tree", "train", "curvature", "bench", "figures")
+COMMANDS = ("sweep", "chi2", "tree", "train", "curvature", "bench", "figures", "groupsize")
 
 
 def build_parser() -> argparse.ArgumentParser:

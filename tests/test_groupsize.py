@@ -1,0 +1,308 @@
+"""Optimal group size at a fixed budget N = B·G (DESIGN §3–4): theory, fixed-θ Monte Carlo,
+the SGD loop and configuration checks."""
+
+import argparse
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gpolab import engine, estimators, groupsize, validate
+from gpolab.commands import groupsize as command
+from gpolab.envs import bandit
+from gpolab.theory import groupsize as theory
+from gpolab.theory import mse as theory_mse
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A 4-prompt, 8-action tabular bandit and its exact truth."""
+    params = bandit.make(3, prompts=4, actions=8)
+    return params, bandit.exact(params)
+
+
+# ---------------------------------------------------------------- theory
+
+
+def test_fixed_n_mse_is_the_minibatch_mse_at_b_equals_n_over_g(small):
+    _, truth = small
+    c = theory.constants(truth)
+    for N in (16, 48, 256):
+        for G in theory.divisors(N):
+            expected = theory_mse.mse(truth, "loo", G, N // G)
+            assert theory.fixed_n_mse(c, N, G) == pytest.approx(expected, rel=1e-9)
+
+
+def test_constants_match_their_definitions(small):
+    """c1 is the prompt variance of g_X in global coordinates; C2, C3 by hand (DESIGN §3)."""
+    params, truth = small
+    c = theory.constants(truth)
+    P, A = params.success.shape
+    g_local = np.asarray(truth.g_local, np.float64)
+    g_each = np.zeros((P, P * A))
+    for x in range(P):  # tabular: prompt x's gradient lives in row x
+        g_each[x, x * A : (x + 1) * A] = g_local[x]
+    f = np.asarray(truth.prompt_probs, np.float64)
+    g = f @ g_each
+    assert c.c1 == pytest.approx(float(f @ np.sum((g_each - g) ** 2, -1)), rel=1e-5)
+    gsq = np.sum(g_local**2, -1)
+    S2, s2 = np.asarray(truth.S2, np.float64), np.asarray(truth.sigma2, np.float64)
+    assert c.C3 == pytest.approx(float(f @ (S2 * s2 + gsq)), rel=1e-9)
+    assert c.C2 == pytest.approx(float(f @ np.asarray(truth.tr_sigma_oracle, np.float64)))
+    assert c.C2_se == c.C3_se == c.g_star_se == 0.0  # exact truth: no Monte Carlo error
+
+
+def test_continuous_minimiser_is_one_plus_the_papers_prediction():
+    c = theory.Constants(c1=0.3, C2=2.0, C3=7.5)
+    g = c.g_star_exact
+    assert g == pytest.approx(1 + math.sqrt(7.5 / 0.3))
+    assert c.g_star_paper == pytest.approx(g - 1)
+    h = lambda G: theory.fixed_n_mse(c, 64, G)  # noqa: E731
+    d = 1e-4
+    assert (h(g + d) - h(g - d)) / (2 * d) == pytest.approx(0, abs=1e-9)  # stationary
+    assert h(g) < min(h(g - 0.1), h(g + 0.1))
+
+
+def test_best_divisor_equals_brute_force_and_does_not_depend_on_n():
+    rng = np.random.default_rng(0)
+    Ns = (12, 36, 60, 64, 96, 100, 256, 360, 1000, 1024, 4096)
+    for _ in range(200):
+        c = theory.Constants(*np.exp(rng.uniform(-4, 4, 3)))
+        for N in Ns:
+            brute = min(
+                (G for G in range(2, N + 1) if N % G == 0),
+                key=lambda G: (c.c1 * G + c.C2 + c.C3 / (G - 1)) / N,
+            )
+            assert theory.best_divisor(c, N) == brute == theory.brute_force_best(c, N)
+        # powers of two share their divisors up to 256: the minimiser cannot move with N
+        if c.g_star_exact < 128:
+            assert len({theory.best_divisor(c, N) for N in (256, 1024, 4096)}) == 1
+
+
+def test_monte_carlo_s2_error_is_carried_into_c2_c3_and_g_star(small):
+    _, truth = small
+    se = jnp.full_like(truth.S2, 0.01)
+
+    class WithSE:  # a truth with a Monte Carlo S2 (like the arithmetic surrogate's)
+        def __getattr__(self, name):
+            return se if name == "S2_se" else getattr(truth, name)
+
+    c = theory.constants(WithSE())
+    f = np.asarray(truth.prompt_probs, np.float64)
+    s2 = np.asarray(truth.sigma2, np.float64)
+    assert c.C3_se == pytest.approx(float(np.sqrt(np.sum((f * s2 * 0.01) ** 2))), rel=1e-6)
+    assert c.g_star_se == pytest.approx(c.C3_se / (2 * math.sqrt(c.C3 * c.c1)))
+    assert theory.fixed_n_mse_se(WithSE(), 64, 8) > 0
+
+
+# ---------------------------------------------------------------- the sampler
+
+
+def test_loo_over_slots_equals_the_estimator_library():
+    r = jax.random.bernoulli(jax.random.key(1), 0.4, (32,)).astype(jnp.float32)
+    for G in (2, 4, 8, 32):
+        got = jax.jit(groupsize.loo_advantages_slots)(r, jnp.int32(G))  # G traced
+        want = estimators.loo_advantages(r.reshape(-1, G)).reshape(-1)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_bandit_task_samples_and_gradients_match_the_env(small):
+    params, _ = small
+    key = jax.random.key(7)
+    prompts = bandit.sample_prompts(jax.random.key(8), params, 64)
+    theta = params.theta.reshape(-1)
+    actions, rewards = groupsize.BANDIT.sample(key, params, theta, prompts)
+    a_ref, r_ref = bandit.sample(key, params, prompts, 1)  # same uniforms, same inverse CDF
+    np.testing.assert_array_equal(actions, a_ref[:, 0])
+    np.testing.assert_array_equal(rewards, r_ref[:, 0])
+    w = jax.random.normal(jax.random.key(9), (64,))
+    got = groupsize.BANDIT.gradient(params, theta, prompts, actions, w)
+    local = bandit.weighted_scores(params, prompts, actions[:, None], w[:, None])
+    want = bandit.to_global(params, prompts, local) * 64
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_one_compilation_per_n_serves_every_g(small):
+    params, truth = small
+    cell = groupsize.FixedCell(groupsize.BANDIT, 48)
+    theta = params.theta.reshape(-1)
+    for G in theory.divisors(48):
+        args = (params, theta, truth.g, jnp.int32(G))
+        engine.run(groupsize.fixed_error, cell, args, jax.random.key(0), 64, chunk=32)
+    assert engine.TRACES[("fixed_error", cell)] == 1
+
+
+@pytest.mark.slow
+def test_monte_carlo_fixed_n_mse_matches_exact(small):
+    """MC MSE of the B = N/G mini-batch vs [c1 G + C2 + C3/(G − 1)]/N, tolerance from its SE."""
+    params, truth = small
+    c = theory.constants(truth)
+    theta = params.theta.reshape(-1)
+    N = 32
+    cell = groupsize.FixedCell(groupsize.BANDIT, N)
+    for G in theory.divisors(N):
+        args = (params, theta, truth.g, jnp.int32(G))
+        m = engine.run(groupsize.fixed_error, cell, args, jax.random.key(G), 20_000, 4096)
+        s = engine.error_stats(m)
+        assert abs(s.mse - theory.fixed_n_mse(c, N, G)) < 4 * s.mse_se
+        assert abs(s.bias_sq) < 4 * s.mse_se  # unbiased
+
+
+@pytest.mark.slow
+def test_predicted_argmin_matches_monte_carlo_argmin():
+    """On the default bandit (c1, C2, C3 exact), the Monte Carlo argmin over the divisors of N is
+    the predicted one, at two values of N."""
+    params = bandit.make(0)
+    truth = bandit.exact(params)
+    c = theory.constants(truth)
+    theta = params.theta.reshape(-1)
+    for N in (64, 256):
+        best = theory.best_divisor(c, N)
+        ds = theory.divisors(N)
+        assert ds[0] < best < ds[-1]  # an interior minimum: a real test of the law
+        cell = groupsize.FixedCell(groupsize.BANDIT, N)
+        stats = {}
+        for G in ds:
+            args = (params, theta, truth.g, jnp.int32(G))
+            m = engine.run(groupsize.fixed_error, cell, args, jax.random.key(N + G), 8000, 4000)
+            stats[G] = engine.error_stats(m)
+        # precondition: every other divisor is worse in theory by > 4 SE of the difference (the
+        # closest, G = 16, by 2%), so the Monte Carlo argmin is a decisive check
+        rel = {G: s.mse_se / s.mse for G, s in stats.items()}
+        for G in ds:
+            if G != best:
+                gap = theory.fixed_n_mse(c, N, G) / theory.fixed_n_mse(c, N, best) - 1
+                assert gap > 4 * math.hypot(rel[G], rel[best])
+        assert min(stats, key=lambda G: stats[G].mse) == best
+
+
+# ---------------------------------------------------------------- training
+
+
+def _train_args(params, G, eta=4.0, tau=math.inf):
+    return (
+        params,
+        params.theta.reshape(-1),
+        jnp.int32(G),
+        jnp.float32(eta),
+        jnp.float32(tau),
+        jnp.float32(1.0),
+    )
+
+
+def test_training_is_deterministic_per_seed_and_vmap_equals_loop(small):
+    params, _ = small
+    cell = groupsize.TrainCell(groupsize.BANDIT, 16, 12)
+    key = jax.random.key(5)
+    for G, tau in ((4, math.inf), (8, 3.0)):
+        args = _train_args(params, G, tau=tau)
+        a = engine.per_seed(groupsize.train_run, cell, key, args, np.arange(4))
+        b = engine.per_seed(groupsize.train_run, cell, key, args, np.arange(4))
+        np.testing.assert_array_equal(a["gap"], b["gap"])
+        one = jax.jit(groupsize.train_run, static_argnums=0)
+        with engine.prng_mode():
+            looped = [one(cell, jax.random.fold_in(key, i), args)["gap"] for i in range(4)]
+        np.testing.assert_allclose(a["gap"], np.stack(looped), rtol=1e-5, atol=1e-6)
+        assert len(set(np.asarray(a["gap"]).tolist())) == 4  # seeds differ
+
+
+def test_training_improves_and_reports_gap_to_the_optimum(small):
+    params, _ = small
+    cfg = groupsize.TrainConfig(prompts=4, actions=8, instance_seed=3)
+    task, data, theta0, j_star, _ = groupsize.make_task(cfg, "bandit")
+    assert j_star == pytest.approx(float(np.mean(np.max(np.asarray(params.success), 1))))
+    gap0 = j_star - float(task.value(data, theta0))
+    gaps = groupsize.train_gaps(
+        task, data, theta0, j_star, 16, 4, 30, 4.0, 10.0, jax.random.key(0), 32
+    )
+    assert np.all(gaps >= 0) and gaps.mean() < gap0
+
+
+def test_arithmetic_task_gradient_is_the_sum_of_per_question_gradients():
+    from gpolab.envs import arithmetic
+
+    questions = arithmetic.make_questions(0, 6)
+    params = arithmetic.init(0, hidden=8)
+    data = groupsize.ArithmeticData(params, questions)
+    theta = jax.flatten_util.ravel_pytree(params.weights)[0]
+    prompts = jnp.array([0, 0, 3, 3, 5, 5], jnp.int32)
+    sample = jax.jit(groupsize.ARITHMETIC.sample)
+    tokens, rewards = sample(jax.random.key(0), data, theta, prompts)
+    assert tokens.shape[0] == 6 and rewards.shape == (6,)
+    w = jnp.arange(1.0, 7.0)
+    got = jax.jit(groupsize.ARITHMETIC.gradient)(data, theta, prompts, tokens, w)
+    one = jax.jit(arithmetic.gradient_estimate)
+    want = sum(
+        one(params, questions.features[q], tokens[2 * i : 2 * i + 2], w[2 * i : 2 * i + 2])
+        for i, q in enumerate((0, 3, 5))
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    "call, field, allowed",
+    [
+        (lambda: theory.check_budget(1), "N", ">= 2"),
+        (lambda: theory.check_budget(16, 3), "G", "2, 4, 8, 16"),
+        (lambda: theory.check_budget(12, 1), "G", "2, 3, 4, 6, 12"),
+        (lambda: groupsize.validate_fixed(groupsize.FixedConfig(N=(256, 0))), "N", ">= 2"),
+        (lambda: groupsize.validate_fixed(groupsize.FixedConfig(N=())), "N", "integers"),
+        (lambda: groupsize.validate_fixed(groupsize.FixedConfig(seeds=1)), "seeds", ">= 2"),
+        (
+            lambda: groupsize.validate_train(groupsize.TrainConfig(envs=("atari",))),
+            "envs",
+            "bandit, arithmetic",
+        ),
+        (
+            lambda: groupsize.validate_train(groupsize.TrainConfig(schedules=("cosine",))),
+            "schedules",
+            "constant, decay",
+        ),
+        (
+            lambda: groupsize.validate_train(groupsize.TrainConfig(bandit_eta_decay=-1.0)),
+            "bandit_eta_decay",
+            "finite number",
+        ),
+        (
+            lambda: groupsize.validate_train(groupsize.TrainConfig(arithmetic_N=(2,))),
+            "arithmetic_N",
+            ">= 4",
+        ),
+    ],
+)
+def test_bad_configs_raise_naming_the_field(call, field, allowed):
+    with pytest.raises(validate.ConfigError) as err:
+        call()
+    assert str(err.value).startswith(f"{field}:") or f"{field}:" in str(err.value)
+    assert allowed in str(err.value)
+
+
+def _namespace(**given):
+    fixed, train = command._field_sets()
+    ns = {f.name: None for f in fixed + train}
+    ns.update(train=False, quick=False, json=False, out=None)
+    ns.update(given)
+    return argparse.Namespace(**ns)
+
+
+def test_cli_config_quick_then_flags_and_mode_checks():
+    cfg = command.build_config(_namespace(quick=True, N="64,128"))
+    assert cfg.N == (64, 128) and cfg.seeds == command.QUICK_FIXED["seeds"]
+    cfg = command.build_config(_namespace(train=True, quick=True, seeds="300"))
+    assert cfg.seeds == 300 and cfg.arithmetic_N == command.QUICK_TRAIN["arithmetic_N"]
+    with pytest.raises(validate.ConfigError, match="chunk: not a setting of --train"):
+        command.build_config(_namespace(train=True, chunk="8"))
+    with pytest.raises(validate.ConfigError, match="N: got 'a,b'"):
+        command.build_config(_namespace(N="a,b"))
+
+
+def test_cli_reports_config_errors_before_tracing(capsys):
+    from gpolab.cli import main
+
+    assert main(["groupsize", "--N", "256,100", "--seeds", "1"]) == 2
+    assert "seeds:" in capsys.readouterr().err
