@@ -12,7 +12,20 @@ import importlib
 
 __version__ = "0.1.0"
 
-_MODULES = ("estimators", "engine", "cells", "envs", "theory", "plots", "validate", "sweep")
+_MODULES = (
+    "estimators",
+    "engine",
+    "cells",
+    "envs",
+    "theory",
+    "plots",
+    "validate",
+    "sweep",
+    "train",
+    "groupsize",
+    "treelab",
+    "chi2",
+)
 _NAMES = {
     "SweepConfig": "gpolab.sweep",
     "run_sweep": "gpolab.sweep",
