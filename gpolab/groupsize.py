@@ -65,24 +65,15 @@ def _bandit_prompts(key, data, n):
 
 
 def _bandit_sample(key, data, theta, prompts):
-    """One action per slot from π(·|x_i) by inverse CDF on the policy table (P, A): only the ≈ √A
-    block ends of row x_i and one block of ≈ √A CDF entries are gathered per slot (the row-per-
-    draw gather of :func:`gpolab.envs.bandit.sample` costs A per slot when every slot has its own
-    prompt).  Same law; rewards Z ~ Bernoulli(p(x_i, a_i))."""
+    """One action per slot from π(·|x_i) by inverse CDF (:func:`inverse_cdf_rows`: only row x_i's
+    ≈ √A block ends and one block are gathered per slot, where gathering π's row per draw costs
+    A per slot); rewards Z ~ Bernoulli(p(x_i, a_i))."""
     from gpolab.envs import bandit
+    from gpolab.envs.sampling import inverse_cdf_rows
 
     params = _bandit_at(data, theta)
-    P, A = params.success.shape
     u = jax.random.uniform(key, (2, prompts.shape[0]), dtype=params.success.dtype)
-    cdf = jnp.cumsum(bandit.policy(params), axis=-1)
-    b = max(1, round(math.sqrt(A)))
-    nb = -(-A // b)
-    cdf = jnp.concatenate([cdf, jnp.full((P, nb * b - A), jnp.inf, cdf.dtype)], -1)
-    blocks = cdf.reshape(P, nb, b)
-    x = u[0] * cdf[prompts, A - 1]
-    block = jnp.minimum(jnp.sum(blocks[prompts, :, -1] <= x[:, None], -1), nb - 1)
-    inside = jnp.sum(blocks[prompts, block] <= x[:, None], -1)
-    actions = jnp.minimum(block * b + inside, A - 1).astype(jnp.int32)
+    actions = inverse_cdf_rows(bandit.policy(params), prompts, u[0])
     rewards = (u[1] < params.success[prompts, actions]).astype(params.success.dtype)
     return actions, rewards
 

@@ -36,3 +36,16 @@ def test_one_dimensional_probs_keep_the_shape_of_u():
     got = inverse_cdf(probs, u)
     assert got.shape == u.shape and got.dtype == jnp.int32
     np.testing.assert_array_equal(got.reshape(1, -1), reference(probs[None], u.reshape(1, -1)))
+
+
+@pytest.mark.parametrize("C", [3, 16, 64, 100])
+def test_per_row_draws_equal_gathering_whole_rows(C):
+    from gpolab.envs.sampling import inverse_cdf_rows
+
+    k1, k2, k3 = jax.random.split(jax.random.key(C + 1), 3)
+    probs = jax.nn.softmax(2 * jax.random.normal(k1, (7, C)))
+    rows = jax.random.randint(k2, (3000,), 0, 7)
+    u = jax.random.uniform(k3, (3000,))
+    got = inverse_cdf_rows(probs, rows, u)
+    np.testing.assert_array_equal(got, inverse_cdf(probs[rows], u[:, None])[:, 0])
+    np.testing.assert_array_equal(got, reference(probs[rows], u[:, None])[:, 0])

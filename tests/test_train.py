@@ -257,3 +257,11 @@ def test_equal_sigma_control_admissible_steps_give_equal_trajectories():
     )
     np.testing.assert_allclose(g["J"], r["J"], rtol=1e-5, atol=1e-6)
     assert g["J"][0, 0, -1] > g["J"][0, 0, 0] + 0.1  # it learned
+
+
+def test_train_points_bandit_and_arithmetic_to_the_group_size_trainer(capsys):
+    from gpolab.cli import main
+
+    assert main(["train", "--env", "arithmetic"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gpolab groupsize --train --envs arithmetic" in err[0]

@@ -172,6 +172,11 @@ def check(args):
     """Validate every flag in plain Python; returns the parsed settings."""
     from gpolab import train, validate
 
+    if args.env in ("bandit", "arithmetic"):  # B·G = N training lives with the group-size lab
+        raise validate.ConfigError(
+            f"env: {args.env} training at a fixed budget N = B·G is `gpolab groupsize --train "
+            f"--envs {args.env}`; allowed here: {', '.join(ENVS)}"
+        )
     validate.choice("env", args.env, ENVS)
     regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
     for r in regimes or [""]:
