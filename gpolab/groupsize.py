@@ -221,13 +221,16 @@ def validate_fixed(cfg: FixedConfig) -> None:
     validate.integer("seeds", cfg.seeds, 2)
     validate.integer("chunk", cfg.chunk, 1)
     validate.integer("seed", cfg.seed, 0)
-    validate.choice("kind", cfg.kind, ("tabular", "loglinear"))
-    validate.integer("prompts", cfg.prompts, 1)
-    validate.integer("actions", cfg.actions, 2)
-    validate.real("logit_scale", cfg.logit_scale, low=0.0)
-    validate.real("success_a", cfg.success_a, low=0.0, open_low=True)
-    validate.real("success_b", cfg.success_b, low=0.0, open_low=True)
+    _check_bandit(cfg)
     validate.integer("instance_seed", cfg.instance_seed, 0)
+
+
+def _check_bandit(cfg) -> None:
+    from gpolab.envs import bandit
+
+    bandit.check_instance(
+        cfg.kind, cfg.prompts, cfg.actions, 8, cfg.logit_scale, cfg.success_a, cfg.success_b
+    )
 
 
 def make_bandit(cfg) -> tuple:
@@ -394,12 +397,7 @@ def validate_train(cfg: TrainConfig) -> None:
     validate.choice("policy", cfg.policy, ("base", "instruct", "icl"))
     validate.integer("truth_samples", cfg.truth_samples, 2)
     validate.integer("instance_seed", cfg.instance_seed, 0)
-    validate.choice("kind", cfg.kind, ("tabular", "loglinear"))
-    validate.integer("prompts", cfg.prompts, 1)
-    validate.integer("actions", cfg.actions, 2)
-    validate.real("logit_scale", cfg.logit_scale, low=0.0)
-    validate.real("success_a", cfg.success_a, low=0.0, open_low=True)
-    validate.real("success_b", cfg.success_b, low=0.0, open_low=True)
+    _check_bandit(cfg)
 
 
 def make_task(cfg: TrainConfig, env: str) -> tuple:

@@ -105,13 +105,17 @@ class SweepConfig:
             validate.integer("truth_samples", self.truth_samples, 2)
         elif self.env == "bandit":
             validate.integer("B", self.B, 0)
-            validate.choice("kind", self.kind, ("tabular", "loglinear"))
-            validate.integer("prompts", self.prompts, 1)
-            validate.integer("actions", self.actions, 2)
-            validate.integer("dim", self.dim, 1)
-            validate.real("logit_scale", self.logit_scale, low=0.0)
-            validate.real("success_a", self.success_a, low=0.0, open_low=True)
-            validate.real("success_b", self.success_b, low=0.0, open_low=True)
+            from gpolab.envs.bandit import check_instance
+
+            check_instance(
+                self.kind,
+                self.prompts,
+                self.actions,
+                self.dim,
+                self.logit_scale,
+                self.success_a,
+                self.success_b,
+            )
         else:
             validate.integers("K", self.K, 2)
             validate.integers("M", self.M, 1)

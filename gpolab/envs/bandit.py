@@ -79,6 +79,16 @@ def make(
     are Gaussian; success probabilities are Beta(``success_a``, ``success_b``), so prompts have
     heterogeneous V(x); prompts are uniform.
     """
+    check_instance(kind, prompts, actions, dim, logit_scale, success_a, success_b)
+    key = jax.random.key(key) if isinstance(key, int) else key
+    return _draw(key, prompts, actions, kind, dim, logit_scale, success_a, success_b)
+
+
+def check_instance(
+    kind="tabular", prompts=16, actions=64, dim=8, logit_scale=1.0, success_a=0.5, success_b=1.0
+) -> None:
+    """Plain-Python checks of the settings of :func:`make` (every config that builds a bandit
+    calls this before tracing)."""
     validate.choice("kind", kind, KINDS)
     validate.integer("prompts", prompts, 1)
     validate.integer("actions", actions, 2)
@@ -86,8 +96,6 @@ def make(
     validate.real("logit_scale", logit_scale, low=0.0)
     validate.real("success_a", success_a, low=0.0, open_low=True)
     validate.real("success_b", success_b, low=0.0, open_low=True)
-    key = jax.random.key(key) if isinstance(key, int) else key
-    return _draw(key, prompts, actions, kind, dim, logit_scale, success_a, success_b)
 
 
 @partial(jax.jit, static_argnums=(1, 2, 3, 4))
