@@ -188,7 +188,7 @@ def test_cli_train_and_curvature_end_to_end(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, field",
     [
-        (["train", "--env", "bandit"], "env"),
+        (["train", "--env", "tabular"], "env"),
         (["train", "--estimators", "grpo,ppo"], "estimators"),
         (["train", "--G", "1"], "G"),
         (["train", "--G", "two"], "G"),
@@ -259,9 +259,20 @@ def test_equal_sigma_control_admissible_steps_give_equal_trajectories():
     assert g["J"][0, 0, -1] > g["J"][0, 0, 0] + 0.1  # it learned
 
 
-def test_train_points_bandit_and_arithmetic_to_the_group_size_trainer(capsys):
+def test_train_on_bandit_runs_the_group_size_trainer(tmp_path, capsys):
+    """``gpolab train --env bandit`` is ``gpolab groupsize --train --envs bandit`` with --seeds,
+    --steps and --seed carried over: the same table, row for row."""
+    import pandas as pd
+
     from gpolab.cli import main
 
-    assert main(["train", "--env", "arithmetic"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "gpolab groupsize --train --envs arithmetic" in err[0]
+    common = ["--quick", "--seeds", "8", "--seed", "3"]
+    assert (
+        main(["train", "--env", "bandit", "--steps", "5", "--out", str(tmp_path / "a"), *common])
+        == 0
+    )
+    argv = ["groupsize", "--train", "--envs", "bandit", "--bandit-steps", "5", *common]
+    assert main([*argv, "--out", str(tmp_path / "b")]) == 0
+    a, b = (pd.read_csv(tmp_path / d / "results.csv").drop(columns="seconds") for d in "ab")
+    assert set(a["env"]) == {"bandit"} and set(a["steps"]) == {5} and set(a["n_seeds"]) == {8}
+    pd.testing.assert_frame_equal(a, b)

@@ -24,7 +24,8 @@ import argparse
 
 import numpy as np
 
-ENVS = ("loglinear",)
+GROUPSIZE_ENVS = ("bandit", "arithmetic")  # B·G = N training lives with the group-size lab
+ENVS = ("loglinear", *GROUPSIZE_ENVS)
 REGIMES = ("admissible", "tuned")
 DEFAULTS = dict(
     seeds=16,
@@ -63,7 +64,13 @@ def register(sub) -> None:
         description="Policy-gradient training on the log-linear bandit of arXiv 2601.23135 "
         "(DESIGN §7).  Writes summary.csv, gain.csv, finite_sample.csv and figures to --out.",
     )
-    p.add_argument("--env", default="loglinear", help="environment (allowed: loglinear)")
+    p.add_argument(
+        "--env",
+        default="loglinear",
+        help="loglinear (this lab); bandit or arithmetic: SGD at a fixed budget N = B*G per "
+        "step, the group-size lab's training check (gpolab groupsize --train; --seeds, --steps, "
+        "--seed, --quick and --out carry over)",
+    )
     p.add_argument("--regimes", default="admissible,tuned", help="comma list of admissible, tuned")
     p.add_argument("--estimators", default=DEFAULTS["estimators"], help="comma list (tuned regime)")
     p.add_argument(
@@ -72,12 +79,8 @@ def register(sub) -> None:
     p.add_argument(
         "--optimizers", default=DEFAULTS["optimizers"], help="comma list of sgd, adam (tuned)"
     )
-    p.add_argument(
-        "--steps", type=int, default=DEFAULTS["steps"], help="tuned-regime steps (default: 200)"
-    )
-    p.add_argument(
-        "--seeds", type=int, default=DEFAULTS["seeds"], help="tuned-regime seeds (default: 16)"
-    )
+    p.add_argument("--steps", type=int, default=None, help="tuned-regime steps (default: 200)")
+    p.add_argument("--seeds", type=int, default=None, help="tuned-regime seeds (default: 16)")
     p.add_argument(
         "--lr-grid",
         default=DEFAULTS["lr_grid"],
@@ -125,7 +128,7 @@ def register(sub) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="master PRNG seed")
     p.add_argument("--quick", action="store_true", help="tiny run (< 1 minute)")
-    p.add_argument("--out", default="results/train", help="output directory")
+    p.add_argument("--out", default=None, help="output directory (default: results/train)")
     p.add_argument("--figures-dir", default=None, help="also copy train_gain/phases.png here")
     p.set_defaults(func=run)
 
@@ -172,11 +175,6 @@ def check(args):
     """Validate every flag in plain Python; returns the parsed settings."""
     from gpolab import train, validate
 
-    if args.env in ("bandit", "arithmetic"):  # B·G = N training lives with the group-size lab
-        raise validate.ConfigError(
-            f"env: {args.env} training at a fixed budget N = B·G is `gpolab groupsize --train "
-            f"--envs {args.env}`; allowed here: {', '.join(ENVS)}"
-        )
     validate.choice("env", args.env, ENVS)
     regimes = [r.strip() for r in args.regimes.split(",") if r.strip()]
     for r in regimes or [""]:
@@ -284,6 +282,19 @@ def admissible_runs(args, rho: float) -> list[tuple[str, str, str, float]]:
     ]
 
 
+def groupsize_train(args) -> int:
+    """``--env bandit|arithmetic``: the training check of ``gpolab groupsize --train`` for that
+    env (SGD with N = B·G responses per step, final gap per G over many seeds)."""
+    from gpolab.cli import build_parser
+    from gpolab.commands import groupsize
+
+    argv = ["groupsize", "--train", "--envs", args.env, "--seed", str(args.seed)]
+    argv += ["--quick"] * args.quick + ["--out", args.out] * (args.out is not None)
+    argv += ["--seeds", str(args.seeds)] * (args.seeds is not None)
+    argv += [f"--{args.env}-steps", str(args.steps)] * (args.steps is not None)
+    return groupsize.run(build_parser().parse_args(argv))
+
+
 def run(args) -> int:
     import json
     import shutil
@@ -295,10 +306,12 @@ def run(args) -> int:
 
     from gpolab import train
 
-    if args.quick:  # the quick size for every flag left at its default
-        for k, v in QUICK.items():
-            if getattr(args, k) == DEFAULTS[k]:
-                setattr(args, k, v)
+    if args.env in GROUPSIZE_ENVS:
+        return groupsize_train(args)
+    for k, v in (QUICK if args.quick else DEFAULTS).items():  # the size of flags left unset
+        if getattr(args, k) in (None, DEFAULTS[k]):
+            setattr(args, k, v)
+    args.out = args.out or "results/train"
     regimes, estimators, Gs, optimizers, rhos, grids, gain_Gs = check(args)
     env = train.loglinear_env()
     key = jax.random.key(args.seed)
