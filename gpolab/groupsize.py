@@ -65,17 +65,16 @@ def _bandit_prompts(key, data, n):
 
 
 def _bandit_sample(key, data, theta, prompts):
-    """One action per slot from π(·|x_i) by inverse CDF (:func:`inverse_cdf_rows`: only row x_i's
-    ≈ √A block ends and one block are gathered per slot, where gathering π's row per draw costs
-    A per slot); rewards Z ~ Bernoulli(p(x_i, a_i))."""
+    """One (action, reward) per slot by inverse CDF over the joint outcomes of x_i
+    (:func:`bandit.outcome_probs`; :func:`inverse_cdf_rows` gathers only row x_i's ≈ √(2A) block
+    ends and one block per slot): the draws of ``bandit.sample`` with G = 1."""
     from gpolab.envs import bandit
     from gpolab.envs.sampling import inverse_cdf_rows
 
     params = _bandit_at(data, theta)
-    u = jax.random.uniform(key, (2, prompts.shape[0]), dtype=params.success.dtype)
-    actions = inverse_cdf_rows(bandit.policy(params), prompts, u[0])
-    rewards = (u[1] < params.success[prompts, actions]).astype(params.success.dtype)
-    return actions, rewards
+    dtype = params.success.dtype
+    u = jax.random.uniform(key, prompts.shape, dtype=dtype)
+    return bandit.split_outcomes(inverse_cdf_rows(bandit.outcome_probs(params), prompts, u), dtype)
 
 
 def _bandit_gradient(data, theta, prompts, actions, weights):

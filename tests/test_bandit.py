@@ -99,15 +99,23 @@ def test_weighted_scores_equal_explicit_scores(kind):
 
 
 def test_inverse_cdf_sampling_matches_policy():
-    """Chi-square goodness of fit of 200k actions per prompt against π (fixed seed)."""
+    """Chi-square goodness of fit of 200k (action, reward) pairs per prompt against the joint law
+    π(a|x)·p^z(1 − p)^(1−z) (fixed seed): actions follow π and rewards are Bernoulli(p(x, a))."""
     params = small("tabular", logit_scale=2.0)
+    params = params.replace(success=params.success.at[0, 0].set(0.0).at[0, 1].set(1.0))
     prompts = jnp.arange(4, dtype=jnp.int32)
     actions, rewards = bandit.sample(jax.random.key(5), params, prompts, 200_000)
     pi = np.asarray(bandit.policy(params), np.float64)
+    p = np.asarray(params.success, np.float64)
+    joint = np.stack([pi * (1 - p), pi * p], -1).reshape(4, -1)
+    np.testing.assert_allclose(bandit.outcome_probs(params), joint, rtol=1e-6, atol=1e-7)
     for x in range(4):
-        counts = np.bincount(np.asarray(actions[x]), minlength=6)
-        expected = pi[x] / pi[x].sum() * counts.sum()
-        assert stats.chisquare(counts, expected).pvalue > 1e-3
+        outcome = 2 * np.asarray(actions[x]) + np.asarray(rewards[x]).astype(int)
+        counts = np.bincount(outcome, minlength=12)
+        keep = joint[x] > 0  # a zero-probability outcome must never be drawn
+        assert counts[~keep].sum() == 0
+        expected = joint[x][keep] / joint[x][keep].sum() * counts.sum()
+        assert stats.chisquare(counts[keep], expected).pvalue > 1e-3
     # rewards: mean matches V within 4 standard errors
     V = np.asarray(bandit.exact(params).V)
     se = np.sqrt(V * (1 - V) / 200_000)

@@ -69,6 +69,25 @@ def test_no_recompile_when_only_seed_count_changes():
     assert engine.TRACES[("bandit_error", cell)] == 1
 
 
+def test_auto_chunk_is_a_memoised_power_of_two_that_does_not_change_results():
+    args = setup()
+    key = jax.random.key(4)
+    cell = cells.BanditCell(("loo",), G=7)
+    chunk = engine.auto_chunk(cells.bandit_error, cell, key, args)
+    assert 8 <= chunk <= 8192 and chunk & (chunk - 1) == 0
+    probed = engine.TRACES[("bandit_error", cell)]  # the probe's trace
+    a = engine.run(cells.bandit_error, cell, args, key, 3000)  # chunk=AUTO
+    engine.run(cells.bandit_error, cell, args, key, 5)
+    assert engine.auto_chunk(cells.bandit_error, cell, key, args) == chunk
+    assert engine.TRACES[("bandit_error", cell)] <= probed + 1  # no second probe, one chunk size
+    b = engine.run(cells.bandit_error, cell, args, key, 3000, chunk=1000)
+    for k in a.sums:
+        np.testing.assert_allclose(a.sums[k], b.sums[k], rtol=1e-5, atol=1e-9)
+    # more temporaries per seed (five estimators, G = 64) never get a larger chunk
+    big = cells.BanditCell(("vanilla", "oracle", "loo", "mean", "grpo"), G=64)
+    assert engine.auto_chunk(cells.bandit_error, big, key, args) <= chunk
+
+
 def test_per_seed_function_traces_once_under_chex():
     args = setup()
     counted = chex.assert_max_traces(cells.bandit_error, n=1)

@@ -16,7 +16,9 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
 * ``W1-G64-rss``: W1 at G = 64 for 10⁶ seeds in a fresh process: peak resident memory.
 * ``default sweep``: ``gpolab sweep``'s default, cold then warm, for the share of compile time.
 
-``compile_s`` is the time of ``lower().compile()`` of the workload's chunk function.
+``compile_s`` is the time of ``lower().compile()`` of the workload's chunk function, plus the
+chunk probe of :func:`gpolab.engine.auto_chunk` where the chunk is automatic; ``chunk`` is the
+seeds per compiled chunk it ran with.
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ import time
 
 import numpy as np
 
+RNG_CHUNKS = (1024, 4096, 8192)  # chunks the PRNG bound is timed at (the fastest counts)
+
 
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
     quick: bool = False
     seeds: int = 400_000  # per throughput measurement (quick: 20,000)
     numpy_seeds: int = 40_000  # numpy reference (quick: 4,000)
-    chunk: int = 8192
+    chunk: int = 0  # 0: the engine's auto_chunk (each row reports its chunk)
     seed: int = 0
 
 
@@ -54,13 +58,14 @@ def peak_rss_mb() -> float:
 
 
 def _timed_run(fn, cell, args, key, n, chunk):
-    """(seconds, Moments) of a steady-state run: compiled first, then timed."""
+    """(seconds, compile seconds, Moments, chunk) of a steady-state run: compiled, then timed."""
     import jax
 
     from gpolab import engine
 
     with engine.prng_mode():
         start = time.perf_counter()
+        chunk = chunk or engine.auto_chunk(fn, cell, key, args)
         idx = np.arange(chunk, dtype=np.uint32)
         engine._chunk_moments.lower(fn, cell, key, args, idx, idx < chunk).compile()
         compile_s = time.perf_counter() - start
@@ -68,7 +73,7 @@ def _timed_run(fn, cell, args, key, n, chunk):
     start = time.perf_counter()
     m = engine.run(fn, cell, args, key, n, chunk)
     jax.block_until_ready(m.sums)
-    return time.perf_counter() - start, compile_s, m
+    return time.perf_counter() - start, compile_s, m, chunk
 
 
 def _uniforms_cell(cell, key, args):
@@ -83,6 +88,7 @@ def _row(workload, n, seconds, compile_s, **extra):
     return {
         "workload": workload,
         "n_seeds": n,
+        "chunk": None,
         "seeds_per_s": n / seconds,
         "compile_s": compile_s,
         "peak_rss_mb": peak_rss_mb(),
@@ -103,15 +109,22 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
     args = (params, truth, np.float32(1e-4))
     key = jax.random.key(cfg.seed)
     cell = cells.BanditCell(("loo",), G=G, mean_error=False)  # the numpy reference's statistic
-    seconds, compile_s, m = _timed_run(cells.bandit_error, cell, args, key, n, cfg.chunk)
+    seconds, compile_s, m, chunk = _timed_run(cells.bandit_error, cell, args, key, n, cfg.chunk)
     stats = engine.error_stats(m, "loo/err", "loo/sq")
     row = _row(
-        f"W1 tabular 16x64 G={G} loo", n, seconds, compile_s, mse=stats.mse, mse_se=stats.mse_se
+        f"W1 tabular 16x64 G={G} loo",
+        n,
+        seconds,
+        compile_s,
+        chunk=chunk,
+        mse=stats.mse,
+        mse_se=stats.mse_se,
     )
     if not numpy:
         return row
-    rng_cell = ("uniforms", (2, 16, G))
-    rng_s, _, _ = _timed_run(_uniforms_cell, rng_cell, None, key, n, cfg.chunk)
+    rng_cell = ("uniforms", (16, G))  # one uniform per response
+    # the bound at its fastest chunk, so the fraction is never flattered by a slow denominator
+    rng_s = min(_timed_run(_uniforms_cell, rng_cell, None, key, n, c)[0] for c in RNG_CHUNKS)
     f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
     ref = (
         f64(bandit.policy(params)),
@@ -144,10 +157,10 @@ def loglinear(cfg: BenchConfig) -> dict:
     args = (params, bandit.exact(params), np.float32(1e-4))
     cell = cells.BanditCell(("vanilla", "oracle", "loo", "mean", "grpo"), G=16)
     n = cfg.seeds // 2
-    seconds, compile_s, _ = _timed_run(
+    seconds, compile_s, _, chunk = _timed_run(
         cells.bandit_error, cell, args, jax.random.key(cfg.seed), n, cfg.chunk
     )
-    return _row("loglinear 16x64 d=8 G=16, 5 estimators", n, seconds, compile_s)
+    return _row("loglinear 16x64 d=8 G=16, 5 estimators", n, seconds, compile_s, chunk=chunk)
 
 
 def tree(cfg: BenchConfig) -> dict:
@@ -159,10 +172,10 @@ def tree(cfg: BenchConfig) -> dict:
     params = tree_env.make_beta(2.0, 3.0)
     args = (params, tree_env.exact(params), np.float32(1e-4))
     n = cfg.seeds // 2
-    seconds, compile_s, _ = _timed_run(
+    seconds, compile_s, _, chunk = _timed_run(
         cells.tree_error, cells.TreeCell(8, 8), args, jax.random.key(cfg.seed), n, cfg.chunk
     )
-    return _row("tree Beta(2,3) K=8 M=8", n, seconds, compile_s)
+    return _row("tree Beta(2,3) K=8 M=8", n, seconds, compile_s, chunk=chunk)
 
 
 def arithmetic(cfg: BenchConfig) -> dict:
@@ -175,7 +188,7 @@ def arithmetic(cfg: BenchConfig) -> dict:
     args, _ = make_setup(sweep)("instruct")
     cell = cells.ArithmeticCell(sweep.estimators, G=16, Q=sweep.per_seed)
     n = 256 if cfg.quick else 2048
-    seconds, compile_s, _ = _timed_run(
+    seconds, compile_s, _, chunk = _timed_run(
         cells.arithmetic_error,
         cell,
         (*args, np.float32(sweep.eps)),
@@ -183,7 +196,13 @@ def arithmetic(cfg: BenchConfig) -> dict:
         n,
         ARITHMETIC_CHUNK,
     )
-    return _row("arithmetic surrogate G=16, 8 questions/seed, 5 estimators", n, seconds, compile_s)
+    return _row(
+        "arithmetic surrogate G=16, 8 questions/seed, 5 estimators",
+        n,
+        seconds,
+        compile_s,
+        chunk=chunk,
+    )
 
 
 def training(cfg: BenchConfig) -> dict:
@@ -211,7 +230,7 @@ def training(cfg: BenchConfig) -> dict:
     )
 
 
-def rss_subprocess(n: int, G: int = 64, chunk: int = 8192) -> dict:
+def rss_subprocess(n: int, G: int = 64, chunk: int = 0) -> dict:
     """W1 at group size G for n seeds in a fresh interpreter; its peak RSS is the memory bound."""
     code = (
         "import json, sys; from gpolab.bench import BenchConfig, w1, peak_rss_mb;"
@@ -258,7 +277,7 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
     jax.config.update("jax_enable_compilation_cache", False)  # compile_s is cold compilation
     if cfg.quick:
         cfg = dataclasses.replace(
-            cfg, seeds=min(cfg.seeds, 20_000), numpy_seeds=min(cfg.numpy_seeds, 4_000), chunk=4096
+            cfg, seeds=min(cfg.seeds, 20_000), numpy_seeds=min(cfg.numpy_seeds, 4_000)
         )
     rows = []
 

@@ -25,13 +25,14 @@ def w1_errors(
     ``pi``, ``success``: (P, A); ``g_local``: (P, A) exact per-prompt gradients (tabular rows).
     """
     P, A = pi.shape
-    cdf = np.cumsum(pi, axis=-1)
-    u = rng.random((2, n_seeds, P, G))
-    actions = np.empty((n_seeds, P, G), dtype=np.int64)
-    for x in range(P):  # inverse CDF, vectorized over seeds and the group
-        actions[:, x] = np.minimum(np.searchsorted(cdf[x], u[0, :, x] * cdf[x, -1], "right"), A - 1)
-    p = success[np.arange(P)[None, :, None], actions]
-    z = (u[1] < p).astype(np.float64)
+    # one uniform per response: inverse CDF over the 2A joint outcomes (a, z), column 2a + z
+    cdf = np.cumsum(np.stack([pi * (1 - success), pi * success], -1).reshape(P, 2 * A), axis=-1)
+    u = rng.random((n_seeds, P, G))
+    outcome = np.empty((n_seeds, P, G), dtype=np.int64)
+    for x in range(P):  # vectorized over seeds and the group
+        outcome[:, x] = np.searchsorted(cdf[x], u[:, x] * cdf[x, -1], "right")
+    outcome = np.minimum(outcome, 2 * A - 1)
+    actions, z = outcome >> 1, (outcome & 1).astype(np.float64)
     adv = z - (z.sum(-1, keepdims=True) - z) / (G - 1)  # leave-one-out
     c = adv / G
     # ĝ_x = Σ_g c_g (e_{a_g} − π_x): scatter-add into A bins per (seed, prompt)

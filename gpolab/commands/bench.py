@@ -12,6 +12,7 @@ COLUMNS = [
     "speedup_vs_numpy",
     "rng_bound_fraction",
     "compile_s",
+    "chunk",
     "peak_rss_mb",
 ]
 
@@ -33,7 +34,12 @@ def register(sub) -> None:
         default=None,
         help="seeds per throughput measurement (default 400000; quick 20000)",
     )
-    p.add_argument("--chunk", type=int, default=8192, help="seeds per compiled chunk")
+    p.add_argument(
+        "--chunk",
+        type=int,
+        default=0,
+        help="seeds per compiled chunk (default 0: the engine's cache-sized auto chunk)",
+    )
     p.set_defaults(func=run)
 
 
@@ -47,7 +53,7 @@ def run(args) -> int:
     if args.seeds is not None:
         validate.integer("seeds", args.seeds, 1)
         cfg = BenchConfig(quick=args.quick, chunk=args.chunk, seeds=args.seeds)
-    validate.integer("chunk", args.chunk, 1)
+    validate.integer("chunk", args.chunk, 0)
 
     def progress(row):
         print(f"{row['workload']}: {row['seeds_per_s']:,.0f} seeds/s", file=sys.stderr, flush=True)

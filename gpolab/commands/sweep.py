@@ -54,8 +54,8 @@ HELP = {
     "M": "tree: comma list of continuations per thought (>= 1)",
     "variants": "tree: comma list of thought-std, leaf-std, mean-only",
     "seeds": "Monte Carlo seeds per cell",
-    "chunk": "seeds per compiled chunk (memory bound; results do not depend on it; "
-    "arithmetic caps it at 16)",
+    "chunk": "seeds per compiled chunk (0: sized to the CPU cache from XLA's memory analysis; "
+    "memory bound; results do not depend on it)",
     "seed": "master PRNG seed; seed i uses fold_in(key, i)",
     "B": "bandit: 0 = one group for every prompt (mean per-prompt MSE); b > 0 = b iid prompts",
     "scale": "grpo std: group, batch or none (TRL scale_rewards)",

@@ -155,13 +155,29 @@ def sample_prompts(key: jax.Array, params: BanditParams, B: int) -> jax.Array:
     return inverse_cdf(params.prompt_probs, u)
 
 
+def outcome_probs(params: BanditParams) -> jax.Array:
+    """(P, 2A) probabilities of the joint outcomes (a, z) of one response, interleaved: column
+    2a + z holds π(a|x)·p(x, a)^z·(1 − p(x, a))^(1−z).  Its marginal over z is π(·|x) and z given
+    a is Bernoulli(p(x, a)), so one categorical draw from it is one (action, reward) pair."""
+    pi, p = policy(params), params.success
+    return jnp.stack([pi * (1 - p), pi * p], axis=-1).reshape(pi.shape[0], -1)
+
+
+def split_outcomes(idx: jax.Array, dtype=jnp.float32) -> tuple[jax.Array, jax.Array]:
+    """Outcome indices of :func:`outcome_probs` → (actions int32, rewards in ``dtype``)."""
+    return idx >> 1, (idx & 1).astype(dtype)
+
+
 def sample(key: jax.Array, params: BanditParams, prompts: jax.Array, G: int):
-    """G responses per prompt in ``prompts`` (B,): actions (B, G) int32 and rewards (B, G)."""
-    pi = policy(params)[prompts]
-    u = jax.random.uniform(key, (2, prompts.shape[0], G), dtype=pi.dtype)  # one PRNG call
-    actions = inverse_cdf(pi, u[0])
-    p = jnp.take_along_axis(params.success[prompts], actions, axis=-1)
-    return actions, (u[1] < p).astype(p.dtype)
+    """G responses per prompt in ``prompts`` (B,): actions (B, G) int32 and rewards (B, G).
+
+    One uniform per response: (action, reward) is a single inverse-CDF draw over the 2A joint
+    outcomes (:func:`outcome_probs`), the same law as an action from π then a Bernoulli reward,
+    at half the random numbers and without a gather of p(x, a) (W1 1.3× faster, ``gpolab bench``).
+    """
+    dtype = params.success.dtype
+    u = jax.random.uniform(key, (prompts.shape[0], G), dtype=dtype)
+    return split_outcomes(inverse_cdf(outcome_probs(params)[prompts], u), dtype)
 
 
 def scores(params: BanditParams, prompts: jax.Array, actions: jax.Array) -> jax.Array:
