@@ -166,7 +166,7 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args) -> int:
     """
     if jax.process_count() > 1:
         return FIXED_CHUNK
-    shapes = jax.tree.map(lambda x: (np.shape(x), str(np.result_type(x))), args)
+    shapes = jax.tree.map(lambda x: (np.shape(x), str(getattr(x, "dtype", type(x)))), args)
     cpu = jax.default_backend() == "cpu"
     memo = (fn, cell, str(jax.tree.structure(shapes)), tuple(jax.tree.leaves(shapes)), cpu)
     if memo not in _AUTO_CHUNKS:
