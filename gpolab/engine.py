@@ -91,15 +91,22 @@ def _per_seed(fn: Callable, cell, key: jax.Array, args, indices: jax.Array):
     return jax.vmap(fn, in_axes=(None, 0, None))(cell, seed_keys(key, indices), args)
 
 
-@partial(jax.jit, static_argnames=("fn", "cell"))
-def _chunk_moments(fn: Callable, cell, key: jax.Array, args, idx: jax.Array, valid: jax.Array):
-    """Sums (and, for per-seed scalars, sums of squares) over one chunk of seeds."""
+@partial(jax.jit, static_argnames=("fn", "cell", "parts"))
+def _chunk_moments(
+    fn: Callable, cell, key: jax.Array, args, idx: jax.Array, valid: jax.Array, parts: int = 1
+):
+    """Sums (and, for per-seed scalars, sums of squares) over one chunk of seeds, in ``parts``
+    partial sums over contiguous slices (leading axis ``parts``).  With the chunk sharded over
+    ``parts`` devices each device reduces its own slice: no collective, so no device thread ever
+    waits for another (XLA:CPU's in-process all-reduce can deadlock when devices outnumber idle
+    cores); the host adds the parts in float64."""
     TRACES[(getattr(fn, "__name__", str(fn)), cell)] += 1
     out = jax.vmap(fn, in_axes=(None, 0, None))(cell, seed_keys(key, idx), args)
 
     def moments(x):
         x = jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 1)), x, 0)
-        return jnp.sum(x, axis=0), (jnp.sum(x * x) if x.ndim == 1 else None)
+        x = x.reshape((parts, -1) + x.shape[1:])
+        return jnp.sum(x, axis=1), (jnp.sum(x * x, axis=1) if x.ndim == 2 else None)
 
     return jax.tree.map(moments, out)
 
@@ -203,15 +210,16 @@ def run(
 
     With ``mesh`` (see :func:`seed_mesh`), each chunk's seed axis is sharded over the mesh's
     devices (``NamedSharding(mesh, P("seeds"))``; ``chunk`` is rounded up to a multiple of the
-    device count) and the per-chunk sums are all-reduced by XLA.  Per-seed draws are identical
-    to the unsharded run; sums agree to float rounding.  Under ``jax.distributed`` every process
+    device count); each device sums its own slice and the host adds the devices' partial sums,
+    so no collective runs inside the chunk.  Per-seed draws are identical to the unsharded run;
+    sums agree to float rounding.  Under ``jax.distributed`` every process
     calls :func:`run` with the same arguments and gets the same result.
     """
     validate.integer("seeds", n_seeds, 1)
     validate.integer("chunk", chunk, AUTO)
     chunk = chunk or auto_chunk(fn, cell, key, args)
-    if mesh is not None:
-        chunk = -(-chunk // mesh.size) * mesh.size
+    n_parts = 1 if mesh is None else mesh.size
+    chunk = -(-chunk // n_parts) * n_parts
     parts = []
     with prng_mode():
         for start in range(0, n_seeds, chunk):
@@ -219,7 +227,7 @@ def run(
             valid = idx < n_seeds
             if mesh is not None:
                 idx, valid = _shard(idx, mesh), _shard(valid, mesh)
-            parts.append(_chunk_moments(fn, cell, key, args, idx, valid))
+            parts.append(_chunk_moments(fn, cell, key, args, idx, valid, n_parts))
             if on_chunk is not None:
                 on_chunk(min(chunk, n_seeds - start))
     flat = [dict(_flatten(p)) for p in parts]
@@ -229,8 +237,12 @@ def run(
 
 
 def _host(x: jax.Array) -> np.ndarray:
-    """A replicated result as float64 numpy (works for multi-process global arrays too)."""
-    return np.asarray(x.addressable_data(0), dtype=np.float64)
+    """Partial sums (parts, ...) added on the host in float64 (across processes too)."""
+    if not x.is_fully_addressable:  # sharded over several processes: gather the parts first
+        from jax.experimental import multihost_utils
+
+        x = multihost_utils.process_allgather(x, tiled=True)
+    return np.sum(np.asarray(x, dtype=np.float64), axis=0)
 
 
 def _flatten(tree: dict, prefix: str = ""):
