@@ -163,7 +163,7 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args) -> int:
 
     XLA's memory analysis of the chunk function compiled for :data:`PROBE` seeds (a quick,
     unoptimised compilation, about half a full one) gives the temporary bytes per seed; the
-    chunk is the largest power of two whose temporaries fit in ¾ of the last-level cache on CPU
+    chunk is the largest power of two whose temporaries fit in half the last-level cache on CPU
     (between 8 and 8192 seeds), or in 2 GiB on an accelerator (at most 65536).  Larger CPU
     chunks spill to memory: on a 2-core CPU with 32 MiB of L3, W1 runs 2× and a five-estimator
     bandit cell 2.3× faster at the chosen chunk than at 4096 (``gpolab bench`` reports each
@@ -183,7 +183,7 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args) -> int:
         # buffers are set by XLA's HLO passes; skipping LLVM's optimisation halves the probe
         analysis = lowered.compile({"xla_backend_optimization_level": 0}).memory_analysis()
         per_seed = max(getattr(analysis, "temp_size_in_bytes", 0) / PROBE, 1.0)
-        budget, top = (0.75 * cache_bytes(), 8192) if cpu else (float(1 << 31), 65536)
+        budget, top = (0.5 * cache_bytes(), 8192) if cpu else (float(1 << 31), 65536)
         fit = int(budget // per_seed)
         _AUTO_CHUNKS[memo] = min(top, max(8, 1 << (fit.bit_length() - 1) if fit else 8))
     return _AUTO_CHUNKS[memo]

@@ -201,7 +201,7 @@ class FixedConfig:
 
     N: tuple[int, ...] = (256, 1024, 4096)
     seeds: int = 20_000
-    chunk: int = 1024
+    chunk: int = 0  # 0: engine.auto_chunk
     seed: int = 0
     kind: str = "tabular"
     prompts: int = 16
@@ -218,7 +218,7 @@ def validate_fixed(cfg: FixedConfig) -> None:
     for N in cfg.N:
         theory.check_budget(N)
     validate.integer("seeds", cfg.seeds, 2)
-    validate.integer("chunk", cfg.chunk, 1)
+    validate.integer("chunk", cfg.chunk, 0)
     validate.integer("seed", cfg.seed, 0)
     _check_bandit(cfg)
     validate.integer("instance_seed", cfg.instance_seed, 0)
@@ -263,7 +263,7 @@ def run_fixed(cfg: FixedConfig, on_row: Callable[[dict], None] | None = None) ->
         for G in theory.divisors(N):
             start = time.perf_counter()
             args = (params, theta, truth.g, jnp.int32(G))
-            m = engine.run(fixed_error, cell, args, key, cfg.seeds, min(cfg.chunk, cfg.seeds))
+            m = engine.run(fixed_error, cell, args, key, cfg.seeds, cfg.chunk)
             s = engine.error_stats(m)
             row = {
                 "env": "bandit",

@@ -16,7 +16,7 @@ import dataclasses
 HELP = {
     "N": "comma list of per-step budgets N = B*G (every divisor G >= 2 is measured)",
     "seeds": "Monte Carlo seeds per cell (fixed) or SGD runs per cell (train)",
-    "chunk": "seeds per compiled chunk (memory bound; results do not depend on it)",
+    "chunk": "seeds per compiled chunk (0: sized to the CPU cache; results do not depend on it)",
     "seed": "master PRNG seed; seed i uses fold_in(key, i)",
     "kind": "bandit policy: tabular or loglinear",
     "prompts": "bandit: number of prompts P",
