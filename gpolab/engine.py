@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import glob
 import math
 from collections.abc import Callable
-from functools import partial
+from functools import cache, partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +38,7 @@ Z95 = 1.959963984540054
 TRACES: collections.Counter = collections.Counter()  # (fn name, cell) -> times traced
 AUTO = 0  # chunk=AUTO: seeds per chunk from auto_chunk
 FIXED_CHUNK = 4096  # the chunk of multi-process runs, which must agree on it without a probe
-PROBE = 1024  # seeds of the compilation auto_chunk measures (reused when it is the answer)
+PROBE = 1024  # seeds of the (unoptimised, thrown away) compilation auto_chunk measures
 
 
 def seed_keys(key: jax.Array, indices: jax.Array) -> jax.Array:
@@ -139,13 +139,13 @@ class Moments:
         return math.sqrt(self.var(name) / self.n)
 
 
-@functools.cache
+@cache
 def cache_bytes() -> int:
     """The largest CPU cache of this machine (the last level; 32 MiB where /sys does not say)."""
     sizes = []
     for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
         try:
-            text = open(path).read().strip()
+            text = Path(path).read_text().strip()
             sizes.append(
                 int(text.rstrip("KMG"))
                 * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
