@@ -165,11 +165,11 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args) -> int:
     unoptimised compilation, about half a full one) gives the temporary bytes per seed; the
     chunk is the largest power of two whose temporaries fit in half the last-level cache on CPU
     (between 8 and 8192 seeds), or in 2 GiB on an accelerator (at most 65536).  Larger CPU
-    chunks spill to memory: on a 2-core CPU with 32 MiB of L3, W1 runs 2× and a five-estimator
-    bandit cell 2.3× faster at the chosen chunk than at 4096 (``gpolab bench`` reports each
-    workload's chunk).  Depends on shapes only, never on the seed count, so it is probed once
-    per cell and shapes; multi-process runs use :data:`FIXED_CHUNK`, which every process agrees
-    on.
+    chunks spill to memory: on a 2-core CPU with 32 MiB of L3, W1 runs 1.7× and a
+    five-estimator bandit cell 2.2× faster at the chosen chunk than at 4096 (``gpolab bench``
+    reports each workload's chunk).  Depends on shapes only, never on the seed count, so it is
+    probed once per cell and shapes; multi-process runs use :data:`FIXED_CHUNK`, which every
+    process agrees on.
     """
     if jax.process_count() > 1:
         return FIXED_CHUNK
