@@ -10,7 +10,8 @@ exact truth, eps, ...), so sweeping continuous knobs never recompiles.
 * Seeds run in chunks of ``chunk``; the last chunk is padded and its padding masked out, so one
   compilation per (fn, cell, chunk, shapes) serves every seed count.  By default the chunk is
   sized from XLA's memory analysis so its temporaries stay in the CPU's last-level cache
-  (:func:`auto_chunk`).
+  (:func:`auto_chunk`).  One executable call loops over up to 64 chunks (:func:`sub_chunks`),
+  skipping those past the last seed, so the per-call cost is paid once per ~16k seeds.
 * Per chunk, each output leaf is reduced to its sum (and per-seed scalars to their sum of
   squares) on device; chunks are combined on the host in float64.  Memory is bounded by the
   chunk, not by the seed count.
@@ -23,7 +24,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import glob
+import hashlib
+import json
 import math
+import os
 from collections.abc import Callable
 from functools import cache, partial
 from pathlib import Path
@@ -39,6 +43,7 @@ TRACES: collections.Counter = collections.Counter()  # (fn name, cell) -> times 
 AUTO = 0  # chunk=AUTO: seeds per chunk from auto_chunk
 FIXED_CHUNK = 4096  # the chunk of multi-process runs, which must agree on it without a probe
 PROBE = 1024  # seeds of the (unoptimised, thrown away) compilation auto_chunk measures
+CALL_SEEDS = 16384  # seeds per executable call, looped over in sub-chunks of ``chunk``
 
 
 def seed_keys(key: jax.Array, indices: jax.Array) -> jax.Array:
@@ -68,8 +73,9 @@ def per_seed(fn: Callable, cell, key: jax.Array, args, indices, mesh=None):
 
 
 def _shard(a: np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
-    """A host array as a global array split along its first axis over the mesh's devices."""
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("seeds"))
+    """A host array as a global array split along its last axis over the mesh's devices."""
+    spec = jax.sharding.PartitionSpec(*[None] * (a.ndim - 1), "seeds")
+    sharding = jax.sharding.NamedSharding(mesh, spec)
     return jax.make_array_from_callback(a.shape, sharding, lambda i: a[i])
 
 
@@ -93,22 +99,59 @@ def _per_seed(fn: Callable, cell, key: jax.Array, args, indices: jax.Array):
 
 @partial(jax.jit, static_argnames=("fn", "cell", "parts"))
 def _chunk_moments(
-    fn: Callable, cell, key: jax.Array, args, idx: jax.Array, valid: jax.Array, parts: int = 1
+    fn: Callable,
+    cell,
+    key: jax.Array,
+    args,
+    idx: jax.Array,
+    valid: jax.Array,
+    active: jax.Array,
+    parts: int = 1,
 ):
-    """Sums (and, for per-seed scalars, sums of squares) over one chunk of seeds, in ``parts``
-    partial sums over contiguous slices (leading axis ``parts``).  With the chunk sharded over
+    """Sums (and, for per-seed scalars, sums of squares) over the seeds ``idx`` (S, chunk): a
+    loop over S sub-chunks inside one executable, one (S, parts, ...) partial sum per sub-chunk
+    and part (contiguous slices of the sub-chunk); sub-chunks with ``active[s]`` false are
+    skipped.  Only one sub-chunk's temporaries are live at a time, and one call serves S of
+    them: XLA:CPU spends ~0.2 ms plus the page faults of fresh temporaries per execution, which
+    the loop pays once (see :data:`CALL_SEEDS`).  With the sub-chunk's seed axis sharded over
     ``parts`` devices each device reduces its own slice: no collective, so no device thread ever
     waits for another (XLA:CPU's in-process all-reduce can deadlock when devices outnumber idle
-    cores); the host adds the parts in float64."""
+    cores); the host adds everything in float64."""
     TRACES[(getattr(fn, "__name__", str(fn)), cell)] += 1
+    sub = partial(_sub_chunk, fn, cell, key, args, parts=parts)
+    zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(sub, idx[0], valid[0]))  # cached trace
+
+    def body(_, xs):
+        i, ok, on = xs
+        return None, jax.lax.cond(on, sub, lambda *_: zeros, i, ok)
+
+    return jax.lax.scan(body, None, (idx, valid, active))[1]
+
+
+@partial(jax.jit, static_argnames=("fn", "cell", "parts"))
+def _sub_chunk(fn: Callable, cell, key: jax.Array, args, idx: jax.Array, ok: jax.Array, parts: int):
+    """One sub-chunk of :func:`_chunk_moments`: its (parts, ...) sums over the valid seeds."""
     out = jax.vmap(fn, in_axes=(None, 0, None))(cell, seed_keys(key, idx), args)
 
     def moments(x):
-        x = jnp.where(valid.reshape(valid.shape + (1,) * (x.ndim - 1)), x, 0)
+        x = jnp.where(ok.reshape(ok.shape + (1,) * (x.ndim - 1)), x, 0)
         x = x.reshape((parts, -1) + x.shape[1:])
         return jnp.sum(x, axis=1), (jnp.sum(x * x, axis=1) if x.ndim == 2 else None)
 
     return jax.tree.map(moments, out)
+
+
+def chunk_inputs(start: int, n_seeds: int, chunk: int, per_call: int):
+    """Host arrays for one :func:`_chunk_moments` call from seed ``start``: indices and
+    validity (per_call, chunk) and the per-sub-chunk ``active`` flags (per_call,)."""
+    idx = np.arange(start, start + per_call * chunk, dtype=np.uint32).reshape(per_call, chunk)
+    return idx, idx < n_seeds, idx[:, 0] < n_seeds
+
+
+def sub_chunks(chunk: int) -> int:
+    """Sub-chunks per executable call: :data:`CALL_SEEDS` seeds, between 1 and 64 sub-chunks.
+    Depends on the chunk only, so it never recompiles when the seed count changes."""
+    return max(1, min(64, CALL_SEEDS // chunk))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +201,42 @@ def cache_bytes() -> int:
 _AUTO_CHUNKS: dict = {}
 
 
+@cache
+def _source_digest() -> str:
+    """Hash of gpolab's source: a stored chunk choice is reused only by the code that made it."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _chunk_file() -> Path | None:
+    """Where :func:`auto_chunk` keeps its choices across processes: next to JAX's persistent
+    compilation cache when one is configured (the CLI's ``GPOLAB_CACHE_DIR``), else nowhere."""
+    folder = jax.config.jax_compilation_cache_dir
+    if not folder or not jax.config.jax_enable_compilation_cache:
+        return None
+    return Path(folder) / "gpolab-auto-chunk.json"
+
+
+def _stored_chunks(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _store_chunk(path: Path, key: str, chunk: int) -> None:
+    """Add one choice to the file (atomic replace; a lost race only costs a probe later)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({**_stored_chunks(path), key: chunk}))
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
 def auto_chunk(fn: Callable, cell, key: jax.Array, args) -> int:
     """Seeds per chunk for ``fn`` on ``cell`` and arguments of these shapes.
 
@@ -168,24 +247,34 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args) -> int:
     chunks spill to memory: on a 2-core CPU with 32 MiB of L3, W1 runs 1.7× and a
     five-estimator bandit cell 2.2× faster at the chosen chunk than at 4096 (``gpolab bench``
     reports each workload's chunk).  Depends on shapes only, never on the seed count, so it is
-    probed once per cell and shapes; multi-process runs use :data:`FIXED_CHUNK`, which every
-    process agrees on.
+    probed once per cell and shapes, and, where JAX's persistent compilation cache is on, once
+    per machine and gpolab source (kept in ``gpolab-auto-chunk.json`` in that cache folder; a
+    chunk never changes results, only speed).  Multi-process runs use :data:`FIXED_CHUNK`, which
+    every process agrees on.
     """
     if jax.process_count() > 1:
         return FIXED_CHUNK
     shapes = jax.tree.map(lambda x: (np.shape(x), str(getattr(x, "dtype", type(x)))), args)
     cpu = jax.default_backend() == "cpu"
     memo = (fn, cell, str(jax.tree.structure(shapes)), tuple(jax.tree.leaves(shapes)), cpu)
+    stored = _chunk_file()
+    if memo not in _AUTO_CHUNKS and stored is not None:
+        fn_name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', fn)}"
+        text = repr((fn_name, cell, *memo[2:], cache_bytes(), PROBE, jax.__version__))
+        disk_key = hashlib.sha256((text + _source_digest()).encode()).hexdigest()
+        if disk_key in (known := _stored_chunks(stored)):
+            _AUTO_CHUNKS[memo] = int(known[disk_key])
     if memo not in _AUTO_CHUNKS:
-        idx = np.arange(PROBE, dtype=np.uint32)
         with prng_mode():
-            lowered = _chunk_moments.lower(fn, cell, key, args, idx, idx < PROBE)
+            lowered = _chunk_moments.lower(fn, cell, key, args, *chunk_inputs(0, PROBE, PROBE, 1))
         # buffers are set by XLA's HLO passes; skipping LLVM's optimisation halves the probe
         analysis = lowered.compile({"xla_backend_optimization_level": 0}).memory_analysis()
         per_seed = max(getattr(analysis, "temp_size_in_bytes", 0) / PROBE, 1.0)
         budget, top = (0.5 * cache_bytes(), 8192) if cpu else (float(1 << 31), 65536)
         fit = int(budget // per_seed)
         _AUTO_CHUNKS[memo] = min(top, max(8, 1 << (fit.bit_length() - 1) if fit else 8))
+        if stored is not None:
+            _store_chunk(stored, disk_key, _AUTO_CHUNKS[memo])
     return _AUTO_CHUNKS[memo]
 
 
@@ -220,16 +309,16 @@ def run(
     chunk = chunk or auto_chunk(fn, cell, key, args)
     n_parts = 1 if mesh is None else mesh.size
     chunk = -(-chunk // n_parts) * n_parts
+    per_call = sub_chunks(chunk)
     parts = []
     with prng_mode():
-        for start in range(0, n_seeds, chunk):
-            idx = np.arange(start, start + chunk, dtype=np.uint32)
-            valid = idx < n_seeds
+        for start in range(0, n_seeds, chunk * per_call):
+            idx, valid, active = chunk_inputs(start, n_seeds, chunk, per_call)
             if mesh is not None:
                 idx, valid = _shard(idx, mesh), _shard(valid, mesh)
-            parts.append(_chunk_moments(fn, cell, key, args, idx, valid, n_parts))
+            parts.append(_chunk_moments(fn, cell, key, args, idx, valid, active, n_parts))
             if on_chunk is not None:
-                on_chunk(min(chunk, n_seeds - start))
+                on_chunk(min(chunk * per_call, n_seeds - start))
     flat = [dict(_flatten(p)) for p in parts]
     sums = {k: sum(_host(f[k][0]) for f in flat) for k in flat[0]}
     sumsq = {k: sum(_host(f[k][1]) for f in flat) for k in flat[0] if flat[0][k][1] is not None}
@@ -237,12 +326,13 @@ def run(
 
 
 def _host(x: jax.Array) -> np.ndarray:
-    """Partial sums (parts, ...) added on the host in float64 (across processes too)."""
+    """Partial sums (sub-chunks, parts, ...) added on the host in float64 (across processes
+    too)."""
     if not x.is_fully_addressable:  # sharded over several processes: gather the parts first
         from jax.experimental import multihost_utils
 
         x = multihost_utils.process_allgather(x, tiled=True)
-    return np.sum(np.asarray(x, dtype=np.float64), axis=0)
+    return np.sum(np.asarray(x, dtype=np.float64), axis=(0, 1))
 
 
 def _flatten(tree: dict, prefix: str = ""):

@@ -88,6 +88,38 @@ def test_auto_chunk_is_a_memoised_power_of_two_that_does_not_change_results():
     assert engine.auto_chunk(cells.bandit_error, big, key, args) <= chunk
 
 
+def test_auto_chunk_is_kept_next_to_the_persistent_compilation_cache(tmp_path):
+    args = setup()
+    key = jax.random.key(5)
+    cell = cells.BanditCell(("loo",), G=9)
+    old = jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    jax.config.update("jax_enable_compilation_cache", True)  # `gpolab bench` turns it off
+    try:
+        chunk = engine.auto_chunk(cells.bandit_error, cell, key, args)
+        assert (tmp_path / "gpolab-auto-chunk.json").exists()
+        engine._AUTO_CHUNKS.clear()  # as in a new process
+        probed = engine.TRACES[("bandit_error", cell)]
+        assert engine.auto_chunk(cells.bandit_error, cell, key, args) == chunk
+        assert engine.TRACES[("bandit_error", cell)] == probed  # read back, not probed again
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old[0])
+        jax.config.update("jax_enable_compilation_cache", old[1])
+        engine._AUTO_CHUNKS.clear()
+
+
+def test_a_short_run_skips_the_idle_sub_chunks_of_its_call():
+    args = setup()
+    key = jax.random.key(6)
+    assert engine.sub_chunks(8) == 64 and engine.sub_chunks(8192) == 2
+    m = engine.run(cells.bandit_error, CELL, args, key, 13, chunk=8)  # 2 of 64 sub-chunks
+    direct = engine.per_seed(cells.bandit_error, CELL, key, args, np.arange(13, dtype=np.uint32))
+    for name in ("loo", "grpo"):
+        sq = np.asarray(direct[name]["sq"], np.float64)
+        np.testing.assert_allclose(m.sums[f"{name}/sq"], sq.sum(), rtol=1e-6)
+        np.testing.assert_allclose(m.sumsq[f"{name}/sq"], (sq * sq).sum(), rtol=1e-6)
+
+
 def test_per_seed_function_traces_once_under_chex():
     args = setup()
     counted = chex.assert_max_traces(cells.bandit_error, n=1)

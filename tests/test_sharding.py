@@ -43,9 +43,10 @@ EIGHT_DEVICES = textwrap.dedent(
     # float32 partial sums in another order: rounding ~ n · 6e-8 for per-seed values of order 1
     close = all(np.allclose(a.sums[k], b.sums[k], rtol=1e-5, atol=1e-3) for k in a.sums)
     # each device reduces its own seeds: no collective whose rendezvous could starve on CPU
-    i = engine._shard(np.arange(1000, dtype=np.uint32), mesh)
+    i, ok, on = engine.chunk_inputs(0, 10, 1000, 2)
+    i, ok = engine._shard(i, mesh), engine._shard(ok, mesh)
     with engine.prng_mode():
-        hlo = engine._chunk_moments.lower(cells.bandit_error, cell, key, args, i, i < 10, 8)
+        hlo = engine._chunk_moments.lower(cells.bandit_error, cell, key, args, i, ok, on, 8)
         hlo = hlo.compile().as_text()
     ops = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
     print(json.dumps({"bitwise": bitwise, "close": close, "collectives": sum(map(hlo.count, ops))}))

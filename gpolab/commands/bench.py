@@ -74,4 +74,11 @@ def run(args) -> int:
         f"the PRNG bound ({w1['rng_seeds_per_s']:,.0f} seeds/s); numpy agrees within 4 SE: "
         f"{w1['numpy_agrees']}"
     )
+    sweep = rows[-1]
+    print(
+        f"default sweep: compile {100 * sweep['compile_share']:.0f}% of the "
+        f"{sweep['cold_s']:.1f} s cold run, {100 * sweep['rerun_compile_share']:.0f}% of the "
+        f"{sweep['rerun_s']:.1f} s "
+        "re-run from the persistent XLA cache"
+    )
     return 0
