@@ -45,12 +45,30 @@ def enable_compilation_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
+def use_cpu_cores() -> None:
+    """One JAX CPU device per core before anything runs (``GPOLAB_CPU_DEVICES=N`` sets N), so the
+    engine runs each core's seeds on its own device (:func:`gpolab.engine.use_cpu_devices`)."""
+    import os
+
+    from gpolab import engine, validate
+
+    text = os.environ.get("GPOLAB_CPU_DEVICES", "")
+    try:
+        count = int(text) if text else None
+    except ValueError:
+        raise validate.ConfigError(
+            f"GPOLAB_CPU_DEVICES: got {text!r}; allowed: a positive integer"
+        ) from None
+    engine.use_cpu_devices(count)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command != "bench":  # bench measures cold compilation
         enable_compilation_cache()
     try:
+        use_cpu_cores()
         return int(args.func(args) or 0)
     except ConfigError as err:
         print(f"gpolab {args.command}: error: {err}", file=sys.stderr)

@@ -397,7 +397,7 @@ def run_sweep(
             cfg.env, cells.arithmetic_error
         )
         chunk = cfg.chunk or (ARITHMETIC_CHUNK if cfg.env == "arithmetic" else engine.AUTO)
-        mesh = engine.seed_mesh() if cfg.shard else None
+        mesh = engine.seed_mesh() if cfg.shard else engine.LOCAL
         chash = config_hash(cfg)
         for idx, context, cell in _units(cfg, pending):
             start = time.perf_counter()

@@ -2,6 +2,9 @@ import jax
 import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# one CPU device, whichever test runs first (the CLI asks for one per core before JAX starts;
+# sharded runs are tested in subprocesses with forced devices)
+jax.config.update("jax_num_cpu_devices", 1)
 
 
 @pytest.fixture

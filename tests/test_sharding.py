@@ -38,8 +38,10 @@ EIGHT_DEVICES = textwrap.dedent(
         np.array_equal(np.asarray(one[k]["err"]), np.asarray(many[k]["err"]))
         for k in ("loo", "grpo")
     )
-    a = engine.run(cells.bandit_error, cell, args, key, 10_001, chunk=1000)
+    a = engine.run(cells.bandit_error, cell, args, key, 10_001, chunk=1000, mesh=None)
     b = engine.run(cells.bandit_error, cell, args, key, 10_001, chunk=1000, mesh=mesh)
+    c = engine.run(cells.bandit_error, cell, args, key, 10_001, chunk=1000)  # LOCAL: all 8
+    local = all(np.array_equal(b.sums[k], c.sums[k]) for k in b.sums)
     # float32 partial sums in another order: rounding ~ n · 6e-8 for per-seed values of order 1
     close = all(np.allclose(a.sums[k], b.sums[k], rtol=1e-5, atol=1e-3) for k in a.sums)
     # each device reduces its own seeds: no collective whose rendezvous could starve on CPU
@@ -49,7 +51,8 @@ EIGHT_DEVICES = textwrap.dedent(
         hlo = engine._chunk_moments.lower(cells.bandit_error, cell, key, args, i, ok, on, 8)
         hlo = hlo.compile().as_text()
     ops = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
-    print(json.dumps({"bitwise": bitwise, "close": close, "collectives": sum(map(hlo.count, ops))}))
+    got = {"bitwise": bitwise, "close": close, "local": local}
+    print(json.dumps({**got, "collectives": sum(map(hlo.count, ops))}))
     """
 )
 
@@ -60,7 +63,7 @@ def test_eight_devices_match_one_device():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got == {"bitwise": True, "close": True, "collectives": 0}
+    assert got == {"bitwise": True, "close": True, "local": True, "collectives": 0}
 
 
 def free_port() -> int:

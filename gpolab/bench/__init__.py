@@ -5,7 +5,8 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
 * ``W1``: tabular softmax bandit, 16 prompts × 64 actions, G = 16, loo, squared error per seed
   against the exact gradient; compared with the numpy reference (:mod:`gpolab.bench.numpy_ref`,
   same statistic, checked equal within standard error) and with the PRNG bound (a per-seed
-  function that only draws the same uniforms and sums them).
+  function that only draws the same uniforms and sums them).  W1 and numpy are each the fastest
+  of :data:`REPEATS` timings, the bound the fastest of :data:`RNG_CHUNKS`.
 * ``loglinear``: log-linear bandit (d = 8), G = 16, five estimators on common draws.
 * ``tree``: Beta(2, 3) thoughts, K = 8, M = 8, thought-std advantages.
 * ``arithmetic``: the GRU LLM surrogate (instruct policy, 64 filler tokens), G = 16, 8 questions
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import platform
 import resource
 import subprocess
@@ -34,6 +36,7 @@ import time
 import numpy as np
 
 RNG_CHUNKS = (1024, 4096, 8192)  # chunks the PRNG bound is timed at (the fastest counts)
+REPEATS = 3  # W1 and its numpy reference, timed in turn: the fastest of 3 each (shared CPUs vary)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +60,17 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _timed_run(fn, cell, args, key, n, chunk):
-    """(seconds, compile seconds, Moments, chunk) of a steady-state run: compiled, then timed."""
+def _timed(f):
+    """(seconds, result) of one call of ``f`` (its arrays ready)."""
     import jax
 
+    start = time.perf_counter()
+    out = jax.block_until_ready(f())
+    return time.perf_counter() - start, out
+
+
+def _timed_run(fn, cell, args, key, n, chunk):
+    """(seconds, compile seconds, Moments, chunk) of a steady-state run: compiled, then timed."""
     from gpolab import engine
 
     with engine.prng_mode():
@@ -70,10 +80,8 @@ def _timed_run(fn, cell, args, key, n, chunk):
         engine._chunk_moments.lower(fn, cell, key, args, *inputs).compile()
         compile_s = time.perf_counter() - start
     engine.run(fn, cell, args, key, chunk, chunk)  # warm the jit cache (same compilation)
-    start = time.perf_counter()
-    m = engine.run(fn, cell, args, key, n, chunk)
-    jax.block_until_ready(m.sums)
-    return time.perf_counter() - start, compile_s, m, chunk
+    seconds, m = _timed(lambda: engine.run(fn, cell, args, key, n, chunk))
+    return seconds, compile_s, m, chunk
 
 
 def _uniforms_cell(cell, key, args):
@@ -133,14 +141,21 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
         f64(truth.prompt_probs),
         G,
     )
-    start = time.perf_counter()
-    np_mse, np_se = numpy_ref.w1_mse(cfg.seed, *ref, cfg.numpy_seeds)
-    np_rate = cfg.numpy_seeds / (time.perf_counter() - start)
+    # the engine and numpy in turn, the fastest of REPEATS each: both meet the same machine
+    np_s = math.inf
+    for r in range(REPEATS):
+        if r:
+            again = _timed(lambda: engine.run(cells.bandit_error, cell, args, key, n, chunk))[0]
+            seconds = min(seconds, again)
+        t, (np_mse, np_se) = _timed(lambda: numpy_ref.w1_mse(cfg.seed, *ref, cfg.numpy_seeds))
+        np_s = min(np_s, t)
+    np_rate = cfg.numpy_seeds / np_s
     row.update(
+        seeds_per_s=n / seconds,
         numpy_seeds_per_s=np_rate,
-        speedup_vs_numpy=row["seeds_per_s"] / np_rate,
+        speedup_vs_numpy=n / seconds / np_rate,
         rng_seeds_per_s=n / rng_s,
-        rng_bound_fraction=row["seeds_per_s"] / (n / rng_s),
+        rng_bound_fraction=rng_s / seconds,
         numpy_mse=np_mse,
         numpy_agrees=bool(abs(np_mse - stats.mse) < 4 * np.hypot(np_se, stats.mse_se)),
     )

@@ -93,21 +93,12 @@ def parse_ints(field: str, text: str) -> tuple[int, ...]:
 
 
 def use_cpu_devices(count: int | None):
-    """Ask for ``count`` CPU devices (default: the CPU count) if JAX has not started yet; return a
-    seed mesh over every device when there is more than one, else None."""
-    import os
+    """Ask for ``count`` CPU devices (:func:`gpolab.engine.use_cpu_devices`); return a seed mesh
+    over every device when there is more than one, else None."""
+    from gpolab import engine
 
-    import jax
-
-    from gpolab import engine, validate
-
-    count = (os.cpu_count() or 1) if count is None else count
-    validate.integer("devices", count, 1)
-    try:
-        jax.config.update("jax_num_cpu_devices", count)
-    except RuntimeError:  # the backend is already up (e.g. inside tests): keep its devices
-        pass
-    return engine.seed_mesh() if len(jax.devices()) > 1 else None
+    engine.use_cpu_devices(count)
+    return engine.local_mesh()
 
 
 def plot(samples: dict, laws: dict, steps, out) -> tuple[str, str]:
