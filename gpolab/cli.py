@@ -59,6 +59,8 @@ def use_cpu_cores() -> None:
         raise validate.ConfigError(
             f"GPOLAB_CPU_DEVICES: got {text!r}; allowed: a positive integer"
         ) from None
+    if count is not None:
+        validate.integer("GPOLAB_CPU_DEVICES", count, 1)
     engine.use_cpu_devices(count)
 
 

@@ -90,7 +90,9 @@ def use_cpu_devices(count: int | None = None) -> None:
     whose XLA:CPU spreads each small op over both (``gpolab bench`` shows the device count).
     The CLI calls this first thing (``GPOLAB_CPU_DEVICES`` sets the count).
     """
-    count = len(os.sched_getaffinity(0)) if count is None else count
+    if count is None:  # the cores this process may use (Linux), else all of them (macOS)
+        affinity = getattr(os, "sched_getaffinity", None)
+        count = len(affinity(0)) if affinity else os.cpu_count() or 1
     validate.integer("devices", count, 1)
     try:
         jax.config.update("jax_num_cpu_devices", count)

@@ -104,6 +104,15 @@ def test_bad_config_is_one_clear_line(argv, field, capsys, tmp_path):
     assert "allowed" in err[0] or "writable" in err[0]
 
 
+@pytest.mark.parametrize("value", ["two", "0"])
+def test_bad_cpu_device_count_is_one_clear_line(value, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("GPOLAB_CPU_DEVICES", value)
+    assert main(["sweep", "--seeds", "10", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "allowed" in err[0]
+    assert err[0].startswith("gpolab sweep: error: GPOLAB_CPU_DEVICES: ")
+
+
 def test_sweep_accepts_an_experiment_file(tmp_path, capsys):
     path = next(p for p in EXPERIMENTS if p.stem == "bandit_mse_vs_G")
     rc = main(
