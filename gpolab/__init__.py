@@ -2,7 +2,7 @@
 
 The public API is re-exported here lazily (importing ``gpolab`` does not import jax)::
 
-    from gpolab import estimators, engine, theory, SweepConfig, run_sweep
+    from gpolab import estimators, engine, theory, labs, SweepConfig, run_sweep
     from gpolab.estimators import grpo_advantages, loo_advantages
 """
 
@@ -20,17 +20,13 @@ _MODULES = (
     "theory",
     "plots",
     "validate",
-    "sweep",
+    "configs",
+    "labs",
     "train",
-    "groupsize",
-    "treelab",
-    "chi2",
 )
 _NAMES = {
-    "SweepConfig": "gpolab.sweep",
-    "run_sweep": "gpolab.sweep",
-    "load_config": "gpolab.sweep",
-    "write_results": "gpolab.sweep",
+    "SweepConfig": "gpolab.labs.sweep",
+    "run_sweep": "gpolab.labs.sweep",
     "ConfigError": "gpolab.validate",
     "advantages": "gpolab.estimators",
     "estimate_gradient": "gpolab.estimators",

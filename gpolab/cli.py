@@ -69,12 +69,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command != "bench":  # bench measures cold compilation
         enable_compilation_cache()
+    from gpolab.output import Interrupted
+
     try:
         use_cpu_cores()
         return int(args.func(args) or 0)
     except ConfigError as err:
         print(f"gpolab {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except Interrupted as err:
+        print(f"gpolab {args.command}: {err}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(f"gpolab {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

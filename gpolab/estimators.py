@@ -25,6 +25,9 @@ all three. All-equal groups always give advantage exactly 0, also with ``eps=0``
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 
@@ -50,6 +53,9 @@ __all__ = [
     "degenerate",
     "check_estimator",
     "check_rewards",
+    "REGISTRY",
+    "Entry",
+    "get",
 ]
 
 ESTIMATORS = ("vanilla", "oracle", "loo", "mean", "grpo", "ustat")
@@ -61,15 +67,13 @@ TRAINER_PRESETS = {
     "openrlhf": dict(scale="group", ddof=1, eps=1e-9),
 }
 # Smallest group size each estimator is defined for.
-MIN_GROUP = {"vanilla": 1, "oracle": 1, "loo": 2, "mean": 1, "grpo": 2, "ustat": 2}
 
 
 def check_estimator(
     name: str, G: int, *, scale: str = "group", ddof: int = 1, eps: float = 1e-4, field: str = "G"
 ) -> None:
     """Plain-Python validation of an estimator configuration (raises ``ConfigError``)."""
-    validate.choice("estimator", name, ESTIMATORS)
-    validate.integer(f"{field} (for {name})", G, minimum=MIN_GROUP[name])
+    validate.integer(f"{field} (for {name})", G, minimum=get(name).min_group)
     validate.choice("scale", scale, SCALES)
     validate.choice("ddof", ddof, (0, 1))
     validate.real("eps", eps, low=0.0)
@@ -171,20 +175,12 @@ def advantages(
     ddof: int = 1,
     eps: float | jax.Array = 1e-4,
 ) -> jax.Array:
-    """Advantages of the estimator called ``name`` (``ustat`` uses its loo advantages)."""
-    if name == "vanilla":
-        return vanilla_advantages(rewards)
-    if name == "oracle":
-        if baseline is None:
-            raise validate.ConfigError("baseline: the oracle estimator needs V(x); got None")
-        return oracle_advantages(rewards, baseline)
-    if name in ("loo", "ustat"):
-        return loo_advantages(rewards)
-    if name == "mean":
-        return mean_advantages(rewards)
-    if name == "grpo":
-        return grpo_advantages(rewards, scale=scale, ddof=ddof, eps=eps)
-    raise validate.ConfigError(f"estimator: got {name!r}; allowed: {', '.join(ESTIMATORS)}")
+    """Advantages of the registered estimator ``name`` (``ustat`` uses its loo advantages)."""
+    entry = get(name)
+    if "baseline" in entry.needs and baseline is None:
+        raise validate.ConfigError(f"baseline: the {name} estimator needs V(x); got None")
+    given = {"baseline": baseline, "scale": scale, "ddof": ddof, "eps": eps}
+    return entry.advantages(rewards, **{k: given[k] for k in (*entry.needs, *entry.options)})
 
 
 def policy_gradient(adv: jax.Array, scores: jax.Array) -> jax.Array:
@@ -225,8 +221,8 @@ def gradient_weights(
 ) -> jax.Array:
     """Weights c ``[..., G]`` with ĝ = Σ_g c_g W_g: A_g/G for advantage estimators, kernel weights
     for ``ustat``.  Lets an environment form ĝ without materialising per-sample scores."""
-    if name == "ustat":
-        return ustat_weights(rewards)
+    if get(name).weights is not None:
+        return get(name).weights(rewards)
     adv = advantages(name, rewards, baseline=baseline, scale=scale, ddof=ddof, eps=eps)
     return adv / rewards.shape[-1]
 
@@ -272,3 +268,53 @@ def tree_advantages(
         s = _std(rewards.reshape(*rewards.shape[:-2], -1), ddof, axis=-1)
         return _standardize(centred, s, eps, degenerate(values))
     raise validate.ConfigError(f"variant: got {variant!r}; allowed: {', '.join(TREE_VARIANTS)}")
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A registered estimator: its advantage function, what it needs besides the rewards
+    (``baseline`` = V(x)), the options it reads (``scale``, ``ddof``, ``eps``: only these enter
+    a result's cache key), the smallest group it is defined for and where it comes from.
+    ``weights``: per-sample gradient weights when they are not A/G (the U-statistic)."""
+
+    name: str
+    advantages: Callable
+    needs: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
+    min_group: int = 1
+    scope: str = "group"
+    source: str = ""
+    weights: Callable | None = None
+
+
+REGISTRY: dict[str, Entry] = {
+    e.name: e
+    for e in (
+        Entry("vanilla", vanilla_advantages, source="REINFORCE, no baseline [U]"),
+        Entry("oracle", oracle_advantages, needs=("baseline",), source="oracle V(x) [U]"),
+        Entry("loo", loo_advantages, min_group=2, source="RLOO / GRPO-type [U]"),
+        Entry("mean", mean_advantages, source="Dr. GRPO: group mean incl. self [U]"),
+        Entry(
+            "grpo",
+            grpo_advantages,
+            options=("scale", "ddof", "eps"),
+            min_group=2,
+            scope="group or batch (scale)",
+            source="GRPO std-normalized (TRL defaults) [U]",
+        ),
+        Entry(
+            "ustat", loo_advantages, min_group=2, source="U-statistic [U]", weights=ustat_weights
+        ),  # fmt: skip
+    )
+}
+assert tuple(REGISTRY) == ESTIMATORS
+
+
+def get(name: str) -> Entry:
+    """The registry entry ``name``; one-line error listing the registered names."""
+    if name not in REGISTRY:
+        raise validate.ConfigError(f"estimator: got {name!r}; allowed: {', '.join(REGISTRY)}")
+    return REGISTRY[name]

@@ -55,6 +55,15 @@ class Store:
     def path(self, key: str) -> Path:
         return self.cells / f"{key}.parquet"
 
+    def count(self) -> int:
+        """Finished cells in the store."""
+        return len(list(self.cells.glob("*.parquet")))
+
+    def clear(self) -> None:
+        """Forget every finished cell (``--fresh``)."""
+        for path in self.cells.glob("*.parquet"):
+            path.unlink()
+
     def has(self, key: str) -> bool:
         return self.path(key).exists()
 

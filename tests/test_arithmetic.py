@@ -183,7 +183,7 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators(tmp_path):
     """`gpolab sweep --env arithmetic` at a small size: every MC MSE within 4 SE (MC and the
     S2 error of the formula) of the exact formula; vanilla > loo > oracle at G ≥ 4; loo/oracle − 1
     follows the exact (S2σ² + ‖g‖²)/((G − 1) trΣ_or)."""
-    from gpolab.sweep import SweepConfig, run_sweep
+    from gpolab.labs.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig(
         env="arithmetic",

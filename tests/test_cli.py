@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from gpolab.cli import main
-from gpolab.sweep import SweepConfig, load_config
+from gpolab.labs.sweep import SweepConfig
 
 EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.toml"))
 REQUIRED = [
@@ -120,17 +120,29 @@ def test_sweep_accepts_an_experiment_file(tmp_path, capsys):
     )
     assert rc == 0
     df = pd.read_parquet(tmp_path / "results.parquet")
-    assert len(df) == len(load_config(path).estimators)
+    assert len(df) == 5 and df["n_seeds"].eq(500).all()
 
 
-def test_config_errors(tmp_path):
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("[sweep]\nGG = [2]\n", "bad.toml [sweep] GG: unknown field; allowed: env, "),
+        ("[sweep\n", "bad.toml: not valid TOML"),
+        ("[Sweep]\nG = [2]\n", "bad.toml: [Sweep]: unknown table; allowed: [sweep], [quick]"),
+        ("seeds = 5\n", "bad.toml: seeds: unknown key; allowed: lab, title, figures"),
+        ('lab = "tree"\n[sweep]\n', "bad.toml: lab = 'tree', but this is the 'sweep' lab"),
+        ("[quick]\nseeds = 5\n", "bad.toml: no [sweep] table"),
+        ("[sweep]\nout = 5\n", "bad.toml [sweep] out: got 5; allowed: a string"),
+        ('[sweep]\nenv = "tree"\ndim = 3\n', "bad.toml [sweep] dim: not used with env = tree"),
+    ],
+)
+def test_config_file_errors_are_one_line_naming_file_table_field(text, message, tmp_path, capsys):
     bad = tmp_path / "bad.toml"
-    bad.write_text("[sweep]\nGG = [2]\n")
-    with pytest.raises(Exception, match="^GG: unknown field; allowed: env, "):
-        load_config(bad)
-    bad.write_text("[sweep\n")
-    with pytest.raises(Exception, match="^config: .* is not valid TOML"):
-        load_config(bad)
+    bad.write_text(text)
+    assert main(["sweep", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o").exists()  # nothing written before the config is valid
 
 
 def test_replace_does_not_mutate():

@@ -8,7 +8,7 @@ import pytest
 from gpolab import engine, experiments
 from gpolab.cli import main
 from gpolab.store import PROVENANCE, Store
-from gpolab.sweep import SweepConfig, num_cells, run_sweep
+from gpolab.labs.sweep import SweepConfig, cells, run_sweep
 from gpolab.validate import ConfigError
 
 SHIPPED = sorted(experiments.DEFAULT_DIR.glob("*.toml"))
@@ -16,27 +16,26 @@ SHIPPED = sorted(experiments.DEFAULT_DIR.glob("*.toml"))
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
 def test_every_shipped_experiment_loads(path):
-    exp = experiments.load(path)
+    exp = experiments.load(path)  # validates the full and the quick config
     assert exp.name == path.stem
-    if exp.kind == "sweep":
-        assert num_cells(exp.config(quick=True)) > 0
-        assert exp.config(quick=True).seeds <= exp.config(quick=False).seeds
+    if exp.lab != "command":
+        full, quick = exp.config(quick=False), exp.config(quick=True)
+        assert quick.seeds <= full.seeds
+        assert full.out.endswith(exp.name) and quick.out.endswith(exp.name + "-quick")
 
 
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("[sweep]\nG = [2]\n", "missing [experiment] table"),
-        ('[experiment]\nkind = "movie"\n', "experiment.kind: got 'movie'; allowed: sweep, command"),
-        ('[experiment]\nplot = "pie"\n', "experiment.plot: got 'pie'; allowed: mse_vs_G"),
-        ('[experiment]\ncolour = "red"\n', "experiment.colour: unknown; allowed: "),
-        ('[experiment]\nplot = "mse_vs_G"\n[sweep]\nGG = [2]\n', "GG: unknown field"),
-        (
-            '[experiment]\nplot = "mse_vs_G"\n[sweep]\nG = [1]\nestimators = ["loo"]\n',
-            "G (for loo): got 1",
-        ),
-        ('[experiment]\nplot = "mse_vs_G"\n[quick]\nseeds = 0\n', "seeds: got 0"),
-        ('[experiment]\nkind = "command"\n', "command.argv: "),
+        ("[sweep]\nG = [2]\n", "lab: got None; allowed: sweep, "),
+        ('lab = "movie"\n', "lab: got 'movie'; allowed: sweep, "),
+        ('lab = "sweep"\ncolour = "red"\n[sweep]\n', "colour: unknown key; allowed: lab, "),
+        ('lab = "sweep"\n[sweep]\nGG = [2]\n', "[sweep] GG: unknown field"),
+        ('lab = "sweep"\n[sweep]\nG = [1]\nestimators = ["loo"]\n', "G (for loo): got 1"),
+        ('lab = "sweep"\n[sweep]\n[quick]\nseeds = 0\n', "seeds: got 0"),
+        ('lab = "sweep"\n[sweep]\n[quick]\nseeds = "many"\n', "[quick] seeds: got 'many'"),
+        ('lab = "sweep"\n[sweep]\nG = "2,,4"\n', "G: got '2,,4'; allowed: a comma-separated"),
+        ('lab = "sweep"\nfigures = 3\n[sweep]\n', "figures: allowed: a list of file names"),
         ("[experiment\n", "not valid TOML"),
     ],
 )
@@ -45,7 +44,7 @@ def test_bad_experiment_files_name_file_and_field(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ConfigError) as err:
         experiments.load(path)
-    assert str(err.value).startswith("bad.toml: ")
+    assert str(err.value).startswith("bad.toml")
     assert message in str(err.value)
 
 
@@ -92,9 +91,19 @@ def test_changed_config_invalidates_only_changed_cells(tmp_path):
     computed = []
     run_sweep(cfg.replace(G=(2, 3, 5, 7)), store=Store(tmp_path), on_row=computed.append)
     assert [(r["estimator"], r["G"]) for r in computed] == [("loo", 7), ("mean", 7)]
-    computed.clear()
-    run_sweep(cfg.replace(eps=1e-6), store=Store(tmp_path), on_row=computed.append)
-    assert len(computed) == num_cells(cfg)  # eps enters every cell
+    computed.clear()  # loo and mean read no eps, scale or ddof: every cell is reused
+    run_sweep(cfg.replace(eps=1e-6, scale="batch"), store=Store(tmp_path), on_row=computed.append)
+    assert computed == []
+    grpo = cfg.replace(estimators=("loo", "grpo"))
+    run_sweep(grpo, store=Store(tmp_path), on_row=computed.append)
+    assert [(r["estimator"], r["G"]) for r in computed] == [("grpo", 2), ("grpo", 3), ("grpo", 5)]
+    computed.clear()  # grpo reads eps: its cells recompute, loo's are reused
+    run_sweep(grpo.replace(eps=1e-6), store=Store(tmp_path), on_row=computed.append)
+    assert {r["estimator"] for r in computed} == {"grpo"} and len(computed) == 3
+    computed.clear()  # the feature dimension is not used by a tabular bandit
+    run_sweep(grpo.replace(dim=3), store=Store(tmp_path), on_row=computed.append)
+    assert computed == []
+    assert len(computed) < cells(cfg)
 
 
 def test_figures_quick_only_one_end_to_end_and_plot_from_saved_table(tmp_path, capsys, monkeypatch):

@@ -206,7 +206,7 @@ def arithmetic(cfg: BenchConfig) -> dict:
     import jax
 
     from gpolab import cells
-    from gpolab.sweep import ARITHMETIC_CHUNK, SweepConfig, make_setup
+    from gpolab.labs.sweep import ARITHMETIC_CHUNK, SweepConfig, make_setup
 
     sweep = SweepConfig(env="arithmetic", policy=("instruct",))
     args, _ = make_setup(sweep)("instruct")
@@ -271,7 +271,7 @@ def rss_subprocess(n: int, G: int = 64, chunk: int = 0) -> dict:
 SWEEP_TIMES = """
 import json, sys, time, jax
 from gpolab import cli, engine
-from gpolab.sweep import SweepConfig, run_sweep
+from gpolab.labs.sweep import SweepConfig, run_sweep
 cli.use_cpu_cores()  # as `gpolab sweep` starts
 cli.enable_compilation_cache()  # GPOLAB_CACHE_DIR: a fresh, empty directory
 cfg = SweepConfig(out=sys.argv[1], seeds=int(sys.argv[2]))
@@ -298,7 +298,7 @@ def default_sweep(cfg: BenchConfig) -> dict:
     import os
     import tempfile
 
-    from gpolab.sweep import SweepConfig
+    from gpolab.labs.sweep import SweepConfig
 
     seeds = 2_000 if cfg.quick else SweepConfig.seeds
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,7 +14,10 @@ def register(sub) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="apply each experiment's [quick] overrides (whole set in minutes)",
+        help="the labs' quick sizes and each experiment's [quick] table (whole set in minutes)",
+    )
+    p.add_argument(
+        "--replot", action="store_true", help="redraw from saved tables only; compute nothing"
     )
     p.add_argument("--out", default="figures", help="where the PNGs go (default: figures)")
     p.add_argument(
@@ -32,20 +35,25 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from gpolab import experiments, validate
+    from pathlib import Path
+
+    from gpolab import configs, experiments, output, validate
 
     found = experiments.discover(args.experiments or experiments.DEFAULT_DIR)
     names = [e.name for e in found]
     if args.only:
-        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        wanted = configs.coerce_list("only", args.only)
         for n in wanted:
             validate.choice("only", n, names)
         found = [e for e in found if e.name in wanted]
+    output.prepare(args.out)
     timings = []
     for exp in found:
-        results, seconds = experiments.run(exp, args.results, quick=args.quick, fresh=args.fresh)
-        paths = experiments.plot(exp, results, args.out)
-        timings.append((exp.name, seconds, paths))
+        if args.replot:
+            results, seconds = Path(args.results) / (exp.name + "-quick" * args.quick), 0.0
+        else:
+            results, seconds = experiments.run(exp, args.results, args.quick, args.fresh)
+        timings.append((exp.name, seconds, experiments.plot(exp, results, args.out)))
     width = max(len(n) for n, _, _ in timings)
     for name, seconds, paths in timings:
         print(f"{name:<{width}}  {seconds:7.1f} s  {', '.join(map(str, paths))}")

@@ -254,7 +254,8 @@ def run(args) -> int:
     import pandas as pd
 
     from gpolab import groupsize
-    from gpolab.sweep import check_writable, write_results
+    from gpolab.output import prepare as check_writable
+    from gpolab.output import write_tables
 
     cfg = build_config(args)
     (groupsize.validate_train if args.train else groupsize.validate_fixed)(cfg)
@@ -285,7 +286,7 @@ def run(args) -> int:
     else:
         rows, summary = groupsize.run_fixed(cfg, on_row=show)
     df = pd.DataFrame(rows)
-    paths = write_results(df, out)
+    paths = write_tables(out, {"results": df})
     (Path(out) / "summary.json").write_text(json.dumps(summary, indent=1))
     plot = plot_train if args.train else plot_fixed
     fig = plot(

@@ -73,7 +73,7 @@ def config(args: argparse.Namespace) -> TreeLabConfig:
             changes[name] = _ints(name, changes[name])
     cfg = dataclasses.replace(DEFAULTS, **changes)
     cfg.validate()
-    from gpolab.sweep import check_writable
+    from gpolab.output import prepare as check_writable
 
     check_writable(cfg.out)
     return cfg
@@ -100,8 +100,8 @@ def run(args) -> int:
     import pandas as pd
 
     from gpolab import treelab
+    from gpolab.output import write_tables
     from gpolab.progress import Progress
-    from gpolab.sweep import write_results
 
     cfg = config(args)
     cells = cfg.cells()
@@ -111,7 +111,7 @@ def run(args) -> int:
             on_row=lambda r: progress.update(1, f"K={r['K']} M={r['M']}: mse={r['mse']:.4g}"),
         )
     out = Path(cfg.out)
-    paths = write_results(df, out)
+    paths = write_tables(out, {"results": df})
     label = f"Beta({cfg.a:g}, {cfg.b:g})" if cfg.model == "beta" else f"{cfg.thoughts} thoughts"
     tag = f"{label}, {cfg.variant}, ddof {cfg.ddof}, {cfg.seeds} seeds"
     figs, best = [], None

@@ -1,83 +1,107 @@
-"""Sweeps: a frozen config → one engine run per cell → a tidy table (one row per cell).
+"""The sweep lab: MSE of every estimator over a grid (G for the bandits and the arithmetic
+surrogate, K × M for trees) against the exact gradient, one engine run per cell.
 
-:class:`SweepConfig` is the single source of defaults; TOML files in ``experiments/`` and CLI flags
-only override it (:func:`load_config`, :meth:`SweepConfig.replace`).  :meth:`SweepConfig.validate`
-checks everything in plain Python, before anything is traced.
+:class:`Config` is the single source of defaults; ``validate()`` checks everything in plain
+Python before anything is traced.  Rows carry every setting their numbers depend on (grpo's
+``scale``, ``ddof``, ``eps`` included) and the exact finite-G theory where it exists.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import tempfile
 import time
-import tomllib
 from collections.abc import Callable
-from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
-from gpolab import estimators, validate
+from gpolab import configs, estimators, validate
+from gpolab.configs import option
 
+NAME = "sweep"
+TABLES = ("results",)
 ENVS = ("bandit", "tree", "arithmetic")
 POLICIES = ("base", "instruct", "icl")
 BANDIT_ESTIMATORS = estimators.ESTIMATORS
+TREE_VARIANTS = estimators.TREE_VARIANTS
 # chunk=0 on the arithmetic surrogate: its compilation (~4 s) outweighs what the engine's chunk
 # probe could save at a sweep's few thousand seeds; 32 was the fastest of 4…32 seeds per chunk.
 ARITHMETIC_CHUNK = 32
+GROUPED = {"env": ("bandit", "arithmetic")}
+BANDIT = {"env": ("bandit",)}
+TREE = {"env": ("tree",)}
+ARITH = {"env": ("arithmetic",)}
 
 
 @dataclasses.dataclass(frozen=True)
-class SweepConfig:
+class Config:
     """Everything a sweep needs.  Tuples are grids; every combination is one cell."""
 
-    env: str = "bandit"
-    estimators: tuple[str, ...] = ("vanilla", "oracle", "loo", "mean", "grpo")
-    G: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
-    K: tuple[int, ...] = (2, 4, 8, 16)
-    M: tuple[int, ...] = (1, 2, 4, 8)
-    variants: tuple[str, ...] = ("thought-std",)
-    seeds: int = 100_000
-    chunk: int = 0  # 0: engine.auto_chunk
-    seed: int = 0
-    B: int = 0  # 0: every prompt gets a group; b > 0: b iid prompts per estimate
-    scale: str = "group"
-    ddof: int = 1
-    eps: float = 1e-4
+    LAB: ClassVar[str] = NAME
+    QUICK: ClassVar[dict] = {"seeds": 4000}
+
+    env: str = option("bandit", "bandit (softmax contextual bandit), tree (K thoughts x M "
+                      "continuations) or arithmetic (autoregressive LLM surrogate)")  # fmt: skip
+    estimators: tuple[str, ...] = option(
+        ("vanilla", "oracle", "loo", "mean", "grpo"),
+        "comma list of " + ", ".join(BANDIT_ESTIMATORS), when=GROUPED,
+    )  # fmt: skip
+    G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64), "comma list of group sizes", when=GROUPED)
+    K: tuple[int, ...] = option((2, 4, 8, 16), "comma list of thought counts (>= 2)", when=TREE)
+    M: tuple[int, ...] = option((1, 2, 4, 8), "comma list of continuations per thought (>= 1)",
+                                when=TREE)  # fmt: skip
+    variants: tuple[str, ...] = option(
+        ("thought-std",), "comma list of " + ", ".join(TREE_VARIANTS), when=TREE
+    )
+    seeds: int = option(100_000, "Monte Carlo seeds per cell")
+    chunk: int = option(0, "seeds per compiled chunk (0: sized to the CPU cache; results do not "
+                        "depend on it)", key=False)  # fmt: skip
+    seed: int = option(0, "master PRNG seed; seed i uses fold_in(key, i)")
+    B: int = option(0, "0 = one group for every prompt (mean per-prompt MSE); b > 0 = b iid "
+                    "prompts", when=BANDIT)  # fmt: skip
+    scale: str = option("group", "grpo std: group, batch or none (TRL scale_rewards)",
+                        when=GROUPED)  # fmt: skip
+    ddof: int = option(1, "std degrees of freedom, 0 or 1 (TRL/verl/OpenRLHF use 1)")
+    eps: float = option(1e-4, "added to the std (TRL 1e-4, verl 1e-6, OpenRLHF 1e-9)")
     # bandit instance
-    kind: str = "tabular"
-    prompts: int = 16
-    actions: int = 64
-    dim: int = 8
-    logit_scale: float = 1.0
-    success_a: float = 0.5
-    success_b: float = 1.0
-    instance_seed: int = 0
+    kind: str = option("tabular", "bandit policy: tabular or loglinear", when=BANDIT)
+    prompts: int = option(16, "number of prompts P", when=BANDIT)
+    actions: int = option(64, "actions (responses) per prompt A", when=BANDIT)
+    dim: int = option(8, "feature dimension d", when={**BANDIT, "kind": ("loglinear",)})
+    logit_scale: float = option(1.0, "std of the initial logits", when=BANDIT)
+    success_a: float = option(0.5, "success probabilities ~ Beta(success_a, success_b)",
+                              when=BANDIT)  # fmt: skip
+    success_b: float = option(1.0, "success probabilities ~ Beta(success_a, success_b)",
+                              when=BANDIT)  # fmt: skip
+    instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
     # tree thoughts
-    model: str = "beta"
-    a: float = 2.0
-    b: float = 3.0
-    thoughts: int = 32
+    model: str = option("beta", "thought values: beta (p ~ Beta(a, b)) or finite (softmax "
+                        "thought policy)", when=TREE)  # fmt: skip
+    a: float = option(2.0, "Beta a", when=TREE)
+    b: float = option(3.0, "Beta b", when=TREE)
+    thoughts: int = option(32, "finite model: number of distinct thoughts",
+                           when={**TREE, "model": ("finite",)})  # fmt: skip
     # arithmetic LLM surrogate
-    policy: tuple[str, ...] = POLICIES
-    questions: int = 500
-    per_seed: int = 8  # questions per seed, one group each
-    filler: int = 64  # chain-of-thought filler tokens per answer
-    hidden: int = 32
-    truth_samples: int = 256  # sequences per question for the Monte Carlo part of S2
-    x64: bool = False
-    shard: bool = False  # shard the seed axis over every device (of every process)
-    out: str = "results/sweep"
+    policy: tuple[str, ...] = option(POLICIES, "comma list of base, instruct, icl (mean V 0.15 / "
+                                     "0.40 / 0.65)", when=ARITH)  # fmt: skip
+    questions: int = option(500, "number of questions (seeded generator, 5 categories)",
+                            when=ARITH)  # fmt: skip
+    per_seed: int = option(8, "questions per seed, one group each (row: mean per-question MSE)",
+                           when=ARITH)  # fmt: skip
+    filler: int = option(64, "chain-of-thought filler tokens before each answer", when=ARITH)
+    hidden: int = option(32, "GRU width", when=ARITH)
+    truth_samples: int = option(256, "sampled sequences per question for the Monte Carlo part "
+                                "of S2", when=ARITH)  # fmt: skip
+    x64: bool = option(False, "float64 mode (theory checks)")
+    shard: bool = option(False, "shard the seed axis over every device (of every process)",
+                         key=False)  # fmt: skip
+    out: str = option("results/sweep", "output folder (tables, config.toml, figure)", key=False)
 
-    def replace(self, **changes) -> SweepConfig:
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            allowed = ", ".join(f.name for f in dataclasses.fields(self))
-            raise validate.ConfigError(f"{sorted(unknown)[0]}: unknown field; allowed: {allowed}")
-        return dataclasses.replace(self, **{k: _coerce(self, k, v) for k, v in changes.items()})
+    def replace(self, **changes) -> Config:
+        return configs.replace(self, **changes)
 
-    def validate(self, check_out: bool = True) -> None:
+    def validate(self) -> None:
         validate.choice("env", self.env, ENVS)
         validate.integer("seeds", self.seeds, 1)
         validate.integer("chunk", self.chunk, 0)
@@ -85,19 +109,12 @@ class SweepConfig:
         validate.choice("ddof", self.ddof, (0, 1))
         validate.real("eps", self.eps, low=0.0)
         if self.env in ("bandit", "arithmetic"):
-            if not self.estimators:
-                raise validate.ConfigError(
-                    f"estimators: empty; allowed: {', '.join(BANDIT_ESTIMATORS)}"
-                )
-            validate.integers("G", self.G, 1)
             for name in self.estimators:
                 for G in self.G:
                     estimators.check_estimator(
                         name, G, scale=self.scale, ddof=self.ddof, eps=self.eps
                     )
         if self.env == "arithmetic":
-            if not self.policy:
-                raise validate.ConfigError(f"policy: empty; allowed: {', '.join(POLICIES)}")
             for name in self.policy:
                 validate.choice("policy", name, POLICIES)
             validate.integer("questions", self.questions, 1)
@@ -127,59 +144,17 @@ class SweepConfig:
             validate.real("a", self.a, low=0.0, open_low=True)
             validate.real("b", self.b, low=0.0, open_low=True)
             validate.integer("thoughts", self.thoughts, 2)
-        if check_out:
-            check_writable(self.out)
 
 
-_LISTS = {"estimators": str, "G": int, "K": int, "M": int, "variants": str, "policy": str}
+SweepConfig = Config  # the name gpolab has exported since issue 1
 
 
-def _coerce(cfg: SweepConfig, name: str, value):
-    """Accept "2,4,8" or lists for grid fields; leave other values as given (validated later)."""
-    if name in _LISTS:
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if isinstance(value, (str, int)):
-            value = [value]
-        try:
-            return tuple(_LISTS[name](v) for v in value)
-        except (TypeError, ValueError):
-            raise validate.ConfigError(
-                f"{name}: got {value!r}; allowed: a comma-separated list of "
-                f"{'integers' if _LISTS[name] is int else 'names'}"
-            ) from None
-    return value
-
-
-def check_writable(out: str) -> None:
-    """Create ``out`` if needed and check a file can be written there."""
-    try:
-        Path(out).mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out):
-            pass
-    except OSError as err:
-        msg = f"out: {out!r} is not a writable directory ({err.strerror})"
-        raise validate.ConfigError(msg) from None
-
-
-def load_config(path: str | os.PathLike, base: SweepConfig | None = None) -> SweepConfig:
-    """Read a TOML experiment file: its ``[sweep]`` table overrides :class:`SweepConfig` fields."""
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as err:
-        raise validate.ConfigError(f"config: cannot read {str(path)!r} ({err.strerror})") from None
-    except tomllib.TOMLDecodeError as err:
-        raise validate.ConfigError(f"config: {str(path)!r} is not valid TOML ({err})") from None
-    return (base or SweepConfig()).replace(**data.get("sweep", {}))
-
-
-def num_cells(cfg: SweepConfig) -> int:
+def cells(cfg: Config) -> int:
     """Rows in the result table."""
     return len(_row_ids(cfg))
 
 
-def make_setup(cfg: SweepConfig) -> Callable:
+def make_setup(cfg: Config) -> Callable:
     """``context → (cell args without eps, truth)``, each built once and only when a pending
     unit needs it (the context is the arithmetic policy; None for the other envs)."""
     import functools
@@ -307,16 +282,17 @@ def _tree_rows(cfg, cell, m, params) -> list[dict]:
     ]
 
 
-_NOT_IN_KEY = ("estimators", "G", "K", "M", "variants", "policy", "out", "chunk", "shard")
+GRIDS = ("estimators", "G", "K", "M", "variants", "policy")
+OPTIONS = ("scale", "ddof", "eps")
 
 
-def config_hash(cfg: SweepConfig) -> str:
+def config_hash(cfg: Config) -> str:
     from gpolab.store import digest
 
     return digest(dataclasses.asdict(cfg))
 
 
-def _row_ids(cfg: SweepConfig) -> list[dict]:
+def _row_ids(cfg: Config) -> list[dict]:
     """One id per table row, in table order: (estimator, G) for the bandit, (variant, K, M)."""
     if cfg.env == "bandit":
         return [{"estimator": e, "G": G} for e in cfg.estimators for G in cfg.G]
@@ -330,16 +306,27 @@ def _row_ids(cfg: SweepConfig) -> list[dict]:
     return [{"variant": v, "K": K, "M": M} for v in cfg.variants for K in cfg.K for M in cfg.M]
 
 
-def cell_keys(cfg: SweepConfig) -> list[str]:
-    """Store key of every row: a hash of the row's id and of every setting its numbers depend
-    on (not the grids it sits in, the output directory, the chunk size or the sharding)."""
+def row_settings(cfg: Config, rid: dict) -> dict:
+    """Every setting the numbers of row ``rid`` depend on: the settings the env uses, without
+    the grids the row sits in; of ``scale, ddof, eps`` those its estimator reads (the others
+    None).  They are the row's cache key and its columns."""
+    common = configs.key_settings(cfg, exclude=GRIDS + OPTIONS)
+    reads = ("ddof", "eps") if cfg.env == "tree" else estimators.get(rid["estimator"]).options
+    return {**common, **{o: getattr(cfg, o) if o in reads else None for o in OPTIONS}}
+
+
+def cell_keys(cfg: Config) -> list[str]:
+    """Store key of every row: a hash of the row's id and of :func:`row_settings` (not the grids
+    it sits in, the output folder, the chunk size, the sharding or an option it ignores)."""
     from gpolab.store import digest
 
-    base = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_IN_KEY}
-    return [digest({"sweep": base, "row": rid}) for rid in _row_ids(cfg)]
+    return [
+        digest({"lab": NAME, "settings": row_settings(cfg, rid), "row": rid})
+        for rid in _row_ids(cfg)
+    ]
 
 
-def _units(cfg: SweepConfig, pending: set[int]):
+def _units(cfg: Config, pending: set[int]):
     """(rows, context, cell) units covering the pending rows: per (policy,) G the missing
     estimators (drawn on common random numbers, so computing a subset changes nothing), per
     (variant, K, M) for trees.  Arithmetic cells do not depend on the policy (its weights are
@@ -365,11 +352,27 @@ def _units(cfg: SweepConfig, pending: set[int]):
                 yield rows, policy, ArithmeticCell(names, G, cfg.per_seed, cfg.scale, cfg.ddof)
 
 
+def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
+    """The lab protocol's entry: ``{"results": table}`` (see :func:`run_sweep`)."""
+    on_row = None if progress is None else lambda row: progress.update(1, label(row))
+    on_skip = None if progress is None else progress.skip
+    return {"results": run_sweep(cfg, on_row, store, on_skip, key=key)}
+
+
+def label(row: dict) -> str:
+    """One progress line: the row's cell and its MSE."""
+    if row["env"] == "tree":
+        return f"{row['variant']} K={row['K']} M={row['M']}: mse={row['mse']:.4g}"
+    policy = f"{row['policy']} " if row.get("policy") else ""
+    return f"{policy}{row['estimator']} G={row['G']}: mse={row['mse']:.4g}"
+
+
 def run_sweep(
-    cfg: SweepConfig,
+    cfg: Config,
     on_row: Callable[[dict], None] | None = None,
     store=None,
     on_skip: Callable[[int], None] | None = None,
+    key=None,
 ):
     """Validate ``cfg``, run every cell, return a pandas DataFrame with one row per cell.
 
@@ -391,7 +394,7 @@ def run_sweep(
     rows: dict[int, dict] = {}
     if pending:
         setup = make_setup(cfg)
-        key = jax.random.key(cfg.seed)
+        key = jax.random.key(cfg.seed) if key is None else key
         eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
         fn = {"bandit": cells.bandit_error, "tree": cells.tree_error}.get(
             cfg.env, cells.arithmetic_error
@@ -410,6 +413,8 @@ def run_sweep(
             )
             wall = time.perf_counter() - start
             for i, row in zip(idx, new, strict=True):
+                settings = row_settings(cfg, _row_ids(cfg)[i])
+                row.update({k: v for k, v in settings.items() if k not in row})
                 row["seconds"] = wall / len(new)
                 if store is not None:
                     store.write(keys[i], [row], chash, row["seconds"])
@@ -420,19 +425,31 @@ def run_sweep(
         df = store.read(keys)
     else:
         df = pd.DataFrame([rows[i] for i in range(len(keys))])
-    for col in ("G", "K", "M", "B"):
+    for col in ("G", "K", "M", "B", "ddof"):
         df[col] = df[col].astype("Int64")
     return df
 
 
-def write_results(df, out: str | os.PathLike) -> list[Path]:
-    """Write ``results.parquet`` and ``results.csv`` atomically (temp file + rename)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, writer in (("results.parquet", df.to_parquet), ("results.csv", df.to_csv)):
-        tmp = out / f".{name}.tmp"
-        writer(tmp, index=False)
-        os.replace(tmp, out / name)
-        paths.append(out / name)
-    return paths
+TABLE_COLUMNS = {
+    "bandit": ["estimator", "G", "mse", "mse_ci_low", "mse_ci_high", "theory_mse", "bias_sq",
+               "degenerate_frac", "seconds"],
+    "arithmetic": ["policy", "estimator", "G", "mse", "mse_ci_low", "mse_ci_high", "theory_mse",
+                   "theory_mse_se", "theory_first_order", "degenerate_frac", "seconds"],
+    "tree": ["variant", "K", "M", "mse", "mse_group", "variance", "corr", "degenerate_frac",
+             "theory_degenerate_frac", "seconds"],
+}  # fmt: skip
+
+
+def report(cfg: Config, tables: dict) -> str:
+    from gpolab.labs import table_text
+
+    return table_text(tables["results"], TABLE_COLUMNS[cfg.env])
+
+
+def figures(tables: dict) -> dict:
+    """The figure of the saved table: MSE vs G (grouped envs) or the (K, M) heatmap (trees)."""
+    from gpolab.plots import sweep as plots
+
+    if (tables["results"]["env"] == "tree").all():
+        return {"mse_heatmap.png": plots.tree_heatmap_figure}
+    return {"mse_vs_G.png": plots.mse_vs_G_figure}

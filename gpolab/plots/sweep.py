@@ -1,10 +1,12 @@
-"""Figures drawn from saved result tables only (plotting never recomputes anything)."""
+"""Figures of the sweep lab, drawn from its saved ``results`` table only."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+
+from gpolab.plots import pyplot, save, seeds_label
 
 LABELS = {
     "vanilla": "REINFORCE (no baseline)",
@@ -16,20 +18,30 @@ LABELS = {
 }
 
 
-def _pyplot():
-    import matplotlib
+def mse_vs_G_figure(tables: dict, path) -> Path:
+    """:func:`mse_vs_G` titled from the table (env, instance, seeds actually run)."""
+    df = tables["results"]
+    row = df.iloc[0]
+    if row["env"] == "arithmetic":
+        title = (
+            f"arithmetic surrogate, {row['questions']} questions, filler {row['filler']}, "
+            f"{seeds_label(df)} × {row['per_seed']} questions"
+        )
+    else:
+        title = f"{row['kind']} bandit, P={row['prompts']}, A={row['actions']}, {seeds_label(df)}"
+    return mse_vs_G(df, path, title=title)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    return plt
+def tree_heatmap_figure(tables: dict, path) -> Path:
+    df = tables["results"]
+    return tree_heatmap(df, path, title=f"tree ({df['model'].iloc[0]} thoughts), {seeds_label(df)}")
 
 
 def mse_vs_G(df, path: str | Path, title: str | None = None) -> Path:
     """Log-log MSE against G per estimator, 95% CI bands, exact theory dashed (with the band its
     own Monte Carlo inputs carry, if any) and the first-order law trΣ_or/G dotted.  One panel per
     ``policy`` when the table has several (the arithmetic surrogate)."""
-    plt = _pyplot()
+    plt = pyplot()
     policies = [p for p in df.get("policy", []) if isinstance(p, str)]
     policies = list(dict.fromkeys(policies)) or [None]
     fig, axes = plt.subplots(
@@ -51,7 +63,7 @@ def mse_vs_G(df, path: str | Path, title: str | None = None) -> Path:
         axes[0][0].set_title(title or "Gradient MSE vs group size")
     else:
         fig.suptitle(title or "Gradient MSE vs group size")
-    return _save(fig, plt, path)
+    return save(fig, path)
 
 
 def _mse_panel(ax, df) -> None:
@@ -97,7 +109,7 @@ def _mse_panel(ax, df) -> None:
 def tree_heatmap(df, path: str | Path, value: str = "mse", title: str | None = None) -> Path:
     """K × M heatmap of ``value`` (log colour scale), each cell labelled with its value, and the
     equal-budget diagonals K·M = 2^j dashed (for power-of-two grids)."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.colors import LogNorm
 
     grid = df.pivot_table(index="K", columns="M", values=value, aggfunc="mean").sort_index()
@@ -129,12 +141,4 @@ def tree_heatmap(df, path: str | Path, value: str = "mse", title: str | None = N
     ax.set(xlabel="M (continuations per thought)", ylabel="K (thoughts)")
     fig.colorbar(im, ax=ax, label=f"{value}: thought advantage vs (p − E p)/sd(p)")
     ax.set_title(title or "Tree branching: MSE over (K, M), equal budgets dashed")
-    return _save(fig, plt, path)
-
-
-def _save(fig, plt, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return save(fig, path)

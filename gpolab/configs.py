@@ -1,0 +1,278 @@
+"""Lab configurations: one frozen dataclass per lab is the single source of defaults; TOML files,
+``--quick`` and command-line flags only override it, through this one mechanism.
+
+A field is declared with :func:`option` (default, help text, the modes that use it, whether its
+value changes any number).  Values are coerced by the field's annotation: ``int``, ``float``,
+``str``, ``bool`` and ``tuple[...]`` grids written as lists or comma lists (``"2,4,8"``).
+
+Precedence (:func:`resolve`): defaults < config-file table < quick sizes < flags the user typed.
+A typed flag always wins.  A flag or file key that the chosen mode does not use (``--dim`` with
+``--env tree``) is an error naming the field and the mode.
+
+Why not tyro: tyro fills every default into its result, so a typed value equal to the default
+cannot be told from an untyped one, and the precedence above (and rejecting typed flags the mode
+ignores) needs exactly that; it also parses grids as space-separated ``--G 2 4 8`` where gpolab's
+flags have always been comma lists.  The flag builder here is ~40 lines of argparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import re
+import tomllib
+import typing
+from pathlib import Path
+
+from gpolab.validate import ConfigError
+
+EXPERIMENT_KEYS = ("lab", "title", "figures")  # top-level keys of a config / experiment file
+
+
+def option(default, help: str, *, when: dict | None = None, key: bool = True):
+    """A config field.  ``when={"env": ("bandit",), "kind": ("loglinear",)}``: used only when
+    every named field has one of the listed values.  ``key=False``: the value changes no number
+    (output folder, chunk size, sharding), so it is left out of result-cache keys."""
+    meta = {"help": help, "when": when or {}, "key": key}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def fields(cls) -> tuple[dataclasses.Field, ...]:
+    return dataclasses.fields(cls)
+
+
+def meta(cls, name: str) -> dict:
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return {"help": "", "when": {}, "key": True, **f.metadata}
+
+
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+# ----------------------------------------------------------------------------- coercion
+
+_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+_LIST_WORDS = {int: "integers", float: "numbers", str: "names"}
+
+
+def _scalar(name: str, tp, value):
+    bad = ConfigError(f"{name}: got {value!r}; allowed: {_WORDS[tp]}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise bad
+    if tp is str:
+        if not isinstance(value, str):
+            raise bad
+        return value.strip()
+    if isinstance(value, bool):
+        raise bad
+    if isinstance(value, str):
+        try:
+            return tp(value.strip())
+        except ValueError:
+            raise bad from None
+    if tp is int and isinstance(value, int):
+        return value
+    if tp is float and isinstance(value, (int, float)):
+        return float(value)
+    raise bad
+
+
+def coerce(cls, name: str, value):
+    """``value`` (from TOML or a flag) as the type of field ``name``; one-line error otherwise."""
+    hints = _hints(cls)
+    if name not in {f.name for f in dataclasses.fields(cls)}:
+        allowed = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise ConfigError(f"{name}: unknown field; allowed: {allowed}")
+    tp = hints[name]
+    if typing.get_origin(tp) is not tuple:
+        return _scalar(name, tp, value)
+    return coerce_list(name, value, typing.get_args(tp)[0])
+
+
+def coerce_list(name: str, value, elem=str) -> tuple:
+    """A grid: a list, one value or a comma list (``"2,4,8"``; no empty entries)."""
+    if isinstance(value, str):
+        parts = value.split(",")
+        if any(not p.strip() for p in parts):
+            raise ConfigError(
+                f"{name}: got {value!r}; allowed: a comma-separated list of {_LIST_WORDS[elem]} "
+                "with no empty entries"
+            )
+    elif isinstance(value, (list, tuple)):
+        parts = list(value)
+    else:
+        parts = [value]
+    if not parts:
+        raise ConfigError(f"{name}: got an empty list; allowed: one or more {_LIST_WORDS[elem]}")
+    try:
+        return tuple(_scalar(name, elem, p) for p in parts)
+    except ConfigError:
+        raise ConfigError(
+            f"{name}: got {value!r}; allowed: a list of {_LIST_WORDS[elem]}"
+        ) from None
+
+
+def replace(cfg, **changes):
+    """``dataclasses.replace`` with every value coerced by its field's type."""
+    cls = type(cfg)
+    return dataclasses.replace(cfg, **{k: coerce(cls, k, v) for k, v in changes.items()})
+
+
+def used(cfg, name: str) -> bool:
+    """Whether field ``name`` is used by ``cfg``'s mode (see :func:`option`'s ``when``)."""
+    when = meta(type(cfg), name)["when"]
+    return all(getattr(cfg, f) in values for f, values in when.items())
+
+
+def check_used(cfg, names, label=flag) -> None:
+    for name in names:
+        if used(cfg, name):
+            continue
+        when = meta(type(cfg), name)["when"]
+        now = ", ".join(f"{f} = {getattr(cfg, f)}" for f in when)
+        need = " and ".join(f"{f} is {' or '.join(map(str, v))}" for f, v in when.items())
+        raise ConfigError(f"{label(name)}: not used with {now}; it applies only when {need}")
+
+
+def key_settings(cfg, exclude=()) -> dict:
+    """Every setting the numbers of ``cfg`` depend on: used fields with ``key=True``."""
+    return {
+        f.name: getattr(cfg, f.name)
+        for f in dataclasses.fields(cfg)
+        if f.name not in exclude and meta(type(cfg), f.name)["key"] and used(cfg, f.name)
+    }
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def read_toml(path) -> dict:
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except OSError as err:
+        raise ConfigError(f"config: cannot read {str(path)!r} ({err.strerror})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{Path(path).name}: not valid TOML ({err})") from None
+
+
+def split_file(path, lab: str, data: dict | None = None) -> tuple[dict, dict, dict]:
+    """(head, table, quick) of a config or experiment file for ``lab``: top-level keys
+    (lab, title, figures), the ``[lab]`` table and the ``[quick]`` table.  Anything else, a
+    missing ``[lab]`` table or a file naming another lab is an error naming the file."""
+    name = Path(path).name
+    data = read_toml(path) if data is None else data
+    head = {k: v for k, v in data.items() if k in EXPERIMENT_KEYS or not isinstance(v, dict)}
+    tables = {k: v for k, v in data.items() if k not in head}
+    for k in head:
+        if k not in EXPERIMENT_KEYS:
+            raise ConfigError(f"{name}: {k}: unknown key; allowed: {', '.join(EXPERIMENT_KEYS)}")
+    if head.get("lab", lab) != lab:
+        raise ConfigError(f"{name}: lab = {head['lab']!r}, but this is the {lab!r} lab")
+    for k in tables:
+        if k not in (lab, "quick"):
+            raise ConfigError(f"{name}: [{k}]: unknown table; allowed: [{lab}], [quick]")
+    if lab not in tables:
+        raise ConfigError(f"{name}: no [{lab}] table; allowed: [{lab}] (its settings), [quick]")
+    return head, tables[lab], tables.get("quick", {})
+
+
+def resolve(cls, *, typed=None, table=None, quick=None, source: str = ""):
+    """The validated config: defaults < ``table`` (a config file's) < ``quick`` (only fields the
+    user did not type) < ``typed`` (flags).  Errors about file entries name ``source`` (the
+    file) and its table."""
+    typed, table, quick = dict(typed or {}), dict(table or {}), dict(quick or {})
+    lab = getattr(cls, "LAB", cls.__name__)
+    name = Path(source).name if source else ""
+    quick = {k: v for k, v in quick.items() if k not in typed}
+    cfg = cls()
+    for where, changes in ((f"[{lab}]", table), ("[quick]", quick), ("", typed)):
+        prefix = f"{name} {where} ".lstrip() if where and name else ""
+        try:
+            cfg = replace(cfg, **changes)
+        except ConfigError as err:
+            raise ConfigError(f"{prefix}{err}") from None
+    check_used(cfg, typed)
+    check_used(cfg, table, lambda n: f"{name} [{lab}] {n}".strip())
+    try:
+        cfg.validate()
+    except ConfigError as err:  # a value from the file: say where it came from
+        field = re.split(r"[: (]", str(err), maxsplit=1)[0]
+        where = "[quick]" if field in quick else f"[{lab}]" if field in table else ""
+        if name and where and field not in typed:
+            raise ConfigError(f"{name} {where} {err}") from None
+        raise
+    return cfg
+
+
+def dumps(cfg, lab: str) -> str:
+    """``cfg`` as a TOML config file that ``--config`` reads back to the same config."""
+    lines = [
+        f"# resolved settings of `gpolab {lab}` (defaults, config file, quick sizes, flags)",
+        f'lab = "{lab}"',
+        "",
+        f"[{lab}]",
+    ]
+    for f in dataclasses.fields(cfg):
+        if used(cfg, f.name):  # what the mode ignores would be rejected when read back
+            lines.append(f"{f.name} = {_toml_value(getattr(cfg, f.name))}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, float):
+        return ("inf" if v > 0 else "-inf") if math.isinf(v) else "nan" if v != v else repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    return str(v)
+
+
+# ----------------------------------------------------------------------------- flags
+
+
+def add_flags(parser: argparse.ArgumentParser, cls) -> None:
+    """One ``--field-name`` flag per config field (default None = "not typed"; values are
+    coerced by :func:`resolve`), booleans as ``--flag/--no-flag``; help shows the default."""
+    defaults = cls()
+    for f in dataclasses.fields(cls):
+        default, info = getattr(defaults, f.name), meta(cls, f.name)
+        help_text = info["help"]
+        if info["when"]:
+            help_text += " [" + "; ".join(f"{k}: {', '.join(v)}" for k, v in info["when"].items())
+            help_text += "]"
+        if isinstance(default, bool):
+            parser.add_argument(
+                flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                help=help_text,
+            )  # fmt: skip
+            continue
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        parser.add_argument(
+            flag(f.name), dest=f.name, default=None, metavar=f.name.upper(),
+            help=f"{help_text} (default: {shown})",
+        )  # fmt: skip
+
+
+def typed(args: argparse.Namespace, cls) -> dict:
+    """The config fields whose flags the user typed."""
+    return {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(cls)
+        if getattr(args, f.name, None) is not None
+    }

@@ -1,0 +1,114 @@
+"""Output folders: checked before any computation, held by one run at a time, written atomically.
+
+* :func:`prepare` creates ``--out`` and checks a file can be written there (one-line error);
+* :func:`hold` takes an advisory lock on the folder: a second run on the same ``--out`` is told
+  which process holds it instead of interleaving its files with the first one's;
+* :func:`atomic` writes through a per-process temporary name and renames it into place, so a
+  reader sees a whole file or the previous one; :func:`write_tables` writes every table as
+  parquet and CSV under the lock, so the two always come from the same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+from gpolab.validate import ConfigError
+
+LOCK = ".gpolab.lock"
+
+
+class Interrupted(Exception):
+    """A run was stopped (Ctrl-C); the message says what was kept and how to resume."""
+
+
+def prepare(out) -> Path:
+    """Create ``out`` if needed and check a file can be written there."""
+    out = Path(out)
+    probe = out / f".probe.{os.getpid()}"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(
+            f"out: {str(out)!r} is not a writable directory ({err.strerror})"
+        ) from None
+    return out
+
+
+@contextlib.contextmanager
+def hold(out):
+    """Advisory lock on the folder ``out`` for the duration of a run (POSIX ``flock``; a no-op
+    where ``fcntl`` is missing).  Another holder → :class:`ConfigError` naming its pid."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory lock
+        yield
+        return
+    path = prepare(out) / LOCK
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            pid = fh.read().strip() or "?"
+            raise ConfigError(
+                f"out: another gpolab run (pid {pid}) is writing to {str(out)!r}; wait for it "
+                "to finish or choose another --out"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.truncate(0)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def atomic(path):
+    """Yield a temporary path beside ``path`` (unique to this process and thread); on success it
+    is renamed onto ``path``, on failure removed."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text(path, text: str) -> Path:
+    with atomic(path) as tmp:
+        tmp.write_text(text)
+    return Path(path)
+
+
+def write_tables(out, tables: dict) -> list[Path]:
+    """``<name>.parquet`` and ``<name>.csv`` of every table, each written atomically."""
+    paths = []
+    for name, df in tables.items():
+        for suffix, writer in ((".parquet", df.to_parquet), (".csv", df.to_csv)):
+            path = Path(out) / f"{name}{suffix}"
+            with atomic(path) as tmp:
+                writer(tmp, index=False)
+            paths.append(path)
+    return paths
+
+
+def read_tables(out, names) -> dict:
+    """The saved tables ``names`` of a finished run in ``out``; one error naming what is missing."""
+    import pandas as pd
+
+    missing = [n for n in names if not (Path(out) / f"{n}.parquet").exists()]
+    if missing:
+        raise ConfigError(
+            f"out: {str(out)!r} has no {missing[0]}.parquet; run the lab first (figures are drawn "
+            "from saved tables only)"
+        )
+    return {n: pd.read_parquet(Path(out) / f"{n}.parquet") for n in names}

@@ -1,0 +1,190 @@
+"""The lab protocol: one config mechanism (precedence, mode checks, files), output safety
+(checked before computing, locked, atomic), Ctrl-C, the resolved config.toml."""
+
+import dataclasses
+import importlib
+import os
+
+import pandas as pd
+import pytest
+
+from gpolab import configs, engine, labs, output
+from gpolab.cli import main
+from gpolab.validate import ConfigError
+
+SMALL = ["--estimators", "loo,grpo", "--G", "2,4", "--seeds", "300", "--prompts", "3",
+         "--actions", "4"]  # fmt: skip
+
+
+def protocol_labs():
+    """Every lab module on the protocol (all of them once the redesign is complete)."""
+    found = []
+    for name in labs.LABS:
+        try:
+            found.append(importlib.import_module(f"gpolab.labs.{name}"))
+        except ModuleNotFoundError:
+            continue
+    return found
+
+
+def _other(value):
+    """A value of the same type that differs from ``value``."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, tuple):
+        return value[:1] if len(value) > 1 else value * 2
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 0.5 if value else 0.25
+    return value
+
+
+@pytest.mark.parametrize("lab", protocol_labs(), ids=lambda m: m.NAME)
+def test_a_typed_flag_wins_over_quick_and_the_config_file(lab):
+    cls = lab.Config
+    assert cls.QUICK, "every lab has quick sizes"
+    for name, quick_value in cls.QUICK.items():
+        typed_value = _other(quick_value)
+        file_value = _other(typed_value) if _other(typed_value) != quick_value else quick_value
+        cfg = configs.resolve(
+            cls, typed={name: typed_value}, table={name: file_value}, quick=cls.QUICK
+        )
+        assert getattr(cfg, name) == typed_value, name
+        # untyped: quick sizes beat the file, the file beats the defaults
+        cfg = configs.resolve(cls, table={name: file_value}, quick=cls.QUICK)
+        assert getattr(cfg, name) == quick_value
+        assert getattr(configs.resolve(cls, table={name: file_value}), name) == file_value
+
+
+@pytest.mark.parametrize("lab", protocol_labs(), ids=lambda m: m.NAME)
+def test_defaults_and_quick_sizes_validate_and_round_trip_through_toml(lab, tmp_path):
+    for quick in ({}, lab.Config.QUICK):
+        cfg = configs.resolve(lab.Config, quick=quick)
+        path = tmp_path / "config.toml"
+        path.write_text(configs.dumps(cfg, lab.NAME))
+        _, table, _ = configs.split_file(path, lab.NAME)
+        assert configs.resolve(lab.Config, table=table) == cfg
+
+
+def test_quick_cli_keeps_every_typed_flag(tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = ["sweep", "--quick", *SMALL, "--out", str(out)]
+    assert main(argv) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["n_seeds"].eq(300).all() and sorted(set(df["G"])) == [2, 4]
+    _, table, _ = configs.split_file(out / "config.toml", "sweep")
+    assert table["seeds"] == 300 and table["G"] == [2, 4] and table["prompts"] == 3
+    assert "this run" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--env", "tree", "--G", "4"], "--G: not used with env = tree; it applies only when env"),
+        (["--env", "tree", "--scale", "batch"], "--scale: not used with env = tree"),
+        (["--dim", "3"], "--dim: not used with env = bandit, kind = tabular; it applies only"),
+        (["--G", "2,,4"], "G: got '2,,4'; allowed: a comma-separated list of integers with no"),
+        (["--estimators", ""], "estimators: got ''; allowed: a comma-separated list"),
+        (["--x64", "--seeds", "1.5"], "seeds: got '1.5'; allowed: an integer"),
+    ],
+)
+def test_flags_the_mode_does_not_use_or_malformed_lists_are_errors(argv, message, tmp_path,
+                                                                   capsys, monkeypatch):  # fmt: skip
+    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("computed"))
+    assert main(["sweep", *argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_config_without_out_writes_beside_its_name_not_the_default_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.toml").write_text('lab = "sweep"\n[sweep]\nseeds = 200\n')
+    assert main(["sweep", "--config", "mine.toml", *SMALL[:4], "--prompts", "2"]) == 0
+    assert (tmp_path / "results" / "mine" / "results.parquet").exists()
+    assert not (tmp_path / "results" / "sweep").exists()
+
+
+@pytest.mark.parametrize("kind", ["file", "unwritable"])
+def test_bad_out_is_one_line_before_any_computation(kind, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("computed"))
+    out = tmp_path / "out"
+    if kind == "file":
+        out.write_text("")
+    else:
+        out.mkdir()
+        out.chmod(0o500)
+        if os.access(out, os.W_OK):  # root ignores permissions
+            pytest.skip("running as root: every folder is writable")
+    assert main(["sweep", *SMALL, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpolab sweep: error: out: ")
+
+
+def test_a_second_run_on_a_held_folder_is_told_who_holds_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("computed"))
+    with output.hold(tmp_path):
+        assert main(["sweep", *SMALL, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"another gpolab run (pid {os.getpid()}) is writing to" in err
+    with output.hold(tmp_path):  # released: it can be taken again
+        pass
+
+
+def test_atomic_writes_leave_the_old_file_or_the_new_one(tmp_path):
+    path = output.write_text(tmp_path / "a.txt", "old")
+    with pytest.raises(RuntimeError), output.atomic(path) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError
+    assert path.read_text() == "old" and sorted(os.listdir(tmp_path)) == ["a.txt"]
+
+
+def test_ctrl_c_is_one_line_with_the_cells_kept_and_how_to_resume(tmp_path, capsys, monkeypatch):
+    from gpolab.labs import sweep
+
+    real, calls = sweep.run_sweep, []
+
+    def interrupted(cfg, on_row=None, store=None, on_skip=None, key=None):
+        def row_then_stop(row):
+            calls.append(row)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            on_row(row)
+
+        return real(cfg, row_then_stop, store, on_skip, key=key)
+
+    monkeypatch.setattr(sweep, "run_sweep", interrupted)
+    argv = ["sweep", *SMALL, "--out", str(tmp_path)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"gpolab sweep: interrupted: 2 finished cells kept in {tmp_path}; run the same command "
+        "again to resume (--fresh starts over)"
+    )
+    monkeypatch.setattr(sweep, "run_sweep", real)
+    assert main(argv) == 0
+    assert "2 cells already finished (resuming)" in capsys.readouterr().err
+
+
+def test_replot_redraws_from_saved_tables_without_computing(tmp_path, monkeypatch, capsys):
+    argv = ["figures", "--quick", "--only", "tree_mse_heatmap", "--out", str(tmp_path / "f"),
+            "--results", str(tmp_path / "r")]  # fmt: skip
+    monkeypatch.setattr(
+        "gpolab.labs.sweep.Config.QUICK", {"seeds": 300, "K": (2,), "M": (1, 2)}, raising=True
+    )
+    exp_quick = {"seeds": 300, "K": [2], "M": [1, 2]}
+    from gpolab import experiments
+
+    real_load = experiments.load
+    monkeypatch.setattr(
+        experiments, "load", lambda p: dataclasses.replace(real_load(p), quick=exp_quick)
+    )
+    assert main(argv) == 0
+    png = tmp_path / "f" / "tree_mse_heatmap.png"
+    first = png.stat().st_mtime_ns
+    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("computed"))
+    assert main([*argv, "--replot"]) == 0
+    assert png.stat().st_mtime_ns >= first
+    with pytest.raises(ConfigError, match="has no results.parquet"):
+        output.read_tables(tmp_path / "nothing", ["results"])
