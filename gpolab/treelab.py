@@ -431,7 +431,7 @@ def plot_variance_vs_M(df, path, title: str = "", floor_fn: Callable | None = No
 
 def plot_heatmap(df, path, value: str = "mse", title: str = ""):
     """``value`` over the (K, M) grid with equal-budget diagonals (:func:`plots.tree_heatmap`)."""
-    from gpolab import plots
+    from gpolab.plots import sweep as plots
 
     return plots.tree_heatmap(df, path, value=value, title=title or None)
 

@@ -7,8 +7,8 @@ import pytest
 
 from gpolab import engine, experiments
 from gpolab.cli import main
-from gpolab.store import PROVENANCE, Store
 from gpolab.labs.sweep import SweepConfig, cells, run_sweep
+from gpolab.store import PROVENANCE, Store
 from gpolab.validate import ConfigError
 
 SHIPPED = sorted(experiments.DEFAULT_DIR.glob("*.toml"))

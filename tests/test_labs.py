@@ -89,8 +89,9 @@ def test_quick_cli_keeps_every_typed_flag(tmp_path, capsys):
         (["--x64", "--seeds", "1.5"], "seeds: got '1.5'; allowed: an integer"),
     ],
 )
-def test_flags_the_mode_does_not_use_or_malformed_lists_are_errors(argv, message, tmp_path,
-                                                                   capsys, monkeypatch):  # fmt: skip
+def test_flags_the_mode_does_not_use_or_malformed_lists_are_errors(
+    argv, message, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("computed"))
     assert main(["sweep", *argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
