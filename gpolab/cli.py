@@ -12,7 +12,17 @@ import sys
 
 from gpolab.validate import ConfigError
 
-COMMANDS = ("sweep", "chi2", "tree", "train", "curvature", "bench", "figures", "groupsize")
+COMMANDS = (
+    "sweep",
+    "chi2",
+    "tree",
+    "train",
+    "stdnorm",
+    "curvature",
+    "bench",
+    "figures",
+    "groupsize",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -98,8 +98,21 @@ class Run:
         validate.integer("steps", self.steps, 1)
         validate.choice("ddof", self.ddof, (0, 1))
         if self.G != EXACT:
-            base = "grpo" if self.estimator.startswith("grpo") else self.estimator
-            est.check_estimator(base, self.G, ddof=self.ddof)
+            est.check_estimator(self.base, self.G, ddof=self.ddof)
+
+    @property
+    def base(self) -> str:
+        """The registry estimator (grpo-batch is grpo with one std per batch)."""
+        return "grpo" if self.estimator.startswith("grpo") else self.estimator
+
+    def options(self) -> tuple[str, ...]:
+        """Which of ``ddof``, ``eps`` this run's numbers depend on: ddof for sampled estimators
+        that read it, eps for those that read it (sampled or exact) and for the curvature step
+        rule (η / (s(θ_t) + eps)).  The others are left out of cache keys and result columns."""
+        reads = est.get(self.base).options
+        ddof = self.G != EXACT and "ddof" in reads
+        eps = "eps" in reads or self.step == "curvature"
+        return ("ddof",) * ddof + ("eps",) * eps
 
 
 @struct.dataclass
@@ -250,56 +263,6 @@ def train(
         keys = engine.seed_keys(key, jnp.arange(n, dtype=jnp.uint32))
         out = _train(run, env, keys, params, jnp.asarray(lrs), jnp.asarray(eps, jnp.float32))
     return {k: np.asarray(v) for k, v in out.items()}
-
-
-# ----------------------------------------------------------------------------------------------
-# Host-side analysis of the curves (numpy; no tracing)
-
-
-def hit_time(curve: np.ndarray, target: float) -> np.ndarray:
-    """First t with curve[..., t] ≥ target (float, inf where never), over the last axis."""
-    reached = curve >= target
-    first = np.argmax(reached, axis=-1).astype(float)
-    return np.where(reached.any(axis=-1), first, np.inf)
-
-
-def best_lr_index(J: np.ndarray, target: float) -> int:
-    """Step size (axis 0 of J (L, S, T+1)) whose seed-mean curve reaches ``target`` first; ties
-    and never-reached broken by the larger mean final J."""
-    mean = J.mean(axis=1)
-    t = hit_time(mean, target)
-    order = np.lexsort((-mean[:, -1], t))
-    return int(order[0])
-
-
-def level_gain(J_fast: np.ndarray, J_slow: np.ndarray) -> np.ndarray:
-    """Iteration gain along the trajectory: for each t, (iterations the slow curve needs to reach
-    J_fast[t]) / t; nan where the slow curve never gets there (or t = 0)."""
-    t = np.arange(J_fast.shape[-1], dtype=float)
-    slow_best = np.maximum.accumulate(J_slow)
-    need = np.searchsorted(slow_best, J_fast, side="left").astype(float)
-    need = np.where(need >= J_slow.shape[-1], np.nan, need)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(t > 0, need / t, np.nan)
-
-
-def bootstrap_hit_ratio(
-    J_num: np.ndarray, J_den: np.ndarray, target: float, n_boot: int = 200, seed: int = 0
-) -> tuple[float, float]:
-    """95% bootstrap interval (over seeds, resampled independently for both curves) of
-    hit_time(mean J_num) / hit_time(mean J_den); J_* are (S, T+1)."""
-    rng = np.random.default_rng(seed)
-    ratios = []
-    for _ in range(n_boot):
-        a = J_num[rng.integers(0, J_num.shape[0], J_num.shape[0])].mean(axis=0)
-        b = J_den[rng.integers(0, J_den.shape[0], J_den.shape[0])].mean(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratios.append(hit_time(a, target) / hit_time(b, target))
-    ratios = np.asarray(ratios)
-    if not np.isfinite(ratios).any():
-        return float("nan"), float("nan")
-    ratios = ratios[~np.isnan(ratios)]
-    return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
 
 
 @partial(jax.jit, static_argnames=("run", "env"))

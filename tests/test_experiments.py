@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpolab import engine, experiments
+from gpolab import engine, experiments, labs
 from gpolab.cli import main
 from gpolab.labs.sweep import SweepConfig, cells, run_sweep
 from gpolab.store import PROVENANCE, Store
@@ -20,7 +20,8 @@ def test_every_shipped_experiment_loads(path):
     assert exp.name == path.stem
     if exp.lab != "command":
         full, quick = exp.config(quick=False), exp.config(quick=True)
-        assert quick.seeds <= full.seeds
+        sizes = [n for n, v in labs.get(exp.lab).Config.QUICK.items() if isinstance(v, int)]
+        assert all(getattr(quick, n) <= getattr(full, n) for n in sizes)  # seeds, thetas, ...
         assert full.out.endswith(exp.name) and quick.out.endswith(exp.name + "-quick")
 
 

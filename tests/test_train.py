@@ -1,5 +1,6 @@
 """The generic trainer on the log-linear bandit: exact directions, the equal-σ control,
-determinism, vmapped = looped, finite-sample bias, curve analysis, and the CLI."""
+determinism, vmapped = looped, finite-sample bias; the std-normalization lab (curve analysis,
+the CLI, the lab protocol: typed flags beat --quick, flags the mode ignores, cache keys)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,9 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab import train
+from gpolab import configs, train
 from gpolab.cli import main
 from gpolab.envs import loglinear as ll
+from gpolab.labs import stdnorm
+from gpolab.store import Store
 from gpolab.validate import ConfigError
 
 ENV = train.loglinear_env()
@@ -115,18 +118,16 @@ def test_finite_sample_bias():
 def test_curve_analysis_hand_derived():
     # hit times: first index at or above 0.5; never → inf
     curves = np.array([[0.1, 0.4, 0.5, 0.9], [0.1, 0.2, 0.3, 0.4]])
-    np.testing.assert_array_equal(train.hit_time(curves, 0.5), [2.0, np.inf])
+    np.testing.assert_array_equal(stdnorm.hit_time(curves, 0.5), [2.0, np.inf])
     # slow curve reaches level J_fast[t] at index need; gain = need / t
     fast = np.array([0.0, 0.5, 0.8, 0.9])
     slow = np.array([0.0, 0.2, 0.5, 0.6, 0.8, 0.85])
-    np.testing.assert_allclose(train.level_gain(fast, slow), [np.nan, 2.0, 2.0, np.nan])
+    np.testing.assert_allclose(stdnorm.level_gain(fast, slow), [np.nan, 2.0, 2.0, np.nan])
     J = np.zeros((2, 1, 4))
     J[0, 0] = [0, 0.2, 0.6, 0.7]
     J[1, 0] = [0, 0.6, 0.7, 0.8]
-    assert train.best_lr_index(J, 0.5) == 1
-    from gpolab.commands.train import phase_bounds
-
-    assert phase_bounds(np.array([np.nan, 1.0, 2.0, 3.0, 3.0, 2.0])) == (3, 5)
+    assert stdnorm.best_lr_index(J, 0.5) == 1
+    assert stdnorm.phase_bounds(np.array([np.nan, 1.0, 2.0, 3.0, 3.0, 2.0])) == (3, 5)
 
 
 def test_pairwise_cosine():
@@ -193,18 +194,23 @@ def test_cli_train_and_curvature_end_to_end(tmp_path, capsys):
         (["train", "--G", "1"], "G"),
         (["train", "--G", "two"], "G"),
         (["train", "--optimizers", "rmsprop"], "optimizers"),
-        (["train", "--lr-grid", "0:1:3"], "lr-grid"),
+        (["train", "--lr-grid", "0:1:3"], "lr_grid"),
+        (["train", "--adam-lr-grid", "0.1,-1"], "adam_lr_grid"),
+        (["train", "--regimes", "tuned,lucky"], "regimes"),
         (["train", "--rho", "1.5"], "rho"),
         (["train", "--ddof", "2"], "ddof"),
         (["train", "--target", "0"], "target"),
         (["curvature", "--thetas", "0"], "thetas"),
         (["curvature", "--rho", "-1"], "rho"),
+        (["curvature", "--scale-max", "0.01"], "scale_max"),
     ],
 )
-def test_bad_config_is_one_clear_line(argv, field, capsys, tmp_path):
-    assert main([*argv, "--out", str(tmp_path)]) == 2
+def test_bad_config_is_one_clear_line(argv, field, capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(train, "train", lambda *a, **k: pytest.fail("computed"))
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"error: {field}" in err and "allowed" in err
+    assert not (tmp_path / "o").exists()  # checked before the output folder is touched
 
 
 def test_curvature_step_rule_is_the_oracle_one_over_L():
@@ -259,20 +265,106 @@ def test_equal_sigma_control_admissible_steps_give_equal_trajectories():
     assert g["J"][0, 0, -1] > g["J"][0, 0, 0] + 0.1  # it learned
 
 
-def test_train_on_bandit_runs_the_group_size_trainer(tmp_path, capsys):
-    """``gpolab train --env bandit`` is ``gpolab groupsize --train --envs bandit`` with --seeds,
-    --steps and --seed carried over: the same table, row for row."""
-    import pandas as pd
+# ----------------------------------------------------------------------------- the lab protocol
 
-    from gpolab.cli import main
+TINY = ["--prompts", "2", "--bias-seeds", "2", "--gain-G", "2", "--rho", "0", "--no-control"]
 
-    common = ["--quick", "--seeds", "8", "--seed", "3"]
-    assert (
-        main(["train", "--env", "bandit", "--steps", "5", "--out", str(tmp_path / "a"), *common])
-        == 0
+
+def test_quick_keeps_typed_flags_equal_to_the_full_defaults(tmp_path):
+    """The issue's example, ``gpolab train --quick --seeds 16 --G 2,8 --steps 200``: the typed
+    values equal the full defaults and used to be overwritten by the quick sizes (4 seeds,
+    G = 8, 60 steps).  Now they run as typed (tuned regime, one estimator to stay fast)."""
+    full = stdnorm.Config()
+    assert (full.seeds, full.G, full.steps) == (16, (2, 8), 200)  # the shape of the example
+    out = tmp_path / "o"
+    typed = ["--seeds", "16", "--G", "2,8", "--steps", "200"]
+    small = ["--regimes", "tuned", "--estimators", "loo", "--lr-grid", "100", *TINY]
+    argv = ["train", "--quick", *typed, *small, "--out", str(out)]
+    assert main(argv) == 0
+    _, table, _ = configs.split_file(out / "config.toml", "stdnorm")
+    assert table["seeds"] == 16 and table["G"] == [2, 8] and table["steps"] == 200
+    assert table["adm_steps"] == stdnorm.Config.QUICK["adm_steps"]  # untyped: quick size
+    summary = pd.read_parquet(out / "summary.parquet")
+    assert sorted(summary.G) == [2, 8, np.inf] and set(summary.steps) == {200}
+    assert set(summary[np.isfinite(summary.G)].n_seeds) == {16}
+    curves = pd.read_parquet(out / "curves.parquet")
+    assert curves.groupby("G").t.max().eq(200).all()
+
+
+def test_env_other_than_loglinear_points_to_the_group_size_lab(tmp_path, capsys, monkeypatch):
+    """--env bandit|arithmetic: the B·G = N training is the group-size lab's; a log-linear-only
+    flag given with such an env is an error naming the flag and the env (nothing computed)."""
+    monkeypatch.setattr(train, "train", lambda *a, **k: pytest.fail("computed"))
+    out = tmp_path / "o"
+    assert main(["train", "--env", "bandit", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "use gpolab groupsize --train --env bandit" in err
+    assert main(["train", "--env", "arithmetic", "--rho", "0.3", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "gpolab train: error: --rho: not used with env = arithmetic; it applies only when env is "
+        "loglinear"
+    ]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["train", "stdnorm"])
+def test_bad_out_is_one_line_before_any_computation(command, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(train, "train", lambda *a, **k: pytest.fail("computed"))
+    out = tmp_path / "file"
+    out.write_text("")
+    assert main([command, "--quick", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gpolab {command}: error: out: ")
+
+
+class Recorder:
+    """A progress stand-in recording which units were computed."""
+
+    def __init__(self):
+        self.notes, self.skipped = [], 0
+
+    def update(self, n=1, note=""):
+        self.notes.append(note)
+
+    def skip(self, n):
+        self.skipped += n
+
+
+def test_cache_keys_hold_exactly_the_settings_a_unit_reads(tmp_path):
+    """Analysis settings and other regimes' settings reuse every stored unit; eps recomputes the
+    units that read it (grpo and the oracle step η/(s + eps)), ddof the sampled grpo runs, the
+    admissible seeds only the sampled runs.  Resumed tables equal computed ones."""
+    cfg = configs.resolve(
+        stdnorm.Config,
+        typed=dict(regimes="admissible", prompts=2, adm_steps=4, adm_seeds=2, gain_G="2",
+                   G="2", rho="0", control=False, bias_seeds=2, out=str(tmp_path)),
+    )  # fmt: skip
+    store = Store(tmp_path)
+
+    def computed(**changes):
+        rec = Recorder()
+        tables = stdnorm.run(cfg.replace(**changes), store=store, progress=rec)
+        return rec.notes, tables
+
+    first, tables = computed()
+    assert len(first) == stdnorm.cells(cfg) == 6 + 4  # 3 methods x G in (inf, 2); bias: 4 at G=2
+    again, resumed = computed()
+    assert again == []
+    for name in ("summary", "gain", "finite_sample", "curves", "phases"):
+        pd.testing.assert_frame_equal(
+            resumed[name].drop(columns="seconds", errors="ignore"),
+            tables[name].drop(columns="seconds", errors="ignore"),
+        )
+    assert computed(target=0.5, seeds=3, steps=7, lr_grid="1,2", estimators="loo")[0] == []
+    eps = computed(eps=1e-6)[0]
+    assert sorted(eps) == sorted(
+        f"admissible rho=0 sgd G={G} {m}" for G in ("inf", 2) for m in ("grpo", "reinforce-iterate")
     )
-    argv = ["groupsize", "--train", "--envs", "bandit", "--bandit-steps", "5", *common]
-    assert main([*argv, "--out", str(tmp_path / "b")]) == 0
-    a, b = (pd.read_csv(tmp_path / d / "results.csv").drop(columns="seconds") for d in "ab")
-    assert set(a["env"]) == {"bandit"} and set(a["steps"]) == {5} and set(a["n_seeds"]) == {8}
-    pd.testing.assert_frame_equal(a, b)
+    assert computed(ddof=0)[0] == ["admissible rho=0 sgd G=2 grpo"]
+    seeds = computed(adm_seeds=3)[0]
+    assert len(seeds) == 3 and all("G=2" in n for n in seeds)
+    summary = computed(eps=1e-6)[1]["summary"].set_index(["method", "G"])
+    assert summary.loc[("grpo", 2), "eps"] == 1e-6 and summary.loc[("grpo", 2), "ddof"] == 1
+    assert np.isnan(summary.loc[("reinforce", 2), "eps"])  # loo at a constant step: no eps
+    assert pd.isna(summary.loc[("grpo", np.inf), "ddof"])  # exact: no sample std
