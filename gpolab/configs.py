@@ -134,7 +134,23 @@ def replace(cfg, **changes):
 def used(cfg, name: str) -> bool:
     """Whether field ``name`` is used by ``cfg``'s mode (see :func:`option`'s ``when``)."""
     when = meta(type(cfg), name)["when"]
-    return all(getattr(cfg, f) in values for f, values in when.items())
+    return all(_holds(getattr(cfg, f), values) for f, values in when.items())
+
+
+def _holds(value, allowed) -> bool:
+    """``value`` is one of ``allowed``; a grid (tuple) holds when it includes one of them."""
+    if isinstance(value, tuple):
+        return any(v in allowed for v in value)
+    return value in allowed
+
+
+def _condition(field: str, value, allowed) -> str:
+    verb = "includes" if isinstance(value, tuple) else "is"
+    return f"{field} {verb} {' or '.join(map(str, allowed))}"
+
+
+def _text(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 def check_used(cfg, names, label=flag) -> None:
@@ -142,8 +158,8 @@ def check_used(cfg, names, label=flag) -> None:
         if used(cfg, name):
             continue
         when = meta(type(cfg), name)["when"]
-        now = ", ".join(f"{f} = {getattr(cfg, f)}" for f in when)
-        need = " and ".join(f"{f} is {' or '.join(map(str, v))}" for f, v in when.items())
+        now = ", ".join(f"{f} = {_text(getattr(cfg, f))}" for f in when)
+        need = " and ".join(_condition(f, getattr(cfg, f), v) for f, v in when.items())
         raise ConfigError(f"{label(name)}: not used with {now}; it applies only when {need}")
 
 
@@ -254,7 +270,8 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
         default, info = getattr(defaults, f.name), meta(cls, f.name)
         help_text = info["help"]
         if info["when"]:
-            help_text += " [" + "; ".join(f"{k}: {', '.join(v)}" for k, v in info["when"].items())
+            when = info["when"].items()
+            help_text += " [" + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in when)
             help_text += "]"
         if isinstance(default, bool):
             parser.add_argument(

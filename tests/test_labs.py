@@ -189,3 +189,27 @@ def test_replot_redraws_from_saved_tables_without_computing(tmp_path, monkeypatc
     assert png.stat().st_mtime_ns >= first
     with pytest.raises(ConfigError, match="has no results.parquet"):
         output.read_tables(tmp_path / "nothing", ["results"])
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--regimes", "admissible", "--seeds", "3"], "--seeds: not used with env = loglinear, "
+         "regimes = admissible; it applies only when env is loglinear and regimes includes tuned"),
+        (["--regimes", "tuned", "--adm-steps", "3"], "regimes includes admissible"),
+    ],
+)  # fmt: skip
+def test_a_flag_of_a_regime_that_does_not_run_is_an_error(argv, message, tmp_path, capsys):
+    assert main(["train", *argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_json_rows_are_strict_json():
+    import json
+
+    df = pd.DataFrame({"G": [float("inf"), 2.0], "x": [float("nan"), 1.0]})
+    lab = type("Lab", (), {"TABLES": ("results",)})
+    rows = labs.records(lab, {"results": df})
+    assert rows == [{"G": "inf", "x": None}, {"G": 2.0, "x": 1.0}]
+    json.loads(json.dumps(rows, allow_nan=False))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import shutil
 import time
 from pathlib import Path
@@ -108,7 +109,8 @@ def copy_figures(paths, into) -> None:
 
 
 def records(lab, tables) -> list[dict]:
-    """The main table's rows as JSON-safe dicts (NaN → None, numpy scalars → Python)."""
+    """The main table's rows as strict-JSON dicts (NaN → None, ±inf → "inf"/"-inf", numpy
+    scalars → Python)."""
     import pandas as pd
 
     df = tables[lab.TABLES[0]]
@@ -119,6 +121,8 @@ def records(lab, tables) -> list[dict]:
         for k, v in rec.items():
             v = v.item() if hasattr(v, "item") else v
             missing = not isinstance(v, (list, tuple, dict, str)) and pd.isna(v)
+            if isinstance(v, float) and math.isinf(v):  # strict JSON has no Infinity
+                v = "inf" if v > 0 else "-inf"
             row[k] = None if missing else v
         rows.append(row)
     return rows

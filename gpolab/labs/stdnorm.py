@@ -45,6 +45,8 @@ ENVS = ("loglinear",)
 GROUPSIZE_ENVS = ("bandit", "arithmetic")  # B·G = N training lives with the group-size lab
 REGIMES = ("admissible", "tuned")
 LOGLINEAR = {"env": ("loglinear",)}
+TUNED = {**LOGLINEAR, "regimes": ("tuned",)}
+ADMISSIBLE = {**LOGLINEAR, "regimes": ("admissible",)}
 INSTANCE = ("env", "prompts", "responses", "block", "align", "seed")  # what every unit reads
 BIAS_GRID = tuple((ddof, eps) for ddof in (0, 1) for eps in (1e-4, 1e-8))
 CURVES = ("J", "sigma_bar", "sigma_max", "sigma_eff", "cos", "gbar", "zero_frac")
@@ -76,20 +78,22 @@ class Config:
                                       "tuned (best step of a grid)", when=LOGLINEAR)  # fmt: skip
     estimators: tuple[str, ...] = option(
         ("grpo", "mean", "loo", "grpo-batch"),
-        "tuned regime: comma list of grpo, grpo-batch, mean, loo, vanilla", when=LOGLINEAR,
+        "tuned regime: comma list of grpo, grpo-batch, mean, loo, vanilla", when=TUNED,
     )  # fmt: skip
-    G: tuple[int, ...] = option((2, 8), "tuned regime: comma list of group sizes (the exact "
-                                "G = inf is added)", when=LOGLINEAR)  # fmt: skip
+    G: tuple[int, ...] = option(
+        (2, 8), "tuned regime (and bias table): comma list of group sizes (G = inf is added)",
+        when=LOGLINEAR,
+    )  # fmt: skip
     optimizers: tuple[str, ...] = option(("sgd", "adam"), "tuned regime: comma list of sgd, adam",
-                                         when=LOGLINEAR)  # fmt: skip
-    steps: int = option(200, "tuned-regime steps")
-    seeds: int = option(16, "tuned-regime seeds (training runs per step size)")
+                                         when=TUNED)  # fmt: skip
+    steps: int = option(200, "tuned-regime steps", when=TUNED)
+    seeds: int = option(16, "tuned-regime seeds (training runs per step size)", when=TUNED)
     lr_grid: str = option("1:10000:5", "tuned SGD step sizes: lo:hi:n (n log-spaced) or a comma "
-                          "list", when=LOGLINEAR)  # fmt: skip
-    adam_lr_grid: str = option("0.01:1:3", "tuned Adam step sizes (as --lr-grid)", when=LOGLINEAR)
-    adm_steps: int = option(800, "admissible-regime steps", when=LOGLINEAR)
-    adm_seeds: int = option(16, "admissible-regime seeds (sampled G)", when=LOGLINEAR)
-    curv_const: float = option(4.0, "c in L_x = cB^2 sigma_x (4: the bound)", when=LOGLINEAR)
+                          "list", when=TUNED)  # fmt: skip
+    adam_lr_grid: str = option("0.01:1:3", "tuned Adam step sizes (as --lr-grid)", when=TUNED)
+    adm_steps: int = option(800, "admissible-regime steps", when=ADMISSIBLE)
+    adm_seeds: int = option(16, "admissible-regime seeds (sampled G)", when=ADMISSIBLE)
+    curv_const: float = option(4.0, "c in L_x = cB^2 sigma_x (4: the bound)", when=ADMISSIBLE)
     rho: tuple[float, ...] = option((0.0, 0.3, 0.6, 0.9), "comma list of rho, the shared-block "
                                     "weight (first = main: tuned regime, control, bias table)",
                                     when=LOGLINEAR)  # fmt: skip
@@ -97,8 +101,10 @@ class Config:
                            when=LOGLINEAR)  # fmt: skip
     target: float = option(0.9, "target J for iterations-to-target (analysis only)",
                            when=LOGLINEAR)  # fmt: skip
-    gain_G: tuple[int, ...] = option((8, 32), "admissible regime: comma list of sampled G "
-                                     "(G = inf always runs)", when=LOGLINEAR)  # fmt: skip
+    gain_G: tuple[int, ...] = option(
+        (8, 32), "admissible regime (and bias table): comma list of sampled G (G = inf always "
+        "runs)", when=LOGLINEAR,
+    )  # fmt: skip
     eps: float = option(1e-4, "grpo eps added to the std (and to s in the oracle step "
                         "eta/(s + eps))", when=LOGLINEAR)  # fmt: skip
     ddof: int = option(1, "grpo std ddof, 0 or 1", when=LOGLINEAR)
