@@ -254,8 +254,8 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
         default, info = getattr(defaults, f.name), meta(cls, f.name)
         help_text = info["help"]
         if info["when"]:
-            help_text += " [" + "; ".join(f"{k}: {', '.join(v)}" for k, v in info["when"].items())
-            help_text += "]"
+            modes = (f"{k}: {', '.join(map(str, v))}" for k, v in info["when"].items())
+            help_text += " [" + "; ".join(modes) + "]"  # values may be booleans (train: True)
         if isinstance(default, bool):
             parser.add_argument(
                 flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None,
