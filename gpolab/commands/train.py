@@ -285,14 +285,14 @@ def admissible_runs(args, rho: float) -> list[tuple[str, str, str, float]]:
 def groupsize_train(args) -> int:
     """``--env bandit|arithmetic``: the training check of ``gpolab groupsize --train`` for that
     env (SGD with N = B·G responses per step, final gap per G over many seeds)."""
-    from gpolab.cli import build_parser
-    from gpolab.commands import groupsize
+    from gpolab.commands import run_lab
+    from gpolab.labs import groupsize
 
-    argv = ["groupsize", "--train", "--envs", args.env, "--seed", str(args.seed)]
-    argv += ["--quick"] * args.quick + ["--out", args.out] * (args.out is not None)
-    argv += ["--seeds", str(args.seeds)] * (args.seeds is not None)
-    argv += [f"--{args.env}-steps", str(args.steps)] * (args.steps is not None)
-    return groupsize.run(build_parser().parse_args(argv))
+    typed = {"train": True, "env": args.env, "seed": args.seed, "out": args.out,
+             "seeds": args.seeds, f"{args.env}_steps": args.steps}  # fmt: skip
+    cfg = groupsize.resolve({k: v for k, v in typed.items() if v is not None}, quick=args.quick)
+    flags = argparse.Namespace(fresh=False, json=False, figures_dir=args.figures_dir)
+    return run_lab(groupsize, flags, cfg)
 
 
 def run(args) -> int:
