@@ -48,6 +48,8 @@ TRAIN = {"train": (True,)}
 ON_BANDIT = {"env": ("bandit", "both")}  # the fixed-θ check always runs on the bandit
 ON_BANDIT_TRAIN = {"train": (True,), "env": ("bandit", "both")}
 ON_ARITH_TRAIN = {"train": (True,), "env": ("arithmetic", "both")}
+BANDIT_FIELDS = ("kind", "prompts", "actions", "logit_scale", "success_a", "success_b")
+ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,15 +337,7 @@ def fixed_error(cell: FixedCell, key: jax.Array, args) -> dict:
 def make_bandit(cfg: Config) -> tuple:
     from gpolab.envs import bandit
 
-    params = bandit.make(
-        cfg.instance_seed,
-        prompts=cfg.prompts,
-        actions=cfg.actions,
-        kind=cfg.kind,
-        logit_scale=cfg.logit_scale,
-        success_a=cfg.success_a,
-        success_b=cfg.success_b,
-    )
+    params = bandit.make(cfg.instance_seed, **{f: getattr(cfg, f) for f in BANDIT_FIELDS})
     return params, bandit.exact(params)
 
 
@@ -484,9 +478,6 @@ def train_row(cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, sc
 
 
 # ---------------------------------------------------------------- cells and the lab protocol
-
-BANDIT_FIELDS = ("kind", "prompts", "actions", "logit_scale", "success_a", "success_b")
-ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
 
 
 def row_ids(cfg: Config) -> list[dict]:
