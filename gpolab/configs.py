@@ -205,15 +205,29 @@ def split_file(path, lab: str, data: dict | None = None) -> tuple[dict, dict, di
     return head, tables[lab], tables.get("quick", {})
 
 
-def resolve(cls, *, typed=None, table=None, quick=None, source: str = ""):
-    """The validated config: defaults < ``table`` (a config file's) < ``quick`` (only fields the
-    user did not type) < ``typed`` (flags).  Errors about file entries name ``source`` (the
-    file) and its table."""
-    typed, table, quick = dict(typed or {}), dict(table or {}), dict(quick or {})
+def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source: str = ""):
+    """The validated config: defaults < the mode's defaults < ``table`` (a config file's) <
+    quick sizes (only fields the user did not type) < ``typed`` (flags).
+
+    ``quick=True``: the lab's ``QUICK`` sizes, the mode's (``MODES``) and ``file_quick`` (a
+    file's ``[quick]``) over them; a dict: exactly those sizes.  A config may declare
+    ``MODES = {(field, value): {"defaults": {...}, "quick": {...}}}``: defaults and quick sizes
+    that apply when the (file and typed) settings put ``field`` at ``value``.  Errors about file
+    entries name ``source`` (the file) and its table."""
+    typed, table = dict(typed or {}), dict(table or {})
     lab = getattr(cls, "LAB", cls.__name__)
     name = Path(source).name if source else ""
-    quick = {k: v for k, v in quick.items() if k not in typed}
-    cfg = cls()
+    mode_defaults, mode_quick = {}, {}
+    for (field, value), extra in getattr(cls, "MODES", {}).items():
+        if coerce(cls, field, typed.get(field, table.get(field, getattr(cls(), field)))) == value:
+            mode_defaults.update(extra.get("defaults", {}))
+            mode_quick.update(extra.get("quick", {}))
+    if isinstance(quick, dict):
+        sizes = quick
+    else:
+        sizes = {**cls.QUICK, **mode_quick, **(file_quick or {})} if quick else {}
+    quick = {k: v for k, v in sizes.items() if k not in typed}
+    cfg = replace(cls(), **mode_defaults)
     for where, changes in ((f"[{lab}]", table), ("[quick]", quick), ("", typed)):
         prefix = f"{name} {where} ".lstrip() if where and name else ""
         try:

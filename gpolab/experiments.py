@@ -42,11 +42,11 @@ class Experiment:
         """The validated lab config, writing to ``<root>/<name>[-quick]``."""
         lab = labs.get(self.lab)
         out = Path(root) / (f"{self.name}-quick" if quick else self.name)
-        quick_sizes = {**lab.Config.QUICK, **self.quick} if quick else {}
         return configs.resolve(
             lab.Config,
             table={**self.table, "out": str(out)},
-            quick=quick_sizes,
+            quick=quick,
+            file_quick=self.quick,
             source=str(self.path),
         )
 

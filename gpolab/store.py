@@ -89,3 +89,27 @@ class Store:
         import pandas as pd
 
         return pd.concat([pd.read_parquet(self.path(k)) for k in keys], ignore_index=True)
+
+
+def resume(store, keys, compute, *, config_hash: str = "", on_skip=None, on_unit=None):
+    """The rows of every unit ``i`` (store key ``keys[i]``), in order, as one DataFrame: read
+    back where ``store`` has them, else ``compute(i)`` (a list of row dicts) written to the
+    store as soon as it is done, so an interrupted run keeps every finished unit.
+    ``store=None`` computes everything.  ``on_skip(n)``: the number of units found finished;
+    ``on_unit(rows)``: after each computed unit."""
+    import pandas as pd
+
+    pending = [i for i, k in enumerate(keys) if store is None or not store.has(k)]
+    if on_skip is not None and len(pending) < len(keys):
+        on_skip(len(keys) - len(pending))
+    computed = {}
+    for i in pending:
+        start = time.perf_counter()
+        computed[i] = compute(i)
+        if store is not None:
+            store.write(keys[i], computed[i], config_hash, time.perf_counter() - start)
+        if on_unit is not None:
+            on_unit(computed[i])
+    if store is not None:
+        return store.read(keys)
+    return pd.DataFrame([row for i in range(len(keys)) for row in computed[i]])

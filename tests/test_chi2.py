@@ -4,16 +4,21 @@ each estimator's expected update, and the CLI end to end."""
 
 import json
 import math
+import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
-from gpolab import chi2, engine
+from gpolab import configs, engine, labs, output
 from gpolab.cli import main
 from gpolab.envs import gaussian
+from gpolab.labs import chi2
+from gpolab.plots import chi2 as plots
+from gpolab.store import Store
 from gpolab.theory import chi2 as theory
 from gpolab.validate import ConfigError
 
@@ -229,7 +234,7 @@ def test_grpo_jacobian_autodiff_vs_likelihood_ratio():
 @pytest.mark.parametrize("name", ["loo", "grpo"])
 def test_gamma_matches_minibatch_covariance(name):
     """Γ of the law vs the covariance of the mini-batch estimate at θ* built exactly as SGD does."""
-    cfg = chi2.Chi2Config(B=3, G=4, mc_groups=2**18)
+    cfg = chi2.Config(B=3, G=4, mc_groups=2**18)
     params = chi2.make_env(cfg)
     law = chi2.predict(jax.random.key(1), cfg, params, name)
     theta_star = jnp.asarray(gaussian.optimum(params), jnp.float32)
@@ -246,7 +251,7 @@ def test_gamma_matches_minibatch_covariance(name):
 
 
 def test_rank_deficient_law_has_exactly_r_weights():
-    cfg = chi2.Chi2Config(rank=2)
+    cfg = chi2.Config(rank=2)
     params = chi2.make_env(cfg)
     law = chi2.predict(None, cfg, params, "loo")
     assert law.rank == 2 and law.weights.shape == (2,) and np.all(law.weights > 0)
@@ -280,15 +285,13 @@ def test_loo_and_oracle_weights_differ_by_order_one_over_G_squared():
 # --------------------------------------------------------------------------- configuration
 def test_bad_beta_raises_config_error():
     with pytest.raises(ConfigError, match="^beta: got 0.5; allowed: beta >"):
-        chi2.run(chi2.Chi2Config(beta=0.5, estimators=("loo",), seeds=8, steps=(2,)))
+        chi2.run(chi2.Config(beta=0.5, estimator=("loo",), seeds=8, n=(2,)))
     # mean's Jacobian is (1 − 1/G)H: a β that is fine for loo can fail for mean at G = 2
-    lam_min = chi2.predict(None, chi2.Chi2Config(), chi2.make_env(chi2.Chi2Config()), "loo")
+    lam_min = chi2.predict(None, chi2.Config(), chi2.make_env(chi2.Config()), "loo")
     beta = 0.5 / lam_min.lambda_min * 1.5  # β λ_min = 0.75 for loo, 0.375 for mean with G = 2
-    chi2.predict(None, chi2.Chi2Config(beta=beta, G=2), chi2.make_env(chi2.Chi2Config()), "loo")
+    chi2.predict(None, chi2.Config(beta=beta, G=2), chi2.make_env(chi2.Config()), "loo")
     with pytest.raises(ConfigError, match="^beta: .* for mean"):
-        chi2.predict(
-            None, chi2.Chi2Config(beta=beta, G=2), chi2.make_env(chi2.Chi2Config()), "mean"
-        )
+        chi2.predict(None, chi2.Config(beta=beta, G=2), chi2.make_env(chi2.Config()), "mean")
 
 
 @pytest.mark.parametrize(
@@ -297,18 +300,19 @@ def test_bad_beta_raises_config_error():
         (dict(B=0), "B"),
         (dict(G=1), "G"),
         (dict(seeds=1), "seeds"),
-        (dict(estimators=("ustat",)), "estimator"),
-        (dict(steps=(100, 10)), "steps"),
+        (dict(estimator=("ustat",)), "estimator"),
+        (dict(n=(100, 10)), "n"),
         (dict(rank=4), "rank"),
     ],
 )
 def test_bad_config_raises_config_error(kw, field):
     with pytest.raises(ConfigError, match=f"^{field}"):
-        chi2.validate_config(chi2.Chi2Config(**kw))
+        chi2.Config(**kw).validate()
 
 
-def test_cli_bad_beta_exits_2(capsys):
-    assert main(["chi2", "--beta", "0.5", "--estimator", "loo", "--seeds", "8"]) == 2
+def test_cli_bad_beta_exits_2(capsys, tmp_path):
+    argv = ["chi2", "--beta", "0.5", "--estimator", "loo", "--seeds", "8"]
+    assert main([*argv, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gpolab chi2: error: beta: got 0.5")
     assert main(["chi2", "--estimator", "loo,foo"]) == 2
@@ -317,7 +321,7 @@ def test_cli_bad_beta_exits_2(capsys):
 
 # ----------------------------------------------------------------------------- simulation
 def test_simulation_does_not_depend_on_chunking():
-    cfg = chi2.Chi2Config()
+    cfg = chi2.Config()
     params = chi2.make_env(cfg)
     theta0 = jnp.asarray(chi2.initial_theta(params, 0.3), jnp.float32)
     args = chi2.Chi2Args(params, theta0, jnp.float32(3.0), jnp.float32(1e-4))
@@ -332,9 +336,8 @@ def test_simulation_does_not_depend_on_chunking():
 def test_rank_deficient_sgd_matches_its_chi2_law():
     """SGD on the rank-2 instance: n·Δ at n = 2000 passes KS against the 2-weight law, and the
     unidentifiable direction θ1 − θ2 never moves."""
-    cfg = chi2.Chi2Config(estimators=("loo",), rank=2, seeds=2048, steps=(2000,))
-    results, samples, laws = chi2.run(cfg)
-    (res,) = results
+    cfg = chi2.Config(estimator=("loo",), rank=2, seeds=2048, n=(2000,))
+    (res,) = chi2.run(cfg)["results"].itertuples()
     assert len(res.weights) == 2
     assert res.ks_pvalue > 1e-3
     assert res.ci_low - 3 * (res.ci_high - res.ci_low) < res.predicted_mean
@@ -374,4 +377,80 @@ def test_cli_end_to_end_json(tmp_path, capsys):
         assert 0 <= r["ks_pvalue"] <= 1 and abs(r["predicted_mean"] - sum(r["weights"])) < 1e-12
     assert (out / "chi2_qq.png").stat().st_size > 10_000
     assert (out / "chi2_ecdf.png").stat().st_size > 10_000
-    assert len(json.loads((out / "results.json").read_text())) == 4
+    assert len(pd.read_parquet(out / "results.parquet")) == 4
+
+
+# ------------------------------------------------------------------------- the lab protocol
+SMALL = ["--estimator", "loo,grpo", "--seeds", "32", "--n", "5,10", "--mc-groups", "16384"]
+
+
+def _no_compute(monkeypatch):
+    monkeypatch.setattr(chi2, "prepare", lambda *a, **k: pytest.fail("computed"))
+    monkeypatch.setattr(chi2, "simulate", lambda *a, **k: pytest.fail("computed"))
+
+
+def test_bad_out_is_one_line_before_any_computation(tmp_path, capsys, monkeypatch):
+    _no_compute(monkeypatch)
+    out = tmp_path / "file"
+    out.write_text("")
+    assert main(["chi2", *SMALL, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpolab chi2: error: out: ")
+
+
+def test_quick_keeps_typed_flags_end_to_end(tmp_path):
+    out = tmp_path / "q"
+    (out / "mine.toml").parent.mkdir()
+    (out / "mine.toml").write_text('lab = "chi2"\n[chi2]\nseeds = 8\n[quick]\nn = [50, 100]\n')
+    argv = ["chi2", "--quick", "--config", str(out / "mine.toml"), "--estimator", "loo", "--n",
+            "20,40", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["n_seeds"].eq(chi2.Config.QUICK["seeds"]).all()  # untyped: quick beats the file
+    assert df["n"].tolist() == [20, 40]  # typed beats the file's [quick]
+    samples = pd.read_parquet(out / "samples.parquet")
+    assert len(samples) == chi2.Config.QUICK["seeds"] * 2
+    table = configs.split_file(out / "config.toml", "chi2")[1]
+    assert table["n"] == [20, 40] and table["estimator"] == ["loo"]
+
+
+def test_only_cells_whose_settings_changed_are_recomputed(tmp_path):
+    cfg = chi2.Config(estimator=("loo", "grpo"), seeds=32, n=(5, 10), mc_groups=16384)
+    store = Store(tmp_path)
+    first = chi2.run(cfg, store=store)
+    done = []
+    progress = types.SimpleNamespace(skip=lambda n: None, update=lambda n, note: done.append(note))
+    again = chi2.run(cfg.replace(chunk=7), store=store, progress=progress)  # key=False
+    assert done == []
+    pd.testing.assert_frame_equal(again["samples"], first["samples"])
+    for change in ({"eps": 1e-6}, {"ddof": 0}, {"mc_groups": 8192}):  # only grpo reads them
+        chi2.run(cfg.replace(**change), store=store, progress=progress)
+        assert len(done) == 1 and done.pop().startswith("grpo")
+    chi2.run(cfg.replace(beta=2.5), store=store, progress=progress)  # both read beta
+    assert len(done) == 2
+    df = first["results"]
+    assert df.loc[df["estimator"] == "loo", ["eps", "ddof", "mc_groups"]].isna().all().all()
+    assert df.loc[df["estimator"] == "grpo", "mc_groups"].eq(16384).all()
+
+
+def test_figures_redraw_from_saved_tables_only(tmp_path, monkeypatch):
+    out = tmp_path / "c"
+    assert main(["chi2", *SMALL, "--out", str(out)]) == 0
+    for png in ("chi2_qq.png", "chi2_ecdf.png"):
+        (out / png).unlink()
+    _no_compute(monkeypatch)
+    monkeypatch.setattr(theory, "WeightedChi2", lambda *a: pytest.fail("law recomputed"))
+    paths = labs.draw(chi2, out)
+    assert sorted(p.name for p in paths) == ["chi2_ecdf.png", "chi2_qq.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
+    # the saved law gives the predicted quantiles and CDF the figures draw
+    monkeypatch.undo()
+    tables = output.read_tables(out, chi2.TABLES)
+    w = tables["results"].query("estimator == 'loo'")["weights"].iloc[0]
+    law = theory.WeightedChi2(w)
+    p = np.array([0.01, 0.25, 0.5, 0.9, 0.995, 0.9999])
+    np.testing.assert_allclose(plots.ppf(tables, "loo", p), law.ppf(p), rtol=2e-3)
+    x = law.ppf(np.linspace(0.05, 0.95, 7))
+    np.testing.assert_allclose(plots.cdf(tables, "loo", x), law.cdf(x), atol=1e-4)
+    s = tables["samples"]
+    assert len(s) == 2 * 2 * 32 and set(s["seed"]) == set(range(32))

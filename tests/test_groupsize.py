@@ -1,19 +1,23 @@
 """Optimal group size at a fixed budget N = B·G (DESIGN §3–4): theory, fixed-θ Monte Carlo,
 the SGD loop and configuration checks."""
 
-import argparse
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 
-from gpolab import engine, estimators, groupsize, validate
-from gpolab.commands import groupsize as command
+from gpolab import configs, engine, estimators, labs, output, validate
+from gpolab.cli import main
 from gpolab.envs import bandit
+from gpolab.labs import groupsize
+from gpolab.store import Store
 from gpolab.theory import groupsize as theory
 from gpolab.theory import mse as theory_mse
+
+TRAIN_QUICK = groupsize.Config.MODES[("train", True)]["quick"]
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +214,7 @@ def test_training_is_deterministic_per_seed_and_vmap_equals_loop(small):
 
 def test_training_improves_and_reports_gap_to_the_optimum(small):
     params, _ = small
-    cfg = groupsize.TrainConfig(prompts=4, actions=8, instance_seed=3)
+    cfg = groupsize.Config(train=True, prompts=4, actions=8, instance_seed=3)
     task, data, theta0, j_star, _ = groupsize.make_task(cfg, "bandit")
     assert j_star == pytest.approx(float(np.mean(np.max(np.asarray(params.success), 1))))
     gap0 = j_star - float(task.value(data, theta0))
@@ -250,26 +254,26 @@ def test_arithmetic_task_gradient_is_the_sum_of_per_question_gradients():
         (lambda: theory.check_budget(1), "N", ">= 2"),
         (lambda: theory.check_budget(16, 3), "G", "2, 4, 8, 16"),
         (lambda: theory.check_budget(12, 1), "G", "2, 3, 4, 6, 12"),
-        (lambda: groupsize.validate_fixed(groupsize.FixedConfig(N=(256, 0))), "N", ">= 2"),
-        (lambda: groupsize.validate_fixed(groupsize.FixedConfig(N=())), "N", "integers"),
-        (lambda: groupsize.validate_fixed(groupsize.FixedConfig(seeds=1)), "seeds", ">= 2"),
+        (lambda: groupsize.Config(N=(256, 0)).validate(), "N", ">= 2"),
+        (lambda: groupsize.Config(N=()).validate(), "N", "integers"),
+        (lambda: groupsize.Config(seeds=1).validate(), "seeds", ">= 2"),
         (
-            lambda: groupsize.validate_train(groupsize.TrainConfig(envs=("atari",))),
-            "envs",
+            lambda: groupsize.Config(train=True, env="atari").validate(),
+            "env",
             "bandit, arithmetic",
         ),
         (
-            lambda: groupsize.validate_train(groupsize.TrainConfig(schedules=("cosine",))),
+            lambda: groupsize.Config(train=True, schedules=("cosine",)).validate(),
             "schedules",
             "constant, decay",
         ),
         (
-            lambda: groupsize.validate_train(groupsize.TrainConfig(bandit_eta_decay=-1.0)),
+            lambda: groupsize.Config(train=True, bandit_eta_decay=-1.0).validate(),
             "bandit_eta_decay",
             "finite number",
         ),
         (
-            lambda: groupsize.validate_train(groupsize.TrainConfig(arithmetic_N=(2,))),
+            lambda: groupsize.Config(train=True, arithmetic_N=(2,)).validate(),
             "arithmetic_N",
             ">= 4",
         ),
@@ -282,23 +286,20 @@ def test_bad_configs_raise_naming_the_field(call, field, allowed):
     assert allowed in str(err.value)
 
 
-def _namespace(**given):
-    fixed, train = command._field_sets()
-    ns = {f.name: None for f in fixed + train}
-    ns.update(train=False, quick=False, json=False, out=None)
-    ns.update(given)
-    return argparse.Namespace(**ns)
+def resolve(typed, quick=False):
+    return configs.resolve(groupsize.Config, typed=typed, quick=quick)
 
 
 def test_cli_config_quick_then_flags_and_mode_checks():
-    cfg = command.build_config(_namespace(quick=True, N="64,128"))
-    assert cfg.N == (64, 128) and cfg.seeds == command.QUICK_FIXED["seeds"]
-    cfg = command.build_config(_namespace(train=True, quick=True, seeds="300"))
-    assert cfg.seeds == 300 and cfg.arithmetic_N == command.QUICK_TRAIN["arithmetic_N"]
-    with pytest.raises(validate.ConfigError, match="chunk: not a setting of --train"):
-        command.build_config(_namespace(train=True, chunk="8"))
+    cfg = resolve({"N": "64,128"}, quick=True)
+    assert cfg.N == (64, 128) and cfg.seeds == groupsize.Config.QUICK["seeds"]
+    cfg = resolve({"train": True, "seeds": "300"}, quick=True)
+    assert cfg.seeds == 300 and cfg.arithmetic_N == TRAIN_QUICK["arithmetic_N"]
+    assert cfg.out == groupsize.TRAIN_OUT and not resolve({}).train
+    with pytest.raises(validate.ConfigError, match="--chunk: not used with train = True"):
+        resolve({"train": True, "chunk": "8"})
     with pytest.raises(validate.ConfigError, match="N: got 'a,b'"):
-        command.build_config(_namespace(N="a,b"))
+        resolve({"N": "a,b"})
 
 
 def test_cli_reports_config_errors_before_tracing(capsys):
@@ -306,3 +307,102 @@ def test_cli_reports_config_errors_before_tracing(capsys):
 
     assert main(["groupsize", "--N", "256,100", "--seeds", "1"]) == 2
     assert "seeds:" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the lab protocol
+TINY = ["--prompts", "4", "--actions", "8"]
+TRAIN_TINY = ["--train", "--env", "bandit", "--bandit-N", "16", "--bandit-steps", "5", *TINY]
+
+
+def _no_compute(monkeypatch):
+    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("computed"))
+    monkeypatch.setattr(engine, "per_seed", lambda *a, **k: pytest.fail("computed"))
+
+
+@pytest.mark.parametrize("mode", [[], TRAIN_TINY])
+def test_bad_out_is_one_line_before_any_computation(mode, tmp_path, capsys, monkeypatch):
+    _no_compute(monkeypatch)
+    out = tmp_path / "file"
+    out.write_text("")
+    assert (
+        main(["groupsize", *mode, "--N" if not mode else "--seeds", "16", "--out", str(out)]) == 2
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpolab groupsize: error: out: ")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--train", "--N", "64"], "--N: not used with train = True; it applies only when train "
+         "is False"),
+        (["--bandit-steps", "5"], "--bandit-steps: not used with train = False, env = both"),
+        (["--env", "bandit"], "--env: not used with train = False; it applies only when train"),
+        (["--train", "--env", "arithmetic", "--prompts", "4"],
+         "--prompts: not used with env = arithmetic; it applies only when env is bandit or both"),
+        (["--train", "--env", "bandit", "--questions", "9"],
+         "--questions: not used with train = True, env = bandit"),
+        (["--train", "--chunk", "8"], "--chunk: not used with train = True"),
+    ],
+)  # fmt: skip
+def test_a_flag_the_mode_does_not_use_is_an_error(argv, message, tmp_path, capsys, monkeypatch):
+    _no_compute(monkeypatch)
+    assert main(["groupsize", *argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_quick_keeps_typed_flags_end_to_end(tmp_path):
+    out = tmp_path / "fixed"
+    assert main(["groupsize", "--quick", "--N", "16", *TINY, "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["n_seeds"].eq(groupsize.Config.QUICK["seeds"]).all()  # untyped: quick
+    assert df["N"].eq(16).all() and df["G"].tolist() == [2, 4, 8, 16]  # typed
+    assert (out / "groupsize_mse.png").exists()
+    out = tmp_path / "train"
+    assert main(["groupsize", "--quick", *TRAIN_TINY, "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    quick = TRAIN_QUICK
+    assert df["n_seeds"].eq(quick["seeds"]).all() and df["steps"].eq(5).all()
+    assert set(df["N"]) == {16} and set(df["env"]) == {"bandit"}
+    table = configs.split_file(out / "config.toml", "groupsize")[1]
+    assert table["train"] is True and table["bandit_N"] == [16] and table["seeds"] == 64
+    assert "questions" not in table  # the arithmetic settings are not used with env = bandit
+    assert (out / "groupsize_train.png").exists()
+
+
+def test_only_cells_whose_settings_changed_are_recomputed(tmp_path, monkeypatch):
+    store, done = Store(tmp_path), []
+    progress = type("P", (), {"skip": lambda self, n: None,
+                              "update": lambda self, n, note: done.append(note)})()  # fmt: skip
+    fixed = groupsize.Config(N=(8,), seeds=200, prompts=4, actions=8)
+    first = groupsize.run(fixed, store=store, progress=progress)
+    assert len(done) == 3
+    done.clear()
+    again = groupsize.run(fixed.replace(chunk=16), store=store, progress=progress)
+    assert done == []  # the chunk size changes no number
+    pd.testing.assert_frame_equal(again["results"], first["results"])
+    groupsize.run(fixed.replace(N=(8, 4)), store=store, progress=progress)
+    assert [d.split(":")[0] for d in done] == ["N=4 G=2", "N=4 G=4"]
+    done.clear()
+    # seeds = 0 is the mode's default: the same cells as the number it stands for
+    assert groupsize.cell_keys(fixed.replace(seeds=0)) == groupsize.cell_keys(
+        fixed.replace(seeds=groupsize.SEEDS[False])
+    )
+    groupsize.run(fixed.replace(prompts=5), store=store, progress=progress)
+    assert len(done) == 3  # another bandit: every cell
+    done.clear()
+    train = groupsize.Config(train=True, env="bandit", seeds=8, bandit_N=(8,), bandit_steps=3,
+                             prompts=4, actions=8)  # fmt: skip
+    groupsize.run(train, store=store, progress=progress)
+    assert len(done) == 6
+    done.clear()  # the arithmetic settings do not touch bandit cells; the decay η only decay's
+    groupsize.run(train.replace(questions=7, bandit_eta_decay=8.0), store=store, progress=progress)
+    assert len(done) == 3 and all(" decay " in d for d in done)
+    # the figures redraw from the saved tables alone
+    tables = groupsize.run(train, store=store)
+    _no_compute(monkeypatch)
+    output.write_tables(tmp_path, tables)
+    (png,) = labs.draw(groupsize, tmp_path)
+    assert png.name == "groupsize_train.png" and png.stat().st_size > 10_000

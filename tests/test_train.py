@@ -291,14 +291,25 @@ def test_quick_keeps_typed_flags_equal_to_the_full_defaults(tmp_path):
     assert curves.groupby("G").t.max().eq(200).all()
 
 
-def test_env_other_than_loglinear_points_to_the_group_size_lab(tmp_path, capsys, monkeypatch):
-    """--env bandit|arithmetic: the B·G = N training is the group-size lab's; a log-linear-only
-    flag given with such an env is an error naming the flag and the env (nothing computed)."""
+def test_train_on_bandit_runs_the_group_size_trainer(tmp_path):
+    """``gpolab train --env bandit`` is ``gpolab groupsize --train --env bandit`` with --seeds,
+    --steps, --seed and --out carried over: the same table, row for row."""
+    common = ["--quick", "--seeds", "8", "--seed", "3"]
+    argv = ["train", "--env", "bandit", "--steps", "5", "--out", str(tmp_path / "a"), *common]
+    assert main(argv) == 0
+    argv = ["groupsize", "--train", "--env", "bandit", "--bandit-steps", "5", *common]
+    assert main([*argv, "--out", str(tmp_path / "b")]) == 0
+    run_only = ["seconds", "config_hash", "wall_s", "finished_at"]  # differ between two runs
+    a, b = (pd.read_csv(tmp_path / d / "results.csv").drop(columns=run_only) for d in "ab")
+    assert set(a["env"]) == {"bandit"} and set(a["steps"]) == {5} and set(a["n_seeds"]) == {8}
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_train_on_another_env_rejects_the_log_linear_flags(tmp_path, capsys, monkeypatch):
+    """--env bandit|arithmetic runs the group-size lab's training check; a log-linear-only flag
+    given with such an env is an error naming the flag and the env (nothing computed)."""
     monkeypatch.setattr(train, "train", lambda *a, **k: pytest.fail("computed"))
     out = tmp_path / "o"
-    assert main(["train", "--env", "bandit", "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "use gpolab groupsize --train --env bandit" in err
     assert main(["train", "--env", "arithmetic", "--rho", "0.3", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [

@@ -53,8 +53,8 @@ def config_from_args(lab, args: argparse.Namespace):
     if args.config:
         _, table, file_quick = configs.split_file(args.config, lab.NAME)
         table = {"out": f"results/{Path(args.config).stem}", **table}
-    quick = {**cls.QUICK, **file_quick} if args.quick else {}
-    return configs.resolve(cls, typed=typed, table=table, quick=quick, source=args.config or "")
+    return configs.resolve(cls, typed=typed, table=table, quick=args.quick,
+                           file_quick=file_quick, source=args.config or "")  # fmt: skip
 
 
 def run_lab(lab, args, cfg=None) -> int:

@@ -1,0 +1,409 @@
+"""The χ² lab: SGD on the Gaussian testbed and the weighted-χ² limit of n·Δ ([U] arXiv
+2603.01162, Thm 8; DESIGN §5).
+
+Each seed runs SGD ascent θ_{i+1} = θ_i + (β/i) ĝ_i, i = 1, …, n_max, from θ_0, with the shared
+estimators (:func:`gpolab.estimators.advantages` → :func:`~gpolab.estimators.policy_gradient`) on
+B prompts × G responses of :mod:`gpolab.envs.gaussian`, and records n·Δ(θ_n) at every checkpoint
+n.  The step size β/i does not depend on n, so the checkpoints of one trajectory *are* the runs of
+length n.  Seeds are ``jit(vmap(per_seed))`` through :func:`gpolab.engine.per_seed` (seed i uses
+``fold_in(key, i)``), steps a ``lax.scan`` per checkpoint segment.
+
+One store cell per estimator (its trajectories give every n at once).  Tables: ``results`` (one
+row per (estimator, n): the predicted weights and mean, the empirical mean with a 95% CI, the
+Kolmogorov–Smirnov test against the Imhof CDF, every setting), ``samples`` (n·Δ per estimator, n
+and seed) and ``law`` (the predicted CDF on a grid), from which the QQ and ECDF figures are drawn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from gpolab import configs, engine, estimators, validate
+from gpolab.configs import option
+from gpolab.envs import gaussian
+from gpolab.theory import chi2 as theory
+
+NAME = "chi2"
+TABLES = ("results", "samples", "law")
+ALL = theory.CHI2_ESTIMATORS
+LAW_POINTS = 4096  # CDF grid of each predicted law (uniform in √x up to its 1 − 1e-10 quantile)
+JSON = ("estimator", "n", "B", "G", "beta", "n_seeds", "rank", "lambda_min", "weights",
+        "predicted_mean", "empirical_mean", "ci_low", "ci_high", "ks_stat", "ks_pvalue",
+        "seconds")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Every setting of a ``gpolab chi2`` run.
+
+    The defaults were chosen so the whole run (five estimators, 4,096 seeds, n up to 10⁴) takes
+    about a minute on 2 CPU cores, with β λ_min(Λ_M) ∈ [0.75, 2.9] across estimators.
+    """
+
+    LAB: ClassVar[str] = NAME
+    QUICK: ClassVar[dict] = {"seeds": 512}  # experiments/chi2.toml's [quick] also cuts n
+
+    estimator: tuple[str, ...] = option(ALL, f"comma list of {', '.join(ALL)}, or all")
+    B: int = option(4, "prompts per step")
+    G: int = option(8, "responses per prompt, >= 2")
+    beta: float = option(3.0, "step size scale, eta_i = beta/i; needs beta*lambda_min > 1/2")
+    seeds: int = option(4096, "independent SGD runs")
+    n: tuple[int, ...] = option((100, 1000, 10_000), "comma list of step counts n at which "
+                                "n*gap is recorded (strictly increasing)")  # fmt: skip
+    prompts: int = option(4, "number of prompts P")
+    dim: int = option(3, "parameter dimension d")
+    rank: int = option(0, "rank r < d of the features: only r directions of theta matter "
+                       "(0: d)")  # fmt: skip
+    init: float = option(0.3, "||theta_0 - theta*||, along a fixed identifiable direction")
+    eps: float = option(1e-4, "grpo: A = (Z - mean)/(std + eps)")
+    ddof: int = option(1, "grpo: std degrees of freedom, 0 or 1")
+    mc_groups: int = option(2**19, "grpo theory: Monte Carlo groups per prompt for its "
+                            "Jacobian and covariance (SE about 0.1%)")  # fmt: skip
+    env_seed: int = option(0, "testbed instance seed")
+    seed: int = option(0, "PRNG seed of the runs (and of grpo's theory)")
+    chunk: int = option(4096, "seeds per compiled chunk (results do not depend on it)",
+                        key=False)  # fmt: skip
+    out: str = option("results/chi2", "output folder (tables, config.toml, figures)", key=False)
+
+    def __post_init__(self):
+        if tuple(self.estimator) == ("all",):
+            object.__setattr__(self, "estimator", ALL)
+
+    def replace(self, **changes) -> Config:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        """Plain-Python checks (ConfigError naming the field) before anything is traced."""
+        for name in self.estimator:
+            validate.choice("estimator", name, ALL)
+            estimators.check_estimator(name, self.G, ddof=self.ddof, eps=self.eps)
+        validate.integer("B", self.B, 1)
+        validate.integer("G", self.G, 2)
+        validate.real("beta", self.beta, low=0.0, open_low=True)
+        validate.integer("seeds", self.seeds, 2)
+        validate.integers("n", self.n, 1)
+        if list(self.n) != sorted(set(self.n)):
+            raise validate.ConfigError(f"n: got {self.n}; allowed: strictly increasing integers")
+        validate.integer("prompts", self.prompts, 1)
+        validate.integer("dim", self.dim, 1)
+        validate.integer("rank", self.rank, 0, self.dim)
+        validate.integer("prompts", self.prompts, self.rank or self.dim)
+        validate.real("init", self.init, low=0.0)
+        validate.integer("mc_groups", self.mc_groups, 1024)
+        validate.integer("chunk", self.chunk, 1)
+        validate.integer("env_seed", self.env_seed, 0)
+        validate.integer("seed", self.seed, 0)
+
+
+def make_env(cfg: Config) -> gaussian.GaussianParams:
+    return gaussian.make(cfg.env_seed, prompts=cfg.prompts, dim=cfg.dim, rank=cfg.rank or None)
+
+
+def initial_theta(params: gaussian.GaussianParams, init: float, seed: int = 0) -> np.ndarray:
+    """θ_0 = θ* + init · u, u a fixed unit vector in the identifiable subspace (float64)."""
+    theta_star = gaussian.optimum(params)
+    phi = np.asarray(params.phi, np.float64)
+    _, sv, vt = np.linalg.svd(phi, full_matrices=False)
+    basis = vt[sv > 1e-8 * sv[0]]
+    u = np.random.default_rng(seed).normal(size=basis.shape[0]) @ basis
+    return theta_star + init * u / np.linalg.norm(u)
+
+
+# ----------------------------------------------------------------------------- the SGD loop
+
+
+@dataclasses.dataclass(frozen=True)
+class Chi2Cell:
+    """Static settings (shapes and code paths): one compilation per cell."""
+
+    estimator: str
+    B: int
+    G: int
+    steps: tuple[int, ...]
+    ddof: int = 1
+
+
+@struct.dataclass
+class Chi2Args:
+    """Traced data: changing β, eps, θ_0 or the instance does not recompile."""
+
+    params: gaussian.GaussianParams
+    theta0: jax.Array  # (d,)
+    beta: jax.Array  # ()
+    eps: jax.Array  # ()
+
+
+def sgd_step(cell: Chi2Cell, key: jax.Array, args: Chi2Args, theta: jax.Array, i) -> jax.Array:
+    """θ + (β/i) ĝ, ĝ = (1/B) Σ_b (1/G) Σ_g A_bg W_bg with the shared estimator ``cell.estimator``.
+
+    The oracle baseline is the exact V_x(θ) at the current θ.
+    """
+    k_prompt, k_resp = jax.random.split(key)
+    prompts = gaussian.sample_prompts(k_prompt, args.params, cell.B)
+    _, rewards, scores = gaussian.sample(k_resp, args.params, theta, prompts, cell.G)
+    baseline = gaussian.value(args.params, theta)[prompts]
+    adv = estimators.advantages(
+        cell.estimator, rewards, baseline=baseline, scale="group", ddof=cell.ddof, eps=args.eps
+    )
+    grad = jnp.mean(estimators.policy_gradient(adv, scores), axis=0)
+    return theta + (args.beta / i) * grad
+
+
+def per_seed(cell: Chi2Cell, key: jax.Array, args: Chi2Args) -> dict:
+    """One SGD trajectory: ``scaled_gap`` (len(steps),) = n·Δ(θ_n) at each checkpoint n.
+
+    Step i draws with ``fold_in(key, i)``; each checkpoint segment is one ``lax.scan``.
+    """
+
+    def body(theta, i):
+        return sgd_step(cell, jax.random.fold_in(key, i), args, theta, i.astype(theta.dtype)), None
+
+    theta, start, out = args.theta0, 0, []
+    for n in cell.steps:
+        theta, _ = jax.lax.scan(body, theta, jnp.arange(start + 1, n + 1, dtype=jnp.uint32))
+        out.append(n * gaussian.gap(args.params, theta))
+        start = n
+    return {"scaled_gap": jnp.stack(out)}
+
+
+def simulate(
+    key: jax.Array, cell: Chi2Cell, args: Chi2Args, seeds: int, chunk: int, mesh=None
+) -> np.ndarray:
+    """(seeds, len(steps)) n·Δ per seed, in chunks of ``chunk`` seeds (the last one padded).
+
+    With ``mesh`` (:func:`gpolab.engine.seed_mesh`) each chunk's seeds are split over its
+    devices; seed i's draws do not depend on the chunking or the mesh.
+    """
+    chunk = min(chunk, seeds)
+    if mesh is not None:
+        chunk = -(-chunk // mesh.size) * mesh.size
+    parts = []
+    for start in range(0, seeds, chunk):
+        idx = np.arange(start, start + chunk, dtype=np.uint32)
+        out = engine.per_seed(per_seed, cell, key, args, idx, mesh=mesh)
+        parts.append(np.asarray(out["scaled_gap"], np.float64)[: seeds - start])
+    return np.concatenate(parts)
+
+
+# ----------------------------------------------------------------------------- theory vs samples
+
+
+def predict(key: jax.Array, cfg: Config, params, estimator: str) -> theory.LimitLaw:
+    """Theorem 8's law for one estimator; ConfigError if β λ_min(Λ_M) ≤ 1/2."""
+    return theory.estimator_law(key, params, estimator, cfg.B, cfg.G, cfg.beta, ddof=cfg.ddof,
+                                eps=cfg.eps, n_groups=cfg.mc_groups)  # fmt: skip
+
+
+def compare(samples: np.ndarray, law: theory.WeightedChi2) -> dict:
+    """Mean with a normal 95% CI and the KS test of ``samples`` against ``law.cdf``."""
+    from scipy import stats
+
+    n = samples.size
+    mean = float(np.mean(samples))
+    half = engine.Z95 * float(np.std(samples, ddof=1)) / math.sqrt(n)
+    ks = stats.kstest(samples, law.cdf)
+    return dict(
+        empirical_mean=mean,
+        ci_low=mean - half,
+        ci_high=mean + half,
+        ks_stat=float(ks.statistic),
+        ks_pvalue=float(ks.pvalue),
+    )
+
+
+def law_grid(dist: theory.WeightedChi2, points: int = LAW_POINTS) -> tuple:
+    """(x, CDF(x)) on a grid uniform in √x up to the law's 1 − 1e-10 quantile."""
+    x = np.linspace(0.0, math.sqrt(dist.x_max), points) ** 2
+    return x, np.maximum.accumulate(dist.cdf(x))
+
+
+# ----------------------------------------------------------------------------- cells
+
+
+def row_settings(cfg: Config, estimator: str) -> dict:
+    """Every setting estimator ``estimator``'s numbers depend on: of eps and ddof those it reads
+    (grpo), mc_groups only for a Monte Carlo law (grpo); the others None.  Its cache key and
+    its columns."""
+    settings = configs.key_settings(cfg, exclude=("estimator",))
+    reads = estimators.get(estimator).options
+    for option_name in ("eps", "ddof"):
+        if option_name not in reads:
+            settings[option_name] = None
+    if estimator in theory.CLOSED_FORM:
+        settings["mc_groups"] = None
+    return settings
+
+
+def cell_keys(cfg: Config) -> list[str]:
+    """Store key of every estimator: its name and :func:`row_settings`."""
+    from gpolab.store import digest
+
+    return [
+        digest({"lab": NAME, "settings": row_settings(cfg, e), "estimator": e})
+        for e in cfg.estimator
+    ]
+
+
+def cells(cfg: Config) -> int:
+    return len(cfg.estimator)
+
+
+def estimator_rows(cfg: Config, name: str, law, key: jax.Array, args: Chi2Args, mesh) -> list:
+    """The rows (one per n) of one estimator, each with its n·Δ samples and the law's CDF grid
+    (split into the ``samples`` and ``law`` tables by :func:`run`)."""
+    law, t_theory = law
+    start = time.perf_counter()
+    dist = theory.WeightedChi2(law.weights)
+    cell = Chi2Cell(name, cfg.B, cfg.G, tuple(cfg.n), cfg.ddof)
+    k_est = jax.random.fold_in(key, ALL.index(name))
+    samples = simulate(k_est, cell, args, cfg.seeds, cfg.chunk, mesh)
+    x, cdf = law_grid(dist)
+    seconds = time.perf_counter() - start + t_theory
+    settings = {k: v for k, v in row_settings(cfg, name).items() if k not in ("seeds", "n")}
+    return [
+        {
+            "estimator": name,
+            "n": int(n),
+            **settings,
+            "n_seeds": cfg.seeds,
+            "rank": law.rank,
+            "lambda_min": law.lambda_min,
+            "weights": [float(w) for w in law.weights],
+            "predicted_mean": law.mean,
+            **compare(samples[:, j], dist),
+            "seconds": seconds,
+            "samples": samples[:, j],
+            "law_x": x,
+            "law_cdf": cdf,
+        }
+        for j, n in enumerate(cfg.n)
+    ]
+
+
+def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
+    """Predict and simulate every estimator of ``cfg`` not yet in ``store`` (seeds split over
+    this process's devices): ``{"results", "samples", "law"}`` (module docstring).
+
+    Every missing law is computed first, so a bad β fails before any simulation.  Each
+    estimator's runs use their own key (``fold_in`` of its index in :data:`ALL`), so the KS
+    tests of different estimators are independent and a cell does not depend on the others.
+    """
+    from gpolab.store import resume
+
+    cfg.validate()
+    key = jax.random.key(cfg.seed) if key is None else key
+    k_theory, k_sim = jax.random.split(key)
+    keys = cell_keys(cfg)
+    missing = [e for e, k in zip(cfg.estimator, keys, strict=True) if not _stored(store, k)]
+    laws, args, mesh = prepare(cfg, missing, k_theory) if missing else ({}, None, None)
+
+    def compute(i: int) -> list[dict]:
+        name = cfg.estimator[i]
+        return estimator_rows(cfg, name, laws[name], k_sim, args, mesh)
+
+    on_skip, on_unit = None, None
+    if progress is not None:
+        on_skip, on_unit = progress.skip, lambda rows: progress.update(1, label(rows))
+    df = resume(store, keys, compute, config_hash=config_hash(cfg), on_skip=on_skip,
+                on_unit=on_unit)  # fmt: skip
+    return split_tables(df)
+
+
+def prepare(cfg: Config, names, key: jax.Array) -> tuple:
+    """(laws, traced args, seed mesh) for the estimators ``names``: every law first (closed
+    forms before grpo's Monte Carlo one), so a bad β fails before any simulation."""
+    params = make_env(cfg)
+    laws = {}
+    for name in sorted(names, key=lambda e: e == "grpo"):
+        t0 = time.perf_counter()
+        law = predict(jax.random.fold_in(key, 0), cfg, params, name)
+        laws[name] = (law, time.perf_counter() - t0)
+    theta0 = initial_theta(params, cfg.init, cfg.env_seed)
+    dtype = params.phi.dtype
+    args = Chi2Args(params, jnp.asarray(theta0, dtype), jnp.asarray(cfg.beta, dtype),
+                    jnp.asarray(cfg.eps, dtype))  # fmt: skip
+    return laws, args, engine.local_mesh()
+
+
+def _stored(store, key: str) -> bool:
+    return store is not None and store.has(key)
+
+
+def config_hash(cfg: Config) -> str:
+    from gpolab.store import digest
+
+    return digest(dataclasses.asdict(cfg))
+
+
+def label(rows: list[dict]) -> str:
+    r = rows[-1]
+    return (
+        f"{r['estimator']}: predicted mean {r['predicted_mean']:.4g}, n={r['n']}: "
+        f"{r['empirical_mean']:.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}], "
+        f"KS p={r['ks_pvalue']:.3g}"
+    )
+
+
+def split_tables(df) -> dict:
+    """The store's rows (with their samples and CDF grids) as the three tidy tables."""
+    import pandas as pd
+
+    samples = pd.DataFrame(
+        {
+            "estimator": np.repeat(df["estimator"].to_numpy(), [len(s) for s in df["samples"]]),
+            "n": np.repeat(df["n"].to_numpy(), [len(s) for s in df["samples"]]),
+            "seed": np.concatenate([np.arange(len(s)) for s in df["samples"]]),
+            "scaled_gap": np.concatenate([np.asarray(s, np.float64) for s in df["samples"]]),
+        }
+    )
+    first = df.drop_duplicates("estimator")
+    law = pd.DataFrame(
+        {
+            "estimator": np.repeat(first["estimator"].to_numpy(), [len(x) for x in first["law_x"]]),
+            "x": np.concatenate([np.asarray(x, np.float64) for x in first["law_x"]]),
+            "cdf": np.concatenate([np.asarray(c, np.float64) for c in first["law_cdf"]]),
+        }
+    )
+    results = df.drop(columns=["samples", "law_x", "law_cdf"]).reset_index(drop=True)
+    results["weights"] = [[float(w) for w in ws] for ws in results["weights"]]
+    for col in ("ddof", "mc_groups"):  # None where the estimator does not read it
+        results[col] = results[col].astype("Int64")
+    return {"results": results, "samples": samples, "law": law}
+
+
+# ----------------------------------------------------------------------------- report, figures
+
+COLUMNS = ["estimator", "n", "rank", "predicted_mean", "empirical_mean", "ci_low", "ci_high",
+           "ks_stat", "ks_pvalue", "seconds"]  # fmt: skip
+
+
+def report(cfg: Config, tables: dict) -> str:
+    from gpolab.labs import table_text
+
+    return table_text(tables["results"], COLUMNS)
+
+
+def notes(cfg: Config, tables: dict) -> str:
+    """Per estimator: the predicted weights and mean and β·λ_min (the theorem needs > 1/2)."""
+    lines = []
+    for r in tables["results"].drop_duplicates("estimator").to_dict(orient="records"):
+        w = ", ".join(f"{v:.4g}" for v in r["weights"])
+        lines.append(
+            f"{r['estimator']}: weights [{w}]  predicted mean {r['predicted_mean']:.4g}  "
+            f"(rank {r['rank']}, beta*lambda_min {r['beta'] * r['lambda_min']:.3g})"
+        )
+    return "\n".join(lines)
+
+
+def figures(tables: dict) -> dict:
+    from gpolab.plots import chi2 as plots
+
+    return {"chi2_qq.png": plots.qq_figure, "chi2_ecdf.png": plots.ecdf_figure}

@@ -1,0 +1,689 @@
+"""The group-size lab: the best G at a fixed per-step budget N = B·G (DESIGN §4, [U] arXiv
+2603.01162 Thm 7), two checks of the prediction of :mod:`gpolab.theory.groupsize`:
+
+* fixed θ (default) — the Monte Carlo MSE of the loo mini-batch gradient (B = N/G iid prompts,
+  G responses each) over every divisor G ≥ 2 of N, against the exact [c1·G + C2 + C3/(G − 1)]/N;
+* ``train = true`` (``--train``) — SGD (optax) with N responses per step, many seeds, the final
+  suboptimality gap J* − J(θ_n) per G, for each env, N and step schedule.
+
+Both use one sampler, :func:`minibatch_gradient`, over a small :class:`Task` interface
+(prompt draws, one response per slot, Σ_i w_i W_i, J) that the bandit and the arithmetic
+surrogate implement.  A step always draws N slots: slot i answers prompt ``draws[i // G]``, so
+the first B = N/G of N iid prompt draws get one group each.  Shapes depend on N only: G, the
+step size and the schedule are traced, and one compilation per (task, N) serves every G.
+Seed i uses ``fold_in(key, i)`` (through :mod:`gpolab.engine`); step t of a run uses
+``fold_in(seed key, t)``.
+
+Every row (one per (N, G), or per (env, N, schedule, G) in training) is one store cell whose key
+holds exactly the settings its numbers depend on; the rows carry the constants c1, C2, C3, so the
+summary (best G per N) and the theory curve are computed from the table alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from gpolab import configs, engine, validate
+from gpolab.configs import option
+from gpolab.theory import groupsize as theory
+
+NAME = "groupsize"
+TABLES = ("results", "summary", "curve")
+ENVS = ("bandit", "arithmetic")
+SCHEDULES = ("constant", "decay")
+POLICIES = ("base", "instruct", "icl")
+SEEDS = {False: 20_000, True: 256}  # seeds = 0: Monte Carlo seeds (fixed θ) / SGD runs (train)
+TRAIN_OUT = "results/groupsize-train"  # the --train output folder unless one is given
+FIXED = {"train": (False,)}
+TRAIN = {"train": (True,)}
+ON_BANDIT = {"env": ("bandit", "both")}  # the fixed-θ check always runs on the bandit
+ON_BANDIT_TRAIN = {"train": (True,), "env": ("bandit", "both")}
+ON_ARITH_TRAIN = {"train": (True,), "env": ("arithmetic", "both")}
+BANDIT_FIELDS = ("kind", "prompts", "actions", "logit_scale", "success_a", "success_b")
+ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Both checks; ``train`` picks one, and a setting of the other is an error."""
+
+    LAB: ClassVar[str] = NAME
+    QUICK: ClassVar[dict] = {"seeds": 2000}  # --quick of the fixed-θ check (under a minute)
+    MODES: ClassVar[dict] = {
+        ("train", True): {
+            "defaults": {"out": TRAIN_OUT},
+            "quick": {  # --quick with --train (under a minute on 2 CPU cores)
+                "seeds": 64,
+                "bandit_N": (64,),
+                "bandit_steps": 60,
+                "arithmetic_N": (16,),
+                "arithmetic_steps": 20,
+                "questions": 100,
+                "truth_samples": 32,
+            },
+        }
+    }
+
+    train: bool = option(False, "run the SGD training check (default: the fixed-theta MSE check)")
+    N: tuple[int, ...] = option((256, 1024, 4096), "comma list of per-step budgets N = B*G "
+                                "(every divisor G >= 2 is measured)", when=FIXED)  # fmt: skip
+    seeds: int = option(0, "Monte Carlo seeds per cell (fixed theta; 0: 20,000) or SGD runs per "
+                        "cell (--train; 0: 256)")  # fmt: skip
+    chunk: int = option(0, "seeds per compiled chunk (0: sized to the CPU cache; results do not "
+                        "depend on it)", when=FIXED, key=False)  # fmt: skip
+    seed: int = option(0, "master PRNG seed; seed i uses fold_in(key, i)")
+    env: str = option("both", "bandit, arithmetic or both", when=TRAIN)
+    schedules: tuple[str, ...] = option(
+        SCHEDULES, "comma list of constant, decay (eta_t = eta0 / (1 + t/tau))", when=TRAIN
+    )
+    bandit_N: tuple[int, ...] = option((64, 256), "comma list of budgets N per step",
+                                       when=ON_BANDIT_TRAIN)  # fmt: skip
+    bandit_steps: int = option(100, "SGD steps", when=ON_BANDIT_TRAIN)
+    bandit_eta_constant: float = option(32.0, "constant step size", when=ON_BANDIT_TRAIN)
+    bandit_eta_decay: float = option(64.0, "eta0 of the decaying schedule", when=ON_BANDIT_TRAIN)
+    bandit_tau: float = option(20.0, "tau of the decaying schedule", when=ON_BANDIT_TRAIN)
+    arithmetic_N: tuple[int, ...] = option((32, 128), "comma list of budgets N per step",
+                                           when=ON_ARITH_TRAIN)  # fmt: skip
+    arithmetic_steps: int = option(50, "SGD steps", when=ON_ARITH_TRAIN)
+    arithmetic_eta_constant: float = option(0.5, "constant step size", when=ON_ARITH_TRAIN)
+    arithmetic_eta_decay: float = option(2.0, "eta0 of the decaying schedule", when=ON_ARITH_TRAIN)
+    arithmetic_tau: float = option(10.0, "tau of the decaying schedule", when=ON_ARITH_TRAIN)
+    questions: int = option(500, "number of questions (bare surrogate, no filler)",
+                            when=ON_ARITH_TRAIN)  # fmt: skip
+    hidden: int = option(32, "GRU width", when=ON_ARITH_TRAIN)
+    policy: str = option("base", "starting policy base, instruct or icl", when=ON_ARITH_TRAIN)
+    truth_samples: int = option(256, "sequences per question for the Monte Carlo S2 of the "
+                                "prediction", when=ON_ARITH_TRAIN)  # fmt: skip
+    instance_seed: int = option(0, "seed of the bandit instance / arithmetic questions and "
+                                "pre-training")  # fmt: skip
+    kind: str = option("tabular", "bandit policy: tabular or loglinear", when=ON_BANDIT)
+    prompts: int = option(16, "bandit: number of prompts P", when=ON_BANDIT)
+    actions: int = option(64, "bandit: actions per prompt A", when=ON_BANDIT)
+    logit_scale: float = option(1.0, "bandit: std of the initial logits", when=ON_BANDIT)
+    success_a: float = option(0.5, "bandit: success probabilities ~ Beta(success_a, success_b)",
+                              when=ON_BANDIT)  # fmt: skip
+    success_b: float = option(1.0, "bandit: success probabilities ~ Beta(success_a, success_b)",
+                              when=ON_BANDIT)  # fmt: skip
+    out: str = option("results/groupsize", f"output folder (--train: {TRAIN_OUT})", key=False)
+
+    def replace(self, **changes) -> Config:
+        return configs.replace(self, **changes)
+
+    @property
+    def n_seeds(self) -> int:
+        """The seeds (fixed θ) or SGD runs (train) per cell: ``seeds``, or the mode's default."""
+        return self.seeds or SEEDS[self.train]
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return ENVS if self.env == "both" else (self.env,)
+
+    def validate(self) -> None:
+        """Plain-Python checks before anything is traced."""
+        validate.integer("seed", self.seed, 0)
+        validate.integer("instance_seed", self.instance_seed, 0)
+        if self.seeds != 0:
+            validate.integer("seeds", self.seeds, 2)
+        if "bandit" in self.envs or not self.train:
+            from gpolab.envs import bandit
+
+            bandit.check_instance(self.kind, self.prompts, self.actions, 8, self.logit_scale,
+                                  self.success_a, self.success_b)  # fmt: skip
+        if not self.train:
+            validate.integers("N", self.N, 2)
+            for N in self.N:
+                theory.check_budget(N)
+            validate.integer("chunk", self.chunk, 0)
+            return
+        validate.choice("env", self.env, (*ENVS, "both"))
+        if not self.schedules:
+            raise validate.ConfigError(
+                f"schedules: got an empty list; allowed: {', '.join(SCHEDULES)}"
+            )
+        for s in self.schedules:
+            validate.choice("schedules", s, SCHEDULES)
+        for env in self.envs:
+            validate.integers(f"{env}_N", getattr(self, f"{env}_N"), 4)
+            for N in getattr(self, f"{env}_N"):
+                theory.check_budget(N, field=f"{env}_N")
+            validate.integer(f"{env}_steps", getattr(self, f"{env}_steps"), 1)
+            for name in (f"{env}_eta_constant", f"{env}_eta_decay", f"{env}_tau"):
+                validate.real(name, getattr(self, name), low=0.0, open_low=True)
+        if "arithmetic" in self.envs:
+            validate.integer("questions", self.questions, 1)
+            validate.integer("hidden", self.hidden, 1)
+            validate.choice("policy", self.policy, POLICIES)
+            validate.integer("truth_samples", self.truth_samples, 2)
+
+
+# ---------------------------------------------------------------- the task interface
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """Static environment interface over flat parameters θ (D,); ``data`` is a traced pytree.
+
+    * ``sample_prompts(key, data, n) -> (n,) int32`` iid prompts;
+    * ``sample(key, data, theta, prompts) -> (responses, rewards (n,))``, one response per slot;
+    * ``gradient(data, theta, prompts, responses, weights) -> (D,)`` = Σ_i w_i ∇ log π(y_i|x_i);
+    * ``value(data, theta) -> J(θ)``.
+    """
+
+    name: str
+    sample_prompts: Callable
+    sample: Callable
+    gradient: Callable
+    value: Callable
+
+
+def _bandit_at(data, theta):
+    return data.replace(theta=theta.reshape(data.theta.shape))
+
+
+def _bandit_prompts(key, data, n):
+    from gpolab.envs import bandit
+
+    return bandit.sample_prompts(key, data, n)
+
+
+def _bandit_sample(key, data, theta, prompts):
+    """One (action, reward) per slot by inverse CDF over the joint outcomes of x_i
+    (:func:`bandit.outcome_probs`; :func:`inverse_cdf_rows` gathers only row x_i's ≈ √(2A) block
+    ends and one block per slot): the draws of ``bandit.sample`` with G = 1."""
+    from gpolab.envs import bandit
+    from gpolab.envs.sampling import inverse_cdf_rows
+
+    params = _bandit_at(data, theta)
+    dtype = params.success.dtype
+    u = jax.random.uniform(key, prompts.shape, dtype=dtype)
+    return bandit.split_outcomes(inverse_cdf_rows(bandit.outcome_probs(params), prompts, u), dtype)
+
+
+def _bandit_gradient(data, theta, prompts, actions, weights):
+    """Σ_i w_i W(x_i, a_i) in flat global coordinates, O(n) memory: tabular W = e_a − π_x, so
+    scatter w_i into cell (x_i, a_i) and subtract (Σ_{i: x_i = x} w_i) π_x per prompt."""
+    from gpolab.envs import bandit
+
+    params = _bandit_at(data, theta)
+    if not params.tabular:
+        local = bandit.weighted_scores(params, prompts, actions[:, None], weights[:, None])
+        return jnp.sum(local, axis=0)
+    P, A = params.success.shape
+    hits = jnp.zeros((P, A), weights.dtype).at[prompts, actions].add(weights)
+    per_prompt = jax.ops.segment_sum(weights, prompts, num_segments=P)
+    return (hits - per_prompt[:, None] * bandit.policy(params)).reshape(-1)
+
+
+def _bandit_value(data, theta):
+    from gpolab.envs import bandit
+
+    return bandit.expected_return(_bandit_at(data, theta))
+
+
+BANDIT = Task("bandit", _bandit_prompts, _bandit_sample, _bandit_gradient, _bandit_value)
+
+
+@struct.dataclass
+class ArithmeticData:
+    params: object  # gpolab.envs.arithmetic.ArithmeticParams (its weights are replaced by θ)
+    questions: object  # gpolab.envs.arithmetic.Questions
+
+
+def _arith_at(data, theta):
+    from jax.flatten_util import ravel_pytree
+
+    unravel = ravel_pytree(data.params.weights)[1]
+    return data.params.replace(weights=unravel(theta))
+
+
+def _arith_prompts(key, data, n):
+    return jax.random.randint(key, (n,), 0, data.questions.features.shape[0])
+
+
+def _arith_sample(key, data, theta, prompts):
+    from gpolab.envs import arithmetic
+
+    params = _arith_at(data, theta)
+    feats = data.questions.features[prompts]
+    keys = jax.random.split(key, prompts.shape[0])
+    tokens = jax.vmap(lambda k, f: arithmetic.sample(k, params, f, 1)[0])(keys, feats)
+    rewards = jax.vmap(lambda t, a: arithmetic.rewards(t[None], a)[0])(
+        tokens, data.questions.answers[prompts]
+    )
+    return tokens, rewards
+
+
+def _arith_gradient(data, theta, prompts, tokens, weights):
+    """One backward pass over all n slots: each row carries its own question's features."""
+    from gpolab.envs import arithmetic
+
+    feats = data.questions.features[prompts]
+    return arithmetic.gradient_estimate(_arith_at(data, theta), feats, tokens, weights)
+
+
+def _arith_value(data, theta):
+    from gpolab.envs import arithmetic
+
+    return jnp.mean(arithmetic.success_prob(_arith_at(data, theta), data.questions))
+
+
+ARITHMETIC = Task("arithmetic", _arith_prompts, _arith_sample, _arith_gradient, _arith_value)
+TASKS = {"bandit": BANDIT, "arithmetic": ARITHMETIC}
+
+
+# ---------------------------------------------------------------- one mini-batch gradient
+
+
+def loo_advantages_slots(rewards: jax.Array, G) -> jax.Array:
+    """Leave-one-out advantages of N slots grouped as ``i // G`` (G may be traced):
+
+        A_i = Z_i − (Σ_{k in group(i), k ≠ i} Z_k) / (G − 1)      [2603.01162, eq. 4]
+
+    the same numbers as :func:`gpolab.estimators.loo_advantages` on ``rewards.reshape(-1, G)``.
+    """
+    n = rewards.shape[0]
+    group = jnp.arange(n) // G
+    sums = jax.ops.segment_sum(rewards, group, num_segments=n)[group]
+    return rewards - (sums - rewards) / (G - 1)
+
+
+def minibatch_gradient(task: Task, key: jax.Array, data, theta: jax.Array, N: int, G):
+    """ĝ = (1/B) Σ_b (1/G) Σ_g A_bg W_bg with B = N/G iid prompts and loo advantages.
+
+    N is static (it sets the shapes); G is a traced integer dividing N.  Returns (ĝ (D,), rewards).
+    """
+    k_prompts, k_responses = jax.random.split(key)
+    draws = task.sample_prompts(k_prompts, data, N)
+    prompts = draws[jnp.arange(N) // G]  # slot i answers the (i // G)-th draw; B = N/G used
+    responses, rewards = task.sample(k_responses, data, theta, prompts)
+    adv = loo_advantages_slots(rewards, G)
+    return task.gradient(data, theta, prompts, responses, adv / N), rewards
+
+
+# ---------------------------------------------------------------- fixed-θ Monte Carlo
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedCell:
+    task: Task
+    N: int
+
+
+def fixed_error(cell: FixedCell, key: jax.Array, args) -> dict:
+    """Per-seed error of the mini-batch loo gradient.  ``args = (data, theta, g, G)``."""
+    data, theta, g, G = args
+    ghat, _ = minibatch_gradient(cell.task, key, data, theta, cell.N, G)
+    err = ghat - g
+    return {"err": err, "sq": jnp.sum(err**2)}
+
+
+def make_bandit(cfg: Config) -> tuple:
+    from gpolab.envs import bandit
+
+    params = bandit.make(cfg.instance_seed, **{f: getattr(cfg, f) for f in BANDIT_FIELDS})
+    return params, bandit.exact(params)
+
+
+def fixed_row(cfg: Config, setup: Callable, key: jax.Array, N: int, G: int) -> dict:
+    """One (N, G) cell: Monte Carlo MSE with a 95% CI next to the exact value."""
+    params, truth, c = setup()
+    args = (params, params.theta.reshape(-1), truth.g, jnp.int32(G))
+    m = engine.run(fixed_error, FixedCell(BANDIT, N), args, key, cfg.n_seeds, cfg.chunk)
+    s = engine.error_stats(m)
+    return {
+        "env": "bandit",
+        "N": N,
+        "G": G,
+        "B": N // G,
+        "n_seeds": m.n,
+        "mse": s.mse,
+        "mse_se": s.mse_se,
+        "mse_ci_low": s.mse_ci_low,
+        "mse_ci_high": s.mse_ci_high,
+        "bias_sq": s.bias_sq,
+        "theory_mse": theory.fixed_n_mse(c, N, G),
+        **dataclasses.asdict(c),
+    }
+
+
+# ---------------------------------------------------------------- training
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainCell:
+    task: Task
+    N: int
+    steps: int
+
+
+def train_run(cell: TrainCell, key: jax.Array, args) -> dict:
+    """One SGD run: θ ← θ + η_t ĝ_t (optax.sgd on −ĝ), η_t = η0 / (1 + t/τ) (τ = ∞: constant).
+
+    ``args = (data, theta0, G, eta0, tau, j_star)``; returns the final gap J* − J(θ_n) and J(θ_n).
+    """
+    import optax
+
+    data, theta0, G, eta0, tau, j_star = args
+    opt = optax.sgd(lambda t: eta0 / (1.0 + t / tau))
+
+    def step(carry, t):
+        theta, state = carry
+        ghat, _ = minibatch_gradient(cell.task, jax.random.fold_in(key, t), data, theta, cell.N, G)
+        updates, state = opt.update(-ghat, state, theta)
+        return (optax.apply_updates(theta, updates), state), None
+
+    (theta, _), _ = jax.lax.scan(step, (theta0, opt.init(theta0)), jnp.arange(cell.steps))
+    value = cell.task.value(data, theta)
+    return {"gap": j_star - value, "value": value}
+
+
+def make_task(cfg: Config, env: str) -> tuple:
+    """(task, data, θ0 flat, J*, truth at θ0) for one environment."""
+    if env == "bandit":
+        params, truth = make_bandit(cfg)
+        j_star = float(np.asarray(params.prompt_probs) @ np.max(np.asarray(params.success), 1))
+        return BANDIT, params, params.theta.reshape(-1), j_star, truth
+    from jax.flatten_util import ravel_pytree
+
+    from gpolab.envs import arithmetic
+
+    questions = arithmetic.make_questions(cfg.instance_seed, cfg.questions)
+    params = arithmetic.pretrain(
+        questions,
+        seed=cfg.instance_seed,
+        hidden=cfg.hidden,
+        targets={cfg.policy: arithmetic.POLICIES[cfg.policy]},
+    )[cfg.policy]
+    exact = jax.jit(arithmetic.exact, static_argnames="samples")
+    truth_key = jax.random.fold_in(jax.random.key(cfg.instance_seed), 1)
+    truth = exact(truth_key, params, questions, samples=cfg.truth_samples)
+    theta0 = ravel_pytree(params.weights)[0]
+    return ARITHMETIC, ArithmeticData(params, questions), theta0, 1.0, truth  # y* reachable
+
+
+def schedule_tau(schedule: str, tau: float) -> float:
+    return math.inf if schedule == "constant" else tau
+
+
+def train_gaps(task: Task, data, theta0, j_star: float, N: int, G: int, steps: int, eta: float,
+               tau: float, key: jax.Array, seeds: int) -> np.ndarray:  # fmt: skip
+    """Final gaps (seeds,) of ``seeds`` SGD runs: jit(vmap over seeds)(lax.scan over steps)."""
+    f = jnp.result_type(float)
+    args = (
+        data,
+        theta0,
+        jnp.int32(G),
+        jnp.asarray(eta, f),
+        jnp.asarray(tau, f),
+        jnp.asarray(j_star, f),
+    )
+    out = engine.per_seed(train_run, TrainCell(task, N, steps), key, args, np.arange(seeds))
+    return np.asarray(out["gap"], dtype=np.float64)
+
+
+def train_setting(cfg: Config, env: str, schedule: str) -> dict:
+    """The SGD settings of one (env, schedule): steps, η0 and τ (∞ for the constant step)."""
+    return {
+        "steps": getattr(cfg, f"{env}_steps"),
+        "eta0": getattr(cfg, f"{env}_eta_{schedule}"),
+        "tau": schedule_tau(schedule, getattr(cfg, f"{env}_tau")),
+    }
+
+
+def train_row(cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, schedule: str,
+              G: int) -> dict:  # fmt: skip
+    """One (env, N, schedule, G) cell: the final gap over seeds (mean, 95% CI, quartiles)."""
+    task, data, theta0, j_star, j0, c = setup(env)
+    sgd = train_setting(cfg, env, schedule)
+    gaps = train_gaps(task, data, theta0, j_star, N, G, sgd["steps"], sgd["eta0"], sgd["tau"],
+                      key, cfg.n_seeds)  # fmt: skip
+    mean, se = float(gaps.mean()), float(gaps.std(ddof=1) / np.sqrt(gaps.size))
+    q25, q50, q75 = np.quantile(gaps, [0.25, 0.5, 0.75])
+    return {
+        "env": env,
+        "N": N,
+        "schedule": schedule,
+        "G": G,
+        "B": N // G,
+        **sgd,
+        "n_seeds": int(gaps.size),
+        "gap": mean,
+        "gap_se": se,
+        "gap_ci_low": mean - engine.Z95 * se,
+        "gap_ci_high": mean + engine.Z95 * se,
+        "gap_q25": float(q25),
+        "gap_median": float(q50),
+        "gap_q75": float(q75),
+        "gap0": j_star - j0,
+        "theory_mse": theory.fixed_n_mse(c, N, G),
+        **dataclasses.asdict(c),
+    }
+
+
+# ---------------------------------------------------------------- cells and the lab protocol
+
+
+def row_ids(cfg: Config) -> list[dict]:
+    """One id per table row, in table order: (N, G), or (env, N, schedule, G) in training."""
+    if not cfg.train:
+        return [{"N": N, "G": G} for N in cfg.N for G in theory.divisors(N)]
+    return [
+        {"env": env, "N": N, "schedule": s, "G": G}
+        for env in cfg.envs
+        for N in getattr(cfg, f"{env}_N")
+        for s in cfg.schedules
+        for G in theory.divisors(N)
+    ]
+
+
+def row_settings(cfg: Config, rid: dict) -> dict:
+    """Every setting the numbers of row ``rid`` depend on besides its id: the seeds actually
+    run, the PRNG seed, the instance of its env and, in training, its steps, η0 and τ."""
+    env = rid.get("env", "bandit")
+    fields = BANDIT_FIELDS if env == "bandit" else ARITH_FIELDS
+    settings = {
+        "train": cfg.train,
+        "seeds": cfg.n_seeds,
+        "seed": cfg.seed,
+        "instance_seed": cfg.instance_seed,
+        **{f: getattr(cfg, f) for f in fields},
+    }
+    if cfg.train:
+        settings.update(train_setting(cfg, env, rid["schedule"]))
+    return settings
+
+
+def cell_keys(cfg: Config) -> list[str]:
+    """Store key of every row: its id and :func:`row_settings` (not the other grid values, the
+    other env's settings, the output folder or the chunk size)."""
+    from gpolab.store import digest
+
+    return [
+        digest({"lab": NAME, "settings": row_settings(cfg, rid), "row": rid})
+        for rid in row_ids(cfg)
+    ]
+
+
+def cells(cfg: Config) -> int:
+    return len(row_ids(cfg))
+
+
+def _fixed_setup(cfg: Config) -> Callable:
+    @functools.cache
+    def setup():
+        params, truth = make_bandit(cfg)
+        return params, truth, theory.constants(truth)
+
+    return setup
+
+
+def _train_setup(cfg: Config) -> Callable:
+    @functools.cache
+    def setup(env: str):
+        task, data, theta0, j_star, truth = make_task(cfg, env)
+        j0 = float(task.value(data, theta0))
+        return task, data, theta0, j_star, j0, theory.constants(truth)
+
+    return setup
+
+
+def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
+    """``{"results": one row per cell, "summary": best G per N (per env, N, schedule in
+    training) next to the prediction, "curve": the exact MSE over continuous G (fixed θ)}``;
+    resumable per cell through ``store``.  The env (bandit instance, pre-trained arithmetic
+    policy) is built only if a cell is missing."""
+    import time
+
+    from gpolab.store import resume
+
+    cfg.validate()
+    key = jax.random.key(cfg.seed) if key is None else key
+    ids = row_ids(cfg)
+    setup = _train_setup(cfg) if cfg.train else _fixed_setup(cfg)
+    compute_row = train_row if cfg.train else fixed_row
+
+    def compute(i: int) -> list[dict]:
+        start = time.perf_counter()
+        row = compute_row(cfg, setup, key, **ids[i])
+        settings = {k: v for k, v in row_settings(cfg, ids[i]).items() if k != "seeds"}
+        return [{**row, **settings, "seconds": time.perf_counter() - start}]
+
+    df = resume(
+        store,
+        cell_keys(cfg),
+        compute,
+        config_hash=config_hash(cfg),
+        on_skip=None if progress is None else progress.skip,
+        on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
+    )
+    summary = train_summary(df) if cfg.train else fixed_summary(df)
+    return {"results": df, "summary": summary, "curve": theory_curve(df, cfg.train)}
+
+
+def config_hash(cfg: Config) -> str:
+    from gpolab.store import digest
+
+    return digest(dataclasses.asdict(cfg))
+
+
+def label(row: dict) -> str:
+    if "gap" in row:
+        return f"{row['env']} N={row['N']} {row['schedule']} G={row['G']}: gap={row['gap']:.4g}"
+    return f"N={row['N']} G={row['G']}: mse={row['mse']:.4g} (exact {row['theory_mse']:.4g})"
+
+
+# ---------------------------------------------------------------- analysis (from the table)
+
+CONSTANTS = ("c1", "C2", "C3", "C2_se", "C3_se")
+
+
+def constants_of(df) -> theory.Constants:
+    """The constants c1, C2, C3 (and SEs) carried by the rows of one instance."""
+    return theory.Constants(*(float(df[k].iloc[0]) for k in CONSTANTS))
+
+
+def _best(sub, value: str) -> tuple:
+    """(best G, the Gs whose 95% CI overlaps the best one's) of one curve."""
+    best = sub.loc[sub[value].idxmin()]
+    tied = sub.loc[sub[f"{value}_ci_low"] <= best[f"{value}_ci_high"], "G"]
+    return int(best["G"]), ",".join(str(int(g)) for g in tied)
+
+
+def fixed_summary(df):
+    """Per N: the empirical best G, the divisors statistically tied with it (95% CIs overlap),
+    the predicted best divisor and the constants with both forms of G*."""
+    import pandas as pd
+
+    rows = []
+    for N, sub in df.groupby("N", sort=False):
+        best, tied = _best(sub.sort_values("G"), "mse")
+        c = constants_of(sub)
+        predicted = theory.best_divisor(c, int(N))
+        rows.append({"N": int(N), "empirical_best_G": best, "tied_G": tied,
+                     "predicted_best_G": predicted, **c.to_dict()})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def train_summary(df):
+    """Per (env, N, schedule): as :func:`fixed_summary` for the final gap, and whether the
+    minimum is interior (neither G = 2 nor G = N)."""
+    import pandas as pd
+
+    rows = []
+    for (env, N, schedule), sub in df.groupby(["env", "N", "schedule"], sort=False):
+        sub = sub.sort_values("G")
+        best, tied = _best(sub, "gap")
+        c = constants_of(sub)
+        rows.append(
+            {
+                "env": env,
+                "N": int(N),
+                "schedule": schedule,
+                "empirical_best_G": best,
+                "tied_G": tied,
+                "interior_minimum": bool(sub["G"].iloc[0] < best < sub["G"].iloc[-1]),
+                "predicted_best_G": theory.best_divisor(c, int(N)),
+                **c.to_dict(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def theory_curve(df, train: bool, points: int = 200):
+    """The exact fixed-N MSE over continuous G in [2, N] per N (the figure's dashed lines)."""
+    import pandas as pd
+
+    rows = []
+    if not train:
+        for N, sub in df.groupby("N", sort=False):
+            c = constants_of(sub)
+            for G in np.geomspace(2, int(N), points):
+                rows.append({"N": int(N), "G": float(G), "theory_mse": theory.fixed_n_mse(c, N, G)})
+    return pd.DataFrame(rows, columns=["N", "G", "theory_mse"])
+
+
+# ---------------------------------------------------------------- report and figures
+
+COLUMNS = {
+    False: ["N", "G", "B", "mse", "mse_ci_low", "mse_ci_high", "theory_mse", "seconds"],
+    True: ["env", "N", "schedule", "G", "gap", "gap_ci_low", "gap_ci_high", "gap_median",
+           "theory_mse", "seconds"],
+}  # fmt: skip
+
+
+def report(cfg: Config, tables: dict) -> str:
+    from gpolab.labs import table_text
+
+    return table_text(tables["results"], COLUMNS[cfg.train])
+
+
+def notes(cfg: Config, tables: dict) -> str:
+    """Per N (and env, schedule): the empirical best G against the prediction."""
+    lines = []
+    for s in tables["summary"].to_dict(orient="records"):
+        where = f"{s['env']} N={s['N']} {s['schedule']}" if cfg.train else f"N={s['N']}"
+        lines.append(
+            f"{where}: empirical best G {s['empirical_best_G']} (tied within CI: {s['tied_G']}); "
+            f"predicted best divisor {s['predicted_best_G']}, G* = 1 + sqrt(C3/c1) = "
+            f"{s['g_star_exact']:.3f} ± {s['g_star_se']:.3f}, paper sqrt(c3/c1) = "
+            f"{s['g_star_paper']:.3f}"
+        )
+    return "\n".join(lines)
+
+
+def figures(tables: dict) -> dict:
+    """MSE vs G at fixed N (fixed θ) or the final gap vs G (training)."""
+    from gpolab.plots import groupsize as plots
+
+    if "gap" in tables["results"]:
+        return {"groupsize_train.png": plots.train_figure}
+    return {"groupsize_mse.png": plots.fixed_figure}

@@ -1,0 +1,75 @@
+"""Figures of the χ² lab, drawn from its saved ``results``, ``samples`` and ``law`` tables only
+(the predicted law's CDF is a saved grid, uniform in √x; quantiles invert it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gpolab.plots import pyplot, save, seeds_label
+
+
+def _law(tables: dict, name: str):
+    """(√x grid, CDF) of estimator ``name``'s predicted law."""
+    law = tables["law"][tables["law"]["estimator"] == name]
+    return np.sqrt(law["x"].to_numpy(float)), np.maximum.accumulate(law["cdf"].to_numpy(float))
+
+
+def ppf(tables: dict, name: str, p) -> np.ndarray:
+    t, cdf = _law(tables, name)
+    return np.interp(np.asarray(p, float), cdf, t) ** 2
+
+
+def cdf(tables: dict, name: str, x) -> np.ndarray:
+    t, F = _law(tables, name)
+    return np.interp(np.sqrt(np.clip(np.asarray(x, float), 0, None)), t, F)
+
+
+def _samples(tables: dict, name: str, n: int) -> np.ndarray:
+    s = tables["samples"]
+    return np.sort(s.loc[(s["estimator"] == name) & (s["n"] == n), "scaled_gap"].to_numpy(float))
+
+
+def _panels(tables: dict):
+    plt = pyplot()
+    names = list(dict.fromkeys(tables["results"]["estimator"]))
+    fig, axes = plt.subplots(1, len(names), figsize=(3.3 * len(names), 3.4),
+                             constrained_layout=True, squeeze=False)  # fmt: skip
+    return fig, zip(axes[0], names, strict=True)
+
+
+def qq_figure(tables: dict, path) -> Path:
+    """QQ plot at the largest n, one panel per estimator: sampled n·Δ against the predicted
+    quantiles of Σ w_k χ²₁."""
+    df = tables["results"]
+    n = int(df["n"].max())
+    fig, panels = _panels(tables)
+    for ax, name in panels:
+        x = _samples(tables, name, n)
+        q = ppf(tables, name, (np.arange(1, x.size + 1) - 0.5) / x.size)
+        ax.plot(q, x, ".", ms=2, color="C0")
+        top = max(q[-1], x[-1])
+        ax.plot([0, top], [0, top], "k--", lw=1)
+        ax.set(title=name, xlabel="predicted quantile", ylabel=f"n·Δ at n = {n}")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"QQ: n·Δ(θ_n) vs Σ w_k χ²₁ (Thm 8, arXiv 2603.01162), {seeds_label(df)}")
+    return save(fig, path)
+
+
+def ecdf_figure(tables: dict, path) -> Path:
+    """ECDF of n·Δ at every n against the predicted weighted-χ² CDF, one panel per estimator."""
+    df = tables["results"]
+    fig, panels = _panels(tables)
+    for ax, name in panels:
+        hi = float(ppf(tables, name, 0.995))
+        grid = np.linspace(0, hi, 300)
+        for n in sorted(set(df.loc[df["estimator"] == name, "n"])):
+            x = _samples(tables, name, n)
+            ax.step(x, np.arange(1, x.size + 1) / x.size, where="post", lw=1, label=f"n = {n}")
+        ax.plot(grid, cdf(tables, name, grid), "k--", lw=1.3, label="Imhof CDF")
+        ax.set(title=name, xlabel="n·Δ(θ_n)", ylabel="CDF", xlim=(0, hi))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"ECDF of n·Δ(θ_n) vs the predicted weighted-χ² CDF, {seeds_label(df)}")
+    return save(fig, path)
