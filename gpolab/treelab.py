@@ -31,15 +31,12 @@ import time
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from gpolab import estimators, validate
 from gpolab.envs import tree
 
 MODELS = ("beta", "finite")
-INVERSION_FROM = 9  # M at which counts come from CDF inversion instead of M uniforms
-INVERSION_UPTO = 120  # (1 − q)^M with q ≤ ½ stays a normal float32 up to here; above: binomial
 LEAVES_PER_CHUNK = 1 << 21  # chunk = seeds per compiled chunk, so that chunk·K·M ≲ this
 JSON_KEYS = (
     "K",
@@ -53,102 +50,6 @@ JSON_KEYS = (
     "theory_corr",
 )
 COST_KEYS = ("leaves", "cost", "mse_x_cost")
-
-
-@dataclasses.dataclass(frozen=True)
-class LabCell:
-    """Static settings of one (K, M) cell.  ``beta_ints`` = (a, b) when both are integers (the
-    fast exact sampler), else None; ``grad``: also the thought-policy gradient (finite model)."""
-
-    K: int
-    M: int
-    variant: str = "thought-std"
-    ddof: int = 1
-    beta_ints: tuple[int, int] | None = None
-    grad: bool = False
-
-
-def sample_beta_int(key: jax.Array, a: int, b: int, shape: tuple[int, ...]) -> jax.Array:
-    """Beta(a, b) for integer a, b: X/(X + Y), X ~ Gamma(a), Y ~ Gamma(b) as sums of
-    exponentials −log U (exact)."""
-    e = -jnp.log1p(-jax.random.uniform(key, (*shape, a + b)))  # U ∈ [0, 1) → E ∈ [0, ∞)
-    x = jnp.sum(e[..., :a], axis=-1)
-    return x / (x + jnp.sum(e[..., a:], axis=-1))
-
-
-def sample_counts(key: jax.Array, p: jax.Array, M: int) -> jax.Array:
-    """S_k ~ Binomial(M, p_k), float (K,).
-
-    M < 9: Σ_j 1[U_j < p_k] (M uniforms); 9 ≤ M ≤ 120: inversion of one uniform through the
-    CDF built by the recurrence P(s) = P(s − 1)·(M − s + 1)/s·q/(1 − q) from P(0) = (1 − q)^M,
-    q = min(p, 1 − p) (no underflow; 5× faster than ``jax.random.binomial`` at M = 64, exact up
-    to float32 rounding of the CDF); M > 120: ``jax.random.binomial``.
-    """
-    if M < INVERSION_FROM:
-        u = jax.random.uniform(key, (p.shape[0], M), dtype=p.dtype)
-        return jnp.sum(u < p[:, None], -1).astype(p.dtype)
-    if M > INVERSION_UPTO:
-        return jax.random.binomial(key, M, p).astype(p.dtype)
-    u = jax.random.uniform(key, p.shape, dtype=p.dtype)
-    flip = p > 0.5
-    q = jnp.where(flip, 1 - p, p)
-    ratio = q / (1 - q)
-    pmf = (1 - q) ** M
-    cdf, count = pmf, jnp.zeros_like(p)
-    for s in range(1, M + 1):  # unrolled: M is static
-        count = count + (u >= cdf)
-        pmf = pmf * ((M - s + 1) / s) * ratio
-        cdf = cdf + pmf
-    return jnp.where(flip, M - count, count)
-
-
-def leaves(counts: jax.Array, M: int) -> jax.Array:
-    """Binary leaves (K, M) with Z_kj = 1[j < S_k] (same V̂_k and leaf std as the drawn ones)."""
-    return (jnp.arange(M)[None, :] < counts[:, None]).astype(jnp.float32)
-
-
-def thought_gradient(adv: jax.Array, ids: jax.Array, pi: jax.Array) -> jax.Array:
-    """ĝ = (1/K) Σ_k Â_k (e_{t_k} − π), the thought-level policy gradient (T,)."""
-    K = adv.shape[0]
-    return jnp.zeros_like(pi).at[ids].add(adv) / K - pi * jnp.mean(adv)
-
-
-def lab_seed(cell: LabCell, key: jax.Array, args) -> dict:
-    """One tree: per-thought squared errors, conditional variance, correlation moments.
-
-    ``args = (params, truth, eps, grad_target)``; ``grad_target`` (T,) is used with ``cell.grad``.
-    """
-    params, truth, eps, grad_target = args
-    k_thoughts, k_c1, k_c2 = jax.random.split(key, 3)
-    if cell.beta_ints is not None:
-        p, ids = sample_beta_int(k_thoughts, *cell.beta_ints, (cell.K,)), None
-    else:
-        p, ids = tree.sample_thoughts(k_thoughts, params, cell.K)
-
-    def adv(k):
-        counts = sample_counts(k, p, cell.M)
-        # only leaf-std looks past V̂_k = S_k/M; for the others one "leaf" V̂_k gives the same Â
-        z = leaves(counts, cell.M) if cell.variant == "leaf-std" else (counts / cell.M)[:, None]
-        a = estimators.tree_advantages(z, variant=cell.variant, ddof=cell.ddof, eps=eps)
-        return a, counts
-
-    (a1, c1), (a2, _) = adv(k_c1), adv(k_c2)
-    target = tree.population_target(truth, p)
-    out = {
-        "sq": jnp.mean((a1 - target) ** 2),
-        "sq_group": jnp.mean((a1 - tree.group_target(p, cell.ddof)) ** 2),
-        "cond_var": 0.5 * jnp.mean((a1 - a2) ** 2),
-        "degenerate": estimators.degenerate(c1).astype(jnp.float32),
-        "a": jnp.mean(a1),
-        "t": jnp.mean(target),
-        "aa": jnp.mean(a1 * a1),
-        "tt": jnp.mean(target * target),
-        "at": jnp.mean(a1 * target),
-    }
-    if cell.grad:
-        err = thought_gradient(a1, ids, jax.nn.softmax(params.logits)) - grad_target
-        out["grad_err"], out["grad_sq"] = err, jnp.sum(err**2)
-    return out
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -242,11 +143,6 @@ def setup(cfg: TreeLabConfig):
     return params, truth, law, grad_target
 
 
-def _beta_ints(cfg: TreeLabConfig) -> tuple[int, int] | None:
-    ints = cfg.model == "beta" and float(cfg.a).is_integer() and float(cfg.b).is_integer()
-    return (int(cfg.a), int(cfg.b)) if ints and cfg.a + cfg.b <= 64 else None
-
-
 def chunk_for(cfg: TreeLabConfig, K: int, M: int) -> int:
     """Seeds per compiled chunk: ``cfg.chunk`` capped so a chunk holds ≲ 2M leaves (a power of 2;
     depends on (K, M) only, so one compilation serves every seed count)."""
@@ -257,13 +153,16 @@ def chunk_for(cfg: TreeLabConfig, K: int, M: int) -> int:
 def measure(cfg: TreeLabConfig, K: int, M: int, setup_=None) -> dict:
     """Run one (K, M) cell and return its row (Monte Carlo metrics, closed forms, cost)."""
     from gpolab import engine
+    from gpolab.cells import tree_cell, tree_error
     from gpolab.theory import tree as theory
 
     params, truth, law, grad_target = setup_ or setup(cfg)
-    cell = LabCell(K, M, cfg.variant, cfg.ddof, _beta_ints(cfg), cfg.model == "finite")
+    grad = cfg.model == "finite"
+    cell = tree_cell(K, M, cfg.variant, cfg.ddof, model=cfg.model, a=cfg.a, b=cfg.b, grad=grad)
     args = (params, truth, np.float32(cfg.eps), grad_target)
     start = time.perf_counter()
-    m = engine.run(lab_seed, cell, args, jax.random.key(cfg.seed), cfg.seeds, chunk_for(cfg, K, M))
+    key, chunk = jax.random.key(cfg.seed), chunk_for(cfg, K, M)
+    m = engine.run(tree_error, cell, args, key, cfg.seeds, chunk)
     cov = float(m.mean("at") - m.mean("a") * m.mean("t"))
     va = float(m.mean("aa") - m.mean("a") ** 2)
     vt = float(m.mean("tt") - m.mean("t") ** 2)

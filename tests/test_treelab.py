@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gpolab import engine, estimators, treelab
+from gpolab import cells, engine, estimators, treelab
 from gpolab.cli import main
 from gpolab.envs import tree
 from gpolab.theory import tree as theory
@@ -23,10 +23,10 @@ def run_cell(K, M, seeds, *, a=2.0, b=3.0, variant="thought-std", ddof=1, model=
     """Raw engine moments of one cell (eps = 0, so the exact formulas apply as written)."""
     cfg = treelab.TreeLabConfig(a=a, b=b, variant=variant, ddof=ddof, eps=0.0, model=model)
     params, truth, law, grad_target = treelab.setup(cfg)
-    cell = treelab.LabCell(K, M, variant, ddof, treelab._beta_ints(cfg), model == "finite")
+    cell = cells.tree_cell(K, M, variant, ddof, model=model, a=a, b=b, grad=model == "finite")
     args = (params, truth, np.float32(0.0), grad_target)
     chunk = treelab.chunk_for(cfg, K, M)
-    return engine.run(treelab.lab_seed, cell, args, jax.random.key(key), seeds, chunk), law
+    return engine.run(cells.tree_error, cell, args, jax.random.key(key), seeds, chunk), law
 
 
 def close(m, name, exact, n_se=4.0):
@@ -61,7 +61,7 @@ def test_lab_leaves_give_the_drawn_trees_advantages(variant):
     z = (jax.random.uniform(jax.random.key(3), (30, 5, 7)) < 0.5).astype(jnp.float32)
     counts = jnp.sum(z, -1)
     ref = estimators.tree_advantages(z, variant=variant)
-    arranged = jax.vmap(lambda c: treelab.leaves(c, 7))(counts)
+    arranged = jax.vmap(lambda c: tree.leaves(c, 7))(counts)
     np.testing.assert_allclose(estimators.tree_advantages(arranged, variant=variant), ref, 1e-6)
     if variant != "leaf-std":
         one = estimators.tree_advantages((counts / 7)[..., None], variant=variant)
@@ -73,7 +73,7 @@ def test_lab_leaves_give_the_drawn_trees_advantages(variant):
 
 def test_integer_beta_sampler():
     with engine.prng_mode():
-        p = treelab.sample_beta_int(jax.random.key(4), 2, 3, (50_000,))
+        p = tree.sample_beta_int(jax.random.key(4), 2, 3, (50_000,))
     assert stats.kstest(np.asarray(p, np.float64), stats.beta(2, 3).cdf).pvalue > 1e-3
 
 
@@ -81,7 +81,7 @@ def test_integer_beta_sampler():
 def test_count_sampler_is_binomial(M):
     p = jnp.full((40_000,), 0.3)
     with engine.prng_mode():
-        s = np.asarray(treelab.sample_counts(jax.random.key(M), p, M), np.int64)
+        s = np.asarray(tree.sample_counts(jax.random.key(M), p, M), np.int64)
     pmf = stats.binom.pmf(np.arange(M + 1), M, 0.3)
     bins = np.flatnonzero(pmf * len(s) > 5)  # pool the far tails into the edge bins
     edges = np.concatenate([[-0.5], bins[1:] - 0.5, [M + 0.5]])
@@ -195,12 +195,12 @@ def test_thought_gradient_exact_and_mean_only_bias():
 def test_one_compilation_per_shape():
     cfg = treelab.TreeLabConfig(K=(3,), M=(2,), seeds=10)
     params, truth, _, gt = treelab.setup(cfg)
-    cell = treelab.LabCell(3, 2, beta_ints=(2, 3))
+    cell = cells.TreeCell(3, 2, beta_ints=(2, 3))
     args = (params, truth, np.float32(1e-4), gt)
-    before = engine.TRACES[("lab_seed", cell)]
+    before = engine.TRACES[("tree_error", cell)]
     for n in (5, 50, 77):
-        engine.run(treelab.lab_seed, cell, args, jax.random.key(0), n, chunk=32)
-    assert engine.TRACES[("lab_seed", cell)] - before <= 1
+        engine.run(cells.tree_error, cell, args, jax.random.key(0), n, chunk=32)
+    assert engine.TRACES[("tree_error", cell)] - before <= 1
 
 
 # ----------------------------------------------------------------------------- CLI
