@@ -370,3 +370,26 @@ def test_figures_are_drawn_from_saved_tables_only(tmp_path, monkeypatch):
     for name, value in {"a": 2.0, "b": 3.0, "variant": "thought-std", "ddof": 1, "eps": 0.0,
                         "model": "beta", "n_seeds": 64, "budget": 0}.items():  # fmt: skip
         assert df[name].eq(value).all(), name
+
+
+def test_ctrl_c_keeps_finished_cells_and_the_same_command_resumes(tmp_path, capsys, monkeypatch):
+    real, calls = lab.measure, []
+
+    def measure_then_stop(*args):
+        calls.append(args[1:3])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(lab, "measure", measure_then_stop)
+    argv = ["tree", "--K", "2", "--M", "1,2", "--seeds", "64", "--out", str(tmp_path)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"gpolab tree: interrupted: 1 finished cells kept in {tmp_path}; run the same command "
+        "again to resume (--fresh starts over)"
+    )
+    monkeypatch.setattr(lab, "measure", real)
+    assert main(argv) == 0
+    assert "1 cells already finished (resuming)" in capsys.readouterr().err
+    assert len(pd.read_parquet(tmp_path / "results.parquet")) == 2
