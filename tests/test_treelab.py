@@ -370,6 +370,9 @@ def test_figures_are_drawn_from_saved_tables_only(tmp_path, monkeypatch):
     for name, value in {"a": 2.0, "b": 3.0, "variant": "thought-std", "ddof": 1, "eps": 0.0,
                         "model": "beta", "n_seeds": 64, "budget": 0}.items():  # fmt: skip
         assert df[name].eq(value).all(), name
+    from gpolab.plots import tree as plots
+
+    assert plots.tag(df) == "Beta(2, 3), thought-std, ddof 1, 64 seeds"  # titles from the data
 
 
 def test_ctrl_c_keeps_finished_cells_and_the_same_command_resumes(tmp_path, capsys, monkeypatch):
