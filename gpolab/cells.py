@@ -115,38 +115,61 @@ def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class TreeCell:
+    """Static settings of one tree cell (the sweep's env=tree and ``gpolab tree`` both use it).
+    ``beta_ints`` = (a, b) for the fast exact integer-Beta thought sampler (see
+    :func:`tree_cell`), else None; ``grad``: also the thought-policy gradient (finite model)."""
+
     K: int
     M: int
     variant: str = "thought-std"
     ddof: int = 1
+    beta_ints: tuple[int, int] | None = None
+    grad: bool = False
+
+
+def tree_cell(K: int, M: int, variant: str = "thought-std", ddof: int = 1, *, model: str = "beta",
+              a: float = 2.0, b: float = 3.0, grad: bool = False) -> TreeCell:  # fmt: skip
+    """The cell of a (K, M) tree with the fastest exact samplers for this thought model."""
+    return TreeCell(K, M, variant, ddof, tree.integer_beta(model, a, b), grad)
 
 
 def tree_error(cell: TreeCell, key: jax.Array, args) -> dict:
-    """Thought advantages Â (K,) against the standardized true values.
+    """One tree: thought advantages Â (K,) against the standardized true values.
 
-    ``args = (params, truth, eps)``.
-
-    Two independent sets of continuations for the same thoughts give an unbiased estimate of the
-    conditional variance E[Var(Â_k | thoughts)] = E[½ (Â¹_k − Â²_k)²].
+    ``args = (params, truth, eps)``, plus ``grad_target`` (T,) with ``cell.grad``: the thought
+    gradient the variant estimates (``grad_err``, ``grad_sq``).  Two independent sets of M
+    continuations per thought give an unbiased estimate of the conditional variance
+    E[Var(Â_k | thoughts)] = E[½ (Â¹_k − Â²_k)²] (``cond_var``).
     """
-    params, truth, eps = args
+    params, truth, eps, *grad_target = args
     k_thoughts, k_c1, k_c2 = jax.random.split(key, 3)
-    p, _ = tree.sample_thoughts(k_thoughts, params, cell.K)
-    z1 = tree.sample_continuations(k_c1, p, cell.M)
-    z2 = tree.sample_continuations(k_c2, p, cell.M)
-    adv = lambda z: estimators.tree_advantages(z, variant=cell.variant, ddof=cell.ddof, eps=eps)  # noqa: E731
-    a1, a2 = adv(z1), adv(z2)
+    if cell.beta_ints is not None:
+        p, ids = tree.sample_beta_int(k_thoughts, *cell.beta_ints, (cell.K,)), None
+    else:
+        p, ids = tree.sample_thoughts(k_thoughts, params, cell.K)
+
+    def adv(k):
+        counts = tree.sample_counts(k, p, cell.M)
+        # only leaf-std looks past V̂_k = S_k/M; for the others one "leaf" V̂_k gives the same Â
+        leaf_std = cell.variant == "leaf-std"
+        z = tree.leaves(counts, cell.M) if leaf_std else (counts / cell.M)[:, None]
+        a = estimators.tree_advantages(z, variant=cell.variant, ddof=cell.ddof, eps=eps)
+        return a, counts
+
+    (a1, c1), (a2, _) = adv(k_c1), adv(k_c2)
     target = tree.population_target(truth, p)
-    err = (a1 - target) / jnp.sqrt(cell.K)
-    return {
-        "err": err,
-        "sq": jnp.sum(err**2),
+    out = {
+        "sq": jnp.mean((a1 - target) ** 2),
         "sq_group": jnp.mean((a1 - tree.group_target(p, cell.ddof)) ** 2),
         "cond_var": 0.5 * jnp.mean((a1 - a2) ** 2),
-        "degenerate": estimators.degenerate(jnp.mean(z1, axis=-1)).astype(p.dtype),
+        "degenerate": estimators.degenerate(c1).astype(p.dtype),
         "a": jnp.mean(a1),
         "t": jnp.mean(target),
         "aa": jnp.mean(a1 * a1),
         "tt": jnp.mean(target * target),
         "at": jnp.mean(a1 * target),
     }
+    if cell.grad:
+        err = tree.thought_gradient(a1, ids, jax.nn.softmax(params.logits)) - grad_target[0]
+        out["grad_err"], out["grad_sq"] = err, jnp.sum(err**2)
+    return out

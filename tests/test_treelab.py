@@ -1,4 +1,5 @@
-"""Tree branching lab (issue 6): estimator identities, samplers, closed forms vs Monte Carlo, CLI.
+"""Tree branching lab (issue 6, gpolab/labs/tree.py): estimator identities, samplers, closed forms
+vs Monte Carlo, CLI, the lab protocol (modes, cache keys, figures from saved tables).
 
 Tolerances come from Monte Carlo standard errors (4 SE) of per-seed scalars; fixed seeds.
 """
@@ -10,23 +11,25 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
-from gpolab import engine, estimators, treelab
+from gpolab import cells, configs, engine, estimators, labs
 from gpolab.cli import main
 from gpolab.envs import tree
+from gpolab.labs import tree as lab
 from gpolab.theory import tree as theory
 
 
 def run_cell(K, M, seeds, *, a=2.0, b=3.0, variant="thought-std", ddof=1, model="beta", key=0):
     """Raw engine moments of one cell (eps = 0, so the exact formulas apply as written)."""
-    cfg = treelab.TreeLabConfig(a=a, b=b, variant=variant, ddof=ddof, eps=0.0, model=model)
-    params, truth, law, grad_target = treelab.setup(cfg)
-    cell = treelab.LabCell(K, M, variant, ddof, treelab._beta_ints(cfg), model == "finite")
+    cfg = lab.Config(a=a, b=b, variant=variant, ddof=ddof, eps=0.0, model=model)
+    params, truth, law, grad_target = lab.setup(cfg)
+    cell = cells.tree_cell(K, M, variant, ddof, model=model, a=a, b=b, grad=model == "finite")
     args = (params, truth, np.float32(0.0), grad_target)
-    chunk = treelab.chunk_for(cfg, K, M)
-    return engine.run(treelab.lab_seed, cell, args, jax.random.key(key), seeds, chunk), law
+    chunk = lab.chunk_for(cfg, K, M)
+    return engine.run(cells.tree_error, cell, args, jax.random.key(key), seeds, chunk), law
 
 
 def close(m, name, exact, n_se=4.0):
@@ -61,7 +64,7 @@ def test_lab_leaves_give_the_drawn_trees_advantages(variant):
     z = (jax.random.uniform(jax.random.key(3), (30, 5, 7)) < 0.5).astype(jnp.float32)
     counts = jnp.sum(z, -1)
     ref = estimators.tree_advantages(z, variant=variant)
-    arranged = jax.vmap(lambda c: treelab.leaves(c, 7))(counts)
+    arranged = jax.vmap(lambda c: tree.leaves(c, 7))(counts)
     np.testing.assert_allclose(estimators.tree_advantages(arranged, variant=variant), ref, 1e-6)
     if variant != "leaf-std":
         one = estimators.tree_advantages((counts / 7)[..., None], variant=variant)
@@ -73,7 +76,7 @@ def test_lab_leaves_give_the_drawn_trees_advantages(variant):
 
 def test_integer_beta_sampler():
     with engine.prng_mode():
-        p = treelab.sample_beta_int(jax.random.key(4), 2, 3, (50_000,))
+        p = tree.sample_beta_int(jax.random.key(4), 2, 3, (50_000,))
     assert stats.kstest(np.asarray(p, np.float64), stats.beta(2, 3).cdf).pvalue > 1e-3
 
 
@@ -81,7 +84,7 @@ def test_integer_beta_sampler():
 def test_count_sampler_is_binomial(M):
     p = jnp.full((40_000,), 0.3)
     with engine.prng_mode():
-        s = np.asarray(treelab.sample_counts(jax.random.key(M), p, M), np.int64)
+        s = np.asarray(tree.sample_counts(jax.random.key(M), p, M), np.int64)
     pmf = stats.binom.pmf(np.arange(M + 1), M, 0.3)
     bins = np.flatnonzero(pmf * len(s) > 5)  # pool the far tails into the edge bins
     edges = np.concatenate([[-0.5], bins[1:] - 0.5, [M + 0.5]])
@@ -193,14 +196,14 @@ def test_thought_gradient_exact_and_mean_only_bias():
 
 
 def test_one_compilation_per_shape():
-    cfg = treelab.TreeLabConfig(K=(3,), M=(2,), seeds=10)
-    params, truth, _, gt = treelab.setup(cfg)
-    cell = treelab.LabCell(3, 2, beta_ints=(2, 3))
+    cfg = lab.Config(K=(3,), M=(2,), seeds=10)
+    params, truth, _, gt = lab.setup(cfg)
+    cell = cells.TreeCell(3, 2, beta_ints=(2, 3))
     args = (params, truth, np.float32(1e-4), gt)
-    before = engine.TRACES[("lab_seed", cell)]
+    before = engine.TRACES[("tree_error", cell)]
     for n in (5, 50, 77):
-        engine.run(treelab.lab_seed, cell, args, jax.random.key(0), n, chunk=32)
-    assert engine.TRACES[("lab_seed", cell)] - before <= 1
+        engine.run(cells.tree_error, cell, args, jax.random.key(0), n, chunk=32)
+    assert engine.TRACES[("tree_error", cell)] - before <= 1
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -211,7 +214,7 @@ def test_cli_grid_and_budget_json(tmp_path, capsys):
     out = str(tmp_path / "grid")
     assert main(["tree", "--K", "2,4", "--M", "1,3", "--seeds", "64", "--out", out, "--json"]) == 0
     rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 4 and all(list(r) == list(treelab.JSON_KEYS) for r in rows)
+    assert len(rows) == 4 and all(list(r) == list(lab.JSON_KEYS) for r in rows)
     assert {(r["K"], r["M"]) for r in rows} == {(2, 1), (2, 3), (4, 1), (4, 3)}
     for name in ("results.parquet", "results.csv", "tree_floor.png", "tree_lab_heatmap.png"):
         assert (tmp_path / "grid" / name).exists()
@@ -220,7 +223,7 @@ def test_cli_grid_and_budget_json(tmp_path, capsys):
     assert main(args) == 0
     captured = capsys.readouterr()
     rows = [json.loads(x) for x in captured.out.splitlines()]
-    keys = [*treelab.JSON_KEYS, "grad_mse", *treelab.COST_KEYS]
+    keys = [*lab.JSON_KEYS, "grad_mse", *lab.COST_KEYS]
     assert [(r["K"], r["M"]) for r in rows] == [(2, 3), (3, 2), (6, 1)]
     assert all(list(r) == keys for r in rows)
     assert "recommended split: K=" in captured.err
@@ -236,9 +239,160 @@ def test_cli_grid_and_budget_json(tmp_path, capsys):
         (["--budget", "1"], "budget"),
         (["--budget", "16", "--K", "3,5"], "budget"),
         (["--ddof", "2"], "ddof"),
+        (["--K", "2,,4"], "K"),
     ],
 )
 def test_cli_bad_config(tmp_path, capsys, flags, field):
     assert main(["tree", *flags, "--seeds", "8", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"gpolab tree: error: {field}: "), err
+
+
+# ----------------------------------------------------------------------------- lab protocol
+
+
+def fail(*args, **kwargs):
+    pytest.fail("computed")
+
+
+def test_bad_out_is_one_line_before_any_computation(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(engine, "run", fail)
+    out = tmp_path / "out"
+    out.write_text("")
+    assert main(["tree", "--K", "2", "--M", "1", "--seeds", "8", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gpolab tree: error: out: "), err
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--thoughts", "8"], "--thoughts: not used with model = beta; it applies only when model "
+         "is finite"),
+        (["--logit-scale", "2", "--budget", "4"], "--logit-scale: not used with model = beta"),
+        (["--instance-seed", "3"], "--instance-seed: not used with model = beta"),
+        (["--budget", "16", "--M", "4"], "--M: not used with mode = budget; it applies only when "
+         "mode is grid"),
+        (["--think-len", "100"], "--think-len: not used with mode = grid; it applies only when "
+         "mode is budget"),
+        (["--K", "2,,4"], "K: got '2,,4'; allowed: a comma-separated list of integers with no"),
+    ],
+)  # fmt: skip
+def test_a_flag_the_mode_does_not_use_is_an_error(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(engine, "run", fail)
+    assert main(["tree", *argv, "--seeds", "8", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_config_file_entry_the_mode_does_not_use_names_the_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(engine, "run", fail)
+    (tmp_path / "bad.toml").write_text('lab = "tree"\n[tree]\nthoughts = 8\n')
+    assert main(["tree", "--config", str(tmp_path / "bad.toml"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "bad.toml [tree] thoughts: not used with model = beta" in err
+
+
+def test_irrelevant_settings_reuse_cells_and_relevant_ones_recompute(tmp_path, monkeypatch):
+    from gpolab.store import Store
+
+    computed, real = [], engine.run
+    monkeypatch.setattr(
+        engine, "run", lambda fn, cell, *a, **k: computed.append(cell) or real(fn, cell, *a, **k)
+    )
+    store = Store(tmp_path)
+    base = lab.Config(budget=4, seeds=64, variant="mean-only", out=str(tmp_path))
+    first = lab.run(base, store=store)["results"]
+    assert [(c.K, c.M) for c in computed] == [(2, 2), (4, 1)]
+    # the cost model, the chunk size and eps (mean-only has none) change no cell
+    again = lab.run(base.replace(think_len=10.0, answer_len=1.0, chunk=16, eps=0.5), store=store)[
+        "results"
+    ]
+    assert len(computed) == 2
+    assert again["cost"].tolist() == [2 * (10 + 2 * 1), 4 * (10 + 1 * 1)]
+    assert again["mse_x_cost"].tolist() == (again["mse"] * again["cost"]).tolist()
+    pd.testing.assert_series_equal(again["mse"], first["mse"])
+    assert again["eps"].isna().all() and first["think_len"].eq(256.0).all()
+    # the same (K, M) cell in grid mode is the budget run's cell
+    grid = base.replace(budget=0, K=(2,), M=(2,))
+    assert lab.run(grid, store=store)["results"]["mse"][0] == first["mse"][0]
+    assert len(computed) == 2
+    for change in ({"ddof": 0}, {"a": 3.0}, {"seeds": 65}, {"variant": "thought-std"}):
+        lab.run(grid.replace(**change), store=store)
+    assert len(computed) == 6
+    lab.run(grid.replace(variant="thought-std", eps=0.5), store=store)  # eps read here
+    assert len(computed) == 7
+
+
+def test_quick_keeps_every_typed_flag_end_to_end(tmp_path, capsys):
+    out = tmp_path / "q"
+    assert (
+        main(["tree", "--quick", "--K", "2", "--M", "1,2", "--seeds", "50", "--out", str(out)]) == 0
+    )
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["n_seeds"].eq(50).all() and df["K"].eq(2).all() and df["M"].tolist() == [1, 2]
+    _, table, _ = configs.split_file(out / "config.toml", "tree")
+    assert table["seeds"] == 50 and table["K"] == [2] and table["M"] == [1, 2]
+    assert (out / "tree_variance_vs_M.png").exists() and "this run" in capsys.readouterr().out
+    out = tmp_path / "untyped"  # what is not typed takes the quick sizes
+    assert main(["tree", "--quick", "--K", "2", "--budget", "2", "--out", str(out)]) == 0
+    df = pd.read_parquet(out / "results.parquet")
+    assert df["n_seeds"].eq(lab.Config.QUICK["seeds"]).all() and df["M"].tolist() == [1]
+
+
+def test_sweep_tree_cells_are_the_lab_cells():
+    """One tree Monte Carlo: a sweep env=tree cell gives the tree lab's numbers."""
+    from gpolab.labs import sweep
+
+    cfg = sweep.Config(env="tree", K=(3,), M=(2,), seeds=300, chunk=256, eps=1e-4)
+    swept = sweep.run_sweep(cfg).iloc[0]
+    row = lab.run(lab.Config(K=(3,), M=(2,), seeds=300))["results"].iloc[0]
+    for name in ("mse", "mse_group", "variance", "degenerate_frac", "corr"):
+        assert math.isclose(swept[name], row[name], rel_tol=1e-6), name
+
+
+def test_figures_are_drawn_from_saved_tables_only(tmp_path, monkeypatch):
+    cfg = configs.resolve(
+        lab.Config, typed={"K": "2,4", "M": "1,16", "seeds": 64, "eps": 0.0, "out": str(tmp_path)}
+    )
+    labs.execute(lab, cfg)
+    monkeypatch.setattr(engine, "run", fail)
+    monkeypatch.setattr(lab, "setup", fail)
+    monkeypatch.setattr(theory, "floor", fail)
+    paths = labs.draw(lab, tmp_path, into=tmp_path / "again")
+    names = ["tree_floor.png", "tree_variance_vs_M.png", "tree_lab_heatmap.png"]
+    assert [p.name for p in paths] == names and all(p.stat().st_size > 10_000 for p in paths)
+    floor = pd.read_parquet(tmp_path / "floor.parquet")  # the exact curve: (a+b)/(a+b+M)
+    assert len(floor) == 100 and floor["M"].min() == 1 and math.isclose(floor["M"].max(), 16)
+    np.testing.assert_allclose(floor["theory_floor"], 5 / (5 + floor["M"]), rtol=1e-9)
+    df = pd.read_parquet(tmp_path / "results.parquet")
+    for name, value in {"a": 2.0, "b": 3.0, "variant": "thought-std", "ddof": 1, "eps": 0.0,
+                        "model": "beta", "n_seeds": 64, "budget": 0}.items():  # fmt: skip
+        assert df[name].eq(value).all(), name
+    from gpolab.plots import tree as plots
+
+    assert plots.tag(df) == "Beta(2, 3), thought-std, ddof 1, 64 seeds"  # titles from the data
+
+
+def test_ctrl_c_keeps_finished_cells_and_the_same_command_resumes(tmp_path, capsys, monkeypatch):
+    real, calls = lab.measure, []
+
+    def measure_then_stop(*args):
+        calls.append(args[1:3])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(lab, "measure", measure_then_stop)
+    argv = ["tree", "--K", "2", "--M", "1,2", "--seeds", "64", "--out", str(tmp_path)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"gpolab tree: interrupted: 1 finished cells kept in {tmp_path}; run the same command "
+        "again to resume (--fresh starts over)"
+    )
+    monkeypatch.setattr(lab, "measure", real)
+    assert main(argv) == 0
+    assert "1 cells already finished (resuming)" in capsys.readouterr().err
+    assert len(pd.read_parquet(tmp_path / "results.parquet")) == 2

@@ -10,6 +10,10 @@ Z_kj | t_k ~ Bernoulli(p_k).  Two thought models:
 
 Targets for a thought advantage Â_k: the population-standardized value (p_k − E p)/sd(p) and the
 within-group one (p_k − p̄)/s_p (s_p with the estimator's ddof).
+
+Samplers (both exact; measured on 2 CPU cores, 1.28M draws): ``jax.random.beta`` takes 2.2 s, so
+for integer (a, b) :func:`sample_beta_int` draws p = X/(X + Y) from sums of exponentials; only the
+success counts S_k ~ Binomial(M, p_k) of the continuations matter, drawn by :func:`sample_counts`.
 """
 
 from __future__ import annotations
@@ -77,10 +81,61 @@ def sample_thoughts(key: jax.Array, params, K: int):
     return params.values[ids], ids
 
 
-def sample_continuations(key: jax.Array, p: jax.Array, M: int) -> jax.Array:
-    """(K, M) Bernoulli(p_k) rewards."""
-    u = jax.random.uniform(key, (p.shape[0], M), dtype=p.dtype)
-    return (u < p[:, None]).astype(p.dtype)
+INVERSION_FROM = 9  # M at which counts come from CDF inversion instead of M uniforms
+INVERSION_UPTO = 120  # (1 − q)^M with q ≤ ½ stays a normal float32 up to here; above: binomial
+
+
+def integer_beta(model: str, a: float, b: float) -> tuple[int, int] | None:
+    """(a, b) when Beta(a, b) thoughts can use :func:`sample_beta_int` (integers, a + b ≤ 64),
+    else None (``jax.random.beta``).  The compiled shape depends on (a, b), so they are static."""
+    ints = model == "beta" and float(a).is_integer() and float(b).is_integer()
+    return (int(a), int(b)) if ints and a + b <= 64 else None
+
+
+def sample_beta_int(key: jax.Array, a: int, b: int, shape: tuple[int, ...]) -> jax.Array:
+    """Beta(a, b) for integer a, b: X/(X + Y), X ~ Gamma(a), Y ~ Gamma(b) as sums of
+    exponentials −log U (exact; a + b uniforms per draw)."""
+    e = -jnp.log1p(-jax.random.uniform(key, (*shape, a + b)))  # U ∈ [0, 1) → E ∈ [0, ∞)
+    x = jnp.sum(e[..., :a], axis=-1)
+    return x / (x + jnp.sum(e[..., a:], axis=-1))
+
+
+def sample_counts(key: jax.Array, p: jax.Array, M: int) -> jax.Array:
+    """Success counts S_k ~ Binomial(M, p_k) of M Bernoulli(p_k) continuations, float (K,).
+
+    Only the counts matter (the leaves are binary, every advantage variant is a function of
+    them).  M < 9: Σ_j 1[U_j < p_k] (M uniforms); 9 ≤ M ≤ 120: inversion of one uniform through
+    the CDF built by the recurrence P(s) = P(s − 1)·(M − s + 1)/s·q/(1 − q) from
+    P(0) = (1 − q)^M, q = min(p, 1 − p) (no underflow; 5× faster than ``jax.random.binomial`` at
+    M = 64, exact up to float32 rounding of the CDF); M > 120: ``jax.random.binomial``.
+    """
+    if M < INVERSION_FROM:
+        u = jax.random.uniform(key, (p.shape[0], M), dtype=p.dtype)
+        return jnp.sum(u < p[:, None], -1).astype(p.dtype)
+    if M > INVERSION_UPTO:
+        return jax.random.binomial(key, M, p).astype(p.dtype)
+    u = jax.random.uniform(key, p.shape, dtype=p.dtype)
+    flip = p > 0.5
+    q = jnp.where(flip, 1 - p, p)
+    ratio = q / (1 - q)
+    pmf = (1 - q) ** M
+    cdf, count = pmf, jnp.zeros_like(p)
+    for s in range(1, M + 1):  # unrolled: M is static
+        count = count + (u >= cdf)
+        pmf = pmf * ((M - s + 1) / s) * ratio
+        cdf = cdf + pmf
+    return jnp.where(flip, M - count, count)
+
+
+def leaves(counts: jax.Array, M: int) -> jax.Array:
+    """Binary leaves (K, M) with Z_kj = 1[j < S_k] (same V̂_k and leaf std as the drawn ones)."""
+    return (jnp.arange(M)[None, :] < counts[:, None]).astype(counts.dtype)
+
+
+def thought_gradient(adv: jax.Array, ids: jax.Array, pi: jax.Array) -> jax.Array:
+    """ĝ = (1/K) Σ_k Â_k (e_{t_k} − π), the thought-level policy gradient (T,)."""
+    K = adv.shape[0]
+    return jnp.zeros_like(pi).at[ids].add(adv) / K - pi * jnp.mean(adv)
 
 
 def exact(params) -> TreeTruth:

@@ -331,12 +331,13 @@ def _units(cfg: Config, pending: set[int]):
     estimators (drawn on common random numbers, so computing a subset changes nothing), per
     (variant, K, M) for trees.  Arithmetic cells do not depend on the policy (its weights are
     traced), so each G compiles once for every policy."""
-    from gpolab.cells import ArithmeticCell, BanditCell, TreeCell
+    from gpolab.cells import ArithmeticCell, BanditCell, tree_cell
 
     ids = _row_ids(cfg)
-    if cfg.env == "tree":
+    if cfg.env == "tree":  # the tree lab's cell: same settings, same numbers as `gpolab tree`
         for i in sorted(pending):
-            yield [i], None, TreeCell(ids[i]["K"], ids[i]["M"], ids[i]["variant"], cfg.ddof)
+            K, M, variant = ids[i]["K"], ids[i]["M"], ids[i]["variant"]
+            yield [i], None, tree_cell(K, M, variant, cfg.ddof, model=cfg.model, a=cfg.a, b=cfg.b)
         return
     for policy in cfg.policy if cfg.env == "arithmetic" else (None,):
         for G in cfg.G:

@@ -1,0 +1,123 @@
+"""Figures of the tree lab, drawn from its saved ``results`` and ``floor`` tables only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gpolab.plots import pyplot, save, seeds_label
+
+
+def tag(df) -> str:
+    """ "Beta(2, 3), thought-std, ddof 1, 20,000 seeds" from the table."""
+    row = df.iloc[0]
+    model = f"Beta({row['a']:g}, {row['b']:g})" if row["model"] == "beta" else None
+    model = model or f"{int(row['thoughts'])} thoughts"
+    return f"{model}, {row['variant']}, ddof {int(row['ddof'])}, {seeds_label(df)}"
+
+
+def floor(tables: dict, path) -> Path:
+    """Conditional variance vs K (log x) for each M: Monte Carlo ± 2 SE, the O(1/K) theory
+    (×), and the exact K → ∞ floor as a dashed horizontal line."""
+    df = tables["results"]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), constrained_layout=True)
+    for i, (M, sub) in enumerate(df.sort_values("K").groupby("M")):
+        c = f"C{i}"
+        K = sub["K"].to_numpy(float)
+        ax.errorbar(
+            K, sub["variance"], 2 * sub["variance_se"], fmt="o-", color=c, ms=4, label=f"M = {M}"
+        )
+        ax.plot(K, sub["theory_variance"], "x", color=c, ms=6)
+        ax.axhline(sub["theory_floor"].iloc[0], color=c, ls="--", lw=1)
+    ax.plot([], [], "k--", lw=1, label="exact K→∞ floor")
+    ax.plot([], [], "kx", label="O(1/K) theory")
+    Ks = sorted(df["K"].unique())
+    ax.set(xscale="log", xlabel="K (thoughts per prompt)", ylabel="E Var(Â_k | thought values)")
+    ax.set_xticks(Ks, labels=map(str, Ks))
+    ax.minorticks_off()
+    ax.set_title(f"Floor in K ({tag(df)})")
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(alpha=0.3)
+    return save(fig, path)
+
+
+def variance_vs_M(tables: dict, path) -> Path:
+    """Conditional variance vs M, log-log, at the largest K: Monte Carlo, the exact floor dashed
+    (the saved ``floor`` table), and a slope −1 reference; the slope fitted over M ≥ 16 in the
+    legend."""
+    df, curve = tables["results"], tables["floor"].sort_values("M")
+    plt = pyplot()
+    K = int(df["K"].max())
+    sub = df[df["K"] == K].sort_values("M")
+    fig, ax = plt.subplots(figsize=(6.0, 4.4), constrained_layout=True)
+    ax.errorbar(
+        sub["M"].to_numpy(float),
+        sub["variance"],
+        2 * sub["variance_se"],
+        fmt="o",
+        color="C0",
+        label=f"Monte Carlo, K = {K}",
+    )
+    grid = curve["M"].to_numpy(float)
+    ax.plot(grid, curve["theory_floor"], "k--", lw=1.2, label="exact K→∞ floor")
+    big = sub[sub["M"] >= 16]
+    if len(big) >= 2:
+        slope = np.polyfit(np.log(big["M"]), np.log(big["variance"]), 1)[0]
+        ref = big["variance"].iloc[-1] * big["M"].iloc[-1] / grid
+        ax.plot(grid, ref, ":", color="C3", label=f"slope −1 (fit over M ≥ 16: {slope:.3f})")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="M (continuations per thought)",
+        ylabel="E Var(Â_k | thought values)",
+    )
+    ax.set_title(f"Variance vs M ({tag(df)})")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    return save(fig, path)
+
+
+def heatmap(tables: dict, path) -> Path:
+    """The MSE over the (K, M) grid with equal-budget diagonals (the sweep's tree heatmap)."""
+    from gpolab.plots.sweep import tree_heatmap
+
+    df = tables["results"]
+    return tree_heatmap(df, path, value="mse", title=tag(df))
+
+
+def budget(tables: dict, path) -> Path:
+    """Fixed leaf budget: the metric of every split (bars, the recommended one red, exact theory
+    × for the advantage MSE) and metric × token cost (line, right axis)."""
+    from gpolab.labs.tree import recommend
+
+    df = tables["results"].sort_values("K")
+    best = recommend(df)
+    metric = best["metric"]
+    plt = pyplot()
+    x = np.arange(len(df))
+    fig, ax = plt.subplots(figsize=(6.6, 4.4), constrained_layout=True)
+    splits = list(zip(df["K"], df["M"], strict=True))
+    colors = ["C3" if (K, M) == (best["K"], best["M"]) else "C0" for K, M in splits]
+    se = df[f"{metric}_se"] if f"{metric}_se" in df else None
+    ax.bar(
+        x,
+        df[metric],
+        yerr=None if se is None else 2 * se,
+        color=colors,
+        alpha=0.8,
+        label=f"{metric} (Monte Carlo, red: recommended)",
+    )
+    if metric == "mse":
+        ax.plot(x, df["theory_mse"], "kx", label="exact theory")
+    ax.set_xticks(x, labels=[f"K={K}\nM={M}" for K, M in splits], fontsize=7)
+    ax.set(ylabel=metric, yscale="log", xlabel="split of the leaf budget K·M")
+    ax2 = ax.twinx()
+    ax2.plot(x, df[metric] * df["cost"], "o--", color="C2", label=f"{metric} × token cost")
+    ax2.set(ylabel=f"{metric} × K(L_think + M L_answer)", yscale="log")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8)
+    ax.set_title(f"K·M = {int(df['budget'].iloc[0])}, {tag(df)}")
+    return save(fig, path)
