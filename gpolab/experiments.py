@@ -55,8 +55,6 @@ def load(path: str | Path) -> Experiment:
     """Read and validate one experiment file (both its full and its quick config)."""
     path = Path(path)
     data = configs.read_toml(path)
-    if "command" in data:  # TRANSITION: labs not yet on the lab protocol run as commands
-        return _load_command(path, data)
     lab = data.get("lab")
     if lab not in labs.LABS:
         raise validate.ConfigError(
@@ -83,8 +81,6 @@ def discover(directory: str | Path = DEFAULT_DIR) -> list[Experiment]:
 def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = False):
     """Compute (or resume) an experiment; returns (results folder, seconds of this run)."""
     start = time.perf_counter()
-    if exp.lab == "command":
-        return _run_command(exp, root, quick, fresh), time.perf_counter() - start
     cfg = exp.config(quick, root)
     labs.execute(labs.get(exp.lab), cfg, fresh=fresh)
     return Path(cfg.out), time.perf_counter() - start
@@ -92,44 +88,5 @@ def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = Fals
 
 def plot(exp: Experiment, results: Path, out: str | Path) -> list[Path]:
     """Draw the experiment's figures from its saved tables only."""
-    if exp.lab == "command":
-        import shutil
-
-        Path(out).mkdir(parents=True, exist_ok=True)
-        for name in exp.figures:
-            shutil.copyfile(results / name, Path(out) / name)
-        return [Path(out) / name for name in exp.figures]
     return labs.draw(labs.get(exp.lab), results, into=out, names=exp.figures or None)
 
-
-# TRANSITION: experiments of labs not yet on the lab protocol ([command] argv); removed once
-# every lab is.
-def _load_command(path: Path, data: dict) -> Experiment:
-    argv = data["command"].get("argv")
-    figures = data.get("experiment", {}).get("figures")
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not figures:
-        raise validate.ConfigError(f"{path.name}: command.argv and experiment.figures: required")
-    quick = data.get("quick", {})
-    return Experiment(path.stem, "command", path.stem, path, {"argv": argv}, quick,
-                      {f: f for f in figures})  # fmt: skip
-
-
-def _run_command(exp: Experiment, root, quick: bool, fresh: bool) -> Path:
-    import shutil
-
-    from gpolab.cli import main
-
-    out = Path(root) / (f"{exp.name}-quick" if quick else exp.name)
-    if fresh and out.exists():
-        shutil.rmtree(out)
-    done = out / ".done"
-    if not done.exists():
-        extra = []
-        for k, v in exp.quick.items() if quick else ():
-            extra += [f"--{k}"] if v is True else [] if v is False else [f"--{k}", str(v)]
-        out.mkdir(parents=True, exist_ok=True)
-        rc = main([*exp.table["argv"], *extra, "--out", str(out)])
-        if rc:
-            raise RuntimeError(f"{exp.name}: gpolab {' '.join(exp.table['argv'])} exited {rc}")
-        done.write_text(time.strftime("%Y-%m-%dT%H:%M:%S"))
-    return out

@@ -18,11 +18,11 @@ SHIPPED = sorted(experiments.DEFAULT_DIR.glob("*.toml"))
 def test_every_shipped_experiment_loads(path):
     exp = experiments.load(path)  # validates the full and the quick config
     assert exp.name == path.stem
-    if exp.lab != "command":
-        full, quick = exp.config(quick=False), exp.config(quick=True)
-        sizes = [n for n, v in labs.get(exp.lab).Config.QUICK.items() if isinstance(v, int)]
-        assert all(getattr(quick, n) <= getattr(full, n) for n in sizes)  # seeds, thetas, ...
-        assert full.out.endswith(exp.name) and quick.out.endswith(exp.name + "-quick")
+    assert exp.lab in labs.LABS
+    full, quick = exp.config(quick=False), exp.config(quick=True)
+    sizes = [n for n, v in labs.get(exp.lab).Config.QUICK.items() if isinstance(v, int)]
+    assert all(getattr(quick, n) <= getattr(full, n) for n in sizes)  # seeds, thetas, ...
+    assert full.out.endswith(exp.name) and quick.out.endswith(exp.name + "-quick")
 
 
 @pytest.mark.parametrize(
@@ -135,3 +135,13 @@ def test_figures_quick_only_one_end_to_end_and_plot_from_saved_table(tmp_path, c
 def test_figures_rejects_unknown_name(capsys):
     assert main(["figures", "--only", "nope"]) == 2
     assert capsys.readouterr().err.startswith("gpolab figures: error: only: got 'nope'; allowed:")
+
+
+def test_tree_mean_only_cells_ignore_eps(tmp_path):
+    cfg = SweepConfig(env="tree", K=(2,), M=(1, 2), variants=("mean-only", "thought-std"),
+                      seeds=300, out=str(tmp_path))  # fmt: skip
+    run_sweep(cfg, store=Store(tmp_path))
+    computed = []
+    df = run_sweep(cfg.replace(eps=0.5), store=Store(tmp_path), on_row=computed.append)
+    assert [(r["variant"], r["M"]) for r in computed] == [("thought-std", 1), ("thought-std", 2)]
+    assert df[df.variant == "mean-only"]["eps"].isna().all()

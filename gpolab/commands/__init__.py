@@ -9,7 +9,6 @@ typed wins over ``--quick`` and over the config file.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import sys
@@ -78,23 +77,3 @@ def run_lab(lab, args, cfg=None) -> int:
     print(f"\nwrote {', '.join(map(str, result.paths))}; this run {result.seconds:.1f} s")
     return 0
 
-
-# TRANSITION: the argparse helpers of commands not yet on lab_command (removed once all are).
-def add_config_flags(parser: argparse.ArgumentParser, cls, help: dict[str, str]) -> None:
-    defaults = cls()
-    for f in dataclasses.fields(cls):
-        default = getattr(defaults, f.name)
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(default, bool):
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=None, help=help[f.name])  # fmt: skip
-            continue
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        kind = str if isinstance(default, (tuple, str)) else type(default)
-        parser.add_argument(flag, dest=f.name, type=kind, default=None,
-                            help=f"{help[f.name]} (default: {shown})")  # fmt: skip
-
-
-def given(args: argparse.Namespace, cls) -> dict:
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
-            if getattr(args, f.name) is not None}  # fmt: skip

@@ -311,7 +311,10 @@ def row_settings(cfg: Config, rid: dict) -> dict:
     the grids the row sits in; of ``scale, ddof, eps`` those its estimator reads (the others
     None).  They are the row's cache key and its columns."""
     common = configs.key_settings(cfg, exclude=GRIDS + OPTIONS)
-    reads = ("ddof", "eps") if cfg.env == "tree" else estimators.get(rid["estimator"]).options
+    if cfg.env == "tree":  # mean-only has no std, so no eps; ddof still sets the group target
+        reads = ("ddof",) if rid["variant"] == "mean-only" else ("ddof", "eps")
+    else:
+        reads = estimators.get(rid["estimator"]).options
     return {**common, **{o: getattr(cfg, o) if o in reads else None for o in OPTIONS}}
 
 
