@@ -76,6 +76,31 @@ def test_quick_cli_keeps_every_typed_flag(tmp_path, capsys):
     _, table, _ = configs.split_file(out / "config.toml", "sweep")
     assert table["seeds"] == 300 and table["G"] == [2, 4] and table["prompts"] == 3
     assert "this run" in capsys.readouterr().out
+    # every setting a row depends on is a column: grpo's eps, ddof and scale (loo reads none)
+    grpo, loo = df[df.estimator == "grpo"], df[df.estimator == "loo"]
+    assert (
+        grpo["eps"].eq(1e-4).all() and grpo["ddof"].eq(1).all() and grpo["scale"].eq("group").all()
+    )
+    assert loo["eps"].isna().all() and loo["ddof"].isna().all() and loo["scale"].isna().all()
+
+
+def test_figure_titles_come_from_the_seeds_actually_run(tmp_path, monkeypatch):
+    from gpolab.plots import sweep as plots
+
+    titles = []
+    monkeypatch.setattr(plots, "mse_vs_G", lambda df, path, title=None: titles.append(title))
+    assert main(["sweep", "--quick", *SMALL, "--out", str(tmp_path)]) == 0
+    assert titles == ["tabular bandit, P=3, A=4, 300 seeds"]  # not the quick or full default
+
+
+def test_figures_out_that_is_a_file_is_one_line_before_computing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(engine, "run", lambda *a, **k: pytest.fail("computed"))
+    (tmp_path / "file").write_text("")
+    for flag in ("--out", "--results"):
+        argv = ["figures", "--quick", "--only", "bandit_mse_vs_G", flag, str(tmp_path / "file")]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("gpolab figures: error: out: "), err
 
 
 @pytest.mark.parametrize(
