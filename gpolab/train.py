@@ -1,14 +1,18 @@
-"""Policy-gradient training on exact surrogates: SGD / Adam (optax), vmapped over seeds and steps.
+"""Policy-gradient training: the one SGD loop of every lab, and the trainer of the std-normalization
+lab (SGD / Adam on exact surrogates, vmapped over seeds and step sizes).
 
-DESIGN §4 and §7, [N] arXiv 2601.23135.  One run is a pure function of (key, env params, traced
-knobs): ``lax.scan`` over steps of
+DESIGN §4 and §7, [N] arXiv 2601.23135.  :func:`ascend` is the loop: ``lax.scan`` over steps t of
 
-    d_t = direction(θ_t)          (sampled estimator with group size G, or the exact G = ∞ limit)
-    θ_{t+1} = θ_t + η · opt(d_t)  (ascent; opt = identity for SGD, optax.scale_by_adam for Adam)
+    (d_t, aux_t) = direction(k_t, θ_t, t)
+    θ_{t+1} = θ_t + η_t(aux_t) · opt(d_t)  (ascent; opt = identity for SGD, optax.scale_by_adam)
 
-and :func:`train` is ``jit(vmap_lr(vmap_seed(run)))``: every step size of a log grid and every
-seed in one compiled call.  Shape-setting settings (estimator, G, optimizer, steps, ddof) live in
-the static :class:`Run`; the step size η and eps are traced, so sweeping them does not recompile.
+with each caller's keys (``split`` or ``fold_in``) and step sizes; the group-size and χ² labs
+call it with their own directions.  Here, one training run (:func:`train_one`) is a pure
+function of (key, env params, traced knobs) whose direction is a sampled estimator with group
+size G or the exact G = ∞ limit, and :func:`train` is ``jit(vmap_lr(vmap_seed(run)))``: every
+step size of a log grid and every seed in one compiled call.  Shape-setting settings
+(estimator, G, optimizer, steps, ddof) live in the static :class:`Run`; the step size η and eps
+are traced, so sweeping them does not recompile.
 
 The trainer talks to an environment only through :class:`TrainEnv` (five pure functions), so the
 same loop serves the log-linear bandit, the softmax bandit or an LLM surrogate.  Directions:
@@ -177,10 +181,35 @@ def optimizer(name: str) -> optax.GradientTransformation:
     return optax.scale_by_adam() if name == "adam" else optax.identity()
 
 
-def direction(run: Run, env: TrainEnv, key, params, truth, knobs: Knobs):
-    """(d, zero-variance fraction) for one step; exact when ``run.G == EXACT``."""
-    if run.G == EXACT:
-        return exact_direction(run.estimator, truth, knobs.eps), jnp.zeros(())
+def ascend(direction, theta0, keys, steps, *, lr, tx=None, state=None, record=None):
+    """Policy-gradient ascent: one ``lax.scan`` over the step indices t of ``steps`` (T,) of
+
+        (d_t, aux_t) = direction(k_t, θ_t, t)
+        θ_{t+1} = θ_t + lr(t, aux_t) · tx(d_t)
+
+    ``keys``: one key per step (T,), or a single key and k_t = ``fold_in(keys, t)``.  ``lr``: a
+    step size, or ``lr(t, aux_t)``.  ``tx``: the step-size-free optax transformation (None:
+    identity, plain SGD), continued from ``state`` when given.  ``record(aux_t)``: what to keep
+    of each step (stacked along a leading T axis).  Returns (θ_T, the tx state, the records).
+    """
+    tx = optax.identity() if tx is None else tx
+    state = tx.init(theta0) if state is None else state
+    fold = keys.ndim == 0
+
+    def step(carry, xs):
+        theta, state = carry
+        t, key = (xs, jax.random.fold_in(keys, xs)) if fold else xs
+        d, aux = direction(key, theta, t)
+        updates, state = tx.update(d, state, theta)
+        eta = lr(t, aux) if callable(lr) else lr
+        return (theta + eta * updates, state), None if record is None else record(aux)
+
+    (theta, state), records = jax.lax.scan(step, (theta0, state), steps if fold else (steps, keys))
+    return theta, state, records
+
+
+def sampled_direction(run: Run, env: TrainEnv, key, params, truth, knobs: Knobs):
+    """(ĝ, zero-variance fraction) of the sampled estimator ``run.estimator`` with G = ``run.G``."""
     aux, rewards = env.sample(key, params, truth, run.G)
     weights = sampled_weights(run.estimator, rewards, run.ddof, knobs.eps)
     zero = jnp.mean(est.degenerate(rewards).astype(rewards.dtype))
@@ -208,24 +237,43 @@ def diagnostics(truth) -> dict:
     )
 
 
+def direction(run: Run, env: TrainEnv, params, knobs: Knobs, key, theta, t):
+    """:func:`ascend`'s direction at θ_t: the exact (``run.G == EXACT``) or sampled direction,
+    and aux = the exact truth at θ_t, s(θ_t) and the zero-variance fraction."""
+    truth = env.exact(params, theta)
+    if run.G == EXACT:
+        d, zero = exact_direction(run.estimator, truth, knobs.eps), jnp.zeros(())
+    else:
+        d, zero = sampled_direction(run, env, key, params, truth, knobs)
+    return d, dict(truth=truth, sigma_eff=curvature_sigma(env, params, truth), zero_frac=zero)
+
+
+def step_size(run: Run, knobs: Knobs, t, aux) -> jax.Array:
+    """η (``constant``) or η / (s(θ_t) + eps) (``curvature``: the oracle 1/L_t)."""
+    if run.step == "curvature":
+        return knobs.lr / (aux["sigma_eff"] + knobs.eps)
+    return knobs.lr
+
+
+def step_record(aux) -> tuple:
+    """What :func:`train_one` keeps of a step: the diagnostics at θ_t and the zero fraction."""
+    return dict(diagnostics(aux["truth"]), sigma_eff=aux["sigma_eff"]), aux["zero_frac"]
+
+
 def train_one(run: Run, env: TrainEnv, key: jax.Array, params, knobs: Knobs) -> dict:
     """One training run: per-step diagnostics (steps + 1,) (entry t at θ_t; with ``sigma_eff``
-    = s(θ_t)) and the per-step zero-variance fraction (steps,)."""
-    tx = optimizer(run.optimizer)
-    theta0 = env.init(params)
-
-    def step(carry, step_key):
-        theta, opt_state = carry
-        truth = env.exact(params, theta)
-        d, zero = direction(run, env, step_key, params, truth, knobs)
-        updates, opt_state = tx.update(d, opt_state, theta)
-        s_eff = curvature_sigma(env, params, truth)
-        lr = knobs.lr / (s_eff + knobs.eps) if run.step == "curvature" else knobs.lr
-        theta = theta + lr * updates
-        return (theta, opt_state), (dict(diagnostics(truth), sigma_eff=s_eff), zero)
-
+    = s(θ_t)) and the per-step zero-variance fraction (steps,).  Step t draws with key t of
+    ``split(key, steps)``."""
     keys = jax.random.split(key, run.steps)
-    (theta, _), (diag, zero) = jax.lax.scan(step, (theta0, tx.init(theta0)), keys)
+    theta, _, (diag, zero) = ascend(
+        partial(direction, run, env, params, knobs),
+        env.init(params),
+        keys,
+        jnp.arange(run.steps),
+        lr=partial(step_size, run, knobs),
+        tx=optimizer(run.optimizer),
+        record=step_record,
+    )
     truth = env.exact(params, theta)
     last = dict(diagnostics(truth), sigma_eff=curvature_sigma(env, params, truth))
     out = {k: jnp.concatenate([v, last[k][None]]) for k, v in diag.items()}
@@ -268,7 +316,7 @@ def train(
 @partial(jax.jit, static_argnames=("run", "env"))
 def _directions(run: Run, env: TrainEnv, keys, params, truth, knobs: Knobs):
     """Sampled directions at one θ for every key (compiled once per (run, env, seed count))."""
-    return jax.vmap(lambda k: direction(run, env, k, params, truth, knobs))(keys)
+    return jax.vmap(lambda k: sampled_direction(run, env, k, params, truth, knobs))(keys)
 
 
 def finite_sample_bias(

@@ -3,8 +3,8 @@
 
 * fixed θ (default) — the Monte Carlo MSE of the loo mini-batch gradient (B = N/G iid prompts,
   G responses each) over every divisor G ≥ 2 of N, against the exact [c1·G + C2 + C3/(G − 1)]/N;
-* ``train = true`` (``--train``) — SGD (optax) with N responses per step, many seeds, the final
-  suboptimality gap J* − J(θ_n) per G, for each env, N and step schedule.
+* ``train = true`` (``--train``) — SGD (:func:`gpolab.train.ascend`) with N responses per step,
+  many seeds, the final suboptimality gap J* − J(θ_n) per G, for each env, N and step schedule.
 
 Both use one sampler, :func:`minibatch_gradient`, over a small :class:`Task` interface
 (prompt draws, one response per slot, Σ_i w_i W_i, J) that the bandit and the arithmetic
@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from gpolab import configs, engine, validate
+from gpolab import configs, engine, train, validate
 from gpolab.configs import option
 from gpolab.theory import groupsize as theory
 
@@ -365,23 +365,30 @@ class TrainCell:
     steps: int
 
 
+def sgd_direction(task: Task, data, N: int, G, key: jax.Array, theta: jax.Array, t):
+    """:func:`gpolab.train.ascend`'s direction: the mini-batch loo gradient ĝ_t (no aux)."""
+    return minibatch_gradient(task, key, data, theta, N, G)[0], None
+
+
+def decaying_step(eta0, tau, t, aux):
+    """η_t = η0 / (1 + t/τ) (τ = ∞: the constant η0)."""
+    return eta0 / (1.0 + t / tau)
+
+
 def train_run(cell: TrainCell, key: jax.Array, args) -> dict:
-    """One SGD run: θ ← θ + η_t ĝ_t (optax.sgd on −ĝ), η_t = η0 / (1 + t/τ) (τ = ∞: constant).
+    """One SGD run: θ ← θ + η_t ĝ_t, η_t = η0 / (1 + t/τ) (τ = ∞: constant), step t drawing with
+    ``fold_in(key, t)``.
 
     ``args = (data, theta0, G, eta0, tau, j_star)``; returns the final gap J* − J(θ_n) and J(θ_n).
     """
-    import optax
-
     data, theta0, G, eta0, tau, j_star = args
-    opt = optax.sgd(lambda t: eta0 / (1.0 + t / tau))
-
-    def step(carry, t):
-        theta, state = carry
-        ghat, _ = minibatch_gradient(cell.task, jax.random.fold_in(key, t), data, theta, cell.N, G)
-        updates, state = opt.update(-ghat, state, theta)
-        return (optax.apply_updates(theta, updates), state), None
-
-    (theta, _), _ = jax.lax.scan(step, (theta0, opt.init(theta0)), jnp.arange(cell.steps))
+    theta, _, _ = train.ascend(
+        functools.partial(sgd_direction, cell.task, data, cell.N, G),
+        theta0,
+        key,
+        jnp.arange(cell.steps),
+        lr=functools.partial(decaying_step, eta0, tau),
+    )
     value = cell.task.value(data, theta)
     return {"gap": j_star - value, "value": value}
 
