@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab import configs, train
+from gpolab import configs, envs, train
 from gpolab.cli import main
 from gpolab.envs import loglinear as ll
 from gpolab.labs import stdnorm
 from gpolab.store import Store
 from gpolab.validate import ConfigError
 
-ENV = train.loglinear_env()
+ENV = envs.get("loglinear")
 
 
 def small(**kw):
@@ -29,7 +29,7 @@ def test_exact_directions():
     params = small(rho=0.4)
     theta = 0.5 * jax.random.normal(jax.random.key(0), (params.dim,))
     truth = ll.exact(params, theta)
-    g, s, p = np.asarray(truth.g), np.asarray(truth.sigma), np.asarray(truth.p)
+    g, s, p = np.asarray(truth.g_global), np.sqrt(truth.sigma2), np.asarray(truth.V)
     np.testing.assert_allclose(
         train.exact_direction("grpo", truth, 0.0), (g / s[:, None]).mean(0), rtol=1e-5
     )
@@ -57,9 +57,9 @@ def test_equal_sigma_control_is_reinforce_after_step_rescaling():
     J = []
     for _ in range(steps):
         truth = ll.exact(params, theta)
-        J.append(float(truth.J))
-        theta = theta + lr / truth.sigma[0] * jnp.mean(truth.g, axis=0)
-    J.append(float(ll.exact(params, theta).J))
+        J.append(float(jnp.mean(truth.V)))
+        theta = theta + lr / jnp.sqrt(truth.sigma2[0]) * jnp.mean(truth.g_global, axis=0)
+    J.append(float(jnp.mean(ll.exact(params, theta).V)))
     np.testing.assert_allclose(out["J"][0, 0], J, rtol=2e-5, atol=2e-6)
     assert J[-1] > J[0] + 0.3  # it actually learned
     truth = ll.exact(small(), ll.init_theta(small()))
@@ -277,9 +277,9 @@ def test_curvature_step_rule_is_the_oracle_one_over_L():
     for _ in range(steps):
         truth = ll.exact(params, theta)
         s = ll.smoothness_sigma(params, truth)
-        J.append(float(truth.J))
+        J.append(float(jnp.mean(truth.V)))
         S.append(float(s))
-        theta = theta + lr / (s + eps) * jnp.mean(truth.g, axis=0)
+        theta = theta + lr / (s + eps) * jnp.mean(truth.g_global, axis=0)
     np.testing.assert_allclose(out["J"][0, 0, :-1], J, rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(out["sigma_eff"][0, 0, :-1], S, rtol=2e-5)
     with pytest.raises(ConfigError, match="step"):
