@@ -155,10 +155,15 @@ def ascend(direction, theta0, keys, steps, *, lr, tx=None, state=None, record=No
         (d_t, aux_t) = direction(k_t, θ_t, t)
         θ_{t+1} = θ_t + lr(t, aux_t) · tx(d_t)
 
-    ``keys``: one key per step (T,), or a single key and k_t = ``fold_in(keys, t)``.  ``lr``: a
-    step size, or ``lr(t, aux_t)``.  ``tx``: the step-size-free optax transformation (None:
-    identity, plain SGD), continued from ``state`` when given.  ``record(aux_t)``: what to keep
-    of each step (stacked along a leading T axis).  Returns (θ_T, the tx state, the records).
+    θ is a flat (D,) vector.  ``keys`` (typed): one key per step (T,), or a single key and
+    k_t = ``fold_in(keys, t)``.  ``lr``: a step size, or ``lr(t, aux_t)``.  ``tx``: the
+    step-size-free optax transformation (None: identity, plain SGD), continued from ``state``
+    when given.  ``record(aux_t)``: what to keep of each step (stacked along a leading T axis).
+    Returns (θ_T, the tx state, the records).
+
+    Its callers: :func:`train_one` (split keys, identity or Adam, η or η/(s(θ_t) + eps)), the
+    group-size lab's ``train_run`` (fold_in from t = 0, η0/(1 + t/τ)) and the χ² lab's
+    ``per_seed`` (fold_in from i = 1, β/i, one call per checkpoint segment).
     """
     tx = optax.identity() if tx is None else tx
     state = tx.init(theta0) if state is None else state

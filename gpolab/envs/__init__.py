@@ -3,6 +3,11 @@
 Every env a lab trains on or draws mini-batches from implements one contract, :class:`Env`, in
 its own module (``gpolab/envs/<name>.py`` defines ``ENV``); :func:`get` returns it by name
 (gymnax's ``make(name)``).  The labs take envs from here and write no adapters.
+
+Not registered: ``tree`` (thoughts × continuations, no θ to train) and ``gaussian``, which the
+χ² lab drives through its own functions: its estimate is the estimators library's
+``policy_gradient`` (a mean over G of per-sample scores, then over B) on the closed-form scores
+the χ² theory also uses; the contract's Σ w·W would round differently.
 """
 
 from __future__ import annotations
