@@ -1,17 +1,23 @@
-"""Policy-gradient training on exact surrogates: SGD / Adam (optax), vmapped over seeds and steps.
+"""Policy-gradient training: the one SGD loop of every lab, and the trainer of the std-normalization
+lab (SGD / Adam on exact surrogates, vmapped over seeds and step sizes).
 
-DESIGN §4 and §7, [N] arXiv 2601.23135.  One run is a pure function of (key, env params, traced
-knobs): ``lax.scan`` over steps of
+DESIGN §4 and §7, [N] arXiv 2601.23135.  :func:`ascend` is the loop: ``lax.scan`` over steps t of
 
-    d_t = direction(θ_t)          (sampled estimator with group size G, or the exact G = ∞ limit)
-    θ_{t+1} = θ_t + η · opt(d_t)  (ascent; opt = identity for SGD, optax.scale_by_adam for Adam)
+    (d_t, aux_t) = direction(k_t, θ_t, t)
+    θ_{t+1} = θ_t + η_t(aux_t) · opt(d_t)  (ascent; opt = identity for SGD, optax.scale_by_adam)
 
-and :func:`train` is ``jit(vmap_lr(vmap_seed(run)))``: every step size of a log grid and every
-seed in one compiled call.  Shape-setting settings (estimator, G, optimizer, steps, ddof) live in
-the static :class:`Run`; the step size η and eps are traced, so sweeping them does not recompile.
+with each caller's keys (``split`` or ``fold_in``) and step sizes; the group-size and χ² labs
+call it with their own directions.  Here, one training run (:func:`train_one`) is a pure
+function of (key, env params, traced knobs) whose direction is a sampled estimator with group
+size G or the exact G = ∞ limit, and :func:`train` is ``jit(vmap_lr(vmap_seed(run)))``: every
+step size of a log grid and every seed in one compiled call.  Shape-setting settings
+(estimator, G, optimizer, steps, ddof) live in the static :class:`Run`; the step size η and eps
+are traced, so sweeping them does not recompile.
 
-The trainer talks to an environment only through :class:`TrainEnv` (five pure functions), so the
-same loop serves the log-linear bandit, the softmax bandit or an LLM surrogate.  Directions:
+The trainer talks to an environment only through :class:`gpolab.envs.Env`; each step samples G
+responses for every prompt.  Besides the shared truth fields it reads the per-prompt gradients
+``g_global`` (P, D) (and :func:`finite_sample_bias` ``one_minus_V``), which the log-linear bandit
+provides.  Directions:
 
 =============== ===================================== ====================================
 estimator       sampled (G < ∞)                       exact (G = ∞)
@@ -23,11 +29,12 @@ loo             RLOO                                  (1/N) Σ_x g_x
 vanilla         Z                                     (1/N) Σ_x g_x
 =============== ===================================== ====================================
 
-σ_pool² = mean_x σ_x² + Var_x(p_x) is the G → ∞ limit of the pooled batch variance.
+σ_x = √sigma2_x, p_x = V_x; σ_pool² = mean_x σ_x² + Var_x(p_x) is the G → ∞ limit of the pooled
+batch variance.
 "REINFORCE" below means the unnormalized estimators (mean, loo, vanilla).
 
 Step rules (``Run.step``): ``constant`` (θ += η·opt(d)) or ``curvature``
-(θ += η/(s(θ_t) + eps)·opt(d)) with s = ``TrainEnv.curvature(params, truth)`` (default
+(θ += η/(s(θ_t) + eps)·opt(d)) with s = ``env.curvature(params, truth)`` (default
 max_x σ_x): the oracle step 1/L_t of the curvature law ‖H_x‖ ≤ cB²σ_x at the current iterate,
 L_t = cB²·s(θ_t)/N — REINFORCE told the exact current smoothness constant.  With orthogonal
 prompts and equal σ_x it *is* exact GRPO (the control of DESIGN §7).
@@ -36,7 +43,6 @@ prompts and equal σ_x it *is* exact GRPO (the control of DESIGN §7).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from functools import partial
 
 import jax
@@ -47,37 +53,13 @@ from flax import struct
 
 from gpolab import engine, validate
 from gpolab import estimators as est
+from gpolab.envs import Env
 
 ESTIMATORS = ("grpo", "grpo-batch", "mean", "loo", "vanilla")
 REINFORCE = ("mean", "loo", "vanilla")
 OPTIMIZERS = ("sgd", "adam")
 STEP_RULES = ("constant", "curvature")
 EXACT = 0  # G = 0 stands for the exact-gradient mode (G = ∞)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainEnv:
-    """The five pure functions the trainer needs from an environment (static, hashable).
-
-    * ``init(params) -> θ₀`` a flat (D,) parameter vector;
-    * ``exact(params, θ) -> truth`` with fields ``p``, ``q`` (= 1 − p) and ``sigma`` (P,) and
-      the per-prompt gradients ``g`` (P, D) of p_x;
-    * ``sample(key, params, truth, G) -> (aux, rewards)``: G responses for each of the P prompts
-      of one step, rewards (P, G), drawn from the policy at the θ ``truth`` was computed at (the
-      trainer computes the truth every step anyway, so an env can keep π in it);
-    * ``gradient(params, truth, aux, weights) -> (D,)``: (1/P) Σ_x Σ_g c_xg W(x, y_xg);
-    * ``optimum``: J* (for the suboptimality gap J* − J);
-    * ``curvature(params, truth) -> ()`` (optional): s(θ) with ∇²J ≼ cB²·s(θ)/N from the
-      curvature law ‖H_x‖ ≤ cB²σ_x (default max_x σ_x, exact for orthogonal prompts).
-    """
-
-    name: str
-    init: Callable
-    exact: Callable
-    sample: Callable
-    gradient: Callable
-    optimum: float = 1.0
-    curvature: Callable | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,24 +105,15 @@ class Knobs:
     eps: jax.Array  # added to the std (grpo)
 
 
-def loglinear_env() -> TrainEnv:
-    """The log-linear bandit of DESIGN §7 (:mod:`gpolab.envs.loglinear`)."""
-    from gpolab.envs import loglinear
-
-    return TrainEnv(
-        name="loglinear",
-        init=loglinear.init_theta,
-        exact=loglinear.exact,
-        sample=loglinear.sample,
-        gradient=loglinear.gradient,
-        optimum=1.0,
-        curvature=loglinear.smoothness_sigma,
-    )
+def sigma(truth) -> jax.Array:
+    """(P,) σ_x = √Var(Z|x) from the truth's ``sigma2``."""
+    return jnp.sqrt(jnp.maximum(truth.sigma2, 0.0))
 
 
 def pooled_sigma(truth) -> jax.Array:
     """σ_pool = √(mean_x σ_x² + Var_x p_x): the G → ∞ batch std of rewards (uniform prompts)."""
-    var = jnp.mean(truth.sigma**2) + jnp.mean(truth.p**2) - jnp.mean(truth.p) ** 2
+    s = sigma(truth)
+    var = jnp.mean(s**2) + jnp.mean(truth.V**2) - jnp.mean(truth.V) ** 2
     return jnp.sqrt(jnp.maximum(var, 0.0))
 
 
@@ -148,11 +121,10 @@ def exact_direction(estimator: str, truth, eps) -> jax.Array:
     """The G = ∞ direction: (1/N) Σ_x g_x / (σ_x + eps) (grpo), / (σ_pool + eps) (grpo-batch),
     else (1/N) Σ_x g_x = ∇J.  [N, eq. 3–4]"""
     if estimator == "grpo":
-        return jnp.mean(truth.g / (truth.sigma + eps)[:, None], axis=0)
-    g = jnp.mean(truth.g, axis=0)
+        return jnp.mean(truth.g_global / (sigma(truth) + eps)[:, None], axis=0)
     if estimator == "grpo-batch":
-        return g / (pooled_sigma(truth) + eps)
-    return g
+        return truth.g / (pooled_sigma(truth) + eps)
+    return truth.g
 
 
 def sampled_weights(estimator: str, rewards: jax.Array, ddof: int, eps) -> jax.Array:
@@ -177,20 +149,54 @@ def optimizer(name: str) -> optax.GradientTransformation:
     return optax.scale_by_adam() if name == "adam" else optax.identity()
 
 
-def direction(run: Run, env: TrainEnv, key, params, truth, knobs: Knobs):
-    """(d, zero-variance fraction) for one step; exact when ``run.G == EXACT``."""
-    if run.G == EXACT:
-        return exact_direction(run.estimator, truth, knobs.eps), jnp.zeros(())
-    aux, rewards = env.sample(key, params, truth, run.G)
+def ascend(direction, theta0, keys, steps, *, lr, tx=None, state=None, record=None):
+    """Policy-gradient ascent: one ``lax.scan`` over the step indices t of ``steps`` (T,) of
+
+        (d_t, aux_t) = direction(k_t, θ_t, t)
+        θ_{t+1} = θ_t + lr(t, aux_t) · tx(d_t)
+
+    θ is a flat (D,) vector.  ``keys`` (typed): one key per step (T,), or a single key and
+    k_t = ``fold_in(keys, t)``.  ``lr``: a step size, or ``lr(t, aux_t)``.  ``tx``: the
+    step-size-free optax transformation (None: identity, plain SGD), continued from ``state``
+    when given.  ``record(aux_t)``: what to keep of each step (stacked along a leading T axis).
+    Returns (θ_T, the tx state, the records).
+
+    Its callers: :func:`train_one` (split keys, identity or Adam, η or η/(s(θ_t) + eps)), the
+    group-size lab's ``train_run`` (fold_in from t = 0, η0/(1 + t/τ)) and the χ² lab's
+    ``per_seed`` (fold_in from i = 1, β/i, one call per checkpoint segment).
+    """
+    tx = optax.identity() if tx is None else tx
+    state = tx.init(theta0) if state is None else state
+    fold = keys.ndim == 0
+
+    def step(carry, xs):
+        theta, state = carry
+        t, key = (xs, jax.random.fold_in(keys, xs)) if fold else xs
+        d, aux = direction(key, theta, t)
+        updates, state = tx.update(d, state, theta)
+        eta = lr(t, aux) if callable(lr) else lr
+        return (theta + eta * updates, state), None if record is None else record(aux)
+
+    (theta, state), records = jax.lax.scan(step, (theta0, state), steps if fold else (steps, keys))
+    return theta, state, records
+
+
+def sampled_direction(run: Run, env: Env, key, params, theta, truth, knobs: Knobs):
+    """(ĝ, zero-variance fraction) of the sampled estimator ``run.estimator``: G = ``run.G``
+    responses for each of the P prompts, ĝ = (1/P) Σ_x Σ_g c_xg W(x, y_xg).  ``truth`` (exact at
+    θ, computed anyway) lets the env reuse its policy."""
+    P = truth.V.shape[0]
+    prompts = jnp.arange(P)
+    responses, rewards = env.sample(key, params, theta, prompts, run.G, truth=truth)
     weights = sampled_weights(run.estimator, rewards, run.ddof, knobs.eps)
     zero = jnp.mean(est.degenerate(rewards).astype(rewards.dtype))
-    return env.gradient(params, truth, aux, weights), zero
+    return env.gradient(params, theta, prompts, responses, weights, truth=truth) / P, zero
 
 
-def curvature_sigma(env: TrainEnv, params, truth) -> jax.Array:
-    """s(θ) of :class:`TrainEnv` (``env.curvature`` or max_x σ_x)."""
+def curvature_sigma(env: Env, params, truth) -> jax.Array:
+    """s(θ) of :class:`gpolab.envs.Env` (``env.curvature`` or max_x σ_x)."""
     if env.curvature is None:
-        return jnp.max(truth.sigma)
+        return jnp.max(sigma(truth))
     return env.curvature(params, truth)
 
 
@@ -198,34 +204,54 @@ def diagnostics(truth) -> dict:
     """Per-step exact diagnostics at θ_t: J, σ̄ = mean_x σ_x, max_x σ_x, mean pairwise cosine of
     the g_x, ‖∇J‖ and ḡ = mean_x ‖g_x‖ (the quantity the convergence bounds control:
     (1/T) Σ_t ḡ_t² ≤ 2c·σ·(J* − J₀)/T with σ = σ̄ for GRPO and σ_max for REINFORCE)."""
+    s = sigma(truth)
     return dict(
-        J=jnp.mean(truth.p),
-        sigma_bar=jnp.mean(truth.sigma),
-        sigma_max=jnp.max(truth.sigma),
-        cos=mean_pairwise_cosine(truth.g),
-        grad_norm=jnp.linalg.norm(jnp.mean(truth.g, axis=0)),
-        gbar=jnp.mean(jnp.linalg.norm(truth.g, axis=-1)),
+        J=jnp.mean(truth.V),
+        sigma_bar=jnp.mean(s),
+        sigma_max=jnp.max(s),
+        cos=mean_pairwise_cosine(truth.g_global),
+        grad_norm=jnp.linalg.norm(truth.g),
+        gbar=jnp.mean(jnp.linalg.norm(truth.g_global, axis=-1)),
     )
 
 
-def train_one(run: Run, env: TrainEnv, key: jax.Array, params, knobs: Knobs) -> dict:
+def direction(run: Run, env: Env, params, knobs: Knobs, key, theta, t):
+    """:func:`ascend`'s direction at θ_t: the exact (``run.G == EXACT``) or sampled direction,
+    and aux = the exact truth at θ_t, s(θ_t) and the zero-variance fraction."""
+    truth = env.exact(params, theta)
+    if run.G == EXACT:
+        d, zero = exact_direction(run.estimator, truth, knobs.eps), jnp.zeros(())
+    else:
+        d, zero = sampled_direction(run, env, key, params, theta, truth, knobs)
+    return d, dict(truth=truth, sigma_eff=curvature_sigma(env, params, truth), zero_frac=zero)
+
+
+def step_size(run: Run, knobs: Knobs, t, aux) -> jax.Array:
+    """η (``constant``) or η / (s(θ_t) + eps) (``curvature``: the oracle 1/L_t)."""
+    if run.step == "curvature":
+        return knobs.lr / (aux["sigma_eff"] + knobs.eps)
+    return knobs.lr
+
+
+def step_record(aux) -> tuple:
+    """What :func:`train_one` keeps of a step: the diagnostics at θ_t and the zero fraction."""
+    return dict(diagnostics(aux["truth"]), sigma_eff=aux["sigma_eff"]), aux["zero_frac"]
+
+
+def train_one(run: Run, env: Env, key: jax.Array, params, knobs: Knobs) -> dict:
     """One training run: per-step diagnostics (steps + 1,) (entry t at θ_t; with ``sigma_eff``
-    = s(θ_t)) and the per-step zero-variance fraction (steps,)."""
-    tx = optimizer(run.optimizer)
-    theta0 = env.init(params)
-
-    def step(carry, step_key):
-        theta, opt_state = carry
-        truth = env.exact(params, theta)
-        d, zero = direction(run, env, step_key, params, truth, knobs)
-        updates, opt_state = tx.update(d, opt_state, theta)
-        s_eff = curvature_sigma(env, params, truth)
-        lr = knobs.lr / (s_eff + knobs.eps) if run.step == "curvature" else knobs.lr
-        theta = theta + lr * updates
-        return (theta, opt_state), (dict(diagnostics(truth), sigma_eff=s_eff), zero)
-
+    = s(θ_t)) and the per-step zero-variance fraction (steps,).  Step t draws with key t of
+    ``split(key, steps)``."""
     keys = jax.random.split(key, run.steps)
-    (theta, _), (diag, zero) = jax.lax.scan(step, (theta0, tx.init(theta0)), keys)
+    theta, _, (diag, zero) = ascend(
+        partial(direction, run, env, params, knobs),
+        env.init(params),
+        keys,
+        jnp.arange(run.steps),
+        lr=partial(step_size, run, knobs),
+        tx=optimizer(run.optimizer),
+        record=step_record,
+    )
     truth = env.exact(params, theta)
     last = dict(diagnostics(truth), sigma_eff=curvature_sigma(env, params, truth))
     out = {k: jnp.concatenate([v, last[k][None]]) for k, v in diag.items()}
@@ -234,7 +260,7 @@ def train_one(run: Run, env: TrainEnv, key: jax.Array, params, knobs: Knobs) -> 
 
 
 @partial(jax.jit, static_argnames=("run", "env"))
-def _train(run: Run, env: TrainEnv, keys: jax.Array, params, lrs: jax.Array, eps: jax.Array):
+def _train(run: Run, env: Env, keys: jax.Array, params, lrs: jax.Array, eps: jax.Array):
     per_seed = jax.vmap(train_one, in_axes=(None, None, 0, None, None))
     per_lr = jax.vmap(lambda lr: per_seed(run, env, keys, params, Knobs(lr=lr, eps=eps)), in_axes=0)
     return per_lr(lrs)
@@ -242,7 +268,7 @@ def _train(run: Run, env: TrainEnv, keys: jax.Array, params, lrs: jax.Array, eps
 
 def train(
     run: Run,
-    env: TrainEnv,
+    env: Env,
     key: jax.Array,
     params,
     lrs,
@@ -266,14 +292,14 @@ def train(
 
 
 @partial(jax.jit, static_argnames=("run", "env"))
-def _directions(run: Run, env: TrainEnv, keys, params, truth, knobs: Knobs):
+def _directions(run: Run, env: Env, keys, params, theta, truth, knobs: Knobs):
     """Sampled directions at one θ for every key (compiled once per (run, env, seed count))."""
-    return jax.vmap(lambda k: direction(run, env, k, params, truth, knobs))(keys)
+    return jax.vmap(lambda k: sampled_direction(run, env, k, params, theta, truth, knobs))(keys)
 
 
 def finite_sample_bias(
     key: jax.Array,
-    env: TrainEnv,
+    env: Env,
     params,
     theta,
     G: int,
@@ -292,7 +318,7 @@ def finite_sample_bias(
     truth = env.exact(params, theta)
     with engine.prng_mode():
         keys = engine.seed_keys(key, jnp.arange(seeds, dtype=jnp.uint32))
-        d, zero = _directions(run, env, keys, params, truth, knobs)
+        d, zero = _directions(run, env, keys, params, theta, truth, knobs)
     d = np.asarray(d, np.float64)
     target = np.asarray(exact_direction(estimator, truth, eps), np.float64)
     mean = d.mean(axis=0)
@@ -305,6 +331,9 @@ def finite_sample_bias(
         norm_ratio=float(np.linalg.norm(mean) / tn),
         zero_frac=float(np.mean(zero)),
         zero_frac_theory=float(
-            np.mean(np.asarray(truth.p, np.float64) ** G + np.asarray(truth.q, np.float64) ** G)
+            np.mean(
+                np.asarray(truth.V, np.float64) ** G
+                + np.asarray(truth.one_minus_V, np.float64) ** G
+            )
         ),
     )

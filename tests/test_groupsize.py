@@ -112,25 +112,25 @@ def test_loo_over_slots_equals_the_estimator_library():
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
-def test_bandit_task_samples_and_gradients_match_the_env(small):
+def test_bandit_env_samples_and_gradients_match_the_env_module(small):
     params, _ = small
     key = jax.random.key(7)
     prompts = bandit.sample_prompts(jax.random.key(8), params, 64)
     theta = params.theta.reshape(-1)
-    actions, rewards = groupsize.BANDIT.sample(key, params, theta, prompts)
+    actions, rewards = bandit.ENV.sample(key, params, theta, prompts, 1)
     a_ref, r_ref = bandit.sample(key, params, prompts, 1)  # same uniforms, same inverse CDF
-    np.testing.assert_array_equal(actions, a_ref[:, 0])
-    np.testing.assert_array_equal(rewards, r_ref[:, 0])
+    np.testing.assert_array_equal(actions[:, 0], a_ref[:, 0])
+    np.testing.assert_array_equal(rewards[:, 0], r_ref[:, 0])
     w = jax.random.normal(jax.random.key(9), (64,))
-    got = groupsize.BANDIT.gradient(params, theta, prompts, actions, w)
-    local = bandit.weighted_scores(params, prompts, actions[:, None], w[:, None])
+    got = bandit.ENV.gradient(params, theta, prompts, actions, w[:, None])
+    local = bandit.weighted_scores(params, prompts, actions, w[:, None])
     want = bandit.to_global(params, prompts, local) * 64
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_one_compilation_per_n_serves_every_g(small):
     params, truth = small
-    cell = groupsize.FixedCell(groupsize.BANDIT, 48)
+    cell = groupsize.FixedCell(bandit.ENV, 48)
     theta = params.theta.reshape(-1)
     for G in theory.divisors(48):
         args = (params, theta, truth.g, jnp.int32(G))
@@ -145,7 +145,7 @@ def test_monte_carlo_fixed_n_mse_matches_exact(small):
     c = theory.constants(truth)
     theta = params.theta.reshape(-1)
     N = 32
-    cell = groupsize.FixedCell(groupsize.BANDIT, N)
+    cell = groupsize.FixedCell(bandit.ENV, N)
     for G in theory.divisors(N):
         args = (params, theta, truth.g, jnp.int32(G))
         m = engine.run(groupsize.fixed_error, cell, args, jax.random.key(G), 20_000, 4096)
@@ -166,7 +166,7 @@ def test_predicted_argmin_matches_monte_carlo_argmin():
         best = theory.best_divisor(c, N)
         ds = theory.divisors(N)
         assert ds[0] < best < ds[-1]  # an interior minimum: a real test of the law
-        cell = groupsize.FixedCell(groupsize.BANDIT, N)
+        cell = groupsize.FixedCell(bandit.ENV, N)
         stats = {}
         for G in ds:
             args = (params, theta, truth.g, jnp.int32(G))
@@ -198,7 +198,7 @@ def _train_args(params, G, eta=4.0, tau=math.inf):
 
 def test_training_is_deterministic_per_seed_and_vmap_equals_loop(small):
     params, _ = small
-    cell = groupsize.TrainCell(groupsize.BANDIT, 16, 12)
+    cell = groupsize.TrainCell(bandit.ENV, 16, 12)
     key = jax.random.key(5)
     for G, tau in ((4, math.inf), (8, 3.0)):
         args = _train_args(params, G, tau=tau)
@@ -215,31 +215,31 @@ def test_training_is_deterministic_per_seed_and_vmap_equals_loop(small):
 def test_training_improves_and_reports_gap_to_the_optimum(small):
     params, _ = small
     cfg = groupsize.Config(train=True, prompts=4, actions=8, instance_seed=3)
-    task, data, theta0, j_star, _ = groupsize.make_task(cfg, "bandit")
+    env, data, theta0, j_star, *_ = groupsize.make_setup(cfg, "bandit")
     assert j_star == pytest.approx(float(np.mean(np.max(np.asarray(params.success), 1))))
-    gap0 = j_star - float(task.value(data, theta0))
+    gap0 = j_star - float(env.value(data, theta0))
     gaps = groupsize.train_gaps(
-        task, data, theta0, j_star, 16, 4, 30, 4.0, 10.0, jax.random.key(0), 32
+        env, data, theta0, j_star, 16, 4, 30, 4.0, 10.0, jax.random.key(0), 32
     )
     assert np.all(gaps >= 0) and gaps.mean() < gap0
 
 
-def test_arithmetic_task_gradient_is_the_sum_of_per_question_gradients():
+def test_arithmetic_env_gradient_is_the_sum_of_per_question_gradients():
     from gpolab.envs import arithmetic
 
     questions = arithmetic.make_questions(0, 6)
     params = arithmetic.init(0, hidden=8)
-    data = groupsize.ArithmeticData(params, questions)
+    data = arithmetic.ArithmeticInstance(params, questions, jax.random.key(1), 4)
     theta = jax.flatten_util.ravel_pytree(params.weights)[0]
     prompts = jnp.array([0, 0, 3, 3, 5, 5], jnp.int32)
-    sample = jax.jit(groupsize.ARITHMETIC.sample)
-    tokens, rewards = sample(jax.random.key(0), data, theta, prompts)
-    assert tokens.shape[0] == 6 and rewards.shape == (6,)
+    sample = jax.jit(arithmetic.ENV.sample, static_argnums=4)
+    tokens, rewards = sample(jax.random.key(0), data, theta, prompts, 1)
+    assert tokens.shape[0] == 6 and rewards.shape == (6, 1)
     w = jnp.arange(1.0, 7.0)
-    got = jax.jit(groupsize.ARITHMETIC.gradient)(data, theta, prompts, tokens, w)
+    got = jax.jit(arithmetic.ENV.gradient)(data, theta, prompts, tokens, w[:, None])
     one = jax.jit(arithmetic.gradient_estimate)
     want = sum(
-        one(params, questions.features[q], tokens[2 * i : 2 * i + 2], w[2 * i : 2 * i + 2])
+        one(params, questions.features[q], tokens[2 * i : 2 * i + 2, 0], w[2 * i : 2 * i + 2])
         for i, q in enumerate((0, 3, 5))
     )
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

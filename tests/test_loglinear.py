@@ -27,12 +27,14 @@ def test_exact_gradient_is_jacobian_of_success(rho):
     theta = random_theta(params, 1)
     truth = ll.exact(params, theta)
     auto = jax.jacobian(lambda th: ll.success(params, th))(theta)
-    np.testing.assert_allclose(truth.g, auto, rtol=1e-4, atol=1e-7)
+    np.testing.assert_allclose(truth.g_global, auto, rtol=1e-4, atol=1e-7)
     # ‖g_x‖ = ‖c_x‖: the embedding of the local gradient is an isometry
     np.testing.assert_allclose(
-        jnp.linalg.norm(truth.g, axis=-1), jnp.linalg.norm(truth.g_local, axis=-1), rtol=1e-5
+        jnp.linalg.norm(truth.g_global, axis=-1),
+        jnp.linalg.norm(truth.g_local, axis=-1),
+        rtol=1e-5,
     )
-    np.testing.assert_allclose(truth.p + truth.q, 1.0, rtol=1e-6)
+    np.testing.assert_allclose(truth.V + truth.one_minus_V, 1.0, rtol=1e-6)
 
 
 @pytest.mark.parametrize("rho", [0.0, 0.6])
@@ -47,7 +49,7 @@ def test_exact_hessian_is_autodiff_hessian(rho):
 def test_exact_gradient_and_hessian_match_finite_differences(x64):
     params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), small(rho=0.5))
     theta = np.asarray(random_theta(params, 3), np.float64)
-    g = np.asarray(ll.exact(params, jnp.asarray(theta)).g)
+    g = np.asarray(ll.exact(params, jnp.asarray(theta)).g_global)
     H1 = np.asarray(ll.hessian(params, jnp.asarray(theta), 1))
     h = 1e-5
     for i in range(theta.size):
@@ -55,9 +57,9 @@ def test_exact_gradient_and_hessian_match_finite_differences(x64):
         e[i] = h
         plus = ll.exact(params, jnp.asarray(theta + e))
         minus = ll.exact(params, jnp.asarray(theta - e))
-        fd_p = (np.asarray(plus.p) - np.asarray(minus.p)) / (2 * h)
+        fd_p = (np.asarray(plus.V) - np.asarray(minus.V)) / (2 * h)
         np.testing.assert_allclose(g[:, i], fd_p, rtol=1e-6, atol=1e-10)
-        fd_g = (np.asarray(plus.g[1]) - np.asarray(minus.g[1])) / (2 * h)  # column i of H_1
+        fd_g = (np.asarray(plus.g_global[1]) - np.asarray(minus.g_global[1])) / (2 * h)  # H_1[:, i]
         np.testing.assert_allclose(H1[:, i], fd_g, rtol=1e-5, atol=1e-9)
 
 
@@ -91,7 +93,7 @@ def test_curvature_bounds_hold_on_random_theta(bound):
 def test_initial_policy_is_poor_and_heterogeneous():
     params = ll.make(0)
     truth = ll.exact(params, ll.init_theta(params))
-    p = np.asarray(truth.p)
+    p = np.asarray(truth.V)
     assert p.shape == (32,) and params.num_responses >= 256
     assert p.min() == pytest.approx(0.02, abs=0.005) and p.max() == pytest.approx(0.9, abs=0.005)
     assert set(np.unique(np.asarray(params.reward))) == {0.0, 1.0}
@@ -101,9 +103,10 @@ def test_equal_control_has_identical_prompts_and_orthogonal_blocks_at_rho_zero()
     params = ll.make(1, prompts=4, equal=True, p_equal=0.3)
     theta = random_theta(params, 5) * 0  # symmetric start
     truth = ll.exact(params, theta)
-    np.testing.assert_allclose(truth.sigma, truth.sigma[0], rtol=1e-6)
+    sigma = np.sqrt(truth.sigma2)
+    np.testing.assert_allclose(sigma, sigma[0], rtol=1e-6)
     theta = random_theta(ll.make(1, prompts=4), 6)
-    g = ll.exact(ll.make(1, prompts=4), theta).g
+    g = ll.exact(ll.make(1, prompts=4), theta).g_global
     gram = np.asarray(g @ g.T)
     np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0.0, atol=1e-12)
 
@@ -116,17 +119,20 @@ def test_sampler_rewards_and_gradient_are_unbiased():
     truth = ll.exact(params, theta)
     G, S = 4, 4000
 
+    prompts = jnp.arange(params.num_prompts)
+
     def one(key):
-        ys, r = ll.sample(key, params, truth, G)
-        return r.mean(-1), ll.gradient(params, truth, ys, est.gradient_weights("vanilla", r))
+        ys, r = ll.sample(key, params, theta, prompts, G)
+        grad = ll.gradient(params, theta, prompts, ys, est.gradient_weights("vanilla", r))
+        return r.mean(-1), grad / params.num_prompts
 
     with engine.prng_mode():
         keys = engine.seed_keys(jax.random.key(9), jnp.arange(S, dtype=jnp.uint32))
         rbar, grads = jax.jit(jax.vmap(one))(keys)
     rbar, grads = np.asarray(rbar, np.float64), np.asarray(grads, np.float64)
     se = rbar.std(0, ddof=1) / np.sqrt(S)
-    assert np.all(np.abs(rbar.mean(0) - np.asarray(truth.p)) < 4 * se + 1e-7)
-    err2 = np.sum((grads.mean(0) - np.asarray(truth.g).mean(0)) ** 2)
+    assert np.all(np.abs(rbar.mean(0) - np.asarray(truth.V)) < 4 * se + 1e-7)
+    err2 = np.sum((grads.mean(0) - np.asarray(truth.g_global).mean(0)) ** 2)
     noise2 = np.sum(grads.var(0, ddof=1)) / S  # E‖mean − g‖² = tr Cov / S
     assert err2 < 2.0 * noise2
 
@@ -161,7 +167,7 @@ def test_smoothness_sigma_is_the_top_eigenvalue_and_bounds_the_hessian_of_J(rho)
     for seed in range(2):
         theta = random_theta(params, seed, scale=1.0 + 2 * seed)
         truth = ll.exact(params, theta)
-        sig = np.asarray(truth.sigma, np.float64)
+        sig = np.sqrt(np.asarray(truth.sigma2, np.float64))
         s = float(ll.smoothness_sigma(params, truth))
         assert s == pytest.approx(np.linalg.eigvalsh((W.T * sig) @ W)[-1], rel=1e-5)
         if rho == 0.0:

@@ -2,20 +2,22 @@
 determinism, vmapped = looped, finite-sample bias; the std-normalization lab (curve analysis,
 the CLI, the lab protocol: typed flags beat --quick, flags the mode ignores, cache keys)."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab import configs, train
+from gpolab import configs, envs, train
 from gpolab.cli import main
 from gpolab.envs import loglinear as ll
 from gpolab.labs import stdnorm
 from gpolab.store import Store
 from gpolab.validate import ConfigError
 
-ENV = train.loglinear_env()
+ENV = envs.get("loglinear")
 
 
 def small(**kw):
@@ -27,7 +29,7 @@ def test_exact_directions():
     params = small(rho=0.4)
     theta = 0.5 * jax.random.normal(jax.random.key(0), (params.dim,))
     truth = ll.exact(params, theta)
-    g, s, p = np.asarray(truth.g), np.asarray(truth.sigma), np.asarray(truth.p)
+    g, s, p = np.asarray(truth.g_global), np.sqrt(truth.sigma2), np.asarray(truth.V)
     np.testing.assert_allclose(
         train.exact_direction("grpo", truth, 0.0), (g / s[:, None]).mean(0), rtol=1e-5
     )
@@ -55,9 +57,9 @@ def test_equal_sigma_control_is_reinforce_after_step_rescaling():
     J = []
     for _ in range(steps):
         truth = ll.exact(params, theta)
-        J.append(float(truth.J))
-        theta = theta + lr / truth.sigma[0] * jnp.mean(truth.g, axis=0)
-    J.append(float(ll.exact(params, theta).J))
+        J.append(float(jnp.mean(truth.V)))
+        theta = theta + lr / jnp.sqrt(truth.sigma2[0]) * jnp.mean(truth.g_global, axis=0)
+    J.append(float(jnp.mean(ll.exact(params, theta).V)))
     np.testing.assert_allclose(out["J"][0, 0], J, rtol=2e-5, atol=2e-6)
     assert J[-1] > J[0] + 0.3  # it actually learned
     truth = ll.exact(small(), ll.init_theta(small()))
@@ -86,6 +88,50 @@ def test_training_is_deterministic_per_seed_and_vmapped_equals_looped(estimator)
             knobs = train.Knobs(lr=jnp.float32(lrs[1]), eps=jnp.float32(1e-4))
             one = looped(run, ENV, k, params, knobs)
             np.testing.assert_allclose(one["J"], a["J"][1, s], rtol=1e-5, atol=1e-6)
+
+
+def _quadratic_direction(key, theta, t):
+    """A noisy ascent direction of −½θᵀAθ and, as aux, its squared norm and the step index."""
+    A = jnp.array([[2.0, 0.3], [0.3, 1.0]])
+    d = -A @ theta + 0.1 * jax.random.normal(key, theta.shape)
+    return d, {"sq": jnp.sum(d**2), "t": t}
+
+
+def _keep(aux):
+    return aux
+
+
+def _shrinking_step(t, aux):
+    return 0.3 / (1.0 + t) / (1.0 + aux["sq"])
+
+
+@pytest.mark.parametrize("adam", [False, True])
+def test_ascend_is_the_plain_python_loop(adam):
+    """The one loop against a Python loop of the same update: split keys with a step size read
+    from aux (and Adam), and a single key folded with t from a start index (uint32 t)."""
+    import optax
+
+    theta0 = jnp.array([1.0, -2.0])
+    tx = optax.scale_by_adam() if adam else None
+    key = jax.random.key(4)
+    runs = ((jax.random.split(key, 7), jnp.arange(7)), (key, jnp.arange(5, 12, dtype=jnp.uint32)))
+    run = jax.jit(
+        partial(train.ascend, _quadratic_direction, theta0, lr=_shrinking_step, tx=tx, record=_keep)
+    )
+    for keys, steps in runs:
+        theta, _, rec = run(keys, steps)
+        ref_tx = optax.identity() if tx is None else tx
+        th, state, sq = theta0, ref_tx.init(theta0), []
+        for i, t in enumerate(steps):
+            k = keys[i] if keys.ndim else jax.random.fold_in(key, t)
+            d, aux = _quadratic_direction(k, th, t)
+            upd, state = ref_tx.update(d, state, th)
+            th = th + _shrinking_step(t, aux) * upd
+            sq.append(float(aux["sq"]))
+        np.testing.assert_allclose(theta, th, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(rec["sq"], sq, rtol=1e-6)
+        np.testing.assert_array_equal(rec["t"], steps)
+        assert float(jnp.linalg.norm(theta)) < float(jnp.linalg.norm(theta0))  # it ascended
 
 
 def test_step_sizes_are_traced_no_recompile():
@@ -231,9 +277,9 @@ def test_curvature_step_rule_is_the_oracle_one_over_L():
     for _ in range(steps):
         truth = ll.exact(params, theta)
         s = ll.smoothness_sigma(params, truth)
-        J.append(float(truth.J))
+        J.append(float(jnp.mean(truth.V)))
         S.append(float(s))
-        theta = theta + lr / (s + eps) * jnp.mean(truth.g, axis=0)
+        theta = theta + lr / (s + eps) * jnp.mean(truth.g_global, axis=0)
     np.testing.assert_allclose(out["J"][0, 0, :-1], J, rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(out["sigma_eff"][0, 0, :-1], S, rtol=2e-5)
     with pytest.raises(ConfigError, match="step"):

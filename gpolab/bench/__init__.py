@@ -233,11 +233,11 @@ def training(cfg: BenchConfig) -> dict:
     """Seed-runs per second of ``gpolab train``'s compiled loop (jit(vmap lr)(vmap seed)(scan))."""
     import jax
 
-    from gpolab import train
+    from gpolab import envs, train
     from gpolab.envs import loglinear
 
     params = loglinear.make(cfg.seed)
-    env, run = train.loglinear_env(), train.Run("grpo", 8, steps=200)
+    env, run = envs.get("loglinear"), train.Run("grpo", 8, steps=200)
     lrs, seeds = np.geomspace(1.0, 100.0, 4), 16 if cfg.quick else 64
     key = jax.random.key(cfg.seed)
     times = []

@@ -12,6 +12,8 @@
   V(x) = π_θ(y*|x) (teacher forcing) and g_x = ∇_θ π_θ(y*|x) (autodiff).
 * A Monte Carlo gradient needs only sampled sequences and one backward pass per group
   (DESIGN §2): ĝ = ∇_θ (1/G) Σ_g stop_gradient(A_g) log π_θ(y_g|x).
+* ``ENV``: the :class:`gpolab.envs.Env` over the flat weights θ of one
+  :class:`ArithmeticInstance` (policy, questions).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from gpolab import validate
+from gpolab.envs import Env
 from gpolab.envs.sampling import inverse_cdf
 
 VOCAB = 12  # 0-9, '-', <eos>
@@ -410,7 +413,8 @@ class ArithmeticTruth:
     prompt_probs: jax.Array
     V: jax.Array
     sigma2: jax.Array
-    g_local: jax.Array  # (n, D)
+    g_local: jax.Array  # (n, D) g_x (every question moves all of θ)
+    g: jax.Array  # (D,) g = E_X g_X
     S2: jax.Array
     S2_se: jax.Array
     e_wz2: jax.Array
@@ -449,6 +453,7 @@ def exact(
         V=V,
         sigma2=V * (1 - V),
         g_local=g,
+        g=gbar,
         S2=S2,
         S2_se=S2_se,
         e_wz2=A,
@@ -456,3 +461,72 @@ def exact(
         e_w2_zv=A - V * S2,
         c1=f @ jnp.sum((g - gbar[None]) ** 2, axis=-1),
     )
+
+
+# ---------------------------------------------------------------- the Env contract (flat θ)
+
+
+@struct.dataclass
+class ArithmeticInstance:
+    """The env's ``params`` for :class:`gpolab.envs.Env`: a policy (its weights are θ₀ and its
+    static fields fix the model), the questions, and the key and sample count of the Monte Carlo
+    part of :func:`exact` (S2)."""
+
+    policy: ArithmeticParams
+    questions: Questions
+    truth_key: jax.Array
+    truth_samples: int = struct.field(pytree_node=False, default=64)
+
+
+def at(instance: ArithmeticInstance, theta: jax.Array) -> ArithmeticParams:
+    """The policy with its weights replaced by the flat vector ``theta`` (D,)."""
+    unravel = ravel_pytree(instance.policy.weights)[1]
+    return instance.policy.replace(weights=unravel(theta))
+
+
+def init_theta(instance: ArithmeticInstance) -> jax.Array:
+    """θ₀ (D,): the policy's weights, flat."""
+    return ravel_pytree(instance.policy.weights)[0]
+
+
+def value(instance: ArithmeticInstance, theta: jax.Array) -> jax.Array:
+    """J(θ) = mean_x V(x) (uniform questions)."""
+    return jnp.mean(success_prob(at(instance, theta), instance.questions))
+
+
+def exact_at(instance: ArithmeticInstance, theta: jax.Array) -> ArithmeticTruth:
+    """:func:`exact` at flat θ, with the instance's key and samples for S2."""
+    policy = at(instance, theta)
+    return exact(instance.truth_key, policy, instance.questions, instance.truth_samples)
+
+
+def sample_prompts(key: jax.Array, instance: ArithmeticInstance, n: int) -> jax.Array:
+    """(n,) iid uniform question indices."""
+    return jax.random.randint(key, (n,), 0, instance.questions.features.shape[0])
+
+
+def sample_at(key, instance: ArithmeticInstance, theta, prompts, G: int, truth=None):
+    """G sequences per question of ``prompts`` (n,) at flat θ, question i drawing with key i of
+    ``split(key, n)``: tokens (n, G, T) int32 and rewards (n, G).  ``truth`` is not needed."""
+    policy = at(instance, theta)
+    feats = instance.questions.features[prompts]
+    keys = jax.random.split(key, prompts.shape[0])
+    tokens = jax.vmap(lambda k, f: sample(k, policy, f, G))(keys, feats)
+    return tokens, jax.vmap(rewards)(tokens, instance.questions.answers[prompts])
+
+
+def gradient(instance: ArithmeticInstance, theta, prompts, tokens, weights, truth=None):
+    """Σ_i Σ_g w_ig ∇_θ log π_θ(y_ig|x_i), flat (D,): one backward pass over all n·G sequences,
+    each row carrying its own question's features.  ``truth`` is not needed."""
+    n, G = weights.shape
+    feats = jnp.repeat(instance.questions.features[prompts], G, axis=0)
+    flat = tokens.reshape(n * G, tokens.shape[-1])
+    return gradient_estimate(at(instance, theta), feats, flat, weights.reshape(-1))
+
+
+def optimum(instance: ArithmeticInstance) -> float:
+    """J* = 1: every answer y* is reachable."""
+    return 1.0
+
+
+ENV = Env("arithmetic", init_theta, value, exact_at, sample_prompts, sample_at, gradient, optimum)

@@ -7,7 +7,8 @@ One "action" stands for a whole LLM response.  Two parameterisations share every
 
 "Local" coordinates are the parameter block prompt x can move: row x of θ (tabular, d = A) or all
 of θ (log-linear).  Per-prompt gradients live there; :func:`to_global` places a mini-batch of them
-into the flat parameter space of size D (P·A or d).
+into the flat parameter space of size D (P·A or d).  ``ENV`` is the :class:`gpolab.envs.Env` over
+that flat θ.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 from flax import struct
 
 from gpolab import validate
-from gpolab.envs.sampling import inverse_cdf
+from gpolab.envs import Env
+from gpolab.envs.sampling import inverse_cdf, inverse_cdf_rows
 
 KINDS = ("tabular", "loglinear")
 
@@ -247,3 +249,62 @@ def exact(params: BanditParams) -> BanditTruth:
         e_w2_zv=jnp.sum(pi * w2 * (p - V[:, None]), axis=-1),
         c1=c1,
     )
+
+
+# ---------------------------------------------------------------- the Env contract (flat θ)
+
+
+def at(params: BanditParams, theta: jax.Array) -> BanditParams:
+    """The instance with its θ replaced by the flat vector ``theta`` (D,)."""
+    return params.replace(theta=theta.reshape(params.theta.shape))
+
+
+def init_theta(params: BanditParams) -> jax.Array:
+    """θ₀ (D,): the instance's own θ, flat."""
+    return params.theta.reshape(-1)
+
+
+def value(params: BanditParams, theta: jax.Array) -> jax.Array:
+    """J(θ) at flat θ."""
+    return expected_return(at(params, theta))
+
+
+def exact_at(params: BanditParams, theta: jax.Array) -> BanditTruth:
+    """:func:`exact` at flat θ."""
+    return exact(at(params, theta))
+
+
+def sample_at(key, params: BanditParams, theta, prompts: jax.Array, G: int, truth=None):
+    """G (action, reward) pairs per prompt of ``prompts`` (n,) at flat θ: actions (n, G) int32
+    and rewards (n, G), the draws of :func:`sample` (same uniforms, same inverse CDF over the
+    joint outcomes) gathering only row x_i's ≈ √(2A) block ends and one block per draw
+    (:func:`~gpolab.envs.sampling.inverse_cdf_rows`).  ``truth`` is not needed."""
+    params = at(params, theta)
+    dtype = params.success.dtype
+    u = jax.random.uniform(key, (prompts.shape[0], G), dtype=dtype)
+    rows = jnp.broadcast_to(prompts[:, None], u.shape).reshape(-1)
+    idx = inverse_cdf_rows(outcome_probs(params), rows, u.reshape(-1))
+    return split_outcomes(idx.reshape(u.shape), dtype)
+
+
+def gradient(params: BanditParams, theta, prompts, actions: jax.Array, weights, truth=None):
+    """Σ_i Σ_g w_ig W(x_i, a_ig) in flat global coordinates (D,), O(n·G) memory: tabular
+    W = e_a − π_x, so scatter w_ig into cell (x_i, a_ig) and subtract (Σ_{i: x_i = x} Σ_g w_ig) π_x
+    per prompt; log-linear through :func:`weighted_scores`.  ``truth`` is not needed."""
+    params = at(params, theta)
+    if not params.tabular:
+        return jnp.sum(weighted_scores(params, prompts, actions, weights), axis=0)
+    P, A = params.success.shape
+    rows = jnp.broadcast_to(prompts[:, None], actions.shape).reshape(-1)
+    w = weights.reshape(-1)
+    hits = jnp.zeros((P, A), w.dtype).at[rows, actions.reshape(-1)].add(w)
+    per_prompt = jax.ops.segment_sum(w, rows, num_segments=P)
+    return (hits - per_prompt[:, None] * policy(params)).reshape(-1)
+
+
+def optimum(params: BanditParams) -> float:
+    """J* = Σ_x f_x max_a p(x, a) (the best action of every prompt)."""
+    return float(np.asarray(params.prompt_probs) @ np.max(np.asarray(params.success), 1))
+
+
+ENV = Env("bandit", init_theta, value, exact_at, sample_prompts, sample_at, gradient, optimum)

@@ -20,6 +20,7 @@ Because φ restricted to prompt x is u(x, y) ⊗ (√(1 − ρ²), ρ), every pe
 k-dimensional *local* one: with c_x = Cov_π(r, u) and M_x = E_π[(r − p_x) ψ_u ψ_uᵀ]
 (ψ_u = u − E_π u),  g_x = ∇p_x = (√(1 − ρ²) c_x at block x, ρ c_x at the shared block) and
 H_x = ∇²p_x = M_x ⊗ vvᵀ with v = (√(1 − ρ²), ρ), so ‖g_x‖ = ‖c_x‖ and ‖H_x‖_op = ‖M_x‖_op.
+``ENV`` is the :class:`gpolab.envs.Env` over θ.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 from flax import struct
 
 from gpolab import validate
+from gpolab.envs import Env
 from gpolab.envs.sampling import inverse_cdf
 
 
@@ -60,16 +62,18 @@ class LogLinearParams:
 
 @struct.dataclass
 class LogLinearTruth:
-    """Exact per-prompt quantities at one θ (arrays of shape (N,) unless noted)."""
+    """Exact per-prompt quantities at one θ (arrays of shape (N,) unless noted), under the shared
+    names of :class:`gpolab.envs.Env`."""
 
-    pi: jax.Array  # (N, A) π(y|x)
-    p: jax.Array  # E_π r = p_x
-    q: jax.Array  # 1 − p_x, summed directly (no cancellation near p_x = 1)
-    sigma: jax.Array  # σ_x = √(p_x (1 − p_x))
-    mean_u: jax.Array  # (N, k) E_π u(x, ·)
+    prompt_probs: jax.Array  # f = 1/N (uniform prompts)
+    V: jax.Array  # E_π r = p_x
+    one_minus_V: jax.Array  # 1 − p_x, summed directly (no cancellation near p_x = 1)
+    sigma2: jax.Array  # σ_x² = p_x (1 − p_x)
     g_local: jax.Array  # (N, k) c_x = Cov_π(r, u)
-    g: jax.Array  # (N, D) g_x = ∇p_x in global coordinates
-    J: jax.Array  # () mean_x p_x
+    g_global: jax.Array  # (N, D) g_x = ∇p_x in global coordinates
+    g: jax.Array  # (D,) ∇J = (1/N) Σ_x g_x
+    pi: jax.Array  # (N, A) π(y|x), which :func:`sample` and :func:`gradient` reuse
+    mean_u: jax.Array  # (N, k) E_π u(x, ·)
 
 
 def make(
@@ -154,13 +158,6 @@ def to_global(params: LogLinearParams, local: jax.Array) -> jax.Array:
     return jnp.concatenate([a * own, rho * local], axis=-1)
 
 
-def batch_to_global(params: LogLinearParams, local: jax.Array) -> jax.Array:
-    """(1/N) Σ_x (global embedding of m_x), without building the (N, D) matrix."""
-    a, rho = mixing(params)
-    N = params.num_prompts
-    return jnp.concatenate([a * local.reshape(-1), rho * jnp.sum(local, axis=0)]) / N
-
-
 def logits(params: LogLinearParams, theta: jax.Array) -> jax.Array:
     """(N, A) logits ⟨φ(x, y), θ⟩ = ⟨u(x, y), √(1 − ρ²) θ_x + ρ θ_s⟩."""
     own, shared = split_theta(params, theta)
@@ -177,9 +174,14 @@ def features(params: LogLinearParams) -> jax.Array:
     return jnp.concatenate([a * own.reshape(N, A, N * k), rho * params.u], axis=-1)
 
 
+def policy(params: LogLinearParams, theta: jax.Array) -> jax.Array:
+    """(N, A) π(y|x)."""
+    return jax.nn.softmax(logits(params, theta), axis=-1)
+
+
 def success(params: LogLinearParams, theta: jax.Array) -> jax.Array:
     """(N,) p_x(θ) = Σ_y π(y|x) r(x, y)."""
-    return jnp.sum(jax.nn.softmax(logits(params, theta), axis=-1) * params.reward, axis=-1)
+    return jnp.sum(policy(params, theta) * params.reward, axis=-1)
 
 
 def expected_return(params: LogLinearParams, theta: jax.Array) -> jax.Array:
@@ -188,27 +190,29 @@ def expected_return(params: LogLinearParams, theta: jax.Array) -> jax.Array:
 
 
 def exact(params: LogLinearParams, theta: jax.Array) -> LogLinearTruth:
-    """p_x, σ_x and g_x = Cov_π(r, φ) = E_π[(r − p_x) ψ] by enumeration over responses.  [N, §3]"""
-    pi = jax.nn.softmax(logits(params, theta), axis=-1)
+    """p_x, σ_x² and g_x = Cov_π(r, φ) = E_π[(r − p_x) ψ] by enumeration over responses.  [N, §3]"""
+    pi = policy(params, theta)
     r = params.reward
     p = jnp.sum(pi * r, axis=-1)
     q = jnp.sum(pi * (1.0 - r), axis=-1)
     c = jnp.einsum("na,nak->nk", pi * (r - p[:, None]), params.u)
+    g_global = to_global(params, c)
     return LogLinearTruth(
+        prompt_probs=jnp.full_like(p, 1.0 / params.num_prompts),
+        V=p,
+        one_minus_V=q,
+        sigma2=jnp.maximum(p * q, 0.0),
+        g_local=c,
+        g_global=g_global,
+        g=jnp.mean(g_global, axis=0),
         pi=pi,
         mean_u=jnp.einsum("na,nak->nk", pi, params.u),
-        p=p,
-        q=q,
-        sigma=jnp.sqrt(jnp.maximum(p * q, 0.0)),
-        g_local=c,
-        g=to_global(params, c),
-        J=jnp.mean(p),
     )
 
 
 def hessian_local(params: LogLinearParams, theta: jax.Array) -> jax.Array:
     """(N, k, k) M_x = E_π[(r − p_x) ψ_u ψ_uᵀ], ψ_u = u − E_π u; H_x = M_x ⊗ vvᵀ.  [N, §3]"""
-    pi = jax.nn.softmax(logits(params, theta), axis=-1)
+    pi = policy(params, theta)
     r = params.reward
     p = jnp.sum(pi * r, axis=-1, keepdims=True)
     psi = params.u - jnp.einsum("na,nak->nk", pi, params.u)[:, None, :]
@@ -235,7 +239,7 @@ def smoothness_sigma(params: LogLinearParams, truth: LogLinearTruth) -> jax.Arra
     bisection on [max(a²σ_max, ρ²Σσ), σ_max·(1 + (N − 1)ρ²)] (an eigensolver per step costs
     3× the whole exact step)."""
     a, rho = mixing(params)
-    sig = truth.sigma
+    sig = jnp.sqrt(truth.sigma2)
     d = a**2 * sig
     num = (a * rho * sig) ** 2
     total = rho**2 * jnp.sum(sig)
@@ -264,24 +268,52 @@ def curvature_norms(params: LogLinearParams, theta: jax.Array):
     truth = exact(params, theta)
     M = hessian_local(params, theta)
     h = jnp.max(jnp.abs(jnp.linalg.eigvalsh(M)), axis=-1)
-    return truth.sigma, jnp.linalg.norm(truth.g_local, axis=-1), h
+    return jnp.sqrt(truth.sigma2), jnp.linalg.norm(truth.g_local, axis=-1), h
 
 
-def sample(key: jax.Array, params: LogLinearParams, truth: LogLinearTruth, G: int):
-    """G responses for every prompt from π = ``truth.pi`` (the policy at the current θ):
-    (responses (N, G) int32, rewards (N, G))."""
-    u = jax.random.uniform(key, (params.num_prompts, G), dtype=truth.pi.dtype)
-    ys = inverse_cdf(truth.pi, u)
-    return ys, jnp.take_along_axis(params.reward, ys, axis=-1)
+def sample_prompts(key: jax.Array, params: LogLinearParams, n: int) -> jax.Array:
+    """(n,) iid uniform prompt indices."""
+    return jax.random.randint(key, (n,), 0, params.num_prompts)
 
 
-def gradient(
-    params: LogLinearParams, truth: LogLinearTruth, ys: jax.Array, weights: jax.Array
-) -> jax.Array:
-    """(D,) (1/N) Σ_x Σ_g c_xg W(x, y_xg), W = φ − E_π φ, without per-sample scores:
-    local m_x = Σ_g c_g u(x, y_g) − (Σ_g c_g) E_π u(x, ·), then embedded."""
-    mean_u = truth.mean_u
-    chosen = jnp.take_along_axis(params.u, ys[:, :, None], axis=1)  # (N, G, k)
+def sample(key, params: LogLinearParams, theta, prompts: jax.Array, G: int, truth=None):
+    """G responses from π_θ for each prompt of ``prompts`` (n,): (responses (n, G) int32,
+    rewards (n, G)); π is read from ``truth`` (:func:`exact` at θ) when given."""
+    pi = (policy(params, theta) if truth is None else truth.pi)[prompts]
+    u = jax.random.uniform(key, (prompts.shape[0], G), dtype=pi.dtype)
+    ys = inverse_cdf(pi, u)
+    return ys, jnp.take_along_axis(params.reward[prompts], ys, axis=-1)
+
+
+def gradient(params: LogLinearParams, theta, prompts, ys: jax.Array, weights, truth=None):
+    """(D,) Σ_i Σ_g c_ig W(x_i, y_ig), W = φ − E_π φ, without per-sample scores: local
+    m_i = Σ_g c_ig u(x_i, y_ig) − (Σ_g c_ig) E_π u(x_i, ·), added into block x_i (weight
+    √(1 − ρ²)) and the shared block (weight ρ); E_π u is read from ``truth`` when given."""
+    if truth is None:
+        mean_u = jnp.einsum("na,nak->nk", policy(params, theta), params.u)
+    else:
+        mean_u = truth.mean_u
+    chosen = jnp.take_along_axis(params.u[prompts], ys[:, :, None], axis=1)  # (n, G, k)
     total = jnp.sum(weights, axis=-1, keepdims=True)
-    local = jnp.einsum("ng,ngk->nk", weights, chosen) - total * mean_u
-    return batch_to_global(params, local)
+    local = jnp.einsum("ng,ngk->nk", weights, chosen) - total * mean_u[prompts]
+    own = jnp.zeros((params.num_prompts, params.block), local.dtype).at[prompts].add(local)
+    a, rho = mixing(params)
+    return jnp.concatenate([a * own.reshape(-1), rho * jnp.sum(local, axis=0)])
+
+
+def optimum(params: LogLinearParams) -> float:
+    """J* = 1: every prompt has a rewarded response, reached as θ → ∞ along the target."""
+    return 1.0
+
+
+ENV = Env(
+    "loglinear",
+    init_theta,
+    expected_return,
+    exact,
+    sample_prompts,
+    sample,
+    gradient,
+    optimum,
+    curvature=smoothness_sigma,
+)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from functools import partial
 from typing import ClassVar
 
 import jax
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from gpolab import configs, engine, estimators, validate
+from gpolab import configs, engine, estimators, train, validate
 from gpolab.configs import option
 from gpolab.envs import gaussian
 from gpolab.theory import chi2 as theory
@@ -141,8 +142,8 @@ class Chi2Args:
     eps: jax.Array  # ()
 
 
-def sgd_step(cell: Chi2Cell, key: jax.Array, args: Chi2Args, theta: jax.Array, i) -> jax.Array:
-    """θ + (β/i) ĝ, ĝ = (1/B) Σ_b (1/G) Σ_g A_bg W_bg with the shared estimator ``cell.estimator``.
+def sgd_direction(cell: Chi2Cell, args: Chi2Args, key: jax.Array, theta: jax.Array, i):
+    """ĝ = (1/B) Σ_b (1/G) Σ_g A_bg W_bg with the shared estimator ``cell.estimator`` (no aux).
 
     The oracle baseline is the exact V_x(θ) at the current θ.
     """
@@ -153,22 +154,26 @@ def sgd_step(cell: Chi2Cell, key: jax.Array, args: Chi2Args, theta: jax.Array, i
     adv = estimators.advantages(
         cell.estimator, rewards, baseline=baseline, scale="group", ddof=cell.ddof, eps=args.eps
     )
-    grad = jnp.mean(estimators.policy_gradient(adv, scores), axis=0)
-    return theta + (args.beta / i) * grad
+    return jnp.mean(estimators.policy_gradient(adv, scores), axis=0), None
+
+
+def harmonic_step(beta: jax.Array, i, aux) -> jax.Array:
+    """η_i = β/i."""
+    return beta / i.astype(beta.dtype)
 
 
 def per_seed(cell: Chi2Cell, key: jax.Array, args: Chi2Args) -> dict:
-    """One SGD trajectory: ``scaled_gap`` (len(steps),) = n·Δ(θ_n) at each checkpoint n.
+    """One SGD trajectory θ_{i+1} = θ_i + (β/i) ĝ_i (:func:`gpolab.train.ascend`):
+    ``scaled_gap`` (len(steps),) = n·Δ(θ_n) at each checkpoint n.
 
     Step i draws with ``fold_in(key, i)``; each checkpoint segment is one ``lax.scan``.
     """
-
-    def body(theta, i):
-        return sgd_step(cell, jax.random.fold_in(key, i), args, theta, i.astype(theta.dtype)), None
-
+    direction = partial(sgd_direction, cell, args)
+    lr = partial(harmonic_step, args.beta)
     theta, start, out = args.theta0, 0, []
     for n in cell.steps:
-        theta, _ = jax.lax.scan(body, theta, jnp.arange(start + 1, n + 1, dtype=jnp.uint32))
+        steps = jnp.arange(start + 1, n + 1, dtype=jnp.uint32)
+        theta, _, _ = train.ascend(direction, theta, key, steps, lr=lr)
         out.append(n * gaussian.gap(args.params, theta))
         start = n
     return {"scaled_gap": jnp.stack(out)}

@@ -3,14 +3,15 @@
 
 * fixed θ (default) — the Monte Carlo MSE of the loo mini-batch gradient (B = N/G iid prompts,
   G responses each) over every divisor G ≥ 2 of N, against the exact [c1·G + C2 + C3/(G − 1)]/N;
-* ``train = true`` (``--train``) — SGD (optax) with N responses per step, many seeds, the final
-  suboptimality gap J* − J(θ_n) per G, for each env, N and step schedule.
+* ``train = true`` (``--train``) — SGD (:func:`gpolab.train.ascend`) with N responses per step,
+  many seeds, the final suboptimality gap J* − J(θ_n) per G, for each env, N and step schedule.
 
-Both use one sampler, :func:`minibatch_gradient`, over a small :class:`Task` interface
-(prompt draws, one response per slot, Σ_i w_i W_i, J) that the bandit and the arithmetic
-surrogate implement.  A step always draws N slots: slot i answers prompt ``draws[i // G]``, so
-the first B = N/G of N iid prompt draws get one group each.  Shapes depend on N only: G, the
-step size and the schedule are traced, and one compilation per (task, N) serves every G.
+Both use one sampler, :func:`minibatch_gradient`, over the env contract
+:class:`gpolab.envs.Env` (prompt draws, one response per slot, Σ_i w_i W_i, J) of the registered
+bandit and arithmetic surrogate.  A step always draws N slots: slot i answers prompt
+``draws[i // G]``, so the first B = N/G of N iid prompt draws get one group each.  Shapes depend
+on N only: G, the step size and the schedule are traced, and one compilation per (env, N) serves
+every G.
 Seed i uses ``fold_in(key, i)`` (through :mod:`gpolab.engine`); step t of a run uses
 ``fold_in(seed key, t)``.
 
@@ -25,15 +26,15 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import struct
 
-from gpolab import configs, engine, validate
+from gpolab import configs, engine, envs, train, validate
 from gpolab.configs import option
+from gpolab.envs import Env
 from gpolab.theory import groupsize as theory
 
 NAME = "groupsize"
@@ -165,121 +166,6 @@ class Config:
             validate.integer("truth_samples", self.truth_samples, 2)
 
 
-# ---------------------------------------------------------------- the task interface
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-    """Static environment interface over flat parameters θ (D,); ``data`` is a traced pytree.
-
-    * ``sample_prompts(key, data, n) -> (n,) int32`` iid prompts;
-    * ``sample(key, data, theta, prompts) -> (responses, rewards (n,))``, one response per slot;
-    * ``gradient(data, theta, prompts, responses, weights) -> (D,)`` = Σ_i w_i ∇ log π(y_i|x_i);
-    * ``value(data, theta) -> J(θ)``.
-    """
-
-    name: str
-    sample_prompts: Callable
-    sample: Callable
-    gradient: Callable
-    value: Callable
-
-
-def _bandit_at(data, theta):
-    return data.replace(theta=theta.reshape(data.theta.shape))
-
-
-def _bandit_prompts(key, data, n):
-    from gpolab.envs import bandit
-
-    return bandit.sample_prompts(key, data, n)
-
-
-def _bandit_sample(key, data, theta, prompts):
-    """One (action, reward) per slot by inverse CDF over the joint outcomes of x_i
-    (:func:`bandit.outcome_probs`; :func:`inverse_cdf_rows` gathers only row x_i's ≈ √(2A) block
-    ends and one block per slot): the draws of ``bandit.sample`` with G = 1."""
-    from gpolab.envs import bandit
-    from gpolab.envs.sampling import inverse_cdf_rows
-
-    params = _bandit_at(data, theta)
-    dtype = params.success.dtype
-    u = jax.random.uniform(key, prompts.shape, dtype=dtype)
-    return bandit.split_outcomes(inverse_cdf_rows(bandit.outcome_probs(params), prompts, u), dtype)
-
-
-def _bandit_gradient(data, theta, prompts, actions, weights):
-    """Σ_i w_i W(x_i, a_i) in flat global coordinates, O(n) memory: tabular W = e_a − π_x, so
-    scatter w_i into cell (x_i, a_i) and subtract (Σ_{i: x_i = x} w_i) π_x per prompt."""
-    from gpolab.envs import bandit
-
-    params = _bandit_at(data, theta)
-    if not params.tabular:
-        local = bandit.weighted_scores(params, prompts, actions[:, None], weights[:, None])
-        return jnp.sum(local, axis=0)
-    P, A = params.success.shape
-    hits = jnp.zeros((P, A), weights.dtype).at[prompts, actions].add(weights)
-    per_prompt = jax.ops.segment_sum(weights, prompts, num_segments=P)
-    return (hits - per_prompt[:, None] * bandit.policy(params)).reshape(-1)
-
-
-def _bandit_value(data, theta):
-    from gpolab.envs import bandit
-
-    return bandit.expected_return(_bandit_at(data, theta))
-
-
-BANDIT = Task("bandit", _bandit_prompts, _bandit_sample, _bandit_gradient, _bandit_value)
-
-
-@struct.dataclass
-class ArithmeticData:
-    params: object  # gpolab.envs.arithmetic.ArithmeticParams (its weights are replaced by θ)
-    questions: object  # gpolab.envs.arithmetic.Questions
-
-
-def _arith_at(data, theta):
-    from jax.flatten_util import ravel_pytree
-
-    unravel = ravel_pytree(data.params.weights)[1]
-    return data.params.replace(weights=unravel(theta))
-
-
-def _arith_prompts(key, data, n):
-    return jax.random.randint(key, (n,), 0, data.questions.features.shape[0])
-
-
-def _arith_sample(key, data, theta, prompts):
-    from gpolab.envs import arithmetic
-
-    params = _arith_at(data, theta)
-    feats = data.questions.features[prompts]
-    keys = jax.random.split(key, prompts.shape[0])
-    tokens = jax.vmap(lambda k, f: arithmetic.sample(k, params, f, 1)[0])(keys, feats)
-    rewards = jax.vmap(lambda t, a: arithmetic.rewards(t[None], a)[0])(
-        tokens, data.questions.answers[prompts]
-    )
-    return tokens, rewards
-
-
-def _arith_gradient(data, theta, prompts, tokens, weights):
-    """One backward pass over all n slots: each row carries its own question's features."""
-    from gpolab.envs import arithmetic
-
-    feats = data.questions.features[prompts]
-    return arithmetic.gradient_estimate(_arith_at(data, theta), feats, tokens, weights)
-
-
-def _arith_value(data, theta):
-    from gpolab.envs import arithmetic
-
-    return jnp.mean(arithmetic.success_prob(_arith_at(data, theta), data.questions))
-
-
-ARITHMETIC = Task("arithmetic", _arith_prompts, _arith_sample, _arith_gradient, _arith_value)
-TASKS = {"bandit": BANDIT, "arithmetic": ARITHMETIC}
-
-
 # ---------------------------------------------------------------- one mini-batch gradient
 
 
@@ -296,17 +182,18 @@ def loo_advantages_slots(rewards: jax.Array, G) -> jax.Array:
     return rewards - (sums - rewards) / (G - 1)
 
 
-def minibatch_gradient(task: Task, key: jax.Array, data, theta: jax.Array, N: int, G):
+def minibatch_gradient(env: Env, key: jax.Array, params, theta: jax.Array, N: int, G):
     """ĝ = (1/B) Σ_b (1/G) Σ_g A_bg W_bg with B = N/G iid prompts and loo advantages.
 
-    N is static (it sets the shapes); G is a traced integer dividing N.  Returns (ĝ (D,), rewards).
+    N is static (it sets the shapes); G is a traced integer dividing N.  Returns (ĝ (D,),
+    rewards (N,)).
     """
     k_prompts, k_responses = jax.random.split(key)
-    draws = task.sample_prompts(k_prompts, data, N)
+    draws = env.sample_prompts(k_prompts, params, N)
     prompts = draws[jnp.arange(N) // G]  # slot i answers the (i // G)-th draw; B = N/G used
-    responses, rewards = task.sample(k_responses, data, theta, prompts)
-    adv = loo_advantages_slots(rewards, G)
-    return task.gradient(data, theta, prompts, responses, adv / N), rewards
+    responses, rewards = env.sample(k_responses, params, theta, prompts, 1)
+    adv = loo_advantages_slots(rewards[:, 0], G)
+    return env.gradient(params, theta, prompts, responses, (adv / N)[:, None]), rewards[:, 0]
 
 
 # ---------------------------------------------------------------- fixed-θ Monte Carlo
@@ -314,30 +201,23 @@ def minibatch_gradient(task: Task, key: jax.Array, data, theta: jax.Array, N: in
 
 @dataclasses.dataclass(frozen=True)
 class FixedCell:
-    task: Task
+    env: Env
     N: int
 
 
 def fixed_error(cell: FixedCell, key: jax.Array, args) -> dict:
-    """Per-seed error of the mini-batch loo gradient.  ``args = (data, theta, g, G)``."""
-    data, theta, g, G = args
-    ghat, _ = minibatch_gradient(cell.task, key, data, theta, cell.N, G)
+    """Per-seed error of the mini-batch loo gradient.  ``args = (params, theta, g, G)``."""
+    params, theta, g, G = args
+    ghat, _ = minibatch_gradient(cell.env, key, params, theta, cell.N, G)
     err = ghat - g
     return {"err": err, "sq": jnp.sum(err**2)}
 
 
-def make_bandit(cfg: Config) -> tuple:
-    from gpolab.envs import bandit
-
-    params = bandit.make(cfg.instance_seed, **{f: getattr(cfg, f) for f in BANDIT_FIELDS})
-    return params, bandit.exact(params)
-
-
 def fixed_row(cfg: Config, setup: Callable, key: jax.Array, N: int, G: int) -> dict:
     """One (N, G) cell: Monte Carlo MSE with a 95% CI next to the exact value."""
-    params, truth, c = setup()
-    args = (params, params.theta.reshape(-1), truth.g, jnp.int32(G))
-    m = engine.run(fixed_error, FixedCell(BANDIT, N), args, key, cfg.n_seeds, cfg.chunk)
+    ctx = setup("bandit")
+    args = (ctx.params, ctx.theta0, ctx.truth.g, jnp.int32(G))
+    m = engine.run(fixed_error, FixedCell(ctx.env, N), args, key, cfg.n_seeds, cfg.chunk)
     s = engine.error_stats(m)
     return {
         "env": "bandit",
@@ -350,8 +230,8 @@ def fixed_row(cfg: Config, setup: Callable, key: jax.Array, N: int, G: int) -> d
         "mse_ci_low": s.mse_ci_low,
         "mse_ci_high": s.mse_ci_high,
         "bias_sq": s.bias_sq,
-        "theory_mse": theory.fixed_n_mse(c, N, G),
-        **dataclasses.asdict(c),
+        "theory_mse": theory.fixed_n_mse(ctx.constants, N, G),
+        **dataclasses.asdict(ctx.constants),
     }
 
 
@@ -360,73 +240,100 @@ def fixed_row(cfg: Config, setup: Callable, key: jax.Array, N: int, G: int) -> d
 
 @dataclasses.dataclass(frozen=True)
 class TrainCell:
-    task: Task
+    env: Env
     N: int
     steps: int
 
 
+def sgd_direction(env: Env, params, N: int, G, key: jax.Array, theta: jax.Array, t):
+    """:func:`gpolab.train.ascend`'s direction: the mini-batch loo gradient ĝ_t (no aux)."""
+    return minibatch_gradient(env, key, params, theta, N, G)[0], None
+
+
+def decaying_step(eta0, tau, t, aux):
+    """η_t = η0 / (1 + t/τ) (τ = ∞: the constant η0)."""
+    return eta0 / (1.0 + t / tau)
+
+
 def train_run(cell: TrainCell, key: jax.Array, args) -> dict:
-    """One SGD run: θ ← θ + η_t ĝ_t (optax.sgd on −ĝ), η_t = η0 / (1 + t/τ) (τ = ∞: constant).
+    """One SGD run: θ ← θ + η_t ĝ_t, η_t = η0 / (1 + t/τ) (τ = ∞: constant), step t drawing with
+    ``fold_in(key, t)``.
 
-    ``args = (data, theta0, G, eta0, tau, j_star)``; returns the final gap J* − J(θ_n) and J(θ_n).
+    ``args = (params, theta0, G, eta0, tau, j_star)``; returns the final gap J* − J(θ_n) and
+    J(θ_n).
     """
-    import optax
-
-    data, theta0, G, eta0, tau, j_star = args
-    opt = optax.sgd(lambda t: eta0 / (1.0 + t / tau))
-
-    def step(carry, t):
-        theta, state = carry
-        ghat, _ = minibatch_gradient(cell.task, jax.random.fold_in(key, t), data, theta, cell.N, G)
-        updates, state = opt.update(-ghat, state, theta)
-        return (optax.apply_updates(theta, updates), state), None
-
-    (theta, _), _ = jax.lax.scan(step, (theta0, opt.init(theta0)), jnp.arange(cell.steps))
-    value = cell.task.value(data, theta)
+    params, theta0, G, eta0, tau, j_star = args
+    theta, _, _ = train.ascend(
+        functools.partial(sgd_direction, cell.env, params, cell.N, G),
+        theta0,
+        key,
+        jnp.arange(cell.steps),
+        lr=functools.partial(decaying_step, eta0, tau),
+    )
+    value = cell.env.value(params, theta)
     return {"gap": j_star - value, "value": value}
 
 
-def make_task(cfg: Config, env: str) -> tuple:
-    """(task, data, θ0 flat, J*, truth at θ0) for one environment."""
-    if env == "bandit":
-        params, truth = make_bandit(cfg)
-        j_star = float(np.asarray(params.prompt_probs) @ np.max(np.asarray(params.success), 1))
-        return BANDIT, params, params.theta.reshape(-1), j_star, truth
-    from jax.flatten_util import ravel_pytree
+def make_instance(cfg: Config, name: str):
+    """The instance (:class:`gpolab.envs.Env` params) of env ``name``: the bandit, or the
+    questions and the pre-trained policy of the arithmetic surrogate."""
+    if name == "bandit":
+        from gpolab.envs import bandit
 
+        return bandit.make(cfg.instance_seed, **{f: getattr(cfg, f) for f in BANDIT_FIELDS})
     from gpolab.envs import arithmetic
 
     questions = arithmetic.make_questions(cfg.instance_seed, cfg.questions)
-    params = arithmetic.pretrain(
+    policy = arithmetic.pretrain(
         questions,
         seed=cfg.instance_seed,
         hidden=cfg.hidden,
         targets={cfg.policy: arithmetic.POLICIES[cfg.policy]},
     )[cfg.policy]
-    exact = jax.jit(arithmetic.exact, static_argnames="samples")
     truth_key = jax.random.fold_in(jax.random.key(cfg.instance_seed), 1)
-    truth = exact(truth_key, params, questions, samples=cfg.truth_samples)
-    theta0 = ravel_pytree(params.weights)[0]
-    return ARITHMETIC, ArithmeticData(params, questions), theta0, 1.0, truth  # y* reachable
+    return arithmetic.ArithmeticInstance(policy, questions, truth_key, cfg.truth_samples)
+
+
+class Setup(NamedTuple):
+    """One env of a run, built once: the env, its instance, θ0, J*, J(θ0), the exact truth at θ0
+    and the constants c1, C2, C3 of the prediction."""
+
+    env: Env
+    params: object
+    theta0: jax.Array
+    j_star: float
+    j0: float
+    truth: object
+    constants: theory.Constants
+
+
+def make_setup(cfg: Config, name: str) -> Setup:
+    """The :class:`Setup` of env ``name`` (the registered env and :func:`make_instance`)."""
+    env = envs.get(name)
+    params = make_instance(cfg, name)
+    theta0 = env.init(params)
+    truth = jax.jit(env.exact)(params, theta0)
+    j0 = float(env.value(params, theta0))
+    return Setup(env, params, theta0, env.optimum(params), j0, truth, theory.constants(truth))
 
 
 def schedule_tau(schedule: str, tau: float) -> float:
     return math.inf if schedule == "constant" else tau
 
 
-def train_gaps(task: Task, data, theta0, j_star: float, N: int, G: int, steps: int, eta: float,
+def train_gaps(env: Env, params, theta0, j_star: float, N: int, G: int, steps: int, eta: float,
                tau: float, key: jax.Array, seeds: int) -> np.ndarray:  # fmt: skip
     """Final gaps (seeds,) of ``seeds`` SGD runs: jit(vmap over seeds)(lax.scan over steps)."""
     f = jnp.result_type(float)
     args = (
-        data,
+        params,
         theta0,
         jnp.int32(G),
         jnp.asarray(eta, f),
         jnp.asarray(tau, f),
         jnp.asarray(j_star, f),
     )
-    out = engine.per_seed(train_run, TrainCell(task, N, steps), key, args, np.arange(seeds))
+    out = engine.per_seed(train_run, TrainCell(env, N, steps), key, args, np.arange(seeds))
     return np.asarray(out["gap"], dtype=np.float64)
 
 
@@ -442,10 +349,10 @@ def train_setting(cfg: Config, env: str, schedule: str) -> dict:
 def train_row(cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, schedule: str,
               G: int) -> dict:  # fmt: skip
     """One (env, N, schedule, G) cell: the final gap over seeds (mean, 95% CI, quartiles)."""
-    task, data, theta0, j_star, j0, c = setup(env)
+    ctx = setup(env)
     sgd = train_setting(cfg, env, schedule)
-    gaps = train_gaps(task, data, theta0, j_star, N, G, sgd["steps"], sgd["eta0"], sgd["tau"],
-                      key, cfg.n_seeds)  # fmt: skip
+    gaps = train_gaps(ctx.env, ctx.params, ctx.theta0, ctx.j_star, N, G, sgd["steps"],
+                      sgd["eta0"], sgd["tau"], key, cfg.n_seeds)  # fmt: skip
     mean, se = float(gaps.mean()), float(gaps.std(ddof=1) / np.sqrt(gaps.size))
     q25, q50, q75 = np.quantile(gaps, [0.25, 0.5, 0.75])
     return {
@@ -463,9 +370,9 @@ def train_row(cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, sc
         "gap_q25": float(q25),
         "gap_median": float(q50),
         "gap_q75": float(q75),
-        "gap0": j_star - j0,
-        "theory_mse": theory.fixed_n_mse(c, N, G),
-        **dataclasses.asdict(c),
+        "gap0": ctx.j_star - ctx.j0,
+        "theory_mse": theory.fixed_n_mse(ctx.constants, N, G),
+        **dataclasses.asdict(ctx.constants),
     }
 
 
@@ -517,23 +424,9 @@ def cells(cfg: Config) -> int:
     return len(row_ids(cfg))
 
 
-def _fixed_setup(cfg: Config) -> Callable:
-    @functools.cache
-    def setup():
-        params, truth = make_bandit(cfg)
-        return params, truth, theory.constants(truth)
-
-    return setup
-
-
-def _train_setup(cfg: Config) -> Callable:
-    @functools.cache
-    def setup(env: str):
-        task, data, theta0, j_star, truth = make_task(cfg, env)
-        j0 = float(task.value(data, theta0))
-        return task, data, theta0, j_star, j0, theory.constants(truth)
-
-    return setup
+def _setup(cfg: Config) -> Callable:
+    """``setup(env) -> Setup``, built once per env and only when a cell is computed."""
+    return functools.cache(functools.partial(make_setup, cfg))
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
@@ -548,7 +441,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     cfg.validate()
     key = jax.random.key(cfg.seed) if key is None else key
     ids = row_ids(cfg)
-    setup = _train_setup(cfg) if cfg.train else _fixed_setup(cfg)
+    setup = _setup(cfg)
     compute_row = train_row if cfg.train else fixed_row
 
     def compute(i: int) -> list[dict]:

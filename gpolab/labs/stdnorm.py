@@ -297,11 +297,11 @@ class _Context:
     """What computing a unit needs, built once and only when a unit is computed."""
 
     def __init__(self, cfg: Config, key, store, progress):
-        from gpolab import train
+        from gpolab import envs
         from gpolab.store import digest
 
         self.cfg, self.key, self.store, self.progress = cfg, key, store, progress
-        self.env = train.loglinear_env()
+        self.env = envs.get(cfg.env)
         self.config_hash = digest(dataclasses.asdict(cfg))
         self.instances = {}
 
@@ -316,6 +316,10 @@ class _Context:
                 align=c.align, equal=equal,
             )  # fmt: skip
         return self.instances[rho, equal]
+
+    def optimum(self, unit: Unit) -> float:
+        """J* of the unit's instance."""
+        return self.env.optimum(self.params(unit.rho, unit.control))
 
     def cached(self, key: str):
         """The stored rows of ``key`` (None when not finished)."""
@@ -437,7 +441,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     rows, curves = [], {}
     for unit in units:
         res, seconds = train_unit(ctx, unit)
-        row = summary_row(cfg, unit, res, seconds, ctx.env.optimum)
+        row = summary_row(cfg, unit, res, seconds, ctx.optimum(unit))
         rows.append(row)
         curves[curve_id(row)] = {k: v[row["lr_index"]] for k, v in res.items()}
     summary = pd.DataFrame(rows).astype({"ddof": "Int64"})

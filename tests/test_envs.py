@@ -1,0 +1,133 @@
+"""The env contract and its registry (:mod:`gpolab.envs`): every registered env's functions have
+the documented shapes and its sampled gradient is unbiased for the exact g; the old adapters are
+gone and envs import neither labs nor the trainer."""
+
+import ast
+import functools
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gpolab import engine, envs
+from gpolab.validate import ConfigError
+
+CASES = ("bandit", "bandit-loglinear", "loglinear", "arithmetic")
+
+
+@functools.cache
+def instance(case: str):
+    """A tiny instance of each env (the arithmetic policy pre-trained to mean V ≈ 0.3, so that
+    rewards are not all 0)."""
+    if case.startswith("bandit"):
+        from gpolab.envs import bandit
+
+        if case == "bandit":
+            return bandit.make(1, prompts=3, actions=4)
+        return bandit.make(1, prompts=3, actions=5, kind="loglinear", dim=3)
+    if case == "loglinear":
+        from gpolab.envs import loglinear
+
+        return loglinear.make(1, prompts=3, responses=256, block=2, rho=0.5)
+    from gpolab.envs import arithmetic
+
+    questions = arithmetic.make_questions(0, 4)
+    policy = arithmetic.pretrain(questions, seed=0, hidden=8, targets={"t": 0.3})["t"]
+    return arithmetic.ArithmeticInstance(policy, questions, jax.random.key(1), 4)
+
+
+def test_registry_names_every_env_and_get_checks_the_name():
+    assert set(envs.REGISTRY) == {case.split("-")[0] for case in CASES}
+    for name in envs.REGISTRY:
+        env = envs.get(name)
+        assert isinstance(env, envs.Env) and env.name == name
+        hash(env)  # a jit static argument
+    with pytest.raises(ConfigError, match="env: .*allowed: arithmetic, bandit, loglinear"):
+        envs.get("atari")
+
+
+def _sampled_gradient(env, params, theta, key, n: int, G: int):
+    """The vanilla estimate (1/(nG)) Σ_i Σ_g Z_ig W_ig with n prompts drawn from f."""
+    k_prompts, k_responses = jax.random.split(key)
+    prompts = env.sample_prompts(k_prompts, params, n)
+    responses, rewards = env.sample(k_responses, params, theta, prompts, G)
+    return env.gradient(params, theta, prompts, responses, rewards / (n * G))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_contract_shapes_and_unbiased_sampled_gradient(case):
+    """Shapes of every function, V and σ² against each other, J against f·V, sample and gradient
+    alike with or without the truth, and the sampled gradient's mean against the exact
+    g = Σ_x f_x g_x within 5 Monte Carlo SE per coordinate."""
+    env, params = envs.get(case.split("-")[0]), instance(case)
+    theta = env.init(params)
+    (D,) = theta.shape
+    truth = jax.jit(env.exact)(params, theta)
+    P = truth.V.shape[0]
+    f = np.asarray(truth.prompt_probs, np.float64)
+    V = np.asarray(truth.V, np.float64)
+    assert truth.sigma2.shape == f.shape == (P,) and truth.g.shape == (D,)
+    assert truth.g_local.shape[0] == P
+    assert f.sum() == pytest.approx(1.0) and np.all((V >= 0) & (V <= 1))
+    np.testing.assert_allclose(truth.sigma2, V * (1 - V), rtol=1e-4, atol=1e-7)
+    assert float(env.value(params, theta)) == pytest.approx(f @ V, rel=1e-5)
+    assert env.optimum(params) >= f @ V
+    n, G, S = 6, 2, 4000
+    prompts = env.sample_prompts(jax.random.key(0), params, n)
+    assert prompts.shape == (n,) and prompts.dtype == jnp.int32
+    assert np.all((np.asarray(prompts) >= 0) & (np.asarray(prompts) < P))
+    responses, rewards = env.sample(jax.random.key(1), params, theta, prompts, G)
+    assert rewards.shape == (n, G) and responses.shape[:2] == (n, G)
+    grad = env.gradient(params, theta, prompts, responses, rewards)
+    assert grad.shape == (D,)
+    reused = env.sample(jax.random.key(1), params, theta, prompts, G, truth=truth)  # same draws
+    for a, b in zip(reused, (responses, rewards), strict=True):
+        np.testing.assert_array_equal(a, b)
+    got = env.gradient(params, theta, prompts, responses, rewards, truth=truth)
+    np.testing.assert_allclose(got, grad, rtol=1e-5, atol=1e-7)
+    one = functools.partial(_sampled_gradient, env, params, theta, n=n, G=G)
+    with engine.prng_mode():
+        keys = engine.seed_keys(jax.random.key(2), jnp.arange(S, dtype=jnp.uint32))
+        grads = np.asarray(jax.jit(jax.vmap(one))(keys), np.float64)
+    se = grads.std(0, ddof=1) / np.sqrt(S)
+    assert np.all(np.abs(grads.mean(0) - np.asarray(truth.g, np.float64)) <= 5 * se + 1e-6)
+
+
+def test_bandit_env_draws_are_the_bandit_samplers_for_any_group_size():
+    from gpolab.envs import bandit
+
+    params = instance("bandit")
+    prompts = jnp.array([2, 0, 0, 1], jnp.int32)
+    key = jax.random.key(3)
+    got = bandit.ENV.sample(key, params, bandit.ENV.init(params), prompts, 5)
+    want = bandit.sample(key, params, prompts, 5)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_old_adapters_are_gone():
+    from gpolab import train
+    from gpolab.labs import groupsize
+
+    for name in ("TrainEnv", "loglinear_env"):
+        assert not hasattr(train, name)
+    for name in ("Task", "TASKS", "BANDIT", "ARITHMETIC", "ArithmeticData"):
+        assert not hasattr(groupsize, name)
+
+
+def test_envs_import_neither_labs_nor_the_trainer():
+    root = Path(envs.__file__).parent
+    for path in root.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            bad = [
+                m for m in names if m.startswith(("gpolab.labs", "gpolab.train", "gpolab.commands"))
+            ]
+            assert not bad, (path.name, bad)
