@@ -89,4 +89,3 @@ def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = Fals
 def plot(exp: Experiment, results: Path, out: str | Path) -> list[Path]:
     """Draw the experiment's figures from its saved tables only."""
     return labs.draw(labs.get(exp.lab), results, into=out, names=exp.figures or None)
-

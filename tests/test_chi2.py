@@ -454,3 +454,14 @@ def test_figures_redraw_from_saved_tables_only(tmp_path, monkeypatch):
     np.testing.assert_allclose(plots.cdf(tables, "loo", x), law.cdf(x), atol=1e-4)
     s = tables["samples"]
     assert len(s) == 2 * 2 * 32 and set(s["seed"]) == set(range(32))
+
+
+def test_grpo_only_settings_without_grpo_are_an_error(tmp_path, capsys):
+    argv = ["chi2", "--estimator", "loo,oracle", "--eps", "1e-6", "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "gpolab chi2: error: --eps: not used with estimator = loo,oracle; it applies only when "
+        "estimator includes grpo"
+    ]
+    assert not (tmp_path / "o").exists()

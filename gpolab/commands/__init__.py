@@ -76,4 +76,3 @@ def run_lab(lab, args, cfg=None) -> int:
         print(notes)
     print(f"\nwrote {', '.join(map(str, result.paths))}; this run {result.seconds:.1f} s")
     return 0
-

@@ -41,6 +41,9 @@ JSON = ("estimator", "n", "B", "G", "beta", "n_seeds", "rank", "lambda_min", "we
         "seconds")  # fmt: skip
 
 
+GRPO = {"estimator": ("grpo",)}  # settings only grpo reads (a grid holds when it includes it)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Every setting of a ``gpolab chi2`` run.
@@ -64,10 +67,10 @@ class Config:
     rank: int = option(0, "rank r < d of the features: only r directions of theta matter "
                        "(0: d)")  # fmt: skip
     init: float = option(0.3, "||theta_0 - theta*||, along a fixed identifiable direction")
-    eps: float = option(1e-4, "grpo: A = (Z - mean)/(std + eps)")
-    ddof: int = option(1, "grpo: std degrees of freedom, 0 or 1")
+    eps: float = option(1e-4, "grpo: A = (Z - mean)/(std + eps)", when=GRPO)
+    ddof: int = option(1, "grpo: std degrees of freedom, 0 or 1", when=GRPO)
     mc_groups: int = option(2**19, "grpo theory: Monte Carlo groups per prompt for its "
-                            "Jacobian and covariance (SE about 0.1%)")  # fmt: skip
+                            "Jacobian and covariance (SE about 0.1%)", when=GRPO)  # fmt: skip
     env_seed: int = option(0, "testbed instance seed")
     seed: int = option(0, "PRNG seed of the runs (and of grpo's theory)")
     chunk: int = option(4096, "seeds per compiled chunk (results do not depend on it)",
