@@ -25,14 +25,21 @@ COMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """Every subcommand; only the one named in ``argv`` gets its flags (a lab's flags come from
+    its config, whose module imports JAX), so ``gpolab --help`` stays instant."""
     parser = argparse.ArgumentParser(
         prog="gpolab",
         description="Measure GRPO-family policy-gradient estimators against exact gradients.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = next((a for a in (sys.argv[1:] if argv is None else argv) if a in COMMANDS), None)
     for name in COMMANDS:
-        importlib.import_module(f"gpolab.commands.{name}").register(sub)
+        module = importlib.import_module(f"gpolab.commands.{name}")
+        if name == chosen or not hasattr(module.register, "brief"):
+            module.register(sub)
+        else:
+            module.register.brief(sub)
     return parser
 
 
@@ -75,7 +82,7 @@ def use_cpu_cores() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if args.command != "bench":  # bench measures cold compilation
         enable_compilation_cache()

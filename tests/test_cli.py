@@ -158,3 +158,15 @@ def test_public_api_resolves_without_importing_jax_first():
 
     for name in gpolab.__all__:
         assert getattr(gpolab, name) is not None
+
+
+def test_top_level_help_imports_no_lab_and_no_jax():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from gpolab.cli import build_parser; p = build_parser(['--help']); "
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('gpolab.labs.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -40,6 +40,10 @@ def lab_command(name: str, command: str | None = None, *, help: str, description
             extend(p)
         p.set_defaults(func=lambda args: (runner or run_lab)(lab, args))
 
+    def brief(sub) -> None:  # the name and help only: `gpolab --help` imports no lab
+        sub.add_parser(command or name, help=help, description=description)
+
+    register.brief = brief
     return register
 
 
