@@ -3,9 +3,13 @@ import os
 import jax
 import pytest
 
-# the tests never write XLA executables into the user's persistent cache (~/.cache/gpolab/xla):
-# `gpolab.cli.main` enables it unless GPOLAB_CACHE_DIR is empty (set it to opt in)
+# the tests never serialize XLA executables into a persistent cache: `gpolab.cli.main` enables
+# one unless GPOLAB_CACHE_DIR is empty, and jax decides once per process whether the cache is
+# used (its first compilation), so a test that sets a cache folder cannot turn it on for the
+# tests after it.  (A full-suite run segfaulted inside jax's executable.serialize() while a
+# later test wrote to the folder an earlier test had set.)
 os.environ.setdefault("GPOLAB_CACHE_DIR", "")
+jax.config.update("jax_enable_compilation_cache", False)
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # one CPU device, whichever test runs first (the CLI asks for one per core before JAX starts;
