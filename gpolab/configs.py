@@ -40,10 +40,6 @@ def option(default, help: str, *, when: dict | None = None, key: bool = True):
     return dataclasses.field(default=default, metadata=meta)
 
 
-def fields(cls) -> tuple[dataclasses.Field, ...]:
-    return dataclasses.fields(cls)
-
-
 def meta(cls, name: str) -> dict:
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
     return {"help": "", "when": {}, "key": True, **f.metadata}

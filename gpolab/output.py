@@ -41,14 +41,16 @@ def prepare(out) -> Path:
 
 @contextlib.contextmanager
 def hold(out):
-    """Advisory lock on the folder ``out`` for the duration of a run (POSIX ``flock``; a no-op
-    where ``fcntl`` is missing).  Another holder → :class:`ConfigError` naming its pid."""
+    """Advisory lock on the folder ``out`` (checked by :func:`prepare`, which gives the path
+    yielded) for the duration of a run (POSIX ``flock``; a no-op where ``fcntl`` is missing).
+    Another holder → :class:`ConfigError` naming its pid."""
+    out = prepare(out)
     try:
         import fcntl
     except ImportError:  # Windows: no advisory lock
-        yield
+        yield out
         return
-    path = prepare(out) / LOCK
+    path = out / LOCK
     with open(path, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -64,7 +66,7 @@ def hold(out):
         fh.write(str(os.getpid()))
         fh.flush()
         try:
-            yield
+            yield out
         finally:
             fh.truncate(0)
             fcntl.flock(fh, fcntl.LOCK_UN)

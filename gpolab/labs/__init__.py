@@ -58,8 +58,7 @@ def execute(lab, cfg, *, fresh: bool = False, use_store: bool = True, stream=Non
     from gpolab.progress import Progress
     from gpolab.store import Store
 
-    out = output.prepare(cfg.out)
-    with output.hold(out):
+    with output.hold(cfg.out) as out:
         store = Store(out) if use_store else None
         if fresh and store is not None:
             store.clear()

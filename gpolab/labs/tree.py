@@ -237,27 +237,25 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     cells are read back from ``store`` instead of recomputed."""
     cfg.validate()
     import jax
-    import pandas as pd
 
-    from gpolab.store import digest
+    from gpolab.store import digest, resume
 
     splits, keys = cfg.splits(), cell_keys(cfg)
-    pending = [i for i, k in enumerate(keys) if store is None or not store.has(k)]
-    if progress is not None and len(pending) < len(keys):
-        progress.skip(len(keys) - len(pending))
     key = jax.random.key(cfg.seed) if key is None else key
     ctx = setup(cfg)
-    rows = {}
-    for i in pending:
-        rows[i] = measure(cfg, *splits[i], ctx, key)
-        if store is not None:
-            store.write(keys[i], [rows[i]], digest(dataclasses.asdict(cfg)), rows[i]["seconds"])
-        if progress is not None:
-            progress.update(1, f"K={rows[i]['K']} M={rows[i]['M']}: mse={rows[i]['mse']:.4g}")
-    if store is not None:
-        df = store.read(keys)
-    else:
-        df = pd.DataFrame([rows[i] for i in range(len(keys))])
+
+    def note(rows):
+        r = rows[0]
+        progress.update(1, f"K={r['K']} M={r['M']}: mse={r['mse']:.4g}")
+
+    df = resume(
+        store,
+        keys,
+        lambda i: [measure(cfg, *splits[i], ctx, key)],
+        config_hash=digest(dataclasses.asdict(cfg)),
+        on_skip=None if progress is None else progress.skip,
+        on_unit=None if progress is None else note,
+    )
     df = with_cost(cfg, df)
     return {"results": df, "floor": floor_table(cfg, df, ctx[2])}
 
