@@ -15,6 +15,23 @@ import jax.numpy as jnp
 from gpolab import estimators
 from gpolab.envs import arithmetic, bandit, tree
 
+GREEDY = 0x9E3  # fold_in tag of the greedy response's reward draw (other draws stay the same)
+
+
+def cell_weights(cell, rewards: jax.Array, inputs, eps) -> jax.Array:
+    """(E, P, G) gradient weights of every estimator spec of ``cell`` on rewards (P, G), on the
+    same draws.  ``inputs()`` → baseline / lengths / greedy, passed to the estimators that need
+    them; the cell's ``scale``/``ddof`` and the traced ``eps`` reach those that read them."""
+    shared = {"scale": cell.scale, "ddof": cell.ddof, "eps": eps}
+    rows = []
+    for spec in cell.estimators:
+        entry, _ = estimators.bind(spec)
+        given = {k: v for k, v in inputs().items() if k in entry.needs}
+        if "baseline" in given and given["baseline"].ndim < rewards.ndim - 1:
+            given["baseline"] = given["baseline"][None]
+        rows.append(estimators.gradient_weights(spec, rewards, **given, **shared))
+    return jnp.stack(rows)
+
 
 @dataclasses.dataclass(frozen=True)
 class BanditCell:
@@ -46,14 +63,12 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
         prompts = bandit.sample_prompts(k_prompts, params, cell.B)
     actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
-    weights = jnp.stack(
-        [  # (E, B, G): one row of per-sample weights per estimator
-            estimators.gradient_weights(
-                name, rewards, baseline=truth.V[prompts], scale=cell.scale, ddof=cell.ddof, eps=eps
-            )
-            for name in cell.estimators
-        ]
-    )
+    inputs = lambda: {  # noqa: E731  (built only for the estimators that need them)
+        "baseline": truth.V[prompts],
+        "lengths": jnp.ones_like(rewards),  # a response is one action: one token
+        "greedy": bandit.greedy_rewards(jax.random.fold_in(key, GREEDY), params, prompts),
+    }
+    weights = cell_weights(cell, rewards, inputs, eps)  # (E, B, G)
     ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
         params, prompts, actions, weights
     )  # (E, B, d), one batched scatter
@@ -93,14 +108,12 @@ def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
         feat, answer = questions.features[i], questions.answers[i]
         tokens = arithmetic.sample(key, params, feat, cell.G)
         rewards = arithmetic.rewards(tokens, answer)
-        weights = jnp.stack(
-            [
-                estimators.gradient_weights(
-                    name, rewards, baseline=truth.V[i], scale=cell.scale, ddof=cell.ddof, eps=eps
-                )
-                for name in cell.estimators
-            ]
-        )  # (E, G)
+        inputs = lambda: {  # noqa: E731
+            "baseline": truth.V[i],
+            "lengths": jnp.full_like(rewards, arithmetic.response_length(params)),
+            "greedy": arithmetic.greedy_reward(params, feat, answer),
+        }
+        weights = cell_weights(cell, rewards[None], inputs, eps)[:, 0]  # (E, G)
         ghat = arithmetic.gradient_estimates(params, feat, tokens, weights)  # (E, D)
         sq = jnp.sum((ghat - truth.g_local[i][None]) ** 2, axis=-1)
         return sq, estimators.degenerate(rewards).astype(sq.dtype)

@@ -99,9 +99,10 @@ def coerce(cls, name: str, value):
 
 
 def coerce_list(name: str, value, elem=str) -> tuple:
-    """A grid: a list, one value or a comma list (``"2,4,8"``; no empty entries)."""
+    """A grid: a list, one value or a comma list (``"2,4,8"``; no empty entries; commas inside
+    brackets stay in their entry, as in ``trl/grpo[scale_rewards=batch,epsilon=1e-4],loo``)."""
     if isinstance(value, str):
-        parts = value.split(",")
+        parts = re.split(r",(?![^\[]*\])", value)
         if any(not p.strip() for p in parts):
             raise ConfigError(
                 f"{name}: got {value!r}; allowed: a comma-separated list of {_LIST_WORDS[elem]} "

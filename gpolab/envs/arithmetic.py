@@ -285,12 +285,9 @@ def exact_gradients(params: ArithmeticParams, questions: Questions) -> jax.Array
     return jax.vmap(lambda g: ravel_pytree(g)[0])(grads)
 
 
-def sample(key: jax.Array, params: ArithmeticParams, features: jax.Array, G: int):
-    """G full sequences (G, filler + thoughts + LENGTH) int32 for one question, by inverse-CDF
-    sampling at every step; the answer part is canonicalised."""
+def _decode(params: ArithmeticParams, features: jax.Array, G: int, pick) -> jax.Array:
+    """(G, thoughts + LENGTH) tokens, ``pick(t, probs (G, V)) -> (G,)`` choosing each token."""
     model = params.model
-    key, k_filler = jax.random.split(key)
-    u = jax.random.uniform(key, (params.length, G))
     state = model.apply(
         params.weights, jnp.broadcast_to(features, (G, FEATURES)), method=Policy.init_state
     )
@@ -298,14 +295,34 @@ def sample(key: jax.Array, params: ArithmeticParams, features: jax.Array, G: int
     out = []
     for t in range(params.length):
         state, logits = model.apply(params.weights, state, token, t, method=Policy.step)
-        token = inverse_cdf(jax.nn.softmax(logits), u[t][:, None])[:, 0]
+        token = pick(t, jax.nn.softmax(logits))
         out.append(token)
     tokens = jnp.stack(out, axis=-1)
-    parts = [tokens[:, : params.thoughts], canonical(answer_part(tokens))]
+    return jnp.concatenate([tokens[:, : params.thoughts], canonical(answer_part(tokens))], -1)
+
+
+def sample(key: jax.Array, params: ArithmeticParams, features: jax.Array, G: int):
+    """G full sequences (G, filler + thoughts + LENGTH) int32 for one question, by inverse-CDF
+    sampling at every step; the answer part is canonicalised."""
+    key, k_filler = jax.random.split(key)
+    u = jax.random.uniform(key, (params.length, G))
+    tokens = _decode(params, features, G, lambda t, p: inverse_cdf(p, u[t][:, None])[:, 0])
     if params.filler:
         u_f = jax.random.uniform(k_filler, (G, params.filler))
-        parts.insert(0, inverse_cdf(filler_probs(params, features), u_f))
-    return jnp.concatenate(parts, -1)
+        tokens = jnp.concatenate([inverse_cdf(filler_probs(params, features), u_f), tokens], -1)
+    return tokens
+
+
+def greedy_reward(params: ArithmeticParams, features: jax.Array, answer: jax.Array) -> jax.Array:
+    """() reward of the greedy answer (argmax token at every step; the filler, which the reward
+    ignores, is left out): what ReMax uses as its baseline."""
+    tokens = _decode(params, features, 1, lambda t, p: jnp.argmax(p, -1).astype(jnp.int32))
+    return rewards(tokens, answer)[0]
+
+
+def response_length(params: ArithmeticParams) -> int:
+    """Tokens per response (filler + thoughts + answer): the same for every response."""
+    return params.filler + params.length
 
 
 def rewards(tokens: jax.Array, answer: jax.Array) -> jax.Array:

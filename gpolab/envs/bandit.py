@@ -151,6 +151,19 @@ def score_table(params: BanditParams) -> jax.Array:
     return params.features - mean_feat[:, None, :]
 
 
+def greedy_success(params: BanditParams) -> jax.Array:
+    """(P,) success probability of each prompt's greedy (most likely) action."""
+    best = jnp.argmax(logits(params), axis=-1)
+    return jnp.take_along_axis(params.success, best[:, None], axis=-1)[:, 0]
+
+
+def greedy_rewards(key: jax.Array, params: BanditParams, prompts: jax.Array) -> jax.Array:
+    """(B,) rewards of the greedy action for ``prompts``: Bernoulli(p(x, argmax π)), the baseline
+    ReMax draws once per prompt."""
+    p = greedy_success(params)[prompts]
+    return (jax.random.uniform(key, p.shape, dtype=p.dtype) < p).astype(p.dtype)
+
+
 def sample_prompts(key: jax.Array, params: BanditParams, B: int) -> jax.Array:
     """(B,) iid prompt indices from f."""
     u = jax.random.uniform(key, (B,), dtype=params.prompt_probs.dtype)

@@ -23,7 +23,6 @@ NAME = "sweep"
 TABLES = ("results",)
 ENVS = ("bandit", "tree", "arithmetic")
 POLICIES = ("base", "instruct", "icl")
-BANDIT_ESTIMATORS = estimators.ESTIMATORS
 TREE_VARIANTS = estimators.TREE_VARIANTS
 # chunk=0 on the arithmetic surrogate: its compilation (~4 s) outweighs what the engine's chunk
 # probe could save at a sweep's few thousand seeds; 32 was the fastest of 4…32 seeds per chunk.
@@ -45,7 +44,9 @@ class Config:
                       "continuations) or arithmetic (autoregressive LLM surrogate)")  # fmt: skip
     estimators: tuple[str, ...] = option(
         ("vanilla", "oracle", "loo", "mean", "grpo"),
-        "comma list of " + ", ".join(BANDIT_ESTIMATORS), when=GROUPED,
+        "comma list of estimators: registry names (`gpolab estimators` lists them, e.g. grpo, "
+        "verl/grpo, nemo/grpo), NAME[option=value,...] (e.g. trl/grpo[scale_rewards=batch]) or "
+        "package.module:function (your own)", when=GROUPED,
     )  # fmt: skip
     G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64), "comma list of group sizes", when=GROUPED)
     K: tuple[int, ...] = option((2, 4, 8, 16), "comma list of thought counts (>= 2)", when=TREE)
@@ -112,8 +113,9 @@ class Config:
             for name in self.estimators:
                 for G in self.G:
                     estimators.check_estimator(
-                        name, G, scale=self.scale, ddof=self.ddof, eps=self.eps
+                        name, G, scale=self.scale, ddof=self.ddof, eps=self.eps, field="G"
                     )
+                    estimators.check_callable(name, G)
         if self.env == "arithmetic":
             for name in self.policy:
                 validate.choice("policy", name, POLICIES)
@@ -308,14 +310,16 @@ def _row_ids(cfg: Config) -> list[dict]:
 
 def row_settings(cfg: Config, rid: dict) -> dict:
     """Every setting the numbers of row ``rid`` depend on: the settings the env uses, without
-    the grids the row sits in; of ``scale, ddof, eps`` those its estimator reads (the others
-    None).  They are the row's cache key and its columns."""
+    the grids the row sits in; of ``scale, ddof, eps`` those its estimator reads, as bound (a
+    spec's bracket options win; the others None).  They are the row's cache key and its columns."""
     common = configs.key_settings(cfg, exclude=GRIDS + OPTIONS)
+    shared = {o: getattr(cfg, o) for o in OPTIONS}
     if cfg.env == "tree":  # mean-only has no std, so no eps; ddof still sets the group target
         reads = ("ddof",) if rid["variant"] == "mean-only" else ("ddof", "eps")
+        bound = {o: shared[o] for o in reads}
     else:
-        reads = estimators.get(rid["estimator"]).options
-    return {**common, **{o: getattr(cfg, o) if o in reads else None for o in OPTIONS}}
+        bound = estimators.bind(rid["estimator"], shared)[1]
+    return {**common, **{o: bound.get(o) for o in OPTIONS}}
 
 
 def cell_keys(cfg: Config) -> list[str]:

@@ -1,0 +1,200 @@
+"""GRPO-family advantage and gradient estimators: one small pure function each.
+
+Every advantage function reduces over the group axis, the last axis ``[..., G]`` (``[..., K, M]``
+for trees), and works for any leading batch shape, so a reward log ``[prompts, G]`` can be passed
+directly. The gradient estimate from advantages is the one real trainers compute,
+
+    ĝ(x) = ∇_θ (1/G) Σ_g stop_gradient(A_g) · log π_θ(Y_g | x) = (1/G) Σ_g A_g W_g,
+
+see :func:`policy_gradient`. Papers: [U] arXiv 2603.01162 (GRPO gradient as a U-statistic),
+[T] arXiv 2509.24494 (tree branching), [N] arXiv 2601.23135 (std normalization).
+
+Trainer conventions (``grpo_advantages`` arguments that reproduce them):
+
+=============== ================================ ========== ====== ===========================
+trainer         option                           eps        ddof   all-equal group
+=============== ================================ ========== ====== ===========================
+TRL GRPOTrainer ``scale_rewards`` group/batch/none ``1e-4`` 1      advantages 0
+verl (grpo)     ``norm_adv_by_std_in_grpo``      ``1e-6``   1      0 (singleton: mean 0, std 1)
+OpenRLHF        group norm                       ``1e-9``   1      0
+=============== ================================ ========== ====== ===========================
+
+The defaults here are TRL's (``scale="group", ddof=1, eps=1e-4``); :data:`TRAINER_PRESETS` holds
+all three. All-equal groups always give advantage exactly 0, also with ``eps=0``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from gpolab import validate
+
+__all__ = [
+    "ESTIMATORS",
+    "TREE_VARIANTS",
+    "SCALES",
+    "TRAINER_PRESETS",
+    "vanilla_advantages",
+    "oracle_advantages",
+    "loo_advantages",
+    "mean_advantages",
+    "grpo_advantages",
+    "ustat_gradient",
+    "ustat_weights",
+    "policy_gradient",
+    "tree_advantages",
+    "degenerate",
+    "check_rewards",
+]
+
+ESTIMATORS = ("vanilla", "oracle", "loo", "mean", "grpo", "ustat")
+SCALES = ("group", "batch", "none")
+TREE_VARIANTS = ("thought-std", "leaf-std", "mean-only")
+TRAINER_PRESETS = {
+    "trl": dict(scale="group", ddof=1, eps=1e-4),
+    "verl": dict(scale="group", ddof=1, eps=1e-6),
+    "openrlhf": dict(scale="group", ddof=1, eps=1e-9),
+}
+
+
+def _group_mean(x: jax.Array) -> jax.Array:
+    return jnp.mean(x, axis=-1, keepdims=True)
+
+
+def check_rewards(rewards, field: str = "rewards") -> None:
+    """Plain-Python check of a reward log before it is traced: finite, at least one group axis."""
+    import numpy as np
+
+    a = np.asarray(rewards)
+    if a.ndim < 1 or a.shape[-1] < 1:
+        raise validate.ConfigError(f"{field}: got shape {a.shape}; allowed: (..., G) with G >= 1")
+    validate.finite_array(field, a)
+
+
+def _std(x: jax.Array, ddof: int, axis: int | None) -> jax.Array:
+    """Standard deviation over ``axis`` (None: every element), keeping dims."""
+    n = x.shape[-1] if axis == -1 else x.size
+    dev = x - jnp.mean(x, axis=axis, keepdims=True)
+    return jnp.sqrt(jnp.sum(dev**2, axis=axis, keepdims=True) / (n - ddof))
+
+
+def _standardize(centred: jax.Array, s: jax.Array, eps, flat_groups: jax.Array) -> jax.Array:
+    """centred / (s + eps), exactly 0 for all-equal groups and wherever s + eps = 0."""
+    flat = jnp.expand_dims(flat_groups, -1) | (s + eps == 0)
+    return jnp.where(flat, 0.0, centred / jnp.where(flat, 1.0, s + eps))
+
+
+def degenerate(rewards: jax.Array) -> jax.Array:
+    """True for groups whose rewards are all equal (no signal); shape ``rewards.shape[:-1]``."""
+    return jnp.max(rewards, axis=-1) == jnp.min(rewards, axis=-1)
+
+
+def vanilla_advantages(rewards: jax.Array) -> jax.Array:
+    """REINFORCE without baseline: A_g = Z_g.  Unbiased for g_x.  [U, eq. 2]"""
+    return rewards
+
+
+def oracle_advantages(rewards: jax.Array, baseline: jax.Array) -> jax.Array:
+    """Oracle baseline: A_g = Z_g − V(x), with V(x) = E[Z | x] of shape ``rewards.shape[:-1]``.
+
+    Unbiased; its MSE tr Σ_oracle / G is the first-order limit every estimator is compared with.
+    [U, eq. 5]
+    """
+    return rewards - jnp.expand_dims(baseline, -1)
+
+
+def loo_advantages(rewards: jax.Array) -> jax.Array:
+    """Leave-one-out (RLOO, "GRPO-type" in [U]) advantages, G ≥ 2.
+
+    A_g = Z_g − (Σ_{k≠g} Z_k)/(G − 1) = G/(G − 1) · (Z_g − Z̄).  Unbiased for g_x.  [U, eq. 4]
+    """
+    G = rewards.shape[-1]
+    total = jnp.sum(rewards, axis=-1, keepdims=True)
+    return rewards - (total - rewards) / (G - 1)
+
+
+def mean_advantages(rewards: jax.Array) -> jax.Array:
+    """Group mean including self (Dr.GRPO): A_g = Z_g − Z̄ = (G − 1)/G · A_g^loo.
+
+    Biased: E ĝ = (1 − 1/G) g_x, i.e. bias −g_x/G.  [U, §3]
+    """
+    return rewards - _group_mean(rewards)
+
+
+def grpo_advantages(
+    rewards: jax.Array, *, scale: str = "group", ddof: int = 1, eps: float | jax.Array = 1e-4
+) -> jax.Array:
+    """Std-normalized GRPO advantages: A_g = (Z_g − Z̄) / (s + eps).
+
+    ``scale="group"``: s is the std over the group (last axis); ``"batch"``: one s over every
+    reward in the array (TRL ``scale_rewards="batch"``); ``"none"``: no division (= Dr.GRPO).
+    ``ddof`` 1 is torch's default (TRL, verl, OpenRLHF); 0 is the population std.
+    Groups whose rewards are all equal get exactly 0.  For binary Z and G → ∞,
+    E ĝ → g_x / √(V(1 − V)) = ∇ 2 arcsin √V(x).  [U, eq. 3], [N, eq. 1]
+    """
+    centred = rewards - _group_mean(rewards)
+    if scale == "none":
+        return centred
+    if scale == "group":
+        s = _std(rewards, ddof, axis=-1)
+    elif scale == "batch":
+        s = _std(rewards, ddof, axis=None)
+    else:
+        raise validate.ConfigError(f"scale: got {scale!r}; allowed: {', '.join(SCALES)}")
+    return _standardize(centred, s, eps, degenerate(rewards))
+
+
+def policy_gradient(adv: jax.Array, scores: jax.Array) -> jax.Array:
+    """ĝ = (1/G) Σ_g A_g W_g from advantages ``[..., G]`` and scores W ``[..., G, D]``.
+
+    Equal to ∇_θ (1/G) Σ_g stop_gradient(A_g) log π_θ(Y_g|x), the trainers' surrogate.  [U, eq. 1]
+    """
+    return jnp.einsum("...g,...gd->...d", adv, scores) / adv.shape[-1]
+
+
+def ustat_weights(rewards: jax.Array) -> jax.Array:
+    """Per-sample weights c_g of the U-statistic, ĝ_U = Σ_g c_g W_g, from its pairwise kernel.
+
+    U = C(G, 2)⁻¹ Σ_{i<j} h_ij with h_ij = ½ (W_i − W_j)(Z_i − Z_j), G ≥ 2.  [U, eq. 6]
+    Summed pair by pair over the G × G upper triangle; by linearity in W,
+    Σ_{i<j} (Z_i − Z_j)(W_i − W_j) = Σ_i W_i (Σ_{j>i} (Z_i − Z_j) − Σ_{j<i} (Z_j − Z_i)).
+    The result equals the leave-one-out weights A^loo/G exactly, which the tests check.
+    """
+    G = rewards.shape[-1]
+    dz = jnp.expand_dims(rewards, -1) - jnp.expand_dims(rewards, -2)  # [..., i, j] = Z_i − Z_j
+    dz = jnp.where(jnp.triu(jnp.ones((G, G), dtype=bool), k=1), dz, 0.0)
+    return 0.5 * (jnp.sum(dz, axis=-1) - jnp.sum(dz, axis=-2)) / (G * (G - 1) / 2)
+
+
+def ustat_gradient(rewards: jax.Array, scores: jax.Array) -> jax.Array:
+    """The U-statistic gradient ``[..., D]`` from rewards ``[..., G]``, scores ``[..., G, D]``."""
+    return jnp.einsum("...g,...gd->...d", ustat_weights(rewards), scores)
+
+
+def tree_advantages(
+    rewards: jax.Array,
+    *,
+    variant: str = "thought-std",
+    ddof: int = 1,
+    eps: float | jax.Array = 1e-4,
+) -> jax.Array:
+    """Thought-level advantages for tree rewards ``[..., K, M]`` → ``[..., K]``.  [T, eq. 3–4]
+
+    V̂_k = (1/M) Σ_j Z_kj (value of thought k from its M continuations), then
+      ``thought-std``: Â_k = (V̂_k − mean_i V̂_i) / (std_i V̂_i + eps)   (the paper's default)
+      ``leaf-std``:    Â_k = (V̂_k − mean_i V̂_i) / (std over all K·M leaves + eps)
+      ``mean-only``:   Â_k = V̂_k − mean_i V̂_i
+    With M = 1 and ``thought-std`` this is :func:`grpo_advantages` bit for bit.  Degenerate
+    trees (all V̂ equal) give 0.
+    """
+    values = jnp.mean(rewards, axis=-1)
+    if variant == "thought-std":
+        return grpo_advantages(values, scale="group", ddof=ddof, eps=eps)
+    centred = values - _group_mean(values)
+    if variant == "mean-only":
+        return centred
+    if variant == "leaf-std":
+        s = _std(rewards.reshape(*rewards.shape[:-2], -1), ddof, axis=-1)
+        return _standardize(centred, s, eps, degenerate(values))
+    raise validate.ConfigError(f"variant: got {variant!r}; allowed: {', '.join(TREE_VARIANTS)}")

@@ -1,0 +1,368 @@
+"""The estimator registry: name → advantage function, what it needs, its options and its source.
+
+``REGISTRY[name](rewards, *, lengths=None, greedy=None, **options) -> advantages`` is the public,
+stable call: ``rewards`` (P, G) (P prompts = the batch), ``lengths`` (P, G) response lengths in
+tokens, ``greedy`` (P,) the reward of each prompt's greedy response, ``options`` the estimator's
+own option names (a framework's, e.g. ``norm_adv_by_std_in_grpo=False``).  It returns (P, G)
+per-response advantages.
+
+A sweep names an estimator by a *spec*: a registry name, optionally with options in brackets
+(``trl/grpo[scale_rewards=batch]``, ``verl/grpo[norm_adv_by_std_in_grpo=false,epsilon=1e-4]``),
+or ``package.module:function`` for a user's own function (imported and registered on first use).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import re
+from collections.abc import Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+
+from gpolab import validate
+from gpolab.estimators import core
+
+__all__ = [
+    "Entry",
+    "REGISTRY",
+    "register",
+    "get",
+    "parse_spec",
+    "resolve",
+    "bind",
+    "advantages",
+    "gradient_weights",
+    "estimate_gradient",
+    "check_estimator",
+    "check_callable",
+    "canonical",
+    "NEEDS",
+]
+
+NEEDS = ("baseline", "lengths", "greedy")  # what an estimator may need besides the rewards
+SCOPES = ("group", "batch")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Entry:
+    """A registered estimator.
+
+    ``needs``: inputs besides the rewards it cannot run without (``baseline`` = V(x), ``lengths``,
+    ``greedy``); ``options``: option name → default (only these enter a result's cache key);
+    ``scope``: ``group`` when each response's advantage depends only on its own group, ``batch``
+    when the batch is coupled (batch std, token whitening); ``reward_only``: group-scoped and a
+    function of the group's rewards alone, so the exact finite-G theory of
+    :mod:`gpolab.theory.exact` applies; ``weights``: per-sample gradient weights when they are
+    not A/G (the U-statistic).
+    """
+
+    name: str
+    fn: Callable
+    needs: tuple[str, ...] = ()
+    options: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    min_group: int = 1
+    scope: str = "group"
+    source: str = ""
+    reward_only: bool = True
+    weights: Callable | None = None
+    batch_when: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+    user: bool = True  # registered by the user (checked by :func:`check_callable` before a run)
+
+    def scope_of(self, options: Mapping | None = None) -> str:
+        """``batch`` when the entry, or these options of it, couple the prompts of a batch
+        (``batch_when``: option → values that do, e.g. grpo's ``scale="batch"``)."""
+        opts = {**self.options, **(options or {})}
+        coupled = any(opts.get(k) in v for k, v in self.batch_when.items())
+        return "batch" if coupled else self.scope
+
+    def reward_only_for(self, options: Mapping | None = None) -> bool:
+        """Whether the exact theory of :mod:`gpolab.theory.exact` applies with ``options``."""
+        return self.reward_only and self.scope_of(options) == "group"
+
+    def __call__(self, rewards, *, lengths=None, greedy=None, **options):
+        """Advantages (P, G) of ``rewards`` (P, G); see the module docstring."""
+        if not isinstance(rewards, jax.core.Tracer):
+            core.check_rewards(rewards)
+        given = {"lengths": lengths, "greedy": greedy, "baseline": options.pop("baseline", None)}
+        for need in self.needs:
+            if given[need] is None:
+                raise validate.ConfigError(
+                    f"{need}: the {self.name} estimator needs {_NEED_WORDS[need]}; got None"
+                )
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            allowed = ", ".join(self.options) or "none"
+            raise validate.ConfigError(
+                f"{unknown[0]}: not an option of {self.name}; allowed: {allowed}"
+            )
+        kwargs = {k: v for k, v in given.items() if k in self.needs or k in _accepts(self.fn)}
+        return self.fn(rewards, **{k: v for k, v in kwargs.items() if v is not None}, **options)
+
+
+_NEED_WORDS = {
+    "baseline": "V(x) (baseline=, shape (P,))",
+    "lengths": "response lengths (lengths=, shape (P, G), tokens)",
+    "greedy": "the greedy response's reward (greedy=, shape (P,))",
+}
+
+
+def _accepts(fn: Callable) -> tuple[str, ...]:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return ()
+    return tuple(n for n in NEEDS if n in params)
+
+
+REGISTRY: dict[str, Entry] = {}
+
+
+def register(
+    name: str,
+    fn: Callable,
+    *,
+    needs: tuple[str, ...] | None = None,
+    options: Mapping[str, object] | None = None,
+    min_group: int = 1,
+    scope: str = "group",
+    source: str = "",
+    reward_only: bool | None = None,
+    weights: Callable | None = None,
+    batch_when: Mapping[str, tuple] | None = None,
+    user: bool = True,
+) -> Entry:
+    """Add ``fn(rewards (P, G), **options) -> advantages (P, G)`` to the registry as ``name``.
+
+    ``needs`` defaults to the keyword parameters among ``lengths``/``greedy``/``baseline`` that
+    ``fn`` takes without a default; ``options`` to its other keyword parameters with defaults;
+    ``reward_only`` to "group-scoped and needs nothing".  Returns the entry."""
+    if not isinstance(name, str) or not name or any(c in name for c in "[],= "):
+        raise validate.ConfigError(
+            f"estimator name: got {name!r}; allowed: a non-empty string without [ ] , = or spaces"
+        )
+    if not callable(fn):
+        raise validate.ConfigError(f"estimator {name}: got {fn!r}; allowed: a callable")
+    validate.choice(f"scope (of {name})", scope, SCOPES)
+    params = _parameters(fn)
+    if needs is None:
+        needs = tuple(n for n in NEEDS if n in params and params[n] is inspect.Parameter.empty)
+    for need in needs:
+        validate.choice(f"needs (of {name})", need, NEEDS)
+    if options is None:
+        options = {
+            k: d for k, d in params.items() if k not in NEEDS and d is not inspect.Parameter.empty
+        }
+    if reward_only is None:
+        reward_only = scope == "group" and not needs
+    entry = Entry(name, fn, tuple(needs), dict(options), min_group, scope, source, reward_only,
+                  weights, dict(batch_when or {}), user)  # fmt: skip
+    REGISTRY[name] = entry
+    return entry
+
+
+def _parameters(fn: Callable) -> dict:
+    """Keyword parameters of ``fn`` after the first (the rewards) → default (or ``empty``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return {}
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: p.default for p in params if p.kind in kinds}
+
+
+def get(name: str) -> Entry:
+    """The registry entry ``name`` (a plain name, no options); one-line error listing the
+    registered names."""
+    if name not in REGISTRY:
+        raise validate.ConfigError(
+            f"estimator: got {name!r}; allowed: "
+            f"{', '.join(n for n, e in REGISTRY.items() if not e.user)}, "
+            "NAME[option=value,...] or package.module:function (`gpolab estimators` lists them)"
+        )
+    return REGISTRY[name]
+
+
+_SPEC = re.compile(r"^(?P<name>[^\[\]]+?)(?:\[(?P<opts>[^\[\]]*)\])?$")
+
+
+def parse_spec(spec: str) -> tuple[str, dict]:
+    """``"name[opt=value,...]"`` → (name, options coerced to the types of the defaults).
+
+    A ``module:function`` name is imported and registered on first use."""
+    m = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
+    if m is None:
+        raise validate.ConfigError(
+            f"estimator: got {spec!r}; allowed: NAME, NAME[option=value,...] or "
+            "package.module:function"
+        )
+    name = m["name"].strip()
+    entry = _import(name) if ":" in name and name not in REGISTRY else get(name)
+    options = {}
+    for item in filter(None, (s.strip() for s in (m["opts"] or "").split(","))):
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or key not in entry.options:
+            allowed = ", ".join(f"{k}={v!r}" for k, v in entry.options.items()) or "none"
+            raise validate.ConfigError(
+                f"estimator {name}: option {item!r} not understood; allowed: {allowed}"
+            )
+        options[key] = _coerce_option(name, key, raw.strip(), entry.options[key])
+    return name, options
+
+
+def _coerce_option(name: str, key: str, raw: str, default):
+    where = f"{name}[{key}]"
+    if isinstance(default, bool):
+        if raw.lower() not in ("true", "false"):
+            raise validate.ConfigError(f"{where}: got {raw!r}; allowed: true, false")
+        return raw.lower() == "true"
+    for kind in (int, float):
+        if isinstance(default, kind):
+            try:
+                return kind(raw)
+            except ValueError:
+                raise validate.ConfigError(
+                    f"{where}: got {raw!r}; allowed: {kind.__name__}"
+                ) from None
+    return raw
+
+
+def canonical(spec: str) -> str:
+    """The spec with its options sorted and spelled one way (a stable row name and cache key)."""
+    name, options = parse_spec(spec)
+    if not options:
+        return name
+    text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                    for k, v in sorted(options.items()))  # fmt: skip
+    return f"{name}[{text}]"
+
+
+def _import(path: str) -> Entry:
+    """Import ``package.module:function`` and register it under that name."""
+    module, _, attr = path.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise validate.ConfigError(
+            f"estimator: cannot import {path!r} ({type(e).__name__}: {e}); allowed: a registered "
+            "name or package.module:function importable from the current environment"
+        ) from None
+    return register(path, fn, source=f"{path} (user function)")
+
+
+def resolve(spec: str) -> Entry:
+    """The entry a spec names (importing a user function if needed)."""
+    return get(parse_spec(spec)[0])
+
+
+def bind(spec: str, defaults: Mapping | None = None) -> tuple[Entry, dict]:
+    """(entry, options) of ``spec``: the spec's bracket options over ``defaults`` (a lab's shared
+    settings such as ``scale/ddof/eps``), keeping only the options the entry reads."""
+    name, options = parse_spec(spec)
+    entry = get(name)
+    shared = {k: v for k, v in (defaults or {}).items() if k in entry.options}
+    return entry, {**shared, **options}
+
+
+def check_estimator(
+    name: str, G: int, *, scale: str = "group", ddof: int = 1, eps: float = 1e-4, field: str = "G"
+) -> None:
+    """Plain-Python validation of an estimator spec at group size G (raises ``ConfigError``)."""
+    entry = resolve(name)
+    validate.integer(f"{field} (for {entry.name})", G, minimum=entry.min_group)
+    validate.choice("scale", scale, core.SCALES)
+    validate.choice("ddof", ddof, (0, 1))
+    validate.real("eps", eps, low=0.0)
+
+
+def check_callable(spec: str, G: int) -> None:
+    """Plain-Python check of a user's estimator at group size G before any run: it traces under
+    jax, returns (P, G) for rewards (P, G), and is finite on every binary group (degenerate ones
+    included).  Built-in entries are tested instead."""
+    entry, options = bind(spec)
+    if not entry.user:
+        return
+    import numpy as np
+
+    canon = (np.arange(G)[None] < np.arange(G + 1)[:, None]).astype(np.float32)  # row c: c ones
+    inputs = {"lengths": np.ones_like(canon), "greedy": np.zeros(G + 1, np.float32),
+              "baseline": np.full(G + 1, 0.5, np.float32)}  # fmt: skip
+    given = {k: v for k, v in inputs.items() if k in entry.needs}
+    call = lambda r: entry(r, **given, **options)  # noqa: E731
+    try:
+        shape = jax.eval_shape(call, jax.ShapeDtypeStruct(canon.shape, jnp.float32)).shape
+        out = np.asarray(call(jnp.asarray(canon)))
+    except validate.ConfigError:
+        raise
+    except Exception as e:  # a user's function may fail in any way: one line, no traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise validate.ConfigError(
+            f"estimator {entry.name}: fails on rewards of shape {canon.shape} under jax "
+            f"({type(e).__name__}: {first[:200]}); allowed: a jax-traceable function "
+            "rewards (P, G) -> advantages (P, G)"
+        ) from None
+    if tuple(shape) != canon.shape:
+        raise validate.ConfigError(
+            f"estimator {entry.name}: returns shape {tuple(shape)} for rewards {canon.shape}; "
+            "allowed: advantages of the rewards' shape (P, G)"
+        )
+    bad = ~np.isfinite(out).all(axis=-1)
+    if bad.any():
+        row = canon[int(np.argmax(bad))]
+        raise validate.ConfigError(
+            f"estimator {entry.name}: non-finite advantages for the binary group "
+            f"{row.astype(int).tolist()}; allowed: finite advantages for every group "
+            "(degenerate groups included)"
+        )
+
+
+def advantages(
+    name: str,
+    rewards: jax.Array,
+    *,
+    baseline: jax.Array | None = None,
+    lengths: jax.Array | None = None,
+    greedy: jax.Array | None = None,
+    scale: str = "group",
+    ddof: int = 1,
+    eps: float | jax.Array = 1e-4,
+) -> jax.Array:
+    """Advantages of the estimator spec ``name``; ``scale/ddof/eps`` reach the estimators that
+    read them (gpolab's grpo), a spec's bracket options win over them."""
+    entry, options = bind(name, {"scale": scale, "ddof": ddof, "eps": eps})
+    if baseline is not None and "baseline" in entry.needs:
+        options["baseline"] = baseline
+    return entry(rewards, lengths=lengths, greedy=greedy, **options)
+
+
+def gradient_weights(name: str, rewards: jax.Array, **kw) -> jax.Array:
+    """Weights c ``[..., G]`` with ĝ = Σ_g c_g W_g: A_g/G for advantage estimators, kernel weights
+    for ``ustat``.  Lets an environment form ĝ without materialising per-sample scores.
+    Keywords as :func:`advantages`."""
+    entry = resolve(name)
+    if entry.weights is not None:
+        return entry.weights(rewards)
+    return advantages(name, rewards, **kw) / rewards.shape[-1]
+
+
+def estimate_gradient(name: str, rewards: jax.Array, scores: jax.Array, **kw) -> jax.Array:
+    """Gradient estimate ``[..., D]`` of ``name``: rewards ``[..., G]``, scores ``[..., G, D]``."""
+    return jnp.einsum("...g,...gd->...d", gradient_weights(name, rewards, **kw), scores)
+
+
+_OWN = "gpolab/estimators/core.py::"
+for _name, _fn, _kw in (
+    ("vanilla", core.vanilla_advantages, dict(source="vanilla_advantages (REINFORCE) [U]")),
+    ("oracle", core.oracle_advantages, dict(source="oracle_advantages, V(x) known [U]")),
+    ("loo", core.loo_advantages, dict(min_group=2, source="loo_advantages (RLOO) [U]")),
+    ("mean", core.mean_advantages, dict(source="mean_advantages (group mean incl. self)")),
+    ("grpo", core.grpo_advantages, dict(min_group=2, batch_when={"scale": ("batch",)},
+                                        source="grpo_advantages (std-normalized; TRL defaults)")),
+    ("ustat", core.loo_advantages, dict(min_group=2, weights=core.ustat_weights,
+                                        source="ustat_weights (pairwise U-statistic kernel) [U]")),
+):  # fmt: skip
+    register(_name, _fn, **{**_kw, "source": _OWN + _kw["source"]}, user=False)
+assert tuple(REGISTRY) == core.ESTIMATORS
