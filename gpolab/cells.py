@@ -75,13 +75,23 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
     if cell.B == 0:
         err = jnp.sqrt(truth.prompt_probs)[None, :, None] * (ghat - truth.g_local[None])
         err = err.reshape(len(cell.estimators), -1)
+        total = jax.vmap(bandit.prompt_average, in_axes=(None, 0))(params, ghat)
     else:
-        err = jax.vmap(bandit.to_global, in_axes=(None, None, 0))(params, prompts, ghat)
-        err = err - truth.g[None]
+        total = jax.vmap(bandit.to_global, in_axes=(None, None, 0))(params, prompts, ghat)
+        err = total - truth.g[None]
     sq = jnp.sum(err**2, axis=-1)
+    cos = cosine(total, truth.g)
     for i, name in enumerate(cell.estimators):
         out[name] = {"err": err[i], "sq": sq[i]} if cell.mean_error else {"sq": sq[i]}
+        out[name]["cos"] = cos[i]
     return out
+
+
+def cosine(estimates: jax.Array, target: jax.Array) -> jax.Array:
+    """(E,) cosine of each row of ``estimates`` (E, D) with ``target`` (D,); 0 for a zero row."""
+    norms = jnp.linalg.norm(estimates, axis=-1) * jnp.linalg.norm(target)
+    dots = estimates @ target
+    return jnp.where(norms > 0, dots / jnp.where(norms > 0, norms, 1.0), 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,31 +108,39 @@ class ArithmeticCell:
 
 
 def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
-    """``args = (params, truth, questions, eps)``: one forward pass per group and one backward
-    pass per estimator (a vjp with E cotangents)."""
+    """``args = (params, truth, questions, eps)``: the Q groups of a seed are one batch (what a
+    batch-scoped estimator normalizes over); one forward pass per group and one backward pass per
+    estimator (a vjp with E cotangents).  ``cos``: cosine between the batch's gradient estimate
+    (1/Q) Σ ĝ_x and its exact gradient (1/Q) Σ g_x."""
     params, truth, questions, eps = args
     k_q, k_g = jax.random.split(key)
     idx = jax.random.randint(k_q, (cell.Q,), 0, questions.features.shape[0])
+    feats, answers = questions.features[idx], questions.answers[idx]
+    tokens = jax.lax.map(
+        lambda a: arithmetic.sample(a[0], params, a[1], cell.G),
+        (jax.random.split(k_g, cell.Q), feats),
+    )  # (Q, G, length)
+    rewards = jax.vmap(arithmetic.rewards)(tokens, answers)  # (Q, G)
+    inputs = lambda: {  # noqa: E731  (built only for the estimators that need them)
+        "baseline": truth.V[idx],
+        "lengths": jnp.full_like(rewards, arithmetic.response_length(params)),
+        "greedy": jax.lax.map(lambda a: arithmetic.greedy_reward(params, *a), (feats, answers)),
+    }
+    weights = cell_weights(cell, rewards, inputs, eps)  # (E, Q, G)
+    g_x = truth.g_local[idx]
 
-    def one(key, i):
-        feat, answer = questions.features[i], questions.answers[i]
-        tokens = arithmetic.sample(key, params, feat, cell.G)
-        rewards = arithmetic.rewards(tokens, answer)
-        inputs = lambda: {  # noqa: E731
-            "baseline": truth.V[i],
-            "lengths": jnp.full_like(rewards, arithmetic.response_length(params)),
-            "greedy": arithmetic.greedy_reward(params, feat, answer),
-        }
-        weights = cell_weights(cell, rewards[None], inputs, eps)[:, 0]  # (E, G)
-        ghat = arithmetic.gradient_estimates(params, feat, tokens, weights)  # (E, D)
-        sq = jnp.sum((ghat - truth.g_local[i][None]) ** 2, axis=-1)
-        return sq, estimators.degenerate(rewards).astype(sq.dtype)
+    def add(carry, a):
+        feat, tok, w, g = a
+        ghat = arithmetic.gradient_estimates(params, feat, tok, w)  # (E, D)
+        return (carry[0] + ghat, carry[1] + jnp.sum((ghat - g[None]) ** 2, axis=-1)), None
 
-    sq, degenerate = jax.lax.map(lambda a: one(*a), (jax.random.split(k_g, cell.Q), idx))
-    sq = jnp.mean(sq, axis=0)
-    out = {"degenerate": jnp.mean(degenerate)}
+    E = len(cell.estimators)
+    zero = (jnp.zeros((E, g_x.shape[-1]), g_x.dtype), jnp.zeros((E,), g_x.dtype))
+    (total, sq), _ = jax.lax.scan(add, zero, (feats, tokens, jnp.swapaxes(weights, 0, 1), g_x))
+    cos = cosine(total, jnp.sum(g_x, axis=0))
+    out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(sq.dtype))}
     for i, name in enumerate(cell.estimators):
-        out[name] = {"sq": sq[i]}
+        out[name] = {"sq": sq[i] / cell.Q, "cos": cos[i]}
     return out
 
 

@@ -22,6 +22,7 @@ COMMANDS = (
     "bench",
     "figures",
     "groupsize",
+    "estimators",
 )
 
 

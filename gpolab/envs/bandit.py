@@ -222,6 +222,14 @@ def weighted_scores(
     return jnp.einsum("bg,bgd->bd", weights, chosen) - total * mean_feat
 
 
+def prompt_average(params: BanditParams, local: jax.Array) -> jax.Array:
+    """Σ_x f(x) ĝ_x in flat global coordinates (D,) from one local estimate per prompt (P, d)."""
+    f = params.prompt_probs
+    if not params.tabular:
+        return f @ local
+    return (f[:, None] * local).reshape(-1)
+
+
 def to_global(params: BanditParams, prompts: jax.Array, local: jax.Array) -> jax.Array:
     """Mini-batch gradient (1/B) Σ_b ĝ_{x_b} in flat global coordinates (D,)."""
     if not params.tabular:

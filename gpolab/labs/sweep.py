@@ -240,6 +240,7 @@ def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
                 "B": cfg.B if cfg.env == "bandit" else None,
                 "n_seeds": m.n,
                 **_stats_row(stats),
+                "cos": float(m.mean(f"{name}/cos")),
                 "degenerate_frac": float(m.mean("degenerate")),
                 "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
                 "theory_mse": theory_mse.mse(truth, name, cell.G, B),
