@@ -41,6 +41,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from gpolab import validate
+
 __all__ = [
     "Spec",
     "SPECS",
@@ -77,15 +79,17 @@ ORLHF = (
 def _need_group_axis(rewards: jax.Array, name: str, batch: bool = False) -> None:
     if rewards.ndim < (2 if batch else 1) or rewards.shape[-1] < 1:
         want = "(..., P, G)" if batch else "(..., G)"
-        raise ValueError(f"{name}: rewards shape {rewards.shape}; expected {want} with G >= 1")
+        raise validate.ConfigError(
+            f"{name}: rewards shape {rewards.shape}; expected {want} with G >= 1"
+        )
 
 
 def _need(x, like: jax.Array, name: str, field: str, shape: tuple) -> jax.Array:
     if x is None:
-        raise ValueError(f"{name}: needs {field}, got None")
+        raise validate.ConfigError(f"{name}: needs {field}, got None")
     x = jnp.asarray(x, dtype=like.dtype)
     if x.shape != shape:
-        raise ValueError(f"{name}: {field} shape {x.shape}; expected {shape}")
+        raise validate.ConfigError(f"{name}: {field} shape {x.shape}; expected {shape}")
     return x
 
 
@@ -275,7 +279,9 @@ def verl_grpo_passk(
     _need_group_axis(rewards, "verl/grpo_passk")
     G = rewards.shape[-1]
     if G < 2:
-        raise ValueError(f"verl/grpo_passk: Pass@k requires at least 2 samples per group, got {G}")
+        raise validate.ConfigError(
+            f"verl/grpo_passk: Pass@k requires at least 2 samples per group, got {G}"
+        )
     top, idx = jax.lax.top_k(rewards, 2)
     adv = top[..., :1] - top[..., 1:]
     if norm_adv_by_std_in_grpo:
@@ -310,7 +316,9 @@ def trl_grpo(rewards, *, lengths=None, greedy=None, scale_rewards="group"):
     """
     scale = {True: "group", False: "none"}.get(scale_rewards, scale_rewards)
     if scale not in ("group", "batch", "none"):
-        raise ValueError(f"trl/grpo: scale_rewards {scale_rewards!r}; allowed group, batch, none")
+        raise validate.ConfigError(
+            f"trl/grpo: scale_rewards {scale_rewards!r}; allowed group, batch, none"
+        )
     _need_group_axis(rewards, "trl/grpo", batch=scale == "batch")
     centred = _centre(rewards)
     if scale == "none":
@@ -487,10 +495,10 @@ def passk_training(rewards, *, lengths=None, greedy=None, k: int = 4):
     _need_group_axis(rewards, "paper/passk-training")
     n = rewards.shape[-1]
     if not (isinstance(k, int) and 1 <= k <= n):
-        raise ValueError(f"paper/passk-training: k {k!r}; allowed 1 <= k <= G = {n}")
+        raise validate.ConfigError(f"paper/passk-training: k {k!r}; allowed 1 <= k <= G = {n}")
     c = jnp.sum((rewards == 1).astype(rewards.dtype), -1, keepdims=True)
     rho = 1.0 - _comb_ratio(n - c, n, k)
-    sigma = jnp.sqrt(rho * (1.0 - rho))
+    sigma = jnp.sqrt(jnp.maximum(rho * (1.0 - rho), 0.0))  # float32 ρ = 1 − 1 can be −1e-8
     adv_p = (1.0 - rho) / (sigma + 1e-6)
     adv_n = (1.0 - rho - _comb_ratio(n - c - 1, n - 1, k - 1)) / (sigma + 1e-6)
     new = jnp.where(rewards == 1, adv_p, rewards)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from gpolab import validate
-from gpolab.estimators import core
+from gpolab.estimators import core, frameworks
 
 __all__ = [
     "Entry",
@@ -40,6 +40,7 @@ __all__ = [
     "check_callable",
     "canonical",
     "NEEDS",
+    "FRAMEWORKS",
 ]
 
 NEEDS = ("baseline", "lengths", "greedy")  # what an estimator may need besides the rewards
@@ -271,22 +272,21 @@ def check_estimator(
     name: str, G: int, *, scale: str = "group", ddof: int = 1, eps: float = 1e-4, field: str = "G"
 ) -> None:
     """Plain-Python validation of an estimator spec at group size G (raises ``ConfigError``)."""
-    entry = resolve(name)
-    validate.integer(f"{field} (for {entry.name})", G, minimum=entry.min_group)
+    entry, options = bind(name)
+    minimum = options.get("k", entry.options["k"]) if "k" in entry.options else entry.min_group
+    validate.integer(f"{field} (for {canonical(name)})", G, minimum=minimum)
     validate.choice("scale", scale, core.SCALES)
     validate.choice("ddof", ddof, (0, 1))
     validate.real("eps", eps, low=0.0)
 
 
 def check_callable(spec: str, G: int) -> None:
-    """Plain-Python check of a user's estimator at group size G before any run: it traces under
-    jax, returns (P, G) for rewards (P, G), and is finite on every binary group (degenerate ones
-    included).  Built-in entries are tested instead."""
-    entry, options = bind(spec)
-    if not entry.user:
-        return
+    """Plain-Python check of an estimator spec at group size G before any run: it traces under
+    jax with its options and returns (P, G) for rewards (P, G); a user's function must also be
+    finite on every binary group (degenerate ones included; built-in entries are tested)."""
     import numpy as np
 
+    entry, options = bind(spec)
     canon = (np.arange(G)[None] < np.arange(G + 1)[:, None]).astype(np.float32)  # row c: c ones
     inputs = {"lengths": np.ones_like(canon), "greedy": np.zeros(G + 1, np.float32),
               "baseline": np.full(G + 1, 0.5, np.float32)}  # fmt: skip
@@ -294,11 +294,11 @@ def check_callable(spec: str, G: int) -> None:
     call = lambda r: entry(r, **given, **options)  # noqa: E731
     try:
         shape = jax.eval_shape(call, jax.ShapeDtypeStruct(canon.shape, jnp.float32)).shape
-        out = np.asarray(call(jnp.asarray(canon)))
-    except validate.ConfigError:
-        raise
+        out = np.asarray(call(jnp.asarray(canon))) if entry.user else None
+    except validate.ConfigError as e:
+        raise validate.ConfigError(f"estimator {canonical(spec)}: {e}") from None
     except Exception as e:  # a user's function may fail in any way: one line, no traceback
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        first = (str(e).strip().splitlines() or [""])[0]
         raise validate.ConfigError(
             f"estimator {entry.name}: fails on rewards of shape {canon.shape} under jax "
             f"({type(e).__name__}: {first[:200]}); allowed: a jax-traceable function "
@@ -309,7 +309,7 @@ def check_callable(spec: str, G: int) -> None:
             f"estimator {entry.name}: returns shape {tuple(shape)} for rewards {canon.shape}; "
             "allowed: advantages of the rewards' shape (P, G)"
         )
-    bad = ~np.isfinite(out).all(axis=-1)
+    bad = np.zeros(0, bool) if out is None else ~np.isfinite(out).all(axis=-1)
     if bad.any():
         row = canon[int(np.argmax(bad))]
         raise validate.ConfigError(
@@ -366,3 +366,18 @@ for _name, _fn, _kw in (
 ):  # fmt: skip
     register(_name, _fn, **{**_kw, "source": _OWN + _kw["source"]}, user=False)
 assert tuple(REGISTRY) == core.ESTIMATORS
+
+for _s in frameworks.SPECS:  # verl, TRL, OpenRLHF, NeMo-RL, papers (semantics read from code)
+    register(
+        _s.name,
+        _s.fn,
+        needs=_s.needs,
+        options=_s.options,
+        min_group=_s.min_group,
+        scope=_s.scope,
+        source=_s.source,
+        reward_only=_s.reward_only,
+        user=False,
+        batch_when={k: v if isinstance(v, tuple) else (v,) for k, v in _s.batch_when.items()},
+    )
+FRAMEWORKS = tuple(s.name for s in frameworks.SPECS)
