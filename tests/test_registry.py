@@ -90,7 +90,8 @@ def test_user_estimator_errors(tmp_path, monkeypatch):
         "def wrong_shape(rewards):\n    return rewards.mean(-1)\n"
         "def nan_when_flat(rewards):\n"
         "    return (rewards - rewards.mean(-1, keepdims=True)) / rewards.std(-1, keepdims=True)\n"
-        "def not_traceable(rewards):\n    return np.asarray(rewards) if float(rewards.sum()) else rewards\n"
+        "def not_traceable(rewards):\n"
+        "    return np.asarray(rewards) if float(rewards.sum()) else rewards\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     for spec, match in [
