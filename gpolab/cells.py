@@ -81,9 +81,15 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
         err = total - truth.g[None]
     sq = jnp.sum(err**2, axis=-1)
     cos = cosine(total, truth.g)
+    if cell.B == 0:  # per-prompt weighting, as the MSE: Σ_x f(x) ĝ_x·g_x and Σ_x f(x) ‖ĝ_x‖²
+        f = truth.prompt_probs
+        dot = jnp.einsum("p,epd,pd->e", f, ghat, truth.g_local)
+        norm2 = jnp.einsum("p,epd->e", f, ghat**2)
+    else:
+        dot, norm2 = total @ truth.g, jnp.sum(total**2, axis=-1)
     for i, name in enumerate(cell.estimators):
         out[name] = {"err": err[i], "sq": sq[i]} if cell.mean_error else {"sq": sq[i]}
-        out[name]["cos"] = cos[i]
+        out[name].update(cos=cos[i], dot=dot[i], norm2=norm2[i])
     return out
 
 
@@ -132,15 +138,17 @@ def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
     def add(carry, a):
         feat, tok, w, g = a
         ghat = arithmetic.gradient_estimates(params, feat, tok, w)  # (E, D)
-        return (carry[0] + ghat, carry[1] + jnp.sum((ghat - g[None]) ** 2, axis=-1)), None
+        sq, dot, norm2 = jnp.sum((ghat - g[None]) ** 2, -1), ghat @ g, jnp.sum(ghat**2, -1)
+        return (carry[0] + ghat, carry[1] + jnp.stack([sq, dot, norm2])), None
 
     E = len(cell.estimators)
-    zero = (jnp.zeros((E, g_x.shape[-1]), g_x.dtype), jnp.zeros((E,), g_x.dtype))
-    (total, sq), _ = jax.lax.scan(add, zero, (feats, tokens, jnp.swapaxes(weights, 0, 1), g_x))
+    zero = (jnp.zeros((E, g_x.shape[-1]), g_x.dtype), jnp.zeros((3, E), g_x.dtype))
+    (total, sums), _ = jax.lax.scan(add, zero, (feats, tokens, jnp.swapaxes(weights, 0, 1), g_x))
     cos = cosine(total, jnp.sum(g_x, axis=0))
+    sq, dot, norm2 = sums / cell.Q  # per-question means
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(sq.dtype))}
     for i, name in enumerate(cell.estimators):
-        out[name] = {"sq": sq[i] / cell.Q, "cos": cos[i]}
+        out[name] = {"sq": sq[i], "cos": cos[i], "dot": dot[i], "norm2": norm2[i]}
     return out
 
 

@@ -224,6 +224,7 @@ def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
     from gpolab.theory import mse as theory_mse
 
     B = cfg.B or None if cfg.env == "bandit" else None
+    target_sq = theory_mse.target_sq(truth, B)
     rows = []
     for name in cell.estimators:
         stats = engine.error_stats(m, err=f"{name}/err", sq=f"{name}/sq")
@@ -241,6 +242,7 @@ def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
                 "n_seeds": m.n,
                 **_stats_row(stats),
                 "cos": float(m.mean(f"{name}/cos")),
+                **best_scale(m, name, target_sq),
                 "degenerate_frac": float(m.mean("degenerate")),
                 "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
                 "theory_mse": theory_mse.mse(truth, name, cell.G, B),
@@ -250,6 +252,16 @@ def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
             }
         )
     return rows
+
+
+def best_scale(m, name: str, target_sq: float) -> dict:
+    """The scale-invariant score (DESIGN §11, applied to gradients): the MSE after the best single
+    rescaling c* = E[ĝ·g]/E‖ĝ‖², ``scaled_mse`` = ‖g‖² − E[ĝ·g]²/E‖ĝ‖² (same averaging as
+    ``mse``).  Shrinking ĝ toward 0 does not lower it, so it ranks directions, not step sizes."""
+    dot, norm2 = float(m.mean(f"{name}/dot")), float(m.mean(f"{name}/norm2"))
+    if norm2 <= 0:
+        return {"best_scale": math.nan, "scaled_mse": target_sq}
+    return {"best_scale": dot / norm2, "scaled_mse": target_sq - dot**2 / norm2}
 
 
 def _tree_rows(cfg, cell, m, params) -> list[dict]:

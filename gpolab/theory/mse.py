@@ -103,6 +103,13 @@ def bias_sq(truth, estimator: str, G: int, B: int | None = None) -> float:
     return float(np.sum(_f64(truth.g) ** 2)) / G**2  # E ĝ = (1 − 1/G) g
 
 
+def target_sq(truth, B: int | None = None) -> float:
+    """‖target‖² matching :func:`mse`'s averaging: Σ_x f(x) ‖g_x‖² (B=None), ‖g‖² (B=b)."""
+    if B is None:
+        return float(_f64(truth.prompt_probs) @ _gsq(truth))
+    return float(np.sum(_f64(truth.g) ** 2))
+
+
 def dmse_dS2(truth, estimator: str, G: int) -> np.ndarray:
     """∂MSE(x)/∂S2(x) per prompt (every closed form above is linear in S2 = E‖W‖², through
     trΣ_or = E[‖W‖²Z²] − 2V E[‖W‖²Z] + V² S2 − ‖g_x‖²)."""
