@@ -248,13 +248,13 @@ def measure(params, G, B, ddof, eps, names=("grpo", "loo"), seeds=SEEDS, key=0):
 
 
 def z_scores(params, G, B, ddof, eps, **kw):
-    """(MC − exact)/SE of every measured estimator's MSE, and its bias² (MC, exact, SE)."""
+    """Per estimator: (MC − exact)/SE of its MSE, bias² (MC, exact), the SE, and the exact MSE."""
     truth, res = measure(params, G, B, ddof, eps, **kw)
     out = {}
     for name, s in res.items():
         table = ex.registry_table(name, G, ddof=ddof, eps=eps)
         exact, b2 = ex.mse(truth, table, G, B or None), ex.bias_sq(truth, table, G, B or None)
-        out[name] = ((s.mse - exact) / s.mse_se, s.bias_sq, b2, s.mse_se)
+        out[name] = ((s.mse - exact) / s.mse_se, s.bias_sq, b2, s.mse_se, exact)
     return out
 
 
@@ -263,9 +263,12 @@ def z_scores(params, G, B, ddof, eps, **kw):
 @pytest.mark.parametrize("G", [2, 4, 8])
 def test_mc_grpo_matches_exact(G, ddof):
     params = bandit.make(11, prompts=8, actions=16)
-    for eps in (1e-4, 1e-6, 1e-9):
-        for name, (z, *_) in z_scores(params, G, 0, ddof, eps).items():
+    for key, eps in enumerate((1e-4, 1e-6, 1e-9)):
+        res = z_scores(params, G, 0, ddof, eps, key=key)
+        for name, (z, *_) in res.items():
             assert abs(z) < 4, (name, G, ddof, eps, z)
+        se, grpo, loo = res["grpo"][3], res["grpo"][4], res["loo"][4]
+        assert abs(grpo - loo) > 8 * se or (G, ddof) == (2, 0)  # power (G = 2, ddof 0: grpo = loo)
 
 
 @pytest.mark.slow
@@ -273,9 +276,14 @@ def test_mc_grpo_matches_exact(G, ddof):
 @pytest.mark.parametrize("B", [0, 3])
 def test_mc_grpo_minibatch_and_loglinear(kind, B):
     params = bandit.make(12, prompts=8, actions=16, kind=kind, dim=5)
-    res = z_scores(params, 4, B, 1, 1e-4, names=("grpo", "loo", "mean"))
+    seeds = 50_000 if B == 0 else SEEDS  # enough for the bias check's power at B = 0
+    res = z_scores(params, 4, B, 1, 1e-4, names=("grpo", "loo", "mean"), seeds=seeds)
     for name, (z, *_) in res.items():
         assert abs(z) < 4, (name, kind, B, z)
-    _, b_mc, b_exact, se = res["grpo"]
+    _, b_mc, b_exact, se, exact = res["grpo"]
     assert abs(b_mc - b_exact) < 4 * se  # grpo's bias, measured (bias² = MSE − tr Cov)
-    assert b_exact > 4 * se  # the check has power
+    if B == 0:
+        assert b_exact > 4 * se  # the bias check has power
+    else:  # power: the prompt variance and bias terms are many SE away from Σ_x f_x MSE_x / B
+        table = ex.registry_table("grpo", 4, ddof=1, eps=1e-4)
+        assert abs(exact - ex.mse(bandit.exact(params), table, 4) / B) > 8 * se
