@@ -45,6 +45,25 @@ def test_matches_mse_closed_forms(x64, kind, G):
             np.testing.assert_allclose(b2, want, rtol=RTOL, atol=1e-25)
 
 
+def test_ustat_is_loo_and_oracle_is_refused():
+    G = 6
+    u, loo = ex.registry_table("ustat", G), ex.registry_table("loo", G)
+    np.testing.assert_allclose(u.a1, loo.a1, rtol=RTOL)
+    np.testing.assert_allclose(u.a0, loo.a0, rtol=RTOL, atol=1e-15)
+    with pytest.raises(validate.ConfigError, match="not reward-only"):
+        ex.registry_table("oracle", G)
+
+
+@pytest.mark.parametrize("kind", ["tabular", "loglinear"])
+def test_global_gradients_place_each_prompt_like_to_global(x64, kind):
+    params, truth = truth64(kind=kind)
+    ge = ex.global_gradients(truth)
+    for x in range(params.num_prompts):
+        one = bandit.to_global(params, jnp.array([x]), jnp.asarray(truth.g_local)[x : x + 1])
+        np.testing.assert_array_equal(ge[x], np.asarray(one))
+    np.testing.assert_allclose(np.asarray(truth.prompt_probs) @ ge, truth.g, rtol=1e-12)
+
+
 def test_constant_and_oracle_baselines_match_closed_forms(x64):
     _, truth = truth64(seed=4)
     G, b = 5, 0.3

@@ -168,7 +168,9 @@ def count_table(fn: Callable, G: int, *, name: str = "estimator", strict: bool =
 
 def registry_table(name: str, G: int, *, strict: bool = True, **options) -> Table:
     """:func:`count_table` of the registered estimator ``name`` with its options
-    (``scale``, ``ddof``, ``eps``), e.g. ``registry_table("grpo", 8, ddof=1, eps=1e-4)``."""
+    (``scale``, ``ddof``, ``eps``), e.g. ``registry_table("grpo", 8, ddof=1, eps=1e-4)``.
+    Entries with their own gradient weights c (``ustat``) are tabulated as A = G·c; entries that
+    need more than the rewards (``oracle``: V(x)) raise."""
     from gpolab import estimators
 
     entry = estimators.get(name)
@@ -176,6 +178,8 @@ def registry_table(name: str, G: int, *, strict: bool = True, **options) -> Tabl
         raise validate.ConfigError(f"estimator {name!r} needs {entry.needs}: not reward-only")
     kwargs = {k: options[k] for k in entry.options if k in options}
     label = name + "".join(f" {k}={v}" for k, v in sorted(kwargs.items()))
+    if entry.weights is not None:  # ĝ = Σ_g c_g W_g: the table holds A_g = G c_g
+        return count_table(lambda r: r.shape[-1] * entry.weights(r), G, name=label, strict=strict)
     return count_table(lambda r: entry.advantages(r, **kwargs), G, name=label, strict=strict)
 
 
