@@ -50,8 +50,14 @@ def test_ustat_is_loo_and_oracle_is_refused():
     u, loo = ex.registry_table("ustat", G), ex.registry_table("loo", G)
     np.testing.assert_allclose(u.a1, loo.a1, rtol=RTOL)
     np.testing.assert_allclose(u.a0, loo.a0, rtol=RTOL, atol=1e-15)
-    with pytest.raises(validate.ConfigError, match="not reward-only"):
+    with pytest.raises(validate.ConfigError, match="oracle: needs baseline besides the rewards"):
         ex.registry_table("oracle", G)
+    assert "batch-scoped" in ex.registry_table("grpo", G, strict=False, scale="batch").reason
+    # needs lengths: reward-only when every response has the same length (opo = mean then)
+    assert not ex.registry_table("verl/opo", G, strict=False).ok
+    opo, mean = ex.registry_table("verl/opo", G, length=7.0), ex.registry_table("mean", G)
+    np.testing.assert_allclose(opo.a1, mean.a1, rtol=RTOL)
+    np.testing.assert_allclose(opo.a0, mean.a0, rtol=RTOL, atol=1e-15)
 
 
 @pytest.mark.parametrize("kind", ["tabular", "loglinear"])

@@ -221,9 +221,12 @@ def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
     """Rows of the bandit and of the arithmetic surrogate (whose S2 is a Monte Carlo estimate:
     ``theory_mse_se`` is the standard error it carries into the exact formula)."""
     from gpolab import engine
+    from gpolab.theory import exact
     from gpolab.theory import mse as theory_mse
 
     B = cfg.B or None if cfg.env == "bandit" else None
+    shared = {o: getattr(cfg, o) for o in OPTIONS}
+    length = 1.0 if cfg.env == "bandit" else arithmetic_length(cfg)
     target_sq = theory_mse.target_sq(truth, B)
     rows = []
     for name in cell.estimators:
@@ -245,13 +248,18 @@ def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
                 **best_scale(m, name, target_sq),
                 "degenerate_frac": float(m.mean("degenerate")),
                 "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
-                "theory_mse": theory_mse.mse(truth, name, cell.G, B),
-                "theory_mse_se": theory_mse.mse_se(truth, name, cell.G, B),
+                **exact.theory_columns(truth, name, cell.G, B, length, **shared),
                 "theory_first_order": theory_mse.mse(truth, "oracle", cell.G, B),
-                "theory_bias_sq": theory_mse.bias_sq(truth, name, cell.G, B),
             }
         )
     return rows
+
+
+def arithmetic_length(cfg: Config) -> int:
+    """Tokens per response of the arithmetic surrogate (filler + answer; all equal)."""
+    from gpolab.envs import arithmetic
+
+    return cfg.filler + arithmetic.THOUGHTS + arithmetic.LENGTH
 
 
 def best_scale(m, name: str, target_sq: float) -> dict:

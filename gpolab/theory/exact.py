@@ -166,21 +166,41 @@ def count_table(fn: Callable, G: int, *, name: str = "estimator", strict: bool =
     return Table(out[1:, 0].copy(), out[:G, G - 1].copy(), G, name, dtype=dtype)
 
 
-def registry_table(name: str, G: int, *, strict: bool = True, **options) -> Table:
-    """:func:`count_table` of the registered estimator ``name`` with its options
-    (``scale``, ``ddof``, ``eps``), e.g. ``registry_table("grpo", 8, ddof=1, eps=1e-4)``.
-    Entries with their own gradient weights c (``ustat``) are tabulated as A = G·c; entries that
-    need more than the rewards (``oracle``: V(x)) raise."""
+def registry_table(
+    spec: str, G: int, *, strict: bool = True, length: float | None = None, **shared
+) -> Table:
+    """:func:`count_table` of the estimator spec ``spec`` (a registry name, ``name[opt=value]``
+    or ``package.module:function``); ``shared`` are a lab's common options (``scale``, ``ddof``,
+    ``eps``) for the entries that read them, e.g. ``registry_table("grpo", 8, eps=1e-4)``.
+    Entries with their own gradient weights c (``ustat``) are tabulated as A = G·c.  An entry
+    that needs more than the rewards (V(x), lengths, a greedy reward) or couples the batch with
+    these options has no table: it raises, or with ``strict=False`` returns a NaN table whose
+    ``reason`` says why.  ``length``: the env's response length when every response has the same
+    one (then an estimator that needs only lengths is reward-only)."""
     from gpolab import estimators
 
-    entry = estimators.get(name)
-    if entry.needs:
-        raise validate.ConfigError(f"estimator {name!r} needs {entry.needs}: not reward-only")
-    kwargs = {k: options[k] for k in entry.options if k in options}
-    label = name + "".join(f" {k}={v}" for k, v in sorted(kwargs.items()))
+    entry, options = estimators.bind(spec, shared)
+    label = estimators.canonical(spec)
+    reason, given = "", {}
+    if entry.needs == ("lengths",) and length is not None:
+        given = {"lengths": lambda r: np.full(r.shape, length, r.dtype)}
+    elif entry.needs:
+        reason = f"needs {', '.join(entry.needs)} besides the rewards"
+    elif entry.scope_of(options) != "group":
+        reason = "is batch-scoped (its normalization couples the prompts of a batch)"
+    if reason:
+        if strict:
+            raise validate.ConfigError(f"estimator {label}: {reason}: no count table")
+        nan = np.full(G, np.nan)
+        return Table(nan, nan, G, name=label, ok=False, reason=reason)
     if entry.weights is not None:  # ĝ = Σ_g c_g W_g: the table holds A_g = G c_g
         return count_table(lambda r: r.shape[-1] * entry.weights(r), G, name=label, strict=strict)
-    return count_table(lambda r: entry.advantages(r, **kwargs), G, name=label, strict=strict)
+    return count_table(
+        lambda r: entry(r, **{k: v(r) for k, v in given.items()}, **options),
+        G,
+        name=label,
+        strict=strict,
+    )
 
 
 def _pmf(n: int, p: np.ndarray) -> np.ndarray:
@@ -291,3 +311,48 @@ def mse_se(truth, table: Table, G: int, B: int | None = None) -> float:
     slope = _expect(table.a0**2, _pmf(G - 1, truth.V)) / G
     per_prompt = _f64(truth.prompt_probs) * slope * _f64(se)
     return float(np.sqrt(np.sum(per_prompt**2))) / (B or 1)
+
+
+def best_scale(truth, table: Table, G: int, B: int | None = None, g_each=None) -> dict:
+    """Exact ``best_scale`` c* = E[ĝ·g]/E‖ĝ‖² and ``scaled_mse`` = ‖g‖² − E[ĝ·g]²/E‖ĝ‖², the MSE
+    after the best single rescaling (same averaging as :func:`mse`; gpolab's score, invariant to
+    rescaling the advantages)."""
+    if not table.ok:
+        return {"best_scale": float("nan"), "scaled_mse": float("nan")}
+    mo, f = _truth_moments(truth, table, G), _f64(truth.prompt_probs)
+    gsq = np.sum(_f64(truth.g_local) ** 2, -1)
+    if not B:
+        dot, norm2, target = f @ (mo.kappa * gsq), f @ mo.second_moment, f @ gsq
+    else:
+        ge = global_gradients(truth) if g_each is None else _f64(g_each)
+        m, g = (f * mo.kappa) @ ge, _f64(truth.g)
+        cond = f @ (mo.mse - mo.bias_sq) + (f * mo.kappa**2) @ np.sum(ge**2, -1) - m @ m
+        dot, norm2, target = m @ g, cond / B + m @ m, g @ g
+    if norm2 <= 0:
+        return {"best_scale": float("nan"), "scaled_mse": float(target)}
+    return {"best_scale": float(dot / norm2), "scaled_mse": float(target - dot**2 / norm2)}
+
+
+def theory_columns(
+    truth, spec: str, G: int, B: int | None = None, length: float | None = None, **shared
+) -> dict:
+    """The exact-theory columns of a result row for estimator ``spec``: ``theory_mse``,
+    ``theory_mse_se``, ``theory_bias_sq``, ``theory_best_scale``, ``theory_scaled_mse`` and
+    ``theory`` (which formula: ``closed form`` for gpolab's own unbiased/mean estimators,
+    ``count table`` (this module) for every other reward-only one, else ``none: <why>``)."""
+    from gpolab.theory import mse as closed
+
+    table = registry_table(spec, G, strict=False, length=length, **shared)
+    scaled = best_scale(truth, table, G, B)
+    out = {"theory_best_scale": scaled["best_scale"], "theory_scaled_mse": scaled["scaled_mse"]}
+    if spec in closed.PER_PROMPT:
+        return {**out, "theory": "closed form", "theory_mse": closed.mse(truth, spec, G, B),
+                "theory_mse_se": closed.mse_se(truth, spec, G, B),
+                "theory_bias_sq": closed.bias_sq(truth, spec, G, B)}  # fmt: skip
+    return {
+        **out,
+        "theory": "count table" if table.ok else f"none: {table.reason}",
+        "theory_mse": mse(truth, table, G, B),
+        "theory_mse_se": mse_se(truth, table, G, B),
+        "theory_bias_sq": bias_sq(truth, table, G, B),
+    }
