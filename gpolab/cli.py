@@ -23,6 +23,7 @@ COMMANDS = (
     "figures",
     "groupsize",
     "estimators",
+    "zoo",
 )
 
 

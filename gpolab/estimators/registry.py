@@ -38,6 +38,7 @@ __all__ = [
     "estimate_gradient",
     "check_estimator",
     "check_callable",
+    "minimum_G",
     "canonical",
     "NEEDS",
     "FRAMEWORKS",
@@ -268,13 +269,17 @@ def bind(spec: str, defaults: Mapping | None = None) -> tuple[Entry, dict]:
     return entry, {**shared, **options}
 
 
+def minimum_G(spec: str) -> int:
+    """The smallest group size ``spec`` is defined for (``k`` for a pass@k option)."""
+    entry, options = bind(spec)
+    return options.get("k", entry.options["k"]) if "k" in entry.options else entry.min_group
+
+
 def check_estimator(
     name: str, G: int, *, scale: str = "group", ddof: int = 1, eps: float = 1e-4, field: str = "G"
 ) -> None:
     """Plain-Python validation of an estimator spec at group size G (raises ``ConfigError``)."""
-    entry, options = bind(name)
-    minimum = options.get("k", entry.options["k"]) if "k" in entry.options else entry.min_group
-    validate.integer(f"{field} (for {canonical(name)})", G, minimum=minimum)
+    validate.integer(f"{field} (for {canonical(name)})", G, minimum=minimum_G(name))
     validate.choice("scale", scale, core.SCALES)
     validate.choice("ddof", ddof, (0, 1))
     validate.real("eps", eps, low=0.0)

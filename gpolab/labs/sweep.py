@@ -245,6 +245,7 @@ def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
                 "n_seeds": m.n,
                 **_stats_row(stats),
                 "cos": float(m.mean(f"{name}/cos")),
+                "target_sq": target_sq,
                 **best_scale(m, name, target_sq),
                 "degenerate_frac": float(m.mean("degenerate")),
                 "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
