@@ -124,3 +124,21 @@ def test_user_estimator_from_the_cli(tmp_path, monkeypatch, capsys):
     assert df.loc["myest:half_loo", "cos"] == pytest.approx(df.loc["loo", "cos"], rel=1e-5)
     assert np.isfinite(df.loc["myest:half_loo", "theory_mse"])
     capsys.readouterr()
+
+
+def test_estimators_command_lists_the_registry(capsys):
+    import json
+
+    assert main(["estimators", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_name = {r["name"]: r for r in rows}
+    assert set(estimators.FRAMEWORKS) <= set(by_name) and set(estimators.ESTIMATORS) <= set(by_name)
+    assert by_name["verl/remax"]["needs"] == ["greedy"]
+    assert by_name["verl/gpg"]["theory"] == "Monte Carlo only (batch-scoped)"
+    assert by_name["nemo/grpo"]["theory"].startswith("exact: count table")
+    assert by_name["trl/grpo"]["scope"] == "group; batch when scale_rewards=batch"
+    assert all(r["source"] for r in rows)
+    assert main(["estimators", "verl/nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpolab estimators: error: estimator: got 'verl/nope'; allowed: ")
+    assert len(err.strip().splitlines()) == 1

@@ -31,17 +31,28 @@ def rows(names=()) -> list[dict]:
             "needs": list(e.needs),
             "options": dict(e.options),
             "scope": e.scope
-            + (
-                f" ({', '.join(f'{k}={v}' for k, v in e.batch_when.items())}: batch)"
-                if e.batch_when
-                else ""
-            ),  # fmt: skip
+            + "".join(f"; batch when {k}={'/'.join(map(str, v))}" for k, v in e.batch_when.items()),
             "min_G": e.min_group,
-            "exact_theory": e.reward_only,
+            "theory": theory_kind(e),
             "source": e.source,
         }
         for e in entries
     ]
+
+
+CLOSED = ("vanilla", "oracle", "loo", "mean", "ustat")  # gpolab.theory.mse's closed forms
+
+
+def theory_kind(entry) -> str:
+    """Which exact theory covers ``entry`` at its default options (see gpolab.theory.exact)."""
+    if entry.name in CLOSED:
+        return "exact: closed form"
+    if entry.reward_only_for():
+        return "exact: count table (DESIGN §8)"
+    if entry.needs == ("lengths",) and entry.scope == "group":
+        return "exact when every response has the same length; else Monte Carlo only"
+    why = f"needs {', '.join(entry.needs)}" if entry.needs else f"{entry.scope}-scoped"
+    return f"Monte Carlo only ({why})"
 
 
 def run(args) -> int:
@@ -53,7 +64,7 @@ def run(args) -> int:
     for row in table:
         needs = ", ".join(row["needs"]) or "-"
         opts = ", ".join(f"{k}={v!r}" for k, v in row["options"].items()) or "-"
-        theory = "exact finite-G theory" if row["exact_theory"] else "Monte Carlo only"
+        theory = row["theory"]
         print(f"{row['name']}\n    needs: {needs}; scope: {row['scope']}; G >= {row['min_G']}; "
               f"{theory}\n    options: {opts}\n    source: {row['source']}")  # fmt: skip
     return 0
