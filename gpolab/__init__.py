@@ -4,6 +4,7 @@ The public API is re-exported here lazily (importing ``gpolab`` does not import 
 
     from gpolab import estimators, engine, theory, labs, SweepConfig, run_sweep
     from gpolab.estimators import grpo_advantages, loo_advantages
+    from gpolab import REGISTRY, register      # REGISTRY["verl/grpo"](rewards, ...)
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ _NAMES = {
     "vanilla_advantages": "gpolab.estimators",
     "ustat_gradient": "gpolab.estimators",
     "tree_advantages": "gpolab.estimators",
+    "REGISTRY": "gpolab.estimators",
+    "register": "gpolab.estimators",
 }
 __all__ = ["__version__", *_MODULES, *_NAMES]
 
