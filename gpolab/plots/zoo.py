@@ -69,7 +69,7 @@ def kappa_figure(tables: dict, path) -> Path:
                              constrained_layout=True, squeeze=False)  # fmt: skip
     for ax, G in zip(axes[0], Gs, strict=True):
         for names, curve in families(kappa[kappa["G"] == G]):
-            label = names[0] if len(names) == 1 else f"{names[0]} (+{len(names) - 1})"
+            label = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
             ax.plot(curve["p"], curve["kappa"], lw=1.3, label=label)
         p = np.linspace(0.005, 0.995, 400)
         ax.plot(p, 1 / np.sqrt(p * (1 - p)), "k--", lw=0.8, label="1/√(p(1−p))")
