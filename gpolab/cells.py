@@ -39,7 +39,8 @@ class BanditCell:
 
     ``B=0``: every prompt gets one group (reports Σ_x f(x) MSE(x));
     ``B=b``: a mini-batch of b iid prompts (reports the mini-batch MSE).
-    ``mean_error=False`` keeps only ‖e‖² per seed (MSE and its CI, no bias/variance split).
+    ``mean_error=False`` keeps only ‖e‖² per seed (MSE and its CI; no bias/variance split, no
+    cosine or best-scale statistics).
     """
 
     estimators: tuple[str, ...]
@@ -80,6 +81,8 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
         total = jax.vmap(bandit.to_global, in_axes=(None, None, 0))(params, prompts, ghat)
         err = total - truth.g[None]
     sq = jnp.sum(err**2, axis=-1)
+    if not cell.mean_error:  # ‖e‖² only: the statistic of gpolab bench's W1 and its references
+        return {**out, **{name: {"sq": sq[i]} for i, name in enumerate(cell.estimators)}}
     cos = cosine(total, truth.g)
     if cell.B == 0:  # per-prompt weighting, as the MSE: Σ_x f(x) ĝ_x·g_x and Σ_x f(x) ‖ĝ_x‖²
         f = truth.prompt_probs
@@ -88,8 +91,7 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
     else:
         dot, norm2 = total @ truth.g, jnp.sum(total**2, axis=-1)
     for i, name in enumerate(cell.estimators):
-        out[name] = {"err": err[i], "sq": sq[i]} if cell.mean_error else {"sq": sq[i]}
-        out[name].update(cos=cos[i], dot=dot[i], norm2=norm2[i])
+        out[name] = {"err": err[i], "sq": sq[i], "cos": cos[i], "dot": dot[i], "norm2": norm2[i]}
     return out
 
 

@@ -215,28 +215,9 @@ def families(kappa, rtol: float = 1e-3):
     return out
 
 
-def agreement(results) -> list[str]:
-    """Per env: how many cells with exact theory have it inside the Monte Carlo 95% CI (combined
-    with the theory's own standard error where its inputs are Monte Carlo), the largest |z|."""
-    import numpy as np
-
-    lines = []
-    for env, rows in results.groupby("env", sort=False):
-        rows = rows[np.isfinite(rows["theory_mse"].astype(float))]
-        se = np.hypot(rows["mse_se"].astype(float), rows["theory_mse_se"].fillna(0).astype(float))
-        z = ((rows["mse"] - rows["theory_mse"]) / se).to_numpy(float)
-        n, inside = len(results[results["env"] == env]), int(np.sum(np.abs(z) < 1.96))
-        lines.append(f"{env}: exact theory for {len(z)} of {n} cells "
-                     f"({rows['estimator'].nunique()} estimators); {inside} inside the 95% CI, "
-                     f"largest |z| {np.max(np.abs(z)):.2f}")  # fmt: skip
-    lines.append("(the cells of one G share their draws and several estimators coincide: these "
-                 "are not independent checks)")  # fmt: skip
-    return lines
-
-
 def notes(cfg: Config, tables: dict) -> str:
     kappa = tables["kappa"]
-    lines = ["Monte Carlo vs exact finite-G theory:", *agreement(tables["results"])]
+    lines = ["Monte Carlo vs exact finite-G theory:", *sweep.agreement(tables["results"])]
     if kappa.empty:
         return "\n".join(lines)
     G = 8 if 8 in set(kappa["G"]) else int(kappa["G"].iloc[0])
