@@ -83,6 +83,12 @@ def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = Fals
     start = time.perf_counter()
     cfg = exp.config(quick, root)
     labs.execute(labs.get(exp.lab), cfg, fresh=fresh)
+    import jax
+
+    # one process runs every experiment: free this one's executables (each holds its own memory
+    # mappings, and a process has at most vm.max_map_count of them; the XLA disk cache keeps
+    # recompiling cheap)
+    jax.clear_caches()
     return Path(cfg.out), time.perf_counter() - start
 
 
