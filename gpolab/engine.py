@@ -47,6 +47,16 @@ PROBE = 1024  # seeds of the (unoptimised, thrown away) compilation auto_chunk m
 CALL_SEEDS = 16384  # seeds per executable call, looped over in sub-chunks of ``chunk``
 
 
+def cell_key(key: jax.Array, *identity) -> jax.Array:
+    """The key stream of one cell: ``fold_in(key, h)`` with h a stable 31-bit hash of the cell's
+    ``identity`` (e.g. ``("tree", K, M)``), so different cells draw independently while a cell
+    draws the same numbers whatever grid it sits in.  Cells that should share draws (common
+    random numbers, e.g. the estimators of one G) share an identity."""
+    text = json.dumps([str(x) for x in identity])
+    h = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+    return jax.random.fold_in(key, h)
+
+
 def seed_keys(key: jax.Array, indices: jax.Array) -> jax.Array:
     """Per-seed keys ``fold_in(key, i)``; independent of how seeds are grouped."""
     return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, indices)
