@@ -119,7 +119,7 @@ def pooled_sigma(truth) -> jax.Array:
 
 def exact_direction(estimator: str, truth, eps) -> jax.Array:
     """The G = ∞ direction: (1/N) Σ_x g_x / (σ_x + eps) (grpo), / (σ_pool + eps) (grpo-batch),
-    else (1/N) Σ_x g_x = ∇J.  [N, eq. 3–4]"""
+    else (1/N) Σ_x g_x = ∇J.  (gpolab's reconstruction of [N]'s claim)"""
     if estimator == "grpo":
         return jnp.mean(truth.g_global / (sigma(truth) + eps)[:, None], axis=0)
     if estimator == "grpo-batch":

@@ -190,7 +190,7 @@ def expected_return(params: LogLinearParams, theta: jax.Array) -> jax.Array:
 
 
 def exact(params: LogLinearParams, theta: jax.Array) -> LogLinearTruth:
-    """p_x, σ_x² and g_x = Cov_π(r, φ) = E_π[(r − p_x) ψ] by enumeration over responses.  [N, §3]"""
+    """p_x, σ_x² and g_x = Cov_π(r, φ) = E_π[(r − p_x) ψ] by enumeration over responses."""
     pi = policy(params, theta)
     r = params.reward
     p = jnp.sum(pi * r, axis=-1)
@@ -211,7 +211,7 @@ def exact(params: LogLinearParams, theta: jax.Array) -> LogLinearTruth:
 
 
 def hessian_local(params: LogLinearParams, theta: jax.Array) -> jax.Array:
-    """(N, k, k) M_x = E_π[(r − p_x) ψ_u ψ_uᵀ], ψ_u = u − E_π u; H_x = M_x ⊗ vvᵀ.  [N, §3]"""
+    """(N, k, k) M_x = E_π[(r − p_x) ψ_u ψ_uᵀ], ψ_u = u − E_π u; H_x = M_x ⊗ vvᵀ."""
     pi = policy(params, theta)
     r = params.reward
     p = jnp.sum(pi * r, axis=-1, keepdims=True)
