@@ -24,6 +24,7 @@ COMMANDS = (
     "groupsize",
     "estimators",
     "zoo",
+    "claims",
 )
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from gpolab import configs, output
 
-LABS = ("sweep", "tree", "groupsize", "chi2", "stdnorm", "curvature", "zoo")
+LABS = ("sweep", "tree", "groupsize", "chi2", "stdnorm", "curvature", "zoo", "claims")
 
 
 def get(name: str):

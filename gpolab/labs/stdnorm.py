@@ -4,7 +4,8 @@ the log-linear bandit.
 DESIGN §7; gpolab's reconstruction of the abstract of [N] arXiv 2601.23135 (its body was not
 available).  Two regimes, both with exact diagnostics at every iterate:
 
-* ``admissible`` — the premise of the reconstructed gain law: every method at its theoretically admissible step
+* ``admissible`` — the premise of the reconstructed gain law: every method at its theoretically
+  admissible step
   from the curvature law ‖H_x‖ ≤ cB²σ_x (:func:`gpolab.theory.curvature.admissible_steps`):
   GRPO at η = N/(cB²κ), REINFORCE (RLOO) at η = 1/L = N/(cB²σ_max κ) with σ_max = 1/2, and
   REINFORCE told the current smoothness constant (η_t = N/(cB²κ σ_max(θ_t)), an oracle; with equal
@@ -570,7 +571,8 @@ GAIN_COLUMNS = ("comparison", "setting", "rho", "control", "optimizer", "G", "re
 def gain_table(summary, curves: dict, target: float):
     """Per comparison, setting, optimizer and G: iterations to ``target`` of GRPO and REINFORCE
     (tuned: the faster unnormalized estimator), the measured gain with a bootstrap CI over seeds
-    (exact runs: one trajectory, no CI) and the prediction of the reconstructed gain law along GRPO's trajectory:
+    (exact runs: one trajectory, no CI) and the prediction of the reconstructed gain law along
+    GRPO's trajectory:
     σ_max/σ̄ in iterations (σ_max = 1/2 for the a-priori 1/L step; for the oracle 1/L_t step
     σ_max → mean_t s(θ_t)/κ, :func:`gpolab.theory.curvature.predicted_gain_iterate`, which is
     max_x σ_x at ρ = 0 and σ̄ at ρ = 1; the trajectory max for tuned steps), √(σ̄/σ_max) in the

@@ -10,7 +10,8 @@ Binary reward, log-linear policy, ‖φ‖ ≤ B, σ_x = √(p_x (1 − p_x)), �
   (Cauchy–Schwarz gives the sharper ‖g_x‖ ≤ σ_x √(E‖ψ‖²) ≤ B σ_x);
 * ‖H_x‖_op = ‖E[(r − p_x) ψψᵀ]‖ ≤ E|r − p_x| · 4B² = 8B² σ_x² ≤ 4B² σ_x     (gpolab's derivation);
 * GRPO with η = 1/c against REINFORCE with η = 1/(c σ_max): the bound on the average gradient
-  norm shrinks by √(σ̄/σ_max), σ̄ the mean of σ_x over prompts and iterations (gpolab's reconstruction); at equal
+  norm shrinks by √(σ̄/σ_max), σ̄ the mean of σ_x over prompts and iterations (gpolab's
+  reconstruction); at equal
   gradient-norm targets that is an iteration speed-up of σ_max/σ̄ (the bound scales as 1/√T).
 """
 
@@ -43,7 +44,8 @@ def fit_constant(values, sigma, scale: float = 1.0) -> dict:
 
 def predicted_gain(sigma) -> dict:
     """From σ_x along a trajectory (any shape: iterations × prompts): σ̄, σ_max, the predicted
-    gradient-norm ratio √(σ̄/σ_max) (gpolab's reconstruction) and the implied iteration speed-up σ_max/σ̄."""
+    gradient-norm ratio √(σ̄/σ_max) (gpolab's reconstruction) and the implied iteration
+    speed-up σ_max/σ̄."""
     s = np.asarray(sigma, np.float64)
     bar, top = float(np.mean(s)), float(np.max(s))
     return dict(
@@ -72,7 +74,8 @@ def smoothness(prompts: int, rho: float, sigma_max: float, bound: float = 1.0, c
 def admissible_steps(
     prompts: int, rho: float, bound: float = 1.0, c: float = 4.0, sigma_max: float = 0.5
 ) -> dict:
-    """The step sizes of gpolab's reconstructed gain law on the trainer's scale (directions are means over prompts):
+    """The step sizes of gpolab's reconstructed gain law on the trainer's scale (directions are
+    means over prompts):
 
     * ``grpo``: η = N/(cB²κ) — each prompt block moves by g_x/(cB²σ_x) = g_x/L_x (ρ = 0);
     * ``reinforce``: η = 1/L = N/(cB²σ_max κ), σ_max = 1/2 a priori (binary rewards);

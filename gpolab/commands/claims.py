@@ -1,0 +1,47 @@
+"""``gpolab claims``: the claims ledger (:mod:`gpolab.labs.claims`) with a verdict per claim."""
+
+from __future__ import annotations
+
+from gpolab.commands import config_from_args, lab_command, run_lab
+
+
+def _flags(p) -> None:
+    g = p.add_argument_group("output")
+    g.add_argument("--markdown", action="store_true", help="print the ledger as a markdown table")
+    g.add_argument("--readme", metavar="FILE", help="rewrite FILE's generated claims table")
+
+
+def _run(lab, args) -> int:
+    if not (args.markdown or args.readme):
+        return run_lab(lab, args)
+    from gpolab import labs
+
+    cfg = config_from_args(lab, args)
+    cfg.validate()
+    if args.readme:  # checked before anything runs
+        from pathlib import Path
+
+        text = Path(args.readme).read_text() if Path(args.readme).is_file() else ""
+        if lab.BEGIN not in text or lab.END not in text:
+            from gpolab.validate import ConfigError
+
+            raise ConfigError(f"--readme: {args.readme!r} has no claims markers ({lab.BEGIN})")
+    result = labs.execute(lab, cfg, fresh=args.fresh)
+    if args.readme:
+        lab.write_readme(result.tables, args.readme)
+        print(f"wrote the claims table into {args.readme}")
+    if args.markdown:
+        print(lab.markdown(result.tables))
+    return 0
+
+
+register = lab_command(
+    "claims",
+    help="the ledger of every paper claim gpolab tests: statistic, rule and verdict",
+    description="Reads the saved tables of the experiments (computing only missing ones; "
+    "--quick: the quick-size tables of `gpolab figures --quick`) and prints one verdict per "
+    "claim (reproduced, partly, not reproduced, not testable here) with its statistic and "
+    "reason.  --readme README.md rewrites the README's generated claims table.",
+    extend=_flags,
+    runner=_run,
+)

@@ -1,0 +1,390 @@
+"""The claims lab (``gpolab claims``): the ledger of every claim gpolab tests, with its statistic,
+its pre-stated acceptance rules and the verdict, computed from the experiments' saved tables.
+
+The ledger is declarative (``claims_ledger.toml`` beside this module): per claim an id, the paper
+and where in it, the claim in one sentence, the experiment (``experiments/<name>.toml``) whose
+saved tables test it, a statistic (a function of :data:`STATISTICS`) and its rules
+(``"name op number"``; op one of ``< <= > >= ==``).  Verdict: every rule holds → ``reproduced``,
+some → ``partly``, none → ``not reproduced``; ``testable = false`` → ``not testable here`` with
+its reason.  An experiment whose tables are missing is run first (resumably; ``--quick`` at its
+quick sizes, into ``<results>/<name>-quick``); saved tables are never recomputed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+import re
+from pathlib import Path
+from typing import ClassVar
+
+from gpolab import configs, validate
+from gpolab.configs import option
+
+NAME = "claims"
+TABLES = ("claims",)
+LEDGER = Path(__file__).with_name("claims_ledger.toml")
+VERDICTS = ("reproduced", "partly", "not reproduced", "not testable here", "not run")
+PAPERS = {"U": "arXiv 2603.01162", "T": "arXiv 2509.24494", "N": "arXiv 2601.23135",
+          "gpolab": "gpolab's derivation"}  # fmt: skip
+OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+RULE = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=|==|<|>)\s*([a-z_0-9.eE+-]+)\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Where the ledger, the experiments and their saved tables are."""
+
+    LAB: ClassVar[str] = NAME
+    QUICK: ClassVar[dict] = {"sizes": "quick"}
+
+    sizes: str = option(
+        "full", "full or quick: which saved tables to read (quick: those of `gpolab figures "
+        "--quick`); missing ones are computed at these sizes")  # fmt: skip
+    only: tuple[str, ...] = option((), "comma list of claim ids (default: all)")
+    ledger: str = option(str(LEDGER), "the ledger TOML", key=False)
+    experiments: str = option("experiments", "folder of the experiment TOMLs", key=False)
+    results: str = option("results", "results root (as `gpolab figures --results`)", key=False)
+    out: str = option("results/claims", "output folder (claims table, config.toml)", key=False)
+
+    def replace(self, **changes) -> Config:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        validate.choice("sizes", self.sizes, ("full", "quick"))
+        claims = load(self.ledger)
+        ids = [c["id"] for c in claims]
+        for i in self.only:
+            validate.choice("only", i, ids)
+        known = {p.stem for p in Path(self.experiments).glob("*.toml")}
+        for c in claims:
+            if c["experiment"] not in known:
+                raise validate.ConfigError(
+                    f"{Path(self.ledger).name}: claim {c['id']}: experiment: got "
+                    f"{c['experiment']!r}; allowed: one of {self.experiments}/*.toml"
+                )
+
+
+FIELDS = {"id": str, "paper": str, "where": str, "claim": str, "experiment": str,
+          "statistic": str, "rules": list, "testable": bool, "reason": str}  # fmt: skip
+
+
+def load(path) -> list[dict]:
+    """The ledger's claims, each checked (fields, paper, statistic, rule syntax)."""
+    data = configs.read_toml(Path(path))
+    claims = data.get("claim", [])
+    name = Path(path).name
+    if not claims:
+        raise validate.ConfigError(f"{name}: claim: no [[claim]] entries")
+    for i, c in enumerate(claims):
+        where = f"{name}: claim {c.get('id', i)}"
+        for key, value in c.items():
+            if key not in FIELDS or not isinstance(value, FIELDS[key]):
+                allowed = ", ".join(f"{k} ({t.__name__})" for k, t in FIELDS.items())
+                raise validate.ConfigError(f"{where}: {key}: got {value!r}; allowed: {allowed}")
+        for key in ("id", "paper", "claim", "experiment", "statistic"):
+            if key not in c:
+                raise validate.ConfigError(f"{where}: {key}: missing")
+        validate.choice(f"{where}: paper", c["paper"], PAPERS)
+        validate.choice(f"{where}: statistic", c["statistic"], STATISTICS)
+        for rule in c.get("rules", []):
+            if not RULE.match(rule):
+                raise validate.ConfigError(
+                    f"{where}: rules: got {rule!r}; allowed: 'name op number', op in < <= > >= =="
+                )
+        if c.get("testable", True) and not c.get("rules"):
+            raise validate.ConfigError(f"{where}: rules: a testable claim needs at least one")
+    return claims
+
+
+def cells(cfg: Config) -> int:
+    return len(selected(cfg))
+
+
+def selected(cfg: Config) -> list[dict]:
+    claims = load(cfg.ledger)
+    return [c for c in claims if not cfg.only or c["id"] in cfg.only]
+
+
+def check(rule: str, values: dict) -> bool | None:
+    """One rule on the statistic's values (None when the value is missing or NaN)."""
+    name, op, number = RULE.match(rule).groups()
+    value = values.get(name)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    target = values[number] if number in values else float(number)
+    return bool(OPS[op](value, target))
+
+
+def verdict(claim: dict, values: dict | None) -> str:
+    if values is None:
+        return "not run"
+    if not claim.get("testable", True):
+        return "not testable here"
+    results = [check(r, values) for r in claim["rules"]]
+    if all(r is True for r in results):
+        return "reproduced"
+    if any(r is True for r in results):
+        return "partly"
+    return "not reproduced"
+
+
+def tables_of(cfg: Config, name: str, cache: dict) -> dict:
+    """The saved tables of experiment ``name`` (computed first when missing)."""
+    from gpolab import experiments, labs, output
+
+    if name not in cache:
+        exp = experiments.load(Path(cfg.experiments) / f"{name}.toml")
+        quick = cfg.sizes == "quick"
+        folder = Path(exp.config(quick, cfg.results).out)
+        lab = labs.get(exp.lab)
+        if not all((folder / f"{t}.parquet").exists() for t in lab.TABLES):
+            experiments.run(exp, cfg.results, quick=quick)
+        cache[name] = output.read_tables(folder, lab.TABLES)
+    return cache[name]
+
+
+def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
+    """``{"claims": one row per claim}``: values, verdict and the reason in one line."""
+    import json
+
+    import pandas as pd
+
+    cfg.validate()
+    cache: dict = {}
+    rows = []
+    for c in selected(cfg):
+        values = STATISTICS[c["statistic"]](tables_of(cfg, c["experiment"], cache))
+        detail = values.pop("detail", "")
+        v = verdict(c, values)
+        failed = [r for r in c.get("rules", []) if check(r, values) is False]
+        reason = c.get("reason") if v == "not testable here" else (
+            detail + (f"; fails: {', '.join(failed)}" if failed else ""))  # fmt: skip
+        rows.append({"id": c["id"], "paper": PAPERS[c["paper"]], "where": c.get("where", ""),
+                     "claim": c["claim"], "experiment": c["experiment"],
+                     "statistic": c["statistic"], "rules": "; ".join(c.get("rules", [])),
+                     "values": json.dumps(values, default=float), "verdict": v,
+                     "reason": reason, "sizes": cfg.sizes})  # fmt: skip
+        if progress is not None:
+            progress.update(1, f"{c['id']}: {v}")
+    return {"claims": pd.DataFrame(rows)}
+
+
+def report(cfg: Config, tables: dict) -> str:
+    lines = []
+    for r in tables["claims"].to_dict("records"):
+        lines.append(f"{r['id']:<13} {r['verdict']:<17} {r['claim']}\n{'':<31}{r['reason']}")
+    return "\n".join(lines)
+
+
+def markdown(tables: dict) -> str:
+    """The README's claims table (generated, never typed)."""
+    head = "| id | paper, where | claim | verdict | statistic (experiment) |\n|---|---|---|---|---|"
+    rows = [
+        f"| {r['id']} | {r['paper']}, {r['where']} | {r['claim']} | **{r['verdict']}** | "
+        f"{r['reason']} (`{r['experiment']}`) |"
+        for r in tables["claims"].to_dict("records")
+    ]
+    return "\n".join([head, *rows])
+
+
+BEGIN, END = (
+    "<!-- claims:begin (generated by `gpolab claims --readme README.md`) -->",
+    "<!-- claims:end -->",
+)
+
+
+def write_readme(tables: dict, path) -> None:
+    """Replace the README block between the claims markers with :func:`markdown`."""
+    from gpolab.output import write_text
+
+    path = Path(path)
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        raise validate.ConfigError(f"readme: {path} has no claims markers ({BEGIN} ... {END})")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    write_text(path, f"{head}{BEGIN}\n{markdown(tables)}\n{END}{tail}")
+
+
+def figures(tables: dict) -> dict:
+    return {}
+
+
+# ------------------------------------------------------------------ statistics (saved tables)
+
+
+def _joint(rows, by=("estimator",)) -> tuple[float, float]:
+    """Bonferroni-combined χ² test of Σ_G z² per group (see :func:`sweep.agreement`); the
+    largest |z|."""
+    import numpy as np
+    from scipy.stats import chi2
+
+    rows = rows[np.isfinite(rows["theory_mse"].astype(float))]
+    se = np.hypot(rows["mse_se"].astype(float), rows["theory_mse_se"].fillna(0).astype(float))
+    z2 = ((rows["mse"] - rows["theory_mse"]) / se) ** 2
+    keys = [k for k in by if k in rows and rows[k].notna().any()]
+    per = rows.assign(z2=z2).groupby(keys)["z2"].agg(["sum", "count"])
+    p = chi2.sf(per["sum"], per["count"])
+    return min(1.0, len(per) * float(np.min(p))), float(np.sqrt(z2.max()))
+
+
+def oracle_match(t: dict) -> dict:
+    df = t["results"]
+    Gmax = int(df["G"].max())
+    at = df[df["G"] == Gmax].set_index("estimator")["mse"]
+    ratio = float(at["loo"] / at["oracle"])
+    joint, zmax = _joint(df)
+    return {"loo_over_oracle_at_max_G": ratio, "joint_p": joint, "max_abs_z": zmax,
+            "detail": f"loo/oracle = {ratio:.3f} at G = {Gmax}; exact theory vs Monte Carlo: "
+                      f"joint p = {joint:.2g} (Bonferroni over estimators of Σ_G z²), largest |z| "
+                      f"{zmax:.2f}; {int(df['n_seeds'].min()):,} seeds"}  # fmt: skip
+
+
+def arithmetic_ordering(t: dict) -> dict:
+    import numpy as np
+
+    df = t["results"]
+    df = df[df["G"] >= 4]
+    bad = 0
+    for _, sub in df.groupby(["policy", "G"]):
+        m = sub.set_index("estimator")
+        for hi, lo in (("vanilla", "loo"), ("loo", "oracle")):
+            gap = m.loc[hi, "mse"] - m.loc[lo, "mse"]
+            bad += gap <= 2 * np.hypot(m.loc[hi, "mse_se"], m.loc[lo, "mse_se"])
+    Gmax = int(df["G"].max())
+    at = df[df["G"] == Gmax]
+    ratio = float((at[at.estimator == "loo"]["mse"].to_numpy()
+                   / at[at.estimator == "oracle"]["mse"].to_numpy()).max())  # fmt: skip
+    joint, zmax = _joint(df, ("policy", "estimator"))
+    return {"ordering_violations": int(bad), "loo_over_oracle_at_max_G": ratio,
+            "joint_p": joint, "detail": f"{int(bad)} (policy, G >= 4) cells where vanilla > loo > "
+            f"oracle is not 2 SE clear; worst loo/oracle at G = {Gmax}: {ratio:.3f}; exact theory "
+            f"joint p = {joint:.2g}, largest |z| {zmax:.2f}"}  # fmt: skip
+
+
+def strength_order(t: dict) -> dict:
+    df = t["results"]
+    G = 16 if 16 in set(df["G"]) else int(df["G"].max())
+    v = df[(df["estimator"] == "vanilla") & (df["G"] == G)].set_index("policy")["mse"]
+    order = bool(v["base"] > v["instruct"] > v["icl"])
+    return {"base_over_icl": float(v["base"] / v["icl"]), "order_holds": int(order),
+            "detail": f"vanilla MSE at G = {G}: base {v['base']:.3g}, instruct "
+                      f"{v['instruct']:.3g}, icl {v['icl']:.3g} (mean V 0.15 / 0.40 / 0.65): the "
+                      "surrogate's MSE grows with strength"}  # fmt: skip
+
+
+def groupsize_argmin(t: dict) -> dict:
+    s = t["summary"]
+    matches = int((s["empirical_best_G"] == s["predicted_best_G"]).sum())
+    return {"argmin_matches_prediction": matches, "n_budgets": len(s),
+            "distinct_argmins": int(s["empirical_best_G"].nunique()),
+            "detail": "empirical best G per N: " + ", ".join(
+                f"N={r.N}: {r.empirical_best_G} (tied: {r.tied_G}; predicted {r.predicted_best_G})"
+                for r in s.itertuples())}  # fmt: skip
+
+
+def groupsize_value(t: dict) -> dict:
+    return {}
+
+
+def train_optimum(t: dict) -> dict:
+    s = t["summary"]
+    tied = s["tied_G"].astype(str)
+    separated = (tied == s["empirical_best_G"].astype(str)) | (tied.isin(["", "[]", "nan"]))
+    return {"interior_frac": float(s["interior_minimum"].mean()),
+            "matches_prediction_frac": float((s["empirical_best_G"]
+                                              == s["predicted_best_G"]).mean()),
+            "separated_frac": float(separated.mean()),
+            "detail": "best G per (env, N, schedule): " + ", ".join(
+                f"{r.env} N={r.N} {r.schedule}: {r.empirical_best_G} (tied {r.tied_G}, "
+                f"predicted {r.predicted_best_G})" for r in s.itertuples())}  # fmt: skip
+
+
+def chi2_law(t: dict) -> dict:
+    df = t["results"]
+    last = df[df["n"] == df["n"].max()]
+    inside = ((last["ci_low"] <= last["predicted_mean"])
+              & (last["predicted_mean"] <= last["ci_high"])).mean()  # fmt: skip
+    ks = float(min(1.0, len(last) * last["ks_pvalue"].min()))
+    return {"means_inside_frac": float(inside), "ks_p_bonferroni": ks,
+            "detail": f"n = {int(last['n'].iloc[0]):,}: predicted mean inside the 95% CI for "
+                      f"{int(round(inside * len(last)))} of {len(last)} estimators; KS p "
+                      f"(Bonferroni) = {ks:.2g}"}  # fmt: skip
+
+
+def tree_floor(t: dict) -> dict:
+    f = t["floor"]
+    row = f.loc[f["K"].idxmax()]
+    z = float((row["variance"] - row["floor"]) / row["variance_se"])
+    return {"floor_abs_z": abs(z), "detail": f"K = {int(row['K'])}: variance {row['variance']:.4g}"
+            f" vs exact floor {row['floor']:.4g} (z = {z:.2f})"}  # fmt: skip
+
+
+def tree_decay(t: dict) -> dict:
+    import numpy as np
+
+    df = t["results"]
+    K = int(df["K"].max())
+    sub = df[df["K"] == K].sort_values("M")
+    v = sub["variance"].to_numpy()
+    return {"decreasing": int(bool(np.all(np.diff(v) < 0))),
+            "last_over_first": float(v[-1] / v[0]),
+            "detail": f"K = {K}: variance {v[0]:.3g} at M = {int(sub['M'].iloc[0])} → "
+                      f"{v[-1]:.3g} at M = {int(sub['M'].iloc[-1])}"}  # fmt: skip
+
+
+def curvature_bounds(t: dict) -> dict:
+    f = t["fits"].set_index("quantity")
+    return {"detail": f"tightest constants {f.loc['grad_norm', 'max_ratio']:.3f} (bound 2) and "
+                      f"{f.loc['hess_norm', 'max_ratio']:.3f} (bound 4)"}  # fmt: skip
+
+
+def stdnorm_gain(t: dict) -> dict:
+    import numpy as np
+
+    g = t["gain"]
+    adm = g[g["setting"].astype(str).str.contains("admissible")] if "setting" in g else g
+    base = adm.iloc[0] if len(adm) else g.iloc[0]
+    tuned = g[g["setting"].astype(str).str.contains("tuned")] if "setting" in g else g.iloc[:0]
+    tuned_low = float(tuned["gain_ci_low"].max()) if len(tuned) else float("nan")
+    return {"gain_over_predicted": float(base["gain"] / base["pred_gain"]),
+            "gnorm_ratio_over_predicted": float(base["gnorm_ratio"] / base["pred_gnorm_ratio"]),
+            "tuned_gain_ci_low": tuned_low,
+            "detail": f"{base['comparison']}: iterations gain {base['gain']:.3g} vs predicted "
+                      f"{base['pred_gain']:.3g}; gradient-norm ratio {base['gnorm_ratio']:.3g} vs "
+                      f"predicted {base['pred_gnorm_ratio']:.3g} (the quantity the reconstructed "
+                      f"bound covers); best tuned-step gain CI low {tuned_low:.3g}"
+                      + ("" if np.isfinite(tuned_low) else " (no tuned runs)")}  # fmt: skip
+
+
+def zoo_theory(t: dict) -> dict:
+    df = t["results"]
+    out, parts = {}, []
+    for env, rows in df.groupby("env"):
+        joint, zmax = _joint(rows)
+        out[f"joint_p_{env}"] = joint
+        parts.append(f"{env}: joint p = {joint:.2g}, largest |z| {zmax:.2f} "
+                     f"({int(rows['theory_mse'].notna().sum())} cells)")  # fmt: skip
+    return {**out, "detail": "; ".join(parts)}
+
+
+def kappa_values(t: dict) -> dict:
+    import numpy as np
+
+    k = t["kappa"]
+    k = k[k["G"] == 8]
+    want = {"grpo": 2.31, "nemo/grpo": 1.47, "loo": 1.0}
+    got = {}
+    for name in want:
+        c = k[k["estimator"] == name]
+        got[name] = float(np.interp(0.05, c["p"], c["kappa"])) if len(c) else float("nan")
+    err = max(abs(got[n] - want[n]) for n in want)
+    return {"max_abs_error": err, "detail": "κ_8(0.05): " + ", ".join(
+        f"{n} {got[n]:.3f} (DESIGN {want[n]})" for n in want)}  # fmt: skip
+
+
+STATISTICS = {f.__name__: f for f in (oracle_match, arithmetic_ordering, strength_order,
+              groupsize_argmin, groupsize_value, train_optimum, chi2_law, tree_floor, tree_decay,
+              curvature_bounds, stdnorm_gain, zoo_theory, kappa_values)}  # fmt: skip
