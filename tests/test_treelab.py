@@ -464,10 +464,12 @@ def test_always_zero_advantage_wins_on_mse_but_not_on_the_score():
     zero = dict(K=8, M=1, corr=math.nan, corr_se=math.nan, mse=1.0, theory_corr=math.nan,
                 theory_exact=False, theory_degenerate_frac=0.0)  # fmt: skip
     df = budget_table(8, extra=[zero])
-    assert df["mse"].idxmin() == 3 and df.loc[2, "mse"] > 1.15  # the artifact of the old ranking
+    flat, nothing = df.loc[2], df.loc[3]  # both the 8 × 1 split
+    assert (flat["K"], flat["M"]) == (8, 1) and flat["mse"] > 1.15  # the old ranking's artifact:
+    assert nothing["mse"] * nothing["cost"] < flat["mse"] * flat["cost"]  # doing nothing "wins"
     ranked = lab.rank(df)
     assert ranked["recommended"].sum() == 1 and not ranked.loc[3, "recommended"]
-    assert math.isnan(ranked.loc[3, "score"])
+    assert math.isnan(ranked.loc[3, "score"]) and np.isfinite(ranked.loc[2, "score"])
     df.loc[3, ["corr", "corr_se"]] = 0.0, 0.0  # corr 0: infinitely many tokens per thought
     assert lab.score(0.0, 1, 256, 256) == math.inf and not lab.rank(df).loc[3, "recommended"]
 
