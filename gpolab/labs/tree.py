@@ -54,7 +54,7 @@ NOT_IN_KEY = ("K", "M", "budget", "think_len", "answer_len")  # the cell / colum
 SCHEMA = 2  # in the cell keys: cells stored before the per-cell key streams and corr_se recompute
 TIE_Z = 1.959963984540054  # two splits whose scores differ by less than TIE_Z · SE are a tie
 JSON_KEYS = ("K", "M", "variance", "mse", "mse_group", "corr", "corr_se", "degenerate_frac",
-             "theory_degenerate_frac", "theory_variance", "theory_corr")  # fmt: skip
+             "theory_degenerate_frac", "theory_variance", "theory_corr", "theory_mse")  # fmt: skip
 GRAD_KEYS = ("grad_mse", "grad_bias2_share")  # finite model
 COST_KEYS = ("leaves", "cost", "rescaled_mse", "score", "score_se", "score_source", "recommended",
              "tie", "distinguishable", "grad_score")  # fmt: skip
