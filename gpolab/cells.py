@@ -180,7 +180,8 @@ def tree_error(cell: TreeCell, key: jax.Array, args) -> dict:
     ``args = (params, truth, eps)``, plus ``grad_target`` (T,) with ``cell.grad``: the thought
     gradient the variant estimates (``grad_err``, ``grad_sq``).  Two independent sets of M
     continuations per thought give an unbiased estimate of the conditional variance
-    E[Var(Â_k | thoughts)] = E[½ (Â¹_k − Â²_k)²] (``cond_var``).
+    E[Var(Â_k | thoughts)] = E[½ (Â¹_k − Â²_k)²] (``cond_var``).  ``corr_v``/``corr_vv``: the
+    per-tree moments (a, t, aa, tt, at) of the correlation and their outer product.
     """
     params, truth, eps, *grad_target = args
     k_thoughts, k_c1, k_c2 = jax.random.split(key, 3)
@@ -210,6 +211,10 @@ def tree_error(cell: TreeCell, key: jax.Array, args) -> dict:
         "tt": jnp.mean(target * target),
         "at": jnp.mean(a1 * target),
     }
+    # (a, t, aa, tt, at) and its outer product: the covariance of these per-seed means gives the
+    # delta-method standard error of the pooled correlation (gpolab.labs.tree.corr_stats)
+    v = jnp.stack([out["a"], out["t"], out["aa"], out["tt"], out["at"]])
+    out["corr_v"], out["corr_vv"] = v, jnp.outer(v, v)
     if cell.grad:
         err = tree.thought_gradient(a1, ids, jax.nn.softmax(params.logits)) - grad_target[0]
         out["grad_err"], out["grad_sq"] = err, jnp.sum(err**2)

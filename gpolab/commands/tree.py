@@ -10,8 +10,10 @@ register = lab_command(
     description="Thought-level advantages of K thoughts x M continuations (arXiv 2509.24494) "
     "over many seeds: conditional variance, MSE against the population-standardized value, "
     "correlation and degenerate-group fraction, with the exact closed forms for Beta(a, b) "
-    "thought values.  --budget N compares every split K*M = N and recommends one (lowest MSE x "
-    "token cost); --model finite adds the thought-level policy-gradient MSE.  Writes "
+    "thought values.  --budget N compares every split K*M = N and recommends one (lowest tokens "
+    "per effective thought (L_think + M*L_answer)/corr^2, a score invariant to rescaling the "
+    "advantage; ties within Monte Carlo noise are flagged); --model finite adds the thought-level "
+    "policy-gradient MSE and its bias share.  Writes "
     "results.parquet/.csv, floor.parquet/.csv (the exact floor curve), config.toml and figures "
     "to --out.",
 )

@@ -10,7 +10,15 @@ exact K → ∞ floor on a fine M grid (the curve of the variance-vs-M figure).
 
 Grid mode (``budget = 0``) measures K × M; budget mode every split K·M = budget with K ≥ 2 (only
 the K of ``K`` when it is not the default grid), the token cost K·(L_think + M·L_answer) and a
-recommended split (:func:`recommend`, printed by :func:`notes`).
+recommended split (:func:`rank`, :func:`recommend`, printed by :func:`notes`).  Splits are ranked by
+a score invariant to rescaling Â (DESIGN §11), never by the plain MSE: shrinkage (degenerate trees
+give Â = 0) lowers E(Â − A)² without helping, and an always-zero advantage scores MSE 1 against a
+standardized target, below flat GRPO's.  The score is the tokens one effective thought costs,
+(L_think + M·L_answer)/corr² (:func:`score`, gpolab's derivation), with the exact corr of
+:mod:`gpolab.theory.tree` where it exists and the Monte Carlo corr (delta-method SE) otherwise.
+
+Randomness: cell (K, M) draws from ``engine.cell_key(key, "tree", K, M)`` (variants of one (K, M)
+share draws; the sweep's ``env = tree`` cells use the same identity).
 
 Thought-policy gradient (finite thoughts under softmax π): ĝ = (1/K) Σ_k Â_k (e_{t_k} − π) is
 compared with the exact gradient of what the variant estimates as K, M → ∞: ∇J/sd(p) for
@@ -43,10 +51,14 @@ FINITE = {"model": ("finite",)}
 GRID = {"mode": ("grid",)}  # Config.mode: "budget" when budget > 0, else "grid"
 BUDGET = {"mode": ("budget",)}
 NOT_IN_KEY = ("K", "M", "budget", "think_len", "answer_len")  # the cell / columns added on read
-JSON_KEYS = ("K", "M", "variance", "mse", "mse_group", "corr", "degenerate_frac",
-             "theory_variance", "theory_corr")  # fmt: skip
-COST_KEYS = ("leaves", "cost", "mse_x_cost")
-JSON = (*JSON_KEYS, "grad_mse", *COST_KEYS)  # those in the table: grad_mse (finite), cost (budget)
+SCHEMA = 2  # in the cell keys: cells stored before the per-cell key streams and corr_se recompute
+TIE_Z = 1.959963984540054  # two splits whose scores differ by less than TIE_Z · SE are a tie
+JSON_KEYS = ("K", "M", "variance", "mse", "mse_group", "corr", "corr_se", "degenerate_frac",
+             "theory_degenerate_frac", "theory_variance", "theory_corr", "theory_mse")  # fmt: skip
+GRAD_KEYS = ("grad_mse", "grad_bias2_share")  # finite model
+COST_KEYS = ("leaves", "cost", "rescaled_mse", "score", "score_se", "score_source", "recommended",
+             "tie", "distinguishable", "grad_score")  # fmt: skip
+JSON = (*JSON_KEYS, *GRAD_KEYS, *COST_KEYS)  # those in the table: grad (finite), cost (budget)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +158,10 @@ def cell_keys(cfg: Config) -> list[str]:
     from gpolab.store import digest
 
     common = settings(cfg)
-    return [digest({"lab": NAME, "settings": common, "K": K, "M": M}) for K, M in cfg.splits()]
+    return [
+        digest({"lab": NAME, "schema": SCHEMA, "settings": common, "K": K, "M": M})
+        for K, M in cfg.splits()
+    ]
 
 
 def cost(K: int, M: int, think_len: float, answer_len: float) -> float:
@@ -198,7 +213,8 @@ def _theory(cfg: Config, params, law, K: int, M: int) -> dict:
 
 
 def measure(cfg: Config, K: int, M: int, ctx, key) -> dict:
-    """One (K, M) cell's row: Monte Carlo metrics, closed forms, settings (``ctx`` = setup)."""
+    """One (K, M) cell's row: Monte Carlo metrics, closed forms, settings (``ctx`` = setup).
+    ``key`` is the run's root key; the cell draws from ``engine.cell_key(key, "tree", K, M)``."""
     from gpolab import engine
     from gpolab.cells import tree_cell, tree_error
 
@@ -207,17 +223,17 @@ def measure(cfg: Config, K: int, M: int, ctx, key) -> dict:
     cell = tree_cell(K, M, cfg.variant, cfg.ddof, model=cfg.model, a=cfg.a, b=cfg.b, grad=grad)
     start = time.perf_counter()
     args = (params, truth, np.float32(cfg.eps), grad_target)
-    m = engine.run(tree_error, cell, args, key, cfg.seeds, chunk_for(cfg, K, M))
-    cov = float(m.mean("at") - m.mean("a") * m.mean("t"))
-    va = float(m.mean("aa") - m.mean("a") ** 2)
-    vt = float(m.mean("tt") - m.mean("t") ** 2)
+    cell_key = engine.cell_key(key, NAME, K, M)
+    m = engine.run(tree_error, cell, args, cell_key, cfg.seeds, chunk_for(cfg, K, M))
+    corr, corr_se = corr_stats(m)
     row = {
         "K": K,
         "M": M,
         "variance": float(m.mean("cond_var")),
         "mse": float(m.mean("sq")),
         "mse_group": float(m.mean("sq_group")),
-        "corr": cov / math.sqrt(va * vt) if va > 0 and vt > 0 else math.nan,
+        "corr": corr,
+        "corr_se": corr_se,
         "degenerate_frac": float(m.mean("degenerate")),
         "variance_se": m.se("cond_var"),
         "mse_se": m.se("sq"),
@@ -226,10 +242,52 @@ def measure(cfg: Config, K: int, M: int, ctx, key) -> dict:
         "n_seeds": m.n,
     }
     if grad:
-        stats = engine.error_stats(m, err="grad_err", sq="grad_sq")
-        row.update(grad_mse=stats.mse, grad_mse_se=stats.mse_se, grad_variance=stats.variance)
+        row.update(grad_stats(m, grad_target))
     row["seconds"] = time.perf_counter() - start
     return row
+
+
+def corr_stats(m) -> tuple[float, float]:
+    """Pooled Corr(Â_k, A_k) and its delta-method standard error from the per-tree means
+    v = (a, t, aa, tt, at) of :func:`gpolab.cells.tree_error` (``corr_v``, ``corr_vv``).
+
+    r = (at − a·t)/√((aa − a²)(tt − t²)) on the seed means; SE² = ∇rᵀ Σ ∇r / n with Σ the
+    covariance (ddof 1) of v over the n independent trees and
+    ∇r = (−t/s + r a/va, −a/s + r t/vt, −r/(2 va), −r/(2 vt), 1/s), va = aa − a², vt = tt − t²,
+    s = √(va vt).  (NaN, NaN) when either variance is 0."""
+    n = m.n
+    mean = np.asarray(m.mean("corr_v"), np.float64)
+    a, t, aa, tt, at = mean
+    va, vt = aa - a * a, tt - t * t
+    if not (va > 0 and vt > 0):
+        return math.nan, math.nan
+    s = math.sqrt(va * vt)
+    r = (at - a * t) / s
+    if n < 2:
+        return float(r), math.nan
+    cov = (np.asarray(m.mean("corr_vv"), np.float64) - np.outer(mean, mean)) * n / (n - 1)
+    grad = np.array([-t / s + r * a / va, -a / s + r * t / vt, -r / (2 * va), -r / (2 * vt), 1 / s])
+    return float(r), math.sqrt(max(float(grad @ cov @ grad), 0.0) / n)
+
+
+def grad_stats(m, grad_target) -> dict:
+    """The thought-policy gradient ĝ of one tree against ``grad_target`` g: MSE (± SE), tr Cov V,
+    bias² (mse − V, unbiased), its share of the MSE, ``grad_dot`` = E ĝ·g = ē·g + ‖g‖² (ē the
+    mean error) and ‖g‖² (``grad_norm2``), which :func:`rank` turns into ``grad_score``."""
+    from gpolab import engine
+
+    stats = engine.error_stats(m, err="grad_err", sq="grad_sq")
+    g = np.asarray(grad_target, np.float64)
+    gg, eg = float(g @ g), float(np.asarray(m.mean("grad_err"), np.float64) @ g)
+    return dict(
+        grad_mse=stats.mse,
+        grad_mse_se=stats.mse_se,
+        grad_variance=stats.variance,
+        grad_bias_sq=stats.bias_sq,
+        grad_bias2_share=stats.bias_sq / stats.mse if stats.mse > 0 else math.nan,
+        grad_dot=eg + gg,
+        grad_norm2=gg,
+    )
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
@@ -256,20 +314,20 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         on_skip=None if progress is None else progress.skip,
         on_unit=None if progress is None else note,
     )
-    df = with_cost(cfg, df)
+    df = with_score(cfg, df)
     return {"results": df, "floor": floor_table(cfg, df, ctx[2])}
 
 
-def with_cost(cfg: Config, df):
-    """``budget``, and in budget mode the cost model and leaves, cost, mse_x_cost (grad_mse × cost
-    for the finite model): columns of the run, not of the cells."""
+def with_score(cfg: Config, df):
+    """``budget``, and in budget mode the cost model, leaves, cost and the ranking columns of
+    :func:`rank`: columns of the run, not of the cells."""
     df = df.assign(budget=cfg.budget)
     if not cfg.budget:
         return df
     tokens = cost(df["K"], df["M"], cfg.think_len, cfg.answer_len)
-    metric = df["grad_mse"] if "grad_mse" in df else df["mse"]
-    return df.assign(think_len=cfg.think_len, answer_len=cfg.answer_len, leaves=df["K"] * df["M"],
-                     cost=tokens, mse_x_cost=metric * tokens)  # fmt: skip
+    df = df.assign(think_len=cfg.think_len, answer_len=cfg.answer_len, leaves=df["K"] * df["M"],
+                   cost=tokens)  # fmt: skip
+    return rank(df)
 
 
 def floor_table(cfg: Config, df, law):
@@ -283,24 +341,105 @@ def floor_table(cfg: Config, df, law):
     return pd.DataFrame({"M": grid, "theory_floor": floor, **settings(cfg)})
 
 
-def recommend(df, metric: str | None = None) -> dict:
-    """The split with the lowest ``metric`` × cost (default: grad_mse if present, else mse):
-    the MSE one gets per unit of token budget when independent trees of that shape are averaged
-    (MSE ∝ 1/n for n trees, cost ∝ n)."""
-    metric = metric or ("grad_mse" if "grad_mse" in df else "mse")
-    score = df[metric] * df["cost"]
-    best = df.loc[score.idxmin()]
-    lowest = df.loc[df[metric].idxmin()]
+def score(corr, M, think_len: float, answer_len: float):
+    """Tokens per effective thought, (L_think + M·L_answer)/corr² (lower is better; gpolab's
+    derivation, not from [T]).
+
+    A budget of T tokens buys N = T/(L_think + M·L_answer) thoughts (T/cost(K, M) trees of K).
+    A thought-level policy gradient ĝ = (1/N) Σ_i Â_i s_i (s_i the score of thought i) is used up
+    to its step size, so what matters is min_c E‖c ĝ − g‖².  Write Â = βA + r with
+    β = Cov(Â, A)/Var A and r uncorrelated with A; assume (i) the scores of distinct thoughts are
+    independent with E‖s‖² ≫ ‖E[s | p]‖² (the gradient is small next to the score noise) and
+    (ii) r is uncorrelated with the score (exact when E[Â | p] is linear in p, e.g. K → ∞).
+    Then ĝ/β is unbiased for g with variance E‖s‖² E[Â²]/(β² N) = E‖s‖² Var A/(corr² N), so
+
+        min_c E‖c ĝ − g‖² ≈ E‖s‖² Var A · (L_think + M·L_answer) / (T corr²) ∝ score.
+
+    Invariant to rescaling Â (corr is), and an always-zero advantage (corr 0) scores +∞.  A
+    corr ≤ 0 or NaN scores +∞ / NaN."""
+    corr = np.asarray(corr, np.float64)
+    tokens = think_len + np.asarray(M, np.float64) * answer_len
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(corr > 0, tokens / corr**2, np.where(np.isnan(corr), np.nan, np.inf))
+
+
+def rank(df):
+    """Ranking columns of a budget table (one ranking per ``budget``):
+
+    ``score_corr`` / ``score_source``: the exact theory_corr where the exact route exists
+    (``theory_exact``), else the Monte Carlo corr; ``rescaled_mse`` = 1 − corr² (the MSE after
+    the best rescaling of Â against the standardized target, Var A = 1: DESIGN §11); ``score``
+    (:func:`score`) with ``score_se`` = 2 score · SE(corr)/corr (0 for exact theory);
+    ``recommended``: the lowest score, exactly one row per budget; ``tie``: another row whose score
+    is within TIE_Z · √(SE² + SE_best²) of the best; ``distinguishable``: no row ties with the
+    recommended one (the same value on every row of the budget).
+
+    Finite model: ``grad_score`` = cost · V ‖g‖²/(E ĝ·g)², the policy gradient's analogue (gpolab's
+    derivation): n = T/cost independent trees averaged have E = E ĝ and tr Cov = V/n, so the
+    squared correlation of the best rescaling with g, (E ĝ·g)²/(‖g‖²(‖E ĝ‖² + V/n)), grows like
+    T/grad_score while V/n ≫ ‖E ĝ‖² (lower is better; reported, not ranked on; no SE)."""
+    exact = df["theory_exact"].astype(bool) & df["theory_corr"].notna()
+    rho = np.where(exact, df["theory_corr"], df["corr"]).astype(np.float64)
+    rho_se = np.where(exact, 0.0, df["corr_se"]).astype(np.float64)
+    sc = score(rho, df["M"], df["think_len"].to_numpy(), df["answer_len"].to_numpy())
+    with np.errstate(invalid="ignore"):
+        sc_se = np.where(np.isfinite(sc), 2 * sc * rho_se / np.abs(rho), np.nan)
+    df = df.assign(score_corr=rho, score_source=np.where(exact, "exact", "monte carlo"),
+                   rescaled_mse=1 - rho**2, score=sc, score_se=sc_se)  # fmt: skip
+    if "grad_dot" in df:
+        df = df.assign(grad_score=df["cost"] * df["grad_variance"] * df["grad_norm2"]
+                       / df["grad_dot"] ** 2)  # fmt: skip
+    import pandas as pd
+
+    parts = [_flags(group) for _, group in df.groupby("budget", sort=False)]
+    flags = pd.concat(parts).reindex(df.index)
+    return df.assign(**{c: flags[c].astype(bool) for c in flags})
+
+
+def _flags(group):
+    """recommended / tie / distinguishable of one budget's rows (see :func:`rank`)."""
+    import pandas as pd
+
+    sc = group["score"].to_numpy(np.float64)
+    se = np.nan_to_num(group["score_se"].to_numpy(np.float64))
+    finite = np.where(np.isnan(sc), np.inf, sc)
+    best = int(np.argmin(finite))
+    gap = np.abs(sc - sc[best])
+    noise = TIE_Z * np.sqrt(se**2 + se[best] ** 2) + 1e-9 * abs(sc[best])
+    tie = (gap <= noise) & (np.arange(len(sc)) != best)
+    rec = np.arange(len(sc)) == best
+    return pd.DataFrame({"recommended": rec, "tie": tie, "distinguishable": not tie.any()},
+                        index=group.index)  # fmt: skip
+
+
+def recommend(df) -> dict:
+    """The recommended split of a ranked budget table (:func:`rank`; ranked here if it is not)
+    with its score, the runner-up and whether the two are distinguishable."""
+    if "recommended" not in df:
+        df = rank(df)
+    best = df.loc[df["recommended"]].iloc[0]
+    others = df.loc[~df["recommended"]].sort_values("score")
+    runner = others.iloc[0] if len(others) else best
+    top = df.loc[df["score_corr"].idxmax()]
     return dict(
         K=int(best["K"]),
         M=int(best["M"]),
-        metric=metric,
-        value=float(best[metric]),
-        cost=float(best["cost"]),
-        score=float(score.min()),
-        lowest_K=int(lowest["K"]),
-        lowest_M=int(lowest["M"]),
-        lowest_value=float(lowest[metric]),
+        score=float(best["score"]),
+        score_se=float(best["score_se"]),
+        corr=float(best["score_corr"]),
+        source=str(best["score_source"]),
+        rescaled_mse=float(best["rescaled_mse"]),
+        degenerate_frac=float(best["degenerate_frac"]),
+        theory_degenerate_frac=float(best["theory_degenerate_frac"]),
+        distinguishable=bool(best["distinguishable"]),
+        runner_up_K=int(runner["K"]),
+        runner_up_M=int(runner["M"]),
+        runner_up_score=float(runner["score"]),
+        runner_up_se=float(runner["score_se"]),
+        ties=[(int(r["K"]), int(r["M"])) for _, r in df.loc[df["tie"]].iterrows()],
+        top_corr_K=int(top["K"]),
+        top_corr_M=int(top["M"]),
+        top_corr=float(top["score_corr"]),
     )
 
 
@@ -311,17 +450,39 @@ def report(cfg: Config, tables: dict) -> str:
 
 
 def notes(cfg: Config, tables: dict) -> str:
-    """Budget mode: the recommended split (on stderr with ``--json``)."""
+    """Budget mode: the recommended split, its runner-up and whether they differ beyond noise (on
+    stderr with ``--json``); with the finite model, the policy gradient's bias² share."""
     if not cfg.budget:
         return ""
-    best = recommend(tables["results"])
-    return (
-        f"recommended split: K={best['K']}, M={best['M']}: lowest {best['metric']} x cost "
-        f"({best['value']:.4g} x {best['cost']:.4g} tokens = {best['score']:.4g}; averaging "
-        f"independent trees of this shape gives the lowest {best['metric']} per token); "
-        f"lowest {best['metric']} at this leaf budget regardless of cost: "
-        f"K={best['lowest_K']}, M={best['lowest_M']} ({best['lowest_value']:.4g})"
-    )
+    df = tables["results"]
+    b = recommend(df)
+    src = "exact theory" if b["source"] == "exact" else "Monte Carlo"
+    se = f" ± {b['score_se']:.3g}" if b["source"] != "exact" else ""
+    if b["distinguishable"]:
+        verdict = "distinguishable from the runner-up"
+    else:
+        ties = ", ".join(f"K={K}, M={M}" for K, M in b["ties"])
+        verdict = f"a tie within Monte Carlo noise (95%) with {ties}: either split"
+    lines = [
+        f"recommended split: K={b['K']}, M={b['M']}: lowest tokens per effective thought "
+        f"(L_think + M·L_answer)/corr² = {b['score']:.4g}{se} (corr {b['corr']:.4f}, {src}; "
+        f"1 − corr² = {b['rescaled_mse']:.4f}; degenerate share {b['degenerate_frac']:.4f} "
+        f"measured, {b['theory_degenerate_frac']:.4f} exact); runner-up K={b['runner_up_K']}, "
+        f"M={b['runner_up_M']}: {b['runner_up_score']:.4g}; {verdict}",
+        f"highest corr at this leaf budget regardless of cost: K={b['top_corr_K']}, "
+        f"M={b['top_corr_M']} ({b['top_corr']:.4f}); the plain MSE is not a ranking (it "
+        "rewards shrinkage: an always-zero advantage scores 1)",
+    ]
+    if "grad_mse" in df:
+        parts = [
+            f"{int(r.K)}x{int(r.M)}: {r.grad_mse:.3g} (bias² {100 * r.grad_bias2_share:.0f}%; "
+            f"grad_score {r.grad_score:.4g})"
+            for r in df.sort_values("K").itertuples()
+        ]
+        head = ("thought-policy gradient MSE per tree (bias² share; grad_score = tokens per unit "
+                "of squared correlation after the best rescaling): ")  # fmt: skip
+        lines.append(head + "; ".join(parts))
+    return "\n".join(lines)
 
 
 def figures(tables: dict) -> dict:

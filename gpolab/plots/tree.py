@@ -88,36 +88,37 @@ def heatmap(tables: dict, path) -> Path:
 
 
 def budget(tables: dict, path) -> Path:
-    """Fixed leaf budget: the metric of every split (bars, the recommended one red, exact theory
-    × for the advantage MSE) and metric × token cost (line, right axis)."""
-    from gpolab.labs.tree import recommend
+    """Fixed leaf budget: the score of every split, tokens per effective thought
+    (L_think + M·L_answer)/corr² (bars with 2 SE where Monte Carlo, the recommended one red,
+    hatched where it ties with the recommendation), and the degenerate share on the right axis
+    (measured ○, exact ×)."""
+    from gpolab.labs.tree import rank, recommend
 
     df = tables["results"].sort_values("K")
+    if "score" not in df:
+        df = rank(df)
     best = recommend(df)
-    metric = best["metric"]
     plt = pyplot()
     x = np.arange(len(df))
     fig, ax = plt.subplots(figsize=(6.6, 4.4), constrained_layout=True)
     splits = list(zip(df["K"], df["M"], strict=True))
     colors = ["C3" if (K, M) == (best["K"], best["M"]) else "C0" for K, M in splits]
-    se = df[f"{metric}_se"] if f"{metric}_se" in df else None
-    ax.bar(
-        x,
-        df[metric],
-        yerr=None if se is None else 2 * se,
-        color=colors,
-        alpha=0.8,
-        label=f"{metric} (Monte Carlo, red: recommended)",
-    )
-    if metric == "mse":
-        ax.plot(x, df["theory_mse"], "kx", label="exact theory")
+    bars = ax.bar(x, df["score"], yerr=2 * df["score_se"].fillna(0.0), color=colors, alpha=0.8,
+                  label="tokens per effective thought (red: recommended)")  # fmt: skip
+    for bar, tie in zip(bars, df["tie"], strict=True):
+        if tie:
+            bar.set_hatch("//")
     ax.set_xticks(x, labels=[f"K={K}\nM={M}" for K, M in splits], fontsize=7)
-    ax.set(ylabel=metric, yscale="log", xlabel="split of the leaf budget K·M")
+    ax.set(ylabel="(L_think + M L_answer) / corr²", yscale="log",
+           xlabel="split of the leaf budget K·M")  # fmt: skip
     ax2 = ax.twinx()
-    ax2.plot(x, df[metric] * df["cost"], "o--", color="C2", label=f"{metric} × token cost")
-    ax2.set(ylabel=f"{metric} × K(L_think + M L_answer)", yscale="log")
+    ax2.plot(x, df["degenerate_frac"], "o", color="C2", label="degenerate share (Monte Carlo)")
+    ax2.plot(x, df["theory_degenerate_frac"], "x", color="k", label="degenerate share (exact)")
+    ax2.set(ylabel="P(all K thought values equal)", ylim=(0, max(0.05, 1.1 * df[
+        "theory_degenerate_frac"].max())))  # fmt: skip
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8)
-    ax.set_title(f"K·M = {int(df['budget'].iloc[0])}, {tag(df)}")
+    verdict = "" if best["distinguishable"] else " (tie within noise)"
+    ax.set_title(f"K·M = {int(df['budget'].iloc[0])}, {tag(df)}{verdict}")
     return save(fig, path)
