@@ -5,6 +5,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 import pytest
 
 from gpolab.envs import arithmetic as ar
@@ -178,14 +179,27 @@ def test_batched_gradient_estimates_equal_one_at_a_time(filler_setup):
         np.testing.assert_allclose(many[e], one, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.slow
-def test_sweep_mse_matches_exact_formula_and_orders_estimators(tmp_path):
-    """`gpolab sweep --env arithmetic` at a small size: every MC MSE within 4 SE (MC and the
-    S2 error of the formula) of the exact formula; vanilla > loo > oracle at G ≥ 4; loo/oracle − 1
-    follows the exact (S2σ² + ‖g‖²)/((G − 1) trΣ_or)."""
-    from gpolab.labs.sweep import SweepConfig, run_sweep
+def _paired(cell, key, args):
+    """The arithmetic cell plus per-seed paired differences of ‖ĝ − g‖² (common random numbers:
+    every estimator of a seed sees the same questions and answers)."""
+    from gpolab import cells
 
-    cfg = SweepConfig(
+    out = cells.arithmetic_error(cell, key, args)
+    out["vanilla-loo"] = out["vanilla"]["sq"] - out["loo"]["sq"]
+    out["loo-oracle"] = out["loo"]["sq"] - out["oracle"]["sq"]
+    return out
+
+
+@pytest.mark.slow
+def test_sweep_mse_matches_exact_formula_and_orders_estimators():
+    """The arithmetic sweep's cells (its setup and row code) at a small size: every MC MSE within
+    4 SE (MC and the S2 error of the formula) of the exact formula; the Monte Carlo ordering
+    vanilla > loo > oracle from paired per-seed differences on common random numbers, each
+    difference > 3 of its own SE and within 4 SE of the exact difference."""
+    from gpolab import cells, engine
+    from gpolab.labs import sweep
+
+    cfg = sweep.SweepConfig(
         env="arithmetic",
         policy=("base", "icl"),
         estimators=("vanilla", "loo", "oracle", "mean"),
@@ -195,24 +209,33 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators(tmp_path):
         hidden=16,
         filler=64,
         truth_samples=128,
-        out=str(tmp_path),
     )
-    df = run_sweep(cfg)
+    setup = sweep.make_setup(cfg)
+    rows, diffs = [], []
+    for policy in cfg.policy:
+        args, truth = setup(policy)
+        for G in cfg.G:
+            cell = cells.ArithmeticCell(cfg.estimators, G, cfg.per_seed)
+            m = engine.run(_paired, cell, (*args, np.float32(cfg.eps)), jax.random.key(G),
+                           cfg.seeds, sweep.ARITHMETIC_CHUNK)  # fmt: skip
+            sub = pd.DataFrame(sweep._bandit_rows(cfg, cell, m, truth, policy))
+            rows.append(sub)
+            sub = sub.set_index("estimator")
+            for hi, lo in (("vanilla", "loo"), ("loo", "oracle")):
+                exact = sub.loc[hi, "theory_mse"] - sub.loc[lo, "theory_mse"]
+                exact_se = np.hypot(sub.loc[hi, "theory_mse_se"], sub.loc[lo, "theory_mse_se"])
+                diffs.append((policy, G, f"{hi}-{lo}", float(m.mean(f"{hi}-{lo}")),
+                              m.se(f"{hi}-{lo}"), exact, exact_se))  # fmt: skip
+    df = pd.concat(rows)
     assert len(df) == 2 * 4 * 2 and set(df["policy"]) == {"base", "icl"}
     tol = 4 * np.hypot(df["mse_se"], df["theory_mse_se"])
     assert (np.abs(df["mse"] - df["theory_mse"]) < tol).all(), df
-    for _, sub in df.groupby(["policy", "G"]):
-        m = sub.set_index("estimator")
-        assert (
-            m.loc["vanilla", "theory_mse"]
-            > m.loc["loo", "theory_mse"]
-            > m.loc["oracle", "theory_mse"]
-        )
-        assert m.loc["vanilla", "mse_ci_low"] > m.loc["oracle", "mse_ci_high"]
-        ratio = m.loc["loo", "mse"] / m.loc["oracle", "mse"]
-        exact = m.loc["loo", "theory_mse"] / m.loc["oracle", "theory_mse"]
-        rel = np.hypot(
-            m.loc["loo", "mse_se"] / m.loc["loo", "mse"],
-            m.loc["oracle", "mse_se"] / m.loc["oracle", "mse"],
-        )
-        assert abs(ratio - exact) < 4 * rel * ratio
+    d = pd.DataFrame(diffs, columns=["policy", "G", "pair", "d", "se", "exact", "exact_se"])
+    # each paired difference agrees with the exact one
+    assert (np.abs(d["d"] - d["exact"]) < 4 * np.hypot(d["se"], d["exact_se"])).all(), d
+    # the ordering, on the Monte Carlo: pooled over the four independent cells (own keys) each
+    # difference is > 4 SE; in every cell whose exact difference is > 6 SE, it is > 3 SE there
+    for _, g in d.groupby("pair"):
+        assert g["d"].sum() > 4 * np.sqrt(np.sum(g["se"] ** 2)), g
+        powered = g[g["exact"] > 6 * g["se"]]
+        assert len(powered) >= 2 and (powered["d"] > 3 * powered["se"]).all(), g

@@ -180,10 +180,128 @@ def test_check_estimator_names_the_field(kwargs, field):
         est.check_estimator(**kwargs)
 
 
-def test_trainer_presets_match_docs():
-    assert est.TRAINER_PRESETS["trl"] == dict(scale="group", ddof=1, eps=1e-4)
-    assert est.TRAINER_PRESETS["verl"]["eps"] == 1e-6
-    assert est.TRAINER_PRESETS["openrlhf"]["eps"] == 1e-9
+# hand vectors whose group std is small enough that every preset's eps shows (relative effect
+# eps/s: 1e-4/1e-5 = 10 for TRL, 0.1 for verl, 1e-4 for OpenRLHF at s ~ 1e-5)
+PRESET_VECTORS = np.array(
+    [
+        [1.0, 0.0, 0.0, 1.0],  # s = 1/√3: the eps barely matter
+        [0.5, 0.5 + 1e-5, 0.5 - 1e-5, 0.5],  # s ≈ 8.2e-6: eps dominates or not
+        [2e-5, 0.0, 0.0, 0.0],  # s = 1e-5
+        [0.3, 0.3, 0.3, 0.3],  # all equal: 0
+    ]
+)
+PRESET_ENTRIES = {"trl": "trl/grpo", "verl": "verl/grpo", "openrlhf": "openrlhf/group_norm"}
+
+
+@pytest.mark.parametrize("trainer", sorted(PRESET_ENTRIES))
+def test_trainer_presets_reproduce_the_framework_entries(trainer, x64):
+    """grpo_advantages(z, **TRAINER_PRESETS[t]) equals the registry entry written from that
+    framework's own code (gpolab.estimators.frameworks), and differs from the other two
+    frameworks' entries on the small-std vectors: a wrong eps, ddof or scale fails here."""
+    z = jnp.asarray(PRESET_VECTORS)
+    preset = np.asarray(est.grpo_advantages(z, **est.TRAINER_PRESETS[trainer]))
+    np.testing.assert_allclose(preset, est.REGISTRY[PRESET_ENTRIES[trainer]](z), rtol=1e-12)
+    # hand value on the first row: A = ±(1/2)/(1/√3 + eps)
+    s = 1 / np.sqrt(3)
+    eps = {"trl": 1e-4, "verl": 1e-6, "openrlhf": 1e-9}[trainer]
+    np.testing.assert_allclose(preset[0], 0.5 / (s + eps) * np.array([1, -1, -1, 1]), rtol=1e-12)
+    np.testing.assert_array_equal(preset[3], 0.0)
+    for other, name in PRESET_ENTRIES.items():
+        if other != trainer:
+            theirs = np.asarray(est.REGISTRY[name](z))
+            assert np.max(np.abs(preset[1:3] - theirs[1:3])) > 1e-3 * np.max(np.abs(preset))
+
+
+def test_loo_and_ustat_with_one_response_raise_a_config_error():
+    z = jnp.ones((3, 1))
+    for fn in (est.loo_advantages, est.ustat_weights, jax.jit(est.loo_advantages)):
+        with pytest.raises(ConfigError, match=r"^G: got 1 for .*allowed: G >= 2"):
+            fn(z)
+    with pytest.raises(ConfigError, match="^G: got 1"):
+        est.ustat_gradient(z, jnp.ones((3, 1, 2)))
+    with pytest.raises(ConfigError, match="^G: got 1"):
+        est.REGISTRY["loo"](np.ones((3, 1)))
+    # G = 2 is the smallest leave-one-out group: A = ±(Z_1 − Z_2)
+    np.testing.assert_array_equal(est.loo_advantages(jnp.array([1.0, 0.0])), [1.0, -1.0])
+
+
+def _needs(entry, rewards):
+    P = rewards.shape[0]
+    given = {"lengths": np.full(rewards.shape, 3.0, rewards.dtype),
+             "greedy": np.linspace(0, 1, P).astype(rewards.dtype),
+             "baseline": np.linspace(0.2, 0.8, P).astype(rewards.dtype)}  # fmt: skip
+    return {k: v for k, v in given.items() if k in entry.needs}
+
+
+# non-binary, degenerate and binary groups, G = 5 (every entry's min_group)
+DTYPE_REWARDS = np.array([[1.0, 0.0, 0.0, 1.0, 0.5], [1.0] * 5, [0.0, 1.0, 0.0, 0.0, 0.25]])
+
+
+@pytest.mark.parametrize("name", sorted(est.REGISTRY))
+def test_every_registry_estimator_keeps_the_input_dtype_under_x64(name, x64):
+    entry = est.REGISTRY[name]
+    out = {}
+    for dtype in (np.float64, np.float32):
+        r = DTYPE_REWARDS.astype(dtype)
+        out[dtype] = entry(r, **_needs(entry, r))
+        assert out[dtype].dtype == dtype, (name, dtype, out[dtype].dtype)
+        assert np.all(np.isfinite(out[dtype]))
+    # the float64 result is the float32 one, computed more precisely
+    np.testing.assert_allclose(out[np.float32], out[np.float64], rtol=1e-5, atol=1e-6)
+    weights = est.gradient_weights(name, jnp.asarray(DTYPE_REWARDS), **_needs(entry, DTYPE_REWARDS))
+    assert weights.dtype == jnp.float64
+
+
+def test_core_functions_keep_float64_under_x64(x64):
+    z = jnp.asarray(DTYPE_REWARDS)
+    W = jnp.ones((3, 5, 2), jnp.float64)
+    outs = [est.vanilla_advantages(z), est.oracle_advantages(z, jnp.full(3, 0.5)),
+            est.loo_advantages(z), est.mean_advantages(z), est.ustat_weights(z),
+            est.ustat_gradient(z, W), est.policy_gradient(est.loo_advantages(z), W),
+            est.tree_advantages(z.reshape(3, 5, 1))]  # fmt: skip
+    outs += [est.grpo_advantages(z, scale=s, ddof=d, eps=e)
+             for s in est.SCALES for d in (0, 1) for e in (0.0, 1e-4)]  # fmt: skip
+    outs += [est.tree_advantages(jnp.stack([z, z], 1), variant=v) for v in est.TREE_VARIANTS]
+    assert [o.dtype for o in outs] == [jnp.float64] * len(outs)
+    # and float64 carries digits float32 cannot: 1 + 1e-12 is not 1
+    z = jnp.array([1.0 + 1e-12, 1.0, 1.0, 1.0])
+    assert float(est.mean_advantages(z)[0]) == pytest.approx(0.75e-12, rel=1e-3)
+
+
+LIST = [[1.0, 0.0, 0.0, 1.0, 0.5], [1, 1, 1, 1, 1], [0, 1, 0, 0, 0.25]]
+
+
+@pytest.mark.parametrize("name", sorted(est.REGISTRY))
+def test_registry_accepts_python_lists(name):
+    entry = est.REGISTRY[name]
+    arr = np.asarray(LIST, np.float32)
+    given = _needs(entry, arr)
+    got = entry(LIST, **{k: v.tolist() for k, v in given.items()})
+    np.testing.assert_array_equal(got, entry(jnp.asarray(arr), **given))
+    assert got.dtype == jnp.float32
+
+
+def test_core_functions_accept_python_lists():
+    z = jnp.asarray(LIST, jnp.float32)
+    W = np.arange(30.0).reshape(3, 5, 2) / 30
+    pairs = [
+        (est.vanilla_advantages(LIST), z),
+        (est.oracle_advantages(LIST, [0.5, 0.5, 0.5]), z - 0.5),
+        (est.loo_advantages(LIST), est.loo_advantages(z)),
+        (est.mean_advantages(LIST), est.mean_advantages(z)),
+        (est.grpo_advantages(LIST, ddof=0), est.grpo_advantages(z, ddof=0)),
+        (est.ustat_weights(LIST), est.ustat_weights(z)),
+        (est.ustat_gradient(LIST, W.tolist()), est.ustat_gradient(z, jnp.asarray(W))),
+        (est.policy_gradient(LIST, W.tolist()), est.policy_gradient(z, jnp.asarray(W))),
+        (est.tree_advantages([LIST, LIST]), est.tree_advantages(jnp.stack([z, z]))),
+        (est.degenerate(LIST), jnp.array([False, True, False])),
+    ]
+    for got, want in pairs:
+        np.testing.assert_array_equal(got, want)
+    # integer lists are rewards too (the default float), not integer advantages
+    np.testing.assert_allclose(est.loo_advantages([[1, 0, 0, 1]]), [[2 / 3, -2 / 3, -2 / 3, 2 / 3]],
+                               rtol=1e-6)  # fmt: skip
+    assert est.vanilla_advantages([[1, 0]]).dtype == jnp.float32
 
 
 def test_check_rewards_rejects_non_finite_logs():

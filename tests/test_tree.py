@@ -14,10 +14,35 @@ from gpolab.validate import ConfigError
 MODELS = {"beta": lambda: tree.make_beta(2.0, 3.0), "finite": lambda: tree.make_finite(1, 12)}
 
 
-def test_beta_moments():
-    t = tree.exact(tree.make_beta(2.0, 3.0))
-    assert np.isclose(t.mean, 0.4)
-    assert np.isclose(t.sd, np.sqrt(2 * 3 / (25 * 6)))  # ab / ((a+b)²(a+b+1))
+@pytest.mark.parametrize("a,b", [(2.0, 3.0), (0.5, 0.5), (1.5, 4.0), (7.0, 1.2)])
+def test_beta_moments_against_scipy_and_quadrature(a, b):
+    """tree.exact and theory_tree.beta_moments against scipy.stats.beta and ∫ f(p) Beta(p) dp."""
+    from scipy import integrate
+
+    law = stats.beta(a, b)
+    quad = lambda f: integrate.quad(lambda p: f(p) * law.pdf(p), 0, 1)[0]  # noqa: E731
+    mu = quad(lambda p: p)
+    var = quad(lambda p: (p - mu) ** 2)
+    tau = quad(lambda p: p * (1 - p))
+    t = tree.exact(tree.make_beta(a, b))
+    np.testing.assert_allclose([float(t.mean), float(t.sd)], [law.mean(), law.std()], rtol=1e-6)
+    np.testing.assert_allclose([float(t.mean), float(t.sd) ** 2], [mu, var], rtol=1e-5)
+    np.testing.assert_allclose(theory_tree.beta_moments(a, b), [mu, var, tau], rtol=1e-7)
+    # the quadrature rule the finite-K formulas use integrates the same moments
+    q = theory_tree.thought_law((a, b))
+    np.testing.assert_allclose([q.mean, q.var, q.tau], [mu, var, tau], rtol=1e-9)
+
+
+def test_finite_thought_moments_by_enumeration():
+    params = tree.make_finite(2, 7)
+    logits = np.asarray(params.logits, np.float64)
+    pi = np.exp(logits - logits.max())
+    pi /= pi.sum()
+    values = np.asarray(params.values, np.float64)
+    mean = sum(p * v for p, v in zip(pi, values, strict=True))
+    var = sum(p * (v - mean) ** 2 for p, v in zip(pi, values, strict=True))
+    t = tree.exact(params)
+    np.testing.assert_allclose([float(t.mean), float(t.sd)], [mean, np.sqrt(var)], rtol=1e-5)
 
 
 def test_finite_thought_gradient_is_grad_of_return():

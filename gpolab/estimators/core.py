@@ -62,6 +62,24 @@ def _group_mean(x: jax.Array) -> jax.Array:
     return jnp.mean(x, axis=-1, keepdims=True)
 
 
+def as_rewards(rewards) -> jax.Array:
+    """``rewards`` (array, tracer or nested Python lists) as a floating jax array.
+
+    Floating inputs keep their dtype (float64 stays float64 under ``jax_enable_x64``); integer
+    and bool inputs become the default float (float32, or float64 with x64 on)."""
+    x = jnp.asarray(rewards)
+    return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
+
+
+def _need_pairs(G: int, name: str) -> None:
+    """ConfigError (at trace time: G is static) for a leave-one-out rule at G < 2."""
+    if G < 2:
+        raise validate.ConfigError(
+            f"G: got {G} for {name} (the leave-one-out mean of G - 1 = {G - 1} others is "
+            "undefined); allowed: G >= 2"
+        )
+
+
 def check_rewards(rewards, field: str = "rewards") -> None:
     """Plain-Python check of a reward log before it is traced: finite, at least one group axis."""
     import numpy as np
@@ -87,12 +105,13 @@ def _standardize(centred: jax.Array, s: jax.Array, eps, flat_groups: jax.Array) 
 
 def degenerate(rewards: jax.Array) -> jax.Array:
     """True for groups whose rewards are all equal (no signal); shape ``rewards.shape[:-1]``."""
+    rewards = jnp.asarray(rewards)
     return jnp.max(rewards, axis=-1) == jnp.min(rewards, axis=-1)
 
 
 def vanilla_advantages(rewards: jax.Array) -> jax.Array:
     """REINFORCE without baseline: A_g = Z_g.  Unbiased for g_x.  [U, eq. 2]"""
-    return rewards
+    return as_rewards(rewards)
 
 
 def oracle_advantages(rewards: jax.Array, baseline: jax.Array) -> jax.Array:
@@ -101,15 +120,19 @@ def oracle_advantages(rewards: jax.Array, baseline: jax.Array) -> jax.Array:
     Unbiased; its MSE tr Σ_oracle / G is the first-order limit every estimator is compared with.
     [U, eq. 5]
     """
-    return rewards - jnp.expand_dims(baseline, -1)
+    rewards = as_rewards(rewards)
+    return rewards - jnp.expand_dims(jnp.asarray(baseline, rewards.dtype), -1)
 
 
 def loo_advantages(rewards: jax.Array) -> jax.Array:
     """Leave-one-out (RLOO, "GRPO-type" in [U]) advantages, G ≥ 2.
 
     A_g = Z_g − (Σ_{k≠g} Z_k)/(G − 1) = G/(G − 1) · (Z_g − Z̄).  Unbiased for g_x.  [U, eq. 4]
+    G = 1 has no leave-one-out set: ``ConfigError`` (raised while tracing; G is static).
     """
+    rewards = as_rewards(rewards)
     G = rewards.shape[-1]
+    _need_pairs(G, "loo_advantages")
     total = jnp.sum(rewards, axis=-1, keepdims=True)
     return rewards - (total - rewards) / (G - 1)
 
@@ -119,6 +142,7 @@ def mean_advantages(rewards: jax.Array) -> jax.Array:
 
     Biased: E ĝ = (1 − 1/G) g_x, i.e. bias −g_x/G.  [U, §3]
     """
+    rewards = as_rewards(rewards)
     return rewards - _group_mean(rewards)
 
 
@@ -133,6 +157,7 @@ def grpo_advantages(
     Groups whose rewards are all equal get exactly 0.  For binary Z and G → ∞,
     E ĝ → g_x / √(V(1 − V)) = ∇ 2 arcsin √V(x).  [U, eq. 3], [N, eq. 1]
     """
+    rewards = as_rewards(rewards)
     centred = rewards - _group_mean(rewards)
     if scale == "none":
         return centred
@@ -150,6 +175,7 @@ def policy_gradient(adv: jax.Array, scores: jax.Array) -> jax.Array:
 
     Equal to ∇_θ (1/G) Σ_g stop_gradient(A_g) log π_θ(Y_g|x), the trainers' surrogate.  [U, eq. 1]
     """
+    adv, scores = jnp.asarray(adv), jnp.asarray(scores)
     return jnp.einsum("...g,...gd->...d", adv, scores) / adv.shape[-1]
 
 
@@ -160,8 +186,11 @@ def ustat_weights(rewards: jax.Array) -> jax.Array:
     Summed pair by pair over the G × G upper triangle; by linearity in W,
     Σ_{i<j} (Z_i − Z_j)(W_i − W_j) = Σ_i W_i (Σ_{j>i} (Z_i − Z_j) − Σ_{j<i} (Z_j − Z_i)).
     The result equals the leave-one-out weights A^loo/G exactly, which the tests check.
+    G = 1 has no pair: ``ConfigError`` (raised while tracing).
     """
+    rewards = as_rewards(rewards)
     G = rewards.shape[-1]
+    _need_pairs(G, "ustat_weights")
     dz = jnp.expand_dims(rewards, -1) - jnp.expand_dims(rewards, -2)  # [..., i, j] = Z_i − Z_j
     dz = jnp.where(jnp.triu(jnp.ones((G, G), dtype=bool), k=1), dz, 0.0)
     return 0.5 * (jnp.sum(dz, axis=-1) - jnp.sum(dz, axis=-2)) / (G * (G - 1) / 2)
@@ -169,7 +198,7 @@ def ustat_weights(rewards: jax.Array) -> jax.Array:
 
 def ustat_gradient(rewards: jax.Array, scores: jax.Array) -> jax.Array:
     """The U-statistic gradient ``[..., D]`` from rewards ``[..., G]``, scores ``[..., G, D]``."""
-    return jnp.einsum("...g,...gd->...d", ustat_weights(rewards), scores)
+    return jnp.einsum("...g,...gd->...d", ustat_weights(rewards), jnp.asarray(scores))
 
 
 def tree_advantages(
@@ -188,6 +217,7 @@ def tree_advantages(
     With M = 1 and ``thought-std`` this is :func:`grpo_advantages` bit for bit.  Degenerate
     trees (all V̂ equal) give 0.
     """
+    rewards = as_rewards(rewards)
     values = jnp.mean(rewards, axis=-1)
     if variant == "thought-std":
         return grpo_advantages(values, scale="group", ddof=ddof, eps=eps)

@@ -88,6 +88,7 @@ class Entry:
         """Advantages (P, G) of ``rewards`` (P, G); see the module docstring."""
         if not isinstance(rewards, jax.core.Tracer):
             core.check_rewards(rewards)
+        rewards = core.as_rewards(rewards)  # Python lists, ints; float64 stays float64
         given = {"lengths": lengths, "greedy": greedy, "baseline": options.pop("baseline", None)}
         for need in self.needs:
             if given[need] is None:
