@@ -344,11 +344,6 @@ def test_quick_keeps_every_typed_flag_end_to_end(tmp_path, capsys):
     assert df["n_seeds"].eq(lab.Config.QUICK["seeds"]).all() and df["M"].tolist() == [1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until gpolab/labs/sweep.py runs tree cells on engine.cell_key(key, 'tree', K, M) as "
-    "the tree lab does; remove this marker with that change",
-)
 def test_sweep_tree_cells_are_the_lab_cells():
     """One tree Monte Carlo: a sweep env=tree cell gives the tree lab's numbers."""
     from gpolab.labs import sweep

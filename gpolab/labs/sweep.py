@@ -388,12 +388,12 @@ def _units(cfg: Config, pending: set[int]):
 def unit_key(cfg: Config, key, context, cell):
     """The unit's own key stream (:func:`gpolab.engine.cell_key`): every G (and policy) draws
     independently, so cells of different G are independent checks; the estimators of one unit
-    share draws (common random numbers).  Tree cells keep the root key, shared with
-    ``gpolab tree``."""
+    share draws (common random numbers).  A tree cell's stream is ``gpolab tree``'s for the same
+    (K, M) (its variants share draws), so both labs give the same numbers."""
     from gpolab import engine
 
     if cfg.env == "tree":
-        return key
+        return engine.cell_key(key, "tree", cell.K, cell.M)
     return engine.cell_key(key, cfg.env, *((context,) if context else ()), cell.G)
 
 
