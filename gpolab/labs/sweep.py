@@ -142,7 +142,7 @@ class Config:
                 )
             for v in self.strength:
                 validate.real("strength", v, low=0.0, high=1.0, open_low=True)
-            if any(b <= a for a, b in zip(self.strength, self.strength[1:])):
+            if any(b <= a for a, b in zip(self.strength[:-1], self.strength[1:], strict=True)):
                 raise validate.ConfigError(
                     f"strength: got {self.strength!r}; allowed: strictly increasing values"
                 )
