@@ -379,12 +379,20 @@ def pretrain(
     thought_vocab: int = THOUGHT_VOCAB,
     filler: int = FILLER,
     filler_vocab: int = FILLER_VOCAB,
+    filler_sharpen: float = 0.0,
 ) -> dict[str, ArithmeticParams]:
     """Supervised pre-training (optax Adam on −log V(x), full batch) from one seeded init,
     snapshotting the first parameters whose mean V(x) reaches each target: three policies of
-    increasing strength standing in for Base / Instruct / Instruct+few-shot.  Deterministic."""
+    increasing strength standing in for Base / Instruct / Instruct+few-shot.  Deterministic.
+
+    ``filler_sharpen`` = λ > 0 adds λ · mean_x H(p_f(x)), the entropy of the filler token, to
+    the loss: the filler head (which −log V does not reach) sharpens along with training, so a
+    later (stronger) snapshot also reasons with lower-entropy filler.  The filler head's weights
+    are disjoint from the decoder's, so the decoded part, V and g_x follow the same trajectory
+    as with λ = 0 (which leaves the loss, and every default policy, exactly as before)."""
     import optax
 
+    validate.real("filler_sharpen", filler_sharpen, low=0.0)
     targets = dict(POLICIES if targets is None else targets)
     params = init(seed, hidden, thoughts, thought_vocab, filler, filler_vocab)
     opt = optax.adam(lr)
@@ -393,7 +401,11 @@ def pretrain(
         v = jax.vmap(_success_one, in_axes=(None, None, 0, 0))(
             weights, params, questions.features, questions.answers
         )
-        return -jnp.mean(jnp.log(v)), jnp.mean(v)
+        loss = -jnp.mean(jnp.log(v))
+        if filler_sharpen and filler:
+            p = filler_probs(params.replace(weights=weights), questions.features)
+            loss = loss + filler_sharpen * jnp.mean(-jnp.sum(p * jnp.log(p), -1))
+        return loss, jnp.mean(v)
 
     @jax.jit
     def step(weights, state):

@@ -31,6 +31,10 @@ GROUPED = {"env": ("bandit", "arithmetic")}
 BANDIT = {"env": ("bandit",)}
 TREE = {"env": ("tree",)}
 ARITH = {"env": ("arithmetic",)}
+STRENGTH = (0.15, 0.40, 0.65)  # = arithmetic.POLICIES (kept in sync by a test)
+# arithmetic options added after cells were stored: left out of a row's key at their defaults,
+# so stored cells of the default policies stay valid
+KEY_IF_CHANGED = {"strength": STRENGTH, "filler_sharpen": 0.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +95,12 @@ class Config:
     per_seed: int = option(8, "questions per seed, one group each (row: mean per-question MSE)",
                            when=ARITH)  # fmt: skip
     filler: int = option(64, "chain-of-thought filler tokens before each answer", when=ARITH)
+    strength: tuple[float, ...] = option(STRENGTH, "mean V(x) at which pre-training snapshots "
+                                         "base, instruct, icl (3 increasing values in (0, 1))",
+                                         when=ARITH)  # fmt: skip
+    filler_sharpen: float = option(0.0, "weight of the filler entropy in the pre-training loss "
+                                   "(> 0: stronger policies reason with lower-entropy filler)",
+                                   when=ARITH)  # fmt: skip
     hidden: int = option(32, "GRU width", when=ARITH)
     truth_samples: int = option(256, "sampled sequences per question for the Monte Carlo part "
                                 "of S2", when=ARITH)  # fmt: skip
@@ -124,6 +134,18 @@ class Config:
             validate.integer("filler", self.filler, 0)
             validate.integer("hidden", self.hidden, 1)
             validate.integer("truth_samples", self.truth_samples, 2)
+            validate.real("filler_sharpen", self.filler_sharpen, low=0.0)
+            if len(self.strength) != len(POLICIES):
+                raise validate.ConfigError(
+                    f"strength: got {self.strength!r}; allowed: {len(POLICIES)} values, one for "
+                    "each of " + ", ".join(POLICIES)
+                )
+            for v in self.strength:
+                validate.real("strength", v, low=0.0, high=1.0, open_low=True)
+            if any(b <= a for a, b in zip(self.strength[:-1], self.strength[1:], strict=True)):
+                raise validate.ConfigError(
+                    f"strength: got {self.strength!r}; allowed: strictly increasing values"
+                )
         elif self.env == "bandit":
             validate.integer("B", self.B, 0)
             from gpolab.envs.bandit import check_instance
@@ -171,7 +193,12 @@ def make_setup(cfg: Config) -> Callable:
         questions = arithmetic.make_questions(cfg.instance_seed, cfg.questions)
         policies = functools.cache(
             lambda: arithmetic.pretrain(
-                questions, seed=cfg.instance_seed, hidden=cfg.hidden, filler=cfg.filler
+                questions,
+                seed=cfg.instance_seed,
+                hidden=cfg.hidden,
+                filler=cfg.filler,
+                targets=dict(zip(POLICIES, cfg.strength, strict=True)),
+                filler_sharpen=cfg.filler_sharpen,
             )
         )
         exact = jax.jit(arithmetic.exact, static_argnames="samples")
@@ -338,6 +365,7 @@ def row_settings(cfg: Config, rid: dict) -> dict:
     the grids the row sits in; of ``scale, ddof, eps`` those its estimator reads, as bound (a
     spec's bracket options win; the others None).  They are the row's cache key and its columns."""
     common = configs.key_settings(cfg, exclude=GRIDS + OPTIONS)
+    common = {k: v for k, v in common.items() if k not in KEY_IF_CHANGED or KEY_IF_CHANGED[k] != v}
     shared = {o: getattr(cfg, o) for o in OPTIONS}
     if cfg.env == "tree":  # mean-only has no std, so no eps; ddof still sets the group target
         reads = ("ddof",) if rid["variant"] == "mean-only" else ("ddof", "eps")
