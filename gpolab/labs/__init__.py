@@ -65,7 +65,9 @@ def execute(lab, cfg, *, fresh: bool = False, use_store: bool = True, stream=Non
         start = time.perf_counter()
         try:
             with Progress(lab.cells(cfg), lab.NAME, stream=stream) as progress:
-                tables = lab.run(cfg, jax.random.key(cfg.seed), store=store, progress=progress)
+                tables = lab.run(
+                    cfg, jax.random.key(getattr(cfg, "seed", 0)), store=store, progress=progress
+                )
         except KeyboardInterrupt:
             kept = store.count() if store is not None else 0
             raise output.Interrupted(
