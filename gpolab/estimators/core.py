@@ -6,8 +6,10 @@ directly. The gradient estimate from advantages is the one real trainers compute
 
     ĝ(x) = ∇_θ (1/G) Σ_g stop_gradient(A_g) · log π_θ(Y_g | x) = (1/G) Σ_g A_g W_g,
 
-see :func:`policy_gradient`. Papers: [U] arXiv 2603.01162 (GRPO gradient as a U-statistic),
-[T] arXiv 2509.24494 (tree branching), [N] arXiv 2601.23135 (std normalization).
+see :func:`policy_gradient`. Papers: [U] arXiv 2603.01162 (GRPO gradient as a U-statistic; its
+text was read, its equation numbers are not cited here), [T] arXiv 2509.24494 (tree branching)
+and [N] arXiv 2601.23135 (std normalization), of which only the abstracts were available:
+anything attributed to them beyond their abstracts is gpolab's reconstruction.
 
 Trainer conventions (``grpo_advantages`` arguments that reproduce them):
 
@@ -110,7 +112,7 @@ def degenerate(rewards: jax.Array) -> jax.Array:
 
 
 def vanilla_advantages(rewards: jax.Array) -> jax.Array:
-    """REINFORCE without baseline: A_g = Z_g.  Unbiased for g_x.  [U, eq. 2]"""
+    """REINFORCE without baseline: A_g = Z_g.  Unbiased for g_x.  [U]"""
     return as_rewards(rewards)
 
 
@@ -118,7 +120,7 @@ def oracle_advantages(rewards: jax.Array, baseline: jax.Array) -> jax.Array:
     """Oracle baseline: A_g = Z_g − V(x), with V(x) = E[Z | x] of shape ``rewards.shape[:-1]``.
 
     Unbiased; its MSE tr Σ_oracle / G is the first-order limit every estimator is compared with.
-    [U, eq. 5]
+    [U] (its oracle policy gradient)
     """
     rewards = as_rewards(rewards)
     return rewards - jnp.expand_dims(jnp.asarray(baseline, rewards.dtype), -1)
@@ -127,7 +129,7 @@ def oracle_advantages(rewards: jax.Array, baseline: jax.Array) -> jax.Array:
 def loo_advantages(rewards: jax.Array) -> jax.Array:
     """Leave-one-out (RLOO, "GRPO-type" in [U]) advantages, G ≥ 2.
 
-    A_g = Z_g − (Σ_{k≠g} Z_k)/(G − 1) = G/(G − 1) · (Z_g − Z̄).  Unbiased for g_x.  [U, eq. 4]
+    A_g = Z_g − (Σ_{k≠g} Z_k)/(G − 1) = G/(G − 1) · (Z_g − Z̄).  Unbiased for g_x.  [U]
     G = 1 has no leave-one-out set: ``ConfigError`` (raised while tracing; G is static).
     """
     rewards = as_rewards(rewards)
@@ -155,7 +157,7 @@ def grpo_advantages(
     reward in the array (TRL ``scale_rewards="batch"``); ``"none"``: no division (= Dr.GRPO).
     ``ddof`` 1 is torch's default (TRL, verl, OpenRLHF); 0 is the population std.
     Groups whose rewards are all equal get exactly 0.  For binary Z and G → ∞,
-    E ĝ → g_x / √(V(1 − V)) = ∇ 2 arcsin √V(x).  [U, eq. 3], [N, eq. 1]
+    E ĝ → g_x / √(V(1 − V)) = ∇ 2 arcsin √V(x) (gpolab's derivation).  [U]
     """
     rewards = as_rewards(rewards)
     centred = rewards - _group_mean(rewards)
@@ -173,7 +175,7 @@ def grpo_advantages(
 def policy_gradient(adv: jax.Array, scores: jax.Array) -> jax.Array:
     """ĝ = (1/G) Σ_g A_g W_g from advantages ``[..., G]`` and scores W ``[..., G, D]``.
 
-    Equal to ∇_θ (1/G) Σ_g stop_gradient(A_g) log π_θ(Y_g|x), the trainers' surrogate.  [U, eq. 1]
+    Equal to ∇_θ (1/G) Σ_g stop_gradient(A_g) log π_θ(Y_g|x), the trainers' surrogate.  [U]
     """
     adv, scores = jnp.asarray(adv), jnp.asarray(scores)
     return jnp.einsum("...g,...gd->...d", adv, scores) / adv.shape[-1]
@@ -182,7 +184,7 @@ def policy_gradient(adv: jax.Array, scores: jax.Array) -> jax.Array:
 def ustat_weights(rewards: jax.Array) -> jax.Array:
     """Per-sample weights c_g of the U-statistic, ĝ_U = Σ_g c_g W_g, from its pairwise kernel.
 
-    U = C(G, 2)⁻¹ Σ_{i<j} h_ij with h_ij = ½ (W_i − W_j)(Z_i − Z_j), G ≥ 2.  [U, eq. 6]
+    U = C(G, 2)⁻¹ Σ_{i<j} h_ij with h_ij = ½ (W_i − W_j)(Z_i − Z_j), G ≥ 2.  [U]
     Summed pair by pair over the G × G upper triangle; by linearity in W,
     Σ_{i<j} (Z_i − Z_j)(W_i − W_j) = Σ_i W_i (Σ_{j>i} (Z_i − Z_j) − Σ_{j<i} (Z_j − Z_i)).
     The result equals the leave-one-out weights A^loo/G exactly, which the tests check.
@@ -208,7 +210,10 @@ def tree_advantages(
     ddof: int = 1,
     eps: float | jax.Array = 1e-4,
 ) -> jax.Array:
-    """Thought-level advantages for tree rewards ``[..., K, M]`` → ``[..., K]``.  [T, eq. 3–4]
+    """Thought-level advantages for tree rewards ``[..., K, M]`` → ``[..., K]``.
+
+    gpolab's reading of [T]'s abstract (its body was not available): the variants are our
+    construction.
 
     V̂_k = (1/M) Σ_j Z_kj (value of thought k from its M continuations), then
       ``thought-std``: Â_k = (V̂_k − mean_i V̂_i) / (std_i V̂_i + eps)   (the paper's default)
