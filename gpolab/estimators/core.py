@@ -216,7 +216,7 @@ def tree_advantages(
     construction.
 
     V̂_k = (1/M) Σ_j Z_kj (value of thought k from its M continuations), then
-      ``thought-std``: Â_k = (V̂_k − mean_i V̂_i) / (std_i V̂_i + eps)   (the paper's default)
+      ``thought-std``: Â_k = (V̂_k − mean_i V̂_i) / (std_i V̂_i + eps)   (gpolab's default)
       ``leaf-std``:    Â_k = (V̂_k − mean_i V̂_i) / (std over all K·M leaves + eps)
       ``mean-only``:   Â_k = V̂_k − mean_i V̂_i
     With M = 1 and ``thought-std`` this is :func:`grpo_advantages` bit for bit.  Degenerate
