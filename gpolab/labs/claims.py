@@ -284,8 +284,9 @@ def strength_order(t: dict) -> dict:
     order = bool(v["base"] > v["instruct"] > v["icl"])
     return {"base_over_icl": float(v["base"] / v["icl"]), "order_holds": int(order),
             "detail": f"vanilla MSE at G = {G}: base {v['base']:.3g}, instruct "
-                      f"{v['instruct']:.3g}, icl {v['icl']:.3g} (mean V 0.15 / 0.40 / 0.65): the "
-                      "surrogate's MSE grows with strength"}  # fmt: skip
+                      f"{v['instruct']:.3g}, icl {v['icl']:.3g} (mean V 0.15 / 0.40 / 0.65): "
+                      "grows with strength (why, and a family that reverses it: "
+                      "docs/arithmetic.md)"}  # fmt: skip
 
 
 def groupsize_argmin(t: dict) -> dict:
