@@ -289,6 +289,29 @@ def strength_order(t: dict) -> dict:
                       "docs/arithmetic.md)"}  # fmt: skip
 
 
+def strength_family(t: dict) -> dict:
+    df = t["results"]
+    G = int(df["G"].max())
+    held, parts = [], []
+    for e in ("vanilla", "loo", "oracle"):
+        v = df[(df["estimator"] == e) & (df["G"] == G)].set_index("policy")["mse"]
+        held.append(bool(v["base"] > v["instruct"] > v["icl"]))
+        parts.append(f"{e} {v['base']:.3g} > {v['instruct']:.3g} > {v['icl']:.3g}")
+    return {"orders_holding": sum(held), "n_estimators": len(held),
+            "detail": f"G = {G}, base > instruct > icl: " + "; ".join(parts)}  # fmt: skip
+
+
+def tree_budget(t: dict) -> dict:
+    df = t["results"]
+    rec = df[df["recommended"].astype(bool)]
+    wins = rec["M"] > 1
+    return {"tree_wins_frac": float(wins.mean()), "tree_wins_any": int(wins.any()),
+            "detail": "recommended split per budget (tokens per effective thought): " + ", ".join(
+                f"{int(r.K * r.M)} leaves: {int(r.K)}×{int(r.M)} (score {r.score:.4g}, "
+                f"{'distinguishable' if r.distinguishable else 'tied with the runner-up'})"
+                for r in rec.itertuples())}  # fmt: skip
+
+
 def groupsize_argmin(t: dict) -> dict:
     s = t["summary"]
     matches = int((s["empirical_best_G"] == s["predicted_best_G"]).sum())
@@ -418,5 +441,6 @@ def kappa_values(t: dict) -> dict:
 
 
 STATISTICS = {f.__name__: f for f in (oracle_match, arithmetic_ordering, strength_order,
+              strength_family, tree_budget,
               groupsize_argmin, groupsize_value, train_optimum, chi2_law, tree_floor, tree_decay,
               curvature_bounds, stdnorm_gain, zoo_theory, kappa_values)}  # fmt: skip
