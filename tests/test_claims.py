@@ -84,6 +84,7 @@ def test_readme_table_is_the_ledger_in_order():
     assert [r.split(" | ")[0][2:] for r in rows] == [c["id"] for c in ledger]
     for row, c in zip(rows, ledger, strict=True):
         assert c["claim"] in row and any(f"**{v}**" in row for v in claims.VERDICTS)
+        assert len(re.findall(r"(?<!\\)\|", row)) == 6  # 5 cells: every | inside is escaped
 
 
 def test_one_claim_end_to_end_from_a_small_experiment(tmp_path, capsys):

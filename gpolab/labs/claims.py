@@ -194,9 +194,12 @@ def report(cfg: Config, tables: dict) -> str:
 def markdown(tables: dict) -> str:
     """The README's claims table (generated, never typed)."""
     head = "| id | paper, where | claim | verdict | statistic (experiment) |\n|---|---|---|---|---|"
+    def cell(text) -> str:  # a literal | would end the table cell
+        return str(text).replace("|", "\\|")
+
     rows = [
-        f"| {r['id']} | {r['paper']}, {r['where']} | {r['claim']} | **{r['verdict']}** | "
-        f"{r['reason']} (`{r['experiment']}`) |"
+        f"| {cell(r['id'])} | {cell(r['paper'])}, {cell(r['where'])} | {cell(r['claim'])} | "
+        f"**{r['verdict']}** | {cell(r['reason'])} (`{r['experiment']}`) |"
         for r in tables["claims"].to_dict("records")
     ]
     return "\n".join([head, *rows])
