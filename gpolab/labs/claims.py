@@ -352,8 +352,8 @@ def gain_fades(t: dict) -> dict:
     return {"gain_rho0": float(adm["rho=0"]), "gain_rho_high": float(adm[hi]),
             "oracle_gain_rho_high": float(orc[hi]),
             "detail": f"exact gradients, admissible steps: gain {adm['rho=0']:.3g} at ρ = 0, "
-                      f"{adm[hi]:.3g} at {hi.replace('rho=', 'ρ = ')}; against the interference-aware "
-                      f"oracle step {orc[hi]:.3g}"}  # fmt: skip
+                      f"{adm[hi]:.3g} at {hi.replace('rho=', 'ρ = ')}; against the "
+                      f"interference-aware oracle step {orc[hi]:.3g}"}  # fmt: skip
 
 
 def group_size_gain(t: dict) -> dict:
