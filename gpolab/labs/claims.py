@@ -42,7 +42,7 @@ class Config:
     sizes: str = option(
         "full", "full or quick: which saved tables to read (quick: those of `gpolab figures "
         "--quick`); missing ones are computed at these sizes")  # fmt: skip
-    only: tuple[str, ...] = option((), "comma list of claim ids (default: all)")
+    only: str = option("", "comma list of claim ids (default: all)")
     ledger: str = option(str(LEDGER), "the ledger TOML", key=False)
     experiments: str = option("experiments", "folder of the experiment TOMLs", key=False)
     results: str = option("results", "results root (as `gpolab figures --results`)", key=False)
@@ -55,7 +55,7 @@ class Config:
         validate.choice("sizes", self.sizes, ("full", "quick"))
         claims = load(self.ledger)
         ids = [c["id"] for c in claims]
-        for i in self.only:
+        for i in ids_of(self.only):
             validate.choice("only", i, ids)
         known = {p.stem for p in Path(self.experiments).glob("*.toml")}
         for c in claims:
@@ -102,9 +102,13 @@ def cells(cfg: Config) -> int:
     return len(selected(cfg))
 
 
+def ids_of(only: str) -> list[str]:
+    return [i.strip() for i in only.split(",") if i.strip()]
+
+
 def selected(cfg: Config) -> list[dict]:
-    claims = load(cfg.ledger)
-    return [c for c in claims if not cfg.only or c["id"] in cfg.only]
+    claims, only = load(cfg.ledger), ids_of(cfg.only)
+    return [c for c in claims if not only or c["id"] in only]
 
 
 def check(rule: str, values: dict) -> bool | None:
