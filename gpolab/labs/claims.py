@@ -237,18 +237,11 @@ def figures(tables: dict) -> dict:
 
 
 def _joint(rows, by=("estimator",)) -> tuple[float, float]:
-    """Bonferroni-combined χ² test of Σ_G z² per group (see :func:`sweep.agreement`); the
-    largest |z|."""
-    import numpy as np
-    from scipy.stats import chi2
+    """(joint p, largest |z|) of :func:`gpolab.labs.sweep.joint_test`."""
+    from gpolab.labs.sweep import joint_test
 
-    rows = rows[np.isfinite(rows["theory_mse"].astype(float))]
-    se = np.hypot(rows["mse_se"].astype(float), rows["theory_mse_se"].fillna(0).astype(float))
-    z2 = ((rows["mse"] - rows["theory_mse"]) / se) ** 2
-    keys = [k for k in by if k in rows and rows[k].notna().any()]
-    per = rows.assign(z2=z2).groupby(keys)["z2"].agg(["sum", "count"])
-    p = chi2.sf(per["sum"], per["count"])
-    return min(1.0, len(per) * float(np.min(p))), float(np.sqrt(z2.max()))
+    t = joint_test(rows, by)
+    return t["joint_p"], t["max_abs_z"]
 
 
 def oracle_match(t: dict) -> dict:

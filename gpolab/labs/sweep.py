@@ -520,8 +520,8 @@ def report(cfg: Config, tables: dict) -> str:
     return table_text(tables["results"], TABLE_COLUMNS[cfg.env])
 
 
-def agreement(results) -> list[str]:
-    """Monte Carlo against the exact theory, one joint statistic per env.
+def joint_test(rows, by=("policy", "estimator")) -> dict | None:
+    """Monte Carlo against the exact theory as one statistic (None without exact theory).
 
     z = (mse − theory_mse)/se per cell (se combines the Monte Carlo SE with the theory's own where
     its inputs are Monte Carlo).  Each G draws from its own key stream, so an estimator's cells
@@ -532,24 +532,31 @@ def agreement(results) -> list[str]:
     import numpy as np
     from scipy.stats import chi2
 
+    rows = rows[np.isfinite(rows["theory_mse"].astype(float))]
+    if rows.empty:
+        return None
+    se = np.hypot(rows["mse_se"].astype(float), rows["theory_mse_se"].fillna(0).astype(float))
+    z2 = ((rows["mse"] - rows["theory_mse"]) / se) ** 2
+    keys = [k for k in by if k in rows and rows[k].notna().any()]
+    per = rows.assign(z2=z2).groupby(keys, sort=False)["z2"].agg(["sum", "count"])
+    p = chi2.sf(per["sum"], per["count"])
+    return {"cells": len(rows), "groups": len(per), "min_p": float(np.min(p)),
+            "worst": per.index[int(np.argmin(p))], "joint_p": min(1.0, len(per) * float(np.min(p))),
+            "max_abs_z": float(np.sqrt(z2.max()))}  # fmt: skip
+
+
+def agreement(results) -> list[str]:
+    """One line per env: :func:`joint_test` of its cells."""
     lines = []
     for env, rows in results.groupby("env", sort=False):
-        rows = rows[np.isfinite(rows["theory_mse"].astype(float))]
-        if rows.empty:
-            continue
-        se = np.hypot(rows["mse_se"].astype(float), rows["theory_mse_se"].fillna(0).astype(float))
-        rows = rows.assign(z2=((rows["mse"] - rows["theory_mse"]) / se) ** 2)
-        keys = [k for k in ("policy", "estimator") if k in rows and rows[k].notna().any()]
-        per = rows.groupby(keys, sort=False)["z2"].agg(["sum", "count"])
-        p = chi2.sf(per["sum"], per["count"])
-        joint = min(1.0, len(per) * float(np.min(p)))
-        worst = per.index[int(np.argmin(p))]
-        lines.append(
-            f"{env}: {len(rows)} cells with exact theory; per estimator, sum of z^2 over its G "
-            f"(independent draws) vs chi^2: smallest p {np.min(p):.3g} ({worst}); joint p "
-            f"(Bonferroni over {len(per)}) = {joint:.3g}; largest |z| "
-            f"{np.sqrt(rows['z2'].max()):.2f}"
-        )
+        t = joint_test(rows)
+        if t is not None:
+            lines.append(
+                f"{env}: {t['cells']} cells with exact theory; per estimator, sum of z^2 over its "
+                f"G (independent draws) vs chi^2: smallest p {t['min_p']:.3g} ({t['worst']}); "
+                f"joint p (Bonferroni over {t['groups']}) = {t['joint_p']:.3g}; largest |z| "
+                f"{t['max_abs_z']:.2f}"
+            )
     return lines
 
 
