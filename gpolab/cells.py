@@ -18,19 +18,18 @@ from gpolab.envs import arithmetic, bandit, tree
 GREEDY = 0x9E3  # fold_in tag of the greedy response's reward draw (other draws stay the same)
 
 
-def cell_weights(cell, rewards: jax.Array, inputs, eps) -> jax.Array:
+def cell_weights(cell, rewards: jax.Array, inputs: dict, eps) -> jax.Array:
     """(E, P, G) gradient weights of every estimator spec of ``cell`` on rewards (P, G), on the
-    same draws.  ``inputs()`` → baseline / lengths / greedy, passed to the estimators that need
-    them; the cell's ``scale``/``ddof`` and the traced ``eps`` reach those that read them."""
+    same draws.  ``inputs``: name → thunk for baseline / lengths / greedy; each input some
+    estimator needs is built once, the others never.  The cell's ``scale``/``ddof`` and the
+    traced ``eps`` reach the estimators that read them."""
     shared = {"scale": cell.scale, "ddof": cell.ddof, "eps": eps}
-    rows = []
-    for spec in cell.estimators:
-        entry, _ = estimators.bind(spec)
-        given = {k: v for k, v in inputs().items() if k in entry.needs}
-        if "baseline" in given and given["baseline"].ndim < rewards.ndim - 1:
-            given["baseline"] = given["baseline"][None]
-        rows.append(estimators.gradient_weights(spec, rewards, **given, **shared))
-    return jnp.stack(rows)
+    needs = [estimators.resolve(spec).needs for spec in cell.estimators]
+    built = {name: inputs[name]() for name in set().union(*needs)}
+    return jnp.stack([
+        estimators.gradient_weights(spec, rewards, **{n: built[n] for n in need}, **shared)
+        for spec, need in zip(cell.estimators, needs, strict=True)
+    ])  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +63,10 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
         prompts = bandit.sample_prompts(k_prompts, params, cell.B)
     actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
-    inputs = lambda: {  # noqa: E731  (built only for the estimators that need them)
-        "baseline": truth.V[prompts],
-        "lengths": jnp.ones_like(rewards),  # a response is one action: one token
-        "greedy": bandit.greedy_rewards(jax.random.fold_in(key, GREEDY), params, prompts),
+    inputs = {  # built only for the estimators that need them
+        "baseline": lambda: truth.V[prompts],
+        "lengths": lambda: jnp.ones_like(rewards),  # a response is one action: one token
+        "greedy": lambda: bandit.greedy_rewards(jax.random.fold_in(key, GREEDY), params, prompts),
     }
     weights = cell_weights(cell, rewards, inputs, eps)  # (E, B, G)
     ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
@@ -129,10 +128,12 @@ def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
         (jax.random.split(k_g, cell.Q), feats),
     )  # (Q, G, length)
     rewards = jax.vmap(arithmetic.rewards)(tokens, answers)  # (Q, G)
-    inputs = lambda: {  # noqa: E731  (built only for the estimators that need them)
-        "baseline": truth.V[idx],
-        "lengths": jnp.full_like(rewards, arithmetic.response_length(params)),
-        "greedy": jax.lax.map(lambda a: arithmetic.greedy_reward(params, *a), (feats, answers)),
+    inputs = {  # built only for the estimators that need them
+        "baseline": lambda: truth.V[idx],
+        "lengths": lambda: jnp.full_like(rewards, arithmetic.response_length(params)),
+        "greedy": lambda: jax.lax.map(
+            lambda a: arithmetic.greedy_reward(params, *a), (feats, answers)
+        ),
     }
     weights = cell_weights(cell, rewards, inputs, eps)  # (E, Q, G)
     g_x = truth.g_local[idx]
