@@ -514,7 +514,7 @@ class Spec:
 
     ``needs``: extra inputs ("lengths", "greedy"); ``scope``: "group" (a response's advantage
     depends on its group only) or "batch" (on the whole (P, G) batch) at the default options;
-    ``batch_when``: option values that make a group-scoped entry batch-scoped; ``min_group``:
+    ``batch_when``: option → the values that make a group-scoped entry batch-scoped; ``min_group``:
     smallest G the framework runs; ``reward_only``: group-scoped, no lengths, no greedy at the
     default options (exact finite-G theory applies); ``source``: repo path::function @ commit.
     """
@@ -527,7 +527,7 @@ class Spec:
     options: dict = dataclasses.field(default_factory=dict)
     source: str = ""
     reward_only: bool = True
-    batch_when: dict = dataclasses.field(default_factory=dict)
+    batch_when: dict[str, tuple] = dataclasses.field(default_factory=dict)
 
 
 _EPS_NORM = {"epsilon": 1e-6, "norm_adv_by_std_in_grpo": True}
@@ -554,9 +554,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("verl/remax", verl_remax, needs=("greedy",), reward_only=False,
          source=VERL.format("compute_remax_outcome_advantage")),
     Spec("trl/grpo", trl_grpo, options={"scale_rewards": "group"},
-         batch_when={"scale_rewards": "batch"}, source=TRL.format("grpo_trainer.py")),
+         batch_when={"scale_rewards": ("batch",)}, source=TRL.format("grpo_trainer.py")),
     Spec("trl/rloo", trl_rloo, options={"normalize_advantages": False},
-         batch_when={"normalize_advantages": True}, source=TRL.format("rloo_trainer.py")),
+         batch_when={"normalize_advantages": (True,)}, source=TRL.format("rloo_trainer.py")),
     Spec("openrlhf/group_norm", openrlhf_group_norm, min_group=2,
          source=ORLHF.format("group_norm")),
     Spec("openrlhf/rloo", openrlhf_rloo, min_group=2, source=ORLHF.format("rloo")),

@@ -374,16 +374,5 @@ for _name, _fn, _kw in (
 assert tuple(REGISTRY) == core.ESTIMATORS
 
 for _s in frameworks.SPECS:  # verl, TRL, OpenRLHF, NeMo-RL, papers (semantics read from code)
-    register(
-        _s.name,
-        _s.fn,
-        needs=_s.needs,
-        options=_s.options,
-        min_group=_s.min_group,
-        scope=_s.scope,
-        source=_s.source,
-        reward_only=_s.reward_only,
-        user=False,
-        batch_when={k: v if isinstance(v, tuple) else (v,) for k, v in _s.batch_when.items()},
-    )
+    register(**{f.name: getattr(_s, f.name) for f in dataclasses.fields(_s)}, user=False)
 FRAMEWORKS = tuple(s.name for s in frameworks.SPECS)
