@@ -102,8 +102,9 @@ def cells(cfg: Config) -> int:
     return len(selected(cfg))
 
 
-def ids_of(only: str) -> list[str]:
-    return [i.strip() for i in only.split(",") if i.strip()]
+def ids_of(only: str) -> tuple[str, ...]:
+    """The claim ids of ``--only`` (empty: all), parsed by the one comma-list parser."""
+    return configs.coerce_list("only", only) if only else ()
 
 
 def selected(cfg: Config) -> list[dict]:
