@@ -280,10 +280,17 @@ def mse(truth, table: Table, G: int, B: int | None = None, g_each=None) -> float
     if not B:
         return float(f @ mo.mse)
     validate.integer("B", B, 1)
+    m, spread = _batch(truth, mo, f, g_each)
+    return float(spread / B + np.sum((m - _f64(truth.g)) ** 2))
+
+
+def _batch(truth, mo: Moments, f, g_each) -> tuple[np.ndarray, float]:
+    """A mini-batch's mean m = Σ_x f_x κ_x g_X (global coordinates) and the spread of one
+    prompt's estimate around it, Σ_x f_x [MSE_x − (1−κ_x)²‖g_x‖²] + Σ_x f_x κ_x² ‖g_X‖² − ‖m‖²
+    (Tr Cov ĝ_X; the batch of B divides it by B)."""
     ge = global_gradients(truth) if g_each is None else _f64(g_each)
     m = (f * mo.kappa) @ ge
-    cond = f @ (mo.mse - mo.bias_sq) + (f * mo.kappa**2) @ np.sum(ge**2, -1) - m @ m
-    return float(cond / B + np.sum((m - _f64(truth.g)) ** 2))
+    return m, f @ (mo.mse - mo.bias_sq) + (f * mo.kappa**2) @ np.sum(ge**2, -1) - m @ m
 
 
 def bias_sq(truth, table: Table, G: int, B: int | None = None, g_each=None) -> float:
@@ -294,8 +301,8 @@ def bias_sq(truth, table: Table, G: int, B: int | None = None, g_each=None) -> f
     mo, f = _truth_moments(truth, table, G), _f64(truth.prompt_probs)
     if not B:
         return float(f @ mo.bias_sq)
-    ge = global_gradients(truth) if g_each is None else _f64(g_each)
-    return float(np.sum(((f * mo.kappa) @ ge - _f64(truth.g)) ** 2))
+    m, _ = _batch(truth, mo, f, g_each)
+    return float(np.sum((m - _f64(truth.g)) ** 2))
 
 
 def mse_se(truth, table: Table, G: int, B: int | None = None) -> float:
@@ -319,15 +326,16 @@ def best_scale(truth, table: Table, G: int, B: int | None = None, g_each=None) -
     rescaling the advantages)."""
     if not table.ok:
         return {"best_scale": float("nan"), "scaled_mse": float("nan")}
+    from gpolab.theory.mse import target_sq
+
     mo, f = _truth_moments(truth, table, G), _f64(truth.prompt_probs)
-    gsq = np.sum(_f64(truth.g_local) ** 2, -1)
+    target = target_sq(truth, B or None)
     if not B:
-        dot, norm2, target = f @ (mo.kappa * gsq), f @ mo.second_moment, f @ gsq
+        dot = f @ (mo.kappa * np.sum(_f64(truth.g_local) ** 2, -1))
+        norm2 = f @ mo.second_moment
     else:
-        ge = global_gradients(truth) if g_each is None else _f64(g_each)
-        m, g = (f * mo.kappa) @ ge, _f64(truth.g)
-        cond = f @ (mo.mse - mo.bias_sq) + (f * mo.kappa**2) @ np.sum(ge**2, -1) - m @ m
-        dot, norm2, target = m @ g, cond / B + m @ m, g @ g
+        m, spread = _batch(truth, mo, f, g_each)
+        dot, norm2 = m @ _f64(truth.g), spread / B + m @ m
     if norm2 <= 0:
         return {"best_scale": float("nan"), "scaled_mse": float(target)}
     return {"best_scale": float(dot / norm2), "scaled_mse": float(target - dot**2 / norm2)}
