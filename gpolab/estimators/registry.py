@@ -38,6 +38,7 @@ __all__ = [
     "estimate_gradient",
     "check_estimator",
     "check_callable",
+    "binary_groups",
     "minimum_G",
     "canonical",
     "NEEDS",
@@ -286,6 +287,14 @@ def check_estimator(
     validate.real("eps", eps, low=0.0)
 
 
+def binary_groups(G: int, dtype=None):
+    """(G + 1, G) numpy binary groups, row c holding c ones then G − c zeros: every success
+    count once (the estimator checks here and the count tables of :mod:`gpolab.theory.exact`)."""
+    import numpy as np
+
+    return (np.arange(G)[None, :] < np.arange(G + 1)[:, None]).astype(dtype or np.float64)
+
+
 def check_callable(spec: str, G: int) -> None:
     """Plain-Python check of an estimator spec at group size G before any run: it traces under
     jax with its options and returns (P, G) for rewards (P, G); a user's function must also be
@@ -293,7 +302,7 @@ def check_callable(spec: str, G: int) -> None:
     import numpy as np
 
     entry, options = bind(spec)
-    canon = (np.arange(G)[None] < np.arange(G + 1)[:, None]).astype(np.float32)  # row c: c ones
+    canon = binary_groups(G, np.float32)
     inputs = {"lengths": np.ones_like(canon), "greedy": np.zeros(G + 1, np.float32),
               "baseline": np.full(G + 1, 0.5, np.float32)}  # fmt: skip
     given = {k: v for k, v in inputs.items() if k in entry.needs}

@@ -88,7 +88,9 @@ class Moments:
 
 def canonical_groups(G: int) -> np.ndarray:
     """(G + 1, G) float64 binary groups: row c holds c ones, then G − c zeros."""
-    return (np.arange(G)[None, :] < np.arange(G + 1)[:, None]).astype(np.float64)
+    from gpolab.estimators import binary_groups
+
+    return binary_groups(G, np.float64)
 
 
 def _evaluate(fn: Callable, rewards: np.ndarray) -> tuple[np.ndarray, str]:
