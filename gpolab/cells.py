@@ -65,7 +65,7 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
     inputs = {  # built only for the estimators that need them
         "baseline": lambda: truth.V[prompts],
-        "lengths": lambda: jnp.ones_like(rewards),  # a response is one action: one token
+        "lengths": lambda: jnp.full_like(rewards, bandit.response_length(params)),
         "greedy": lambda: bandit.greedy_rewards(jax.random.fold_in(key, GREEDY), params, prompts),
     }
     weights = cell_weights(cell, rewards, inputs, eps)  # (E, B, G)

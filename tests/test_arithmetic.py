@@ -218,7 +218,7 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators():
             cell = cells.ArithmeticCell(cfg.estimators, G, cfg.per_seed)
             m = engine.run(_paired, cell, (*args, np.float32(cfg.eps)), jax.random.key(G),
                            cfg.seeds, sweep.ARITHMETIC_CHUNK)  # fmt: skip
-            sub = pd.DataFrame(sweep._bandit_rows(cfg, cell, m, truth, policy))
+            sub = pd.DataFrame(sweep._bandit_rows(cfg, cell, m, truth, policy, args[0]))
             rows.append(sub)
             sub = sub.set_index("estimator")
             for hi, lo in (("vanilla", "loo"), ("loo", "oracle")):

@@ -151,6 +151,11 @@ def score_table(params: BanditParams) -> jax.Array:
     return params.features - mean_feat[:, None, :]
 
 
+def response_length(params: BanditParams) -> int:
+    """Tokens per response: a response is one action, one token (no length model yet)."""
+    return 1
+
+
 def greedy_success(params: BanditParams) -> jax.Array:
     """(P,) success probability of each prompt's greedy (most likely) action."""
     best = jnp.argmax(logits(params), axis=-1)

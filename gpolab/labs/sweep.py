@@ -244,16 +244,17 @@ def _stats_row(stats) -> dict:
     }
 
 
-def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
+def _bandit_rows(cfg, cell, m, truth, policy, params) -> list[dict]:
     """Rows of the bandit and of the arithmetic surrogate (whose S2 is a Monte Carlo estimate:
     ``theory_mse_se`` is the standard error it carries into the exact formula)."""
     from gpolab import engine
+    from gpolab.envs import arithmetic, bandit
     from gpolab.theory import exact
     from gpolab.theory import mse as theory_mse
 
     B = cfg.B or None if cfg.env == "bandit" else None
     shared = {o: getattr(cfg, o) for o in OPTIONS}
-    length = 1.0 if cfg.env == "bandit" else arithmetic_length(cfg)
+    length = (bandit if cfg.env == "bandit" else arithmetic).response_length(params)
     target_sq = theory_mse.target_sq(truth, B)
     rows = []
     for name in cell.estimators:
@@ -281,13 +282,6 @@ def _bandit_rows(cfg, cell, m, truth, policy=None) -> list[dict]:
             }
         )
     return rows
-
-
-def arithmetic_length(cfg: Config) -> int:
-    """Tokens per response of the arithmetic surrogate (filler + answer; all equal)."""
-    from gpolab.envs import arithmetic
-
-    return cfg.filler + arithmetic.THOUGHTS + arithmetic.LENGTH
 
 
 def best_scale(m, name: str, target_sq: float) -> dict:
@@ -483,7 +477,7 @@ def run_sweep(
             new = (
                 _tree_rows(cfg, cell, m, args[0])
                 if cfg.env == "tree"
-                else _bandit_rows(cfg, cell, m, truth, context)
+                else _bandit_rows(cfg, cell, m, truth, context, args[0])
             )
             wall = time.perf_counter() - start
             for i, row in zip(idx, new, strict=True):
