@@ -19,13 +19,7 @@ def _run(lab, args) -> int:
     cfg = config_from_args(lab, args)
     cfg.validate()
     if args.readme:  # checked before anything runs
-        from pathlib import Path
-
-        text = Path(args.readme).read_text() if Path(args.readme).is_file() else ""
-        if lab.BEGIN not in text or lab.END not in text:
-            from gpolab.validate import ConfigError
-
-            raise ConfigError(f"--readme: {args.readme!r} has no claims markers ({lab.BEGIN})")
+        lab.readme_text(args.readme)
     result = labs.execute(lab, cfg, fresh=args.fresh)
     if args.readme:
         lab.write_readme(result.tables, args.readme)

@@ -217,17 +217,22 @@ BEGIN, END = (
 )
 
 
+def readme_text(path) -> str:
+    """The README's text, checked to hold the claims markers (one line naming it if not)."""
+    path = Path(path)
+    text = path.read_text() if path.is_file() else ""
+    if BEGIN not in text or END not in text:
+        raise validate.ConfigError(f"--readme: {str(path)!r} has no claims markers ({BEGIN})")
+    return text
+
+
 def write_readme(tables: dict, path) -> None:
     """Replace the README block between the claims markers with :func:`markdown`."""
     from gpolab.output import write_text
 
-    path = Path(path)
-    text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise validate.ConfigError(f"readme: {path} has no claims markers ({BEGIN} ... {END})")
-    head, rest = text.split(BEGIN, 1)
+    head, rest = readme_text(path).split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    write_text(path, f"{head}{BEGIN}\n{markdown(tables)}\n{END}{tail}")
+    write_text(Path(path), f"{head}{BEGIN}\n{markdown(tables)}\n{END}{tail}")
 
 
 def figures(tables: dict) -> dict:
