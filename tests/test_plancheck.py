@@ -1,0 +1,187 @@
+"""Simulated rollout logs (gpolab.labs.plancheck) against their truth: exact enumeration, direct
+numpy computations and Monte Carlo standard errors (fixed seeds)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from gpolab.envs import arithmetic, bandit
+from gpolab.labs import plancheck as pc
+from gpolab.validate import ConfigError
+
+COLUMNS = ["step", "prompt", "prompt_id", "reward", "proxy", "length", "completion"]
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return pc.simulate_bandit()  # defaults: 50 steps × 32 prompts × 8, 512 prompts
+
+
+@pytest.fixture(scope="module")
+def params():
+    """The defaults' instance, rebuilt independently of the simulation."""
+    return bandit.make(0, prompts=512, actions=64, **pc.BANDIT_SETTINGS)
+
+
+def _numpy_V(params) -> np.ndarray:
+    """V(x) = Σ_a softmax(θ_x)_a p(x, a) in float64 numpy."""
+    theta = np.asarray(params.theta, np.float64)
+    pi = np.exp(theta - theta.max(-1, keepdims=True))
+    pi /= pi.sum(-1, keepdims=True)
+    return np.sum(pi * np.asarray(params.success, np.float64), -1)
+
+
+def test_degenerate_truth_by_hand():
+    got = pc.degenerate_truth([0.0, 1.0, 0.5], np.full(3, 1 / 3), Gs=(2, 3))
+    assert got == pytest.approx({2: (1 + 1 + 0.5) / 3, 3: (1 + 1 + 0.25) / 3}, rel=1e-12)
+
+
+def test_degenerate_truth_matches_numpy(sim, params):
+    V = _numpy_V(params)
+    np.testing.assert_allclose(sim.truth["V"], V, rtol=0, atol=1e-6)
+    deg = sim.truth["degenerate"]
+    assert sorted(deg) == list(range(2, 257))
+    for G in (2, 8, 32, 256):
+        want = np.mean([v**G + (1 - v) ** G for v in V])
+        assert deg[G] == pytest.approx(want, rel=1e-5, abs=1e-9)
+    assert sim.truth["mean_V"] == pytest.approx(V.mean(), abs=1e-6)
+    assert sim.truth["gstar"] == pytest.approx(1 + np.sqrt(sim.truth["C3"] / sim.truth["c1"]))
+
+
+def test_frame_layout(sim):
+    fr, G, B = sim.frame, sim.truth["G"], 32
+    assert list(fr.columns) == COLUMNS and len(fr) == 50 * B * G
+    for col, kind in zip(COLUMNS, "iOifffO", strict=True):
+        assert fr[col].dtype.kind == kind or (kind == "O" and fr[col].dtype == "str"), col
+    sizes = fr.groupby(["step", "prompt_id"]).size()
+    assert set(sizes) == {G}  # one group per (step, prompt): distinct prompts within a step
+    assert (fr.groupby("step").prompt_id.nunique() == B).all()
+    assert (fr.prompt == "q" + fr.prompt_id.astype(str)).all()
+    assert set(fr.reward) <= {0.0, 1.0} and (fr.length == 1.0).all()
+    assert list(sim.norms.columns) == ["batch", "grad_norm"]
+    assert sim.norms.batch.value_counts().to_dict() == {8: 200, 64: 200}
+
+
+def test_batch_order_is_a_dataloader():
+    order = pc.batch_order(jax.random.key(0), 10, 7, 4)  # 2 steps per epoch, 2 ids dropped
+    assert order.shape == (7, 4)
+    for e in range(3):
+        assert len(set(order[2 * e : 2 * e + 2].reshape(-1))) == 8
+    assert all(len(set(row)) == 4 for row in order)
+    assert not np.array_equal(order[:2], order[2:4])
+
+
+def test_proxy_is_the_exact_score_norm(sim, params):
+    fr = sim.frame
+    actions = fr.completion.str[1:].astype(int).to_numpy()
+    W = np.asarray(bandit.score_table(params), np.float64)[fr.prompt_id.to_numpy(), actions]
+    np.testing.assert_allclose(fr.proxy, np.sum(W**2, -1), rtol=1e-5, atol=1e-7)
+
+
+def _chi2_z(fr, V) -> float:
+    """z of Σ_x (c_x − n_x V_x)² / (n_x V_x (1 − V_x)) over the visited prompts, from the exact
+    binomial variance of each term, 2 − 6/n + 1/(n V (1 − V))."""
+    by = fr.groupby("prompt_id").reward.agg(["sum", "count"])
+    v, c, n = V[by.index.to_numpy()], by["sum"].to_numpy(), by["count"].to_numpy()
+    npq = n * v * (1 - v)
+    chi2 = np.sum((c - n * v) ** 2 / npq)
+    return (chi2 - len(v)) / np.sqrt(np.sum(2 - 6 / n + 1 / npq))
+
+
+def test_success_rates_agree_with_V(sim):
+    V = sim.truth["V"]
+    assert abs(_chi2_z(sim.frame, V)) < 4
+    fr = sim.frame
+    expect = V[fr.prompt_id.to_numpy()]
+    z = (fr.reward.sum() - expect.sum()) / np.sqrt(np.sum(expect * (1 - expect)))
+    assert abs(z) < 4
+    # power: the same statistic rejects a wrong V (another prompt's) by far
+    assert _chi2_z(sim.frame, np.roll(V, 1)) > 40
+
+
+def test_zero_std_fraction_matches_truth(sim):
+    G = sim.truth["G"]
+    groups = sim.frame.groupby(["step", "prompt_id"]).reward
+    measured = float((groups.std(ddof=0) == 0).mean())
+    want, n = sim.truth["degenerate"][G], groups.ngroups
+    # binomial SE of n iid groups; the dataloader's epochs visit the prompts evenly, which only
+    # lowers the variance
+    assert abs(measured - want) < 4 * np.sqrt(want * (1 - want) / n)
+    assert abs(measured - sim.truth["degenerate"][2 * G]) > 4 * np.sqrt(want * (1 - want) / n)
+
+
+def test_grad_norms_match_exact_mse(sim):
+    t = sim.truth
+    for B, rows in sim.norms.groupby("batch"):
+        sq = rows.grad_norm.to_numpy() ** 2
+        mean, se = sq.mean(), sq.std(ddof=1) / np.sqrt(len(sq))
+        assert abs(mean - t["grad_sq_exact"][B]) < 4 * se, B
+        assert abs(mean - (t["grad_sq_exact"][B] - t["c1"] / B)) > 4 * se  # power: c1 matters
+    assert t["g_sq"] > 0 and t["c1"] > 0 and t["C2"] > 0 and t["C3"] > 0
+
+
+def test_same_seed_same_log_other_seed_other_log():
+    kw = dict(steps=3, B=4, G=4, norm_batches=(2,), norm_steps=3, prompts=16, actions=8)
+    a, b, c = pc.simulate_bandit(**kw), pc.simulate_bandit(**kw), pc.simulate_bandit(seed=1, **kw)
+    assert a.frame.equals(b.frame) and a.norms.equals(b.norms)
+    assert not a.frame.equals(c.frame)
+
+
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(B=600), "B"),
+        (dict(G=1), "G"),
+        (dict(norm_batches=()), "norm_batches"),
+        (dict(kind="loglinear"), "kind"),
+        (dict(logit_scale=-1.0), "logit_scale"),
+        (dict(logit_scal=2.0), "make_kwargs"),
+    ],
+)
+def test_bad_bandit_settings(kw, field):
+    with pytest.raises(ConfigError, match=f"^{field}:"):
+        pc.simulate_bandit(**kw)
+
+
+@pytest.mark.parametrize(
+    "kw, field", [(dict(policy="chat"), "policy"), (dict(B=40, questions=30), "B")]
+)
+def test_bad_arithmetic_settings(kw, field):
+    with pytest.raises(ConfigError, match=f"^{field}:"):
+        pc.simulate_arithmetic(**kw)
+
+
+def test_answer_text():
+    assert pc.answer_text(arithmetic.encode(-7)) == "-7"
+    assert pc.answer_text(arithmetic.encode(42)) == "42"
+    assert pc.answer_text([arithmetic.EOS] * 4) == ""
+
+
+@pytest.mark.slow
+def test_arithmetic_log_against_truth():
+    sim = pc.simulate_arithmetic()  # defaults: 20 steps × 16 questions × 8
+    fr, t = sim.frame, sim.truth
+    assert list(fr.columns) == COLUMNS and len(fr) == 20 * 16 * 8
+    assert np.all(np.isfinite(fr[["reward", "proxy", "length"]].to_numpy()))
+    assert (fr.proxy > 0).all() and set(fr.reward) <= {0.0, 1.0}
+    filler = pc.ARITHMETIC_SETTINGS["filler"]
+    assert fr.length.between(filler + 1, filler + arithmetic.LENGTH).all()
+    # the reward is 1 exactly when the completion is the answer's text
+    questions = arithmetic.make_questions(0, 500)
+    answers = np.asarray(questions.values)[fr.prompt_id.to_numpy()].astype(str)
+    np.testing.assert_array_equal(fr.reward == 1.0, fr.completion == answers)
+    assert set(fr.groupby(["step", "prompt_id"]).size()) == {8}
+    assert abs(_chi2_z(fr, t["V"])) < 4
+    # E[q | x] = S2(x): the proxy is the score norm the truth's S2 averages
+    d = fr.proxy.to_numpy() - t["S2"][fr.prompt_id.to_numpy()]
+    assert abs(d.mean()) < 4 * d.std(ddof=1) / np.sqrt(len(d))
+    for B, rows in sim.norms.groupby("batch"):
+        sq = rows.grad_norm.to_numpy() ** 2
+        se = np.hypot(sq.std(ddof=1) / np.sqrt(len(sq)), t["grad_sq_se"][B])
+        assert abs(sq.mean() - t["grad_sq_exact"][B]) < 4 * se, B
+    for key in ("c1", "C2", "C3", "gstar", "g_sq", "mean_V", "C2_se", "C3_se", "gstar_se"):
+        assert np.isfinite(t[key]) and t[key] >= 0, key
+    assert t["gstar"] > 1 and 0 < t["C3_se"] < 0.01 * t["C3"]
+    assert t["degenerate"][8] == pytest.approx(np.mean(t["V"] ** 8 + (1 - t["V"]) ** 8))
