@@ -120,11 +120,21 @@ def _csv_columns(f: Path) -> list[str]:
         raise ConfigError(f"{f}: not a readable CSV file ({_one_line(e)})") from None
 
 
-def _first_json(f: Path) -> dict:
-    with open(f, encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
+def _lines(f: Path):
+    """(line number, text) of the non-blank lines of a UTF-8 text file."""
+    with open(f, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ConfigError(f"{f}: line {lineno} is not UTF-8 text") from None
             if line.strip():
-                return _json_line(f, lineno, line)
+                yield lineno, line
+
+
+def _first_json(f: Path) -> dict:
+    for lineno, line in _lines(f):
+        return _json_line(f, lineno, line)
     raise ConfigError(f"{f}: empty file (no rows)")
 
 
@@ -232,8 +242,9 @@ def _numeric(f: Path, name: str, values, where, *, finite: bool) -> np.ndarray:
         bad |= ~np.isfinite(x)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
+        v = s.iloc[i].item() if isinstance(s.iloc[i], np.generic) else s.iloc[i]
         allowed = "a finite number" if finite else "a number"
-        raise ConfigError(f"{f}: {name} at {where(i)} is {s.iloc[i]!r}; allowed: {allowed}")
+        raise ConfigError(f"{f}: {name} at {where(i)} is {v!r}; allowed: {allowed}")
     return x
 
 
@@ -289,7 +300,9 @@ def _read_trl(f: Path, reward_column, proxy_column, length_column):
     schema = pf.schema_arrow
     missing = [c for c in TRL_SIGNATURE if c not in schema.names]
     if missing:
-        raise ConfigError(f"{f}: missing TRL columns {', '.join(missing)}; allowed: {TRL_FIXED}")
+        raise ConfigError(
+            f"{f}: missing TRL columns {', '.join(missing)}; allowed: {', '.join(TRL_FIXED)}"
+        )
     for what, name in (("proxy column", proxy_column), ("length column", length_column)):
         if name is not None and name not in schema.names:
             raise _absent(f, what, name, schema.names)
@@ -329,23 +342,20 @@ def _read_trl(f: Path, reward_column, proxy_column, length_column):
 
 def _verl_slow(f: Path, keys: dict[str, bool]) -> None:
     """Find the first bad line of a verl jsonl (the fast reader only says that one is bad)."""
-    with open(f, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            obj = _json_line(f, lineno, line)
-            for key, finite in keys.items():
-                if key not in obj:
-                    raise ConfigError(f"{f}: line {lineno} has no {key!r}; keys: {', '.join(obj)}")
-                v = obj[key]
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-                if key == "input":
-                    ok = isinstance(v, str)
-                elif ok and finite:
-                    ok = math.isfinite(v)
-                if not ok and not (v is None and not finite):
-                    want = "a string" if key == "input" else "a finite number"
-                    raise ConfigError(f"{f}: line {lineno}: {key!r} is {v!r}; allowed: {want}")
+    for lineno, line in _lines(f):
+        obj = _json_line(f, lineno, line)
+        for key, finite in keys.items():
+            if key not in obj:
+                raise ConfigError(f"{f}: line {lineno} has no {key!r}; keys: {', '.join(obj)}")
+            v = obj[key]
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if key == "input":
+                ok = isinstance(v, str)
+            elif ok and finite:
+                ok = math.isfinite(v)
+            if not ok and not (v is None and not finite):
+                want = "a string" if key == "input" else "a finite number"
+                raise ConfigError(f"{f}: line {lineno}: {key!r} is {v!r}; allowed: {want}")
 
 
 def _read_verl(f: Path, reward_column, proxy_column, length_column):
@@ -367,13 +377,14 @@ def _read_verl(f: Path, reward_column, proxy_column, length_column):
         explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore"
     )
     checks = {"input": True, score: True} | {c: False for c in (proxy_column, length_column) if c}
+    with open(f, "rb") as fh:
+        data = fh.read()
     try:
-        with open(f, "rb") as fh:
-            tab = pa_json.read_json(io.BytesIO(fh.read()), parse_options=opts)
-    except pa.ArrowException:
+        data.decode("utf-8")  # arrow does not check strings for UTF-8 until they are used
+        df = pa_json.read_json(io.BytesIO(data), parse_options=opts).to_pandas()
+    except (pa.ArrowException, UnicodeDecodeError):
         _verl_slow(f, checks)
         raise ConfigError(f"{f}: not a readable verl jsonl file") from None
-    df = tab.to_pandas()
     r = df[score].to_numpy(dtype=float)
     if df["input"].isna().any() or not np.isfinite(r).all():
         _verl_slow(f, checks)
@@ -397,13 +408,17 @@ def _read_table(f: Path, reward_column, proxy_column, length_column):
     if f.suffix == ".csv":
         cols = _csv_columns(f)
         try:
-            df = pd.read_csv(f, dtype={"prompt": str}, keep_default_na=False, na_values=[""])
+            nan = {c: ["", "nan", "NaN"] for c in cols if c != "prompt"}
+            df = pd.read_csv(f, dtype={"prompt": str}, keep_default_na=False, na_values=nan)
         except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
             raise ConfigError(f"{f}: not a readable CSV file ({_one_line(e)})") from None
         where = lambda i: f"line {i + 2}"  # noqa: E731
     else:
         cols = _parquet(f).schema_arrow.names
-        df = pd.read_parquet(f)
+        try:
+            df = pd.read_parquet(f)
+        except (pa.ArrowException, OSError) as e:
+            raise ConfigError(f"{f}: not a readable parquet file ({_one_line(e)})") from None
         where = lambda i: f"row {i}"  # noqa: E731
     reward = reward_column or "reward"
     missing = [c for c in ("prompt", reward) if c not in cols]
@@ -445,7 +460,7 @@ def _numbered(fmt: str, parts: list[pd.DataFrame]) -> pd.DataFrame:
     if fmt == "table":
         frame = pd.concat(parts, ignore_index=True)
         frame = frame.iloc[np.argsort(frame["step"].to_numpy(), kind="stable")]
-        group = frame.groupby(["step", "key"], sort=False).ngroup().to_numpy()
+        group = frame.groupby(["step", "key"], sort=False, dropna=False).ngroup().to_numpy()
     else:
         offsets = np.cumsum([0] + [int(p["key"].max()) + 1 for p in parts[:-1]])
         frame = pd.concat(parts, ignore_index=True)
