@@ -10,7 +10,10 @@ What each trainer writes (read in its code; the writers below reproduce it byte 
   generation batch; the G completions of a prompt are consecutive rows (``RepeatSampler``). A
   reward function may return None (NaN); TRL's reward is
   ``(rewards_per_func * reward_weights).nansum(dim=1)`` and a row where every function is NaN is
-  "unscorable" (its advantage is forced to 0).
+  "unscorable" (its advantage is forced to 0). A file is written at each logging step only, so
+  the log is one generation batch per ``logging_steps``. Evaluation also extends the same deques
+  and ``log`` in eval mode writes the same file name, so with evaluation on, the file of an eval
+  step can hold evaluation completions (nothing in the file tells them apart).
 * **verl** ``RayPPOTrainer._dump_generations`` / ``_log_rollout_data`` (volcengine/verl
   b178a3cd, ``verl/trainer/ppo/ray_trainer.py``), with ``trainer.rollout_data_dir``:
   ``{rollout_data_dir}/{global_steps}.jsonl``, one ``json.dumps(ensure_ascii=False)`` object per
