@@ -83,8 +83,19 @@ def fit(successes, trials) -> BetaFit:
     then stops at a, b <= 1e6 (p_x all equal to the mean), which the standard errors show.  All
     c = 0 (or all c = n) drives a (or b) to 0: the fit stops at a = e^-10 (b = e^-10); every
     prediction stays finite (degenerate fraction ~1).  :attr:`BetaFit.at_bound` flags both.
-    ``cov`` is the inverse observed information of (log a, log b) (central differences)."""
+    ``cov`` is the inverse observed information of (log a, log b) (central differences).
+    Logs with more successes than failures are fitted mirrored (c → n − c, then a ↔ b): the same
+    maximum, reached the same way from either side (all c = n then stops at the bound like all
+    c = 0 does, instead of wherever the flat likelihood lets the optimizer rest)."""
     c, n = check_counts(successes, trials)
+    if c.sum() * 2 > n.sum():
+        f = _fit(n - c, n)
+        cov = np.asarray(f.cov)[::-1, ::-1]
+        return BetaFit(f.b, f.a, f.b_se, f.a_se, f.prompts, f.loglik, _as_tuple(cov))
+    return _fit(c, n)
+
+
+def _fit(c: np.ndarray, n: np.ndarray) -> BetaFit:
     rate = c / n
     m = float(np.clip(rate.mean(), 1e-3, 1 - 1e-3))
     v = float(max(rate.var(), 1e-4))
