@@ -8,6 +8,14 @@ from the observed information; under the fit, exactly:
     DAPO draws per kept group     = 1 / (1 − P(degenerate))
 
 (the second: groups are drawn until one is not degenerate, a geometric number of draws).
+
+Built on that for ``gpolab plan``: the fit's parametric uncertainty (:func:`draws` from the
+asymptotic normal of log a, log b) and :func:`degenerate_curve` with intervals; the fit's checks
+(:func:`logged_check`, the flat fraction at each group's own size; :func:`count_check`, the whole
+count histogram); :func:`g_needed`; :func:`kappa_mix`, κ_G of an estimator averaged exactly over
+the fit (DESIGN §8); graded rewards (:func:`fit_graded`, Dirichlet-multinomial;
+:func:`degenerate_unbiased` for continuous ones); and G* from a per-response score-norm proxy and
+gradient norms at two batch sizes (:func:`gstar`, gpolab's derivation; :func:`gstar_bounds`).
 """
 
 from __future__ import annotations
