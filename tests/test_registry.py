@@ -142,3 +142,20 @@ def test_estimators_command_lists_the_registry(capsys):
     err = capsys.readouterr().err
     assert err.startswith("gpolab estimators: error: estimator: got 'verl/nope'; allowed: ")
     assert len(err.strip().splitlines()) == 1
+
+
+def test_all_equal_groups_give_exactly_zero_under_jit():
+    """XLA rewrites x / n as x * (1/n) under jit, so a constant group's mean can miss its value
+    by an ulp; every baseline estimator must still give exactly 0 there (float32)."""
+    import jax
+    import jax.numpy as jnp
+
+    names = [n for n, e in estimators.REGISTRY.items()
+             if e.reward_only and not e.user and n != "vanilla"]  # fmt: skip
+    for name in names:
+        fn = jax.jit(lambda r, name=name: estimators.REGISTRY[name](r))
+        for G in (G for G in (2, 3, 6, 7, 12) if G >= estimators.minimum_G(name)):
+            binary_only = name == "paper/passk-training"  # non-binary rewards pass through
+            for v in (0.0, 1.0) if binary_only else (0.0, 0.1, 0.3, 0.7, 1.0):
+                out = fn(jnp.full((2, G), v, jnp.float32))
+                assert float(jnp.abs(out).max()) == 0.0, (name, G, v)

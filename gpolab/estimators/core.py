@@ -136,7 +136,13 @@ def loo_advantages(rewards: jax.Array) -> jax.Array:
     G = rewards.shape[-1]
     _need_pairs(G, "loo_advantages")
     total = jnp.sum(rewards, axis=-1, keepdims=True)
-    return rewards - (total - rewards) / (G - 1)
+    return _zero_if_degenerate(rewards, rewards - (total - rewards) / (G - 1))
+
+
+def _zero_if_degenerate(rewards: jax.Array, advantages: jax.Array) -> jax.Array:
+    """Exactly 0 on all-equal groups: under ``jit`` XLA turns ``x / n`` into ``x * (1/n)``, so a
+    constant group's mean can miss its value by an ulp (loo gave ~1e-7 in float32)."""
+    return jnp.where(degenerate(rewards)[..., None], 0.0, advantages)
 
 
 def mean_advantages(rewards: jax.Array) -> jax.Array:
@@ -145,7 +151,7 @@ def mean_advantages(rewards: jax.Array) -> jax.Array:
     Biased: E ĝ = (1 − 1/G) g_x, i.e. bias −g_x/G.  [U, §3]
     """
     rewards = as_rewards(rewards)
-    return rewards - _group_mean(rewards)
+    return _zero_if_degenerate(rewards, rewards - _group_mean(rewards))
 
 
 def grpo_advantages(
