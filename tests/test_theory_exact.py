@@ -48,7 +48,7 @@ def test_matches_mse_closed_forms(x64, kind, G):
 def test_ustat_is_loo_and_oracle_is_refused():
     G = 6
     u, loo = ex.registry_table("ustat", G), ex.registry_table("loo", G)
-    np.testing.assert_allclose(u.a1, loo.a1, rtol=RTOL)
+    np.testing.assert_allclose(u.a1, loo.a1, rtol=RTOL, atol=1e-15)
     np.testing.assert_allclose(u.a0, loo.a0, rtol=RTOL, atol=1e-15)
     with pytest.raises(validate.ConfigError, match="oracle: needs baseline besides the rewards"):
         ex.registry_table("oracle", G)
@@ -97,8 +97,8 @@ def test_table_reads_loo_and_grpo_by_hand():
     G = 4
     loo = ex.registry_table("loo", G)
     s = np.arange(G)
-    np.testing.assert_allclose(loo.a1, 1 - s / (G - 1), rtol=RTOL)
-    np.testing.assert_allclose(loo.a0, -s / (G - 1), rtol=RTOL)
+    np.testing.assert_allclose(loo.a1, 1 - s / (G - 1), rtol=RTOL, atol=1e-15)
+    np.testing.assert_allclose(loo.a0, -s / (G - 1), rtol=RTOL, atol=1e-15)
     # grpo ddof 0, eps 0, G = 2: mixed group ±1, degenerate groups 0
     t = ex.registry_table("grpo", 2, ddof=0, eps=0.0)
     np.testing.assert_array_equal(t.a1, [1.0, 0.0])
