@@ -25,6 +25,8 @@ COMMANDS = (
     "estimators",
     "zoo",
     "claims",
+    "plan",
+    "plancheck",
 )
 
 

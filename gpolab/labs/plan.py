@@ -1,0 +1,512 @@
+"""``gpolab plan``: read a real GRPO run's rollout log and say what its group size, estimator and
+sampling do (DESIGN §10, §8; issue 18).
+
+The log (:mod:`gpolab.rollouts`: TRL's completions parquet, verl's rollout jsonl, or a plain
+table) gives, per prompt group, the rewards of its G responses at every logged step.  With binary
+rewards, c successes of n per group, and prompt difficulty p ~ Beta(a, b) fitted by beta-binomial
+maximum likelihood (per window of steps and pooled), everything below is exact under the fit
+(:mod:`gpolab.theory.difficulty`):
+
+* the degenerate (all-equal, zero-signal) group fraction at any G, E[p^G + (1 − p)^G], checked
+  against the fraction the log shows at its own group sizes (the check of the fit);
+* the smallest G keeping it under ``target``; at a response budget N = B·G per step, the
+  informative groups per step of each split and DAPO dynamic sampling's groups drawn per kept
+  group, 1/(1 − degenerate);
+* κ_G of each reward-only registry estimator averaged over the fitted difficulties (E[ĝ_x | p] =
+  κ_G(p) g_x: how strongly it weights hard and easy prompts against loo's 1).
+
+Graded rewards with a few values use a Dirichlet-multinomial fit instead; continuous rewards
+give measured zero-std fractions only.  What rewards cannot give — ‖g_x‖², tr Σ_oracle, the
+prompt variance c1, hence the MSE-optimal G* = 1 + √(C3/c1) — is said plainly, and estimated
+when the log has a per-response score-norm proxy column (``proxy_column``) and gradient norms
+at two or more batch sizes are given (``grad_norms``); that estimate is gpolab's derivation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+from typing import ClassVar
+
+from gpolab import configs, estimators, validate
+from gpolab.configs import option
+
+NAME = "plan"
+TABLES = ("summary", "curve", "kappa", "groups")
+FORMATS = ("auto", "trl", "verl", "table")
+GRADED_LEVELS = 10  # at most this many distinct reward values: a Dirichlet-multinomial fit
+DEFAULT_ESTIMATORS = ("grpo", "loo", "mean", "nemo/grpo", "verl/grpo_passk",
+                      "paper/passk-training")  # fmt: skip
+POOLED = "all"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What ``gpolab plan`` reads and which answers it gives."""
+
+    LAB: ClassVar[str] = NAME
+    QUICK: ClassVar[dict] = {"draws": 500}
+
+    log: str = option("", "the rollout log: a file or a folder (TRL completions parquet, verl "
+                      "rollout jsonl, or a CSV/parquet table with prompt, reward)")  # fmt: skip
+    format: str = option("auto", "log format: auto, trl, verl or table")
+    reward_column: str = option("", "TRL: the reward function's column (default: the sum of "
+                                "them all, as TRL does with unit weights)")  # fmt: skip
+    proxy_column: str = option("", "per-response score-norm proxy column (||grad log pi||^2 or "
+                               "verl's sum_t(1 - 2 pi_t + sum pi^2)): enables G*")  # fmt: skip
+    length_column: str = option("", "per-response length column (table: 'length' if present)")
+    grad_norms: str = option(
+        "",
+        "CSV/parquet with columns batch, grad_norm: ||g_hat|| of the "
+        "loo estimate at >= 2 batch sizes (prompts) at the log's G",
+    )
+    window: int = option(0, "steps per window (0: the whole log pooled only)")
+    G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64, 128, 256), "group sizes reported by G "
+                                "(the curve table has every G in 2..256)")  # fmt: skip
+    target: float = option(0.1, "degenerate-group fraction to stay under")
+    budget: int = option(0, "responses per step N = B*G for the split table (0: the log's)")
+    estimators: tuple[str, ...] = option(DEFAULT_ESTIMATORS, "estimator specs of the kappa table")
+    draws: int = option(4000, "parametric draws of the fit for the intervals")
+    seed: int = option(0, "seed of the intervals' draws and bootstraps")
+    out: str = option("results/plan", "output folder (report.md, tables, plan.png)", key=False)
+
+    def replace(self, **changes) -> Config:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        if not self.log:
+            raise validate.ConfigError("log: missing; allowed: a rollout log file or folder")
+        if not os.path.exists(self.log):
+            raise validate.ConfigError(f"log: {self.log!r} does not exist")
+        validate.choice("format", self.format, FORMATS)
+        if self.grad_norms and not os.path.isfile(self.grad_norms):
+            raise validate.ConfigError(f"grad_norms: {self.grad_norms!r} is not a file")
+        validate.integer("window", self.window, 0)
+        validate.integers("G", self.G, 2)
+        if max(self.G) > 4096:
+            raise validate.ConfigError(f"G: got {max(self.G)}; allowed: integers in [2, 4096]")
+        validate.real("target", self.target, 0.0, 1.0, open_low=True)
+        validate.integer("budget", self.budget, 0)
+        validate.integer("draws", self.draws, 10)
+        if not self.estimators:
+            raise validate.ConfigError("estimators: got an empty list; allowed: one or more")
+        for spec in self.estimators:
+            estimators.check_estimator(spec, max(self.G), field="G")
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+@functools.lru_cache(maxsize=2)
+def _read(path, fmt, reward, proxy, length, stamp):
+    from gpolab import rollouts
+
+    return rollouts.read(path, format=None if fmt == "auto" else fmt,
+                         reward_column=reward or None, proxy_column=proxy or None,
+                         length_column=length or None)  # fmt: skip
+
+
+def load(cfg: Config):
+    """The log (read once per process while the files are unchanged); errors name the file."""
+    stamp = _stamp(cfg.log)
+    return _read(cfg.log, cfg.format, cfg.reward_column, cfg.proxy_column, cfg.length_column,
+                 stamp)  # fmt: skip
+
+
+def _stamp(path) -> tuple:
+    if os.path.isfile(path):
+        return (os.path.getmtime(path),)
+    return tuple(sorted((e.name, e.stat().st_mtime) for e in os.scandir(path)))
+
+
+def read_norms(path):
+    """The gradient-norm file: columns batch (prompts per step) and grad_norm, one row per step."""
+    import pandas as pd
+
+    try:
+        df = pd.read_parquet(path) if str(path).endswith(".parquet") else pd.read_csv(path)
+    except Exception as err:  # noqa: BLE001 - any reader failure is one line naming the file
+        raise validate.ConfigError(f"grad_norms: cannot read {path!r} ({err})") from None
+    missing = [c for c in ("batch", "grad_norm") if c not in df.columns]
+    if missing:
+        raise validate.ConfigError(
+            f"grad_norms: {path!r} has no column {missing[0]!r}; allowed: columns batch, "
+            f"grad_norm (got {', '.join(map(str, df.columns))})"
+        )
+    df = df[["batch", "grad_norm"]]
+    if not all(pd.api.types.is_numeric_dtype(df[c]) for c in df):
+        raise validate.ConfigError(f"grad_norms: {path!r}: allowed: numeric batch, grad_norm")
+    validate.finite_array(f"grad_norms ({path})", df.to_numpy(float), 0.0)
+    if df["batch"].nunique() < 2:
+        raise validate.ConfigError(
+            f"grad_norms: {path!r} has one batch size; allowed: two or more distinct batch sizes"
+        )
+    return df.astype(float)
+
+
+# ----------------------------------------------------------------------------- analysis
+
+
+def cells(cfg: Config) -> int:
+    return 1
+
+
+def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
+    """``{summary, curve, kappa, groups}``: one summary row per window and a pooled one."""
+    import pandas as pd
+
+    from gpolab import rollouts
+
+    cfg.validate()
+    log = load(cfg)
+    norms = read_norms(cfg.grad_norms) if cfg.grad_norms else None
+    groups = rollouts.groups(log)
+    levels = rollouts.binary_levels(log)
+    groups = _windows(groups, cfg.window)
+    summary, curve = [], []
+    for window, sub in _by_window(groups):
+        row, rows = analyze_window(cfg, sub, levels, window, log.frame)
+        summary.append(row)
+        curve += rows
+    pooled = summary[-1]
+    kappa = kappa_table(cfg, pooled)
+    summary = pd.DataFrame(summary)
+    gs = gstar_row(cfg, log, levels, norms)
+    for k, v in gs.items():
+        summary[k] = [v if w == POOLED else None for w in summary["window"]]
+    summary["format"], summary["reward"] = log.format, log.reward
+    summary["notes"] = "; ".join(log.notes)
+    if progress is not None:
+        progress.update(1, f"{len(groups):,} groups")
+    return {"summary": summary, "curve": pd.DataFrame(curve), "kappa": kappa, "groups": groups}
+
+
+def _windows(groups, window: int):
+    """Adds ``window``: "first-last" step of each run of ``window`` logged steps."""
+    import numpy as np
+
+    steps = np.sort(groups["step"].unique())
+    if window == 0 or window >= len(steps):
+        return groups.assign(window=POOLED)
+    rank = np.searchsorted(steps, groups["step"].to_numpy()) // window
+    first = steps[np.arange(0, len(steps), window)]
+    last = steps[np.minimum(np.arange(0, len(steps), window) + window - 1, len(steps) - 1)]
+    labels = np.array([f"{a}-{b}" if a != b else str(a) for a, b in zip(first, last, strict=True)])
+    return groups.assign(window=labels[rank])
+
+
+def _by_window(groups):
+    windows = [w for w in dict.fromkeys(groups["window"]) if w != POOLED]
+    for w in windows:
+        yield w, groups[groups["window"] == w]
+    yield POOLED, groups
+
+
+def _modal(values) -> int:
+    import pandas as pd
+
+    return int(pd.Series(values).mode().iloc[0])
+
+
+def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dict, list]:
+    """The summary row and the curve rows of one window of groups (``frame``: the log's rows)."""
+    from gpolab.theory import difficulty
+
+    n = groups["n"].to_numpy()
+    G = _modal(n)
+    base = {
+        "window": window,
+        "steps": int(groups["step"].nunique()),
+        "first_step": int(groups["step"].min()),
+        "last_step": int(groups["step"].max()),
+        "groups": len(groups),
+        "prompts": int(groups["prompt"].nunique()),
+        "responses": int(n.sum()),
+        "G": G,
+        "G_min": int(n.min()),
+        "G_max": int(n.max()),
+    }
+    per_step = len(groups) / base["steps"]
+    budget = cfg.budget or int(round(per_step * G))
+    grid = list(range(2, 257))
+    if levels is None:
+        rows = frame[frame["group"].isin(groups["group"])]
+        return _graded_window(cfg, rows, groups, base, grid, budget)
+    fit = difficulty.fit(groups["successes"].to_numpy(), n)
+    c = groups["successes"].to_numpy()
+    check = difficulty.logged_check(c, n, fit, draws=cfg.draws, seed=cfg.seed)
+    counts = difficulty.count_check(c, n, fit)
+    curve = difficulty.degenerate_curve(fit, grid, draws=cfg.draws, seed=cfg.seed)
+    row = {**base, "rewards": "binary", "low": levels[0], "high": levels[1],
+           "success_rate": float(groups["successes"].sum() / n.sum()), "a": fit.a, "b": fit.b,
+           "a_se": fit.a_se, "b_se": fit.b_se, "mean_p": fit.mean, "loglik": fit.loglik,
+           "p10": fit.quantile(0.1), "p50": fit.quantile(0.5), "p90": fit.quantile(0.9),
+           **_check_columns(check), "fit_chi2": counts["chi2"], "fit_df": counts["df"],
+           "fit_p": counts["p_value"], "target": cfg.target, "budget": budget,
+           "G_needed": difficulty.g_needed(fit, cfg.target, grid)}  # fmt: skip
+    return row, _curve_rows(curve, window, budget)
+
+
+def _check_columns(check: dict) -> dict:
+    return {f"logged_{k}" if not k.startswith("logged") else k: v for k, v in check.items()}
+
+
+def _curve_rows(curve, window: str, budget: int) -> list[dict]:
+    """Curve rows with the split at budget N: B = N/G prompts (G dividing N), informative groups
+    B·(1 − degenerate) per step."""
+    rows = []
+    for rec in curve.to_dict(orient="records"):
+        G = int(rec["G"])
+        B = budget // G if budget % G == 0 else math.nan
+        rows.append({"window": window, **rec, "G": G, "budget": budget, "B": B,
+                     "informative_groups": B * (1 - rec["predicted"])})  # fmt: skip
+    return rows
+
+
+def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[dict, list]:
+    """Graded rewards: Dirichlet-multinomial over at most GRADED_LEVELS values, else measured
+    zero-std fractions and the unbiased all-equal estimate for G up to the smallest group."""
+    import numpy as np
+    import pandas as pd
+
+    from gpolab.theory import difficulty
+
+    measured = float(groups["degenerate"].mean())
+    row = {**base, "rewards": "graded", "mean_reward": float(np.average(groups["mean"],
+           weights=groups["n"])), "logged_measured": measured, "target": cfg.target,
+           "budget": budget}  # fmt: skip
+    counts = pd.crosstab(rows["group"], rows["reward"]).to_numpy()  # groups x reward values
+    if counts.shape[1] <= GRADED_LEVELS:
+        fit = difficulty.fit_graded(counts)
+        check = difficulty.logged_check_graded(counts, fit)
+        pred = difficulty.degenerate_fraction_graded(fit.alpha, np.asarray(grid, float))
+        curve = pd.DataFrame({"G": grid, "predicted": pred, "lo": np.nan, "hi": np.nan,
+                              "dapo_draws": 1 / (1 - pred)})  # fmt: skip
+        row |= {"model": "dirichlet-multinomial", **_check_columns(check),
+                "G_needed": next((G for G, v in zip(grid, pred, strict=True)
+                                  if v <= cfg.target), None)}  # fmt: skip
+    else:
+        per_group = [g.to_numpy() for _, g in rows.groupby("group")["reward"]]
+        pred = difficulty.degenerate_unbiased(per_group, np.asarray(grid))
+        curve = pd.DataFrame({"G": grid, "predicted": pred, "lo": np.nan, "hi": np.nan,
+                              "dapo_draws": 1 / (1 - pred)})  # fmt: skip
+        row |= {"model": "empirical (U-statistic, G up to the smallest group)", "G_needed": None}
+    return row, _curve_rows(curve, base["window"], budget)
+
+
+def kappa_table(cfg: Config, pooled: dict):
+    """κ of each estimator averaged over the pooled fit, at ``cfg.G`` ∪ {the log's G}."""
+    import pandas as pd
+
+    from gpolab.theory import difficulty
+
+    cols = ["estimator", "G", "kappa_mean", "kappa_p10", "kappa_p50", "kappa_p90", "reason"]
+    if pooled.get("rewards") != "binary":
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for spec in cfg.estimators:
+        for G in sorted({*cfg.G, pooled["G"]}):
+            if G >= estimators.minimum_G(spec):
+                k = difficulty.kappa_mix(spec, G, pooled["a"], pooled["b"])
+                rows.append({"estimator": spec, "G": G, **{c: k.get(c) for c in cols[2:]}})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def gstar_row(cfg: Config, log, levels, norms) -> dict:
+    """G* and its terms when the proxy column and gradient norms allow; else the reason."""
+    import numpy as np
+
+    from gpolab.theory import difficulty
+
+    none = {"gstar": None, "gstar_lo": None, "gstar_hi": None}
+    f = log.frame
+    if levels is None:
+        return {**none, "gstar_reason": "G* needs binary rewards (the loo MSE law per prompt)"}
+    if not f["proxy"].notna().any():
+        return {
+            **none,
+            "gstar_reason": "rewards alone cannot give ||g_x||^2, tr Sigma_oracle or "
+            "the prompt variance c1, hence not G* = 1 + sqrt(C3/c1): give --proxy-column "
+            "(per-response ||grad log pi||^2) and --grad-norms (||g_hat|| at two batch sizes)",
+        }
+    z = (f["reward"].to_numpy() == levels[1]).astype(float)
+    args = (z, f["proxy"].to_numpy(float), f["group"].to_numpy())
+    if norms is None:
+        out = difficulty.gstar_bounds(*args)
+    else:
+        G = _modal(np.bincount(f["group"].to_numpy()))
+        out = difficulty.gstar(*args, norms, G, seed=cfg.seed)
+    reason = out.pop("reason", None)
+    return {**none, **{k: out.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")},
+            **{f"gstar_{k}": v for k, v in out.items() if k not in none},
+            "gstar_reason": reason}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def pooled(tables: dict) -> dict:
+    s = tables["summary"]
+    return _clean(s[s["window"] == POOLED].iloc[0].to_dict())
+
+
+def _clean(d: dict) -> dict:
+    import pandas as pd
+
+    out = {}
+    for k, v in d.items():
+        v = v.item() if hasattr(v, "item") else v
+        if isinstance(v, float) and math.isinf(v):
+            v = "inf" if v > 0 else "-inf"
+        elif not isinstance(v, (list, tuple, dict, str)) and v is not None and pd.isna(v):
+            v = None
+        out[k] = v
+    return out
+
+
+def summary_json(cfg: Config, tables: dict) -> dict:
+    """The whole log as one JSON object (pooled), per-window detail nested under ``windows``."""
+    p = pooled(tables)
+    curve = tables["curve"]
+    at = curve[(curve["window"] == POOLED) & curve["G"].isin(sorted({*cfg.G, p["G"]}))]
+
+    def by_G(col):
+        return {str(int(g)): _clean({"v": v})["v"] for g, v in zip(at["G"], at[col], strict=True)}
+
+    kappa = {}
+    for rec in tables["kappa"].to_dict(orient="records"):
+        kappa.setdefault(rec["estimator"], {})[str(int(rec["G"]))] = _clean(rec)["kappa_mean"]
+    s = tables["summary"]
+    return {
+        "format": p["format"], "reward": p["reward"], "rewards": p["rewards"],
+        "steps": p["steps"], "prompts": p["prompts"], "groups": p["groups"], "G": p["G"],
+        "a": p.get("a"), "b": p.get("b"), "a_se": p.get("a_se"), "b_se": p.get("b_se"),
+        "logged_degenerate_frac": p.get("logged_measured"),
+        "logged_degenerate_predicted": p.get("logged_predicted"),
+        "logged_degenerate_z": p.get("logged_z"),
+        "predicted_degenerate_frac": by_G("predicted"),
+        "dapo_draws_per_kept_group": by_G("dapo_draws"),
+        "G_needed": p.get("G_needed"), "target": p["target"],
+        "kappa": kappa,
+        "gstar": p.get("gstar"), "gstar_lo": p.get("gstar_lo"), "gstar_hi": p.get("gstar_hi"),
+        "gstar_reason": p.get("gstar_reason"),
+        "notes": p.get("notes") or "",
+        "windows": [_clean(r) for r in s[s["window"] != POOLED].to_dict(orient="records")],
+    }  # fmt: skip
+
+
+def report(cfg: Config, tables: dict) -> str:
+    """The markdown report."""
+    from gpolab.labs import table_text
+
+    p = pooled(tables)
+    lines = [
+        f"# gpolab plan: {cfg.log}",
+        "",
+        f"{p['format']} log, reward = {p['reward']}; {p['steps']} steps, {p['groups']:,} "
+        f"groups of {p['prompts']:,} prompts, G = {p['G']}"
+        + (f" (sizes {p['G_min']}..{p['G_max']})" if p["G_min"] != p["G_max"] else ""),
+    ]
+    if p.get("notes"):
+        lines.append(f"notes: {p['notes']}")
+    lines += [
+        "",
+        *_difficulty_text(p),
+        "",
+        *_curve_text(cfg, tables, p),
+        "",
+        *_kappa_text(tables),
+        "",
+        "## G* (the MSE-optimal group size)",
+        _gstar_text(p),
+    ]
+    s = tables["summary"]
+    if (s["window"] != POOLED).any():
+        cols = ["window", "groups", "G", "a", "b", "mean_p", "logged_measured",
+                "logged_predicted", "logged_z", "G_needed"]  # fmt: skip
+        lines += ["", "## Per window", "```", table_text(s, cols), "```"]
+    return "\n".join(lines)
+
+
+def _difficulty_text(p: dict) -> list[str]:
+    if p["rewards"] != "binary":
+        return [
+            "## Difficulty",
+            f"graded rewards ({p.get('model')}); mean reward "
+            f"{p['mean_reward']:.3g}; zero-std groups in the log: {p['logged_measured']:.3g}",
+        ]
+    return [
+        "## Difficulty (beta-binomial fit of per-prompt success rates)",
+        f"rewards {p['low']:g}/{p['high']:g}; success rate {p['success_rate']:.3g}; "
+        f"p ~ Beta(a = {p['a']:.3g} ± {p['a_se']:.2g}, b = {p['b']:.3g} ± {p['b_se']:.2g}), "
+        f"mean {p['mean_p']:.3g}, 10/50/90%: {p['p10']:.3g} / {p['p50']:.3g} / {p['p90']:.3g}",
+        f"degenerate groups in the log: {p['logged_measured']:.4g} ± {p['logged_measured_se']:.2g}"
+        f", predicted by the fit at the logged sizes {p['logged_predicted']:.4g} ± "
+        f"{p['logged_predicted_se']:.2g} (z = {p['logged_z']:.2f}; maximum likelihood nearly "
+        "reproduces this fraction even when the model is wrong, so it checks little)",
+        _fit_check_text(p),
+    ]
+
+
+def _fit_check_text(p: dict) -> str:
+    """The goodness of fit of the whole count histogram: the real check of the Beta model."""
+    if p.get("fit_p") is None:
+        return "fit check: too few count cells for a chi-square test of the Beta model"
+    verdict = ("the Beta model describes the log" if p["fit_p"] >= 1e-3 else
+               "the Beta model MISSES the log (e.g. a mass of impossible or trivial prompts): "
+               "the curves below are a smooth approximation, read them with care")  # fmt: skip
+    return (
+        f"fit check (chi-square of the count histogram): X2 = {p['fit_chi2']:.1f} on "
+        f"{p['fit_df']} df, p = {p['fit_p']:.2g}: {verdict}"
+    )
+
+
+def _curve_text(cfg: Config, tables: dict, p: dict) -> list[str]:
+    from gpolab.labs import table_text
+
+    curve = tables["curve"]
+    at = curve[(curve["window"] == POOLED) & curve["G"].isin(sorted({*cfg.G, p["G"]}))]
+    need = p.get("G_needed")
+    need_text = (f"smallest G with degenerate fraction <= {p['target']:g}: {need}" if need
+                 else f"no G <= 256 keeps the degenerate fraction <= {p['target']:g}")  # fmt: skip
+    return ["## Degenerate groups and DAPO cost by G (exact under the fit)",
+            f"{need_text}; split table at N = {p['budget']} responses per step (B = N/G prompts)",
+            "```", table_text(at, ["G", "predicted", "lo", "hi", "dapo_draws", "B",
+                                   "informative_groups"]), "```"]  # fmt: skip
+
+
+def _kappa_text(tables: dict) -> list[str]:
+    from gpolab.labs import table_text
+
+    k = tables["kappa"]
+    if k.empty:
+        return ["## kappa", "kappa (count-table theory) needs binary rewards: not computed"]
+    return ["## kappa: each estimator's average weight at this run's difficulty mix",
+            "E[g_hat | p] = kappa_G(p) g_x; loo = 1; averaged over the fitted Beta and at its "
+            "10/50/90% difficulties", "```",
+            table_text(k, ["estimator", "G", "kappa_mean", "kappa_p10", "kappa_p50",
+                           "kappa_p90"]), "```"]  # fmt: skip
+
+
+def _gstar_text(p: dict) -> str:
+    if p.get("gstar") is None:
+        return f"not estimated: {p.get('gstar_reason')}"
+    terms = ", ".join(f"{k[6:]} = {p[k]:.4g}" for k in ("gstar_c1", "gstar_C2", "gstar_C3")
+                      if p.get(k) is not None)  # fmt: skip
+    return (
+        f"G* = 1 + sqrt(C3/c1) = {p['gstar']:.3g} (95% {p['gstar_lo']:.3g} .. "
+        f"{p['gstar_hi']:.3g}; {terms}; gpolab's estimate from the proxy column and the "
+        "gradient norms, assuming the loo estimator's MSE law)"
+    )
+
+
+def notes(cfg: Config, tables: dict) -> str:
+    return ""
+
+
+def figures(tables: dict) -> dict:
+    from gpolab.plots import plan as plots
+
+    return {"plan.png": plots.plan_figure}
