@@ -26,6 +26,7 @@ gradient at a few batch sizes (``Simulated.norms``), plus the exact truth the lo
 from __future__ import annotations
 
 import dataclasses
+import typing
 from functools import partial
 
 import jax
@@ -33,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from gpolab import estimators, validate
+from gpolab import configs, estimators, validate
+from gpolab.configs import option
 from gpolab.envs import arithmetic, bandit
 from gpolab.theory import groupsize, mse
 
@@ -265,3 +267,202 @@ def simulate_arithmetic(*, steps=20, B=16, G=8, norm_batches=(4, 32), norm_steps
     settings = {**ARITHMETIC_SETTINGS, "policy": policy, "questions": questions}
     return Simulated(frame, norms, truth_summary(truth, G, norm_batches, settings=settings,
                                                  V_exact=True))  # fmt: skip
+
+
+# ---------------------------------------------------------------- the lab: logs → plan → truth
+
+NAME = "plancheck"
+TABLES = ("results",)
+ENVS = ("bandit", "arithmetic")
+FORMATS = ("trl", "verl", "table")
+REPORT_G = (2, 4, 8, 16, 32, 64, 128, 256)
+PROXY = "score_norm"  # the proxy's column name in every written log (a TRL/verl extra column)
+REWARD = "correctness"  # the TRL reward function's name
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Logs simulated from the surrogates, written as TRL and verl write them and as a table,
+    read back by ``gpolab plan``; what it recovers against the truth they were drawn from."""
+
+    LAB: typing.ClassVar[str] = NAME
+    QUICK: typing.ClassVar[dict] = {"steps": 15, "norm_steps": 60, "arithmetic_steps": 8,
+                                    "arithmetic_norm_steps": 40, "draws": 500}  # fmt: skip
+
+    envs: tuple[str, ...] = option(ENVS, "comma list of bandit, arithmetic")
+    formats: tuple[str, ...] = option(FORMATS, "log formats written and read: trl, verl, table")
+    G: int = option(8, "the simulated run's group size")
+    steps: int = option(50, "bandit: logged steps")
+    B: int = option(32, "bandit: prompts per step")
+    prompts: int = option(512, "bandit: prompts")
+    norm_batches: tuple[int, ...] = option((8, 64), "bandit: batch sizes of the gradient norms")
+    norm_steps: int = option(200, "bandit: gradient-norm steps per batch size")
+    arithmetic_steps: int = option(20, "arithmetic: logged steps")
+    arithmetic_B: int = option(16, "arithmetic: questions per step")
+    arithmetic_norm_batches: tuple[int, ...] = option((4, 32), "arithmetic: norm batch sizes")
+    arithmetic_norm_steps: int = option(100, "arithmetic: gradient-norm steps per batch size")
+    draws: int = option(4000, "plan's parametric draws for the intervals")
+    seed: int = option(0, "seed of the instances, the logs and the intervals")
+    out: str = option("results/plancheck", "output folder (logs/, tables, figure)", key=False)
+
+    def replace(self, **changes) -> Config:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        for env in self.envs:
+            validate.choice("envs", env, ENVS)
+        for fmt in self.formats:
+            validate.choice("formats", fmt, FORMATS)
+        if not self.envs or not self.formats:
+            raise validate.ConfigError("envs/formats: got an empty list; allowed: one or more")
+        check_sizes(self.steps, self.B, self.G, self.norm_batches, self.norm_steps, self.seed,
+                    self.prompts)  # fmt: skip
+        check_sizes(self.arithmetic_steps, self.arithmetic_B, self.G, self.arithmetic_norm_batches,
+                    self.arithmetic_norm_steps, self.seed, 500, "questions")  # fmt: skip
+        validate.integer("draws", self.draws, 10)
+
+
+def cells(cfg: Config) -> int:
+    return len(cfg.envs) * len(cfg.formats)
+
+
+def simulate(cfg: Config, env: str) -> Simulated:
+    if env == "bandit":
+        return simulate_bandit(
+            steps=cfg.steps,
+            B=cfg.B,
+            G=cfg.G,
+            norm_batches=cfg.norm_batches,
+            norm_steps=cfg.norm_steps,
+            seed=cfg.seed,
+            prompts=cfg.prompts,
+        )
+    return simulate_arithmetic(steps=cfg.arithmetic_steps, B=cfg.arithmetic_B, G=cfg.G,
+                               norm_batches=cfg.arithmetic_norm_batches,
+                               norm_steps=cfg.arithmetic_norm_steps, seed=cfg.seed)  # fmt: skip
+
+
+def write_logs(sim: Simulated, folder, formats) -> dict:
+    """{format: path} of the log written as that framework writes it, plus ``norms.csv``."""
+    from pathlib import Path
+
+    from gpolab import rollouts
+
+    folder = Path(folder)
+    f = sim.frame.rename(columns={"proxy": PROXY})
+    paths = {}
+    if "trl" in formats:
+        trl = f.rename(columns={"reward": REWARD}).assign(advantage=0.0)
+        rollouts.write_trl(folder / "trl", trl, reward_columns=(REWARD,), extra_columns=(PROXY,))
+        paths["trl"] = folder / "trl"
+    if "verl" in formats:
+        verl = f.rename(columns={"completion": "output", "reward": "score"})
+        verl = verl.assign(gts=verl["prompt_id"].astype(str))
+        rollouts.write_verl(folder / "verl", verl, extra_columns=(PROXY,))
+        paths["verl"] = folder / "verl"
+    if "table" in formats:
+        paths["table"] = rollouts.write_table(
+            folder / "table.csv", f[["step", "prompt", "reward", "length", PROXY]]
+        )
+    norms = folder / "norms.csv"
+    sim.norms.to_csv(norms, index=False)
+    paths["norms"] = norms
+    return paths
+
+
+def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
+    """``{results}``: per env, format and quantity the truth, what ``plan`` recovered and its
+    interval."""
+    import pandas as pd
+
+    from gpolab.labs import plan
+
+    cfg.validate()
+    rows = []
+    for env in cfg.envs:
+        sim = simulate(cfg, env)
+        paths = write_logs(sim, f"{cfg.out}/logs/{env}", cfg.formats)
+        for fmt in cfg.formats:
+            pcfg = plan.Config(log=str(paths[fmt]), format=fmt, proxy_column=PROXY,
+                               grad_norms=str(paths["norms"]), G=REPORT_G, draws=cfg.draws,
+                               seed=cfg.seed, out=f"{cfg.out}/plan-{env}-{fmt}")  # fmt: skip
+            tables = plan.run(pcfg)
+            rows += compare(sim.truth, tables, cfg, env=env, format=fmt)
+            if progress is not None:
+                progress.update(1, f"{env} {fmt}")
+    return {"results": pd.DataFrame(rows)}
+
+
+def _row(quantity, truth, recovered, lo=np.nan, hi=np.nan, G=np.nan, **ids) -> dict:
+    covered = bool(lo <= truth <= hi) if np.isfinite(lo) and np.isfinite(hi) else None
+    return {**ids, "quantity": quantity, "G": G, "truth": float(truth),
+            "recovered": np.nan if recovered is None else float(recovered), "lo": lo, "hi": hi,
+            "covered": covered}  # fmt: skip
+
+
+def compare(truth: dict, tables: dict, cfg: Config, **ids) -> list[dict]:
+    """Truth against plan's answers: mean difficulty, the degenerate curve at REPORT_G (one fit:
+    its intervals are correlated, not independent checks), the logged fraction, c1, C3, G*."""
+    from gpolab.labs import plan
+    from gpolab.theory import difficulty
+
+    p = plan.pooled(tables)
+    g = tables["groups"]
+    fit = difficulty.fit(g["successes"].to_numpy(), g["n"].to_numpy())
+    a, b = difficulty.draws(fit, cfg.draws, seed=cfg.seed)
+    mean_lo, mean_hi = np.quantile(a / (a + b), [0.025, 0.975])
+    rows = [_row("mean difficulty", truth["mean_V"], p["mean_p"], mean_lo, mean_hi, **ids)]
+    curve = tables["curve"]
+    curve = curve[curve["window"] == plan.POOLED].set_index("G")
+    for G in REPORT_G:
+        c = curve.loc[G]
+        rows.append(_row("degenerate fraction", truth["degenerate"][G], c["predicted"], c["lo"],
+                         c["hi"], G=G, **ids))  # fmt: skip
+    se = p["logged_measured_se"]
+    rows.append(_row("logged degenerate fraction", truth["degenerate"][p["G"]],
+                     p["logged_measured"], p["logged_measured"] - 1.96 * se,
+                     p["logged_measured"] + 1.96 * se, G=p["G"], **ids))  # fmt: skip
+    for name in ("c1", "C3"):
+        rows.append(_row(name, truth[name], p.get(f"gstar_{name}"), **ids))
+    rows.append(_row("G*", truth["gstar"], p.get("gstar"), _num(p.get("gstar_lo")),
+                     _num(p.get("gstar_hi")), **ids))  # fmt: skip
+    return rows
+
+
+def _num(v) -> float:
+    return np.nan if v is None else float(v)
+
+
+def report(cfg: Config, tables: dict) -> str:
+    from gpolab.labs import table_text
+
+    df = tables["results"]
+    first = df[df["format"] == df["format"].iloc[0]]
+    cols = ["env", "quantity", "G", "truth", "recovered", "lo", "hi", "covered"]
+    return (f"gpolab plan on simulated logs ({df['format'].iloc[0]} format shown), truth vs "
+            "recovered with its 95% interval:\n" + table_text(first, cols))  # fmt: skip
+
+
+def notes(cfg: Config, tables: dict) -> str:
+    df = tables["results"]
+    lines = []
+    same = df.groupby(["env", "quantity", "G"], dropna=False)["recovered"].agg(
+        lambda s: s.max() - s.min()
+    )
+    lines.append(
+        f"formats read: {', '.join(dict.fromkeys(df['format']))}; largest difference "
+        f"between formats of any recovered number: {float(same.abs().max()):.3g}"
+    )
+    for env, sub in df[df["format"] == df["format"].iloc[0]].groupby("env", sort=False):
+        has = sub[sub["covered"].notna()]
+        lines.append(
+            f"{env}: truth inside the 95% interval for {int(has['covered'].sum())} of "
+            f"{len(has)} quantities (the degenerate curve's G share one fit: correlated)"
+        )
+    return "\n".join(lines)
+
+
+def figures(tables: dict) -> dict:
+    from gpolab.plots import plan as plots
+
+    return {"plancheck.png": plots.plancheck_figure}
