@@ -406,7 +406,7 @@ def report(cfg: Config, tables: dict) -> str:
         f"# gpolab plan: {cfg.log}",
         "",
         f"{p['format']} log, reward = {p['reward']}; {p['steps']} steps, {p['groups']:,} "
-        f"groups of {p['prompts']:,} prompts, G = {p['G']}"
+        f"groups ({p['prompts']:,} distinct prompts), G = {p['G']}"
         + (f" (sizes {p['G_min']}..{p['G_max']})" if p["G_min"] != p["G_max"] else ""),
     ]
     if p.get("notes"):
@@ -417,7 +417,7 @@ def report(cfg: Config, tables: dict) -> str:
         "",
         *_curve_text(cfg, tables, p),
         "",
-        *_kappa_text(tables),
+        *_kappa_text(tables, p["G"]),
         "",
         "## G* (the MSE-optimal group size)",
         _gstar_text(p),
@@ -477,17 +477,23 @@ def _curve_text(cfg: Config, tables: dict, p: dict) -> list[str]:
                                    "informative_groups"]), "```"]  # fmt: skip
 
 
-def _kappa_text(tables: dict) -> list[str]:
+def _kappa_text(tables: dict, G: int) -> list[str]:
+    """Mean κ by estimator × G, and κ at the fit's 10/50/90% difficulties at the log's G."""
     from gpolab.labs import table_text
 
     k = tables["kappa"]
     if k.empty:
         return ["## kappa", "kappa (count-table theory) needs binary rewards: not computed"]
-    return ["## kappa: each estimator's average weight at this run's difficulty mix",
-            "E[g_hat | p] = kappa_G(p) g_x; loo = 1; averaged over the fitted Beta and at its "
-            "10/50/90% difficulties", "```",
-            table_text(k, ["estimator", "G", "kappa_mean", "kappa_p10", "kappa_p50",
-                           "kappa_p90"]), "```"]  # fmt: skip
+    wide = k.pivot(index="estimator", columns="G", values="kappa_mean")
+    wide = wide.reindex(list(dict.fromkeys(k["estimator"])))
+    wide.columns = [f"G={g}" for g in wide.columns]
+    at = k[k["G"] == G]
+    return ["## kappa: each estimator's weight at this run's difficulty mix",
+            "E[g_hat | p] = kappa_G(p) g_x (loo = 1): mean over the fitted Beta by G", "```",
+            table_text(wide.reset_index(), ["estimator", *wide.columns]), "```",
+            f"at the log's G = {G}, at the fit's 10/50/90% difficulties:", "```",
+            table_text(at, ["estimator", "kappa_p10", "kappa_p50", "kappa_p90"]),
+            "```"]  # fmt: skip
 
 
 def _gstar_text(p: dict) -> str:
