@@ -657,4 +657,15 @@ def figures(tables: dict) -> dict:
 
     if (tables["results"]["env"] == "tree").all():
         return {"mse_heatmap.png": plots.tree_heatmap_figure}
-    return {"mse_vs_G.png": plots.mse_vs_G_figure}
+    out = {"mse_vs_G.png": plots.mse_vs_G_figure}
+    if tables["results"].get("loss_agg", pd_empty()).nunique() > 1:
+        from gpolab.plots import lengths
+
+        out["loss_agg.png"] = lengths.loss_agg_figure
+    return out
+
+
+def pd_empty():
+    import pandas as pd
+
+    return pd.Series(dtype=object)
