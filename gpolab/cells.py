@@ -48,6 +48,8 @@ class BanditCell:
     scale: str = "group"
     ddof: int = 1
     mean_error: bool = True
+    loss_agg: str = estimators.DEFAULT_LOSS_AGG  # verl loss_agg_mode (estimators.aggregation)
+    norm_length: float | None = None  # L_norm of seq-mean-token-sum-norm (None: batch max)
 
 
 def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
@@ -65,10 +67,11 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
     inputs = {  # built only for the estimators that need them
         "baseline": lambda: truth.V[prompts],
-        "lengths": lambda: jnp.full_like(rewards, bandit.response_length(params)),
+        "lengths": lambda: bandit.response_length(params, prompts, actions),
         "greedy": lambda: bandit.greedy_rewards(jax.random.fold_in(key, GREEDY), params, prompts),
     }
     weights = cell_weights(cell, rewards, inputs, eps)  # (E, B, G)
+    weights = aggregate(cell, weights, inputs["lengths"])
     ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
         params, prompts, actions, weights
     )  # (E, B, d), one batched scatter
@@ -112,6 +115,9 @@ class ArithmeticCell:
     Q: int = 8
     scale: str = "group"
     ddof: int = 1
+    loss_agg: str = estimators.DEFAULT_LOSS_AGG  # verl loss_agg_mode (estimators.aggregation)
+    norm_length: float | None = None  # L_norm of seq-mean-token-sum-norm (None: batch max)
+    lengths: str = "one"  # one: filler + thoughts + answer for all; generated: up to <eos>
 
 
 def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
@@ -130,12 +136,13 @@ def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
     rewards = jax.vmap(arithmetic.rewards)(tokens, answers)  # (Q, G)
     inputs = {  # built only for the estimators that need them
         "baseline": lambda: truth.V[idx],
-        "lengths": lambda: jnp.full_like(rewards, arithmetic.response_length(params)),
+        "lengths": lambda: arithmetic_lengths(cell, params, tokens, rewards),
         "greedy": lambda: jax.lax.map(
             lambda a: arithmetic.greedy_reward(params, *a), (feats, answers)
         ),
     }
     weights = cell_weights(cell, rewards, inputs, eps)  # (E, Q, G)
+    weights = aggregate(cell, weights, inputs["lengths"])
     g_x = truth.g_local[idx]
 
     def add(carry, a):
@@ -220,3 +227,25 @@ def tree_error(cell: TreeCell, key: jax.Array, args) -> dict:
         err = tree.thought_gradient(a1, ids, jax.nn.softmax(params.logits)) - grad_target[0]
         out["grad_err"], out["grad_sq"] = err, jnp.sum(err**2)
     return out
+
+
+# ------------------------------------------------------- response lengths, loss aggregation
+
+
+def aggregate(cell, weights: jax.Array, lengths) -> jax.Array:
+    """(E, B, G) weights of ``cell.loss_agg`` (verl loss_agg_mode) from the seq-mean-token-sum
+    weights: each response's weight times N·c_i (:func:`gpolab.estimators.relative_weights`),
+    the batch being the cell's B·G responses.  The default mode returns ``weights`` untouched
+    (bit-identical) and never builds the lengths (``lengths``: a thunk)."""
+    if cell.loss_agg == estimators.DEFAULT_LOSS_AGG:
+        return weights
+    factor = estimators.relative_weights(cell.loss_agg, lengths(), norm_length=cell.norm_length)
+    return weights * factor[None].astype(weights.dtype)
+
+
+def arithmetic_lengths(cell, params, tokens: jax.Array, rewards: jax.Array) -> jax.Array:
+    """(Q, G) response lengths: the constant filler + thoughts + answer (``lengths="one"``) or
+    what each response generated up to its first <eos> (``"generated"``)."""
+    if cell.lengths == "generated":
+        return arithmetic.generated_lengths(params, tokens).astype(rewards.dtype)
+    return jnp.full_like(rewards, arithmetic.response_length(params))

@@ -325,6 +325,13 @@ def response_length(params: ArithmeticParams) -> int:
     return params.filler + params.length
 
 
+def generated_lengths(params: ArithmeticParams, tokens: jax.Array) -> jax.Array:
+    """(..., G) tokens each response generated: filler + thoughts + answer tokens up to and
+    including the first <eos> (the tokens log π counts), float32; tokens (..., G, T)."""
+    live = jnp.sum(live_mask(answer_part(tokens)), axis=-1)
+    return params.filler + params.thoughts + live
+
+
 def rewards(tokens: jax.Array, answer: jax.Array) -> jax.Array:
     """Z = 1 iff the (canonical) answer part equals y*."""
     return jnp.all(answer_part(tokens) == answer[None], axis=-1).astype(jnp.float32)

@@ -25,6 +25,9 @@ from gpolab.envs import Env
 from gpolab.envs.sampling import inverse_cdf, inverse_cdf_rows
 
 KINDS = ("tabular", "loglinear")
+# response-length models (tokens per (prompt, action)); "one" = one token per response
+LENGTH_MODELS = ("one", "independent", "longer-when-wrong", "longer-when-right")
+LENGTHS_TAG = 0x1E7  # fold_in tag of the length draw (the other draws of an instance unchanged)
 
 
 @struct.dataclass
@@ -34,6 +37,7 @@ class BanditParams:
     success: jax.Array  # (P, A) Bernoulli reward probabilities
     prompt_probs: jax.Array  # (P,) prompt distribution f
     tabular: bool = struct.field(pytree_node=False, default=True)
+    lengths: jax.Array | None = None  # (P, A) tokens of response (x, a); None = all 1
 
     @property
     def num_prompts(self) -> int:
@@ -74,16 +78,50 @@ def make(
     logit_scale: float = 1.0,
     success_a: float = 0.5,
     success_b: float = 1.0,
+    lengths: str = "one",
+    length_min: int = 50,
+    length_max: int = 1000,
 ) -> BanditParams:
     """A random bandit instance (validated in plain Python, then drawn with ``key``).
 
     Logits (tabular) or θ and φ (log-linear, φ ~ N(0, 1/d) so logits have scale ``logit_scale``)
     are Gaussian; success probabilities are Beta(``success_a``, ``success_b``), so prompts have
-    heterogeneous V(x); prompts are uniform.
+    heterogeneous V(x); prompts are uniform.  ``lengths``: the response-length model of
+    :func:`length_table` (its draw uses its own fold of ``key``: the other draws do not change).
     """
     check_instance(kind, prompts, actions, dim, logit_scale, success_a, success_b)
+    check_lengths(lengths, length_min, length_max)
     key = jax.random.key(key) if isinstance(key, int) else key
-    return _draw(key, prompts, actions, kind, dim, logit_scale, success_a, success_b)
+    params = _draw(key, prompts, actions, kind, dim, logit_scale, success_a, success_b)
+    table = length_table(
+        jax.random.fold_in(key, LENGTHS_TAG), params.success, lengths, length_min, length_max
+    )
+    return params.replace(lengths=table)
+
+
+def check_lengths(lengths="one", length_min=50, length_max=1000) -> None:
+    """Plain-Python checks of the length model of :func:`make`."""
+    validate.choice("lengths", lengths, LENGTH_MODELS)
+    validate.integer("length_min", length_min, 1)
+    validate.integer("length_max", length_max, length_min)
+
+
+def length_table(key, success: jax.Array, model: str, lo: int, hi: int) -> jax.Array:
+    """(P, A) tokens per response (float):
+
+    one                all 1 (a response is one token: gpolab's bandit before lengths)
+    independent        iid uniform integers in [lo, hi], independent of p(x, a)
+    longer-when-wrong  round(lo + (hi − lo)(1 − p(x, a)))   (likely-wrong actions are long)
+    longer-when-right  round(lo + (hi − lo) p(x, a))        (the mirror)
+    """
+    validate.choice("lengths", model, LENGTH_MODELS)
+    if model == "one":
+        return jnp.ones_like(success)
+    if model == "independent":
+        draw = jax.random.randint(key, success.shape, lo, hi + 1)
+        return draw.astype(success.dtype)
+    frac = 1 - success if model == "longer-when-wrong" else success
+    return jnp.round(lo + (hi - lo) * frac)
 
 
 def check_instance(
@@ -151,9 +189,16 @@ def score_table(params: BanditParams) -> jax.Array:
     return params.features - mean_feat[:, None, :]
 
 
-def response_length(params: BanditParams) -> int:
-    """Tokens per response: a response is one action, one token (no length model yet)."""
-    return 1
+def lengths_of(params: BanditParams) -> jax.Array:
+    """(P, A) tokens per (prompt, action): the instance's table, all 1 when it has none."""
+    if params.lengths is None:
+        return jnp.ones_like(params.success)
+    return params.lengths
+
+
+def response_length(params: BanditParams, prompts: jax.Array, actions: jax.Array) -> jax.Array:
+    """(B, G) tokens of the sampled responses ``actions`` (B, G) of ``prompts`` (B,)."""
+    return lengths_of(params)[prompts[:, None], actions]
 
 
 def greedy_success(params: BanditParams) -> jax.Array:

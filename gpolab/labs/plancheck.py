@@ -198,7 +198,7 @@ def simulate_bandit(*, steps=50, B=32, G=8, norm_batches=(8, 64), norm_steps=200
         order,
         np.asarray(rewards).reshape(steps, B, G),
         bandit_proxy(params, order.reshape(-1), actions_),
-        np.full(actions_.shape, bandit.response_length(params)),
+        np.asarray(bandit.response_length(params, jnp.asarray(order.reshape(-1)), actions_)),
         (f"a{a}" for a in actions_.reshape(-1)),
     )
     norms = grad_norms(bandit.ENV, params, jax.random.fold_in(key, 3), G, norm_batches,

@@ -9,6 +9,7 @@ Python before anything is traced.  Rows carry every setting their numbers depend
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -34,7 +35,11 @@ ARITH = {"env": ("arithmetic",)}
 STRENGTH = (0.15, 0.40, 0.65)  # = arithmetic.POLICIES (kept in sync by a test)
 # arithmetic options added after cells were stored: left out of a row's key at their defaults,
 # so stored cells of the default policies stay valid
-KEY_IF_CHANGED = {"strength": STRENGTH, "filler_sharpen": 0.0}
+KEY_IF_CHANGED = {"strength": STRENGTH, "filler_sharpen": 0.0, "lengths": "one",
+                  "length_min": 50, "length_max": 1000, "norm_length": 0}  # fmt: skip
+DEFAULT_AGG, LOSS_AGG_MODES = estimators.DEFAULT_LOSS_AGG, estimators.LOSS_AGG_MODES
+LENGTHS = {"bandit": ("one", "independent", "longer-when-wrong", "longer-when-right"),
+           "arithmetic": ("one", "generated")}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +113,19 @@ class Config:
     shard: bool = option(False, "shard the seed axis over every device (of every process)",
                          key=False)  # fmt: skip
     out: str = option("results/sweep", "output folder (tables, config.toml, figure)", key=False)
+    # response lengths and loss aggregation (issue 19)
+    loss_agg: tuple[str, ...] = option(
+        (DEFAULT_AGG,), "comma list of loss aggregation modes (verl loss_agg_mode): "
+        + ", ".join(LOSS_AGG_MODES), when=GROUPED,
+    )  # fmt: skip
+    lengths: str = option("one", "response lengths: one, independent, longer-when-wrong, "
+                          "longer-when-right (bandit); one, generated (arithmetic: up to <eos>)",
+                          when=GROUPED)  # fmt: skip
+    length_min: int = option(50, "shortest response (tokens)", when=BANDIT)
+    length_max: int = option(1000, "longest response (tokens)", when=BANDIT)
+    norm_length: int = option(0, "L_norm of seq-mean-token-sum-norm (0: the longest possible "
+                              "response, like TRL's max_completion_length)",
+                              when=GROUPED)  # fmt: skip
 
     def replace(self, **changes) -> Config:
         return configs.replace(self, **changes)
@@ -120,6 +138,7 @@ class Config:
         validate.choice("ddof", self.ddof, (0, 1))
         validate.real("eps", self.eps, low=0.0)
         if self.env in ("bandit", "arithmetic"):
+            _validate_lengths(self)
             for name in self.estimators:
                 for G in self.G:
                     estimators.check_estimator(
@@ -168,6 +187,21 @@ class Config:
             validate.real("a", self.a, low=0.0, open_low=True)
             validate.real("b", self.b, low=0.0, open_low=True)
             validate.integer("thoughts", self.thoughts, 2)
+
+
+def _validate_lengths(cfg: Config) -> None:
+    """The length and loss-aggregation options (grouped envs)."""
+    if not cfg.loss_agg:
+        raise validate.ConfigError("loss_agg: got an empty list; allowed: one or more modes")
+    for mode in cfg.loss_agg:
+        estimators.check_loss_agg(mode)
+    allowed = LENGTHS[cfg.env]
+    validate.choice("lengths", cfg.lengths, allowed)
+    validate.integer("norm_length", cfg.norm_length, 0)
+    if cfg.env == "bandit":
+        from gpolab.envs.bandit import check_lengths
+
+        check_lengths(cfg.lengths, cfg.length_min, cfg.length_max)
 
 
 SweepConfig = Config  # the name gpolab has exported since issue 1
@@ -221,6 +255,9 @@ def make_setup(cfg: Config) -> Callable:
             logit_scale=cfg.logit_scale,
             success_a=cfg.success_a,
             success_b=cfg.success_b,
+            lengths=cfg.lengths,
+            length_min=cfg.length_min,
+            length_max=cfg.length_max,
         )
         truth = bandit.exact(params)
     else:
@@ -248,13 +285,14 @@ def _bandit_rows(cfg, cell, m, truth, policy, params) -> list[dict]:
     """Rows of the bandit and of the arithmetic surrogate (whose S2 is a Monte Carlo estimate:
     ``theory_mse_se`` is the standard error it carries into the exact formula)."""
     from gpolab import engine
-    from gpolab.envs import arithmetic, bandit
+    from gpolab.envs import arithmetic
     from gpolab.theory import exact
     from gpolab.theory import mse as theory_mse
 
     B = cfg.B or None if cfg.env == "bandit" else None
     shared = {o: getattr(cfg, o) for o in OPTIONS}
-    length = (bandit if cfg.env == "bandit" else arithmetic).response_length(params)
+    length = (1 if cfg.env == "bandit" else arithmetic.response_length(params)) if (
+        cfg.lengths == "one") else None  # fmt: skip
     target_sq = theory_mse.target_sq(truth, B)
     rows = []
     for name in cell.estimators:
@@ -279,9 +317,30 @@ def _bandit_rows(cfg, cell, m, truth, policy, params) -> list[dict]:
                 "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
                 **exact.theory_columns(truth, name, cell.G, B, length, **shared),
                 "theory_first_order": theory_mse.mse(truth, "oracle", cell.G, B),
+                **aggregation_columns(cfg, cell, name, truth, params, B, shared),
             }
         )
     return rows
+
+
+def aggregation_columns(cfg, cell, name, truth, params, B, shared) -> dict:
+    """``loss_agg`` and ``lengths`` of a row; under a mode other than seq-mean-token-sum the
+    count-table theory (for that mode's scale) is replaced by the exact bias² of
+    :mod:`gpolab.theory.aggregation` where it exists (bandit), the other theory columns NaN."""
+    out = {"loss_agg": cell.loss_agg, "lengths": cfg.lengths}
+    if cell.loss_agg == estimators.DEFAULT_LOSS_AGG:
+        return out
+    nan = math.nan
+    out |= {"theory_mse": nan, "theory_mse_se": nan, "theory_best_scale": nan,
+            "theory_scaled_mse": nan, "theory_bias_sq": nan,
+            "theory": "none: no exact theory of loss aggregation on this env"}  # fmt: skip
+    if cfg.env == "bandit":
+        from gpolab.theory import aggregation
+
+        bias, how = aggregation.bias_sq(params, truth, name, cell.G, cell.loss_agg, B,
+                                        cell.norm_length, **shared)  # fmt: skip
+        out |= {"theory_bias_sq": bias, "theory": how}
+    return out
 
 
 def best_scale(m, name: str, target_sq: float) -> dict:
@@ -327,7 +386,7 @@ def _tree_rows(cfg, cell, m, params) -> list[dict]:
     ]
 
 
-GRIDS = ("estimators", "G", "K", "M", "variants", "policy")
+GRIDS = ("estimators", "G", "K", "M", "variants", "policy", "loss_agg")
 # version of the row's columns: cells stored by an older gpolab lack columns (cos, scaled_mse,
 # the count-table theory added in 2) and are recomputed rather than mixed into a table
 SCHEMA = 3  # 3: each G draws from its own key stream (unit_key)
@@ -343,15 +402,34 @@ def config_hash(cfg: Config) -> str:
 def _row_ids(cfg: Config) -> list[dict]:
     """One id per table row, in table order: (estimator, G) for the bandit, (variant, K, M)."""
     if cfg.env == "bandit":
-        return [{"estimator": e, "G": G} for e in cfg.estimators for G in cfg.G]
+        return [{"estimator": e, "G": G, **_mode_id(m)} for m in cfg.loss_agg
+                for e in cfg.estimators for G in cfg.G]  # fmt: skip
     if cfg.env == "arithmetic":
         return [
-            {"policy": p, "estimator": e, "G": G}
+            {"policy": p, "estimator": e, "G": G, **_mode_id(m)}
             for p in cfg.policy
+            for m in cfg.loss_agg
             for e in cfg.estimators
             for G in cfg.G
         ]
     return [{"variant": v, "K": K, "M": M} for v in cfg.variants for K in cfg.K for M in cfg.M]
+
+
+def _mode_id(mode: str) -> dict:
+    """A row id's loss_agg entry: absent for the default mode (its stored cells stay valid)."""
+    return {} if mode == estimators.DEFAULT_LOSS_AGG else {"loss_agg": mode}
+
+
+def norm_length(cfg: Config) -> float:
+    """L_norm of seq-mean-token-sum-norm: ``cfg.norm_length``, or the longest possible response
+    (bandit: length_max, 1 with lengths=one; arithmetic: filler + answer)."""
+    from gpolab.envs import arithmetic
+
+    if cfg.norm_length:
+        return float(cfg.norm_length)
+    if cfg.env == "arithmetic":
+        return float(cfg.filler + arithmetic.THOUGHTS + arithmetic.LENGTH)
+    return float(cfg.length_max if cfg.lengths != "one" else 1)
 
 
 def row_settings(cfg: Config, rid: dict) -> dict:
@@ -393,18 +471,24 @@ def _units(cfg: Config, pending: set[int]):
             K, M, variant = ids[i]["K"], ids[i]["M"], ids[i]["variant"]
             yield [i], None, tree_cell(K, M, variant, cfg.ddof, model=cfg.model, a=cfg.a, b=cfg.b)
         return
-    for policy in cfg.policy if cfg.env == "arithmetic" else (None,):
+    agg = {"norm_length": norm_length(cfg)}
+    for policy, mode in itertools.product(
+        cfg.policy if cfg.env == "arithmetic" else (None,), cfg.loss_agg
+    ):
         for G in cfg.G:
             rows = [
                 i for i in sorted(pending) if ids[i]["G"] == G and ids[i].get("policy") == policy
-            ]
+                and ids[i].get("loss_agg", estimators.DEFAULT_LOSS_AGG) == mode
+            ]  # fmt: skip
             if not rows:
                 continue
             names = tuple(ids[i]["estimator"] for i in rows)
             if cfg.env == "bandit":
-                yield rows, None, BanditCell(names, G, cfg.B, cfg.scale, cfg.ddof)
+                yield rows, None, BanditCell(names, G, cfg.B, cfg.scale, cfg.ddof, True, mode,
+                                             **agg)  # fmt: skip
             else:
-                yield rows, policy, ArithmeticCell(names, G, cfg.per_seed, cfg.scale, cfg.ddof)
+                yield rows, policy, ArithmeticCell(names, G, cfg.per_seed, cfg.scale, cfg.ddof,
+                                                   mode, **agg, lengths=cfg.lengths)  # fmt: skip
 
 
 def unit_key(cfg: Config, key, context, cell):
@@ -431,7 +515,9 @@ def label(row: dict) -> str:
     if row["env"] == "tree":
         return f"{row['variant']} K={row['K']} M={row['M']}: mse={row['mse']:.4g}"
     policy = f"{row['policy']} " if row.get("policy") else ""
-    return f"{policy}{row['estimator']} G={row['G']}: mse={row['mse']:.4g}"
+    mode = row.get("loss_agg", estimators.DEFAULT_LOSS_AGG)
+    mode = "" if mode == estimators.DEFAULT_LOSS_AGG else f" {mode}"
+    return f"{policy}{row['estimator']}{mode} G={row['G']}: mse={row['mse']:.4g}"
 
 
 def run_sweep(
@@ -511,7 +597,11 @@ TABLE_COLUMNS = {
 def report(cfg: Config, tables: dict) -> str:
     from gpolab.labs import table_text
 
-    return table_text(tables["results"], TABLE_COLUMNS[cfg.env])
+    cols = TABLE_COLUMNS[cfg.env]
+    default = (estimators.DEFAULT_LOSS_AGG,)
+    if cfg.env != "tree" and (cfg.loss_agg != default or cfg.lengths != "one"):
+        cols = ["loss_agg", "lengths", *cols, "cos", "scaled_mse"]
+    return table_text(tables["results"], cols)
 
 
 def joint_test(rows, by=("policy", "estimator")) -> dict | None:
@@ -567,4 +657,15 @@ def figures(tables: dict) -> dict:
 
     if (tables["results"]["env"] == "tree").all():
         return {"mse_heatmap.png": plots.tree_heatmap_figure}
-    return {"mse_vs_G.png": plots.mse_vs_G_figure}
+    out = {"mse_vs_G.png": plots.mse_vs_G_figure}
+    if tables["results"].get("loss_agg", pd_empty()).nunique() > 1:
+        from gpolab.plots import lengths
+
+        out["loss_agg.png"] = lengths.loss_agg_figure
+    return out
+
+
+def pd_empty():
+    import pandas as pd
+
+    return pd.Series(dtype=object)

@@ -1,0 +1,163 @@
+"""Loss aggregation (verl loss_agg_mode / TRL loss_type) and bandit response lengths."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gpolab import estimators, validate
+from gpolab.cells import BanditCell, bandit_error
+from gpolab.envs import bandit
+from gpolab.labs import sweep
+from gpolab.theory import aggregation
+
+MODES = estimators.LOSS_AGG_MODES
+COVERED = ("vanilla", "oracle", "loo", "mean", "grpo")
+
+
+def test_weights_hand_example():
+    # lengths 2, 4 | 1, 3: N = 4 responses, 10 tokens, longest 4
+    L = jnp.array([[2.0, 4.0], [1.0, 3.0]])
+    w = {m: np.asarray(estimators.loss_weights(m, L)) for m in MODES}
+    np.testing.assert_allclose(w["token-mean"], np.full((2, 2), 1 / 10))
+    np.testing.assert_allclose(w["seq-mean-token-sum"], np.full((2, 2), 1 / 4))
+    np.testing.assert_allclose(w["seq-mean-token-mean"], [[1 / 8, 1 / 16], [1 / 4, 1 / 12]])
+    np.testing.assert_allclose(w["seq-mean-token-sum-norm"], np.full((2, 2), 1 / 16))  # 1/(4·4)
+    const = estimators.loss_weights("seq-mean-token-sum-norm", L, norm_length=10)
+    np.testing.assert_allclose(const, np.full((2, 2), 1 / 40))  # 1/(N·L_norm) = 1/(4·10)
+    rel = estimators.relative_weights("seq-mean-token-mean", L)  # N c_i = 1/L_i
+    np.testing.assert_allclose(rel, [[1 / 2, 1 / 4], [1, 1 / 3]], rtol=1e-6)
+
+
+def test_modes_proportional_when_lengths_equal():
+    L = jnp.full((3, 2), 5.0)  # N = 6, every response 5 tokens
+    base = np.asarray(estimators.loss_weights("seq-mean-token-sum", L))
+    factor = {"token-mean": 1 / 5, "seq-mean-token-mean": 1 / 5, "seq-mean-token-sum-norm": 1 / 8}
+    for mode, k in factor.items():
+        w = estimators.loss_weights(mode, L, norm_length=8)
+        np.testing.assert_allclose(np.asarray(w), k * base, rtol=1e-6)
+
+
+def test_trl_mapping_and_bad_mode():
+    assert set(estimators.TRL_LOSS_TYPES.values()) <= set(MODES)
+    assert estimators.TRL_LOSS_TYPES["dr_grpo"] == "seq-mean-token-sum-norm"
+    with pytest.raises(validate.ConfigError, match="mode"):
+        estimators.loss_weights("sum", jnp.ones((2, 2)))
+
+
+def test_length_models():
+    params = bandit.make(0, prompts=3, actions=5, lengths="longer-when-wrong", length_min=10,
+                         length_max=110)  # fmt: skip
+    p = np.asarray(params.success)
+    np.testing.assert_array_equal(np.asarray(params.lengths), np.round(10 + 100 * (1 - p)))
+    right = bandit.make(0, prompts=3, actions=5, lengths="longer-when-right", length_min=10,
+                        length_max=110)  # fmt: skip
+    np.testing.assert_array_equal(np.asarray(right.lengths), np.round(10 + 100 * p))
+    ind = np.asarray(bandit.make(0, prompts=30, actions=50, lengths="independent").lengths)
+    assert ind.min() >= 50 and ind.max() <= 1000 and np.all(ind == np.round(ind))
+    one = bandit.make(0, prompts=3, actions=5)
+    np.testing.assert_array_equal(np.asarray(one.lengths), np.ones((3, 5)))
+    np.testing.assert_array_equal(np.asarray(one.theta), np.asarray(params.theta))  # same draws
+    with pytest.raises(validate.ConfigError, match="length_max"):
+        bandit.make(0, lengths="independent", length_min=10, length_max=5)
+
+
+def _tiny(lengths=(3.0, 7.0)):
+    """One prompt, 2 actions with lengths 3 and 7 (a hand-made table)."""
+    params = bandit.make(1, prompts=1, actions=2, success_a=1.0, success_b=1.0)
+    return params.replace(lengths=jnp.asarray([lengths]))
+
+
+@pytest.mark.parametrize("G", [2, 3])
+@pytest.mark.parametrize("mode", aggregation.CLOSED)
+def test_closed_form_matches_enumeration(x64, mode, G):
+    params = _tiny()
+    truth = bandit.exact(params)
+    h = aggregation.action_factors(mode, bandit.lengths_of(params), 10.0)
+    for spec in COVERED:
+        ef = aggregation.terms(spec, G, truth)
+        closed = aggregation.expected_gradient(params, h, *ef)
+        enum = aggregation.enumerate_expected(params, spec, G, mode, norm_length=10.0)
+        np.testing.assert_allclose(closed, enum, rtol=1e-10, atol=1e-12, err_msg=spec)
+
+
+def _monte_carlo(params, spec, G, mode, n=40_000, norm_length=10.0):
+    """Mean and SE of ĝ_x (P, d) from the sweep's own cell (B = 0: one group per prompt)."""
+    truth = bandit.exact(params)
+    cell = BanditCell((spec,), G, loss_agg=mode, norm_length=norm_length)
+    eps = jnp.asarray(1e-4, jnp.float32)
+    keys = jax.random.split(jax.random.key(7), n)
+    err = jax.jit(jax.vmap(lambda k: bandit_error(cell, k, (params, truth, eps))[spec]["err"]))(
+        keys
+    )
+    root_f = np.sqrt(np.asarray(truth.prompt_probs))[:, None]
+    err = np.asarray(err, np.float64).reshape(n, *truth.g_local.shape) / root_f
+    mean = err.mean(0) + np.asarray(truth.g_local)
+    return mean, err.std(0, ddof=1) / np.sqrt(n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("G", [2, 3])
+def test_token_mean_enumeration_vs_monte_carlo(G):
+    params = _tiny()
+    for spec in ("loo", "grpo"):
+        exact = aggregation.enumerate_expected(params, spec, G, "token-mean")
+        mean, se = _monte_carlo(params, spec, G, "token-mean")
+        assert np.all(np.abs(mean - exact) < 4 * se + 1e-7), (spec, mean, exact, se)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", aggregation.CLOSED)
+def test_closed_form_vs_monte_carlo(mode):
+    params = bandit.make(3, prompts=3, actions=4, lengths="longer-when-wrong", length_min=2,
+                         length_max=20)  # fmt: skip
+    truth, G = bandit.exact(params), 4
+    h = aggregation.action_factors(mode, bandit.lengths_of(params), 10.0)
+    for spec in ("oracle", "loo", "mean", "grpo"):
+        exact = aggregation.expected_gradient(params, h, *aggregation.terms(spec, G, truth))
+        mean, se = _monte_carlo(params, spec, G, mode, n=20_000)
+        z = np.abs(mean - exact) / np.maximum(se, 1e-9)
+        assert z.max() < 4.5, (spec, mode, z.max())
+
+
+def test_token_mean_has_no_closed_form():
+    params = _tiny()
+    bias, how = aggregation.bias_sq(params, bandit.exact(params), "loo", 2, "token-mean")
+    assert np.isnan(bias) and how.startswith("none")
+
+
+def test_default_rows_bit_identical():
+    # pinned from the sweep before lengths and loss aggregation existed (commit 604f50f)
+    cfg = sweep.Config(seeds=300, G=(4,), estimators=("loo", "grpo", "verl/opo"), prompts=4,
+                       actions=6)  # fmt: skip
+    df = sweep.run_sweep(cfg)
+    assert df["mse"].tolist() == [0.040449304580688475, 0.08416844685872396, 0.02329923947652181]
+    assert df["cos"].tolist() == [0.5047822570800782, 0.5012569173177084, 0.5050605265299479]
+    assert (df["loss_agg"] == "seq-mean-token-sum").all() and (df["lengths"] == "one").all()
+    # a length model changes no reward-only number under the default mode (same draws)
+    other = sweep.run_sweep(cfg.replace(lengths="independent", estimators=("loo", "grpo")))
+    assert other["mse"].tolist() == df["mse"].tolist()[:2]
+
+
+def test_sweep_modes_rows():
+    cfg = sweep.Config(seeds=200, G=(4,), estimators=("loo", "verl/opo"), prompts=4, actions=6,
+                       loss_agg=MODES, lengths="longer-when-wrong")  # fmt: skip
+    df = sweep.run_sweep(cfg)
+    assert len(df) == 2 * len(MODES) and set(df["loss_agg"]) == set(MODES)
+    loo = df[df["estimator"] == "loo"].set_index("loss_agg")
+    assert np.isfinite(loo.loc[list(aggregation.CLOSED), "theory_bias_sq"]).all()
+    assert np.isnan(loo.loc["token-mean", "theory_bias_sq"])
+    assert np.isfinite(df["mse"]).all() and np.isfinite(df["scaled_mse"]).all()
+    # common random numbers: at lengths 50..1000 seq-mean-token-mean shrinks ĝ ~100x
+    assert (
+        loo.loc["seq-mean-token-mean", "best_scale"]
+        > 10 * loo.loc["seq-mean-token-sum", "best_scale"]
+    )
+
+
+def test_sweep_validates_lengths():
+    with pytest.raises(validate.ConfigError, match="lengths"):
+        sweep.Config(lengths="generated").validate()
+    with pytest.raises(validate.ConfigError, match="loss_agg"):
+        sweep.Config(loss_agg=("sum",)).validate()
+    sweep.Config(env="arithmetic", lengths="generated").validate()
