@@ -658,4 +658,8 @@ def figures(tables: dict) -> dict:
 
     if (tables["results"]["env"] == "tree").all():
         return {"mse_heatmap.png": plots.tree_heatmap_figure}
+    from gpolab.plots import dynamic
+
+    if dynamic.has_dynamic(tables["results"]):
+        return {"mse_vs_G.png": plots.mse_vs_G_figure, "dynamic.png": dynamic.dynamic_figure}
     return {"mse_vs_G.png": plots.mse_vs_G_figure}
