@@ -249,3 +249,77 @@ def arithmetic_lengths(cell, params, tokens: jax.Array, rewards: jax.Array) -> j
     if cell.lengths == "generated":
         return arithmetic.generated_lengths(params, tokens).astype(rewards.dtype)
     return jnp.full_like(rewards, arithmetic.response_length(params))
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicBanditCell:
+    """DAPO dynamic sampling on the bandit (verl ``filter_groups``, :mod:`gpolab.theory.dynamic`):
+    ``max_draws`` generation batches of B iid prompts are drawn per seed (static shapes); the
+    first B non-degenerate groups in draw order are kept and every estimator is applied to them
+    only, mean over the kept groups.  ``plain_B``: the first ``plain_B`` drawn groups, all kept,
+    are plain sampling at about the same responses per step (common random numbers)."""
+
+    estimators: tuple[str, ...]
+    G: int
+    B: int
+    max_draws: int = 8
+    plain_B: int = 1
+    scale: str = "group"
+    ddof: int = 1
+
+
+def _batch_estimates(cell, key, params, truth, eps, prompts, actions, rewards, keep):
+    """(E, D) (1/k) Σ_{kept} ĝ_x per estimator, k = Σ keep (0 when nothing is kept)."""
+    inputs = {
+        "baseline": lambda: truth.V[prompts],
+        "lengths": lambda: bandit.response_length(params, prompts, actions).astype(rewards.dtype),
+        "greedy": lambda: bandit.greedy_rewards(jax.random.fold_in(key, GREEDY), params, prompts),
+    }
+    weights = cell_weights(cell, rewards, inputs, eps) * keep[None, :, None]
+    ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
+        params, prompts, actions, weights
+    )
+    total = jax.vmap(bandit.to_global, in_axes=(None, None, 0))(params, prompts, ghat)
+    k = jnp.sum(keep)
+    return total * (prompts.shape[0] / jnp.maximum(k, 1))
+
+
+def dynamic_bandit_error(cell: DynamicBanditCell, key: jax.Array, args) -> dict:
+    """``args = (params, truth, eps)``.  Per estimator: ``{sq, err, cos, dot, norm2}`` of the
+    kept-groups estimate and the same of plain sampling with ``plain_B`` groups (``plain/…``);
+    per seed: groups drawn (whole batches until B are kept, at most ``max_draws``), groups kept
+    and whether the cap was reached with fewer than B kept (verl raises there; we keep what we
+    have).  Batch-scoped estimators see the non-kept padding rows only in capped seeds."""
+    params, truth, eps = args
+    B, n = cell.B, cell.B * cell.max_draws
+    k_prompts, k_group = jax.random.split(key)
+    prompts = bandit.sample_prompts(k_prompts, params, n)
+    actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
+    ok = jnp.logical_or(~estimators.degenerate(rewards), cell.G == 1)
+    rank = jnp.cumsum(ok)  # kept groups so far, in draw order
+    filled = rank[B - 1 :: B] >= B  # after each batch: are B kept?
+    batches = jnp.where(jnp.any(filled), jnp.argmax(filled) + 1, cell.max_draws)
+    keep = ok & (rank <= B)
+    order = jnp.argsort(~keep, stable=True)[:B]  # kept groups first, in draw order
+    k = jnp.sum(keep)
+    slot = jnp.arange(B) < k
+    dyn = _batch_estimates(cell, key, params, truth, eps, prompts[order], actions[order],
+                           rewards[order], slot.astype(rewards.dtype))  # fmt: skip
+    p = slice(0, cell.plain_B)
+    plain = _batch_estimates(cell, key, params, truth, eps, prompts[p], actions[p], rewards[p],
+                             jnp.ones(cell.plain_B, rewards.dtype))  # fmt: skip
+    out = {
+        "drawn": (batches * B).astype(rewards.dtype),
+        "kept": k.astype(rewards.dtype),
+        "drawn_kept": (batches * B * k).astype(rewards.dtype),  # for the ratio's standard error
+        "capped": (k < B).astype(rewards.dtype),
+        "degenerate": 1.0 - jnp.mean(ok.astype(rewards.dtype)),
+    }
+    for tag, total in (("", dyn), ("plain/", plain)):
+        err = total - truth.g[None]
+        sq, cos = jnp.sum(err**2, axis=-1), cosine(total, truth.g)
+        dot, norm2 = total @ truth.g, jnp.sum(total**2, axis=-1)
+        for i, name in enumerate(cell.estimators):
+            out[f"{tag}{name}"] = {"err": err[i], "sq": sq[i], "cos": cos[i], "dot": dot[i],
+                                   "norm2": norm2[i]}  # fmt: skip
+    return out

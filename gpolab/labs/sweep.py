@@ -36,7 +36,8 @@ STRENGTH = (0.15, 0.40, 0.65)  # = arithmetic.POLICIES (kept in sync by a test)
 # arithmetic options added after cells were stored: left out of a row's key at their defaults,
 # so stored cells of the default policies stay valid
 KEY_IF_CHANGED = {"strength": STRENGTH, "filler_sharpen": 0.0, "lengths": "one",
-                  "length_min": 50, "length_max": 1000, "norm_length": 0}  # fmt: skip
+                  "length_min": 50, "length_max": 1000, "norm_length": 0,
+                  "dynamic_sampling": False}  # fmt: skip
 DEFAULT_AGG, LOSS_AGG_MODES = estimators.DEFAULT_LOSS_AGG, estimators.LOSS_AGG_MODES
 LENGTHS = {"bandit": ("one", "independent", "longer-when-wrong", "longer-when-right"),
            "arithmetic": ("one", "generated")}  # fmt: skip
@@ -126,6 +127,12 @@ class Config:
     norm_length: int = option(0, "L_norm of seq-mean-token-sum-norm (0: the longest possible "
                               "response, like TRL's max_completion_length)",
                               when=GROUPED)  # fmt: skip
+    # DAPO dynamic sampling (gpolab.theory.dynamic; bandit mini-batches)
+    dynamic_sampling: bool = option(False, "DAPO dynamic sampling (verl filter_groups): keep the "
+                                    "first B groups with unequal rewards, drawing batches of B "
+                                    "prompts; needs B >= 1", when=BANDIT)  # fmt: skip
+    max_draws: int = option(8, "cap on generation batches per step (verl max_num_gen_batches)",
+                            when={**BANDIT, "dynamic_sampling": (True,)})  # fmt: skip
 
     def replace(self, **changes) -> Config:
         return configs.replace(self, **changes)
@@ -167,6 +174,17 @@ class Config:
                 )
         elif self.env == "bandit":
             validate.integer("B", self.B, 0)
+            if self.dynamic_sampling:
+                validate.integer("max_draws", self.max_draws, 1)
+                if self.B < 1:
+                    raise validate.ConfigError(
+                        "B: got 0; dynamic_sampling keeps B groups per step: set B >= 1"
+                    )
+                if tuple(self.loss_agg) != (DEFAULT_AGG,):
+                    raise validate.ConfigError(
+                        f"loss_agg: got {','.join(self.loss_agg)}; allowed with dynamic_sampling: "
+                        f"{DEFAULT_AGG} only"
+                    )
             from gpolab.envs.bandit import check_instance
 
             check_instance(
@@ -318,6 +336,7 @@ def _bandit_rows(cfg, cell, m, truth, policy, params) -> list[dict]:
                 **exact.theory_columns(truth, name, cell.G, B, length, **shared),
                 "theory_first_order": theory_mse.mse(truth, "oracle", cell.G, B),
                 **aggregation_columns(cfg, cell, name, truth, params, B, shared),
+                **(dynamic_columns(cfg, cell, m, truth, name) if cfg.dynamic_sampling else {}),
             }
         )
     return rows
@@ -351,6 +370,77 @@ def best_scale(m, name: str, target_sq: float) -> dict:
     if norm2 <= 0:
         return {"best_scale": math.nan, "scaled_mse": target_sq}
     return {"best_scale": dot / norm2, "scaled_mse": target_sq - dot**2 / norm2}
+
+
+def budget_matched(cfg: Config, cell, truth):
+    """The dynamic cell with ``plain_B`` = round(exact E[groups drawn per step]) (at least 1, at
+    most every drawn group): plain sampling at the same mean responses per step."""
+    from gpolab.theory import dynamic
+
+    d = dynamic.draws(dynamic.nondegenerate_prob(truth, cell.G), cell.B, cell.max_draws)
+    plain_B = min(max(1, round(d.batches * cell.B)), cell.B * cell.max_draws)
+    return dataclasses.replace(cell, plain_B=plain_B)
+
+
+def dynamic_columns(cfg: Config, cell, m, truth, name: str) -> dict:
+    """A dynamic-sampling row's own columns, overriding the plain-sampling theory: measured draws
+    (groups drawn / groups kept, a ratio of means with its delta-method CI), responses per step,
+    the capped-step fraction, the exact theory of :mod:`gpolab.theory.dynamic` and plain sampling
+    with ``plain_B`` groups on the same draws (``plain_*``, its exact MSE ``theory_plain_mse``)."""
+    from gpolab import engine
+    from gpolab.theory import dynamic, exact
+    from gpolab.theory import mse as theory_mse
+
+    drawn, kept, n = float(m.mean("drawn")), float(m.mean("kept")), m.n
+    ratio = drawn / kept if kept > 0 else math.nan
+    cov = (float(m.mean("drawn_kept")) - drawn * kept) * n / max(n - 1, 1)
+    var = m.var("drawn") - 2 * ratio * cov + ratio**2 * m.var("kept")
+    ratio_se = math.sqrt(max(var, 0.0) / n) / kept if kept > 0 else math.nan
+    plain = engine.error_stats(m, err=f"plain/{name}/err", sq=f"plain/{name}/sq")
+    target_sq = theory_mse.target_sq(truth, cell.B)
+    shared = {o: getattr(cfg, o) for o in OPTIONS}
+    th = dynamic.columns(truth, name, cell.G, cell.B, cell.max_draws, **shared)
+    table = exact.registry_table(name, cell.G, strict=False, length=1, **shared)
+    return {
+        "dynamic_sampling": True,
+        "draws_per_kept_group": ratio,
+        "draws_per_kept_group_ci_low": ratio - engine.Z95 * ratio_se,
+        "draws_per_kept_group_ci_high": ratio + engine.Z95 * ratio_se,
+        "kept_groups": kept,
+        "responses_per_step": drawn * cell.G,
+        "cap_reached_frac": float(m.mean("capped")),
+        **{k: v for k, v in th.items() if not k.startswith("theory_dyn_")},
+        "theory": "dynamic sampling (gpolab)" if table.ok else f"none: {table.reason}",
+        "theory_mse": th["theory_dyn_mse"],
+        "theory_mse_se": 0.0,
+        "theory_bias_sq": th["theory_dyn_bias_sq"],
+        "theory_scaled_mse": th["theory_dyn_scaled_mse"],
+        "theory_kappa": th["theory_dyn_kappa"],
+        "plain_B": cell.plain_B,
+        "plain_mse": plain.mse,
+        "plain_mse_se": plain.mse_se,
+        "plain_cos": float(m.mean(f"plain/{name}/cos")),
+        "plain_scaled_mse": best_scale(m, f"plain/{name}", target_sq)["scaled_mse"],
+        "theory_plain_mse": exact.mse(truth, table, cell.G, cell.plain_B),
+    }
+
+
+def cap_warning(df) -> None:
+    """One stderr line naming the settings where the cap was reached (verl raises there)."""
+    import sys
+
+    hit = df[df["cap_reached_frac"] > 0].drop_duplicates("G")
+    if hit.empty:
+        return
+    worst = hit.loc[hit["cap_reached_frac"].idxmax()]
+    Gs = ",".join(map(str, hit["G"]))
+    print(
+        f"warning: dynamic sampling reached max_draws={int(worst['max_draws'])} generation "
+        f"batches with fewer than B={int(worst['B'])} kept groups at G={Gs} "
+        f"(up to {worst['cap_reached_frac']:.2%} of steps at G={int(worst['G'])}); verl raises "
+        "ValueError there, gpolab trained on the groups it kept",
+        file=sys.stderr,
+    )
 
 
 def _tree_rows(cfg, cell, m, params) -> list[dict]:
@@ -463,7 +553,7 @@ def _units(cfg: Config, pending: set[int]):
     estimators (drawn on common random numbers, so computing a subset changes nothing), per
     (variant, K, M) for trees.  Arithmetic cells do not depend on the policy (its weights are
     traced), so each G compiles once for every policy."""
-    from gpolab.cells import ArithmeticCell, BanditCell, tree_cell
+    from gpolab.cells import ArithmeticCell, BanditCell, DynamicBanditCell, tree_cell
 
     ids = _row_ids(cfg)
     if cfg.env == "tree":  # the tree lab's cell: same settings, same numbers as `gpolab tree`
@@ -483,7 +573,10 @@ def _units(cfg: Config, pending: set[int]):
             if not rows:
                 continue
             names = tuple(ids[i]["estimator"] for i in rows)
-            if cfg.env == "bandit":
+            if cfg.env == "bandit" and cfg.dynamic_sampling:
+                yield rows, None, DynamicBanditCell(names, G, cfg.B, cfg.max_draws, 1, cfg.scale,
+                                                    cfg.ddof)  # fmt: skip
+            elif cfg.env == "bandit":
                 yield rows, None, BanditCell(names, G, cfg.B, cfg.scale, cfg.ddof, True, mode,
                                              **agg)  # fmt: skip
             else:
@@ -552,12 +645,14 @@ def run_sweep(
         fn = {"bandit": cells.bandit_error, "tree": cells.tree_error}.get(
             cfg.env, cells.arithmetic_error
         )
+        fn = cells.dynamic_bandit_error if cfg.dynamic_sampling else fn
         chunk = cfg.chunk or (ARITHMETIC_CHUNK if cfg.env == "arithmetic" else engine.AUTO)
         mesh = engine.seed_mesh() if cfg.shard else engine.LOCAL
         chash = config_hash(cfg)
         for idx, context, cell in _units(cfg, pending):
             start = time.perf_counter()
             args, truth = setup(context)
+            cell = budget_matched(cfg, cell, truth) if cfg.dynamic_sampling else cell
             ukey = unit_key(cfg, key, context, cell)
             m = engine.run(fn, cell, (*args, eps), ukey, cfg.seeds, chunk, mesh=mesh)
             new = (
@@ -581,6 +676,8 @@ def run_sweep(
         df = pd.DataFrame([rows[i] for i in range(len(keys))])
     for col in ("G", "K", "M", "B", "ddof"):
         df[col] = df[col].astype("Int64")
+    if cfg.dynamic_sampling:
+        cap_warning(df)
     return df
 
 
@@ -662,6 +759,10 @@ def figures(tables: dict) -> dict:
         from gpolab.plots import lengths
 
         out["loss_agg.png"] = lengths.loss_agg_figure
+    from gpolab.plots import dynamic
+
+    if dynamic.has_dynamic(tables["results"]):
+        out["dynamic.png"] = dynamic.dynamic_figure
     return out
 
 
