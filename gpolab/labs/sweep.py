@@ -346,8 +346,9 @@ def aggregation_columns(cfg, cell, name, truth, params, B, shared) -> dict:
     """``loss_agg`` and ``lengths`` of a row; under a mode other than seq-mean-token-sum the
     count-table theory (for that mode's scale) is replaced by the exact bias² of
     :mod:`gpolab.theory.aggregation` where it exists (bandit), the other theory columns NaN."""
-    out = {"loss_agg": cell.loss_agg, "lengths": cfg.lengths}
-    if cell.loss_agg == estimators.DEFAULT_LOSS_AGG:
+    mode = getattr(cell, "loss_agg", estimators.DEFAULT_LOSS_AGG)  # dynamic cells: the default
+    out = {"loss_agg": mode, "lengths": cfg.lengths}
+    if mode == estimators.DEFAULT_LOSS_AGG:
         return out
     nan = math.nan
     out |= {"theory_mse": nan, "theory_mse_se": nan, "theory_best_scale": nan,
