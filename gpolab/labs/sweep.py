@@ -699,6 +699,11 @@ def report(cfg: Config, tables: dict) -> str:
     default = (estimators.DEFAULT_LOSS_AGG,)
     if cfg.env != "tree" and (cfg.loss_agg != default or cfg.lengths != "one"):
         cols = ["loss_agg", "lengths", *cols, "cos", "scaled_mse"]
+    if cfg.env == "bandit" and cfg.dynamic_sampling:  # cost, and what it buys at equal cost
+        cols = ["estimator", "G", "mse", "theory_mse", "degenerate_frac", "draws_per_kept_group",
+                "theory_draws_per_kept_group", "theory_draws_per_kept_group_nocap",
+                "responses_per_step", "plain_B", "plain_mse", "scaled_mse", "plain_scaled_mse",
+                "cos", "plain_cos"]  # fmt: skip
     return table_text(tables["results"], cols)
 
 
