@@ -161,3 +161,20 @@ def test_sweep_validates_lengths():
     with pytest.raises(validate.ConfigError, match="loss_agg"):
         sweep.Config(loss_agg=("sum",)).validate()
     sweep.Config(env="arithmetic", lengths="generated").validate()
+
+
+@pytest.mark.slow
+def test_arithmetic_loss_agg_with_generated_lengths():
+    """On the arithmetic surrogate every mode runs with generated lengths (verl/opo reads them):
+    finite rows, the default mode keeps its exact theory, token-mean shrinks the estimate
+    (~1/L̄: a step size, so its MSE drops toward ‖g‖²)."""
+    cfg = sweep.Config(env="arithmetic", estimators=("loo", "verl/opo"), G=(4,), seeds=32,
+                       policy=("instruct",), loss_agg=("seq-mean-token-sum", "token-mean",
+                       "seq-mean-token-mean"), lengths="generated", out="unused")  # fmt: skip
+    df = sweep.run(cfg)["results"]
+    assert set(df["loss_agg"]) == set(cfg.loss_agg) and (df["lengths"] == "generated").all()
+    assert np.isfinite(df["mse"]).all() and np.isfinite(df["cos"]).all()
+    default = df[df["loss_agg"] == "seq-mean-token-sum"].set_index("estimator")
+    assert np.isfinite(default.loc["loo", "theory_mse"])
+    shrunk = df[df["loss_agg"] == "token-mean"].set_index("estimator")
+    assert (shrunk["mse"] < default["mse"]).all()  # ~1/L̄ smaller estimate: a step size
