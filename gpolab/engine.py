@@ -133,6 +133,43 @@ def init_distributed(coordinator: str, num_processes: int, process_id: int) -> N
     )
 
 
+# environment variables by which a cluster manager announces a multi-process launch, and the
+# variable holding the number of processes; jax.distributed.initialize() reads the rest itself
+CLUSTERS = {"Slurm": ("SLURM_JOB_ID", "SLURM_STEP_NUM_TASKS"),
+            "Open MPI": ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
+            "Cloud TPU pod": ("TPU_WORKER_HOSTNAMES", None)}  # fmt: skip
+
+
+def detect_cluster(environ=None) -> str | None:
+    """The cluster manager that launched this process as one of several (None: a single
+    process).  Slurm counts when its step has more than one task; a TPU pod when it lists more
+    than one worker host."""
+    import os
+
+    env = os.environ if environ is None else environ
+    for name, (marker, count) in CLUSTERS.items():
+        if marker not in env:
+            continue
+        text = env.get(count, "") if count else str(len(env[marker].split(",")))
+        if text.isdigit() and int(text) > 1:
+            return name
+    return None
+
+
+def init_auto_distributed() -> str | None:
+    """Join the multi-process run a cluster manager launched (``jax.distributed.initialize()``
+    with no arguments: it reads the coordinator, process count and index from the manager).
+    Returns the manager's name, or None when this is a single process."""
+    name = detect_cluster()
+    if name is None:
+        return None
+    use_cpu_devices(1)
+    if jax.default_backend() == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize()
+    return name
+
+
 @partial(jax.jit, static_argnames=("fn", "cell"))
 def _per_seed(fn: Callable, cell, key: jax.Array, args, indices: jax.Array):
     return jax.vmap(fn, in_axes=(None, 0, None))(cell, seed_keys(key, indices), args)

@@ -132,3 +132,66 @@ def test_two_processes_give_the_same_table_as_one(tmp_path):
     one = pd.read_parquet(tmp_path / "one" / "results.parquet").drop(columns=drop, errors="ignore")
     two = pd.read_parquet(tmp_path / "two" / "results.parquet").drop(columns=drop, errors="ignore")
     pd.testing.assert_frame_equal(one, two, rtol=1e-5)
+
+
+def test_cluster_detection_reads_the_managers_variables():
+    """A multi-process launch by Slurm, Open MPI or a TPU pod is detected from the manager's
+    own variables (then jax.distributed.initialize() reads the rest); one task is no cluster."""
+    from gpolab.engine import detect_cluster
+
+    assert detect_cluster({}) is None
+    assert detect_cluster({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "1"}) is None
+    assert detect_cluster({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "4"}) == "Slurm"
+    assert detect_cluster({"SLURM_JOB_ID": "7"}) is None  # a batch script, not an srun step
+    assert detect_cluster({"OMPI_COMM_WORLD_SIZE": "2"}) == "Open MPI"
+    assert detect_cluster({"TPU_WORKER_HOSTNAMES": "a,b"}) == "Cloud TPU pod"
+    assert detect_cluster({"TPU_WORKER_HOSTNAMES": "a"}) is None
+
+
+def _two_processes(args, out):
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                *args,
+                "--out",
+                str(out),
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs[0][1][-2000:] + outs[1][1][-2000:]
+    return outs
+
+
+@pytest.mark.slow
+def test_two_processes_resume_from_the_store(tmp_path):
+    """A 2-process run stopped after some cells resumes from process 0's store: the processes
+    agree on the cells left (process 0 decides), stored cells are not recomputed, and the table
+    equals one uninterrupted single-process run."""
+    grid = SWEEP.index("--G") + 1
+    part = [*SWEEP[:grid], "2", *SWEEP[grid + 1 :]]  # "interrupted" after G = 2
+    _two_processes(part, tmp_path / "two")
+    first = pd.read_parquet(tmp_path / "two" / "results.parquet")
+    _two_processes(SWEEP, tmp_path / "two")  # G = 2, 6: resumes
+    two = pd.read_parquet(tmp_path / "two" / "results.parquet")
+    kept = two[two["G"] == 2].reset_index(drop=True)
+    assert list(kept["finished_at"]) == list(first["finished_at"])  # read back, not recomputed
+    single = subprocess.run([sys.executable, *SWEEP, "--out", str(tmp_path / "one")],
+                            capture_output=True, text=True, env=ENV, timeout=300)  # fmt: skip
+    assert single.returncode == 0, single.stderr[-2000:]
+    drop = ["seconds", *PROVENANCE]
+    one = pd.read_parquet(tmp_path / "one" / "results.parquet").drop(columns=drop, errors="ignore")
+    pd.testing.assert_frame_equal(one, two.drop(columns=drop, errors="ignore"), rtol=1e-5)

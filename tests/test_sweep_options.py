@@ -141,3 +141,37 @@ def test_tree_sweep_eps0_ddof0_against_exact_formulas():
         if v == "thought-std":  # leaf-std's ddof acts on K·M leaves: too small to resolve here
             other = theory_tree.mse(law, K, M, v, ddof=1, eps=0.0)
             assert abs(other - exact["mse"]) > 8 * r["mse_se"], (v, K, M)
+
+
+def test_cells_shares_are_disjoint_and_assemble_without_recomputing(tmp_path, capsys):
+    """`--cells i/n` job-array shares: whole units, disjoint, covering every cell; a final run
+    without --cells assembles the same table as one run, computing nothing."""
+    from gpolab.cli import main
+    from gpolab.labs import sweep
+
+    small = ["--estimators", "loo,grpo", "--G", "2,4,8", "--seeds", "200", "--prompts", "3",
+             "--actions", "4"]  # fmt: skip
+    cfg = sweep.Config(estimators=("loo", "grpo"), G=(2, 4, 8), seeds=200, prompts=3, actions=4)
+    shares = [sweep.share_cells(cfg, i, 2) for i in range(2)]
+    assert not shares[0] & shares[1] and shares[0] | shares[1] == set(range(6))
+    out = tmp_path / "arr"
+    for i in range(2):
+        assert main(["sweep", *small, "--out", str(out), "--cells", f"{i}/2"]) == 0
+    assert not (out / "results.parquet").exists()  # a share writes cells, not the table
+    calls = []
+    original = sweep.make_setup
+    sweep.make_setup = lambda c: calls.append(c) or original(c)
+    try:
+        assert main(["sweep", *small, "--out", str(out)]) == 0
+    finally:
+        sweep.make_setup = original
+    assert calls == []  # nothing recomputed
+    assembled = pd.read_parquet(out / "results.parquet")
+    assert main(["sweep", *small, "--out", str(tmp_path / "one")]) == 0
+    once = pd.read_parquet(tmp_path / "one" / "results.parquet")
+    cols = ["estimator", "G", "mse", "bias_sq", "cos"]
+    pd.testing.assert_frame_equal(assembled[cols], once[cols])
+    capsys.readouterr()
+    for bad in ("2/2", "x", "1/0"):
+        assert main(["sweep", *small, "--out", str(out), "--cells", bad]) == 2
+        assert "cells: got" in capsys.readouterr().err

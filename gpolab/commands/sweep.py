@@ -11,19 +11,64 @@ def _distributed_flags(p) -> None:
     dist.add_argument("--num-processes", type=int, default=1, help="processes in the run")
     dist.add_argument("--process-id", type=int, default=0, help="this process's index")
 
+    arr = p.add_argument_group("job arrays")
+    arr.add_argument("--cells", metavar="I/N", help="compute only share I of N (0 <= I < N) of "
+                     "the cells into --out's store, e.g. $SLURM_ARRAY_TASK_ID/N; a final run "
+                     "without --cells assembles the table without recomputing")  # fmt: skip
+
+
+def parse_share(text: str) -> tuple[int, int]:
+    """``"i/n"`` → (i, n) with 0 <= i < n; one error line otherwise."""
+    from gpolab.validate import ConfigError
+
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        i, n = -1, 0
+    if not 0 <= i < n:
+        raise ConfigError(f"cells: got {text!r}; allowed: I/N with integers 0 <= I < N, e.g. 3/8")
+    return i, n
+
+
+def _share(lab, args, cfg) -> int:
+    """One job of an array: this share's cells into the store; no table, no lock (cells are
+    written atomically one file each, so jobs of one array can share the folder)."""
+    from gpolab import output
+    from gpolab.store import Store
+    from gpolab.validate import ConfigError
+
+    i, n = parse_share(args.cells)
+    if args.fresh:
+        raise ConfigError("cells: --fresh would clear the other jobs' cells; not allowed")
+    store = Store(output.prepare(cfg.out))
+    df = lab.run_sweep(cfg, store=store, share=(i, n))
+    print(
+        f"share {i}/{n}: {len(df)} cells in {cfg.out}; run the same command without --cells "
+        "to assemble the table (stored cells are not recomputed)"
+    )
+    return 0
+
 
 def _run(lab, args) -> int:
     cfg = config_from_args(lab, args)
-    if not args.coordinator:
-        return run_lab(lab, args, cfg)
-    from gpolab.engine import init_distributed
+    if args.cells:
+        if args.coordinator:
+            from gpolab.validate import ConfigError
 
-    init_distributed(args.coordinator, args.num_processes, args.process_id)
+            raise ConfigError("cells: a job array share runs one process; drop --coordinator")
+        return _share(lab, args, cfg)
+    from gpolab import engine
+
+    if args.coordinator:
+        engine.init_distributed(args.coordinator, args.num_processes, args.process_id)
+    elif engine.init_auto_distributed() is None:  # Slurm, Open MPI, TPU pods: detected
+        return run_lab(lab, args, cfg)
+    import jax
+
     cfg = cfg.replace(shard=True)
-    if args.process_id != 0:  # every process computes every cell; process 0 writes
+    if jax.process_index() != 0:  # process 0 holds the store and says which cells to compute
         lab.run_sweep(cfg)
         return 0
-    args.fresh = True  # processes stay in lockstep only if none skips a cell
     return run_lab(lab, args, cfg)
 
 

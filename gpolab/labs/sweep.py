@@ -585,6 +585,31 @@ def _units(cfg: Config, pending: set[int]):
                                                    mode, **agg, lengths=cfg.lengths)  # fmt: skip
 
 
+def _agree(pending: set[int], n: int) -> set[int]:
+    """In a multi-process run every process must compute the same cells (each unit's seeds are
+    sharded over all of them): process 0, which holds the store, decides for all."""
+    import jax
+
+    if jax.process_count() == 1:
+        return pending
+    from jax.experimental import multihost_utils
+
+    mask = np.zeros(n, dtype=np.int32)
+    mask[sorted(pending)] = 1
+    mask = np.asarray(multihost_utils.broadcast_one_to_all(mask))
+    return {int(i) for i in np.flatnonzero(mask)}
+
+
+def share_cells(cfg: Config, i: int, n: int) -> set[int]:
+    """The cells (row indices) of share ``i`` of ``n``: whole compiled units, unit j going to
+    share j mod n, so jobs of an array never split the draws one unit shares, and their union is
+    every cell exactly once."""
+    validate.integer("cells (n)", n, 1)
+    validate.integer("cells (i)", i, 0, n - 1)
+    units = _units(cfg, set(range(len(cell_keys(cfg)))))
+    return {r for j, (rows, _, _) in enumerate(units) if j % n == i for r in rows}
+
+
 def unit_key(cfg: Config, key, context, cell):
     """The unit's own key stream (:func:`gpolab.engine.cell_key`): every G (and policy) draws
     independently, so cells of different G are independent checks; the estimators of one unit
@@ -620,13 +645,15 @@ def run_sweep(
     store=None,
     on_skip: Callable[[int], None] | None = None,
     key=None,
+    share: tuple[int, int] | None = None,
 ):
     """Validate ``cfg``, run every cell, return a pandas DataFrame with one row per cell.
 
     With a :class:`gpolab.store.Store`, finished rows are read back instead of recomputed and
     each new row is written atomically as soon as its unit finishes (resumable).  ``seconds`` is
     the wall time of the compiled unit a row belongs to (compile included), split evenly among
-    its rows.
+    its rows.  ``share=(i, n)``: only the compiled units j with j mod n = i (a job array's share,
+    :func:`share_cells`); the rows returned are that share's.
     """
     cfg.validate()
     import jax
@@ -635,9 +662,11 @@ def run_sweep(
     from gpolab import cells, engine
 
     keys = cell_keys(cfg)
-    pending = {i for i, k in enumerate(keys) if store is None or not store.has(k)}
-    if on_skip is not None and len(pending) < len(keys):
-        on_skip(len(keys) - len(pending))
+    mine = share_cells(cfg, *share) if share else set(range(len(keys)))
+    keys = [k if i in mine else None for i, k in enumerate(keys)]
+    pending = _agree({i for i in mine if store is None or not store.has(keys[i])}, len(keys))
+    if on_skip is not None and len(pending) < len(mine):
+        on_skip(len(mine) - len(pending))
     rows: dict[int, dict] = {}
     if pending:
         setup = make_setup(cfg)
@@ -671,10 +700,13 @@ def run_sweep(
                 rows[i] = row
                 if on_row is not None:
                     on_row(row)
+    mine = sorted(mine)
     if store is not None:
-        df = store.read(keys)
-    else:
-        df = pd.DataFrame([rows[i] for i in range(len(keys))])
+        df = store.read([keys[i] for i in mine])
+    else:  # a multi-process run's other processes: only the cells computed now
+        df = pd.DataFrame([rows[i] for i in mine if i in rows])
+        if df.empty:
+            return df
     for col in ("G", "K", "M", "B", "ddof"):
         df[col] = df[col].astype("Int64")
     if cfg.dynamic_sampling:
