@@ -37,6 +37,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         prog="gpolab",
         description="Measure GRPO-family policy-gradient estimators against exact gradients.",
     )
+    parser.add_argument("--version", action="version", version=f"gpolab {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = next((a for a in (sys.argv[1:] if argv is None else argv) if a in COMMANDS), None)
     for name in COMMANDS:
@@ -46,6 +47,19 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         else:
             module.register.brief(sub)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (``importlib.metadata``), else ``gpolab.__version__``
+    (a source tree on ``PYTHONPATH`` that was never installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("gpolab")
+    except metadata.PackageNotFoundError:
+        from gpolab import __version__
+
+        return __version__
 
 
 def enable_compilation_cache() -> None:

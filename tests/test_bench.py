@@ -1,12 +1,14 @@
 """The numpy reference agrees with the engine; `gpolab bench --quick` runs end to end."""
 
+import argparse
 import json
 
 import jax
 import numpy as np
+import pytest
 
-from gpolab import cells, engine
-from gpolab.bench import numpy_ref
+from gpolab import bench, cells, engine
+from gpolab.bench import numba_ref, numpy_ref
 from gpolab.cli import main
 from gpolab.envs import bandit
 from gpolab.theory import mse as theory
@@ -69,3 +71,67 @@ def test_bench_quick_end_to_end(capsys):
     for r in rows:
         if "n_seeds" in r and r.get("seeds_per_s"):
             assert r["seeds_per_s"] > 0 and r["n_seeds"] >= 1
+    peers = [r for r in rows if "numba" in r["workload"]]
+    if numba_ref.missing() is not None:
+        assert peers == [] and "numba_seeds_per_s" not in w1
+        return
+    (peer,) = peers  # right after W1, its ratio from the same run's rates
+    assert rows[1] is peer and peer["n_seeds"] == 10_000 and peer["agrees_with_W1"] is True
+    np.testing.assert_allclose(peer["gpolab_speedup"], w1["seeds_per_s"] / peer["seeds_per_s"])
+    assert abs(peer["mse"] - exact) < 4 * peer["mse_se"]
+
+
+def _ref(params, truth, G):
+    f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    pi, success = f64(bandit.policy(params)), f64(params.success)
+    return pi, success, f64(truth.g_local), f64(truth.prompt_probs), G
+
+
+def test_numba_peer_matches_exact_mse_whatever_the_thread_count():
+    """The numba kernel's loo MSE against the exact finite-G MSE (6 × 10 bandit, G = 5) within
+    4 SE; per-seed streams make its errors identical on 1 thread and on all of them."""
+    numba = pytest.importorskip("numba")
+    params = bandit.make(1, prompts=6, actions=10)
+    truth = bandit.exact(params)
+    ref = _ref(params, truth, 5)
+    mse, se = numba_ref.w1_mse(7, *ref, 30_000)
+    assert abs(mse - theory.mse(truth, "loo", 5)) < 4 * se
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = numba_ref.w1_errors(7, *ref, 1_000)
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_array_equal(one, numba_ref.w1_errors(7, *ref, 1_000))
+    assert not np.array_equal(one, numba_ref.w1_errors(8, *ref, 1_000))  # seeds differ
+
+
+def test_without_numba_no_peer_row_and_one_note_line(monkeypatch, capsys):
+    """numba absent: W1 carries no numba fields, run_bench adds no row, and `gpolab bench`
+    prints one note line (table) or one stderr line (--json)."""
+    monkeypatch.setattr(numba_ref, "missing", lambda: "numba is not installed (test)")
+    params = bandit.make(1, prompts=4, actions=6)
+    ref = _ref(params, bandit.exact(params), 4)
+    cfg = bench.BenchConfig(numpy_seeds=200, numba_seeds=200)
+    best = bench._in_turn(cfg, lambda: np.zeros(()), ref)
+    assert set(best) == {"engine_s", "numpy_s", "numpy"}
+    row = {"workload": "W1 tabular 16x64 G=16 loo", "seeds_per_s": 2.0, "numpy_seeds_per_s": 1.0}
+    row |= {"speedup_vs_numpy": 2.0, "rng_seeds_per_s": 4.0, "rng_bound_fraction": 0.5}
+    row |= {"numpy_agrees": True, "compile_s": 0.1, "peak_rss_mb": 1.0}
+    assert bench.numba_row(row) is None
+    sweep = {"workload": "default sweep", "seeds_per_s": 1.0, "compile_share": 0.5}
+    sweep |= {"cold_s": 2.0, "rerun_s": 1.5, "rerun_compile_share": 0.3}
+    monkeypatch.setattr(bench, "run_bench", lambda cfg, on_row=None: [row, sweep])
+    monkeypatch.setattr(bench, "machine", lambda: "test machine")
+    from gpolab.commands import bench as command
+
+    args = argparse.Namespace(quick=True, chunk=0, seeds=None, json=False)
+    assert command.run(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if "numba" in line] == [
+        "note: no numba peer row: numba is not installed (test)"
+    ]
+    assert command.run(argparse.Namespace(**{**vars(args), "json": True})) == 0
+    got = capsys.readouterr()
+    assert "numba" not in got.out
+    assert got.err.splitlines()[-1] == "note: no numba peer row: numba is not installed (test)"

@@ -7,7 +7,10 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
   same statistic, checked equal within standard error) and with the PRNG bound (a per-seed
   function that only draws the same uniforms and sums them).  W1 and numpy are each the fastest
   of :data:`REPEATS` timings, the bound the fastest of :data:`RNG_CHUNKS`
-  on all devices or one.
+  on all devices or one.  When numba is installed (``gpolab[bench]``), a numba peer of W1
+  (:mod:`gpolab.bench.numba_ref`: ``prange`` over seeds, binary-search inverse CDF, the same
+  statistic) is timed in the same turns, its MSE checked equal to W1's within standard error,
+  and reported as a row of its own with ``gpolab_speedup`` = W1's seeds/s over its seeds/s.
 * ``loglinear``: log-linear bandit (d = 8), G = 16, five estimators on common draws.
 * ``tree``: Beta(2, 3) thoughts, K = 8, M = 8, thought-std advantages.
 * ``arithmetic``: the GRU LLM surrogate (instruct policy, 64 filler tokens), G = 16, 8 questions
@@ -47,6 +50,7 @@ class BenchConfig:
     quick: bool = False
     seeds: int = 400_000  # per throughput measurement (quick: 20,000)
     numpy_seeds: int = 40_000  # numpy reference (quick: 4,000)
+    numba_seeds: int = 100_000  # numba peer, when installed (quick: 10,000)
     chunk: int = 0  # 0: the engine's auto_chunk (each row reports its chunk)
     seed: int = 0
 
@@ -112,7 +116,6 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
     import jax
 
     from gpolab import cells, engine
-    from gpolab.bench import numpy_ref
     from gpolab.envs import bandit
 
     n = n or cfg.seeds
@@ -150,15 +153,11 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
         f64(truth.prompt_probs),
         G,
     )
-    # the engine and numpy in turn, the fastest of REPEATS each: both meet the same machine
-    np_s = math.inf
-    for r in range(REPEATS):
-        if r:
-            again = _timed(lambda: engine.run(cells.bandit_error, cell, args, key, n, chunk))[0]
-            seconds = min(seconds, again)
-        t, (np_mse, np_se) = _timed(lambda: numpy_ref.w1_mse(cfg.seed, *ref, cfg.numpy_seeds))
-        np_s = min(np_s, t)
-    np_rate = cfg.numpy_seeds / np_s
+    again = lambda: engine.run(cells.bandit_error, cell, args, key, n, chunk)  # noqa: E731
+    best = _in_turn(cfg, again, ref)
+    seconds = min(seconds, best.pop("engine_s"))
+    np_rate = cfg.numpy_seeds / best.pop("numpy_s")
+    np_mse, np_se = best.pop("numpy")
     row.update(
         seeds_per_s=n / seconds,
         numpy_seeds_per_s=np_rate,
@@ -166,9 +165,75 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
         rng_seeds_per_s=n / rng_s,
         rng_bound_fraction=rng_s / seconds,
         numpy_mse=np_mse,
-        numpy_agrees=bool(abs(np_mse - stats.mse) < 4 * np.hypot(np_se, stats.mse_se)),
+        numpy_agrees=_agree(np_mse, np_se, stats.mse, stats.mse_se),
     )
+    if "numba_s" in best:
+        nb_rate = cfg.numba_seeds / best["numba_s"]
+        nb_mse, nb_se = best["numba"]
+        row.update(
+            numba_n_seeds=cfg.numba_seeds,
+            numba_seeds_per_s=nb_rate,
+            speedup_vs_numba=n / seconds / nb_rate,
+            numba_mse=nb_mse,
+            numba_mse_se=nb_se,
+            numba_compile_s=best["numba_compile_s"],
+            numba_agrees=_agree(nb_mse, nb_se, stats.mse, stats.mse_se),
+        )
     return row
+
+
+def _agree(mse, se, mse2, se2) -> bool:
+    """Two independent MSE estimates equal within 4 standard errors of their difference."""
+    return bool(abs(mse - mse2) < 4 * np.hypot(se, se2))
+
+
+def _in_turn(cfg: BenchConfig, engine_once, ref) -> dict:
+    """The engine (compiled and timed once by the caller), the numpy reference and, when
+    installed, the numba peer, timed in turn: the fastest of :data:`REPEATS` timings each (the
+    engine's first is the caller's), so all meet the same machine.
+
+    Returns ``engine_s``, ``numpy_s``, ``numpy`` = (mse, se) and, with numba, ``numba_s``,
+    ``numba`` = (mse, se) and ``numba_compile_s`` (its first small call minus the same again).
+    """
+    from gpolab.bench import numba_ref, numpy_ref
+
+    best = {"engine_s": math.inf, "numpy_s": math.inf}
+    use_numba = numba_ref.missing() is None
+    if use_numba:
+        small = lambda: numba_ref.w1_errors(cfg.seed, *ref, 1_000)  # noqa: E731
+        first = _timed(small)[0]
+        best.update(numba_s=math.inf, numba_compile_s=first - _timed(small)[0])
+    for r in range(REPEATS):
+        if r:  # the caller timed the engine once already
+            best["engine_s"] = min(best["engine_s"], _timed(engine_once)[0])
+        t, best["numpy"] = _timed(lambda: numpy_ref.w1_mse(cfg.seed, *ref, cfg.numpy_seeds))
+        best["numpy_s"] = min(best["numpy_s"], t)
+        if use_numba:
+            t, best["numba"] = _timed(lambda: numba_ref.w1_mse(cfg.seed, *ref, cfg.numba_seeds))
+            best["numba_s"] = min(best["numba_s"], t)
+    return best
+
+
+def numba_row(w1_row: dict) -> dict | None:
+    """W1's numba peer as a row of its own (None when numba did not run): its seeds/s, its ratio
+    to numpy, and ``gpolab_speedup`` = W1's seeds/s over the peer's."""
+    if "numba_seeds_per_s" not in w1_row:
+        return None
+    rate = w1_row["numba_seeds_per_s"]
+    return {
+        "workload": "W1 numba peer (prange over seeds, binary-search inverse CDF)",
+        "n_seeds": w1_row["numba_n_seeds"],
+        "chunk": None,
+        "seeds_per_s": rate,
+        "compile_s": w1_row["numba_compile_s"],
+        "peak_rss_mb": peak_rss_mb(),
+        "numpy_seeds_per_s": w1_row["numpy_seeds_per_s"],
+        "speedup_vs_numpy": rate / w1_row["numpy_seeds_per_s"],
+        "gpolab_speedup": w1_row["speedup_vs_numba"],
+        "mse": w1_row["numba_mse"],
+        "mse_se": w1_row["numba_mse_se"],
+        "agrees_with_W1": w1_row["numba_agrees"],
+    }
 
 
 def loglinear(cfg: BenchConfig) -> dict:
@@ -332,7 +397,10 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
     jax.config.update("jax_enable_compilation_cache", False)  # compile_s is cold compilation
     if cfg.quick:
         cfg = dataclasses.replace(
-            cfg, seeds=min(cfg.seeds, 20_000), numpy_seeds=min(cfg.numpy_seeds, 4_000)
+            cfg,
+            seeds=min(cfg.seeds, 20_000),
+            numpy_seeds=min(cfg.numpy_seeds, 4_000),
+            numba_seeds=min(cfg.numba_seeds, 10_000),
         )
     rows = []
 
@@ -342,6 +410,8 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
             on_row(row)
 
     add(w1(cfg))
+    if (peer := numba_row(rows[0])) is not None:
+        add(peer)
     add(loglinear(cfg))
     add(tree(cfg))
     add(arithmetic(cfg))

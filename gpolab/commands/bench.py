@@ -11,6 +11,7 @@ COLUMNS = [
     "numpy_seeds_per_s",
     "speedup_vs_numpy",
     "rng_bound_fraction",
+    "gpolab_speedup",
     "compile_s",
     "chunk",
     "peak_rss_mb",
@@ -22,7 +23,8 @@ def register(sub) -> None:
         "bench",
         help="throughput of the Monte Carlo engine, with ratios measured in the same run",
         description="Runs workload W1 (tabular bandit 16x64, G=16, loo) against the numpy "
-        "reference and the PRNG bound, plus log-linear, tree, scaling and memory workloads.",
+        "reference, a numba peer (when numba is installed: pip install 'gpolab[bench]') and the "
+        "PRNG bound, plus log-linear, tree, scaling and memory workloads.",
     )
     p.add_argument(
         "--quick", action="store_true", help="small seed counts (about 30 s; used by the tests)"
@@ -47,7 +49,7 @@ def run(args) -> int:
     import pandas as pd
 
     from gpolab import validate
-    from gpolab.bench import BenchConfig, machine, run_bench
+    from gpolab.bench import BenchConfig, machine, numba_ref, run_bench
 
     cfg = BenchConfig(quick=args.quick, chunk=args.chunk)
     if args.seeds is not None:
@@ -59,9 +61,13 @@ def run(args) -> int:
         print(f"{row['workload']}: {row['seeds_per_s']:,.0f} seeds/s", file=sys.stderr, flush=True)
 
     rows = run_bench(cfg, on_row=progress)
+    why = numba_ref.missing()
+    note = f"note: no numba peer row: {why}" if why else None
     if args.json:
         for r in rows:
             print(json.dumps({k: r.get(k) for k in {**dict.fromkeys(COLUMNS), **r}}))
+        if note:
+            print(note, file=sys.stderr)
         return 0
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
     print(f"machine: {machine()}")
@@ -74,6 +80,13 @@ def run(args) -> int:
         f"the PRNG bound ({w1['rng_seeds_per_s']:,.0f} seeds/s); numpy agrees within 4 SE: "
         f"{w1['numpy_agrees']}"
     )
+    if note:
+        print(note)
+    else:
+        print(
+            f"W1 = {w1['speedup_vs_numba']:.1f}x numba ({w1['numba_seeds_per_s']:,.0f} seeds/s); "
+            f"numba agrees within 4 SE: {w1['numba_agrees']}"
+        )
     sweep = rows[-1]
     print(
         f"default sweep: compile {100 * sweep['compile_share']:.0f}% of the "

@@ -1,0 +1,125 @@
+"""A numba implementation of workload W1: a compiled peer of the engine in ``gpolab bench``.
+
+The same statistic as :mod:`gpolab.bench.numpy_ref` and ``gpolab.cells.bandit_error`` with
+``BanditCell(("loo",), G, mean_error=False)``: per seed, every prompt x gets G responses, each one
+(action, reward) pair drawn with one uniform by a binary-search inverse CDF over the 2A joint
+outcomes; leave-one-out advantages; the per-seed error Σ_x f(x) ‖ĝ_x − g_x‖² with
+ĝ_x = Σ_g (A_g / G)(e_{a_g} − π_x).  Written as a numba user would: ``@njit(parallel=True)``
+with ``prange`` over blocks of seeds (one scratch buffer per block), float64 arithmetic.
+
+Random numbers: numba's ``np.random`` has one stream per thread, so a ``prange`` loop draws
+different numbers under different thread schedules.  Each seed therefore has its own SplitMix64
+stream (Steele, Lea & Flood 2014; the constants of Vigna's splitmix64.c), started from a hash of
+(seed, seed index): results do not depend on the thread count or the block size.  This stream
+choice is gpolab's; the numbers differ from the engine's and numpy's, the statistic's law does not.
+
+numba is optional (``pip install "gpolab[bench]"``); :func:`missing` says why it cannot run.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+BLOCK = 64  # seeds per prange iteration (one scratch buffer each)
+
+
+def missing() -> str | None:
+    """None when numba imports, else a one-line reason."""
+    try:
+        import numba  # noqa: F401
+    except ImportError as err:
+        return f"numba is not installed ({err.msg}); pip install 'gpolab[bench]'"
+    return None
+
+
+@functools.cache
+def _kernel():
+    """The compiled kernel (built on first use, so importing this module never needs numba)."""
+    import numba
+
+    gamma = np.uint64(0x9E3779B97F4A7C15)
+    m1, m2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+    s30, s27, s31, s11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+    scale = 1.0 / 9007199254740992.0  # 2^-53
+
+    @numba.njit(inline="always")
+    def mix(z):
+        z = (z ^ (z >> s30)) * m1
+        z = (z ^ (z >> s27)) * m2
+        return z ^ (z >> s31)
+
+    @numba.njit(parallel=True)
+    def w1_errors(seed, cdf, pi, g_local, prompt_probs, G, n_seeds):
+        P, A = pi.shape
+        C = cdf.shape[1]
+        out = np.empty(n_seeds)
+        for blk in numba.prange((n_seeds + BLOCK - 1) // BLOCK):
+            actions = np.empty(G, np.int64)
+            z = np.empty(G)
+            ghat = np.empty(A)
+            for s in range(blk * BLOCK, min(n_seeds, (blk + 1) * BLOCK)):
+                state = mix(np.uint64(seed) * gamma + np.uint64(s))  # this seed's stream
+                err = 0.0
+                for x in range(P):
+                    total = 0.0
+                    for g in range(G):
+                        state += gamma
+                        u = (mix(state) >> s11) * scale * cdf[x, C - 1]
+                        lo, hi = 0, C  # number of CDF entries <= u (searchsorted, "right")
+                        while lo < hi:
+                            mid = (lo + hi) >> 1
+                            if cdf[x, mid] <= u:
+                                lo = mid + 1
+                            else:
+                                hi = mid
+                        o = min(lo, C - 1)
+                        actions[g], z[g] = o >> 1, o & 1
+                        total += z[g]
+                    c_sum = 0.0
+                    for a in range(A):
+                        ghat[a] = 0.0
+                    for g in range(G):
+                        c = (z[g] - (total - z[g]) / (G - 1)) / G  # leave-one-out, over G
+                        ghat[actions[g]] += c
+                        c_sum += c
+                    e = 0.0
+                    for a in range(A):
+                        d = ghat[a] - c_sum * pi[x, a] - g_local[x, a]
+                        e += d * d
+                    err += prompt_probs[x] * e
+                out[s] = err
+        return out
+
+    return w1_errors
+
+
+def joint_cdf(pi: np.ndarray, success: np.ndarray) -> np.ndarray:
+    """(P, 2A) CDF of the joint outcomes (a, z), column 2a + z (as ``bandit.outcome_probs``)."""
+    P, A = pi.shape
+    return np.cumsum(np.stack([pi * (1 - success), pi * success], -1).reshape(P, 2 * A), -1)
+
+
+def w1_errors(
+    seed: int,
+    pi: np.ndarray,
+    success: np.ndarray,
+    g_local: np.ndarray,
+    prompt_probs: np.ndarray,
+    G: int,
+    n_seeds: int,
+) -> np.ndarray:
+    """Per-seed squared errors (n_seeds,) of the loo estimator; arrays as in
+    :func:`gpolab.bench.numpy_ref.w1_errors` (float64, ``pi``, ``success``, ``g_local`` (P, A))."""
+    if G < 2 or pi.shape != success.shape or pi.shape != g_local.shape:
+        raise ValueError(f"need G >= 2 and equal (P, A) shapes; got G={G}, {pi.shape}")
+    f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
+    cdf = joint_cdf(f64(pi), f64(success))
+    return _kernel()(seed, cdf, f64(pi), f64(g_local), f64(prompt_probs), G, n_seeds)
+
+
+def w1_mse(seed: int, pi, success, g_local, prompt_probs, G: int, n_seeds: int):
+    """(mse, standard error) over ``n_seeds`` seeds."""
+    errs = w1_errors(seed, pi, success, g_local, prompt_probs, G, n_seeds)
+    return float(errs.mean()), float(errs.std(ddof=1) / np.sqrt(n_seeds))
