@@ -92,62 +92,6 @@ SWEEP = [
 ]
 
 
-@pytest.mark.slow
-def test_two_processes_give_the_same_table_as_one(tmp_path):
-    single = subprocess.run(
-        [sys.executable, *SWEEP, "--out", str(tmp_path / "one")],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=300,
-    )
-    assert single.returncode == 0, single.stderr[-2000:]
-    port = free_port()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                *SWEEP,
-                "--out",
-                str(tmp_path / "two"),
-                "--coordinator",
-                f"127.0.0.1:{port}",
-                "--num-processes",
-                "2",
-                "--process-id",
-                str(i),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=ENV,
-        )
-        for i in range(2)
-    ]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs[0][1][-2000:] + outs[1][1][-2000:]
-    rows = lambda text: [line for line in text.splitlines() if line.startswith("{")]  # noqa: E731
-    assert len(rows(outs[0][0])) == 6 and rows(outs[1][0]) == []  # only process 0 reports
-    drop = ["seconds", *PROVENANCE]
-    one = pd.read_parquet(tmp_path / "one" / "results.parquet").drop(columns=drop, errors="ignore")
-    two = pd.read_parquet(tmp_path / "two" / "results.parquet").drop(columns=drop, errors="ignore")
-    pd.testing.assert_frame_equal(one, two, rtol=1e-5)
-
-
-def test_cluster_detection_reads_the_managers_variables():
-    """A multi-process launch by Slurm, Open MPI or a TPU pod is detected from the manager's
-    own variables (then jax.distributed.initialize() reads the rest); one task is no cluster."""
-    from gpolab.engine import detect_cluster
-
-    assert detect_cluster({}) is None
-    assert detect_cluster({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "1"}) is None
-    assert detect_cluster({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "4"}) == "Slurm"
-    assert detect_cluster({"SLURM_JOB_ID": "7"}) is None  # a batch script, not an srun step
-    assert detect_cluster({"OMPI_COMM_WORLD_SIZE": "2"}) == "Open MPI"
-    assert detect_cluster({"TPU_WORKER_HOSTNAMES": "a,b"}) == "Cloud TPU pod"
-    assert detect_cluster({"TPU_WORKER_HOSTNAMES": "a"}) is None
-
-
 def _two_processes(args, out):
     port = free_port()
     procs = [
@@ -174,6 +118,39 @@ def _two_processes(args, out):
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs[0][1][-2000:] + outs[1][1][-2000:]
     return outs
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_same_table_as_one(tmp_path):
+    single = subprocess.run(
+        [sys.executable, *SWEEP, "--out", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
+    assert single.returncode == 0, single.stderr[-2000:]
+    outs = _two_processes(SWEEP, tmp_path / "two")
+    rows = lambda text: [line for line in text.splitlines() if line.startswith("{")]  # noqa: E731
+    assert len(rows(outs[0][0])) == 6 and rows(outs[1][0]) == []  # only process 0 reports
+    drop = ["seconds", *PROVENANCE]
+    one = pd.read_parquet(tmp_path / "one" / "results.parquet").drop(columns=drop, errors="ignore")
+    two = pd.read_parquet(tmp_path / "two" / "results.parquet").drop(columns=drop, errors="ignore")
+    pd.testing.assert_frame_equal(one, two, rtol=1e-5)
+
+
+def test_cluster_detection_reads_the_managers_variables():
+    """A multi-process launch by Slurm, Open MPI or a TPU pod is detected from the manager's
+    own variables (then jax.distributed.initialize() reads the rest); one task is no cluster."""
+    from gpolab.engine import detect_cluster
+
+    assert detect_cluster({}) is None
+    assert detect_cluster({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "1"}) is None
+    assert detect_cluster({"SLURM_JOB_ID": "7", "SLURM_STEP_NUM_TASKS": "4"}) == "Slurm"
+    assert detect_cluster({"SLURM_JOB_ID": "7"}) is None  # a batch script, not an srun step
+    assert detect_cluster({"OMPI_COMM_WORLD_SIZE": "2"}) == "Open MPI"
+    assert detect_cluster({"TPU_WORKER_HOSTNAMES": "a,b"}) == "Cloud TPU pod"
+    assert detect_cluster({"TPU_WORKER_HOSTNAMES": "a"}) is None
 
 
 @pytest.mark.slow
