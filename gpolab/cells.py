@@ -52,6 +52,22 @@ class BanditCell:
     norm_length: float | None = None  # L_norm of seq-mean-token-sum-norm (None: batch max)
 
 
+def bandit_inputs(key, params, truth, prompts, actions, lengths_dtype=None) -> dict:
+    """The bandit's thunks for :func:`cell_weights` (built only for the estimators that need
+    them): the oracle baseline V(x), the responses' lengths (cast to ``lengths_dtype`` when
+    given) and the greedy response's reward (its own ``fold_in`` stream)."""
+
+    def lengths():
+        out = bandit.response_length(params, prompts, actions)
+        return out if lengths_dtype is None else out.astype(lengths_dtype)
+
+    return {
+        "baseline": lambda: truth.V[prompts],
+        "lengths": lengths,
+        "greedy": lambda: bandit.greedy_rewards(jax.random.fold_in(key, GREEDY), params, prompts),
+    }
+
+
 def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
     """Errors of gradient estimates against the exact gradient.  ``args = (params, truth, eps)``.
 
@@ -65,11 +81,7 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
         prompts = bandit.sample_prompts(k_prompts, params, cell.B)
     actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
-    inputs = {  # built only for the estimators that need them
-        "baseline": lambda: truth.V[prompts],
-        "lengths": lambda: bandit.response_length(params, prompts, actions),
-        "greedy": lambda: bandit.greedy_rewards(jax.random.fold_in(key, GREEDY), params, prompts),
-    }
+    inputs = bandit_inputs(key, params, truth, prompts, actions)
     weights = cell_weights(cell, rewards, inputs, eps)  # (E, B, G)
     weights = aggregate(cell, weights, inputs["lengths"])
     ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
@@ -270,11 +282,7 @@ class DynamicBanditCell:
 
 def _batch_estimates(cell, key, params, truth, eps, prompts, actions, rewards, keep):
     """(E, D) (1/k) Σ_{kept} ĝ_x per estimator, k = Σ keep (0 when nothing is kept)."""
-    inputs = {
-        "baseline": lambda: truth.V[prompts],
-        "lengths": lambda: bandit.response_length(params, prompts, actions).astype(rewards.dtype),
-        "greedy": lambda: bandit.greedy_rewards(jax.random.fold_in(key, GREEDY), params, prompts),
-    }
+    inputs = bandit_inputs(key, params, truth, prompts, actions, rewards.dtype)
     weights = cell_weights(cell, rewards, inputs, eps) * keep[None, :, None]
     ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
         params, prompts, actions, weights

@@ -110,24 +110,25 @@ def copy_figures(paths, into) -> None:
                 shutil.copyfile(path, tmp)
 
 
-def records(lab, tables) -> list[dict]:
-    """The main table's rows as strict-JSON dicts (NaN → None, ±inf → "inf"/"-inf", numpy
-    scalars → Python)."""
+def json_value(v):
+    """One table value as strict JSON: NaN/None/NA → None, ±inf → "inf"/"-inf" (strict JSON has
+    no Infinity), numpy scalars → Python."""
     import pandas as pd
 
+    v = v.item() if hasattr(v, "item") else v
+    if not isinstance(v, (list, tuple, dict, str)) and pd.isna(v):
+        return None
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
+def records(lab, tables) -> list[dict]:
+    """The main table's rows as strict-JSON dicts (:func:`json_value`)."""
     df = tables[lab.TABLES[0]]
     cols = [c for c in getattr(lab, "JSON", df.columns) if c in df.columns]
-    rows = []
-    for rec in df[cols].to_dict(orient="records"):
-        row = {}
-        for k, v in rec.items():
-            v = v.item() if hasattr(v, "item") else v
-            missing = not isinstance(v, (list, tuple, dict, str)) and pd.isna(v)
-            if isinstance(v, float) and math.isinf(v):  # strict JSON has no Infinity
-                v = "inf" if v > 0 else "-inf"
-            row[k] = None if missing else v
-        rows.append(row)
-    return rows
+    return [{k: json_value(v) for k, v in rec.items()}
+            for rec in df[cols].to_dict(orient="records")]  # fmt: skip
 
 
 def table_text(df, columns) -> str:

@@ -212,6 +212,8 @@ def _modal(values) -> int:
 
 def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dict, list]:
     """The summary row and the curve rows of one window of groups (``frame``: the log's rows)."""
+    import numpy as np
+
     from gpolab.theory import difficulty
 
     n = groups["n"].to_numpy()
@@ -234,14 +236,17 @@ def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dic
     if levels is None:
         rows = frame[frame["group"].isin(groups["group"])]
         return _graded_window(cfg, rows, groups, base, grid, budget)
-    fit = difficulty.fit(groups["successes"].to_numpy(), n)
     c = groups["successes"].to_numpy()
+    fit = difficulty.fit(c, n)
     check = difficulty.logged_check(c, n, fit, draws=cfg.draws, seed=cfg.seed)
     counts = difficulty.count_check(c, n, fit)
     curve = difficulty.degenerate_curve(fit, grid, draws=cfg.draws, seed=cfg.seed)
+    a, b = difficulty.draws(fit, cfg.draws, seed=cfg.seed)
+    mean_lo, mean_hi = np.quantile(a / (a + b), [0.025, 0.975])  # the mean difficulty's 95%
     row = {**base, "rewards": "binary", "low": levels[0], "high": levels[1],
            "success_rate": float(groups["successes"].sum() / n.sum()), "a": fit.a, "b": fit.b,
-           "a_se": fit.a_se, "b_se": fit.b_se, "mean_p": fit.mean, "loglik": fit.loglik,
+           "a_se": fit.a_se, "b_se": fit.b_se, "mean_p": fit.mean, "mean_p_lo": float(mean_lo),
+           "mean_p_hi": float(mean_hi), "loglik": fit.loglik,
            "p10": fit.quantile(0.1), "p50": fit.quantile(0.5), "p90": fit.quantile(0.9),
            **_check_columns(check), "fit_chi2": counts["chi2"], "fit_df": counts["df"],
            "fit_p": counts["p_value"], "target": cfg.target, "budget": budget,
@@ -282,17 +287,15 @@ def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[
         fit = difficulty.fit_graded(counts)
         check = difficulty.logged_check_graded(counts, fit)
         pred = difficulty.degenerate_fraction_graded(fit.alpha, np.asarray(grid, float))
-        curve = pd.DataFrame({"G": grid, "predicted": pred, "lo": np.nan, "hi": np.nan,
-                              "dapo_draws": 1 / (1 - pred)})  # fmt: skip
         row |= {"model": "dirichlet-multinomial", **_check_columns(check),
                 "G_needed": next((G for G, v in zip(grid, pred, strict=True)
                                   if v <= cfg.target), None)}  # fmt: skip
     else:
         per_group = [g.to_numpy() for _, g in rows.groupby("group")["reward"]]
         pred = difficulty.degenerate_unbiased(per_group, np.asarray(grid))
-        curve = pd.DataFrame({"G": grid, "predicted": pred, "lo": np.nan, "hi": np.nan,
-                              "dapo_draws": 1 / (1 - pred)})  # fmt: skip
         row |= {"model": "empirical (U-statistic, G up to the smallest group)", "G_needed": None}
+    curve = pd.DataFrame({"G": grid, "predicted": pred, "lo": np.nan, "hi": np.nan,
+                          "dapo_draws": difficulty.dapo_draws(pred)})  # fmt: skip
     return row, _curve_rows(curve, base["window"], budget)
 
 
@@ -353,31 +356,25 @@ def pooled(tables: dict) -> dict:
 
 
 def _clean(d: dict) -> dict:
-    import pandas as pd
+    from gpolab.labs import json_value
 
-    out = {}
-    for k, v in d.items():
-        v = v.item() if hasattr(v, "item") else v
-        if isinstance(v, float) and math.isinf(v):
-            v = "inf" if v > 0 else "-inf"
-        elif not isinstance(v, (list, tuple, dict, str)) and v is not None and pd.isna(v):
-            v = None
-        out[k] = v
-    return out
+    return {k: json_value(v) for k, v in d.items()}
 
 
 def summary_json(cfg: Config, tables: dict) -> dict:
     """The whole log as one JSON object (pooled), per-window detail nested under ``windows``."""
+    from gpolab.labs import json_value
+
     p = pooled(tables)
     curve = tables["curve"]
     at = curve[(curve["window"] == POOLED) & curve["G"].isin(sorted({*cfg.G, p["G"]}))]
 
     def by_G(col):
-        return {str(int(g)): _clean({"v": v})["v"] for g, v in zip(at["G"], at[col], strict=True)}
+        return {str(int(g)): json_value(v) for g, v in zip(at["G"], at[col], strict=True)}
 
     kappa = {}
     for rec in tables["kappa"].to_dict(orient="records"):
-        kappa.setdefault(rec["estimator"], {})[str(int(rec["G"]))] = _clean(rec)["kappa_mean"]
+        kappa.setdefault(rec["estimator"], {})[str(int(rec["G"]))] = json_value(rec["kappa_mean"])
     s = tables["summary"]
     return {
         "format": p["format"], "reward": p["reward"], "rewards": p["rewards"],

@@ -37,7 +37,7 @@ import pandas as pd
 from gpolab import configs, estimators, validate
 from gpolab.configs import option
 from gpolab.envs import arithmetic, bandit
-from gpolab.theory import groupsize, mse
+from gpolab.theory import difficulty, groupsize, mse
 
 # bandit.make settings of simulate_bandit: peaked policies (logit_scale 4) over mostly-0/1 success
 # probabilities (Beta(0.3, 0.5)) give V from ~0.001 to ~0.997 (mean 0.37, sd 0.25 at 512 prompts)
@@ -64,9 +64,7 @@ class Simulated:
 
 def degenerate_truth(V, prompt_probs, Gs=DEGENERATE_G) -> dict[int, float]:
     """{G: P(a group of G is all-equal)} = Σ_x f(x) [V(x)^G + (1 − V(x))^G] (binary rewards)."""
-    V = np.asarray(V, dtype=np.float64)
-    f = np.asarray(prompt_probs, dtype=np.float64)
-    return {int(G): float(f @ (V**G + (1 - V) ** G)) for G in Gs}
+    return {int(G): difficulty.degenerate_fraction_known(V, prompt_probs, G) for G in Gs}
 
 
 def truth_summary(truth, G: int, batches, **extra) -> dict:
@@ -404,14 +402,10 @@ def compare(truth: dict, tables: dict, cfg: Config, **ids) -> list[dict]:
     """Truth against plan's answers: mean difficulty, the degenerate curve at REPORT_G (one fit:
     its intervals are correlated, not independent checks), the logged fraction, c1, C3, G*."""
     from gpolab.labs import plan
-    from gpolab.theory import difficulty
 
     p = plan.pooled(tables)
-    g = tables["groups"]
-    fit = difficulty.fit(g["successes"].to_numpy(), g["n"].to_numpy())
-    a, b = difficulty.draws(fit, cfg.draws, seed=cfg.seed)
-    mean_lo, mean_hi = np.quantile(a / (a + b), [0.025, 0.975])
-    rows = [_row("mean difficulty", truth["mean_V"], p["mean_p"], mean_lo, mean_hi, **ids)]
+    rows = [_row("mean difficulty", truth["mean_V"], p["mean_p"], p["mean_p_lo"], p["mean_p_hi"],
+                 **ids)]  # fmt: skip
     curve = tables["curve"]
     curve = curve[curve["window"] == plan.POOLED].set_index("G")
     for G in REPORT_G:

@@ -788,23 +788,15 @@ def notes(cfg: Config, tables: dict) -> str:
 
 def figures(tables: dict) -> dict:
     """The figure of the saved table: MSE vs G (grouped envs) or the (K, M) heatmap (trees)."""
+    from gpolab.plots import dynamic, lengths
     from gpolab.plots import sweep as plots
 
-    if (tables["results"]["env"] == "tree").all():
+    df = tables["results"]
+    if (df["env"] == "tree").all():
         return {"mse_heatmap.png": plots.tree_heatmap_figure}
     out = {"mse_vs_G.png": plots.mse_vs_G_figure}
-    if tables["results"].get("loss_agg", pd_empty()).nunique() > 1:
-        from gpolab.plots import lengths
-
+    if "loss_agg" in df and df["loss_agg"].nunique() > 1:
         out["loss_agg.png"] = lengths.loss_agg_figure
-    from gpolab.plots import dynamic
-
-    if dynamic.has_dynamic(tables["results"]):
+    if dynamic.has_dynamic(df):
         out["dynamic.png"] = dynamic.dynamic_figure
     return out
-
-
-def pd_empty():
-    import pandas as pd
-
-    return pd.Series(dtype=object)

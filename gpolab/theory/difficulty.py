@@ -143,6 +143,14 @@ def degenerate_fraction(a: float, b: float, G) -> np.ndarray:
     return np.clip(out, 0.0, 1.0)  # rounding of betaln at a, b ~ 1e6
 
 
+def degenerate_fraction_known(V, prompt_probs, G: int) -> float:
+    """Σ_x f(x) [V(x)^G + (1 − V(x))^G]: the all-equal probability of a group of G binary rewards
+    when the prompts' success rates V and their distribution f are known (a surrogate's truth)."""
+    V = np.asarray(V, np.float64)
+    f = np.asarray(prompt_probs, np.float64)
+    return float(f @ (V**G + (1 - V) ** G))
+
+
 def dapo_draws_per_kept_group(a: float, b: float, G) -> np.ndarray:
     """Expected groups drawn per non-degenerate group kept (DAPO dynamic sampling, no cap)."""
     return 1.0 / (1.0 - degenerate_fraction(a, b, G))
@@ -189,7 +197,8 @@ def _band(values: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
     return lo, np.quantile(values, 1 - tail, axis=0, method="inverted_cdf")
 
 
-def _dapo(frac) -> np.ndarray:
+def dapo_draws(frac) -> np.ndarray:
+    """Groups drawn per kept group, 1/(1 − degenerate fraction): inf at 1, NaN stays NaN."""
     frac = np.asarray(frac, np.float64)
     with np.errstate(divide="ignore"):
         return np.where(frac >= 1.0, np.inf, 1.0 / np.maximum(1.0 - frac, 0.0))
@@ -208,8 +217,8 @@ def degenerate_curve(fit: BetaFit, G, *, level: float = 0.95, draws: int = 4000,
     predicted = degenerate_fraction(fit.a, fit.b, G)
     lo, hi = _band(degenerate_fraction(a[:, None], b[:, None], G[None]), level)
     return pd.DataFrame({"G": G.astype(np.int64), "predicted": predicted, "lo": lo, "hi": hi,
-                         "dapo_draws": _dapo(predicted), "dapo_lo": _dapo(lo),
-                         "dapo_hi": _dapo(hi)})  # fmt: skip
+                         "dapo_draws": dapo_draws(predicted), "dapo_lo": dapo_draws(lo),
+                         "dapo_hi": dapo_draws(hi)})  # fmt: skip
 
 
 def _z(measured: float, se_m: float, predicted: float, se_p: float) -> float:

@@ -46,15 +46,14 @@ import numpy as np
 from scipy.stats import binom
 
 from gpolab import validate
+from gpolab.theory import difficulty
 
 
 def nondegenerate_prob(truth, G: int) -> float:
     """q = 1 − Σ_x f(x) [V(x)^G + (1 − V(x))^G]: a drawn group (prompt from f) has two rewards."""
-    V = np.asarray(truth.V, np.float64)
-    f = np.asarray(truth.prompt_probs, np.float64)
     if G == 1:  # verl keeps single-response groups (``len(metric_vals) == 1``)
         return 1.0
-    return float(1.0 - f @ (V**G + (1 - V) ** G))
+    return 1.0 - difficulty.degenerate_fraction_known(truth.V, truth.prompt_probs, G)
 
 
 @dataclasses.dataclass(frozen=True)
