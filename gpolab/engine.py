@@ -315,26 +315,75 @@ def _store_chunk(path: Path, key: str, chunk: int) -> None:
         pass
 
 
-def auto_chunk(fn: Callable, cell, key: jax.Array, args) -> int:
-    """Seeds per chunk for ``fn`` on ``cell`` and arguments of these shapes.
+def _fit(per_seed: float, cpu: bool) -> int:
+    """The largest power of two of seeds whose temporaries (``per_seed`` bytes each) fit in half
+    the last-level cache on CPU (8…8192 seeds), or in 2 GiB on an accelerator (at most 65536)."""
+    budget, top = (0.5 * cache_bytes(), 8192) if cpu else (float(1 << 31), 65536)
+    fit = int(budget // max(per_seed, 1.0))
+    return min(top, max(8, 1 << (fit.bit_length() - 1) if fit else 8))
 
-    XLA's memory analysis of the chunk function compiled for :data:`PROBE` seeds (a quick,
-    unoptimised compilation, about half a full one) gives the temporary bytes per seed; the
-    chunk is the largest power of two whose temporaries fit in half the last-level cache on CPU
-    (between 8 and 8192 seeds), or in 2 GiB on an accelerator (at most 65536).  Larger CPU
-    chunks spill to memory: on a 2-core CPU with 32 MiB of L3, W1 runs 1.7× and a
-    five-estimator bandit cell 2.2× faster at the chosen chunk than at 4096 (``gpolab bench``
-    reports each workload's chunk).  Depends on shapes only, never on the seed count, so it is
-    probed once per cell and shapes, and, where JAX's persistent compilation cache is on, once
-    per machine and gpolab source (kept in ``gpolab-auto-chunk.json`` in that cache folder; a
-    chunk never changes results, only speed).  Multi-process runs use :data:`FIXED_CHUNK`, which
-    every process agrees on.
+
+_GUESS: dict = {}  # (fn, argument shapes, cpu) -> temporary bytes per seed last measured
+
+
+def forget_chunks() -> None:
+    """Drop every chunk choice and guess held in this process (as a new process starts)."""
+    _AUTO_CHUNKS.clear()
+    _GUESS.clear()
+
+
+def _call_inputs(chunk: int, mesh) -> tuple:
+    """(idx, valid, active) of one executable call at ``chunk`` seeds per sub-chunk, sharded over
+    ``mesh`` (None: one device): the arguments :func:`run` passes."""
+    idx, valid, active = chunk_inputs(0, chunk * sub_chunks(chunk), chunk, sub_chunks(chunk))
+    if mesh is not None:
+        idx, valid = _shard(idx, mesh), _shard(valid, mesh)
+    return idx, valid, active
+
+
+def _compile_at(fn: Callable, cell, key, args, chunk: int, mesh) -> float:
+    """Compile the executable :func:`run` calls at ``chunk`` on ``mesh`` (into the jit cache, so
+    the run reuses it) and return its temporary bytes per seed from XLA's memory analysis (per
+    device: each device holds ``chunk / devices`` seeds of a sub-chunk at a time)."""
+    parts = 1 if mesh is None else mesh.size
+    with prng_mode():
+        lowered = _chunk_moments.lower(fn, cell, key, args, *_call_inputs(chunk, mesh), parts)
+        analysis = lowered.compile().memory_analysis()
+    return getattr(analysis, "temp_size_in_bytes", 0) / (chunk / parts)
+
+
+def auto_chunk(fn: Callable, cell, key: jax.Array, args, mesh=None) -> int:
+    """Seeds per chunk for ``fn`` on ``cell`` and arguments of these shapes, run on ``mesh``
+    (None: one device; pass :func:`run`'s mesh, whose executable this may compile).
+
+    The chunk is the largest power of two whose temporaries fit in half the last-level cache on
+    CPU (between 8 and 8192 seeds), or in 2 GiB on an accelerator (at most 65536), from XLA's
+    memory analysis (temporary bytes per seed).  Larger CPU chunks spill to memory: on a 2-core
+    CPU with 32 MiB of L3, W1 runs 1.7× and a five-estimator bandit cell 2.2× faster at the
+    chosen chunk than at 4096 (``gpolab bench`` reports each workload's chunk).
+
+    Where to read the bytes per seed, cheapest first:
+
+    * a choice already made for this cell and shapes (in this process, or, where JAX's
+      persistent compilation cache is on, on this machine by this gpolab source: kept in
+      ``gpolab-auto-chunk.json`` in that cache folder);
+    * the executable itself: when an earlier cell of ``fn`` with arguments of these shapes was
+      measured (a sweep's next G, say), its bytes per seed give a first chunk; the executable
+      :func:`run` will call is compiled at that chunk and its own memory analysis checked.  Only
+      when it asks for another chunk is it compiled again (temporaries per seed of one ``fn``
+      differ little between cells: a bandit cell's are the same at every G);
+    * else a probe: the chunk function compiled for :data:`PROBE` seeds without LLVM's
+      optimisation (about half a full compilation), thrown away.
+
+    Depends on shapes only, never on the seed count, and a chunk never changes results, only
+    speed.  Multi-process runs use :data:`FIXED_CHUNK`, which every process agrees on.
     """
     if jax.process_count() > 1:
         return FIXED_CHUNK
     shapes = jax.tree.map(lambda x: (np.shape(x), str(getattr(x, "dtype", type(x)))), args)
     cpu = jax.default_backend() == "cpu"
-    memo = (fn, cell, str(jax.tree.structure(shapes)), tuple(jax.tree.leaves(shapes)), cpu)
+    family = (fn, str(jax.tree.structure(shapes)), tuple(jax.tree.leaves(shapes)), cpu)
+    memo = (cell, *family)
     stored = _chunk_file()
     if memo not in _AUTO_CHUNKS and stored is not None:
         fn_name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', fn)}"
@@ -343,14 +392,17 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args) -> int:
         if disk_key in (known := _stored_chunks(stored)):
             _AUTO_CHUNKS[memo] = int(known[disk_key])
     if memo not in _AUTO_CHUNKS:
-        with prng_mode():
-            lowered = _chunk_moments.lower(fn, cell, key, args, *chunk_inputs(0, PROBE, PROBE, 1))
-        # buffers are set by XLA's HLO passes; skipping LLVM's optimisation halves the probe
-        analysis = lowered.compile({"xla_backend_optimization_level": 0}).memory_analysis()
-        per_seed = max(getattr(analysis, "temp_size_in_bytes", 0) / PROBE, 1.0)
-        budget, top = (0.5 * cache_bytes(), 8192) if cpu else (float(1 << 31), 65536)
-        fit = int(budget // per_seed)
-        _AUTO_CHUNKS[memo] = min(top, max(8, 1 << (fit.bit_length() - 1) if fit else 8))
+        if family in _GUESS:  # compile the real executable at the guess; check its own analysis
+            parts = 1 if mesh is None else mesh.size
+            guess = -(-_fit(_GUESS[family], cpu) // parts) * parts
+            _GUESS[family] = _compile_at(fn, cell, key, args, guess, mesh)
+        else:  # a probe: buffers are set by XLA's HLO passes, so LLVM's optimisation is skipped
+            with prng_mode():
+                inputs = chunk_inputs(0, PROBE, PROBE, 1)
+                lowered = _chunk_moments.lower(fn, cell, key, args, *inputs)
+            analysis = lowered.compile({"xla_backend_optimization_level": 0}).memory_analysis()
+            _GUESS[family] = getattr(analysis, "temp_size_in_bytes", 0) / PROBE
+        _AUTO_CHUNKS[memo] = _fit(_GUESS[family], cpu)
         if stored is not None:
             _store_chunk(stored, disk_key, _AUTO_CHUNKS[memo])
     return _AUTO_CHUNKS[memo]
@@ -389,7 +441,7 @@ def run(
     if isinstance(mesh, str):
         validate.choice("mesh", mesh, (LOCAL,))
         mesh = local_mesh()
-    chunk = chunk or auto_chunk(fn, cell, key, args)
+    chunk = chunk or auto_chunk(fn, cell, key, args, mesh)
     n_parts = 1 if mesh is None else mesh.size
     chunk = -(-chunk // n_parts) * n_parts
     per_call = sub_chunks(chunk)

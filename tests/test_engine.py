@@ -99,14 +99,14 @@ def test_auto_chunk_is_kept_next_to_the_persistent_compilation_cache(tmp_path):
     try:
         chunk = engine.auto_chunk(cells.bandit_error, cell, key, args)
         assert (tmp_path / "gpolab-auto-chunk.json").exists()
-        engine._AUTO_CHUNKS.clear()  # as in a new process
+        engine.forget_chunks()  # as in a new process
         probed = engine.TRACES[("bandit_error", cell)]
         assert engine.auto_chunk(cells.bandit_error, cell, key, args) == chunk
         assert engine.TRACES[("bandit_error", cell)] == probed  # read back, not probed again
     finally:
         jax.config.update("jax_compilation_cache_dir", old[0])
         jax.config.update("jax_enable_compilation_cache", old[1])
-        engine._AUTO_CHUNKS.clear()
+        engine.forget_chunks()
 
 
 def test_a_short_run_skips_the_idle_sub_chunks_of_its_call():

@@ -312,3 +312,22 @@ def test_mc_grpo_minibatch_and_loglinear(kind, B):
     else:  # power: the prompt variance and bias terms are many SE away from Σ_x f_x MSE_x / B
         table = ex.registry_table("grpo", 4, ddof=1, eps=1e-4)
         assert abs(exact - ex.mse(bandit.exact(params), table, 4) / B) > 8 * se
+
+
+@pytest.mark.parametrize("G", [3, 6])
+def test_builtin_tables_pass_the_checks_they_are_trusted_to_skip(G):
+    """registry_table skips the group-scope and permutation checks for built-in entries (two more
+    compilations each); every built-in reward-only entry passes them in full."""
+    names = [n for n, e in estimators.REGISTRY.items()
+             if not e.user and e.reward_only_for() and G >= e.min_group]  # fmt: skip
+    assert {"vanilla", "loo", "mean", "grpo", "ustat"} <= set(names)
+    for name in names:
+        table = ex.registry_table(name, G)
+        entry, options = estimators.bind(name, {})
+        if entry.weights is not None:
+            fn = lambda r, e=entry: r.shape[-1] * e.weights(r)  # noqa: E731
+        else:
+            fn = lambda r, e=entry, o=options: e(r, **o)  # noqa: E731
+        full = ex.count_table(fn, G, name=name)  # trusted=False: every check
+        np.testing.assert_array_equal(full.a1, table.a1)
+        np.testing.assert_array_equal(full.a0, table.a0)

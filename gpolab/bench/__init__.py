@@ -82,9 +82,9 @@ def _timed_run(fn, cell, args, key, n, chunk, one_device=False):
     chunk probe + the first one-call run − the same run again (the executable that then runs)."""
     from gpolab import engine
 
-    mesh = None if one_device else engine.LOCAL
+    mesh = None if one_device else engine.local_mesh()
     start = time.perf_counter()
-    chunk = chunk or engine.auto_chunk(fn, cell, key, args)
+    chunk = chunk or engine.auto_chunk(fn, cell, key, args, mesh)
     once = lambda: engine.run(fn, cell, args, key, chunk, chunk, mesh=mesh)  # noqa: E731
     _timed(once)  # compiles
     compile_s = time.perf_counter() - start - _timed(once)[0]
@@ -344,7 +344,7 @@ times = []
 for clear in (False, True, False):  # cold; from the disk cache; warm
     if clear:
         jax.clear_caches()
-        engine._AUTO_CHUNKS.clear()
+        engine.forget_chunks()
     start = time.perf_counter()
     df = run_sweep(cfg)
     times.append(time.perf_counter() - start)
