@@ -83,11 +83,13 @@ def enable_compilation_cache() -> None:
 
 def use_cpu_cores() -> None:
     """One JAX CPU device per core before anything runs (``GPOLAB_CPU_DEVICES=N`` sets N), so the
-    engine runs each core's seeds on its own device (:func:`gpolab.engine.use_cpu_devices`)."""
+    engine runs each core's seeds on its own device (:func:`gpolab.engine.use_cpu_devices`); and
+    float32 matrix products in full float32 (:func:`gpolab.engine.full_precision`)."""
     import os
 
     from gpolab import engine, validate
 
+    engine.full_precision()
     text = os.environ.get("GPOLAB_CPU_DEVICES", "")
     try:
         count = int(text) if text else None

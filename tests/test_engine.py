@@ -179,3 +179,26 @@ def test_mse_confidence_interval_covers_at_its_nominal_rate():
         covered += s.mse_ci_low < mse_true < s.mse_ci_high
     rate = covered / reps
     assert abs(rate - 0.95) < 4 * np.sqrt(0.95 * 0.05 / reps), rate
+
+
+def test_full_precision_matmuls_change_nothing_on_cpu():
+    """The CLI asks for full-float32 products (GPU TF32 / TPU bfloat16 otherwise); on CPU the
+    log-linear bandit (its truth and estimates are matrix products) stays bitwise the same."""
+    params = bandit.make(1, prompts=4, actions=8, kind="loglinear", dim=3)
+    cell, key = cells.BanditCell(("loo", "grpo"), G=4), jax.random.key(7)
+
+    def once():
+        truth = bandit.exact(params)
+        m = engine.run(cells.bandit_error, cell, (params, truth, np.float32(1e-4)), key, 300, 64)
+        return np.asarray(truth.g), m.sums["loo/sq"], m.sums["grpo/err"]
+
+    old = jax.config.jax_default_matmul_precision
+    before = once()
+    try:
+        engine.full_precision()
+        assert jax.config.jax_default_matmul_precision == "highest"
+        after = once()
+    finally:
+        jax.config.update("jax_default_matmul_precision", old)
+    for a, b in zip(before, after, strict=True):
+        np.testing.assert_array_equal(a, b)

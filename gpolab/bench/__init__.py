@@ -271,7 +271,7 @@ def arithmetic(cfg: BenchConfig) -> dict:
     import jax
 
     from gpolab import cells
-    from gpolab.labs.sweep import ARITHMETIC_CHUNK, SweepConfig, make_setup
+    from gpolab.labs.sweep import SweepConfig, arithmetic_chunk, make_setup
 
     sweep = SweepConfig(env="arithmetic", policy=("instruct",))
     args, _ = make_setup(sweep)("instruct")
@@ -283,7 +283,7 @@ def arithmetic(cfg: BenchConfig) -> dict:
         (*args, np.float32(sweep.eps)),
         jax.random.key(cfg.seed),
         n,
-        ARITHMETIC_CHUNK,
+        arithmetic_chunk(),
     )
     return _row(
         "arithmetic surrogate G=16, 8 questions/seed, 5 estimators",

@@ -25,9 +25,19 @@ TABLES = ("results",)
 ENVS = ("bandit", "tree", "arithmetic")
 POLICIES = ("base", "instruct", "icl")
 TREE_VARIANTS = estimators.TREE_VARIANTS
-# chunk=0 on the arithmetic surrogate: its compilation (~4 s) outweighs what the engine's chunk
-# probe could save at a sweep's few thousand seeds; 32 was the fastest of 4…32 seeds per chunk.
+# the arithmetic surrogate's chunk on CPU: its compilation (~4 s) outweighs what the engine's
+# chunk probe could save at a sweep's few thousand seeds; 32 was the fastest of 4…32 seeds per
+# chunk.  On an accelerator 32 seeds would leave it idle: there the chunk is automatic.
 ARITHMETIC_CHUNK = 32
+
+
+def arithmetic_chunk() -> int:
+    """:data:`ARITHMETIC_CHUNK` on CPU, the engine's automatic chunk on an accelerator."""
+    import jax
+
+    return ARITHMETIC_CHUNK if jax.default_backend() == "cpu" else 0
+
+
 GROUPED = {"env": ("bandit", "arithmetic")}
 BANDIT = {"env": ("bandit",)}
 TREE = {"env": ("tree",)}
@@ -676,7 +686,7 @@ def run_sweep(
             cfg.env, cells.arithmetic_error
         )
         fn = cells.dynamic_bandit_error if cfg.dynamic_sampling else fn
-        chunk = cfg.chunk or (ARITHMETIC_CHUNK if cfg.env == "arithmetic" else engine.AUTO)
+        chunk = cfg.chunk or (arithmetic_chunk() if cfg.env == "arithmetic" else engine.AUTO)
         mesh = engine.seed_mesh() if cfg.shard else engine.LOCAL
         chash = config_hash(cfg)
         for idx, context, cell in _units(cfg, pending):
