@@ -127,12 +127,14 @@ def test_token_mean_has_no_closed_form():
 
 
 def test_default_rows_bit_identical():
-    # pinned from the sweep before lengths and loss aggregation existed (commit 604f50f)
+    # pinned from the sweep before lengths and loss aggregation existed (commit 604f50f), re-pinned
+    # when the engine packed its per-seed outputs before reducing them (float32 sums in another
+    # order: 3 of these 6 numbers moved by <= 1e-7 relative, as float32 rounding does)
     cfg = sweep.Config(seeds=300, G=(4,), estimators=("loo", "grpo", "verl/opo"), prompts=4,
                        actions=6)  # fmt: skip
     df = sweep.run_sweep(cfg)
-    assert df["mse"].tolist() == [0.040449304580688475, 0.08416844685872396, 0.02329923947652181]
-    assert df["cos"].tolist() == [0.5047822570800782, 0.5012569173177084, 0.5050605265299479]
+    assert df["mse"].tolist() == [0.040449304580688475, 0.08416844685872396, 0.023299237887064617]
+    assert df["cos"].tolist() == [0.5047822570800782, 0.5012568664550782, 0.5050605773925781]
     assert (df["loss_agg"] == "seq-mean-token-sum").all() and (df["lengths"] == "one").all()
     # a length model changes no reward-only number under the default mode (same draws)
     other = sweep.run_sweep(cfg.replace(lengths="independent", estimators=("loo", "grpo")))

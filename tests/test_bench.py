@@ -50,6 +50,7 @@ def test_numpy_reference_matches_engine_and_theory():
     assert abs(np_mse - theory.mse(truth, "loo", G)) < 4 * np_se
 
 
+@pytest.mark.slow
 def test_bench_quick_end_to_end(capsys):
     """W1's reported MSE (engine) and numpy MSE against the exact finite-G MSE of loo on the same
     bandit (16 × 64, G = 16) within 4 of their standard errors; the ratios against the rates the
@@ -120,7 +121,7 @@ def test_without_numba_no_peer_row_and_one_note_line(monkeypatch, capsys):
     row |= {"numpy_agrees": True, "compile_s": 0.1, "peak_rss_mb": 1.0}
     assert bench.numba_row(row) is None
     sweep = {"workload": "default sweep", "seeds_per_s": 1.0, "compile_share": 0.5}
-    sweep |= {"cold_s": 2.0, "rerun_s": 1.5, "rerun_compile_share": 0.3}
+    sweep |= {"cold_s": 2.0, "rerun_s": 1.5, "warm_s": 1.0, "rerun_compile_share": 0.3}
     monkeypatch.setattr(bench, "run_bench", lambda cfg, on_row=None: [row, sweep])
     monkeypatch.setattr(bench, "machine", lambda: "test machine")
     from gpolab.commands import bench as command

@@ -141,11 +141,13 @@ def test_dynamic_needs_a_mini_batch():
 
 def test_dynamic_off_is_unchanged():
     """Flag off: the row keys and the numbers of the sweep before dynamic sampling existed
-    (values recorded on main at 604f50f, float32 on CPU)."""
+    (values recorded on main at 604f50f, float32 on CPU; re-pinned when the engine packed its
+    per-seed outputs before reducing them: float32 sums in another order moved 3 of the 4 by
+    <= 1e-7 relative)."""
     assert cell_keys(Config())[:2] == ["597ade017bb9484e", "8d99f8acd2704528"]
     assert cell_keys(Config(B=4))[0] == "b69b92a60f2651bf"
     cfg = Config(**SMALL, G=(2, 4), estimators=("loo", "vanilla"), seeds=500, B=4)
     assert list(run_sweep(cfg)["mse"]) == [
-        0.04137482452392578, 0.013307235717773437, 0.027554071426391602, 0.013713804244995118
+        0.041374820709228516, 0.013307236671447753, 0.02755406951904297, 0.013713804244995118
     ]  # fmt: skip
     assert cell_keys(cfg.replace(dynamic_sampling=True)) != cell_keys(cfg)

@@ -385,6 +385,7 @@ def default_sweep(cfg: BenchConfig) -> dict:
         compile_share=(cold - warm) / cold,
         cold_s=cold,
         rerun_s=rerun,
+        warm_s=warm,
         rerun_compile_share=(rerun - warm) / rerun,
     )
     row["peak_rss_mb"] = None  # the sweep ran in a child process
