@@ -235,31 +235,41 @@ def _sub_chunk(fn: Callable, cell, key: jax.Array, args, idx: jax.Array, ok: jax
             for group, xs in _pack(out, idx.shape[0]).items()}  # fmt: skip
 
 
+def _group(dtype, per_seed_shape: tuple) -> tuple:
+    """The packed array an output of one seed goes to: (dtype, "scalars" | "arrays")."""
+    return str(dtype), "scalars" if per_seed_shape == () else "arrays"
+
+
 def _pack(out: dict, seeds: int) -> dict:
-    """Per-seed outputs {path: (seeds, *shape)} → {(dtype, "scalars" | "arrays"): [(seeds, n)]},
-    in :func:`_flatten`'s order (the order :func:`_layout` reads back)."""
+    """Per-seed outputs {path: (seeds, *shape)} → {:func:`_group`: [(seeds, n)]}, in
+    :func:`_flatten`'s order (the order :func:`_layout` reads back)."""
     groups: dict = {}
     for _, x in _flatten(out):
-        kind = "scalars" if x.ndim == 1 else "arrays"
-        groups.setdefault((str(x.dtype), kind), []).append(x.reshape(seeds, math.prod(x.shape[1:])))
+        flat = x.reshape(seeds, math.prod(x.shape[1:]))
+        groups.setdefault(_group(x.dtype, x.shape[1:]), []).append(flat)
     return groups
 
 
 _LAYOUTS: dict = {}
 
 
+def _shapes(args) -> tuple:
+    """A hashable key of the arguments' structure, shapes and dtypes (not their values)."""
+    shapes = jax.tree.map(lambda x: (np.shape(x), str(getattr(x, "dtype", type(x)))), args)
+    return str(jax.tree.structure(shapes)), tuple(jax.tree.leaves(shapes))
+
+
 def _layout(fn: Callable, cell, key: jax.Array, args) -> dict:
     """{(dtype, kind): [(path, shape, width)]}: where each output sits in the packed sums of
     :func:`_sub_chunk` (one trace of ``fn`` per cell and argument shapes)."""
-    shapes = jax.tree.map(lambda x: (np.shape(x), str(getattr(x, "dtype", type(x)))), args)
-    memo = (fn, cell, str(jax.tree.structure(shapes)), tuple(jax.tree.leaves(shapes)))
+    memo = (fn, cell, *_shapes(args))
     if memo not in _LAYOUTS:
         with prng_mode():
             out = jax.eval_shape(lambda k: fn(cell, k, args), key)
         groups: dict = {}
         for path, x in _flatten(out):
-            kind = "scalars" if x.ndim == 0 else "arrays"
-            groups.setdefault((str(x.dtype), kind), []).append((path, x.shape, math.prod(x.shape)))
+            item = (path, x.shape, math.prod(x.shape))
+            groups.setdefault(_group(x.dtype, x.shape), []).append(item)
         _LAYOUTS[memo] = groups
     return _LAYOUTS[memo]
 
@@ -427,9 +437,8 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args, mesh=None) -> int:
     """
     if jax.process_count() > 1:
         return FIXED_CHUNK
-    shapes = jax.tree.map(lambda x: (np.shape(x), str(getattr(x, "dtype", type(x)))), args)
     cpu = jax.default_backend() == "cpu"
-    family = (fn, str(jax.tree.structure(shapes)), tuple(jax.tree.leaves(shapes)), cpu)
+    family = (fn, *_shapes(args), cpu)
     memo = (cell, *family)
     stored = _chunk_file()
     if memo not in _AUTO_CHUNKS and stored is not None:

@@ -22,6 +22,8 @@ import functools
 
 import numpy as np
 
+from gpolab.bench import numpy_ref
+
 BLOCK = 64  # seeds per prange iteration (one scratch buffer each)
 
 
@@ -95,12 +97,6 @@ def _kernel():
     return w1_errors
 
 
-def joint_cdf(pi: np.ndarray, success: np.ndarray) -> np.ndarray:
-    """(P, 2A) CDF of the joint outcomes (a, z), column 2a + z (as ``bandit.outcome_probs``)."""
-    P, A = pi.shape
-    return np.cumsum(np.stack([pi * (1 - success), pi * success], -1).reshape(P, 2 * A), -1)
-
-
 def w1_errors(
     seed: int,
     pi: np.ndarray,
@@ -115,7 +111,7 @@ def w1_errors(
     if G < 2 or pi.shape != success.shape or pi.shape != g_local.shape:
         raise ValueError(f"need G >= 2 and equal (P, A) shapes; got G={G}, {pi.shape}")
     f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
-    cdf = joint_cdf(f64(pi), f64(success))
+    cdf = numpy_ref.joint_cdf(f64(pi), f64(success))
     return _kernel()(seed, cdf, f64(pi), f64(g_local), f64(prompt_probs), G, n_seeds)
 
 

@@ -11,6 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 
+def joint_cdf(pi: np.ndarray, success: np.ndarray) -> np.ndarray:
+    """(P, 2A) CDF of the joint outcomes (a, z), column 2a + z (as ``bandit.outcome_probs``)."""
+    P, A = pi.shape
+    return np.cumsum(np.stack([pi * (1 - success), pi * success], -1).reshape(P, 2 * A), -1)
+
+
 def w1_errors(
     rng: np.random.Generator,
     pi: np.ndarray,
@@ -26,7 +32,7 @@ def w1_errors(
     """
     P, A = pi.shape
     # one uniform per response: inverse CDF over the 2A joint outcomes (a, z), column 2a + z
-    cdf = np.cumsum(np.stack([pi * (1 - success), pi * success], -1).reshape(P, 2 * A), axis=-1)
+    cdf = joint_cdf(pi, success)
     u = rng.random((n_seeds, P, G))
     outcome = np.empty((n_seeds, P, G), dtype=np.int64)
     for x in range(P):  # vectorized over seeds and the group

@@ -223,11 +223,18 @@ def _registry_table(spec: str, G: int, strict: bool, length, shared: tuple) -> T
             raise validate.ConfigError(f"estimator {label}: {reason}: no count table")
         nan = np.full(G, np.nan)
         return Table(nan, nan, G, name=label, ok=False, reason=reason)
-    if entry.weights is not None:  # ĝ = Σ_g c_g W_g: the table holds A_g = G c_g
-        fn = lambda r: r.shape[-1] * entry.weights(r)  # noqa: E731
-    else:
-        fn = lambda r: entry(r, **{k: v(r) for k, v in given.items()}, **options)  # noqa: E731
+    fn = advantage_fn(entry, options, given)
     return count_table(fn, G, name=label, strict=strict, trusted=not entry.user)
+
+
+def advantage_fn(entry, options: dict, given: dict | None = None) -> Callable:
+    """``rewards → advantages`` of a bound registry entry, as :func:`count_table` tabulates it:
+    entries with their own gradient weights c (``ustat``) as A = G·c; ``given``: name → function
+    of the rewards for the inputs the entry needs (e.g. constant lengths)."""
+    if entry.weights is not None:  # ĝ = Σ_g c_g W_g: the table holds A_g = G c_g
+        return lambda r: r.shape[-1] * entry.weights(r)
+    given = given or {}
+    return lambda r: entry(r, **{k: v(r) for k, v in given.items()}, **options)
 
 
 @functools.lru_cache(maxsize=512)
