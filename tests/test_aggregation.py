@@ -38,11 +38,53 @@ def test_modes_proportional_when_lengths_equal():
         np.testing.assert_allclose(np.asarray(w), k * base, rtol=1e-6)
 
 
+def _trl_loss(loss_type, per_token_loss, mask, max_completion_length):
+    """TRL GRPOTrainer._compute_loss's reduction of the per-token loss, one process, one
+    gradient-accumulation step, steps_per_generation 1 (the branches of trl/trainer/
+    grpo_trainer.py at f2cd5771 and in the 1.16.0 release; dapo's num_items_in_batch is the
+    generation batch's token count)."""
+    x = per_token_loss * mask
+    if loss_type == "grpo":
+        return (x.sum(-1) / np.maximum(mask.sum(-1), 1.0)).mean()
+    if loss_type == "bnpo":
+        return x.sum() / max(mask.sum(), 1.0)
+    if loss_type == "dr_grpo":
+        return x.sum() / (per_token_loss.shape[0] * max_completion_length)
+    if loss_type == "dapo":
+        return x.sum() / max(mask.sum(), 1.0)  # num_items_in_batch / num_processes
+    raise ValueError(loss_type)
+
+
 def test_trl_mapping_and_bad_mode():
-    assert set(estimators.TRL_LOSS_TYPES.values()) <= set(MODES)
-    assert estimators.TRL_LOSS_TYPES["dr_grpo"] == "seq-mean-token-sum-norm"
-    with pytest.raises(validate.ConfigError, match="mode"):
-        estimators.loss_weights("sum", jnp.ones((2, 2)))
+    """Each TRL loss_type's reduction, differentiated per token, gives the weights c_i of the mode
+    TRL_LOSS_TYPES maps it to: d loss / d per_token_loss[i, t] = c_i on every token of response i
+    (the loss is linear in the per-token loss), 0 on padding."""
+    lengths = np.array([2.0, 5.0, 1.0, 3.0, 4.0, 4.0])  # N = 6 responses (rows of TRL's batch)
+    T = 8  # max_completion_length: the padded width and dr_grpo's constant
+    mask = (np.arange(T) < lengths[:, None]).astype(float)
+    assert set(estimators.TRL_LOSS_TYPES) == {"grpo", "bnpo", "dapo", "dr_grpo"}
+    for loss_type, mode in estimators.TRL_LOSS_TYPES.items():
+        grad = np.zeros((len(lengths), T))
+        for i, t in np.ndindex(mask.shape):  # padding included: its gradient must be 0
+            e = np.zeros_like(mask)
+            e[i, t] = 1.0
+            grad[i, t] = _trl_loss(loss_type, e, mask, T)
+        norm = T if mode == "seq-mean-token-sum-norm" else None
+        c = np.asarray(estimators.loss_weights(mode, jnp.asarray(lengths), norm_length=norm))
+        np.testing.assert_allclose(grad, c[:, None] * mask, rtol=1e-6, err_msg=loss_type)
+    # the four closed forms, N = 6, Σ L = 19, L_norm = 8
+    want = {"grpo": 1 / (6 * lengths), "bnpo": np.full(6, 1 / 19), "dapo": np.full(6, 1 / 19),
+            "dr_grpo": np.full(6, 1 / 48)}  # fmt: skip
+    for loss_type, mode in estimators.TRL_LOSS_TYPES.items():
+        norm = T if mode == "seq-mean-token-sum-norm" else None
+        got = estimators.loss_weights(mode, jnp.asarray(lengths), norm_length=norm)
+        np.testing.assert_allclose(np.asarray(got), want[loss_type], rtol=1e-6)
+    msg = ("mode: got 'sum'; allowed: token-mean, seq-mean-token-sum, seq-mean-token-mean, "
+           "seq-mean-token-sum-norm")  # fmt: skip
+    for fn in (estimators.loss_weights, estimators.relative_weights):
+        with pytest.raises(validate.ConfigError) as err:
+            fn("sum", jnp.ones((2, 2)))
+        assert str(err.value) == msg
 
 
 def test_length_models():

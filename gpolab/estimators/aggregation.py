@@ -5,7 +5,9 @@ At the rollout policy (ratio 1, no clipping, no KL) every trainer's policy loss 
 ∇ log π(y_{i,t} | x, y_{i,<t}) the sequence score: a mode is its weights c_i over the N
 responses of a batch.  gpolab's estimators so far are ``seq-mean-token-sum`` (c_i = 1/N).
 
-Modes (verl's names; verl/trainer/ppo/core_algos.py::agg_loss, verl b178a3cd):
+Modes (verl's names; verl/trainer/ppo/core_algos.py::agg_loss in verl 0.9.1 from PyPI and in
+b178a3cd (v0.7.0-125), both differentiated per token against :func:`loss_weights` in
+tests/test_verl_reference.py, one data-parallel rank):
 
 =========================== ===================== =====================================
 mode                        c_i                   verl ``agg_loss`` branch
@@ -13,22 +15,23 @@ mode                        c_i                   verl ``agg_loss`` branch
 ``token-mean``              1 / Σ_batch L_j       masked_sum(loss) / batch_num_tokens
 ``seq-mean-token-sum``      1 / N                 sum_t per sequence, mean over sequences
 ``seq-mean-token-mean``     1 / (N L_i)           mean_t per sequence, mean over sequences
-``seq-mean-token-sum-norm`` 1 / (N L_norm)        sum(seq_losses) / loss_scale_factor
+``seq-mean-token-sum-norm`` 1 / (N L_norm)        seq-mean, then / loss_scale_factor
 =========================== ===================== =====================================
 
-``seq-mean-token-sum-norm``: verl divides the *sum* over sequences by ``loss_scale_factor``
-(default ``loss_mask.shape[-1]``, the padded response width of the tensor: the rollout's
-configured ``response_length`` where the agent loop pads to it, the micro-batch's longest
-response in the nested-tensor engine path), with no 1/N, so verl's c_i = 1/L_norm is N times
-the one here; gpolab uses TRL's ``dr_grpo`` form 1/(N L_norm) (trl/trainer/grpo_trainer.py::
-_compute_loss, TRL f2cd5771: sum / (size(0) · max_completion_length)) so that every mode has
-the scale of a mean.  A constant factor changes the MSE, not the direction (``cos``,
-``scaled_mse``).
+``seq-mean-token-sum-norm``: verl 0.9.1 takes the seq-mean and divides it by
+``loss_scale_factor`` (default ``loss_mask.shape[-1]``, the padded response width of the
+tensor: the rollout's configured ``response_length`` where the agent loop pads to it, the
+micro-batch's longest response in the nested-tensor engine path): c_i = 1/(N L_norm), TRL's
+``dr_grpo`` form (trl/trainer/grpo_trainer.py::_compute_loss, TRL f2cd5771 and 1.16.0:
+sum / (size(0) · max_completion_length)), the one here, so that every mode has the scale of a
+mean.  b178a3cd divided the *sum* over sequences (no 1/N): c_i = 1/L_norm, N times this one.
+A constant factor changes the MSE, not the direction (``cos``, ``scaled_mse``).
 
 TRL ``loss_type`` (same function) → mode, :data:`TRL_LOSS_TYPES`: ``grpo`` = seq-mean-token-mean
 (mean over tokens, then over the local batch); ``bnpo`` = token-mean over the *local* (per
 process, per micro-batch) tokens; ``dapo`` (TRL's default) = token-mean over the tokens of the
-*global* batch (``num_items_in_batch`` gathered over processes, divided by num_processes);
+*global* batch (``num_items_in_batch`` gathered over processes, divided by num_processes;
+TRL 1.16.0 also scales it by gradient-accumulation steps / steps_per_generation);
 ``dr_grpo`` = seq-mean-token-sum-norm with L_norm = ``max_completion_length``, a config
 constant.  grpo/bnpo/dr_grpo also divide by the gradient-accumulation steps, so with equal
 micro-batches they equal the modes on the whole batch; bnpo does not (its token count is each
@@ -75,7 +78,7 @@ def loss_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.Arra
       token-mean               c_i = 1 / Σ_j L_j          (verl token-mean; TRL dapo/bnpo)
       seq-mean-token-sum       c_i = 1 / N                (verl seq-mean-token-sum)
       seq-mean-token-mean      c_i = 1 / (N L_i)          (verl seq-mean-token-mean; TRL grpo)
-      seq-mean-token-sum-norm  c_i = 1 / (N L_norm)       (TRL dr_grpo; verl without the 1/N)
+      seq-mean-token-sum-norm  c_i = 1 / (N L_norm)       (TRL dr_grpo, verl 0.9.1)
     ``norm_length``: L_norm, a constant (verl ``loss_scale_factor``, TRL ``max_completion_length``);
     None = the batch's longest response (the padded width of a tensor padded to the batch max).
     See verl/trainer/ppo/core_algos.py::agg_loss and trl/trainer/grpo_trainer.py::_compute_loss.

@@ -14,9 +14,15 @@ scalar over the response mask; for token-whitened schemes the value is still one
 
 Sources read (the ``source`` of each :data:`SPECS` entry names file and function):
 
-* verl ``b178a3cd`` (v0.7.0-125): ``verl/trainer/ppo/core_algos.py``,
+* verl 0.9.1 (the PyPI release) and ``b178a3cd`` (v0.7.0-125): ``verl/trainer/ppo/core_algos.py``,
   ``verl/utils/torch_functional.py::masked_whiten``, ``verl/utils/groupwise.py::group_mean_std``,
-  ``verl/trainer/ppo/ray_trainer.py::compute_advantage`` (what the trainer passes).
+  ``verl/trainer/ppo/ray_trainer.py::compute_advantage`` (what the trainer passes).  Checked by
+  running verl's own functions, both versions, on the same batches as these (G = 1, 2, 3, 4, 5,
+  8; binary, graded and normal rewards; all-equal and tiny-variance groups; float32 and
+  float64): ``tests/test_verl_reference.py`` holds 0.9.1's outputs and redoes the comparison when
+  verl is installed.  Every verl entry equals both versions up to the float32 rounding inside
+  verl, except ``verl/grpo_vectorized``: it follows b178a3cd, and 0.9.1 differs on groups whose
+  variance is below ``epsilon`` (see that function).
 * TRL ``f2cd5771`` (v1.9.0-26): ``trl/trainer/grpo_trainer.py::_generate_and_score_completions``,
   ``trl/trainer/rloo_trainer.py`` (same method), ``trl/trainer/utils.py::nanstd``.
 * OpenRLHF ``3c3be623`` (v0.11.0): ``openrlhf/trainer/ppo_utils/experience_maker.py::
@@ -65,7 +71,10 @@ __all__ = [
     "passk_training",
 ]
 
-VERL = "volcengine/verl verl/trainer/ppo/core_algos.py::{} @ b178a3cd (v0.7.0-125)"
+VERL = (
+    "volcengine/verl verl/trainer/ppo/core_algos.py::{} @ verl 0.9.1 (PyPI) and b178a3cd"
+    " (v0.7.0-125), outputs compared"
+)
 TRL = "huggingface/trl trl/trainer/{}::_generate_and_score_completions @ f2cd5771 (v1.9.0-26)"
 ORLHF = (
     "OpenRLHF/OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py::"
@@ -131,8 +140,10 @@ def verl_grpo(
     """verl ``grpo``: A = (r − r̄)/(s + epsilon), s = torch.std (ddof 1) of the group.
 
     ``norm_adv_by_std_in_grpo=False``: A = r − r̄ (Dr. GRPO).  Per-group dict loop over ``uid``.
-    Singleton group (G = 1): verl sets mean 0, std 1, so A = r/(1 + epsilon) (or r unnormalised).
-    All-equal group: 0.  Source: ``compute_grpo_outcome_advantage`` (verl b178a3cd).
+    Singleton group (G = 1): verl sets mean 0, std 1, so A = r/(1 + epsilon) (or r unnormalised;
+    verl's std is a float32 ``torch.tensor(1.0)``, so its float64 value is r/1.00000095, 5e-8
+    relative from ours).  All-equal group: 0.
+    Source: ``compute_grpo_outcome_advantage`` (verl 0.9.1 and b178a3cd).
     """
     _need_group_axis(rewards, "verl/grpo")
     if rewards.shape[-1] == 1:
@@ -154,8 +165,14 @@ def verl_grpo_vectorized(
     NB: verl's trainer (``ray_trainer.compute_advantage``) passes only ``config`` to this
     estimator, so ``algorithm.norm_adv_by_std_in_grpo`` does not reach it there and it always
     normalises; the function's own keyword (kept here) defaults to True.
+    Version: this is b178a3cd's (v0.7.0-125).  verl 0.9.1 calls ``group_mean_std(eps=0.0)``
+    (no floor; two-pass variance): there σ = √var₁ and the value equals ``verl/grpo``'s, so the
+    two versions differ exactly on groups with 0 < var₁ < epsilon (e.g. [0, 1e-3, 0, 1e-3, 0]:
+    0.60/−0.40 here and in b178a3cd, 1.09/−0.73 in 0.9.1).  Binary rewards never reach it
+    (var₁ ≥ 1/G for a mixed group).  verl computes these statistics in float32 whatever the
+    input dtype.
     Source: ``compute_grpo_vectorized_outcome_advantage`` + ``verl/utils/groupwise.py::
-    group_mean_std`` (verl b178a3cd).
+    group_mean_std`` (verl b178a3cd; compared with 0.9.1 too).
     """
     _need_group_axis(rewards, "verl/grpo_vectorized")
     G = rewards.shape[-1]
@@ -173,7 +190,7 @@ def verl_rloo(rewards, *, lengths=None, greedy=None):
     """verl ``rloo`` (dict loop): A = G/(G − 1)·(r − r̄) = r − mean_{j≠i} r_j for G ≥ 2.
 
     Singleton group: the loop leaves the score untouched, A = r (``verl/rloo_vectorized`` gives
-    0 there).  All-equal: 0.  Source: ``compute_rloo_outcome_advantage`` (verl b178a3cd).
+    0 there).  All-equal: 0.  Source: ``compute_rloo_outcome_advantage`` (verl 0.9.1 and b178a3cd).
     """
     _need_group_axis(rewards, "verl/rloo")
     G = rewards.shape[-1]
@@ -186,7 +203,7 @@ def verl_rloo_vectorized(rewards, *, lengths=None, greedy=None):
     """verl ``rloo_vectorized``: A = (G·r − Σr)/max(G − 1, 1)·[G > 1].
 
     Equal to ``verl/rloo`` for G ≥ 2; singleton groups get 0 (the loop version returns r).
-    Source: ``compute_rloo_vectorized_outcome_advantage`` (verl b178a3cd).
+    Source: ``compute_rloo_vectorized_outcome_advantage`` (verl 0.9.1 and b178a3cd).
     """
     _need_group_axis(rewards, "verl/rloo_vectorized")
     G = rewards.shape[-1]
@@ -220,7 +237,7 @@ def verl_reinforce_plus_plus_baseline(rewards, *, lengths=None, greedy=None):
     all-equal batch gets 0.  Singleton group: mean 0, so a = r.  verl raises when the batch has
     a single token (N = 1); ours is finite.  ``epsilon`` in verl's signature is unused.
     Source: ``compute_reinforce_plus_plus_baseline_outcome_advantage`` + ``verl/utils/
-    torch_functional.py::masked_whiten/masked_var/masked_mean`` (verl b178a3cd).
+    torch_functional.py::masked_whiten/masked_var/masked_mean`` (verl 0.9.1 and b178a3cd).
     """
     name = "verl/reinforce_plus_plus_baseline"
     _need_group_axis(rewards, name, batch=True)
@@ -235,7 +252,7 @@ def verl_opo(rewards, *, lengths=None, greedy=None):
 
     Singleton group: b = 0, A = r.  All-equal group: 0.  A group whose lengths sum to 0 is 0/0
     in verl; ours falls back to the plain mean there.  Source: ``compute_opo_outcome_advantage``
-    (verl b178a3cd).
+    (verl 0.9.1 and b178a3cd).
     """
     _need_group_axis(rewards, "verl/opo")
     lengths = _need(lengths, rewards, "verl/opo", "lengths", rewards.shape)
@@ -251,10 +268,11 @@ def verl_gpg(rewards, *, lengths=None, greedy=None, f_norm: float = 1.0):
     """verl ``gpg``: A = α·(r − r̄)/f_norm with α = B / max(#{r ≠ 0 in the batch}, 1),
     B = P·G the batch's response count (``alpha = bsz / count_nonzero(scores).clamp(min=1)``).
 
-    Batch-scoped through α (it counts non-zero *rewards*, not non-degenerate groups).  The
+    Batch-scoped through α (it counts non-zero *rewards*, not non-degenerate groups; verl's α is
+    float32 whatever the rewards' dtype, ours is the rewards' dtype).  The
     ``alpha`` keyword of verl's function is overwritten, so it is not an option; ``f_norm``
     (default 1.0) is.  Singleton: mean 0, A = α r/f_norm.  All-equal group: 0.
-    Source: ``compute_gpg_outcome_advantage`` (verl b178a3cd).
+    Source: ``compute_gpg_outcome_advantage`` (verl 0.9.1 and b178a3cd).
     """
     _need_group_axis(rewards, "verl/gpg", batch=True)
     B = rewards.shape[-2] * rewards.shape[-1]
@@ -274,7 +292,7 @@ def verl_grpo_passk(
     s = torch.std (ddof 1) of the group; ``norm_adv_by_std_in_grpo=False`` drops the division
     (verl reads it from ``config``).  Ties at the top give r_max − r_2nd = 0, so which index
     torch.topk picks does not matter.  All-equal: 0.  G < 2 raises (as verl does).
-    Source: ``compute_grpo_passk_outcome_advantage`` (verl b178a3cd).
+    Source: ``compute_grpo_passk_outcome_advantage`` (verl 0.9.1 and b178a3cd).
     """
     _need_group_axis(rewards, "verl/grpo_passk")
     G = rewards.shape[-1]
@@ -294,7 +312,7 @@ def verl_remax(rewards, *, lengths=None, greedy=None):
 
     Token-level: returns are the reverse cumulative sum of the token rewards (the outcome reward
     sits on the last token, so every token's return is r) minus ``reward_baselines``.
-    Source: ``compute_remax_outcome_advantage`` (verl b178a3cd).
+    Source: ``compute_remax_outcome_advantage`` (verl 0.9.1 and b178a3cd).
     """
     _need_group_axis(rewards, "verl/remax")
     greedy = _need(greedy, rewards, "verl/remax", "greedy", rewards.shape[:-1])
@@ -536,8 +554,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("verl/grpo", verl_grpo, options=dict(_EPS_NORM),
          source=VERL.format("compute_grpo_outcome_advantage")),
     Spec("verl/grpo_vectorized", verl_grpo_vectorized, options=dict(_EPS_NORM),
-         source=VERL.format("compute_grpo_vectorized_outcome_advantage")
-         + " + verl/utils/groupwise.py::group_mean_std"),
+         source="volcengine/verl verl/trainer/ppo/core_algos.py::"
+         "compute_grpo_vectorized_outcome_advantage + verl/utils/groupwise.py::group_mean_std"
+         " @ b178a3cd (v0.7.0-125), outputs compared; verl 0.9.1 has no variance floor"),
     Spec("verl/rloo", verl_rloo, source=VERL.format("compute_rloo_outcome_advantage")),
     Spec("verl/rloo_vectorized", verl_rloo_vectorized,
          source=VERL.format("compute_rloo_vectorized_outcome_advantage")),
