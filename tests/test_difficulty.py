@@ -25,6 +25,31 @@ def test_degenerate_fraction_matches_integration(a, b):
     assert draws == pytest.approx(1 / (1 - difficulty.degenerate_fraction(a, b, 8)))
 
 
+def test_exact_special_cases_are_exact_for_any_a_b():
+    """G = 1: every group is flat, exactly (no rounding path: the old p + (1 − p) through two
+    exp(betaln) terms gave 1 − 2.2e-16 for 41% of these (a, b), so DAPO draws 4.5e15, not inf);
+    G = 2: the informative fraction is 2ab/((a + b)(a + b + 1)) in closed form."""
+    rng = np.random.default_rng(0)
+    a, b = np.exp(rng.uniform(-10, np.log(1e6), (2, 2000)))
+    assert np.all(difficulty.degenerate_fraction(a, b, 1) == 1.0)
+    assert np.all(difficulty.informative_fraction(a, b, 1) == 0.0)
+    assert np.all(np.isposinf(difficulty.dapo_draws_per_kept_group(a, b, 1)))
+    two = 2 * a * b / ((a + b) * (a + b + 1))
+    assert difficulty.informative_fraction(a, b, 2) == pytest.approx(two, rel=1e-13)
+    # the informative fraction is a sum of positive terms: accurate when tiny (a -> 0)
+    tiny = difficulty.informative_fraction(1e-9, 1.0, 2)
+    assert tiny == pytest.approx(2e-9 / (1 + 1e-9) / (2 + 1e-9), rel=1e-12)
+    G = np.array([1, 2, 8, 256])
+    total = difficulty.degenerate_fraction(a[:, None], b[:, None], G)
+    assert np.allclose(total + difficulty.informative_fraction(a[:, None], b[:, None], G), 1,
+                       rtol=0, atol=1e-15)  # fmt: skip
+    assert difficulty.degenerate_fraction_graded([[0.3, 0.5, 2.0]], 1)[0] == 1.0
+    assert difficulty.degenerate_unbiased([[0.1, 0.2, 0.3], [1.0, 0.7]], 1) == 1.0
+    assert difficulty.degenerate_fraction_known([0.1, 0.7, 0.3], [0.3, 0.3, 0.4], 1) == 1.0
+    with pytest.raises(ConfigError, match="integers >= 1"):
+        difficulty.degenerate_fraction(1.0, 1.0, [0, 2])
+
+
 def test_degenerate_fraction_matches_simulated_groups():
     rng = np.random.default_rng(0)
     a, b, G, n = 0.5, 1.0, 4, 200_000
@@ -41,6 +66,44 @@ def test_fit_recovers_beta_within_its_standard_error():
     f = difficulty.fit(c, np.full(prompts, G))
     assert abs(f.a - a) < 4 * f.a_se and abs(f.b - b) < 4 * f.b_se
     assert f.a_se < 0.1 * a and f.prompts == prompts  # the fit is informative at this size
+
+
+def test_cluster_robust_covariance_is_the_sandwich_of_the_scores():
+    """Prompts repeated over groups: cov = V M V with V the inverse observed information and M
+    the cluster sum of outer products of the scores (times C/(C − 1) (N − 1)/(N − 2)); the
+    scores are the derivatives of the log-likelihood and sum to 0 at the maximum; distinct
+    labels leave the observed information alone; one label gives no interval."""
+    rng = np.random.default_rng(7)
+    ids = np.repeat(np.arange(300), 4)
+    c, n = rng.binomial(8, rng.beta(0.7, 1.6, 300)[ids]), np.full(ids.size, 8)
+    plain, robust = difficulty.fit(c, n), difficulty.fit(c, n, clusters=ids)
+    assert (robust.a, robust.b) == (plain.a, plain.b)
+    s = difficulty.scores(plain.a, plain.b, c, n)
+    h, x = 1e-6, np.log([plain.a, plain.b])
+    for j, e in enumerate(np.eye(2) * h):
+        num = (stats.betabinom.logpmf(c, n, *np.exp(x + e))
+               - stats.betabinom.logpmf(c, n, *np.exp(x - e))) / (2 * h)  # fmt: skip
+        assert s[:, j] == pytest.approx(num, rel=1e-5, abs=1e-7)
+    assert np.all(np.abs(s.sum(0)) < 1e-3 * np.abs(s).sum(0))  # the maximum: scores balance
+    V = np.asarray(plain.cov)
+    S = np.stack([s[ids == k].sum(0) for k in range(300)])
+    M = 300 / 299 * (ids.size - 1) / (ids.size - 2) * S.T @ S
+    assert np.asarray(robust.cov) == pytest.approx(V @ M @ V, rel=1e-10)
+    assert robust.se_method.startswith("cluster-robust by prompt (300 prompts, 1200 groups")
+    assert robust.a_se > 1.3 * plain.a_se  # 4 groups share each p here
+    once = difficulty.fit(c, n, clusters=np.arange(ids.size))
+    assert once.cov == plain.cov and "every prompt in one group" in once.se_method
+    one = difficulty.fit(c, n, clusters=np.zeros(ids.size))
+    assert not one.has_interval and one.se_method.startswith("none")
+    flat = ((c == 0) | (c == n)).astype(float)
+    want = np.sqrt(300 / 299 * np.sum(np.bincount(ids, flat - flat.mean()) ** 2)) / flat.size
+    assert difficulty.mean_se(flat, ids) == pytest.approx(want, rel=1e-12)
+    assert difficulty.mean_se(flat) == pytest.approx(np.sqrt(flat.mean() * (1 - flat.mean())
+                                                             / flat.size))  # fmt: skip
+    g = difficulty.fit_graded(np.stack([c, n - c], 1), clusters=ids)  # same sandwich, analytic
+    assert g.alpha_se == pytest.approx((robust.a_se, robust.b_se), rel=1e-3)
+    with pytest.raises(ConfigError, match="clusters"):
+        difficulty.fit(c, n, clusters=ids[:-1])
 
 
 @pytest.mark.parametrize(
@@ -387,8 +450,26 @@ def test_gstar_is_none_when_prompts_do_not_differ():
         truth = bandit.exact(params)
         t = dict(pi=np.asarray(bandit.policy(params), np.float64), f=np.ones(1),
                  success=np.asarray(params.success, np.float64))  # fmt: skip
-    assert float(truth.c1) == 0.0
+    assert float(truth.c1) == pytest.approx(0.0, abs=1e-12)  # one prompt: g_x = g
     z, q, group, norms = _bandit_log(t, 4, seed=2, batches=((1, 4000), (4, 4000)), groups=4000)
     got = difficulty.gstar(z, q, group, norms, 4, boot=300)
     assert got["gstar"] is None and "not resolved" in got["reason"]
     assert got["gstar_hi"] == np.inf and np.isfinite(got["c1"])
+
+
+def test_gstar_cluster_bootstrap_resamples_whole_prompts(bandit_truth):
+    """Distinct labels: the cluster bootstrap is the group bootstrap (same draws); each label
+    shared by 4 consecutive (independent) groups: the same point estimate and about the same
+    SE; a label list of the wrong length is one line."""
+    z, q, group, norms = _bandit_log(bandit_truth, 4, seed=5, batches=((1, 2000), (8, 2000)),
+                                     groups=2000)  # fmt: skip
+    plain = difficulty.gstar(z, q, group, norms, 4, boot=200)
+    same = difficulty.gstar(z, q, group, norms, 4, boot=200, clusters=group)
+    for k in ("gstar_lo", "gstar_hi", "c1_se", "C3_se"):
+        assert same[k] == pytest.approx(plain[k], rel=1e-9)
+    shared = difficulty.gstar(z, q, group, norms, 4, boot=200, clusters=group // 4)
+    assert shared["s"] == plain["s"] and shared["c1"] == plain["c1"]
+    # the groups here are independent, so arbitrary clusters change the SE only by noise
+    assert shared["C3_se"] == pytest.approx(plain["C3_se"], rel=0.25)
+    with pytest.raises(ConfigError, match="clusters"):
+        difficulty.gstar(z, q, group, norms, 4, boot=20, clusters=group[:-1])

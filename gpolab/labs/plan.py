@@ -62,6 +62,12 @@ class Config:
         "CSV/parquet with columns batch, grad_norm: ||g_hat|| of the "
         "loo estimate at >= 2 batch sizes (prompts) at the log's G",
     )
+    success_threshold: float = option(
+        math.nan,
+        "binarize the rewards: reward >= T is a success (1), else a failure (0); e.g. "
+        "--success-threshold 1 reads a 0/1 log with a stray 5.0 as binary (nan: off, rewards "
+        "as logged; more than two values are then graded)",
+    )
     window: int = option(0, "steps per window (0: the whole log pooled only)")
     G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64, 128, 256), "group sizes reported by G "
                                 "(the curve table has every G in 2..256)")  # fmt: skip
@@ -81,6 +87,11 @@ class Config:
         if not os.path.exists(self.log):
             raise validate.ConfigError(f"log: {self.log!r} does not exist")
         validate.choice("format", self.format, FORMATS)
+        if not (math.isnan(self.success_threshold) or math.isfinite(self.success_threshold)):
+            raise validate.ConfigError(
+                f"success_threshold: got {self.success_threshold}; allowed: a finite number "
+                "(or nan: off)"
+            )
         if self.grad_norms and not os.path.isfile(self.grad_norms):
             raise validate.ConfigError(f"grad_norms: {self.grad_norms!r} is not a file")
         validate.integer("window", self.window, 0)
@@ -146,6 +157,59 @@ def read_norms(path):
     return df.astype(float)
 
 
+def binarized(cfg: Config, log):
+    """The log with rewards >= ``success_threshold`` as 1 and the rest as 0 (a note says so);
+    without a threshold, the log with a note naming the values that make a nearly binary log
+    graded (:func:`stray_values`)."""
+    import dataclasses as dc
+
+    import numpy as np
+
+    r = log.frame["reward"].to_numpy(dtype=float)
+    if math.isnan(cfg.success_threshold):
+        note = stray_values(log)
+        return dc.replace(log, notes=(*log.notes, note)) if note else log
+    t = cfg.success_threshold
+    z = (r >= t).astype(np.float64)
+    values = ", ".join(f"{v:g}" for v in np.unique(r)[:6]) + (", ..." if np.unique(r).size > 6
+                                                                else "")  # fmt: skip
+    note = (
+        f"rewards binarized by --success-threshold {t:g}: reward >= {t:g} is a success; "
+        f"{int(z.sum()):,} of {z.size:,} responses succeed (logged values {values})"
+    )
+    return dc.replace(log, frame=log.frame.assign(reward=z), reward=f"{log.reward} >= {t:g}",
+                      notes=(*log.notes, note))  # fmt: skip
+
+
+def stray_values(log, share: float = 0.05) -> str:
+    """A note when the rewards take more than two values but two of them hold all but at most
+    ``share`` of the responses (a binary log with a few stray values, read as graded): the
+    stray values, their counts and where the first of each is; empty otherwise."""
+    import numpy as np
+
+    f = log.frame
+    r = f["reward"].to_numpy(dtype=float)
+    values, counts = np.unique(r, return_counts=True)
+    if values.size <= 2:
+        return ""
+    main = np.sort(values[np.argsort(-counts, kind="stable")[:2]])
+    stray = ~np.isin(values, main)
+    if counts[stray].sum() > share * r.size:
+        return ""
+    shown = []
+    for v, k in list(zip(values[stray], counts[stray], strict=True))[:5]:
+        i = int(np.flatnonzero(r == v)[0])
+        shown.append(f"{v:g} x{k} (first at step {f['step'].iloc[i]}, prompt "
+                     f"{str(f['prompt'].iloc[i])[:40]!r})")  # fmt: skip
+    more = f", and {int(stray.sum()) - 5} more values" if stray.sum() > 5 else ""
+    return (
+        f"rewards are read as GRADED (no beta-binomial a, b or kappa) because "
+        f"{int(counts[stray].sum())} of {r.size:,} responses have values other than the two "
+        f"main levels {main[0]:g}/{main[1]:g}: {'; '.join(shown)}{more}; if success/failure "
+        "is what matters, pass --success-threshold T (reward >= T is a success)"
+    )
+
+
 # ----------------------------------------------------------------------------- analysis
 
 
@@ -160,7 +224,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     from gpolab import rollouts
 
     cfg.validate()
-    log = load(cfg)
+    log = binarized(cfg, load(cfg))
     norms = read_norms(cfg.grad_norms) if cfg.grad_norms else None
     groups = rollouts.groups(log)
     levels = rollouts.binary_levels(log)
@@ -237,16 +301,17 @@ def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dic
         rows = frame[frame["group"].isin(groups["group"])]
         return _graded_window(cfg, rows, groups, base, grid, budget)
     c = groups["successes"].to_numpy()
-    fit = difficulty.fit(c, n)
-    check = difficulty.logged_check(c, n, fit, draws=cfg.draws, seed=cfg.seed)
+    prompt = groups["prompt"].to_numpy()  # a prompt's groups share its p: clustered SEs
+    fit = difficulty.fit(c, n, clusters=prompt)
+    check = difficulty.logged_check(c, n, fit, draws=cfg.draws, seed=cfg.seed, clusters=prompt)
     counts = difficulty.count_check(c, n, fit)
     curve = difficulty.degenerate_curve(fit, grid, draws=cfg.draws, seed=cfg.seed)
     a, b = difficulty.draws(fit, cfg.draws, seed=cfg.seed)
     mean_lo, mean_hi = np.quantile(a / (a + b), [0.025, 0.975])  # the mean difficulty's 95%
     row = {**base, "rewards": "binary", "low": levels[0], "high": levels[1],
            "success_rate": float(groups["successes"].sum() / n.sum()), "a": fit.a, "b": fit.b,
-           "a_se": fit.a_se, "b_se": fit.b_se, "mean_p": fit.mean, "mean_p_lo": float(mean_lo),
-           "mean_p_hi": float(mean_hi), "loglik": fit.loglik,
+           "a_se": fit.a_se, "b_se": fit.b_se, "se_method": fit.se_method, "mean_p": fit.mean,
+           "mean_p_lo": float(mean_lo), "mean_p_hi": float(mean_hi), "loglik": fit.loglik,
            "p10": fit.quantile(0.1), "p50": fit.quantile(0.5), "p90": fit.quantile(0.9),
            **_check_columns(check), "fit_chi2": counts["chi2"], "fit_df": counts["df"],
            "fit_p": counts["p_value"], "target": cfg.target, "budget": budget,
@@ -282,18 +347,24 @@ def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[
     row = {**base, "rewards": "graded", "mean_reward": float(np.average(groups["mean"],
            weights=groups["n"])), "logged_measured": measured, "target": cfg.target,
            "budget": budget}  # fmt: skip
-    counts = pd.crosstab(rows["group"], rows["reward"]).to_numpy()  # groups x reward values
+    table = pd.crosstab(rows["group"], rows["reward"])  # groups x reward values
+    counts = table.to_numpy()
+    prompt = groups.set_index("group").loc[table.index, "prompt"].to_numpy()
     if counts.shape[1] <= GRADED_LEVELS:
-        fit = difficulty.fit_graded(counts)
-        check = difficulty.logged_check_graded(counts, fit)
+        fit = difficulty.fit_graded(counts, clusters=prompt)
+        check = difficulty.logged_check_graded(counts, fit, clusters=prompt)
         pred = difficulty.degenerate_fraction_graded(fit.alpha, np.asarray(grid, float))
-        row |= {"model": "dirichlet-multinomial", **_check_columns(check),
-                "G_needed": next((G for G, v in zip(grid, pred, strict=True)
-                                  if v <= cfg.target), None)}  # fmt: skip
+        row |= {"model": "dirichlet-multinomial", "se_method": fit.se_method,
+                **_check_columns(check), "G_max_estimated": grid[-1]}  # fmt: skip
     else:
         per_group = [g.to_numpy() for _, g in rows.groupby("group")["reward"]]
         pred = difficulty.degenerate_unbiased(per_group, np.asarray(grid))
-        row |= {"model": "empirical (U-statistic, G up to the smallest group)", "G_needed": None}
+        row |= {"model": "empirical (U-statistic, G up to the smallest group)",
+                "logged_measured_se": difficulty.mean_se(groups["degenerate"].to_numpy(float),
+                                                         groups["prompt"].to_numpy()),
+                "G_max_estimated": int(min(base["G_min"], grid[-1]))}  # fmt: skip
+    # the smallest G whose estimate is <= target, among the G with an estimate
+    row["G_needed"] = next((G for G, v in zip(grid, pred, strict=True) if v <= cfg.target), None)
     curve = pd.DataFrame({"G": grid, "predicted": pred, "lo": np.nan, "hi": np.nan,
                           "dapo_draws": difficulty.dapo_draws(pred)})  # fmt: skip
     return row, _curve_rows(curve, base["window"], budget)
@@ -340,7 +411,7 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
         out = difficulty.gstar_bounds(*args)
     else:
         G = _modal(np.bincount(f["group"].to_numpy()))
-        out = difficulty.gstar(*args, norms, G, seed=cfg.seed)
+        out = difficulty.gstar(*args, norms, G, seed=cfg.seed, clusters=f["prompt"].to_numpy())
     reason = out.pop("reason", None)
     return {**none, **{k: out.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")},
             **{f"gstar_{k}": v for k, v in out.items() if k not in none},
@@ -385,7 +456,8 @@ def summary_json(cfg: Config, tables: dict) -> dict:
         "logged_degenerate_z": p.get("logged_z"),
         "predicted_degenerate_frac": by_G("predicted"),
         "dapo_draws_per_kept_group": by_G("dapo_draws"),
-        "G_needed": p.get("G_needed"), "target": p["target"],
+        "G_needed": p.get("G_needed"), "G_needed_text": need_text(p), "target": p["target"],
+        "se_method": p.get("se_method"), "logged_degenerate_se": p.get("logged_measured_se"),
         "kappa": kappa,
         "gstar": p.get("gstar"), "gstar_lo": p.get("gstar_lo"), "gstar_hi": p.get("gstar_hi"),
         "gstar_reason": p.get("gstar_reason"),
@@ -429,10 +501,14 @@ def report(cfg: Config, tables: dict) -> str:
 
 def _difficulty_text(p: dict) -> list[str]:
     if p["rewards"] != "binary":
+        se = p.get("logged_measured_se")
         return [
             "## Difficulty",
             f"graded rewards ({p.get('model')}); mean reward "
-            f"{p['mean_reward']:.3g}; zero-std groups in the log: {p['logged_measured']:.3g}",
+            f"{p['mean_reward']:.3g}; zero-std groups in the log: {p['logged_measured']:.3g}"
+            + (f" ± {se:.2g}" if se is not None else ""),
+            _se_text(p),
+            "(pass/fail rewards logged with other values: --success-threshold T binarizes them)",
         ]
     return [
         "## Difficulty (beta-binomial fit of per-prompt success rates)",
@@ -444,7 +520,21 @@ def _difficulty_text(p: dict) -> list[str]:
         f"{p['logged_predicted_se']:.2g} (z = {p['logged_z']:.2f}; maximum likelihood nearly "
         "reproduces this fraction even when the model is wrong, so it checks little)",
         _fit_check_text(p),
+        _se_text(p),
     ]
+
+
+def _se_text(p: dict) -> str:
+    """How the standard errors and intervals treat prompts seen in more than one group."""
+    method = p.get("se_method")
+    if method is None:
+        return ("standard errors: cluster-robust by prompt for the zero-std fraction (no model "
+                "fit for these rewards)")  # fmt: skip
+    if method.startswith("cluster"):
+        return (f"standard errors and intervals: {method}: a prompt drawn at several steps keeps "
+                "its difficulty, so its groups are not independent (sandwich covariance "
+                "clustered by prompt)")  # fmt: skip
+    return f"standard errors and intervals: {method}"
 
 
 def _fit_check_text(p: dict) -> str:
@@ -454,9 +544,12 @@ def _fit_check_text(p: dict) -> str:
     verdict = ("the Beta model describes the log" if p["fit_p"] >= 1e-3 else
                "the Beta model MISSES the log (e.g. a mass of impossible or trivial prompts): "
                "the curves below are a smooth approximation, read them with care")  # fmt: skip
+    caveat = ("; it counts every group as independent, so with prompts repeated across steps "
+              "its p is too small" if str(p.get("se_method", "")).startswith("cluster")
+              else "")  # fmt: skip
     return (
         f"fit check (chi-square of the count histogram): X2 = {p['fit_chi2']:.1f} on "
-        f"{p['fit_df']} df, p = {p['fit_p']:.2g}: {verdict}"
+        f"{p['fit_df']} df, p = {p['fit_p']:.2g}: {verdict}{caveat}"
     )
 
 
@@ -465,13 +558,33 @@ def _curve_text(cfg: Config, tables: dict, p: dict) -> list[str]:
 
     curve = tables["curve"]
     at = curve[(curve["window"] == POOLED) & curve["G"].isin(sorted({*cfg.G, p["G"]}))]
-    need = p.get("G_needed")
-    need_text = (f"smallest G with degenerate fraction <= {p['target']:g}: {need}" if need
-                 else f"no G <= 256 keeps the degenerate fraction <= {p['target']:g}")  # fmt: skip
-    return ["## Degenerate groups and DAPO cost by G (exact under the fit)",
-            f"{need_text}; split table at N = {p['budget']} responses per step (B = N/G prompts)",
+    return ["## Degenerate groups and DAPO cost by G " + (
+                "(estimated from the log's own groups)" if _empirical(p) else
+                "(exact under the fit)"),
+            f"{need_text(p)}; split table at N = {p['budget']} responses per step (B = N/G "
+            "prompts)",
             "```", table_text(at, ["G", "predicted", "lo", "hi", "dapo_draws", "B",
                                    "informative_groups"]), "```"]  # fmt: skip
+
+
+def _empirical(p: dict) -> bool:
+    return str(p.get("model", "")).startswith("empirical")
+
+
+def need_text(p: dict) -> str:
+    """The headline G: the smallest G under the target, said within the range of G where the
+    curve has a number (a model-free estimate stops at the log's smallest group)."""
+    need, t = p.get("G_needed"), p["target"]
+    if not _empirical(p):
+        if need is not None:
+            return f"smallest G with degenerate fraction <= {t:g}: {need}"
+        return f"no G <= 256 keeps the degenerate fraction <= {t:g}"
+    top = p["G_max_estimated"]
+    scope = (f"estimated without a model from the log's groups, so only for G <= {top}; "
+             f"beyond {top} the log cannot say")  # fmt: skip
+    if need is not None:
+        return f"smallest G with degenerate fraction <= {t:g}: {need} ({scope})"
+    return f"no G <= {top} keeps the degenerate fraction <= {t:g} ({scope})"
 
 
 def _kappa_text(tables: dict, G: int) -> list[str]:

@@ -39,18 +39,33 @@ def _difficulty(ax, tables: dict, p: dict) -> None:
 
 
 def _degenerate(ax, tables: dict, p: dict) -> None:
+    """The curve where it has a number (log y when some value is positive, else linear with a
+    note saying why it is flat: a model-free curve of continuous rewards is 0 at every G it
+    covers and unknown beyond the log's smallest group)."""
     c = tables["curve"]
-    c = c[c["window"] == "all"]
-    ax.plot(c["G"], c["predicted"], color="C0", label="predicted (exact under the fit)")
+    c = c[(c["window"] == "all") & np.isfinite(c["predicted"].astype(float))]
+    empirical = str(p.get("model", "")).startswith("empirical")
+    label = "estimated from the log's groups" if empirical else "predicted (exact under the fit)"
+    ax.plot(c["G"], c["predicted"], "o-" if len(c) < 20 else "-", ms=3, color="C0", label=label)
     if c["lo"].notna().any():
         ax.fill_between(c["G"], c["lo"], c["hi"], color="C0", alpha=0.2, label="95% of the fit")
-    if p.get("logged_measured") is not None and np.isfinite(p.get("logged_measured", np.nan)):
-        se = p.get("logged_measured_se", 0.0)
-        ax.errorbar([p["G"]], [p["logged_measured"]], yerr=[1.96 * (se if np.isfinite(se) else 0)],
-                    fmt="o", color="C3", label="logged")  # fmt: skip
+    measured = p.get("logged_measured")
+    if measured is not None and np.isfinite(measured):
+        se = p.get("logged_measured_se")
+        se = se if se is not None and np.isfinite(se) else 0.0
+        ax.errorbar([p["G"]], [measured], yerr=[1.96 * se], fmt="o", color="C3", label="logged")
     ax.axhline(p["target"], color="0.5", ls=":", lw=1, label=f"target {p['target']:g}")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    if (c["predicted"] > 0).any():
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(-0.05, 1.05)
+    if empirical:
+        top = int(p.get("G_max_estimated", c["G"].max() if len(c) else 2))
+        why = f"no model for these rewards: estimated for G <= {top} only"
+        if not (c["predicted"] > 0).any():
+            why += f"\nno group of the log is all-equal: 0 at every G <= {top}"
+        ax.text(0.5, 0.55, why, ha="center", fontsize=7, transform=ax.transAxes)
     ax.set_xlabel("group size G")
     ax.set_ylabel("degenerate (all-equal) groups")
     ax.set_title("zero-signal groups by G", fontsize=9)

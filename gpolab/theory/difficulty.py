@@ -42,6 +42,7 @@ class BetaFit:
     prompts: int
     loglik: float
     cov: tuple = ((_NAN, _NAN), (_NAN, _NAN))  # 2x2 covariance of (log a, log b)
+    se_method: str = "observed information (groups independent)"  # or cluster-robust, :func:`fit`
 
     @property
     def mean(self) -> float:
@@ -79,51 +80,103 @@ def check_counts(successes, trials) -> tuple[np.ndarray, np.ndarray]:
     return c.astype(np.int64), n.astype(np.int64)
 
 
-def loglik(log_ab, c: np.ndarray, n: np.ndarray) -> float:
+def loglik(log_ab, c: np.ndarray, n: np.ndarray, w=None) -> float:
+    """Σ_i w_i log BetaBinomial(c_i; n_i, a, b) (w = 1 when None)."""
     a, b = np.exp(log_ab)
-    return float(np.sum(stats.betabinom.logpmf(c, n, a, b)))
+    lp = stats.betabinom.logpmf(c, n, a, b)
+    return float(np.sum(lp) if w is None else lp @ w)
 
 
-def fit(successes, trials) -> BetaFit:
+def fit(successes, trials, clusters=None) -> BetaFit:
     """Beta-binomial maximum likelihood on log(a), log(b) (from a method-of-moments start).
 
     All-equal success rates (no spread beyond binomial noise) drive a + b to infinity: the fit
     then stops at a, b <= 1e6 (p_x all equal to the mean), which the standard errors show.  All
     c = 0 (or all c = n) drives a (or b) to 0: the fit stops at a = e^-10 (b = e^-10); every
     prediction stays finite (degenerate fraction ~1).  :attr:`BetaFit.at_bound` flags both.
-    ``cov`` is the inverse observed information of (log a, log b) (central differences).
+    ``cov`` is the inverse observed information of (log a, log b) (central differences), which
+    assumes independent groups.  ``clusters`` (one label per group, e.g. the prompt): where a
+    label holds more than one group (a prompt drawn again at later steps shares its p, so its
+    groups are correlated) ``cov`` is the cluster-robust sandwich V M V instead, V the inverse
+    observed information, M = C/(C − 1) · (N − 1)/(N − 2) · Σ_clusters s_c s_cᵀ with s_c the sum
+    of the cluster's per-group scores in (log a, log b), C clusters and N groups (the standard
+    cluster-robust covariance with its small-sample factor, as statsmodels'
+    ``sandwich_covariance.cov_cluster``); ``se_method`` says which (few clusters make it noisy).
     Logs with more successes than failures are fitted mirrored (c → n − c, then a ↔ b): the same
     maximum, reached the same way from either side (all c = n then stops at the bound like all
     c = 0 does, instead of wherever the flat likelihood lets the optimizer rest)."""
     c, n = check_counts(successes, trials)
+    if clusters is not None and np.shape(clusters) != c.shape:
+        raise validate.ConfigError(
+            f"clusters: got shape {np.shape(clusters)}; allowed: one label per group {c.shape}"
+        )
     if c.sum() * 2 > n.sum():
-        f = _fit(n - c, n)
+        f = _fit(n - c, n, clusters)
         cov = np.asarray(f.cov)[::-1, ::-1]
-        return BetaFit(f.b, f.a, f.b_se, f.a_se, f.prompts, f.loglik, _as_tuple(cov))
-    return _fit(c, n)
+        return BetaFit(f.b, f.a, f.b_se, f.a_se, f.prompts, f.loglik, _as_tuple(cov), f.se_method)
+    return _fit(c, n, clusters)
 
 
-def _fit(c: np.ndarray, n: np.ndarray) -> BetaFit:
+def _fit(c: np.ndarray, n: np.ndarray, clusters=None) -> BetaFit:
     rate = c / n
     m = float(np.clip(rate.mean(), 1e-3, 1 - 1e-3))
     v = float(max(rate.var(), 1e-4))
     s = max(m * (1 - m) / v - 1, 0.1)
     start = np.log([m * s, (1 - m) * s])
-    res = optimize.minimize(lambda x: -loglik(x, c, n), start, method="L-BFGS-B",
+    pairs, w = np.unique(np.stack([c, n]), axis=1, return_counts=True)  # the likelihood's
+    uc, un = pairs  # sufficient statistic: how many groups have each (c, n)
+    res = optimize.minimize(lambda x: -loglik(x, uc, un, w), start, method="L-BFGS-B",
                             bounds=[(-10, np.log(1e6))] * 2)  # fmt: skip
     a, b = np.exp(res.x)
-    cov = _covariance(res.x, c, n)
+    cov = _covariance(res.x, uc, un, w)
+    method = "observed information (groups independent)"
+    if clusters is not None:
+        cov, method = _cluster_robust(cov, lambda: scores(a, b, c, n), clusters)
     # delta method from log(a), log(b) to a, b
     diag = np.diag(cov)
     se = np.where(diag >= 0, np.sqrt(np.abs(diag)), np.nan)  # NaN: information not definite
     return BetaFit(float(a), float(b), float(a * se[0]), float(b * se[1]), int(c.size),
-                   float(-res.fun), _as_tuple(cov))  # fmt: skip
+                   float(-res.fun), _as_tuple(cov), method)  # fmt: skip
 
 
-def _covariance(x, c, n, h: float = 1e-4) -> np.ndarray:
+def scores(a: float, b: float, c, n) -> np.ndarray:
+    """(N, 2) per-group score of log BetaBinomial(c; n, a, b) in (log a, log b), with
+    t = ψ(a + b) − ψ(n + a + b): a[ψ(c + a) − ψ(a) + t] and b[ψ(n − c + b) − ψ(b) + t]."""
+    c, n = np.asarray(c, np.float64), np.asarray(n, np.float64)
+    t = special.digamma(a + b) - special.digamma(n + a + b)
+    psi = special.digamma
+    return np.stack([a * (psi(c + a) - psi(a) + t), b * (psi(n - c + b) - psi(b) + t)], 1)
+
+
+def cluster_meat(per_group: np.ndarray, clusters) -> tuple[np.ndarray, int]:
+    """C/(C − 1) · (N − 1)/(N − k) · Σ_c s_c s_cᵀ of (N, k) per-group scores summed by cluster
+    (the small-sample factor of the standard cluster-robust covariance), and C."""
+    idx = np.unique(np.asarray(clusters), return_inverse=True)[1].ravel()
+    N, k = per_group.shape
+    C = int(idx.max()) + 1
+    s_c = np.stack([np.bincount(idx, per_group[:, j], C) for j in range(k)], 1)
+    factor = C / max(C - 1, 1) * (N - 1) / max(N - k, 1)
+    return factor * s_c.T @ s_c, C
+
+
+def _cluster_robust(cov, per_group, clusters) -> tuple[np.ndarray, str]:
+    """The sandwich V M V (:func:`fit`) where some cluster holds more than one group;
+    ``per_group()`` gives the (N, k) per-group scores."""
+    C, N = np.unique(np.asarray(clusters)).size, np.size(clusters)
+    if C == N:
+        return cov, "observed information (every prompt in one group: independent)"
+    if C < 2 or not _positive_definite(cov):
+        return np.full_like(cov, np.nan), (f"none: {C} prompt(s) in {N} groups; a "
+                                           "cluster-robust SE needs >= 2 prompts")  # fmt: skip
+    meat, _ = cluster_meat(per_group(), clusters)
+    few = "; few prompts: the SE is itself noisy" if C < 30 else ""
+    return cov @ meat @ cov, f"cluster-robust by prompt ({C} prompts, {N} groups{few})"
+
+
+def _covariance(x, c, n, w=None, h: float = 1e-4) -> np.ndarray:
     """Inverse observed information of (log a, log b) by central differences."""
     H = np.zeros((2, 2))
-    f = lambda d: loglik(x + d, c, n)  # noqa: E731
+    f = lambda d: loglik(x + d, c, n, w)  # noqa: E731
     for i in range(2):
         for j in range(2):
             e_i, e_j = np.eye(2)[i] * h, np.eye(2)[j] * h
@@ -136,11 +189,47 @@ def _covariance(x, c, n, h: float = 1e-4) -> np.ndarray:
 
 def degenerate_fraction(a: float, b: float, G) -> np.ndarray:
     """E[p^G + (1 − p)^G] for p ~ Beta(a, b): the probability that a group of G binary rewards
-    is all-equal (no signal), at each G."""
-    G = np.asarray(G, dtype=np.float64)
-    base = special.betaln(a, b)
-    out = np.exp(special.betaln(a + G, b) - base) + np.exp(special.betaln(a, b + G) - base)
-    return np.clip(out, 0.0, 1.0)  # rounding of betaln at a, b ~ 1e6
+    is all-equal (no signal), at each integer G >= 1 (exactly 1 at G = 1; :func:`_fractions`)."""
+    return _fractions(a, b, G)[0]
+
+
+def informative_fraction(a: float, b: float, G) -> np.ndarray:
+    """1 − :func:`degenerate_fraction`, as a sum of positive terms (no cancellation): exactly 0
+    at G = 1 and accurate to rounding when tiny."""
+    return _fractions(a, b, G)[1]
+
+
+def _fractions(a, b, G) -> tuple[np.ndarray, np.ndarray]:
+    """(degenerate D_G, informative I_G = 1 − D_G) at integer G >= 1, broadcast over a, b, G.
+
+    With m_k = E p^k = Π_{j<k} (a + j)/(a + b + j) and n_k = E(1 − p)^k likewise (products of
+    ratios, no log-gamma differences): D_G = m_G + n_G, and I_G = Σ_{k=1}^{G−1} E[p^k(1 − p) +
+    p(1 − p)^k] = Σ_{k=1}^{G−1} (b m_k + a n_k)/(a + b + k), a sum of positive terms
+    (I_{k+1} − I_k = E[p^k − p^{k+1}] + E[(1 − p)^k − (1 − p)^{k+1}], I_1 = 0).  Where I_G <= 1/2
+    D_G = 1 − I_G, else I_G = 1 − D_G: each is computed directly where it is small, and G = 1
+    gives D = 1, I = 0 exactly (no rounding path)."""
+    a, b = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    Gi = np.asarray(np.rint(np.asarray(G, np.float64)), np.int64)
+    if np.any(Gi != np.asarray(G)) or np.any(Gi < 1):
+        raise validate.ConfigError(f"G: got {np.ravel(G)[:4].tolist()}; allowed: integers >= 1")
+    K = int(Gi.max(initial=1))
+    a, b = a[..., None], b[..., None]
+    j = np.arange(K, dtype=np.float64)
+    one = np.ones(a.shape)
+    m = np.concatenate([one, np.cumprod((a + j) / (a + b + j), axis=-1)], axis=-1)  # m_0..m_K
+    n = np.concatenate([one, np.cumprod((b + j) / (a + b + j), axis=-1)], axis=-1)
+    k = j[1:]
+    terms = (b * m[..., 1:K] + a * n[..., 1:K]) / (a + b + k)  # k = 1..K−1
+    inform = np.concatenate([0 * one, 0 * one, np.cumsum(terms, axis=-1)], axis=-1)  # I_0..I_K
+    shape = np.broadcast_shapes(a.shape[:-1], Gi.shape)
+    at = np.broadcast_to(Gi, shape)[..., None]
+
+    def pick(x):
+        return np.take_along_axis(np.broadcast_to(x, shape + x.shape[-1:]), at, -1)[..., 0]
+
+    D, I = np.minimum(pick(m + n), 1.0), pick(inform)  # noqa: E741
+    small = I <= 0.5
+    return np.where(small, 1.0 - I, D), np.where(small, I, 1.0 - D)
 
 
 def degenerate_fraction_known(V, prompt_probs, G: int) -> float:
@@ -148,12 +237,15 @@ def degenerate_fraction_known(V, prompt_probs, G: int) -> float:
     when the prompts' success rates V and their distribution f are known (a surrogate's truth)."""
     V = np.asarray(V, np.float64)
     f = np.asarray(prompt_probs, np.float64)
+    if G == 1:
+        return 1.0  # one response is always flat (exactly: not Σ f, which rounds)
     return float(f @ (V**G + (1 - V) ** G))
 
 
 def dapo_draws_per_kept_group(a: float, b: float, G) -> np.ndarray:
-    """Expected groups drawn per non-degenerate group kept (DAPO dynamic sampling, no cap)."""
-    return 1.0 / (1.0 - degenerate_fraction(a, b, G))
+    """Expected groups drawn per non-degenerate group kept (DAPO dynamic sampling, no cap):
+    1/(informative fraction), inf exactly at G = 1."""
+    return _inverse(informative_fraction(a, b, G))
 
 
 def _positive_definite(cov: np.ndarray) -> bool:
@@ -166,15 +258,16 @@ def _as_tuple(cov: np.ndarray) -> tuple:
     return tuple(tuple(float(v) for v in row) for row in np.asarray(cov))
 
 
-def _log_normal_draws(center, cov, n: int, seed: int) -> np.ndarray:
-    """(n, K) exp of draws from N(center, cov) (the point repeated when cov is not PD), kept in
-    the fits' box [e^-10, 1e6] (a wide cov at a bound would otherwise overflow)."""
+def _log_normal_draws(point, cov, n: int, seed: int) -> np.ndarray:
+    """(n, K) exp of draws from N(log point, cov) (``point`` itself repeated, not exp(log), when
+    cov is not PD), kept in the fits' box [e^-10, 1e6] (a wide cov at a bound would otherwise
+    overflow)."""
     validate.integer("draws", n, 1)
-    center, cov = np.asarray(center, np.float64), np.asarray(cov, np.float64)
+    point, cov = np.asarray(point, np.float64), np.asarray(cov, np.float64)
     if not _positive_definite(cov):
-        return np.tile(np.exp(center), (n, 1))
+        return np.tile(point, (n, 1))
     rng = np.random.default_rng(seed)
-    x = rng.multivariate_normal(center, (cov + cov.T) / 2, size=n, method="cholesky")
+    x = rng.multivariate_normal(np.log(point), (cov + cov.T) / 2, size=n, method="cholesky")
     return np.exp(np.clip(x, np.log(_LO), np.log(_HI)))
 
 
@@ -186,7 +279,7 @@ def draws(fit: BetaFit, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ab_draws(fit: BetaFit, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    ab = _log_normal_draws(np.log([fit.a, fit.b]), fit.cov, n, seed)
+    ab = _log_normal_draws([fit.a, fit.b], fit.cov, n, seed)
     return ab[:, 0], ab[:, 1]
 
 
@@ -198,27 +291,35 @@ def _band(values: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dapo_draws(frac) -> np.ndarray:
-    """Groups drawn per kept group, 1/(1 − degenerate fraction): inf at 1, NaN stays NaN."""
-    frac = np.asarray(frac, np.float64)
+    """Groups drawn per kept group, 1/(1 − degenerate fraction): inf at 1, NaN stays NaN (from
+    a fit, :func:`dapo_draws_per_kept_group` avoids the subtraction)."""
+    return _inverse(1.0 - np.asarray(frac, np.float64))
+
+
+def _inverse(informative) -> np.ndarray:
+    """1/informative: inf where it is <= 0, NaN stays NaN."""
+    x = np.asarray(informative, np.float64)
     with np.errstate(divide="ignore"):
-        return np.where(frac >= 1.0, np.inf, 1.0 / np.maximum(1.0 - frac, 0.0))
+        return np.where(x <= 0.0, np.inf, 1.0 / np.maximum(x, 0.0))
 
 
 def degenerate_curve(fit: BetaFit, G, *, level: float = 0.95, draws: int = 4000, seed: int = 0):
     """DataFrame over ``G``: ``predicted`` = E[p^G + (1 − p)^G] under Beta(â, b̂), ``lo``/``hi``
     its ``level`` interval over :func:`draws` of (a, b) (equal to ``predicted`` when the fit has
-    no interval), ``dapo_draws`` = 1/(1 − predicted) (inf at predicted = 1) and its interval
-    ``dapo_lo``/``dapo_hi`` (the map is increasing)."""
+    no interval), ``dapo_draws`` = 1/(1 − predicted) (from :func:`informative_fraction`: inf
+    exactly at G = 1) and its interval ``dapo_lo``/``dapo_hi`` (the map is increasing)."""
     import pandas as pd
 
     validate.real("level", level, 0.0, 1.0, open_low=True)
     G = np.atleast_1d(np.asarray(G, np.float64))
     a, b = _ab_draws(fit, draws, seed)
-    predicted = degenerate_fraction(fit.a, fit.b, G)
-    lo, hi = _band(degenerate_fraction(a[:, None], b[:, None], G[None]), level)
+    predicted, informative = _fractions(fit.a, fit.b, G)
+    flat_d, inform_d = _fractions(a[:, None], b[:, None], G[None])
+    lo, hi = _band(flat_d, level)
+    i_lo, i_hi = _band(inform_d, level)
     return pd.DataFrame({"G": G.astype(np.int64), "predicted": predicted, "lo": lo, "hi": hi,
-                         "dapo_draws": dapo_draws(predicted), "dapo_lo": dapo_draws(lo),
-                         "dapo_hi": dapo_draws(hi)})  # fmt: skip
+                         "dapo_draws": _inverse(informative), "dapo_lo": _inverse(i_hi),
+                         "dapo_hi": _inverse(i_lo)})  # fmt: skip
 
 
 def _z(measured: float, se_m: float, predicted: float, se_p: float) -> float:
@@ -230,12 +331,13 @@ def _z(measured: float, se_m: float, predicted: float, se_p: float) -> float:
     return 0.0 if diff == 0 else float(np.copysign(np.inf, diff))
 
 
-def _check_result(flat: np.ndarray, per_group: np.ndarray, per_draw: np.ndarray) -> dict:
+def _check_result(flat: np.ndarray, per_group: np.ndarray, per_draw: np.ndarray,
+                  clusters=None) -> dict:  # fmt: skip
     """The check's numbers from the flat indicators, the fit's per-group probabilities at the
-    point and (draws, groups) at the draws."""
+    point and (draws, groups) at the draws; ``clusters``: :func:`mean_se`."""
     N = flat.size
     measured, predicted = float(flat.mean()), float(per_group.mean())
-    se_m = float(np.sqrt(measured * (1 - measured) / N))
+    se_m = mean_se(flat, clusters)
     se_null = float(np.sqrt(np.sum(per_group * (1 - per_group))) / N)
     se_p = float(np.std(per_draw.mean(axis=1))) if per_draw.shape[0] > 1 else 0.0
     return {"groups": int(N), "measured": measured, "measured_se": se_m,
@@ -243,10 +345,23 @@ def _check_result(flat: np.ndarray, per_group: np.ndarray, per_draw: np.ndarray)
             "z": _z(measured, max(se_m, se_null), predicted, se_p)}  # fmt: skip
 
 
-def logged_check(successes, trials, fit: BetaFit, *, draws: int = 2000, seed: int = 0) -> dict:
+def mean_se(x, clusters=None) -> float:
+    """Standard error of mean(x): √(m(1 − m)/N) for 0/1 x with independent entries (``clusters``
+    None or all distinct), else the cluster-robust √(C/(C − 1) Σ_c (Σ_{i∈c} (x_i − m))²)/N
+    (:func:`cluster_meat` with one parameter), which counts a prompt's repeats as correlated."""
+    x = np.asarray(x, np.float64)
+    m, N = float(x.mean()), x.size
+    if clusters is None or np.unique(np.asarray(clusters)).size in (N, 1):
+        return float(np.sqrt(max(m * (1 - m), 0.0) / N))
+    return float(np.sqrt(cluster_meat((x - m)[:, None], clusters)[0][0, 0]) / N)
+
+
+def logged_check(successes, trials, fit: BetaFit, *, draws: int = 2000, seed: int = 0,
+                 clusters=None) -> dict:  # fmt: skip
     """The fit's check: the logged fraction of flat groups (c ∈ {0, n}) against its prediction.
 
-    ``measured`` = mean 1{c_i ∈ {0, n_i}} with binomial SE √(m(1 − m)/N); ``predicted`` = the
+    ``measured`` = mean 1{c_i ∈ {0, n_i}} with binomial SE √(m(1 − m)/N) (cluster-robust by
+    ``clusters`` where a label repeats, :func:`mean_se`); ``predicted`` = the
     mean over the logged groups of E[p^{n_i} + (1 − p)^{n_i}] at each group's own size n_i
     (unequal sizes), ``predicted_se`` its spread over :func:`draws` of (a, b) (0 when the fit has
     no interval); z = (measured − predicted)/√(se_m² + se_p²), where se_m is the larger of the
@@ -259,7 +374,7 @@ def logged_check(successes, trials, fit: BetaFit, *, draws: int = 2000, seed: in
     per_draw = degenerate_fraction(a[:, None], b[:, None], n[None])
     if not fit.has_interval:
         per_draw = per_draw[:1]
-    return _check_result(flat, degenerate_fraction(fit.a, fit.b, n), per_draw)
+    return _check_result(flat, degenerate_fraction(fit.a, fit.b, n), per_draw, clusters)
 
 
 def count_check(successes, trials, fit: BetaFit, *, min_expected: float = 5.0) -> dict:
@@ -348,13 +463,14 @@ def kappa_mix(spec: str, G: int, a: float, b: float, **shared) -> dict:
 
 
 def _share_hard(d: np.ndarray, G: int, a: float, b: float, t: float) -> float:
-    """E[κ σ 1{p < t}] / E[κ σ] (docstring of :func:`kappa_mix`); NaN when E[κ σ] = 0."""
+    """E[κ σ 1{p < t}] / E[κ σ] (docstring of :func:`kappa_mix`); NaN when E[κ σ] is 0 up to
+    rounding (1e-12 of the sum of |terms|)."""
     s = np.arange(G)
     x, y = a + s + 0.5, b + G - s - 0.5
     log_w = special.gammaln(G) - special.gammaln(s + 1) - special.gammaln(G - s)
     parts = d * np.exp(log_w + special.betaln(x, y) - special.betaln(a, b))
     total = float(np.sum(parts))
-    if total == 0:
+    if abs(total) <= 1e-12 * float(np.sum(np.abs(parts))) or total == 0:  # 0 up to rounding
         return _NAN
     return float(np.sum(parts * special.betainc(x, y, t)) / total)
 
@@ -372,6 +488,7 @@ class DirichletFit:
     prompts: int
     loglik: float
     cov: tuple
+    se_method: str = "observed information (groups independent)"  # or cluster-robust
 
     @property
     def has_interval(self) -> bool:
@@ -429,12 +546,14 @@ def _dm_covariance(log_alpha, x: np.ndarray) -> np.ndarray:
         return np.full_like(H_log, np.nan)
 
 
-def fit_graded(counts) -> DirichletFit:
+def fit_graded(counts, clusters=None) -> DirichletFit:
     """Dirichlet-multinomial maximum likelihood on log α (L-BFGS-B, analytic gradient, from a
     method-of-moments start; unequal group sizes allowed).  Row i of ``counts`` holds how many of
     group i's responses got each support value.  With K = 2 this is the beta-binomial of
     :func:`fit` (α = (a, b) with the first column the successes).  Bounds as in :func:`fit`:
-    α_v ∈ [e^-10, 1e6] (a value never seen drives its α_v to the lower bound)."""
+    α_v ∈ [e^-10, 1e6] (a value never seen drives its α_v to the lower bound).  ``clusters``:
+    the cluster-robust covariance of :func:`fit`, per-group scores in log α
+    α_v [ψ(α0) − ψ(n_i + α0) + ψ(x_iv + α_v) − ψ(α_v)]."""
     x = check_graded(counts)
     rate = x / x.sum(1, keepdims=True)
     m = np.clip(rate.mean(0), 1e-3, None)
@@ -445,10 +564,16 @@ def fit_graded(counts) -> DirichletFit:
                             method="L-BFGS-B", bounds=bounds)  # fmt: skip
     al = np.exp(res.x)
     cov = _dm_covariance(res.x, x)
+    method = "observed information (groups independent)"
+    if clusters is not None:
+        a0, n = al.sum(), x.sum(1, keepdims=True)
+        per_group = lambda: al * (special.digamma(a0) - special.digamma(n + a0)  # noqa: E731
+                                  + special.digamma(x + al) - special.digamma(al))  # fmt: skip
+        cov, method = _cluster_robust(cov, per_group, clusters)
     diag = np.diag(cov)
     se = np.where(diag >= 0, al * np.sqrt(np.abs(diag)), np.nan)
     return DirichletFit(tuple(map(float, al)), tuple(map(float, se)), int(x.shape[0]),
-                        float(-res.fun), _as_tuple(cov))  # fmt: skip
+                        float(-res.fun), _as_tuple(cov), method)  # fmt: skip
 
 
 def degenerate_fraction_graded(alpha, G) -> np.ndarray:
@@ -458,19 +583,20 @@ def degenerate_fraction_graded(alpha, G) -> np.ndarray:
     G = np.asarray(G, np.float64)[..., None]
     rest = al.sum(-1, keepdims=True) - al
     out = np.sum(np.exp(special.betaln(al + G, rest) - special.betaln(al, rest)), axis=-1)
-    return np.clip(out, 0.0, 1.0)
+    return np.where(G[..., 0] == 1, 1.0, np.clip(out, 0.0, 1.0))  # G = 1: flat, exactly
 
 
-def logged_check_graded(counts, fit: DirichletFit, *, draws: int = 2000, seed: int = 0) -> dict:
+def logged_check_graded(counts, fit: DirichletFit, *, draws: int = 2000, seed: int = 0,
+                        clusters=None) -> dict:  # fmt: skip
     """:func:`logged_check` for graded rewards: measured = fraction of groups whose responses
     all got one value, predicted = mean over the groups of Σ_v E[p_v^{n_i}] at each group's size
     (:func:`degenerate_fraction_graded`), its SE over draws of log α ~ N(log α̂, cov)."""
     x = check_graded(counts)
     n = x.sum(1)
     flat = (x.max(1) == n).astype(np.float64)
-    al = _log_normal_draws(np.log(fit.alpha), fit.cov, draws if fit.has_interval else 1, seed)
+    al = _log_normal_draws(fit.alpha, fit.cov, draws if fit.has_interval else 1, seed)
     per_draw = degenerate_fraction_graded(al[:, None, :], n[None, :])
-    return _check_result(flat, degenerate_fraction_graded(fit.alpha, n), per_draw)
+    return _check_result(flat, degenerate_fraction_graded(fit.alpha, n), per_draw, clusters)
 
 
 def degenerate_unbiased(groups_of_rewards, G) -> np.ndarray:
@@ -485,6 +611,7 @@ def degenerate_unbiased(groups_of_rewards, G) -> np.ndarray:
         validate.finite_array("rewards", g)
     Gs = np.atleast_1d(np.asarray(G, np.float64))
     out = np.mean([_flat_ustat(g, Gs) for g in groups], axis=0)
+    out[Gs == 1] = 1.0  # one response is always flat (exactly, not a sum of rounded ratios)
     out[Gs > min(g.size for g in groups)] = np.nan
     return out if np.ndim(G) else out[0]
 
@@ -597,7 +724,7 @@ def _no_gstar(reason: str, **known) -> dict:
 
 
 def gstar(rewards, proxy, group, norms, G: int, *, level: float = 0.95, boot: int = 2000,
-          seed: int = 0) -> dict:  # fmt: skip
+          seed: int = 0, clusters=None) -> dict:  # fmt: skip
     """MSE-optimal group size G* = 1 + √(C3/c1) of the loo estimator at a fixed budget N = B·G
     (DESIGN §3; the recovery of c1 and C3 from a run's log is gpolab's derivation).
 
@@ -610,9 +737,12 @@ def gstar(rewards, proxy, group, norms, G: int, *, level: float = 0.95, boot: in
     squares over >= 2 batch sizes (each with >= 2 rows), give ‖g‖² and T, then
     :func:`constants_from_proxy` gives c1, C2, C3.  ``gstar_lo``/``gstar_hi``: ``level``
     percentile interval over ``boot`` bootstrap replicates (groups resampled, norm rows resampled
-    within each batch size; seeded); ``c1_se``, ``C3_se`` the bootstrap SDs.  ``reason`` is None
-    when G* is given, else says why not (no proxy, < 2 batch sizes, no group of >= 3, c1 not
-    resolved above 0: then ``gstar`` is None and ``gstar_lo`` the lower bound the data allow)."""
+    within each batch size; seeded; with ``clusters``, one label per response such as the
+    prompt, whole clusters of groups are resampled: the cluster bootstrap, since a prompt's
+    groups at different steps are not independent); ``c1_se``, ``C3_se`` the bootstrap SDs.
+    ``reason`` is None when G* is given, else says why not (no proxy, < 2 batch sizes, no group
+    of >= 3, c1 not resolved above 0: then ``gstar`` is None and ``gstar_lo`` the lower bound
+    the data allow)."""
     validate.integer("G", G, 2)
     validate.integer("boot", boot, 10)
     if proxy is None:
@@ -628,7 +758,8 @@ def gstar(rewards, proxy, group, norms, G: int, *, level: float = 0.95, boot: in
     var = np.array([max(r.var(ddof=1), 1e-12 * r.mean() ** 2, 1e-300) / r.size for r in rows])
     g_sq, T = _line(np.array([r.mean() for r in rows]), var, sizes)
     point = constants_from_proxy(s, a, g_sq, T, G)
-    reps = _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed)
+    cl = None if clusters is None else _group_clusters(rewards, proxy, group, clusters)
+    reps = _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, cl)
     lo, hi = _band(reps[:, 0], level)
     out = {**point, "g_sq": g_sq, "T": T, "s": s, "a": a, "c1_se": float(reps[:, 1].std()),
            "C3_se": float(reps[:, 2].std()), "gstar_lo": float(lo),
@@ -642,15 +773,35 @@ def gstar(rewards, proxy, group, norms, G: int, *, level: float = 0.95, boot: in
     return {**out, "gstar": _g_star(point["c1"], point["C3"]), "reason": None}
 
 
-def _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed) -> np.ndarray:
-    """(boot, 3) replicates of (G*, c1, C3): groups resampled, norm rows within batch size."""
+def _group_clusters(rewards, proxy, group, clusters) -> np.ndarray:
+    """The cluster index of each group :func:`proxy_moments` keeps (a group's first label)."""
+    z, _, idx = _groups(rewards, proxy, group)
+    labels = np.asarray(clusters).ravel()
+    if labels.size != z.size:
+        raise validate.ConfigError(
+            f"clusters: got {labels.size} labels for {z.size} responses; allowed: one each"
+        )
+    first = np.full(idx.max() + 1, -1)
+    first[idx[::-1]] = np.arange(idx.size)[::-1]
+    code = np.unique(labels, return_inverse=True)[1].ravel()
+    return code[first][np.bincount(idx) >= 3]
+
+
+def _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, clusters=None) -> np.ndarray:
+    """(boot, 3) replicates of (G*, c1, C3): groups (or whole clusters of groups) resampled,
+    norm rows within batch size."""
     rng = np.random.default_rng(seed)
     out = np.empty((boot, 3))
+    code = np.arange(s_x.size) if clusters is None else np.unique(clusters, return_inverse=True)[1]
+    C = int(code.max()) + 1
+    sums_s, sums_a = np.bincount(code, s_x, C), np.bincount(code, a_x, C)
+    count = np.bincount(code, minlength=C).astype(np.float64)
     for k in range(boot):
-        i = rng.integers(0, s_x.size, s_x.size)
+        i = rng.integers(0, C, C)
         means = np.array([r[rng.integers(0, r.size, r.size)].mean() for r in rows])
         g_sq, T = _line(means, var, sizes)
-        c = constants_from_proxy(s_x[i].mean(), a_x[i].mean(), g_sq, T, G)
+        m = count[i].sum()
+        c = constants_from_proxy(sums_s[i].sum() / m, sums_a[i].sum() / m, g_sq, T, G)
         out[k] = _g_star(c["c1"], c["C3"]), c["c1"], c["C3"]
     return out
 
