@@ -50,6 +50,45 @@ def test_draws_without_cap_limit():
     assert d.per_kept == pytest.approx(1 / q, rel=1e-12)
 
 
+@pytest.mark.parametrize("q,B,max_draws", [(0.3, 4, 24), (0.2, 6, 30), (0.9, 3, 12)])
+def test_uncapped_loop_cost_against_simulated_loop(q, B, max_draws):
+    """verl's loop without a cap (a cap it never reaches here) costs uncapped_batches(q, B)
+    groups drawn per kept group, more than the per-group rate 1/q (the last batch's surplus is
+    discarded): both against the literal loop."""
+    assert dynamic.draws(q, B, max_draws).cap_prob < 1e-9  # the cap is never reached
+    batches, kept = _simulate_draws(q, B, max_draws, n=100_000)
+    assert (kept == B).all()
+    exact_value, se = dynamic.uncapped_batches(q, B), batches.std() / np.sqrt(len(batches))
+    assert abs(batches.mean() - exact_value) < 4 * se, (exact_value, batches.mean(), se)
+    assert exact_value - 1 / q > 8 * se  # power: the rate 1/q is rejected
+
+
+def test_uncapped_loop_cost_limits_and_series():
+    """B = 1: exactly 1/q; q = 1: one batch; q → 0: 1/q + (B − 1)/(2B); and the capped series
+    Σ_{n<N} P(Bin(nB, q) < B) of :func:`dynamic.draws` at a cap it never reaches."""
+    assert dynamic.uncapped_batches(0.25, 1) == pytest.approx(4.0, rel=1e-14)
+    assert dynamic.uncapped_batches(1.0, 7) == pytest.approx(1.0, rel=1e-14)
+    assert dynamic.uncapped_batches(0.0, 7) == np.inf
+    q = 1e-7
+    assert dynamic.uncapped_batches(q, 8) - 1 / q == pytest.approx(7 / 16, rel=1e-4)
+    for q, B in ((0.3, 4), (0.07, 8), (0.95, 16), (0.5, 5)):
+        series = dynamic.draws(q, B, 4000).batches
+        assert dynamic.uncapped_batches(q, B) == pytest.approx(series, rel=1e-12), (q, B)
+
+
+def test_columns_name_the_rate_and_the_loop():
+    """The dynamic columns: the per-group rate 1/q under its own name, verl's uncapped loop cost
+    beside it; the old name (which held 1/q as if it were the loop's cost) is gone."""
+    truth = bandit.exact(bandit.make(0, **HARD))
+    G, B = 2, 8
+    q = dynamic.nondegenerate_prob(truth, G)
+    cols = dynamic.columns(truth, "loo", G, B, max_draws=8)
+    assert cols[dynamic.RATE_COLUMN] == pytest.approx(1 / q, rel=1e-12)
+    assert cols[dynamic.LOOP_COLUMN] == pytest.approx(dynamic.uncapped_batches(q, B), rel=1e-12)
+    assert cols[dynamic.LOOP_COLUMN] > cols[dynamic.RATE_COLUMN] + 0.1
+    assert "theory_draws_per_kept_group_nocap" not in cols
+
+
 @pytest.mark.parametrize("spec", ["vanilla", "loo", "mean", "grpo"])
 def test_nondegenerate_moments_by_enumeration(spec):
     """E[ĝ_x; nondeg] = κ^nd_x g_x and E[‖ĝ_x‖²; nondeg] against every (action, reward)^G
@@ -132,6 +171,8 @@ def test_sweep_rows_against_theory_and_cap_warning(capsys):
     se = (df["draws_per_kept_group_ci_high"] - df["draws_per_kept_group"]) / engine.Z95
     z = (df["draws_per_kept_group"] - df["theory_draws_per_kept_group"]) / se
     assert (z.abs() < 4).all(), z.tolist()
+    assert (df[dynamic.LOOP_COLUMN] > df[dynamic.RATE_COLUMN]).all()  # B = 3: a surplus
+    assert "theory_draws_per_kept_group_nocap" not in df
 
 
 def test_dynamic_needs_a_mini_batch():

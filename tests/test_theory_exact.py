@@ -145,16 +145,34 @@ def test_grpo_kappa_asymptotics(eps):
         assert abs(1 - sigma * k - eps / sigma - c / G) < 30 / G**2, (G, k)
 
 
-def test_kappa_vectorised_over_p():
-    G = 8
-    t = ex.registry_table("grpo", G)
-    p = np.linspace(0, 1, 11)
+def grpo_kappa_by_counts(G, p, ddof, eps):
+    """κ of gpolab's grpo by enumeration over the group's success count, in numpy alone: a
+    success among T successes gets (1 − T/G)/(s_T + eps), a failure (−T/G)/(s_T + eps),
+    s_T² = T(G − T)/(G(G − ddof)) (0 for an all-equal group); κ = E[A | success] −
+    E[A | failure], the other G − 1 rewards holding S ~ Bin(G − 1, p) successes."""
+    from math import comb
+
+    def adv(z, T):
+        s = np.sqrt(T * (G - T) / (G * (G - ddof)))
+        return 0.0 if T in (0, G) else (z - T / G) / (s + eps)
+
+    def pmf(S, q):
+        return comb(G - 1, S) * q**S * (1 - q) ** (G - 1 - S)  # 0.0**0 == 1.0: exact at p = 0, 1
+
+    return np.array([sum(pmf(S, q) * (adv(1, S + 1) - adv(0, S)) for S in range(G))
+                     for q in np.ravel(p)]).reshape(np.shape(p))  # fmt: skip
+
+
+@pytest.mark.parametrize("G, ddof, eps", [(4, 0, 0.0), (5, 1, 1e-4), (8, 1, 1e-6), (8, 0, 1e-2)])
+def test_kappa_vectorised_over_p(G, ddof, eps):
+    """κ over an array of p (any shape, p = 0 and 1 included) against a numpy enumeration over
+    binomial counts of grpo's own definition (no table, no scipy)."""
+    t = ex.registry_table("grpo", G, ddof=ddof, eps=eps)
+    p = np.concatenate([[0.0, 1e-3], np.linspace(0.05, 0.95, 8), [1 - 1e-3, 1.0]]).reshape(3, 4)
     k = ex.kappa(t, G, p)
-    assert k.shape == (11,) and np.all(np.isfinite(k))
-    np.testing.assert_allclose(k, [float(ex.kappa(t, G, q)) for q in p], rtol=RTOL)
-    # p → 0: κ → f(1, 0) − f(0, 0), the advantage of a lone success ((1 − 1/G)/s, s = √(1/G))
-    np.testing.assert_allclose(k[0], (1 - 1 / G) * np.sqrt(G) / (1 + 1e-4 * np.sqrt(G)), rtol=RTOL)
-    np.testing.assert_allclose(k, k[::-1], rtol=1e-12)  # symmetric in p ↔ 1 − p
+    assert k.shape == (3, 4)
+    np.testing.assert_allclose(k, grpo_kappa_by_counts(G, p, ddof, eps), rtol=1e-12)
+    assert np.ptp(k) > 0.01  # κ varies with p: the comparison has power
 
 
 # ------------------------------------------------------------------ count_table's checks
@@ -179,6 +197,15 @@ def test_count_table_rejects(fn, words):
     truth = types.SimpleNamespace(prompt_probs=[1.0], V=[0.5], g_local=[[0.1]], g=[0.1], S2=[1.0],
                                   e_wz2=[0.5])  # fmt: skip
     assert np.isnan(ex.mse(truth, t, 4)) and np.isnan(ex.bias_sq(truth, t, 4))
+
+
+@pytest.mark.parametrize("G", [4, 200])  # copies of a group fill the batch; at G = 200, alone
+def test_count_table_sees_batch_coupling_at_every_G(G):
+    mean = lambda r: r - r.mean(-1, keepdims=True)  # noqa: E731
+    assert ex.count_table(mean, G, strict=False).ok
+    for fn in (lambda r: estimators.grpo_advantages(r, scale="batch"),
+               lambda r: mean(r) / jnp.sqrt(jnp.mean(mean(r) ** 2) + 1e-8)):  # fmt: skip
+        assert "batch-scoped" in ex.count_table(fn, G, strict=False).reason
 
 
 def test_registry_batch_scale_not_ok():
@@ -314,16 +341,32 @@ def test_mc_grpo_minibatch_and_loglinear(kind, B):
         assert abs(exact - ex.mse(bandit.exact(params), table, 4) / B) > 8 * se
 
 
+# the built-in entries the registry records as not reward-only: the speed-up of 0c5ffe0 let their
+# tables skip the group-scope check (two of them got invented tables); each must be refused,
+# except verl/opo, reward-only when every response has the same length
+NOT_REWARD_ONLY = {"oracle": "needs baseline", "verl/remax": "needs greedy",
+                   "verl/gpg": "batch-scoped", "verl/reinforce_plus_plus_baseline": "batch-scoped",
+                   "openrlhf/reinforce_baseline": "batch-scoped", "verl/opo": ""}  # fmt: skip
+
+
 @pytest.mark.parametrize("G", [3, 6])
 def test_builtin_tables_pass_the_checks_they_are_trusted_to_skip(G):
-    """registry_table skips the group-scope and permutation checks for built-in entries (two more
-    compilations each); every built-in reward-only entry passes them in full."""
-    names = [n for n, e in estimators.REGISTRY.items()
-             if not e.user and e.reward_only_for() and G >= e.min_group]  # fmt: skip
-    assert {"vanilla", "loo", "mean", "grpo", "ustat"} <= set(names)
-    for name in names:
-        table = ex.registry_table(name, G)
-        fn = ex.advantage_fn(*estimators.bind(name, {}))
-        full = ex.count_table(fn, G, name=name)  # trusted=False: every check
-        np.testing.assert_array_equal(full.a1, table.a1)
-        np.testing.assert_array_equal(full.a0, table.a0)
+    """Every built-in entry, the ones the registry records as not reward-only included: a table
+    exactly for the reward-only ones (verl/opo at a constant length), a reason for the others.
+    The batch-scoped entries are refused by the record and by count_table's group-scope check
+    on their own function alone (a wrong record is caught too)."""
+    builtins = {n: e for n, e in estimators.REGISTRY.items() if not e.user}
+    assert {n for n, e in builtins.items() if not e.reward_only_for()} == set(NOT_REWARD_ONLY)
+    const = {"lengths": lambda r: np.full(r.shape, 7.0, r.dtype)}
+    for name, entry in builtins.items():
+        if G < estimators.minimum_G(name):
+            continue
+        table = ex.registry_table(name, G, strict=False, length=7.0)
+        words = NOT_REWARD_ONLY.get(name, "")
+        assert table.ok == (not words) and words in table.reason, (name, table.reason)
+        if entry.scope == "batch" and set(entry.needs) <= {"lengths"}:  # without the record
+            fn = ex.advantage_fn(*estimators.bind(name, {}), const if entry.needs else {})
+            full = ex.count_table(fn, G, name=name, strict=False)
+            assert not full.ok and "batch-scoped" in full.reason, (name, full.reason)
+        if entry.needs:  # without a constant length nothing but the rewards is known
+            assert "needs" in ex.registry_table(name, G, strict=False).reason

@@ -88,6 +88,8 @@ def make(
     are Gaussian; success probabilities are Beta(``success_a``, ``success_b``), so prompts have
     heterogeneous V(x); prompts are uniform.  ``lengths``: the response-length model of
     :func:`length_table` (its draw uses its own fold of ``key``: the other draws do not change).
+    Every draw is made in float32 and cast to the default precision, so float64 mode (``x64``)
+    gives the same instance for the same ``key``.
     """
     check_instance(kind, prompts, actions, dim, logit_scale, success_a, success_b)
     check_lengths(lengths, length_min, length_max)
@@ -96,7 +98,16 @@ def make(
     table = length_table(
         jax.random.fold_in(key, LENGTHS_TAG), params.success, lengths, length_min, length_max
     )
-    return params.replace(lengths=table)
+    # one instance per seed whatever the precision: drawn in float32, then cast (float64 mode
+    # holds the same numbers); the uniform f is exact in either precision
+    real = jnp.zeros(()).dtype
+    return params.replace(
+        theta=params.theta.astype(real),
+        features=params.features.astype(real),
+        success=params.success.astype(real),
+        prompt_probs=jnp.full((prompts,), 1.0 / prompts, real),
+        lengths=table.astype(real),
+    )
 
 
 def check_lengths(lengths="one", length_min=50, length_max=1000) -> None:
@@ -118,7 +129,7 @@ def length_table(key, success: jax.Array, model: str, lo: int, hi: int) -> jax.A
     if model == "one":
         return jnp.ones_like(success)
     if model == "independent":
-        draw = jax.random.randint(key, success.shape, lo, hi + 1)
+        draw = jax.random.randint(key, success.shape, lo, hi + 1, jnp.int32)
         return draw.astype(success.dtype)
     frac = 1 - success if model == "longer-when-wrong" else success
     return jnp.round(lo + (hi - lo) * frac)
@@ -141,15 +152,16 @@ def check_instance(
 @partial(jax.jit, static_argnums=(1, 2, 3, 4))
 def _draw(key, prompts, actions, kind, dim, logit_scale, success_a, success_b) -> BanditParams:
     """One compiled draw (eager dispatch would compile the Beta sampler op by op)."""
+    f32 = jnp.float32  # whatever the precision mode (:func:`make` casts)
     k_theta, k_feat, k_succ = jax.random.split(key, 3)
-    success = jax.random.beta(k_succ, success_a, success_b, (prompts, actions))
-    probs = jnp.full((prompts,), 1.0 / prompts)
+    success = jax.random.beta(k_succ, f32(success_a), f32(success_b), (prompts, actions), f32)
+    probs = jnp.full((prompts,), 1.0 / prompts, f32)
     if kind == "tabular":
-        theta = logit_scale * jax.random.normal(k_theta, (prompts, actions))
-        features = jnp.zeros((prompts, actions, 0))
+        theta = f32(logit_scale) * jax.random.normal(k_theta, (prompts, actions), f32)
+        features = jnp.zeros((prompts, actions, 0), f32)
     else:
-        theta = logit_scale * jax.random.normal(k_theta, (dim,))
-        features = jax.random.normal(k_feat, (prompts, actions, dim)) / np.sqrt(dim)
+        theta = f32(logit_scale) * jax.random.normal(k_theta, (dim,), f32)
+        features = jax.random.normal(k_feat, (prompts, actions, dim), f32) / f32(np.sqrt(dim))
     return BanditParams(theta, features, success, probs, tabular=kind == "tabular")
 
 

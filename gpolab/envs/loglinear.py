@@ -108,11 +108,11 @@ def make(
     if p_high >= 1.0 or p_equal >= 1.0:
         raise validate.ConfigError("p_high, p_equal: got 1; allowed: numbers in (0, 1)")
     key = jax.random.key(key) if isinstance(key, int) else key
-    k_u, k_w, k_n = jax.random.split(key, 3)
+    k_u, k_w, k_n = jax.random.split(key, 3)  # float32 draws: the same instance in float64 mode
     rows = 1 if equal else prompts
-    u = np.array(jax.random.normal(k_u, (rows, responses, block)), np.float64)
+    u = np.array(jax.random.normal(k_u, (rows, responses, block), jnp.float32), np.float64)
     u *= bound / np.linalg.norm(u, axis=-1, keepdims=True)
-    w = np.array(jax.random.normal(k_w, (block,)), np.float64)
+    w = np.array(jax.random.normal(k_w, (block,), jnp.float32), np.float64)
     w /= np.linalg.norm(w)
     if equal:
         q = np.full(prompts, p_equal)
@@ -120,7 +120,7 @@ def make(
     else:
         q = np.geomspace(p_low, p_high, prompts) if prompts > 1 else np.array([p_low])
     n_correct = np.clip(np.round(q * responses), 1, responses - 1).astype(int)
-    noise = np.asarray(jax.random.normal(k_n, (rows, responses)), np.float64) * bound
+    noise = np.asarray(jax.random.normal(k_n, (rows, responses), jnp.float32), np.float64) * bound
     noise = np.broadcast_to(noise / np.sqrt(block), (prompts, responses))
     score = align * (u @ w) + np.sqrt(1.0 - align**2) * noise
     rank = np.argsort(np.argsort(-score, axis=-1), axis=-1)  # 0 = largest score

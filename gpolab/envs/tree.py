@@ -67,9 +67,11 @@ def make_finite(
     validate.real("b", b, low=0.0, open_low=True)
     key = jax.random.key(key) if isinstance(key, int) else key
     k_l, k_v = jax.random.split(key)
-    return FiniteThoughts(
-        logit_scale * jax.random.normal(k_l, (thoughts,)), jax.random.beta(k_v, a, b, (thoughts,))
-    )
+    # drawn in float32 and cast: float64 mode gives the same thoughts for the same key
+    f32, real = jnp.float32, jnp.zeros(()).dtype
+    logits = f32(logit_scale) * jax.random.normal(k_l, (thoughts,), f32)
+    values = jax.random.beta(k_v, f32(a), f32(b), (thoughts,), f32)
+    return FiniteThoughts(logits.astype(real), values.astype(real))
 
 
 def sample_thoughts(key: jax.Array, params, K: int):

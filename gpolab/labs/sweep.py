@@ -149,12 +149,13 @@ class Config:
 
     def validate(self) -> None:
         validate.choice("env", self.env, ENVS)
-        validate.integer("seeds", self.seeds, 1)
+        validate.seeds("seeds", self.seeds, 1)
         validate.integer("chunk", self.chunk, 0)
         validate.integer("seed", self.seed, 0)
         validate.choice("ddof", self.ddof, (0, 1))
         validate.real("eps", self.eps, low=0.0)
         if self.env in ("bandit", "arithmetic"):
+            validate.group_sizes("G", self.G)
             _validate_lengths(self)
             for name in self.estimators:
                 for G in self.G:
@@ -742,8 +743,10 @@ def report(cfg: Config, tables: dict) -> str:
     if cfg.env != "tree" and (cfg.loss_agg != default or cfg.lengths != "one"):
         cols = ["loss_agg", "lengths", *cols, "cos", "scaled_mse"]
     if cfg.env == "bandit" and cfg.dynamic_sampling:  # cost, and what it buys at equal cost
+        from gpolab.theory import dynamic
+
         cols = ["estimator", "G", "mse", "theory_mse", "degenerate_frac", "draws_per_kept_group",
-                "theory_draws_per_kept_group", "theory_draws_per_kept_group_nocap",
+                "theory_draws_per_kept_group", dynamic.LOOP_COLUMN, dynamic.RATE_COLUMN,
                 "responses_per_step", "plain_B", "plain_mse", "scaled_mse", "plain_scaled_mse",
                 "cos", "plain_cos"]  # fmt: skip
     return table_text(tables["results"], cols)
@@ -757,7 +760,9 @@ def joint_test(rows, by=("policy", "estimator")) -> dict | None:
     are independent and Σ_G z² ~ χ²(#cells) under the theory; the estimators of one G share draws
     (and some coincide), so they are combined by Bonferroni: joint p = min(1, E · min_e p_e),
     valid under any dependence.  (On the arithmetic surrogate the theory's Monte Carlo S2 is
-    shared by every G of a policy: there the χ² is approximate.)"""
+    shared by every G of a policy: there the χ² is approximate.)  A cell with no finite z (fewer
+    than 2 seeds, an overflowed estimator) makes every p NaN with its ``reason``: a NaN is never
+    a pass (``min(1, nan)`` used to read 1)."""
     import numpy as np
     from scipy.stats import chi2
 
@@ -765,13 +770,29 @@ def joint_test(rows, by=("policy", "estimator")) -> dict | None:
     if rows.empty:
         return None
     se = np.hypot(rows["mse_se"].astype(float), rows["theory_mse_se"].fillna(0).astype(float))
-    z2 = ((rows["mse"] - rows["theory_mse"]) / se) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z2 = ((rows["mse"].astype(float) - rows["theory_mse"].astype(float)) / se) ** 2
     keys = [k for k in by if k in rows and rows[k].notna().any()]
     per = rows.assign(z2=z2).groupby(keys, sort=False)["z2"].agg(["sum", "count"])
     p = chi2.sf(per["sum"], per["count"])
+    bad = ~np.isfinite(z2.to_numpy())
+    if bad.any():  # a NaN is never a pass: no p-value where a cell has no finite z
+        return {"cells": len(rows), "groups": len(per), "min_p": math.nan, "worst": None,
+                "joint_p": math.nan, "max_abs_z": math.nan,
+                "reason": f"{int(bad.sum())} of {len(rows)} cells have no finite z "
+                          f"({_no_z_reason(rows[bad])})"}  # fmt: skip
     return {"cells": len(rows), "groups": len(per), "min_p": float(np.min(p)),
             "worst": per.index[int(np.argmin(p))], "joint_p": min(1.0, len(per) * float(np.min(p))),
-            "max_abs_z": float(np.sqrt(z2.max()))}  # fmt: skip
+            "max_abs_z": float(np.sqrt(z2.max())), "reason": None}  # fmt: skip
+
+
+def _no_z_reason(rows) -> str:
+    """Why the cells ``rows`` have no finite z."""
+    if "n_seeds" in rows and (rows["n_seeds"].astype(float) < 2).any():
+        return "fewer than 2 seeds: no standard error"
+    if not np.isfinite(rows["mse"].astype(float)).all():
+        return "a non-finite Monte Carlo MSE: the estimator overflowed or divided by zero"
+    return "a zero or non-finite standard error"
 
 
 def agreement(results) -> list[str]:
@@ -779,7 +800,9 @@ def agreement(results) -> list[str]:
     lines = []
     for env, rows in results.groupby("env", sort=False):
         t = joint_test(rows)
-        if t is not None:
+        if t is not None and t["reason"] is not None:
+            lines.append(f"{env}: joint p = nan: {t['reason']} (no test, not a pass)")
+        elif t is not None:
             lines.append(
                 f"{env}: {t['cells']} cells with exact theory; per estimator, sum of z^2 over its "
                 f"G (independent draws) vs chi^2: smallest p {t['min_p']:.3g} ({t['worst']}); "

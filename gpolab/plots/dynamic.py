@@ -10,6 +10,7 @@ import numpy as np
 
 from gpolab.plots import pyplot, save, seeds_label
 from gpolab.plots.sweep import LABELS
+from gpolab.theory.dynamic import LOOP_COLUMN, RATE_COLUMN
 
 
 def dynamic_figure(tables: dict, path) -> Path:
@@ -24,8 +25,9 @@ def dynamic_figure(tables: dict, path) -> Path:
 
 def dynamic_panels(df, path: str | Path, title: str = "") -> Path:
     """(1) groups drawn per kept group vs G: measured (95% CI), exact with the cap (dashed),
-    1/q without (dotted); (2) MSE of the kept-groups estimate (solid) and of plain sampling with
-    the same mean responses per step (dashed); (3) the same for the scaled MSE."""
+    verl's loop without it (dash-dot) and the per-group rate 1/q (dotted); (2) MSE of the
+    kept-groups estimate (solid) and of plain sampling with the same mean responses per step
+    (dashed); (3) the same for the scaled MSE."""
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), constrained_layout=True)
     first = df.drop_duplicates("G").sort_values("G")
@@ -34,7 +36,10 @@ def dynamic_panels(df, path: str | Path, title: str = "") -> Path:
     ci = first["draws_per_kept_group_ci_high"] - first["draws_per_kept_group"]
     ax.errorbar(G, first["draws_per_kept_group"], yerr=ci, fmt="ko", mfc="none", label="measured")
     ax.plot(G, first["theory_draws_per_kept_group"], "k--", label="exact (verl batches, cap)")
-    ax.plot(G, first["theory_draws_per_kept_group_nocap"], "k:", label="1/q (per group, no cap)")
+    if LOOP_COLUMN in first:  # tables saved before the column existed lack it
+        ax.plot(G, first[LOOP_COLUMN], "-.", color="0.6", label="exact (verl batches, no cap)")
+    rate = RATE_COLUMN if RATE_COLUMN in first else "theory_draws_per_kept_group_nocap"
+    ax.plot(G, first[rate], "k:", label="1/q (per group: no batches, no cap)")
     ax.set(ylabel="groups drawn / groups kept", title="cost")
     for i, (name, sub) in enumerate(df.groupby("estimator", sort=False)):
         sub, c = sub.sort_values("G"), f"C{i}"

@@ -18,6 +18,20 @@ the kept count after n batches is Bin(nB, q), and with a cap of N_max batches
     E[batches] = Σ_{n=0}^{N_max−1} P(Bin(nB, q) < B),   P(cap) = P(Bin(N_max B, q) < B),
     k = min(B, Bin(N_max B, q))  groups kept.
 
+Two costs without a cap (groups drawn per group kept):
+
+* 1/q, the per-group rate (:data:`RATE_COLUMN`): a loop that keeps every non-degenerate group it
+  draws (OpenRLHF's one-prompt-at-a-time replacement) pays exactly this;
+* verl's loop pays more (:data:`LOOP_COLUMN`, :func:`uncapped_batches`): with T the draw index
+  of the B-th kept group it draws N = ⌈T/B⌉ whole batches, keeps B and discards the surplus
+  NB − T = (−T) mod B.  T = B + F, F ~ NegBin(B, q) failures, E T = B/q, so
+
+      E[groups drawn per kept group] = E[N] = 1/q + E[(−F) mod B]/B,
+      P(F ≡ j mod B) = (1/B) Σ_{k=0}^{B−1} ω^{−jk} φ(ω^k),   φ(z) = (q/(1 − (1 − q) z))^B,
+
+  ω = e^{2πi/B}: the roots-of-unity filter of F's generating function φ, B terms, exact (no
+  truncated series).  B = 1: 1/q; q → 0: 1/q + (B − 1)/(2B) (the surplus becomes uniform).
+
 Given k, the kept groups are iid draws of a group conditioned on being non-degenerate (the
 selection reads only the iid indicators): prompt x with probability f(x) q_x / q, q_x =
 1 − V^G − (1 − V)^G.  With μ = E[ĝ | kept] and s = E[‖ĝ‖² | kept] (global coordinates), the
@@ -54,6 +68,23 @@ def nondegenerate_prob(truth, G: int) -> float:
     if G == 1:  # verl keeps single-response groups (``len(metric_vals) == 1``)
         return 1.0
     return 1.0 - difficulty.degenerate_fraction_known(truth.V, truth.prompt_probs, G)
+
+
+RATE_COLUMN = "theory_draws_per_nondegenerate_group"  # 1/q: per-group rate, no batches, no cap
+LOOP_COLUMN = "theory_draws_per_kept_group_uncapped"  # verl's loop without a cap: E[N]
+
+
+def uncapped_batches(q: float, B: int) -> float:
+    """E[generation batches per step] = E[groups drawn per kept group] of verl's loop without a
+    cap, for kept-probability ``q`` and B groups per batch (module docstring; inf at q = 0)."""
+    validate.integer("B", B, 1)
+    if q <= 0:
+        return float("inf")
+    k = np.arange(B)
+    phi = (q / (1 - (1 - q) * np.exp(2j * np.pi * k / B))) ** B
+    residue = np.real(np.exp(-2j * np.pi * np.outer(k, k) / B) @ phi) / B  # P(F ≡ j mod B)
+    surplus = (-k) % B
+    return 1.0 / q + float(np.clip(residue, 0.0, 1.0) @ surplus) / B
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,15 +147,18 @@ def kept_moments(truth, table, G: int) -> tuple[np.ndarray, float, float]:
 
 
 def columns(truth, spec: str, G: int, B: int, max_draws: int, length=1, **shared) -> dict:
-    """Exact columns of a dynamic-sampling row: draw counts for any estimator; mean, MSE and
-    scaled MSE of the kept-groups estimate for count-table estimators (else NaN)."""
+    """Exact columns of a dynamic-sampling row: draw counts for any estimator (with the cap;
+    without it, verl's loop (:data:`LOOP_COLUMN`) and the per-group rate 1/q
+    (:data:`RATE_COLUMN`)); mean, MSE and scaled MSE of the kept-groups estimate for count-table
+    estimators (else NaN: :func:`gpolab.theory.exact.registry_table` decides, every check run)."""
     from gpolab.theory import exact
 
     q = nondegenerate_prob(truth, G)
     d = draws(q, B, max_draws)
     out = {
         "theory_draws_per_kept_group": d.per_kept,
-        "theory_draws_per_kept_group_nocap": 1.0 / q if q > 0 else float("inf"),
+        RATE_COLUMN: 1.0 / q if q > 0 else float("inf"),
+        LOOP_COLUMN: uncapped_batches(q, B),
         "theory_cap_reached_frac": d.cap_prob,
         "theory_kept_groups": d.kept,
         "theory_responses_per_step": d.batches * B * G,

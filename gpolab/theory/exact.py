@@ -36,6 +36,7 @@ for every pair of reward values, which g_x does not determine beyond two values:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -94,37 +95,39 @@ def canonical_groups(G: int) -> np.ndarray:
     return binary_groups(G, np.float64)
 
 
-def _evaluate(fn: Callable, rewards: np.ndarray) -> tuple[np.ndarray, str]:
-    """``fn`` on ``rewards`` in float64 (JAX's x64 mode when available), as a numpy array."""
+@contextlib.contextmanager
+def _precision():
+    """JAX's x64 mode while inside (yields "float64"); "float32" where this JAX has no x64
+    context manager."""
+    import jax
+
+    if not hasattr(jax, "enable_x64"):
+        yield "float32"
+        return
+    with jax.enable_x64(True):
+        yield "float64"
+
+
+def _runner(fn: Callable, dtype: str) -> Callable:
+    """``x (numpy) → fn(x)`` as float64 numpy, through one ``jit(fn)``: every batch of one shape
+    shares one compilation (a count table and all its checks: one); a function JAX cannot trace
+    (numpy inside) is called eagerly."""
     import jax
     import jax.numpy as jnp
 
-    if not hasattr(jax, "enable_x64"):  # no x64 context manager in this JAX: float32
-        return np.asarray(_call(fn, jnp.asarray(rewards, jnp.float32)), np.float64), "float32"
-    with jax.enable_x64(True):
-        return np.asarray(_call(fn, jnp.asarray(rewards, jnp.float64)), np.float64), "float64"
+    jitted, eager = jax.jit(fn), False
 
+    def run(x):
+        nonlocal eager
+        x = jnp.asarray(x, dtype)
+        if not eager:
+            try:
+                return np.asarray(jitted(x), np.float64)
+            except (TypeError, jax.errors.ConcretizationTypeError):
+                eager = True
+        return np.asarray(fn(x), np.float64)
 
-def _call(fn: Callable, x):
-    """``jit(fn)(x)``: one compilation instead of one per primitive op (a count table is ~10x
-    faster); a function JAX cannot trace (numpy inside) is called eagerly."""
-    import jax
-
-    try:
-        return jax.jit(fn)(x)
-    except (TypeError, jax.errors.ConcretizationTypeError):
-        return fn(x)
-
-
-def _row_by_row(fn: Callable, rewards: np.ndarray) -> np.ndarray:
-    """``fn`` on each group alone, as a (1, G) batch: one vmapped call (a loop for functions
-    JAX cannot trace)."""
-    import jax
-
-    try:
-        return _evaluate(jax.vmap(lambda row: fn(row[None])[0]), rewards)[0]
-    except TypeError:  # not traceable (numpy inside): one call a row
-        return np.concatenate([_evaluate(fn, r[None])[0] for r in rewards])
+    return run
 
 
 def _same(a: np.ndarray, b: np.ndarray, dtype: str) -> bool:
@@ -132,20 +135,25 @@ def _same(a: np.ndarray, b: np.ndarray, dtype: str) -> bool:
     return a.shape == b.shape and bool(np.all(np.abs(a - b) <= tol))
 
 
-def _defect(
-    fn: Callable, G: int, rewards: np.ndarray, out: np.ndarray, dtype: str, trusted: bool
-) -> str:
-    """Why ``fn`` has no count table ('' when it has one).  ``trusted``: skip the two checks
-    that call ``fn`` again (group scope, permutation invariance): gpolab's own entries, whose
-    scope the registry records and whose tables the tests check in full."""
+def _defect(run: Callable, rewards: np.ndarray, out: np.ndarray, dtype: str) -> str:
+    """Why ``out`` = run(rewards) admits no count table ('' when it does).  Every check runs for
+    every function, gpolab's own entries included: they decide whether a table exists (callers
+    cache the result, never skip a check).  Group scope: for every group c, a batch of copies
+    of c (of the canonical groups' shape, no new compilation; c alone at large G, one) gives c
+    the advantages it has in the whole batch; permutation invariance: the columns permuted."""
     if out.shape != rewards.shape:
         return f"returned shape {out.shape} for rewards of shape {rewards.shape}"
     if not np.all(np.isfinite(out)):
         return "returned non-finite advantages on a binary group"
-    if not trusted and not _same(_row_by_row(fn, rewards), out, dtype):
-        return "is batch-scoped (a group's advantages change with the other groups in the batch)"
+    n, G = rewards.shape
+    coupled = "is batch-scoped (a group's advantages change with the other groups in the batch)"
+    rows = n if n * n * G <= 2**22 else 1  # copies fill the canonical shape while cheap
+    for c in range(n):
+        alone = run(np.repeat(rewards[c : c + 1], rows, axis=0))
+        if not _same(alone, np.broadcast_to(out[c], alone.shape), dtype):
+            return coupled
     perm = np.roll(np.arange(G)[::-1], 1)  # successes no longer first
-    if not trusted and not _same(_evaluate(fn, rewards[:, perm])[0], out[:, perm], dtype):
+    if not _same(run(rewards[:, perm]), out[:, perm], dtype):
         return "is not permutation-invariant within a group"
     ones = rewards.astype(bool)
     spread = [
@@ -156,24 +164,24 @@ def _defect(
     return ""
 
 
-def count_table(
-    fn: Callable, G: int, *, name: str = "estimator", strict: bool = True, trusted: bool = False
-) -> Table:
+def count_table(fn: Callable, G: int, *, name: str = "estimator", strict: bool = True) -> Table:
     """The count table of the advantage function ``fn(rewards (P, G)) -> (P, G)``.
 
-    ``fn`` is called once on :func:`canonical_groups`, a1[s] = out[s + 1, 0] and
-    a0[s] = out[s, G − 1], then checked: output shape, finite values, group scope (each row
-    alone gives the same advantages as the whole batch), permutation invariance (columns
-    permuted; both skipped when ``trusted``) and equal advantages for equal rewards of one
-    group.  A failure raises
+    ``fn`` is called on :func:`canonical_groups`, a1[s] = out[s + 1, 0] and
+    a0[s] = out[s, G − 1], then checked: output shape, finite values, group scope (a batch of
+    copies of one group gives that group the advantages it has in the whole batch), permutation
+    invariance (columns permuted) and equal advantages for equal rewards of one group.  Every
+    check evaluates a batch of the same shape: one compilation (two at G > 160).  A failure raises
     :class:`~gpolab.validate.ConfigError` naming ``name``; with ``strict=False`` it returns a
     NaN table with ``ok=False`` and the reason instead.
     """
     validate.integer("G", G, 1)
     rewards = canonical_groups(G)
     try:
-        out, dtype = _evaluate(fn, rewards)
-        reason = _defect(fn, G, rewards, out, dtype, trusted)
+        with _precision() as dtype:
+            run = _runner(fn, dtype)
+            out = run(rewards)
+            reason = _defect(run, rewards, out, dtype)
     except validate.ConfigError:
         raise
     except Exception as e:  # the estimator's own failure, reported under its name
@@ -196,8 +204,9 @@ def registry_table(
     that needs more than the rewards (V(x), lengths, a greedy reward) or couples the batch with
     these options has no table: it raises, or with ``strict=False`` returns a NaN table whose
     ``reason`` says why.  ``length``: the env's response length when every response has the same
-    one (then an estimator that needs only lengths is reward-only).  Tables of built-in
-    entries are cached per process (a user's function may be re-registered: never cached)."""
+    one (then an estimator that needs only lengths is reward-only, if group-scoped).  Every
+    check runs for every entry; the result (table or reason) of a built-in entry is cached per
+    process (a user's function may be re-registered: never cached)."""
     from gpolab import estimators
 
     entry, _ = estimators.bind(spec, shared)
@@ -211,20 +220,26 @@ def _registry_table(spec: str, G: int, strict: bool, length, shared: tuple) -> T
 
     entry, options = estimators.bind(spec, dict(shared))
     label = estimators.canonical(spec)
-    reason, given = "", {}
-    if entry.needs == ("lengths",) and length is not None:
-        given = {"lengths": lambda r: np.full(r.shape, length, r.dtype)}
-    elif entry.needs:
-        reason = f"needs {', '.join(entry.needs)} besides the rewards"
-    elif entry.scope_of(options) != "group":
-        reason = "is batch-scoped (its normalization couples the prompts of a batch)"
+    reason = _scope_defect(entry, options, length)
     if reason:
         if strict:
             raise validate.ConfigError(f"estimator {label}: {reason}: no count table")
         nan = np.full(G, np.nan)
         return Table(nan, nan, G, name=label, ok=False, reason=reason)
-    fn = advantage_fn(entry, options, given)
-    return count_table(fn, G, name=label, strict=strict, trusted=not entry.user)
+    given = {"lengths": lambda r: np.full(r.shape, length, r.dtype)} if entry.needs else {}
+    return count_table(advantage_fn(entry, options, given), G, name=label, strict=strict)
+
+
+def _scope_defect(entry, options: dict, length) -> str:
+    """Why the registry's own record rules a count table out ('' when it does not): an input
+    besides the rewards (lengths only when they vary), or a batch scope.  Both are checked for
+    every entry, whatever it needs; :func:`count_table` then checks the function itself."""
+    missing = [n for n in entry.needs if n != "lengths" or length is None]
+    if missing:
+        return f"needs {', '.join(missing)} besides the rewards"
+    if entry.scope_of(options) != "group":
+        return "is batch-scoped (its normalization couples the prompts of a batch)"
+    return ""
 
 
 def advantage_fn(entry, options: dict, given: dict | None = None) -> Callable:
