@@ -126,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:  # a file the run reads or writes (disk full, permissions): one line
+        where = f"{err.filename!r}: " if err.filename else ""
+        print(f"gpolab {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

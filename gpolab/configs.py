@@ -100,7 +100,8 @@ def coerce(cls, name: str, value):
 
 def coerce_list(name: str, value, elem=str) -> tuple:
     """A grid: a list, one value or a comma list (``"2,4,8"``; no empty entries; commas inside
-    brackets stay in their entry, as in ``trl/grpo[scale_rewards=batch,epsilon=1e-4],loo``)."""
+    brackets stay in their entry, as in ``trl/grpo[scale_rewards=batch,epsilon=1e-4],loo``).
+    Entries are distinct: one listed twice (``loo,loo``, ``4,4``) is an error naming it."""
     if isinstance(value, str):
         parts = re.split(r",(?![^\[]*\])", value)
         if any(not p.strip() for p in parts):
@@ -115,11 +116,18 @@ def coerce_list(name: str, value, elem=str) -> tuple:
     if not parts:
         raise ConfigError(f"{name}: got an empty list; allowed: one or more {_LIST_WORDS[elem]}")
     try:
-        return tuple(_scalar(name, elem, p) for p in parts)
+        values = tuple(_scalar(name, elem, p) for p in parts)
     except ConfigError:
         raise ConfigError(
             f"{name}: got {value!r}; allowed: a list of {_LIST_WORDS[elem]}"
         ) from None
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:  # a repeated entry would be a repeated row, counted twice by any test
+        raise ConfigError(
+            f"{name}: got {value!r}, which lists {twice!r} twice; allowed: a list of distinct "
+            f"{_LIST_WORDS[elem]}"
+        )
+    return values
 
 
 def replace(cfg, **changes):
@@ -279,7 +287,7 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
     defaults = cls()
     for f in dataclasses.fields(cls):
         default, info = getattr(defaults, f.name), meta(cls, f.name)
-        help_text = info["help"]
+        help_text = info["help"].replace("%", "%%")  # argparse formats help with %
         if info["when"]:
             when = info["when"].items()
             help_text += " [" + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in when)
@@ -290,7 +298,8 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
                 help=help_text,
             )  # fmt: skip
             continue
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else str(default)
+        shown = shown.replace("%", "%%")
         parser.add_argument(
             flag(f.name), dest=f.name, default=None, metavar=f.name.upper(),
             help=f"{help_text} (default: {shown})",

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpolab import validate
+from gpolab.progress import Clock
 
 Z95 = 1.959963984540054
 TRACES: collections.Counter = collections.Counter()  # (fn name, cell) -> times traced
@@ -387,6 +388,7 @@ def forget_chunks() -> None:
     _AUTO_CHUNKS.clear()
     _GUESS.clear()
     _LAYOUTS.clear()
+    _MEMORY.clear()
 
 
 def _call_inputs(chunk: int, mesh) -> tuple:
@@ -464,6 +466,51 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args, mesh=None) -> int:
     return _AUTO_CHUNKS[memo]
 
 
+_MEMORY: dict = {}  # (fn, cell, shapes, chunk, devices) -> bytes one executable call needs
+
+
+def memory_limit() -> int | None:
+    """Bytes a run may use: the accelerator's memory limit, or the host's available memory on
+    CPU (every CPU device shares it); None where unknown."""
+    device = jax.local_devices()[0]
+    if device.platform != "cpu":
+        stats = getattr(device, "memory_stats", lambda: None)() or {}
+        return stats.get("bytes_limit")
+    return validate.available_bytes()
+
+
+def check_memory(fn: Callable, cell, key: jax.Array, args, chunk: int, mesh) -> None:
+    """Refuse, before any seed runs, a cell whose executable needs more memory than there is:
+    XLA's memory analysis (temporaries, arguments, outputs) of the very executable :func:`run`
+    calls (compiled here into the jit cache, so the run reuses it), times the CPU devices that
+    share the host's memory.  One :class:`~gpolab.validate.ConfigError` with the estimate."""
+    if jax.process_count() > 1:
+        return
+    parts = 1 if mesh is None else mesh.size
+    memo = (fn, cell, *_shapes(args), chunk, parts)
+    if memo not in _MEMORY:
+        with prng_mode():
+            lowered = _chunk_moments.lower(fn, cell, key, args, *_call_inputs(chunk, mesh), parts)
+            a = lowered.compile().memory_analysis()
+        each = sum(getattr(a, f"{k}_size_in_bytes", 0) or 0 for k in ("temp", "argument", "output"))
+        cpu = jax.local_devices()[0].platform == "cpu"
+        _MEMORY[memo] = each * (parts if cpu else 1)
+    need, have = _MEMORY[memo], memory_limit()
+    if have is not None and need > have:
+        name = type(cell).__name__
+        raise validate.ConfigError(
+            f"memory: {name} {_cell_text(cell)} needs about {validate.gib(need)} ({chunk:,} seeds "
+            f"per chunk, XLA's memory analysis); allowed: at most the {validate.gib(have)} "
+            "available (smaller sizes)"
+        )
+
+
+def _cell_text(cell) -> str:
+    if dataclasses.is_dataclass(cell):
+        return ", ".join(f"{f.name}={getattr(cell, f.name)}" for f in dataclasses.fields(cell))
+    return str(cell)
+
+
 def seed_mesh(devices=None) -> jax.sharding.Mesh:
     """A 1-D mesh named ``"seeds"`` over ``devices`` (default: every device of every process)."""
     return jax.sharding.Mesh(np.asarray(devices or jax.devices()), ("seeds",))
@@ -501,15 +548,26 @@ def run(
     n_parts = 1 if mesh is None else mesh.size
     chunk = -(-chunk // n_parts) * n_parts
     per_call = sub_chunks(chunk)
-    parts = []
+    check_memory(fn, cell, key, args, chunk, mesh)
+    parts, clock, step = [], Clock(n_seeds), chunk * per_call
+    timed = n_seeds > step and jax.process_count() == 1  # several calls: each timed (progress;
+    # an endless cell refused; one process only: a refusal in one of many would hang the rest)
+    start = 0
     with prng_mode():
-        for start in range(0, n_seeds, chunk * per_call):
+        while start < n_seeds:
             idx, valid, active = chunk_inputs(start, n_seeds, chunk, per_call)
+            if timed and start == 0:  # the first call runs one sub-chunk: a quick, early rate
+                active = active & (np.arange(per_call) == 0)
             if mesh is not None:
                 idx, valid = _shard(idx, mesh), _shard(valid, mesh)
             parts.append(_chunk_moments(fn, cell, key, args, idx, valid, active, n_parts))
+            done = min(start + chunk * int(active.sum()), n_seeds)
             if on_chunk is not None:
-                on_chunk(min(chunk * per_call, n_seeds - start))
+                on_chunk(done - start)
+            start = done
+            if timed:
+                jax.block_until_ready(parts[-1])
+                clock.tick(done)
     sums, sumsq = {}, {}
     for group, items in _layout(fn, cell, key, args).items():
         total = sum(_host(p[group][0]) for p in parts)

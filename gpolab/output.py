@@ -24,8 +24,11 @@ class Interrupted(Exception):
     """A run was stopped (Ctrl-C); the message says what was kept and how to resume."""
 
 
-def prepare(out) -> Path:
-    """Create ``out`` if needed and check a file can be written there."""
+def prepare(out, field: str = "out") -> Path:
+    """Create ``out`` if needed and check a file can be written there; errors name ``field``.
+    An empty path is an error (it would silently mean the current directory)."""
+    if not str(out).strip():
+        raise ConfigError(f"{field}: got {str(out)!r}; allowed: a directory path (not empty)")
     out = Path(out)
     probe = out / f".probe.{os.getpid()}"
     try:
@@ -33,8 +36,9 @@ def prepare(out) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
+        why = "a file is in the way" if out.exists() and not out.is_dir() else err.strerror
         raise ConfigError(
-            f"out: {str(out)!r} is not a writable directory ({err.strerror})"
+            f"{field}: got {str(out)!r}; allowed: a writable directory (not writable: {why})"
         ) from None
     return out
 
@@ -72,15 +76,26 @@ def hold(out):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def write_failed(path, err: OSError, field: str = "out") -> ConfigError:
+    """The one-line error for a write that failed (disk full, permissions, a file in the way)."""
+    return ConfigError(
+        f"{field}: cannot write {str(path)!r} ({err.strerror or err}); allowed: a folder this "
+        "user can write with free space (finished cells are kept: run the same command to resume)"
+    )
+
+
 @contextlib.contextmanager
 def atomic(path):
     """Yield a temporary path beside ``path`` (unique to this process and thread); on success it
-    is renamed onto ``path``, on failure removed."""
+    is renamed onto ``path``, on failure removed.  An ``OSError`` (disk full, …) becomes
+    :func:`write_failed`'s one-line error."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as err:
+        raise write_failed(path, err) from None
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -68,10 +68,16 @@ class Store:
         return self.path(key).exists()
 
     def write(self, key: str, rows: list[dict], config_hash: str, wall_s: float) -> None:
-        """Write one cell's rows atomically (temp file in the same directory, then rename)."""
+        """Write one cell's rows atomically (:func:`gpolab.output.atomic`: temp file in the same
+        directory, then rename; the temp file is removed and a write error is one line)."""
         import pandas as pd
 
-        self.cells.mkdir(parents=True, exist_ok=True)
+        from gpolab import output
+
+        try:
+            self.cells.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise output.write_failed(self.cells, err) from None
         meta = {
             "cell_key": key,
             "config_hash": config_hash,
@@ -80,9 +86,8 @@ class Store:
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         df = pd.DataFrame([{**row, **meta} for row in rows])
-        tmp = self.cells / f".{key}.{os.getpid()}.tmp"
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, self.path(key))
+        with output.atomic(self.path(key)) as tmp:
+            df.to_parquet(tmp, index=False)
 
     def read(self, keys: list[str]):
         """Rows of the given cells, in that order (every key must be finished)."""

@@ -56,3 +56,57 @@ def finite_array(field: str, value, low: float = -math.inf, high: float = math.i
             f"{field}: has non-finite or out-of-range entries; allowed: finite values in "
             f"[{low}, {high}]"
         )
+
+
+MAX_SEEDS = 1 << 32  # seed indices are uint32 (engine.chunk_inputs): more would repeat seeds
+MAX_G = 8192  # the estimator checks evaluate all G + 1 outcome counts of a group: O(G^2) memory
+
+
+def at_most(field: str, values, maximum: int, why: str) -> None:
+    """Every value of ``values`` (one value or a list) is <= ``maximum``; the error says ``why``."""
+    for v in values if isinstance(values, (list, tuple)) else (values,):
+        if isinstance(v, (int, np.integer)) and v > maximum:
+            raise ConfigError(f"{field}: got {v!r}; allowed: at most {maximum:,} ({why})")
+
+
+def seeds(field: str, value, minimum: int = 1) -> None:
+    """A seed count: an integer in [minimum, MAX_SEEDS] (seed indices are 32-bit)."""
+    integer(field, value, minimum)
+    at_most(field, value, MAX_SEEDS, "seed indices are 32-bit; more would repeat seeds")
+
+
+def group_sizes(field: str, values) -> None:
+    """Group sizes up to :data:`MAX_G` (checked before the estimators' O(G²) checks)."""
+    at_most(field, values, MAX_G, "the estimator checks evaluate every outcome count of a group")
+
+
+def available_bytes() -> int | None:
+    """Memory this process can still use: ``MemAvailable`` of /proc/meminfo (Linux), else the
+    physical pages the OS reports available, else None (unknown: no memory check)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    import os
+
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def gib(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
+
+
+def memory(field: str, value, need: float, detail: str) -> None:
+    """Refuse a setting whose estimated memory ``need`` (bytes) exceeds what is available."""
+    have = available_bytes()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"{field}: got {value!r}; needs about {gib(need)} of memory ({detail}); allowed: "
+            f"settings that fit in the {gib(have)} available"
+        )

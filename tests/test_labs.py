@@ -27,12 +27,17 @@ def protocol_labs():
     return found
 
 
-def _other(value):
-    """A value of the same type that differs from ``value``."""
+def _other(value, default=None):
+    """A value of the same type that differs from ``value`` (``default``, the field's default,
+    for a one-name list: list entries are distinct, so ("grpo", "grpo") is no value)."""
     if isinstance(value, bool):
         return not value
     if isinstance(value, tuple):
-        return value[:1] if len(value) > 1 else value * 2
+        if len(value) > 1:
+            return value[:1]
+        if isinstance(value[0], str):
+            return default if default is not None else value
+        return value + (value[0] + 1,)  # (1,) -> (1, 2)
     if isinstance(value, int):
         return value + 1
     if isinstance(value, float):
@@ -45,8 +50,10 @@ def test_a_typed_flag_wins_over_quick_and_the_config_file(lab):
     cls = lab.Config
     assert cls.QUICK, "every lab has quick sizes"
     for name, quick_value in cls.QUICK.items():
-        typed_value = _other(quick_value)
-        file_value = _other(typed_value) if _other(typed_value) != quick_value else quick_value
+        default = getattr(cls(), name)
+        typed_value = _other(quick_value, default)
+        other = _other(typed_value, default)
+        file_value = other if other != quick_value else quick_value
         cfg = configs.resolve(
             cls, typed={name: typed_value}, table={name: file_value}, quick=cls.QUICK
         )

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpolab import configs
+from gpolab import configs, output
 
 
 def lab_command(name: str, command: str | None = None, *, help: str, description: str,
@@ -35,6 +35,10 @@ def lab_command(name: str, command: str | None = None, *, help: str, description
             "--fresh", action="store_true", help="recompute every cell (default: resume --out)"
         )
         common.add_argument("--figures-dir", help="also copy the figures here (e.g. figures)")
+        common.add_argument(
+            "--max-hours", help="refuse a cell projected (from its first seeds) to take longer "
+            "(default: 24; 0: no limit)",
+        )  # fmt: skip
         configs.add_flags(p.add_argument_group(f"{name} settings"), lab.Config)
         if extend is not None:
             extend(p)
@@ -50,6 +54,7 @@ def lab_command(name: str, command: str | None = None, *, help: str, description
 def config_from_args(lab, args: argparse.Namespace):
     """The validated config: defaults < ``--config`` file < ``--quick`` < typed flags.  With
     ``--config FILE`` and no ``out`` anywhere, results go to ``results/<FILE's stem>``."""
+    set_max_hours(args)
     cls = lab.Config
     typed = configs.typed(args, cls)
     table, file_quick = {}, {}
@@ -60,11 +65,23 @@ def config_from_args(lab, args: argparse.Namespace):
                            file_quick=file_quick, source=args.config or "")  # fmt: skip
 
 
+def set_max_hours(args: argparse.Namespace) -> None:
+    """``--max-hours``: the longest projected cell this run accepts (:class:`~gpolab.progress.Clock`
+    refuses longer ones)."""
+    from gpolab import progress, validate
+
+    if getattr(args, "max_hours", None) is not None:
+        validate.real("max-hours", args.max_hours, low=0.0)
+        progress.MAX_SECONDS = 3600.0 * float(args.max_hours)
+
+
 def run_lab(lab, args, cfg=None) -> int:
     """Resolve, run (resumably), write, draw, print."""
     from gpolab import labs
 
     cfg = cfg or config_from_args(lab, args)
+    if args.figures_dir is not None:  # checked before the run, like --out
+        output.prepare(args.figures_dir, "figures-dir")
     result = labs.execute(lab, cfg, fresh=args.fresh)
     if args.figures_dir:
         labs.copy_figures(result.paths, args.figures_dir)

@@ -41,12 +41,14 @@ def run(args) -> int:
 
     found = experiments.discover(args.experiments or experiments.DEFAULT_DIR)
     names = [e.name for e in found]
-    if args.only:
+    if args.only is not None:  # `--only ''` is an empty selection, not "all"
         wanted = configs.coerce_list("only", args.only)
         for n in wanted:
             validate.choice("only", n, names)
         found = [e for e in found if e.name in wanted]
     output.prepare(args.out)
+    if not args.results.strip():
+        raise validate.ConfigError("results: got ''; allowed: a directory path (not empty)")
     timings = []
     for exp in found:
         if args.replot:

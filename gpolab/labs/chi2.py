@@ -30,6 +30,7 @@ from flax import struct
 from gpolab import configs, engine, estimators, train, validate
 from gpolab.configs import option
 from gpolab.envs import gaussian
+from gpolab.progress import Clock
 from gpolab.theory import chi2 as theory
 
 NAME = "chi2"
@@ -86,13 +87,14 @@ class Config:
 
     def validate(self) -> None:
         """Plain-Python checks (ConfigError naming the field) before anything is traced."""
+        validate.group_sizes("G", self.G)
         for name in self.estimator:
             validate.choice("estimator", name, ALL)
             estimators.check_estimator(name, self.G, ddof=self.ddof, eps=self.eps)
         validate.integer("B", self.B, 1)
         validate.integer("G", self.G, 2)
         validate.real("beta", self.beta, low=0.0, open_low=True)
-        validate.integer("seeds", self.seeds, 2)
+        validate.seeds("seeds", self.seeds, 2)
         validate.integers("n", self.n, 1)
         if list(self.n) != sorted(set(self.n)):
             raise validate.ConfigError(f"n: got {self.n}; allowed: strictly increasing integers")
@@ -193,11 +195,12 @@ def simulate(
     chunk = min(chunk, seeds)
     if mesh is not None:
         chunk = -(-chunk // mesh.size) * mesh.size
-    parts = []
+    parts, clock = [], Clock(seeds)  # progress inside the cell; an endless one refused
     for start in range(0, seeds, chunk):
         idx = np.arange(start, start + chunk, dtype=np.uint32)
         out = engine.per_seed(per_seed, cell, key, args, idx, mesh=mesh)
         parts.append(np.asarray(out["scaled_gap"], np.float64)[: seeds - start])
+        clock.tick(min(start + chunk, seeds))
     return np.concatenate(parts)
 
 
@@ -211,10 +214,17 @@ def predict(key: jax.Array, cfg: Config, params, estimator: str) -> theory.Limit
 
 
 def compare(samples: np.ndarray, law: theory.WeightedChi2) -> dict:
-    """Mean with a normal 95% CI and the KS test of ``samples`` against ``law.cdf``."""
+    """Mean with a normal 95% CI and the KS test of ``samples`` against ``law.cdf``; with a
+    non-finite sample (a diverged run) every statistic is NaN and ``ks_note`` says why (a NaN
+    p-value is never a pass)."""
     from scipy import stats
 
     n = samples.size
+    bad = int(np.sum(~np.isfinite(samples)))
+    if bad:
+        return dict(empirical_mean=math.nan, ci_low=math.nan, ci_high=math.nan, ks_stat=math.nan,
+                    ks_pvalue=math.nan, ks_note=f"{bad} of {n} runs diverged (non-finite n*gap): "
+                    "no test")  # fmt: skip
     mean = float(np.mean(samples))
     half = engine.Z95 * float(np.std(samples, ddof=1)) / math.sqrt(n)
     ks = stats.kstest(samples, law.cdf)
@@ -224,6 +234,7 @@ def compare(samples: np.ndarray, law: theory.WeightedChi2) -> dict:
         ci_high=mean + half,
         ks_stat=float(ks.statistic),
         ks_pvalue=float(ks.pvalue),
+        ks_note="",
     )
 
 
@@ -408,6 +419,9 @@ def notes(cfg: Config, tables: dict) -> str:
             f"{r['estimator']}: weights [{w}]  predicted mean {r['predicted_mean']:.4g}  "
             f"(rank {r['rank']}, beta*lambda_min {r['beta'] * r['lambda_min']:.3g})"
         )
+    for r in tables["results"].to_dict(orient="records"):
+        if isinstance(r.get("ks_note"), str) and r["ks_note"]:  # NaN KS p: say why
+            lines.append(f"{r['estimator']}, n={r['n']}: KS p = nan: {r['ks_note']}")
     return "\n".join(lines)
 
 

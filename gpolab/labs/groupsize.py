@@ -133,7 +133,7 @@ class Config:
         validate.integer("seed", self.seed, 0)
         validate.integer("instance_seed", self.instance_seed, 0)
         if self.seeds != 0:
-            validate.integer("seeds", self.seeds, 2)
+            validate.seeds("seeds", self.seeds, 2)
         if "bandit" in self.envs or not self.train:
             from gpolab.envs import bandit
 

@@ -135,6 +135,7 @@ class Config:
         for e in self.estimators:
             validate.choice("estimators", e, train.ESTIMATORS)
         validate.integers("G", self.G, 2)
+        validate.group_sizes("G", self.G)
         for e in self.estimators:
             base = train.Run(e, 2).base
             for G in self.G:

@@ -108,7 +108,7 @@ class Config:
         if not self.budget:
             validate.integers("M", self.M, 1)
         validate.integer("budget", self.budget, 0)
-        validate.integer("seeds", self.seeds, 2)
+        validate.seeds("seeds", self.seeds, 2)
         validate.integer("chunk", self.chunk, 1)
         validate.integer("seed", self.seed, 0)
         validate.choice("variant", self.variant, estimators.TREE_VARIANTS)
@@ -372,7 +372,8 @@ def rank(df):
     (:func:`score`) with ``score_se`` = 2 score · SE(corr)/corr (0 for exact theory);
     ``recommended``: the lowest score, exactly one row per budget; ``tie``: another row whose score
     is within TIE_Z · √(SE² + SE_best²) of the best; ``distinguishable``: no row ties with the
-    recommended one (the same value on every row of the budget).
+    recommended one (the same value on every row of the budget; false when the budget has a
+    single split, which has no runner-up).
 
     Finite model: ``grad_score`` = cost · V ‖g‖²/(E ĝ·g)², the policy gradient's analogue (gpolab's
     derivation): n = T/cost independent trees averaged have E = E ĝ and tr Cov = V/n, so the
@@ -408,7 +409,9 @@ def _flags(group):
     noise = TIE_Z * np.sqrt(se**2 + se[best] ** 2) + 1e-9 * abs(sc[best])
     tie = (gap <= noise) & (np.arange(len(sc)) != best)
     rec = np.arange(len(sc)) == best
-    return pd.DataFrame({"recommended": rec, "tie": tie, "distinguishable": not tie.any()},
+    alone = len(sc) == 1  # one split only: nothing to be distinguishable from
+    return pd.DataFrame({"recommended": rec, "tie": tie,
+                         "distinguishable": not alone and not tie.any()},
                         index=group.index)  # fmt: skip
 
 
@@ -432,6 +435,7 @@ def recommend(df) -> dict:
         degenerate_frac=float(best["degenerate_frac"]),
         theory_degenerate_frac=float(best["theory_degenerate_frac"]),
         distinguishable=bool(best["distinguishable"]),
+        candidates=len(df),
         runner_up_K=int(runner["K"]),
         runner_up_M=int(runner["M"]),
         runner_up_score=float(runner["score"]),
@@ -458,7 +462,10 @@ def notes(cfg: Config, tables: dict) -> str:
     b = recommend(df)
     src = "exact theory" if b["source"] == "exact" else "Monte Carlo"
     se = f" ± {b['score_se']:.3g}" if b["source"] != "exact" else ""
-    if b["distinguishable"]:
+    runner = f"runner-up K={b['runner_up_K']}, M={b['runner_up_M']}: {b['runner_up_score']:.4g}; "
+    if b["candidates"] == 1:
+        runner, verdict = "", "only one candidate at this budget (no other split to compare with)"
+    elif b["distinguishable"]:
         verdict = "distinguishable from the runner-up"
     else:
         ties = ", ".join(f"K={K}, M={M}" for K, M in b["ties"])
@@ -467,8 +474,7 @@ def notes(cfg: Config, tables: dict) -> str:
         f"recommended split: K={b['K']}, M={b['M']}: lowest tokens per effective thought "
         f"(L_think + M·L_answer)/corr² = {b['score']:.4g}{se} (corr {b['corr']:.4f}, {src}; "
         f"1 − corr² = {b['rescaled_mse']:.4f}; degenerate share {b['degenerate_frac']:.4f} "
-        f"measured, {b['theory_degenerate_frac']:.4f} exact); runner-up K={b['runner_up_K']}, "
-        f"M={b['runner_up_M']}: {b['runner_up_score']:.4g}; {verdict}",
+        f"measured, {b['theory_degenerate_frac']:.4f} exact); {runner}{verdict}",
         f"highest corr at this leaf budget regardless of cost: K={b['top_corr_K']}, "
         f"M={b['top_corr_M']} ({b['top_corr']:.4f}); the plain MSE is not a ranking (it "
         "rewards shrinkage: an always-zero advantage scores 1)",

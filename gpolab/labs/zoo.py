@@ -71,6 +71,8 @@ class Config:
         validate.integers("G", self.G, 1)
         validate.integers("arithmetic_G", self.arithmetic_G, 1)
         validate.integers("kappa_G", self.kappa_G, 1)
+        for field in ("G", "arithmetic_G", "kappa_G"):
+            validate.group_sizes(field, getattr(self, field))
         validate.integer("kappa_points", self.kappa_points, 1)
         validate.choice("policy", self.policy, sweep.POLICIES)
         if not self.estimators:

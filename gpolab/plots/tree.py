@@ -120,5 +120,7 @@ def budget(tables: dict, path) -> Path:
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8)
     verdict = "" if best["distinguishable"] else " (tie within noise)"
+    if best["candidates"] == 1:
+        verdict = " (only one candidate)"
     ax.set_title(f"K·M = {int(df['budget'].iloc[0])}, {tag(df)}{verdict}")
     return save(fig, path)
