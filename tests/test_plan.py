@@ -360,3 +360,16 @@ def test_cli_plan_reads_framework_folders(tmp_path, capsys, fmt):
     assert cli.main(argv) == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["format"] == fmt and obj["G"] == 8 and obj["groups"] == 200 and obj["steps"] == 10
+
+
+def test_plan_checks_figures_dir_before_computing(tmp_path, capsys, monkeypatch):
+    from gpolab import labs
+
+    log = beta_log(tmp_path / "log.csv", groups=50)
+    blocker = tmp_path / "figs"
+    blocker.write_text("")
+    monkeypatch.setattr(labs, "execute", lambda *a, **k: pytest.fail("computed"))
+    argv = ["plan", str(log), "--out", str(tmp_path / "out"), "--figures-dir", str(blocker)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "figures-dir: got " in err[0], err

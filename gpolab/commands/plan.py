@@ -23,6 +23,8 @@ def _run(lab, args) -> int:
     lab.load(cfg)  # the log's errors come before the output folder is touched
     if cfg.grad_norms:
         lab.read_norms(cfg.grad_norms)
+    if args.figures_dir is not None:  # checked before the run, like --out
+        output.prepare(args.figures_dir, "figures-dir")
     result = labs.execute(lab, cfg, use_store=False)
     text = lab.report(cfg, result.tables)
     paths = [*result.paths, output.write_text(result.out / "report.md", text + "\n")]
