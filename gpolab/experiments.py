@@ -25,7 +25,12 @@ from pathlib import Path
 
 from gpolab import configs, labs, validate
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / "experiments"
+# the shipped experiments: package data (``shipped_experiments``, in a checkout a link to the
+# repository's ``experiments/``), so an installed gpolab finds them from any working directory;
+# the repository's folder where the link is missing (a checkout without symbolic links)
+SHIPPED = Path(__file__).resolve().parent / "shipped_experiments"
+DEFAULT_DIR = (SHIPPED if SHIPPED.is_dir() else Path(__file__).resolve().parents[1] / "experiments"
+               ).resolve()  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,8 @@
-"""The claims ledger: the ledger validates, rules and verdicts, statistics on saved tables, the
-generated README table, and one claim end to end from a small experiment."""
+"""The claims ledger: the ledger validates, rules with their standard errors and verdicts
+(inconclusive within one SE, a NaN never a pass), statistics on saved tables, the generated README
+table, the shipped experiments found from any working directory, and claims end to end from small
+experiments, one true and one false.  Negative controls of every statistic and the README's
+verdicts against `gpolab claims --quick`: tests/test_claims_readme.py (slow)."""
 
 from __future__ import annotations
 
@@ -22,24 +25,48 @@ def test_the_shipped_ledger_validates_and_covers_the_three_papers():
 
 
 @pytest.mark.parametrize(
-    "values, verdict",
+    "values, se, verdict",
     [
-        ({"a": 1.0, "b": 0.5}, "reproduced"),
-        ({"a": 1.0, "b": 2.0}, "partly"),
-        ({"a": 0.0, "b": 2.0}, "not reproduced"),
-        ({"a": math.nan, "b": 0.5}, "partly"),  # a NaN value never passes a rule
-        (None, "not run"),
+        ({"a": 1.0, "b": 0.5}, {"a": 0.0, "b": 0.0}, "reproduced"),  # exact: the comparison
+        ({"a": 1.5, "b": 0.5}, {"a": 0.1, "b": 0.1}, "reproduced"),  # both 5 SE clear
+        ({"a": 1.0, "b": 2.0}, {"a": 0.0, "b": 0.1}, "partly"),
+        ({"a": 0.0, "b": 2.0}, {"a": 0.1, "b": 0.1}, "not reproduced"),
+        ({"a": 1.05, "b": 0.5}, {"a": 0.1, "b": 0.1}, "inconclusive"),  # a within one SE of 1
+        ({"a": 0.95, "b": 0.5}, {"a": 0.1, "b": 0.1}, "inconclusive"),  # on either side
+        ({"a": 0.95, "b": 2.0}, {"a": 0.1, "b": 0.1}, "not reproduced"),  # a fail decides
+        ({"a": math.nan, "b": 0.5}, {"a": 0.0, "b": 0.0}, "inconclusive"),  # NaN: never a pass
+        ({"a": 2.0, "b": 0.5}, {"b": 0.0}, "inconclusive"),  # no SE: never a pass
+        ({"a": 2.0, "b": 0.5}, {"a": math.nan, "b": 0.0}, "inconclusive"),
+        ({"a": math.nan, "b": 2.0}, {"a": 0.0, "b": 0.0}, "not reproduced"),
+        (None, {}, "not run"),
     ],
 )
-def test_rules_give_the_verdict(values, verdict):
+def test_rules_give_the_verdict(values, se, verdict):
     claim = {"id": "x", "rules": ["a >= 1", "b < 1"]}
-    assert claims.verdict(claim, values) == verdict
-    assert claims.verdict({**claim, "testable": False}, {"a": 1.0}) == "not testable here"
+    assert claims.verdict(claim, values, se) == verdict
+    assert verdict in claims.VERDICTS
+    assert claims.verdict({**claim, "testable": False}, {"a": 1.0}, {}) == "not testable here"
+
+
+def test_the_margin_is_in_standard_errors_and_says_exact_or_why_not():
+    values, se = {"a": 1.3, "b": 0.5, "c": math.nan}, {"a": 0.1, "b": 0.0, "c": 0.1}
+    assert claims.outcome("a >= 1", values, se)[:2] == ("pass", pytest.approx(3.0))
+    assert claims.outcome("a <= 1", values, se)[:2] == ("fail", pytest.approx(-3.0))
+    assert claims.margin_text("a >= 1", values, se) == "a >= 1: 1.3 (+3.0 SE)"
+    assert claims.margin_text("a >= 1.25", values, se) == "a >= 1.25: 1.3 (+0.5 SE, inconclusive)"
+    assert claims.margin_text("b < 1", values, se) == "b < 1: 0.5 (exact, holds)"
+    assert claims.margin_text("c > 0", values, se) == "c > 0: nan (c is not measured (NaN))"
+    # == with an SE can never pass: equal within noise is not equal
+    assert claims.outcome("a == 1.3", values, se)[0] == "inconclusive"
+    assert claims.outcome("b == 0.5", values, se)[0] == "pass"
 
 
 def test_a_rule_may_compare_two_values():
     assert claims.check("matches == n", {"matches": 3, "n": 3}) is True
     assert claims.check("matches == n", {"matches": 2, "n": 3}) is False
+    # the target's SE counts too, and a target without one is never a pass
+    assert claims.check("a > b", {"a": 2.0, "b": 1.0}, {"a": 0.8, "b": 0.8}) is None
+    assert claims.check("a > b", {"a": 2.0, "b": 1.0}, {"a": 0.1}) is None
 
 
 @pytest.mark.parametrize(
@@ -68,10 +95,15 @@ def test_oracle_match_statistic_on_a_table():
                        "theory_mse": [0.2, 0.1, 0.0264, 0.0250], "theory_mse_se": [0.0] * 4,
                        "n_seeds": [1000] * 4})  # fmt: skip
     v = claims.oracle_match({"results": df})
+    se = v.pop("se")
     assert v["loo_over_oracle_at_max_G"] == pytest.approx(1.056)
-    assert v["joint_p"] == pytest.approx(1.0) and v["max_abs_z"] == 0.0
-    assert claims.verdict({"rules": ["joint_p >= 0.01", "loo_over_oracle_at_max_G <= 1.05"]},
-                          v) == "partly"  # fmt: skip
+    # delta method: 1.056 · √((0.001/0.0264)² + (0.001/0.025)²)
+    assert se["loo_over_oracle_at_max_G"] == pytest.approx(1.056 * math.hypot(1 / 26.4, 1 / 25))
+    assert v["joint_p"] == pytest.approx(1.0) and v["max_abs_z"] == 0.0 and se["joint_p"] == 0
+    rules = {"rules": ["joint_p >= 0.01", "loo_over_oracle_at_max_G <= 1.05"]}
+    assert claims.verdict(rules, v, se) == "inconclusive"  # 1.056 is 0.1 SE above 1.05
+    assert claims.verdict({"rules": ["joint_p >= 0.01", "loo_over_oracle_at_max_G <= 1.2"]},
+                          v, se) == "reproduced"  # fmt: skip
 
 
 def test_readme_table_is_the_ledger_in_order():
@@ -84,34 +116,172 @@ def test_readme_table_is_the_ledger_in_order():
     assert [r.split(" | ")[0][2:] for r in rows] == [c["id"] for c in ledger]
     for row, c in zip(rows, ledger, strict=True):
         assert c["claim"] in row and any(f"**{v}**" in row for v in claims.VERDICTS)
-        assert len(re.findall(r"(?<!\\)\|", row)) == 6  # 5 cells: every | inside is escaped
+        assert len(re.findall(r"(?<!\\)\|", row)) == 7  # 6 cells: every | inside is escaped
+    assert set(claims.readme_verdicts(Path(__file__).parents[1] / "README.md")) == {
+        c["id"] for c in ledger}
 
 
-def test_one_claim_end_to_end_from_a_small_experiment(tmp_path, capsys):
+def test_claims_end_to_end_a_true_and_a_false_claim(tmp_path, capsys):
+    """Two small sweeps: loo/oracle ≈ G/(G − 1) is 1.14 at G = 8 (the rule ≤ 1.3 holds) and 1.5 at
+    G = 3 (it fails): the same rule gives "reproduced" on the first and "not reproduced" on the
+    second; the README block and --json carry both, with the margins in SE."""
     exp = tmp_path / "experiments"
     exp.mkdir()
-    (exp / "bandit_mse_vs_G.toml").write_text(
-        'lab = "sweep"\n[sweep]\nestimators = ["loo", "oracle"]\nG = [2, 8]\nseeds = 3000\n'
-        "prompts = 4\nactions = 8\n"
-    )
+    for name, G in (("small_G8", "[8]"), ("small_G3", "[3]")):
+        (exp / f"{name}.toml").write_text(
+            f'lab = "sweep"\n[sweep]\nestimators = ["loo", "oracle"]\nG = {G}\nseeds = 3000\n'
+            "prompts = 4\nactions = 8\n"
+        )
     ledger = tmp_path / "ledger.toml"
-    ledger.write_text(
-        '[[claim]]\nid = "U1"\npaper = "U"\nclaim = "loo matches the oracle."\n'
-        'experiment = "bandit_mse_vs_G"\nstatistic = "oracle_match"\n'
-        'rules = ["joint_p >= 0.001", "loo_over_oracle_at_max_G <= 2"]\n'
-    )
+    ledger.write_text("".join(
+        f'[[claim]]\nid = "{i}"\npaper = "U"\nclaim = "loo is within 30% of the oracle."\n'
+        f'experiment = "{e}"\nstatistic = "oracle_match"\n'
+        'rules = ["loo_over_oracle_at_max_G <= 1.3"]\n'
+        for i, e in (("TRUE", "small_G8"), ("FALSE", "small_G3"))))  # fmt: skip
     readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{claims.BEGIN}\nold\n{claims.END}\nend\n")
+    readme.write_text(f"intro\n{claims.BEGIN}\nSTALE\n{claims.END}\nend\n")
     argv = ["claims", "--ledger", str(ledger), "--experiments", str(exp), "--results",
             str(tmp_path / "results"), "--out", str(tmp_path / "out")]  # fmt: skip
     assert main([*argv, "--readme", str(readme)]) == 0
     text = readme.read_text()
-    assert text.startswith("intro\n") and text.endswith("end\n") and "old" not in text
-    assert "| U1 | arXiv 2603.01162" in text and "**reproduced**" in text
-    # the experiment's tables are saved: a second run reads them and computes nothing
-    assert (tmp_path / "results" / "bandit_mse_vs_G" / "results.parquet").exists()
+    assert text.startswith("intro\n") and text.endswith("end\n") and "STALE" not in text
+    assert claims.readme_verdicts(readme) == {"TRUE": "reproduced", "FALSE": "not reproduced"}
+    assert re.search(r"loo_over_oracle_at_max_G <= 1.3: 1\.1\d+ \(\+\d+\.\d SE\)", text)
+    assert re.search(r"loo_over_oracle_at_max_G <= 1.3: 1\.\d+ \(-\d+\.\d SE\)", text)
+    # the experiments' tables are saved: a second run reads them and computes nothing
+    assert (tmp_path / "results" / "small_G8" / "results.parquet").exists()
     assert main([*argv, "--json"]) == 0
     out = capsys.readouterr().out
-    assert '"verdict": "reproduced"' in out
+    assert '"verdict": "reproduced"' in out and '"verdict": "not reproduced"' in out
     assert main([*argv, "--readme", str(tmp_path / "nope.md")]) == 2
     assert "has no claims markers" in capsys.readouterr().err
+
+
+def test_the_shipped_experiments_are_found_from_any_working_directory(tmp_path, monkeypatch):
+    """`gpolab claims` outside the repository used to fail ("experiment: got 'bandit_mse_vs_G'"):
+    the default is the experiments shipped with the package (package data), and the package-data
+    pattern of pyproject.toml covers every experiment."""
+    import tomllib
+    from pathlib import Path
+
+    from gpolab import experiments
+
+    monkeypatch.chdir(tmp_path)
+    cfg = claims.Config(results=str(tmp_path / "r"), out=str(tmp_path / "o"))
+    cfg.validate()
+    assert cfg.experiment_dir() == experiments.DEFAULT_DIR and experiments.DEFAULT_DIR.is_dir()
+    exp = experiments.load(cfg.experiment_dir() / "bandit_mse_vs_G.toml")
+    assert exp.config(True, cfg.results).out == str(tmp_path / "r" / "bandit_mse_vs_G-quick")
+    with pytest.raises(ConfigError, match="experiments: got 'nope'"):
+        cfg.replace(experiments="nope").validate()
+    root = Path(__file__).parents[1]
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    patterns = data["tool"]["setuptools"]["package-data"]["gpolab"]
+    shipped = {p.name for pat in patterns for p in (root / "gpolab").glob(pat)}
+    assert {p.name for p in (root / "experiments").glob("*.toml")} <= shipped
+    assert experiments.SHIPPED.resolve() == (root / "experiments").resolve()
+
+
+def _gain_table(rows):
+    cols = ["comparison", "setting", "G", "control", "gain", "gain_ci_low", "gain_ci_high"]
+    return pd.DataFrame([dict(zip(cols, r, strict=True)) for r in rows])
+
+
+def test_group_size_gain_with_one_sampled_G_is_not_testable_not_a_comparison_with_itself():
+    """gpolab-N4 compared G = 32 with itself when one G was sampled (quick sizes)."""
+    g = _gain_table([("admissible", "rho=0", 32.0, False, 1.35, 1.34, 1.37)])
+    v = claims.group_size_gain({"gain": g})
+    se, detail = v.pop("se"), v.pop("detail")
+    assert math.isnan(v["gain_small_G"]) and math.isnan(v["gain_large_G"])
+    assert "not testable at these sizes" in detail
+    rules = {"rules": ["gain_small_G < 1.1", "gain_large_G > 1.1"]}
+    assert claims.verdict(rules, v, se) == "inconclusive"
+
+
+def test_fading_needs_a_decrease_that_matters():
+    """N3 passed on any decrease (1.47 → 1.38): now at most half the excess over 1 may be left."""
+    inf = math.inf
+    g = _gain_table([("admissible", "rho=0", inf, False, 1.47, 1.47, 1.47),
+                     ("admissible", "rho=0.9", inf, False, 1.38, 1.38, 1.38),
+                     ("oracle step", "rho=0.9", inf, False, 0.84, 0.84, 0.84)])  # fmt: skip
+    v = claims.gain_fades({"gain": g})
+    se = v.pop("se")
+    assert v["excess_kept"] == pytest.approx(0.38 / 0.47)
+    ledger = {c["id"]: c for c in claims.load(claims.LEDGER)}
+    assert claims.check("excess_kept <= 0.5", v, se) is False
+    assert claims.verdict(ledger["N3"], v, se) == "partly"
+    g.loc[1, ["gain", "gain_ci_low", "gain_ci_high"]] = 1.2
+    v = claims.gain_fades({"gain": g})
+    assert claims.verdict(ledger["N3"], v, v.pop("se")) == "reproduced"
+
+
+def test_a_tied_best_group_size_never_matches_the_prediction():
+    """U6 counted winners tied over 3-4 G as matches; the shares carry a binomial SE, so 4 of 8
+    is within one SE of the rule's 0.5: inconclusive, not a pass."""
+    s = pd.DataFrame({"env": ["bandit"] * 4 + ["arithmetic"] * 4, "N": [64] * 8,
+                      "schedule": ["constant"] * 8, "interior_minimum": [True] * 8,
+                      "empirical_best_G": [8, 8, 8, 8, 4, 4, 4, 4],
+                      "predicted_best_G": [8] * 4 + [4] * 4,
+                      "tied_G": ["4,8,16"] * 4 + ["4"] * 4})  # fmt: skip
+    v = claims.train_optimum({"summary": s})
+    se = v.pop("se")
+    assert v["matches_prediction_frac"] == 0.5 and v["separated_frac"] == 0.5
+    assert se["matches_prediction_frac"] == pytest.approx(math.sqrt(0.25 / 8))
+    ledger = {c["id"]: c for c in claims.load(claims.LEDGER)}
+    assert claims.verdict(ledger["U6"], v, se) == "inconclusive"
+    s["tied_G"] = "4,8"
+    v = claims.train_optimum({"summary": s})
+    assert v["matches_prediction_frac"] == 0.0
+    assert claims.verdict(ledger["U6"], v, v.pop("se")) == "partly"  # the interior still holds
+
+
+def test_a_nan_recovery_is_never_covered():
+    """gpolab-4 counted a NaN G* with the interval [5.31, inf] as covered."""
+    df = pd.DataFrame({"format": ["trl"] * 2, "env": ["bandit"] * 2, "quantity": ["mean", "G*"],
+                       "G": [8.0, math.nan], "truth": [0.3, 6.07], "recovered": [0.31, math.nan],
+                       "lo": [0.28, 5.31], "hi": [0.34, math.inf],
+                       "covered": [True, True]})  # fmt: skip
+    v = claims.plan_recovery({"results": df})
+    se = v.pop("se")
+    assert v["uncovered"] == 1
+    assert claims.check("uncovered == 0", v, se) is False
+
+
+def test_mean_baseline_z_uses_the_bias_standard_error():
+    """U1-mean divided the bias² error by the MSE's SE: an unbiased estimator scored z = 2.88 and
+    passed; with the bias²'s own SE it is far off, and 'biased' needs bias² 3 SE above 0."""
+    n, V, theory = 20_000, 0.05, 6.74e-4
+    df = pd.DataFrame({"estimator": ["mean", "loo", "oracle"], "G": [2] * 3,
+                       "mse": [0.0506, 0.143, 0.0988], "mse_se": [2.3e-4, 1e-3, 7e-4],
+                       "variance": [V, 0.143, 0.0988], "bias_sq": [0.0, 0.0, 0.0],
+                       "theory_bias_sq": [theory, 0.0, 0.0], "n_seeds": [n] * 3})  # fmt: skip
+    rules = {"rules": ["bias_theory_abs_z <= 3", "bias_z >= 3", "lowest_mse_gap > 0"]}
+    v = claims.mean_baseline({"results": df})  # an unbiased "mean": bias² 0
+    se = v.pop("se")
+    assert theory / 2.3e-4 == pytest.approx(2.93, abs=0.01)  # the old z: a pass at <= 3
+    assert v["bias_theory_abs_z"] > 8 and v["bias_z"] == 0  # bias² SE ≤ 8.2e-5
+    assert claims.verdict(rules, v, se) == "partly"  # only its low MSE holds
+    df.loc[0, "bias_sq"] = 6.65e-4  # the full-size measurement
+    v = claims.mean_baseline({"results": df})
+    assert claims.verdict(rules, v, v.pop("se")) == "reproduced"
+
+
+def test_a_nan_p_value_is_never_a_bonferroni_pass():
+    """Python's min(1.0, nan) is 1.0: a diverged run's NaN KS p-value used to read as p = 1."""
+    assert claims._bonferroni([0.2, 0.3]) == pytest.approx(0.4)
+    assert math.isnan(claims._bonferroni([0.2, float("nan")]))
+    assert math.isnan(claims._bonferroni([]))
+    assert claims.check("p >= 0.01", {"p": claims._bonferroni([float("nan")])}) is None
+
+
+def test_no_exact_theory_rows_give_a_nan_joint_test_not_a_crash():
+    import pandas as pd
+
+    rows = pd.DataFrame({"estimator": ["loo"], "G": [4], "mse": [1.0], "mse_se": [0.1],
+                         "theory_mse": [float("nan")], "n_seeds": [100]})  # fmt: skip
+    assert all(math.isnan(v) for v in claims._joint(rows))
+
+
+def test_an_exact_equality_rule_does_not_hang_on_the_last_bit():
+    assert claims.check("x == 0", {"x": 1e-17}) is True
+    assert claims.check("x == 0", {"x": 1e-3}) is False

@@ -34,8 +34,11 @@ register = lab_command(
     help="the ledger of every paper claim gpolab tests: statistic, rule and verdict",
     description="Reads the saved tables of the experiments (computing only missing ones; "
     "--quick: the quick-size tables of `gpolab figures --quick`) and prints one verdict per "
-    "claim (reproduced, partly, not reproduced, not testable here) with its statistic and "
-    "reason.  --readme README.md rewrites the README's generated claims table.",
+    "claim (reproduced, partly, not reproduced, inconclusive, not testable here) with its "
+    "statistic, reason and each rule's margin in standard errors (a rule within one SE of its "
+    "threshold is inconclusive; a NaN never passes).  The experiments are those shipped with "
+    "gpolab (any working directory; --experiments overrides).  --readme README.md rewrites the "
+    "README's generated claims table.",
     extend=_flags,
     runner=_run,
 )

@@ -1,0 +1,276 @@
+"""The claims ledger against today's code (slow: one `gpolab claims --quick` per test session).
+
+* The README's claims block is never stale: every quick verdict equals the README's, except for
+  the claims whose ledger entry says why the quick sizes cannot decide them (``quick = "why"``).
+* Every rule reads a value with its standard error.
+* Every statistic has a negative control: the quick tables of its experiment, altered so that
+  the claim is false, give "not reproduced" (:data:`FALSIFY`, one per testable claim; a
+  statistic no testable claim uses must be listed in :data:`NO_RULES`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpolab.cli import main
+from gpolab.labs import claims
+
+README = Path(__file__).parents[1] / "README.md"
+LEDGER = claims.load(claims.LEDGER)
+TESTABLE = {c["id"]: c for c in LEDGER if c.get("testable", True)}
+NO_RULES = {"groupsize_value", "chi2_oracle_weights", "curvature_bounds"}  # untestable claims
+
+
+def _rows(df, **where):
+    mask = np.ones(len(df), bool)
+    for k, v in where.items():
+        mask &= (df[k] == v).to_numpy()
+    return mask
+
+
+def _results(fn):
+    """A falsifier on the ``results`` table only."""
+    return lambda t: {**t, "results": fn(t["results"].copy())}
+
+
+def _oracle_off(df):  # loo twice the oracle; exact theory 1.5x off
+    df.loc[_rows(df, estimator="loo"), "mse"] *= 2
+    df["theory_mse"] *= 1.5
+    return df
+
+
+def _ordering_off(df):  # vanilla below the oracle; loo twice the oracle; theory 1.5x off
+    df.loc[_rows(df, estimator="vanilla"), "mse"] = 0.0
+    return _oracle_off(df)
+
+
+def _unbiased_mean(df):  # the mean baseline unbiased and the worst MSE at the smallest G
+    at = _rows(df, estimator="mean", G=df["G"].min())
+    df.loc[at, "bias_sq"] = 0.0
+    df.loc[at, "mse"] = 10 * df["mse"].max()
+    return df
+
+
+def _strength_reversed(df, estimators=("vanilla", "loo", "oracle")):
+    for e in estimators:
+        for mse, policy in zip((1.0, 2.0, 3.0), ("base", "instruct", "icl"), strict=True):
+            df.loc[_rows(df, estimator=e, policy=policy), ["mse", "mse_se"]] = (mse, 0.01)
+    return df
+
+
+def _summary(fn):
+    return lambda t: {**t, "summary": fn(t["summary"].copy())}
+
+
+def _argmin_off(s):  # every budget's best G differs from the prediction, and the best G vary
+    s["empirical_best_G"] = [2**i for i in range(1, len(s) + 1)]
+    s["predicted_best_G"] = s["empirical_best_G"] * 3
+    s["tied_G"] = s["empirical_best_G"].astype(str)
+    return s
+
+
+def _train_off(s):  # no interior minimum, every best G tied, none at the prediction
+    s["interior_minimum"] = False
+    s["tied_G"] = "2,4"
+    s["predicted_best_G"] = s["empirical_best_G"] * 3
+    return s
+
+
+def _chi2_off(df):
+    df["predicted_mean"] *= 3
+    df["ks_pvalue"] = 1e-12
+    return df
+
+
+def _floor_off(df):
+    exact = np.where(np.isfinite(df["theory_variance"]), df["theory_variance"],
+                     df["theory_floor"])  # fmt: skip
+    df["variance"] = 2 * exact
+    df["variance_se"] = 1e-3 * exact
+    return df
+
+
+def _no_decay(df):
+    df["variance"] = 1.0
+    df["variance_se"] = 0.01
+    return df
+
+
+def _undecided_trees(df):  # every split within noise of every other: no winner anywhere
+    df["theory_exact"] = False
+    df["corr_se"] = 10.0
+    return df
+
+
+def _gain(fn):
+    return lambda t: {**t, "gain": fn(t["gain"].copy())}
+
+
+def _exact_rows(g, comparison):
+    return (~np.isfinite(g["G"]) & ~g["control"].astype(bool)
+            & g["comparison"].str.startswith(comparison)).to_numpy()  # fmt: skip
+
+
+def _stdnorm_off(g):  # half the predicted gain, twice the norm ratio, tuned gain 0.8 ± 0.005
+    base = _exact_rows(g, "admissible") & (g["setting"] == "rho=0").to_numpy()
+    g.loc[base, "gain"] = 0.5 * g.loc[base, "pred_gain"]
+    g.loc[base, "gnorm_ratio"] = 2 * g.loc[base, "pred_gnorm_ratio"]
+    tuned = ((g["comparison"] == "tuned") & ~g["control"].astype(bool)).to_numpy()
+    g.loc[tuned, ["gain", "gain_ci_low", "gain_ci_high"]] = (0.8, 0.79, 0.81)
+    return g
+
+
+def _no_fading(g):  # the admissible gain the same at every ρ; the oracle step's gain 1.5
+    adm = _exact_rows(g, "admissible")
+    g.loc[adm, "gain"] = 1.5
+    g.loc[_exact_rows(g, "oracle"), "gain"] = 1.5
+    return g
+
+
+def _gain_at_small_G(g):
+    """Sampled groups: gain 1.5 at the smallest G, 1.0 at the largest (a larger G added where the
+    quick sizes sample one)."""
+    import pandas as pd
+
+    def sampled_rows(g):
+        return (np.isfinite(g["G"]) & g["comparison"].str.startswith("admissible")
+                & (g["setting"] == "rho=0")).to_numpy()  # fmt: skip
+
+    sampled = sampled_rows(g)
+    if g.loc[sampled, "G"].nunique() == 1:
+        g = pd.concat([g, g[sampled].assign(G=4 * g.loc[sampled, "G"])], ignore_index=True)
+        sampled = sampled_rows(g)
+    small = sampled & (g["G"] == g.loc[sampled, "G"].min()).to_numpy()
+    g.loc[sampled, ["gain", "gain_ci_low", "gain_ci_high"]] = (1.0, 0.99, 1.01)
+    g.loc[small, ["gain", "gain_ci_low", "gain_ci_high"]] = (1.5, 1.49, 1.51)
+    return g
+
+
+def _normalization_free(df):  # grpo's MSE equal to loo's, half its snr
+    for env in set(df["env"]):
+        loo = _rows(df, env=env, estimator="loo")
+        grpo = _rows(df, env=env, estimator="grpo")
+        for G in set(df.loc[grpo, "G"]):
+            at = grpo & (df["G"] == G).to_numpy()
+            df.loc[at, ["mse", "mse_se"]] = df.loc[loo & (df["G"] == G).to_numpy(),
+                                                   ["mse", "mse_se"]].to_numpy()  # fmt: skip
+            df.loc[at, "theory_snr_vs_loo"] = 0.5
+    return df
+
+
+def _theory_off(df):
+    df["theory_mse"] *= 1.5
+    return df
+
+
+def _kappa_off(t):
+    k = t["kappa"].copy()
+    k["kappa"] *= 2
+    return {**t, "kappa": k}
+
+
+def _plan_off(df):  # G* not recovered (NaN with an interval [5.31, inf]) and formats disagree
+    gs = (df["quantity"] == "G*").to_numpy()
+    df.loc[gs, ["recovered", "lo", "hi", "covered"]] = (np.nan, 5.31, np.inf, True)
+    df.loc[(df["format"] == df["format"].iloc[-1]).to_numpy(), "recovered"] += 1.0
+    return df
+
+
+FALSIFY = {
+    "U1": _results(_oracle_off),
+    "U1-loglinear": _results(_oracle_off),
+    "U1-mean": _results(_unbiased_mean),
+    "U2": _results(_ordering_off),
+    "U3": _results(lambda df: _strength_reversed(df, ("vanilla",))),
+    "U3-family": _results(_strength_reversed),
+    "U4": _summary(_argmin_off),
+    "U6": _summary(_train_off),
+    "U7": _results(_chi2_off),
+    "T1": _results(_floor_off),
+    "T2": _results(_no_decay),
+    "T3": _results(_undecided_trees),
+    "T3-where": _results(_undecided_trees),
+    "N2": _gain(_stdnorm_off),
+    "N3": _gain(_no_fading),
+    "gpolab-N4": _gain(_gain_at_small_G),
+    "gpolab-3": _results(_normalization_free),
+    "gpolab-1": _results(_theory_off),
+    "gpolab-2": _kappa_off,
+    "gpolab-4": _results(_plan_off),
+}
+
+
+def test_every_statistic_has_a_negative_control():
+    """Fast: a new testable claim, or a statistic no claim tests, fails here until it gets its
+    negative control (FALSIFY) or is listed as one no rule reads (NO_RULES)."""
+    assert set(FALSIFY) == set(TESTABLE)
+    tested = {c["statistic"] for c in TESTABLE.values()}
+    assert tested | NO_RULES == set(claims.STATISTICS)
+    assert not tested & NO_RULES
+
+
+def quick_run(root: Path):
+    """`gpolab claims --quick` on today's code, from scratch (the session's quick results, shared
+    with the README tables' check)."""
+    import pandas as pd
+
+    cfg = claims.Config(sizes="quick", results=str(root), out=str(root / "claims-out"))
+    assert main(["claims", "--quick", "--results", cfg.results, "--out", cfg.out, "--json"]) == 0
+    return cfg, pd.read_parquet(Path(cfg.out) / "claims.parquet").set_index("id")
+
+
+def stale_verdicts(table) -> list[str]:
+    """Claims whose quick verdict differs from the README's, unless the ledger says why the quick
+    sizes cannot decide them."""
+    readme = claims.readme_verdicts(README)
+    assert set(readme) == {c["id"] for c in LEDGER}, "regenerate the README's claims table"
+    return [f"{i}: README {readme[i]!r}, `gpolab claims --quick` {table.loc[i, 'verdict']!r} "
+            f"({table.loc[i, 'reason']})"
+            for i in readme
+            if table.loc[i, "verdict"] != readme[i] and not table.loc[i, "quick"]]  # fmt: skip
+
+
+def rules_without_se(table) -> list[str]:
+    out = []
+    for i, c in TESTABLE.items():
+        values, se = json.loads(table.loc[i, "values"]), json.loads(table.loc[i, "se"])
+        for rule in c["rules"]:
+            name, _, number = claims.RULE.match(rule).groups()
+            if name not in values or name not in se or (number in values and number not in se):
+                out.append(f"{i}: {rule}")
+    return out
+
+
+def failed_negative_controls(cfg) -> list[str]:
+    """Each testable claim's quick tables altered so that it is false must give "not
+    reproduced"."""
+    out, cache = [], {}
+    for i, falsify in FALSIFY.items():
+        claim = TESTABLE[i]
+        tables = claims.tables_of(cfg, claim["experiment"], cache)
+        values = claims.STATISTICS[claim["statistic"]](falsify(tables))
+        values.pop("detail")
+        se = values.pop("se")
+        v = claims.verdict(claim, values, se)
+        if v != "not reproduced":
+            out.append(f"{i}: {v}: " + "; ".join(claims.margin_text(r, values, se)
+                                                 for r in claim["rules"]))  # fmt: skip
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("quick-results")
+def test_claims_quick_agree_with_the_readme_and_every_negative_control_fails(quick_results):
+    """One test (one quick run per session, whichever worker runs it): the README's claims table
+    is not stale, every rule reads a value with its SE, every negative control is "not
+    reproduced"."""
+    cfg, table = quick_run(quick_results)
+    stale = stale_verdicts(table)
+    assert not stale, "regenerate: gpolab claims --readme README.md\n" + "\n".join(stale)
+    assert not rules_without_se(table)
+    failed = failed_negative_controls(cfg)
+    assert not failed, "negative controls not 'not reproduced':\n" + "\n".join(failed)
