@@ -35,3 +35,12 @@ def _release_executables():
     clearing keeps the count flat (~1,600) and the resident memory lower."""
     yield
     jax.clear_caches()
+
+
+@pytest.fixture(scope="session")
+def quick_results(tmp_path_factory):
+    """One results root for the tests that read experiments' quick tables (the README checks):
+    each experiment is computed once per session, on first use.  Tests that use it carry
+    ``@pytest.mark.xdist_group("quick-results")`` so that, under ``--dist loadgroup``, one
+    worker runs them all (two workers would race for the same folder's lock)."""
+    return tmp_path_factory.mktemp("quick-results")

@@ -1,0 +1,65 @@
+"""README.md's generated tables stay true: each block's text is what its stored values render
+to, its config is today's, and its values agree with today's quick run (gpolab/readme.py)."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from gpolab import readme
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_compare_passes_within_the_standard_error_and_exact_to_rounding():
+    stored = {"a mse": (1.00, 0.01), "a theory": (0.5, 0.0), "a cos": (0.3, None)}
+    fresh = {"a mse": (1.03, 0.01), "a theory": (0.5 * (1 + 1e-7), 0.0), "a cos": (0.9, None)}
+    assert readme.compare(stored, fresh) == []  # 3 / √2 SEs; exact to 1e-7; cos unchecked
+
+
+@pytest.mark.parametrize(
+    "fresh, why",
+    [
+        ({"a mse": (1.08, 0.01)}, "|z| > 5"),  # 5.7 combined SEs: a number that moved
+        ({"a theory": (0.51, 0.0)}, "exact"),  # exact theory changed
+        ({"a theory": (math.nan, 0.0)}, "vanished"),  # a theory disappeared
+        ({"b other": (1.0, 0.1)}, "no value in common"),  # nothing to compare is no pass
+    ],
+)
+def test_compare_fails_on_a_stale_value(fresh, why):
+    stored = {"a mse": (1.00, 0.01), "a theory": (0.5, 0.0)}
+    bad = readme.compare(stored, fresh)
+    assert bad and why in " ".join(bad)
+
+
+def test_nan_appearing_where_the_readme_had_a_number_is_no_pass():
+    assert "appeared" in readme.compare({"t": (math.nan, 0.0)}, {"t": (0.2, 0.0)})[0]
+
+
+def test_every_block_is_in_the_readme_and_renders_its_stored_values():
+    found = readme.blocks_in(README.read_text())
+    assert set(found) == set(readme.BLOCKS)
+    for name, block in readme.BLOCKS.items():
+        assert block.render(found[name]["values"]) == found[name]["body"], name
+        assert found[name]["head"] == readme._head(block), f"{name}: config changed; regenerate"
+
+
+def test_a_hand_edited_number_or_a_changed_config_is_caught():
+    found = readme.blocks_in(README.read_text())["sweep"]
+    block, values = readme.BLOCKS["sweep"], found["values"]
+    assert readme.stale(block, found, values) == []
+    row = found["body"].split("\n")[2]  # the first data row
+    edited = {**found, "body": found["body"].replace(row, row.replace("|", "| 1", 2)[:-1] + "|")}
+    assert "edited by hand" in readme.stale(block, edited, values)[0]
+    moved = {**found, "head": found["head"].replace("config ", "config 0")}
+    assert "another config" in readme.stale(block, moved, values)[0]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("quick-results")
+def test_readme_tables_agree_with_todays_quick_run(quick_results):
+    problems = {k: v for k, v in readme.check(README, quick_results).items() if v}
+    assert not problems, (
+        "README tables are stale on today's code (regenerate: python -m gpolab.readme "
+        f"README.md):\n{problems}"
+    )
