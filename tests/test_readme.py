@@ -36,6 +36,15 @@ def test_nan_appearing_where_the_readme_had_a_number_is_no_pass():
     assert "appeared" in readme.compare({"t": (math.nan, 0.0)}, {"t": (0.2, 0.0)})[0]
 
 
+def test_a_statistic_the_quick_run_cannot_estimate_is_not_compared():
+    """plan's G* on the quick run's short log is NaN with its reason: no comparison, no failure
+    (the block's exact values are still compared)."""
+    stored = {"G* recovered": (6.28, 0.9), "G* truth": (6.07, 0.0)}
+    quick = {"G* recovered": (math.nan, math.nan), "G* truth": (6.07, 0.0)}
+    assert readme.compare(stored, quick) == []
+    assert readme.compare(stored, {**quick, "G* truth": (6.5, 0.0)})  # the truth moved
+
+
 def test_every_block_is_in_the_readme_and_renders_its_stored_values():
     found = readme.blocks_in(README.read_text())
     assert set(found) == set(readme.BLOCKS)
