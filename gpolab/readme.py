@@ -24,7 +24,6 @@ three things of each block:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import re
@@ -288,9 +287,11 @@ def _experiment(name: str, quick: bool, root: Path):
 
 def config_hash(name: str) -> str:
     """A hash of experiment ``name``'s full-size config, its output folder left out."""
+    from gpolab.store import digest
+
     cfg, _ = _experiment(name, False, Path("results"))
-    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "out"}
-    return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:12]
+    fields = dataclasses.fields(cfg)
+    return digest({f.name: getattr(cfg, f.name) for f in fields if f.name != "out"})
 
 
 def tables(names, quick: bool, root: str | Path = "results") -> dict:
