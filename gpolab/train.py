@@ -1,7 +1,7 @@
 """Policy-gradient training: the one SGD loop of every lab, and the trainer of the std-normalization
 lab (SGD / Adam on exact surrogates, vmapped over seeds and step sizes).
 
-DESIGN §4 and §7, [N] arXiv 2601.23135.  :func:`ascend` is the loop: ``lax.scan`` over steps t of
+theory §4 and §7, [N] arXiv 2601.23135.  :func:`ascend` is the loop: ``lax.scan`` over steps t of
 
     (d_t, aux_t) = direction(k_t, θ_t, t)
     θ_{t+1} = θ_t + η_t(aux_t) · opt(d_t)  (ascent; opt = identity for SGD, optax.scale_by_adam)
@@ -37,7 +37,7 @@ Step rules (``Run.step``): ``constant`` (θ += η·opt(d)) or ``curvature``
 (θ += η/(s(θ_t) + eps)·opt(d)) with s = ``env.curvature(params, truth)`` (default
 max_x σ_x): the oracle step 1/L_t of the curvature law ‖H_x‖ ≤ cB²σ_x at the current iterate,
 L_t = cB²·s(θ_t)/N — REINFORCE told the exact current smoothness constant.  With orthogonal
-prompts and equal σ_x it *is* exact GRPO (the control of DESIGN §7).
+prompts and equal σ_x it *is* exact GRPO (the control of theory §7).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Weighted-χ² limit of the SGD gap (DESIGN §5, arXiv 2603.01162 Thm 8): the Gaussian testbed's
+"""Weighted-χ² limit of the SGD gap (theory §5, arXiv 2603.01162 Thm 8): the Gaussian testbed's
 closed forms, Imhof's CDF, the Lyapunov solution, hand-derived weights, Γ and the Jacobian of
 each estimator's expected update, and the CLI end to end."""
 

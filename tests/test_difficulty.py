@@ -1,4 +1,4 @@
-"""Beta-binomial difficulty fit and the degenerate-group law (DESIGN §10), against simulation
+"""Beta-binomial difficulty fit and the degenerate-group law (theory §10), against simulation
 and exact enumeration."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Optimal group size at a fixed budget N = B·G (DESIGN §3–4): theory, fixed-θ Monte Carlo,
+"""Optimal group size at a fixed budget N = B·G (theory §3–4): theory, fixed-θ Monte Carlo,
 the SGD loop and configuration checks."""
 
 import math
@@ -40,7 +40,7 @@ def test_fixed_n_mse_is_the_minibatch_mse_at_b_equals_n_over_g(small):
 
 
 def test_constants_match_their_definitions(small):
-    """c1 is the prompt variance of g_X in global coordinates; C2, C3 by hand (DESIGN §3)."""
+    """c1 is the prompt variance of g_X in global coordinates; C2, C3 by hand (theory §3)."""
     params, truth = small
     c = theory.constants(truth)
     P, A = params.success.shape

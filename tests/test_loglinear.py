@@ -1,4 +1,4 @@
-"""Log-linear bandit (DESIGN §7): exact g_x, H_x against autodiff and finite differences, the
+"""Log-linear bandit (theory §7): exact g_x, H_x against autodiff and finite differences, the
 curvature-law bounds, the instance construction and the sampler."""
 
 import jax

@@ -1,4 +1,4 @@
-"""Monte Carlo MSE against the exact finite-G formulas of DESIGN §3 (fixed seeds, 4 SE)."""
+"""Monte Carlo MSE against the exact finite-G formulas of theory §3 (fixed seeds, 4 SE)."""
 
 import jax
 import numpy as np

@@ -1,5 +1,5 @@
 """Exact count-table theory (gpolab.theory.exact) against the closed forms of gpolab.theory.mse,
-hand derivations, DESIGN §8's numbers and Monte Carlo on the bandit (fixed seeds, 4 SE)."""
+hand derivations, theory §8's numbers and Monte Carlo on the bandit (fixed seeds, 4 SE)."""
 
 import types
 
@@ -105,13 +105,13 @@ def test_table_reads_loo_and_grpo_by_hand():
     np.testing.assert_array_equal(t.a0, [0.0, -1.0])
 
 
-# ------------------------------------------------------------------ κ: DESIGN §8's numbers
+# ------------------------------------------------------------------ κ: theory §8's numbers
 
 
 def test_kappa_design_numbers():
     G, p = 8, 0.05
     grpo = float(ex.kappa(ex.registry_table("grpo", G, ddof=1, eps=1e-4), G, p))
-    assert abs(grpo - 2.31) < 0.005, grpo  # DESIGN §8: 2.31 (two decimals)
+    assert abs(grpo - 2.31) < 0.005, grpo  # theory §8: 2.31 (two decimals)
     np.testing.assert_allclose(ex.kappa(ex.registry_table("loo", G), G, p), 1.0, rtol=RTOL)
     np.testing.assert_allclose(ex.kappa(ex.registry_table("mean", G), G, p), 1 - 1 / G, rtol=RTOL)
 

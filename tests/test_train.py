@@ -287,7 +287,7 @@ def test_curvature_step_rule_is_the_oracle_one_over_L():
 
 
 def test_equal_sigma_control_admissible_steps_give_equal_trajectories():
-    """The control of DESIGN §7: identical prompts, orthogonal blocks.  GRPO at its admissible
+    """The control of theory §7: identical prompts, orthogonal blocks.  GRPO at its admissible
     step N/(cB²) and REINFORCE at the oracle step N/(cB²σ_max(θ_t)) are the same update, so the
     exact trajectories coincide and the measured gain is exactly 1."""
     from gpolab.theory import curvature

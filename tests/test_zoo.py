@@ -1,4 +1,4 @@
-"""The estimator zoo lab: rankings invariant to rescaling, κ against DESIGN §8's numbers, exact
+"""The estimator zoo lab: rankings invariant to rescaling, κ against theory §8's numbers, exact
 theory against Monte Carlo for the framework estimators (bandit and arithmetic surrogate)."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_a_shrunk_estimator_wins_on_mse_but_not_on_the_ranking(tables):
 def test_kappa_table_matches_design_numbers(tables):
     k = tables["kappa"]
     at = k[np.isclose(k["p"], 0.05)].set_index("estimator")["kappa"]
-    # DESIGN §8: at p = 0.05, G = 8: grpo (ddof 1, eps 1e-4) 2.31, NeMo's leave-one-out std
+    # theory §8: at p = 0.05, G = 8: grpo (ddof 1, eps 1e-4) 2.31, NeMo's leave-one-out std
     # 1.47, loo exactly 1, mean 1 − 1/G
     assert at["grpo"] == pytest.approx(2.31, abs=0.005)
     assert at["nemo/grpo"] == pytest.approx(1.47, abs=0.005)

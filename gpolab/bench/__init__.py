@@ -15,7 +15,7 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
 * ``tree``: Beta(2, 3) thoughts, K = 8, M = 8, thought-std advantages.
 * ``arithmetic``: the GRU LLM surrogate (instruct policy, 64 filler tokens), G = 16, 8 questions
   per seed, five estimators (one forward pass and five backward passes per group).
-* ``train``: SGD on the log-linear bandit of DESIGN §7 (32 prompts × 256 responses), grpo,
+* ``train``: SGD on the log-linear bandit of theory §7 (32 prompts × 256 responses), grpo,
   G = 8, 200 steps, 4 step sizes × 64 seeds in one jit; one "seed" here is one training run.
 * ``W1-scaling-*``: W1 at growing seed counts (linear scaling, one compilation).
 * ``W1-G64-rss``: W1 at G = 64 for 10⁶ seeds in a fresh process: peak resident memory.

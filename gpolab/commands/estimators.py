@@ -48,7 +48,7 @@ def theory_kind(entry) -> str:
     if entry.name in CLOSED:
         return "exact: closed form"
     if entry.reward_only_for():
-        return "exact: count table (DESIGN §8)"
+        return "exact: count table (theory §8)"
     if entry.needs == ("lengths",) and entry.scope == "group":
         return "exact when every response has the same length; else Monte Carlo only"
     why = f"needs {', '.join(entry.needs)}" if entry.needs else f"{entry.scope}-scoped"

@@ -8,7 +8,7 @@ from gpolab.commands import lab_command, run_lab
 
 HELP = "train GRPO vs REINFORCE (admissible and tuned steps, many seeds); gain and phases"
 DESCRIPTION = (
-    "Policy-gradient training on the log-linear bandit of arXiv 2601.23135 (DESIGN §7).  Writes "
+    "Policy-gradient training on the log-linear bandit of arXiv 2601.23135 (theory §7).  Writes "
     "summary, gain, finite_sample, curves and phases tables (parquet and CSV), config.toml and "
     "train_curves.png, train_gain.png, train_phases.png to --out.  --env bandit|arithmetic: "
     "SGD at a fixed budget N = B*G per step, the group-size lab's training check (gpolab "

@@ -1,4 +1,4 @@
-"""A synthetic arithmetic LLM surrogate (DESIGN §1, [U] §6): questions → answer token sequences.
+"""A synthetic arithmetic LLM surrogate (theory §1, [U] §6): questions → answer token sequences.
 
 * Questions: ``n`` (default 500) from a seeded generator, uniform over 5 categories
   ``a + b − c``, ``a + b − c + d``, ``a × b``, ``a ÷ b`` (exact quotient) and ``a − (b − c)``,
@@ -11,7 +11,7 @@
 * Reward Z = 1 iff the canonical generated answer equals y*.  Hence exactly
   V(x) = π_θ(y*|x) (teacher forcing) and g_x = ∇_θ π_θ(y*|x) (autodiff).
 * A Monte Carlo gradient needs only sampled sequences and one backward pass per group
-  (DESIGN §2): ĝ = ∇_θ (1/G) Σ_g stop_gradient(A_g) log π_θ(y_g|x).
+  (theory §2): ĝ = ∇_θ (1/G) Σ_g stop_gradient(A_g) log π_θ(y_g|x).
 * ``ENV``: the :class:`gpolab.envs.Env` over the flat weights θ of one
   :class:`ArithmeticInstance` (policy, questions).
 """

@@ -302,7 +302,7 @@ def to_global(params: BanditParams, prompts: jax.Array, local: jax.Array) -> jax
 
 @jax.jit
 def exact(params: BanditParams) -> BanditTruth:
-    """Every exact quantity of DESIGN §3, by enumeration over actions (one compiled call)."""
+    """Every exact quantity of theory §3, by enumeration over actions (one compiled call)."""
     pi = policy(params)
     p = params.success
     f = params.prompt_probs

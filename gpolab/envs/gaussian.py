@@ -1,4 +1,4 @@
-"""Gaussian policy with a bounded bump reward: the testbed with an interior optimum (DESIGN §5).
+"""Gaussian policy with a bounded bump reward: the testbed with an interior optimum (theory §5).
 
 P prompts x with features φ(x) ∈ R^d, drawn with probabilities f.  The policy emits one real
 response per draw and the reward is a Gaussian bump around a per-prompt target μ_x,

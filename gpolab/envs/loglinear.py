@@ -1,6 +1,6 @@
 """Log-linear policy over large finite response sets, binary rewards: the std-normalization testbed.
 
-DESIGN §7, [N] arXiv 2601.23135.  N prompts, A responses each; response y of prompt x carries a
+theory §7, [N] arXiv 2601.23135.  N prompts, A responses each; response y of prompt x carries a
 vector u(x, y) ∈ R^k with ‖u‖ = B, and the policy features are
 
     φ(x, y) = √(1 − ρ²) · (e_x ⊗ u(x, y))  ⊕  ρ · u(x, y)          ‖φ(x, y)‖ = B,

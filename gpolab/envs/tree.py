@@ -1,4 +1,4 @@
-"""Tree branching (DESIGN §6, [T] arXiv 2509.24494): K thoughts × M continuations per prompt.
+"""Tree branching (theory §6, [T] arXiv 2509.24494): K thoughts × M continuations per prompt.
 
 Each thought t_k has a success value p_k = E[Z | t_k]; its M continuations are
 Z_kj | t_k ~ Bernoulli(p_k).  Two thought models:

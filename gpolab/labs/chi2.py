@@ -1,5 +1,5 @@
 """The χ² lab: SGD on the Gaussian testbed and the weighted-χ² limit of n·Δ ([U] arXiv
-2603.01162, Thm 8; DESIGN §5).
+2603.01162, Thm 8; theory §5).
 
 Each seed runs SGD ascent θ_{i+1} = θ_i + (β/i) ĝ_i, i = 1, …, n_max, from θ_0, with the shared
 estimators (:func:`gpolab.estimators.advantages` → :func:`~gpolab.estimators.policy_gradient`) on

@@ -782,7 +782,7 @@ def kappa_values(t: dict) -> dict:
         got[name] = float(np.interp(0.05, c["p"], c["kappa"])) if len(c) else float("nan")
     err = max(abs(got[n] - want[n]) for n in want)
     return {"max_abs_error": err, "se": {"max_abs_error": 0.0}, "detail": "κ_8(0.05): " + ", ".join(
-        f"{n} {got[n]:.3f} (DESIGN {want[n]})" for n in want)}  # fmt: skip
+        f"{n} {got[n]:.3f} (theory {want[n]})" for n in want)}  # fmt: skip
 
 
 def plan_recovery(t: dict) -> dict:

@@ -1,7 +1,7 @@
 """The curvature lab (``gpolab curvature``): the curvature law ‖g_x‖ ≤ 2Bσ_x,
 ‖H_x‖_op ≤ 4B²σ_x on random θ of the log-linear bandit.
 
-DESIGN §7: gpolab's derivation of the curvature law claimed in the abstract of [N] arXiv
+theory §7: gpolab's derivation of the curvature law claimed in the abstract of [N] arXiv
 2601.23135 (its body was not available).  Samples many θ (random directions at log-uniform
 scales, so σ_x covers (0, 1/2]), computes the exact σ_x, ‖g_x‖ and ‖H_x‖_op of every prompt
 (table ``curvature``, one row per (θ, prompt); one unit of work, resumable through the store)

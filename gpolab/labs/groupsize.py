@@ -1,4 +1,4 @@
-"""The group-size lab: the best G at a fixed per-step budget N = B·G (DESIGN §4, [U] arXiv
+"""The group-size lab: the best G at a fixed per-step budget N = B·G (theory §4, [U] arXiv
 2603.01162 Thm 7), two checks of the prediction of :mod:`gpolab.theory.groupsize`:
 
 * fixed θ (default) — the Monte Carlo MSE of the loo mini-batch gradient (B = N/G iid prompts,

@@ -1,5 +1,5 @@
 """``gpolab plan``: read a real GRPO run's rollout log and say what its group size, estimator and
-sampling do (DESIGN §10, §8; issue 18).
+sampling do (theory §10, §8; issue 18).
 
 The log (:mod:`gpolab.rollouts`: TRL's completions parquet, verl's rollout jsonl, or a plain
 table) gives, per prompt group, the rewards of its G responses at every logged step.  With binary

@@ -1,5 +1,5 @@
 """Rollout logs simulated from gpolab's surrogates, with their truth (validation of ``gpolab plan``,
-issue 18; DESIGN §3, §10).
+issue 18; theory §3, §10).
 
 A simulated GRPO run at a fixed policy θ: ``steps`` steps of B prompts with G responses each,
 one row per response (``Simulated.frame``), plus measured norms ‖ĝ‖ of the leave-one-out
@@ -15,7 +15,7 @@ gradient at a few batch sizes (``Simulated.norms``), plus the exact truth the lo
   parameter.  E[q | x] = S2(x), the truth's ``S2``.
 * ``norms``: ``norm_steps`` independent steps at each B of ``norm_batches``, B prompts iid from f
   (the theory's mini-batch), ĝ = (1/(BG)) Σ_b Σ_g A_bg W_bg with loo advantages
-  A = G/(G − 1)(Z − Z̄), in the flat global parameter space.  Exactly (DESIGN §3, gpolab's
+  A = G/(G − 1)(Z − Z̄), in the flat global parameter space.  Exactly (theory §3, gpolab's
   derivation in :mod:`gpolab.theory.mse`):  E‖ĝ‖² = ‖g‖² + [c1 + E_X MSE_loo(X; G)]/B
   (truth ``grad_sq_exact``).
 * truth: ``V``, ``prompt_probs``, ``S2`` per prompt; ``degenerate`` {G: Σ_x f(x)[V^G + (1 − V)^G]}

@@ -1,7 +1,7 @@
 """The std-normalization lab (``gpolab train``): SGD / Adam training of GRPO against REINFORCE on
 the log-linear bandit.
 
-DESIGN §7; gpolab's reconstruction of the abstract of [N] arXiv 2601.23135 (its body was not
+theory §7; gpolab's reconstruction of the abstract of [N] arXiv 2601.23135 (its body was not
 available).  Two regimes, both with exact diagnostics at every iterate:
 
 * ``admissible`` — the premise of the reconstructed gain law: every method at its theoretically

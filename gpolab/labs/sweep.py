@@ -375,7 +375,7 @@ def aggregation_columns(cfg, cell, name, truth, params, B, shared) -> dict:
 
 
 def best_scale(m, name: str, target_sq: float) -> dict:
-    """The scale-invariant score (DESIGN §11, applied to gradients): the MSE after the best single
+    """The scale-invariant score (theory §11, applied to gradients): the MSE after the best single
     rescaling c* = E[ĝ·g]/E‖ĝ‖², ``scaled_mse`` = ‖g‖² − E[ĝ·g]²/E‖ĝ‖² (same averaging as
     ``mse``).  Shrinking ĝ toward 0 does not lower it, so it ranks directions, not step sizes."""
     dot, norm2 = float(m.mean(f"{name}/dot")), float(m.mean(f"{name}/norm2"))

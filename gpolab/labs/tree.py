@@ -1,4 +1,4 @@
-"""The tree-branching lab (issue 6, DESIGN §6, [T] arXiv 2509.24494): K thoughts × M continuations.
+"""The tree-branching lab (issue 6, theory §6, [T] arXiv 2509.24494): K thoughts × M continuations.
 
 One engine run of :func:`gpolab.cells.tree_error` per (K, M) cell (the sweep's ``env = tree``
 runs the same function on the same cells): each seed draws K thought values and two independent
@@ -11,7 +11,7 @@ exact K → ∞ floor on a fine M grid (the curve of the variance-vs-M figure).
 Grid mode (``budget = 0``) measures K × M; budget mode every split K·M = budget with K ≥ 2 (only
 the K of ``K`` when it is not the default grid), the token cost K·(L_think + M·L_answer) and a
 recommended split (:func:`rank`, :func:`recommend`, printed by :func:`notes`).  Splits are ranked by
-a score invariant to rescaling Â (DESIGN §11), never by the plain MSE: shrinkage (degenerate trees
+a score invariant to rescaling Â (theory §11), never by the plain MSE: shrinkage (degenerate trees
 give Â = 0) lowers E(Â − A)² without helping, and an always-zero advantage scores MSE 1 against a
 standardized target, below flat GRPO's.  The score is the tokens one effective thought costs,
 (L_think + M·L_answer)/corr² (:func:`score`, gpolab's derivation), with the exact corr of
@@ -368,7 +368,7 @@ def rank(df):
 
     ``score_corr`` / ``score_source``: the exact theory_corr where the exact route exists
     (``theory_exact``), else the Monte Carlo corr; ``rescaled_mse`` = 1 − corr² (the MSE after
-    the best rescaling of Â against the standardized target, Var A = 1: DESIGN §11); ``score``
+    the best rescaling of Â against the standardized target, Var A = 1: theory §11); ``score``
     (:func:`score`) with ``score_se`` = 2 score · SE(corr)/corr (0 for exact theory);
     ``recommended``: the lowest score, exactly one row per budget; ``tie``: another row whose score
     is within TIE_Z · √(SE² + SE_best²) of the best; ``distinguishable``: no row ties with the

@@ -9,7 +9,7 @@ scaled_mse = E[ĝ·g]² / (E‖ĝ‖² ‖g‖² − E[ĝ·g]²), the degenerate
 columns.  Rankings use ``snr`` (relative to ``loo`` at the same G): rescaling an estimator's
 advantages, e.g. shrinking them toward 0, leaves it unchanged, so no estimator wins by shrinking.
 
-Table ``kappa``: κ_G(p) with E[ĝ_x | p] = κ_G(p) g_x (DESIGN §8; the count-table theory is
+Table ``kappa``: κ_G(p) with E[ĝ_x | p] = κ_G(p) g_x (theory §8; the count-table theory is
 gpolab's derivation), for every reward-only estimator at each G of ``kappa_G`` — how strongly it
 up-weights hard (p → 0) and easy (p → 1) prompts against medium ones.  The Dr. GRPO critique of
 std normalization, made exact: grpo's κ tends to 1/√(p(1 − p)) as G grows.

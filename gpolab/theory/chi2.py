@@ -1,4 +1,4 @@
-"""Asymptotic weighted-χ² law of the SGD suboptimality gap ([U] arXiv 2603.01162, Thm 8; DESIGN §5).
+"""Asymptotic weighted-χ² law of the SGD suboptimality gap ([U] arXiv 2603.01162, Thm 8; theory §5).
 
 SGD ascent θ_{i+1} = θ_i + η_i ĝ_i with η_i = β/i, B and G fixed.  Linearise at the fixed point θ*:
 
@@ -26,7 +26,7 @@ per-prompt estimate is ζ·φ(x) with a scalar ζ = (1/G) Σ_g A_g w_g, w_g = (Y
 ψ_x(0) = 0 for every estimator: flipping the sign of every Y − m in a group leaves Z unchanged and
 flips w, so θ* stays the fixed point even for ``mean`` and std-normalized ``grpo``, and the prompt
 term vanishes.  Closed forms (ε ~ N(0, s²), Z = exp(−ε²/(2h²)), v = h² + s², S2 = E w² = 1/s²,
-σ² = Var Z, trΣ_or = E[w²(Z − V)²]; DESIGN §3 with g_x = 0):
+σ² = Var Z, trΣ_or = E[w²(Z − V)²]; theory §3 with g_x = 0):
 
     vanilla  τ² = E[w² Z²]/G                              ψ'(0) = −κ,  κ = h / v^{3/2}
     oracle   τ² = trΣ_or/G                                ψ'(0) = −κ
@@ -111,7 +111,7 @@ def prompt_moments(h, s) -> dict:
 
 
 def scalar_variance(name: str, h, s, G: int) -> np.ndarray:
-    """τ² = E ζ² at θ* for the closed-form estimators (DESIGN §3 with g_x = 0)."""
+    """τ² = E ζ² at θ* for the closed-form estimators (theory §3 with g_x = 0)."""
     m = prompt_moments(h, s)
     if name == "vanilla":
         return m["e_w2z2"] / G
@@ -216,7 +216,7 @@ def identifiable_basis(hessian, rtol: float = 1e-8):
 def lyapunov(lam_update, omega, beta: float) -> np.ndarray:
     """Σ solving (βΛ_M − I/2)Σ + Σ(βΛ_M − I/2)ᵀ = β²Ω  (``scipy.linalg.solve_continuous_lyapunov``).
 
-    ``lam_update`` is the (r, r) matrix Λ_M (or its diagonal).  DESIGN §5 (with the β² factor).
+    ``lam_update`` is the (r, r) matrix Λ_M (or its diagonal).  theory §5 (with the β² factor).
     """
     lam_update = np.asarray(lam_update, np.float64)
     if lam_update.ndim == 1:

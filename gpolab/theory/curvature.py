@@ -1,4 +1,4 @@
-"""Closed forms of the std-normalization analysis (DESIGN §7).
+"""Closed forms of the std-normalization analysis (theory §7).
 
 Only the abstract of [N] (arXiv 2601.23135) was available to this project: the bounds and the gain
 law below are gpolab's reconstruction of its abstract's claims ("the reward std tracks local

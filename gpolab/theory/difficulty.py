@@ -1,4 +1,4 @@
-"""Prompt difficulty from a reward log (DESIGN §10; groundwork of ``gpolab plan``, issue 18).
+"""Prompt difficulty from a reward log (theory §10; groundwork of ``gpolab plan``, issue 18).
 
 Per prompt x, c_x successes of n_x responses; difficulty p_x ~ Beta(a, b) across prompts, so
 c_x ~ BetaBinomial(n_x, a, b).  :func:`fit` is the maximum-likelihood (a, b) with standard errors
@@ -13,7 +13,7 @@ Built on that for ``gpolab plan``: the fit's parametric uncertainty (:func:`draw
 asymptotic normal of log a, log b) and :func:`degenerate_curve` with intervals; the fit's checks
 (:func:`logged_check`, the flat fraction at each group's own size; :func:`count_check`, the whole
 count histogram); :func:`g_needed`; :func:`kappa_mix`, κ_G of an estimator averaged exactly over
-the fit (DESIGN §8); graded rewards (:func:`fit_graded`, Dirichlet-multinomial;
+the fit (theory §8); graded rewards (:func:`fit_graded`, Dirichlet-multinomial;
 :func:`degenerate_unbiased` for continuous ones); and G* from a per-response score-norm proxy and
 gradient norms at two batch sizes (:func:`gstar`, gpolab's derivation; :func:`gstar_bounds`).
 """
@@ -431,7 +431,7 @@ def _beta_binomial_pmf(m: int, a: float, b: float) -> np.ndarray:
 def kappa_mix(spec: str, G: int, a: float, b: float, **shared) -> dict:
     """κ_G of a reward-only registry estimator averaged over the difficulties p ~ Beta(a, b).
 
-    κ_G(p) = E f(1, S) − E f(0, S), S ~ Bin(G − 1, p) (DESIGN §8, :mod:`gpolab.theory.exact`),
+    κ_G(p) = E f(1, S) − E f(0, S), S ~ Bin(G − 1, p) (theory §8, :mod:`gpolab.theory.exact`),
     so, exactly (S is then BetaBinomial(G − 1, a, b)):
 
         E_p κ_G = Σ_s (a1[s] − a0[s]) · BetaBinomial(s; G − 1, a, b).
@@ -656,7 +656,7 @@ def proxy_moments(rewards, proxy, group) -> tuple[np.ndarray, np.ndarray]:
     because response i is independent of the others, whose sample variance is unbiased for σ²
     and whose (S² − Q)/(m(m − 1)) is unbiased for V².  Binary Z: Q = S = c_−i, so
     s_x = mean_i q_i c_−i(m − c_−i)/(m(m − 1)) and the last term is c_−i(c_−i − 1)/(m(m − 1)).
-    With q = ‖W‖², s_x = S2 σ² and a_x = E[‖W‖²(Z − V)²] = trΣ_or + ‖g_x‖² (DESIGN §3)."""
+    With q = ‖W‖², s_x = S2 σ² and a_x = E[‖W‖²(Z − V)²] = trΣ_or + ‖g_x‖² (theory §3)."""
     z, q, idx = _groups(rewards, proxy, group)
     n = np.bincount(idx).astype(np.float64)
     S, Q = np.bincount(idx, z), np.bincount(idx, z * z)
@@ -699,7 +699,7 @@ def _line(means: np.ndarray, var: np.ndarray, sizes: np.ndarray) -> tuple[float,
 
 
 def constants_from_proxy(s: float, a: float, g_sq: float, T: float, G: int) -> dict:
-    """c1, C2, C3 (DESIGN §3) from s = E_X[E q σ²], a = E_X E[q(Z − V)²], ‖g‖² and the slope
+    """c1, C2, C3 (theory §3) from s = E_X[E q σ²], a = E_X E[q(Z − V)²], ‖g‖² and the slope
     T = Tr Cov of one prompt's loo estimate at G (gpolab's derivation): with γ = E‖g_X‖² =
     c1 + ‖g‖², C2 = a − γ, C3 = s + γ and T = c1 + C2/G + C3/(G(G − 1)), so
 
@@ -726,7 +726,7 @@ def _no_gstar(reason: str, **known) -> dict:
 def gstar(rewards, proxy, group, norms, G: int, *, level: float = 0.95, boot: int = 2000,
           seed: int = 0, clusters=None) -> dict:  # fmt: skip
     """MSE-optimal group size G* = 1 + √(C3/c1) of the loo estimator at a fixed budget N = B·G
-    (DESIGN §3; the recovery of c1 and C3 from a run's log is gpolab's derivation).
+    (theory §3; the recovery of c1 and C3 from a run's log is gpolab's derivation).
 
     ``rewards``, ``proxy`` (q = ‖W‖² = ‖∇ log π‖² of each response, in the coordinates of the
     measured gradient) and ``group`` (one label per group) per response: s, a = means over the

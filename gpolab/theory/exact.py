@@ -1,5 +1,5 @@
 """Exact finite-G bias and MSE of ANY group-scoped, reward-only estimator with binary rewards
-(DESIGN §8; the derivation below is gpolab's).
+(theory §8; the derivation below is gpolab's).
 
 Per prompt x: G responses, rewards Z_i ~ Bernoulli(p), scores W_i with E W = 0, and
 

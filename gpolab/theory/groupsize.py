@@ -1,7 +1,7 @@
-"""Optimal group size at a fixed per-step budget N = B·G (DESIGN §3–4, [U] arXiv 2603.01162 Thm 7).
+"""Optimal group size at a fixed per-step budget N = B·G (theory §3–4, [U] arXiv 2603.01162 Thm 7).
 
 A mini-batch of B iid prompts with G responses each and the leave-one-out (RLOO / "GRPO-type")
-estimator has exact MSE (DESIGN §3)
+estimator has exact MSE (theory §3)
 
     MSE(B, G) = c1/B + E_X[MSE_loo(X; G)]/B,   E_X MSE_loo(X; G) = C2/G + C3/(G (G − 1)),
 
@@ -74,7 +74,7 @@ class Constants:
 
 
 def constants(truth) -> Constants:
-    """c1, C2, C3 of a truth (DESIGN §3), in float64, with the error a Monte Carlo S2 carries."""
+    """c1, C2, C3 of a truth (theory §3), in float64, with the error a Monte Carlo S2 carries."""
     f = np.asarray(truth.prompt_probs, dtype=np.float64)
     V = np.asarray(truth.V, dtype=np.float64)
     sigma2 = np.asarray(truth.sigma2, dtype=np.float64)

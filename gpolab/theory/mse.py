@@ -1,4 +1,4 @@
-"""Exact finite-G MSE of the unbiased and mean-baseline estimators (DESIGN §3, [U] §3–4).
+"""Exact finite-G MSE of the unbiased and mean-baseline estimators (theory §3, [U] §3–4).
 
 Inputs are the per-prompt quantities of an environment's truth (``V, sigma2, S2, tr_sigma_oracle,
 e_wz2, e_w2_zv``, ‖g_x‖²); every function returns per-prompt MSE, shape (P,).  With

@@ -1,4 +1,4 @@
-"""Closed forms for tree branching (DESIGN §6, [T] arXiv 2509.24494).
+"""Closed forms for tree branching (theory §6, [T] arXiv 2509.24494).
 
 Setting: K thoughts with iid values p_k (Beta(a, b), or a finite thought set under a softmax
 policy), M Bernoulli(p_k) continuations each, V̂_k = S_k/M with S_k the number of successes, and the
