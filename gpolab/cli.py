@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shutil
 import sys
+import textwrap
 
 from gpolab.validate import ConfigError
 
@@ -29,6 +31,54 @@ COMMANDS = (
     "plancheck",
 )
 
+# Two or three invocations per command, shown at the end of its --help (each is parsed, and a
+# lab's resolved, by tests/test_cli.py, so none goes stale).
+EXAMPLES = {
+    "sweep": (
+        "gpolab sweep --quick",
+        "gpolab sweep --estimators loo,grpo,verl/grpo --G 4,8,16 --seeds 20000 --out results/mine",
+        "gpolab sweep --env tree --K 4,16 --M 1,4 --quick",
+    ),
+    "chi2": ("gpolab chi2 --quick", "gpolab chi2 --estimator loo --G 8 --B 4 --seeds 2000"),
+    "tree": ("gpolab tree --quick", "gpolab tree --budget 64 --quick"),
+    "train": ("gpolab train --quick", "gpolab train --estimators grpo,loo --G 8 --quick"),
+    "stdnorm": ("gpolab stdnorm --quick", "gpolab stdnorm --estimators grpo,loo --quick"),
+    "curvature": ("gpolab curvature --quick", "gpolab curvature --prompts 8 --quick"),
+    "bench": ("gpolab bench --quick", "gpolab bench --json"),
+    "figures": (
+        "gpolab figures --quick",
+        "gpolab figures --only bandit_mse_vs_G,tree_mse_heatmap",
+        "gpolab figures --replot",
+    ),
+    "groupsize": (
+        "gpolab groupsize --quick",
+        "gpolab groupsize --N 256,1024 --seeds 5000",
+        "gpolab groupsize --train --env bandit --quick",
+    ),
+    "estimators": ("gpolab estimators", "gpolab estimators --json"),
+    "zoo": ("gpolab zoo --quick", "gpolab zoo --estimators grpo,loo,trl/grpo --G 4,8 --quick"),
+    "claims": ("gpolab claims --quick", "gpolab claims --only U1,T1 --markdown"),
+    "plan": (
+        "gpolab plan completions.parquet",
+        "gpolab plan --log rollouts/ --format verl --G 8",
+    ),
+    "plancheck": ("gpolab plancheck --quick", "gpolab plancheck --envs bandit --quick"),
+}
+
+
+def _add_examples(parser: argparse.ArgumentParser, name: str) -> None:
+    """``name``'s examples as its help's last lines, kept as written (a raw formatter; the
+    description is wrapped here as argparse would)."""
+    if parser.description:
+        width = min(shutil.get_terminal_size().columns, 100) - 2
+        parser.description = "\n\n".join(
+            textwrap.fill(" ".join(par.split()), width) for par in parser.description.split("\n\n")
+        )
+    lines = "\n".join(f"  {line}" for line in EXAMPLES[name])
+    parser.epilog = f"{parser.epilog}\n\n" if parser.epilog else ""
+    parser.epilog += f"examples:\n{lines}"
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """Every subcommand; only the one named in ``argv`` gets its flags (a lab's flags come from
@@ -46,6 +96,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             module.register(sub)
         else:
             module.register.brief(sub)
+    if chosen is not None:
+        _add_examples(sub.choices[chosen], chosen)
     return parser
 
 
