@@ -96,25 +96,65 @@ class Store:
         return pd.concat([pd.read_parquet(self.path(k)) for k in keys], ignore_index=True)
 
 
-def resume(store, keys, compute, *, config_hash: str = "", on_skip=None, on_unit=None):
-    """The rows of every unit ``i`` (store key ``keys[i]``), in order, as one DataFrame: read
-    back where ``store`` has them, else ``compute(i)`` (a list of row dicts) written to the
-    store as soon as it is done, so an interrupted run keeps every finished unit.
-    ``store=None`` computes everything.  ``on_skip(n)``: the number of units found finished;
-    ``on_unit(rows)``: after each computed unit."""
+def cell_key(lab: str, **parts) -> str:
+    """A cell's store key: :func:`digest` of ``{"lab": lab, **parts}`` (the settings its numbers
+    depend on and the row it is, e.g. ``schema=, settings=, row=``); the one key builder."""
+    return digest({"lab": lab, **parts})
+
+
+def config_hash(cfg) -> str:
+    """A lab config's provenance hash: every setting its numbers depend on
+    (:func:`gpolab.configs.key_settings`), so the output folder, the chunk size and the
+    sharding do not change it."""
+    from gpolab import configs
+
+    return digest(configs.key_settings(cfg))
+
+
+def resume(store, keys, compute, *, config_hash: str = "", on_skip=None, on_unit=None,
+           group=None, share=None, agree=None):  # fmt: skip
+    """The rows of every cell ``i`` (store key ``keys[i]``), in order, as one DataFrame: read
+    back where ``store`` has them, else computed and written to the store as soon as their unit
+    is done, so an interrupted run keeps every finished unit.  ``store=None`` computes
+    everything.
+
+    * ``group=None``: each cell is its own unit and ``compute(i)`` returns its rows (a list of
+      dicts).  ``group(indices)`` yields the units (lists of cell indices) covering ``indices``
+      (cells computed together, e.g. estimators on common random numbers); then
+      ``compute(unit)`` returns one row list per cell of ``unit`` (each cell's stored wall time
+      is the unit's, split evenly).
+    * ``share=(j, n)``: only the units u with u mod n = j of ``group(every cell)`` (a job
+      array's share; the union over j is every cell once, and no unit is split); the rows
+      returned are that share's.
+    * ``agree(pending, n) -> pending``: make every process compute the same cells (a
+      multi-process run: process 0, which holds the store, decides).
+    * ``on_skip(n)``: the number of cells found finished; ``on_unit(rows)``: after each
+      computed cell, with its rows.
+    """
     import pandas as pd
 
-    pending = [i for i, k in enumerate(keys) if store is None or not store.has(k)]
-    if on_skip is not None and len(pending) < len(keys):
-        on_skip(len(keys) - len(pending))
+    per_unit = group is not None
+    group = group or (lambda idx: ([i] for i in idx))
+    mine = list(range(len(keys)))
+    if share is not None:
+        j, n = share
+        mine = sorted(i for u, unit in enumerate(group(mine)) if u % n == j for i in unit)
+    pending = [i for i in mine if store is None or not store.has(keys[i])]
+    if agree is not None:
+        pending = sorted(agree(set(pending), len(keys)))
+    if on_skip is not None and len(pending) < len(mine):
+        on_skip(len(mine) - len(pending))
     computed = {}
-    for i in pending:
+    for unit in group(pending):
         start = time.perf_counter()
-        computed[i] = compute(i)
-        if store is not None:
-            store.write(keys[i], computed[i], config_hash, time.perf_counter() - start)
-        if on_unit is not None:
-            on_unit(computed[i])
+        rows = compute(unit) if per_unit else [compute(unit[0])]
+        computed.update(zip(unit, rows, strict=True))
+        wall = (time.perf_counter() - start) / len(unit)
+        for i in unit:
+            if store is not None:
+                store.write(keys[i], computed[i], config_hash, wall)
+            if on_unit is not None:
+                on_unit(computed[i])
     if store is not None:
-        return store.read(keys)
-    return pd.DataFrame([row for i in range(len(keys)) for row in computed[i]])
+        return store.read([keys[i] for i in mine])
+    return pd.DataFrame([row for i in mine if i in computed for row in computed[i]])
