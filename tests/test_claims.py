@@ -12,8 +12,9 @@ import re
 import pandas as pd
 import pytest
 
+from gpolab import readme as docs_blocks
 from gpolab.cli import main
-from gpolab.labs import claims
+from gpolab.labs import claims, claims_report, claims_stats
 from gpolab.validate import ConfigError
 
 
@@ -106,19 +107,26 @@ def test_oracle_match_statistic_on_a_table():
                           v, se) == "reproduced"  # fmt: skip
 
 
-def test_readme_table_is_the_ledger_in_order():
+def test_the_ledger_page_and_the_readme_summary_are_the_ledger_in_order():
+    """docs/claims.md holds the full ledger table, README.md its summary: both list every claim
+    in the ledger's order with one verdict, and agree on the verdicts."""
     from pathlib import Path
 
-    text = (Path(__file__).parents[1] / "README.md").read_text()
-    block = text.split(claims.BEGIN)[1].split(claims.END)[0]
-    rows = [r for r in block.splitlines() if r.startswith("| ") and not r.startswith("| id")]
+    root = Path(__file__).parents[1]
     ledger = claims.load(claims.LEDGER)
-    assert [r.split(" | ")[0][2:] for r in rows] == [c["id"] for c in ledger]
-    for row, c in zip(rows, ledger, strict=True):
-        assert c["claim"] in row and any(f"**{v}**" in row for v in claims.VERDICTS)
-        assert len(re.findall(r"(?<!\\)\|", row)) == 7  # 6 cells: every | inside is escaped
-    assert set(claims.readme_verdicts(Path(__file__).parents[1] / "README.md")) == {
-        c["id"] for c in ledger}
+    for path, cells in ((root / "docs" / "claims.md", 6), (root / "README.md", 3)):
+        m = claims_report.BLOCK.search(path.read_text())
+        rows = [
+            r for r in m["body"].splitlines() if r.startswith("| ") and not r.startswith("| id")
+        ]
+        assert [r.split(" | ")[0][2:] for r in rows] == [c["id"] for c in ledger], path
+        for row, c in zip(rows, ledger, strict=True):
+            assert c["claim"].replace("|", "\\|") in row, (path, c["id"])
+            assert any(f"**{v}**" in row for v in claims.VERDICTS)
+            assert len(re.findall(r"(?<!\\)\|", row)) == cells + 1  # every | inside is escaped
+    page = docs_blocks.claims_verdicts(root / "docs" / "claims.md")
+    assert page == docs_blocks.claims_verdicts(root / "README.md")
+    assert set(page) == {c["id"] for c in ledger}
 
 
 def test_claims_end_to_end_a_true_and_a_false_claim(tmp_path, capsys):
@@ -138,14 +146,22 @@ def test_claims_end_to_end_a_true_and_a_false_claim(tmp_path, capsys):
         f'experiment = "{e}"\nstatistic = "oracle_match"\n'
         'rules = ["loo_over_oracle_at_max_G <= 1.3"]\n'
         for i, e in (("TRUE", "small_G8"), ("FALSE", "small_G3"))))  # fmt: skip
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{claims.BEGIN}\nSTALE\n{claims.END}\nend\n")
+    readme, page = tmp_path / "README.md", tmp_path / "claims.md"
+    for path, kind in ((readme, "claims-summary"), (page, "claims")):
+        path.write_text(
+            f"intro\n{claims_report.begin(kind)}\nSTALE\n{claims_report.end(kind)}\nend\n"
+        )
     argv = ["claims", "--ledger", str(ledger), "--experiments", str(exp), "--results",
             str(tmp_path / "results"), "--out", str(tmp_path / "out")]  # fmt: skip
-    assert main([*argv, "--readme", str(readme)]) == 0
-    text = readme.read_text()
-    assert text.startswith("intro\n") and text.endswith("end\n") and "STALE" not in text
-    assert claims.readme_verdicts(readme) == {"TRUE": "reproduced", "FALSE": "not reproduced"}
+    assert main([*argv, "--readme", str(readme), str(page)]) == 0
+    for path in (readme, page):
+        text = path.read_text()
+        assert text.startswith("intro\n") and text.endswith("end\n") and "STALE" not in text
+        assert docs_blocks.claims_verdicts(path) == {
+            "TRUE": "reproduced",
+            "FALSE": "not reproduced",
+        }
+    text = page.read_text()
     assert re.search(r"loo_over_oracle_at_max_G <= 1.3: 1\.1\d+ \(\+\d+\.\d SE\)", text)
     assert re.search(r"loo_over_oracle_at_max_G <= 1.3: 1\.\d+ \(-\d+\.\d SE\)", text)
     # the experiments' tables are saved: a second run reads them and computes nothing
@@ -190,7 +206,7 @@ def _gain_table(rows):
 def test_group_size_gain_with_one_sampled_G_is_not_testable_not_a_comparison_with_itself():
     """gpolab-N4 compared G = 32 with itself when one G was sampled (quick sizes)."""
     g = _gain_table([("admissible", "rho=0", 32.0, False, 1.35, 1.34, 1.37)])
-    v = claims.group_size_gain({"gain": g})
+    v = claims_stats.group_size_gain({"gain": g})
     se, detail = v.pop("se"), v.pop("detail")
     assert math.isnan(v["gain_small_G"]) and math.isnan(v["gain_large_G"])
     assert "not testable at these sizes" in detail
@@ -204,14 +220,14 @@ def test_fading_needs_a_decrease_that_matters():
     g = _gain_table([("admissible", "rho=0", inf, False, 1.47, 1.47, 1.47),
                      ("admissible", "rho=0.9", inf, False, 1.38, 1.38, 1.38),
                      ("oracle step", "rho=0.9", inf, False, 0.84, 0.84, 0.84)])  # fmt: skip
-    v = claims.gain_fades({"gain": g})
+    v = claims_stats.gain_fades({"gain": g})
     se = v.pop("se")
     assert v["excess_kept"] == pytest.approx(0.38 / 0.47)
     ledger = {c["id"]: c for c in claims.load(claims.LEDGER)}
     assert claims.check("excess_kept <= 0.5", v, se) is False
     assert claims.verdict(ledger["N3"], v, se) == "partly"
     g.loc[1, ["gain", "gain_ci_low", "gain_ci_high"]] = 1.2
-    v = claims.gain_fades({"gain": g})
+    v = claims_stats.gain_fades({"gain": g})
     assert claims.verdict(ledger["N3"], v, v.pop("se")) == "reproduced"
 
 
@@ -223,14 +239,14 @@ def test_a_tied_best_group_size_never_matches_the_prediction():
                       "empirical_best_G": [8, 8, 8, 8, 4, 4, 4, 4],
                       "predicted_best_G": [8] * 4 + [4] * 4,
                       "tied_G": ["4,8,16"] * 4 + ["4"] * 4})  # fmt: skip
-    v = claims.train_optimum({"summary": s})
+    v = claims_stats.train_optimum({"summary": s})
     se = v.pop("se")
     assert v["matches_prediction_frac"] == 0.5 and v["separated_frac"] == 0.5
     assert se["matches_prediction_frac"] == pytest.approx(math.sqrt(0.25 / 8))
     ledger = {c["id"]: c for c in claims.load(claims.LEDGER)}
     assert claims.verdict(ledger["U6"], v, se) == "inconclusive"
     s["tied_G"] = "4,8"
-    v = claims.train_optimum({"summary": s})
+    v = claims_stats.train_optimum({"summary": s})
     assert v["matches_prediction_frac"] == 0.0
     assert claims.verdict(ledger["U6"], v, v.pop("se")) == "partly"  # the interior still holds
 
@@ -241,7 +257,7 @@ def test_a_nan_recovery_is_never_covered():
                        "G": [8.0, math.nan], "truth": [0.3, 6.07], "recovered": [0.31, math.nan],
                        "lo": [0.28, 5.31], "hi": [0.34, math.inf],
                        "covered": [True, True]})  # fmt: skip
-    v = claims.plan_recovery({"results": df})
+    v = claims_stats.plan_recovery({"results": df})
     se = v.pop("se")
     assert v["uncovered"] == 1
     assert claims.check("uncovered == 0", v, se) is False
@@ -256,22 +272,22 @@ def test_mean_baseline_z_uses_the_bias_standard_error():
                        "variance": [V, 0.143, 0.0988], "bias_sq": [0.0, 0.0, 0.0],
                        "theory_bias_sq": [theory, 0.0, 0.0], "n_seeds": [n] * 3})  # fmt: skip
     rules = {"rules": ["bias_theory_abs_z <= 3", "bias_z >= 3", "lowest_mse_gap > 0"]}
-    v = claims.mean_baseline({"results": df})  # an unbiased "mean": bias² 0
+    v = claims_stats.mean_baseline({"results": df})  # an unbiased "mean": bias² 0
     se = v.pop("se")
     assert theory / 2.3e-4 == pytest.approx(2.93, abs=0.01)  # the old z: a pass at <= 3
     assert v["bias_theory_abs_z"] > 8 and v["bias_z"] == 0  # bias² SE ≤ 8.2e-5
     assert claims.verdict(rules, v, se) == "partly"  # only its low MSE holds
     df.loc[0, "bias_sq"] = 6.65e-4  # the full-size measurement
-    v = claims.mean_baseline({"results": df})
+    v = claims_stats.mean_baseline({"results": df})
     assert claims.verdict(rules, v, v.pop("se")) == "reproduced"
 
 
 def test_a_nan_p_value_is_never_a_bonferroni_pass():
     """Python's min(1.0, nan) is 1.0: a diverged run's NaN KS p-value used to read as p = 1."""
-    assert claims._bonferroni([0.2, 0.3]) == pytest.approx(0.4)
-    assert math.isnan(claims._bonferroni([0.2, float("nan")]))
-    assert math.isnan(claims._bonferroni([]))
-    assert claims.check("p >= 0.01", {"p": claims._bonferroni([float("nan")])}) is None
+    assert claims_stats._bonferroni([0.2, 0.3]) == pytest.approx(0.4)
+    assert math.isnan(claims_stats._bonferroni([0.2, float("nan")]))
+    assert math.isnan(claims_stats._bonferroni([]))
+    assert claims.check("p >= 0.01", {"p": claims_stats._bonferroni([float("nan")])}) is None
 
 
 def test_no_exact_theory_rows_give_a_nan_joint_test_not_a_crash():

@@ -1,7 +1,8 @@
 """The claims ledger against today's code (slow: one `gpolab claims --quick` per test session).
 
-* The README's claims block is never stale: every quick verdict equals the README's, except for
-  the claims whose ledger entry says why the quick sizes cannot decide them (``quick = "why"``).
+* The shipped verdicts are never stale: every quick verdict equals the ledger page's
+  (docs/claims.md, which the README's summary repeats: tests/test_claims.py), except for the
+  claims whose ledger entry says why the quick sizes cannot decide them (``quick = "why"``).
 * Every rule reads a value with its standard error.
 * Every statistic has a negative control: the quick tables of its experiment, altered so that
   the claim is false, give "not reproduced" (:data:`FALSIFY`, one per testable claim; a
@@ -16,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpolab import readme as docs_blocks
 from gpolab.cli import main
 from gpolab.labs import claims
 
-README = Path(__file__).parents[1] / "README.md"
+LEDGER_PAGE = Path(__file__).parents[1] / "docs" / "claims.md"
 LEDGER = claims.load(claims.LEDGER)
 TESTABLE = {c["id"]: c for c in LEDGER if c.get("testable", True)}
 NO_RULES = {"groupsize_value", "chi2_oracle_weights", "curvature_bounds"}  # untestable claims
@@ -224,11 +226,11 @@ def quick_run(root: Path):
 
 
 def stale_verdicts(table) -> list[str]:
-    """Claims whose quick verdict differs from the README's, unless the ledger says why the quick
-    sizes cannot decide them."""
-    readme = claims.readme_verdicts(README)
-    assert set(readme) == {c["id"] for c in LEDGER}, "regenerate the README's claims table"
-    return [f"{i}: README {readme[i]!r}, `gpolab claims --quick` {table.loc[i, 'verdict']!r} "
+    """Claims whose quick verdict differs from the shipped one, unless the ledger says why the
+    quick sizes cannot decide them."""
+    readme = docs_blocks.claims_verdicts(LEDGER_PAGE)
+    assert set(readme) == {c["id"] for c in LEDGER}, "regenerate the claims blocks"
+    return [f"{i}: shipped {readme[i]!r}, `gpolab claims --quick` {table.loc[i, 'verdict']!r} "
             f"({table.loc[i, 'reason']})"
             for i in readme
             if table.loc[i, "verdict"] != readme[i] and not table.loc[i, "quick"]]  # fmt: skip
@@ -265,12 +267,14 @@ def failed_negative_controls(cfg) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.xdist_group("quick-results")
 def test_claims_quick_agree_with_the_readme_and_every_negative_control_fails(quick_results):
-    """One test (one quick run per session, whichever worker runs it): the README's claims table
-    is not stale, every rule reads a value with its SE, every negative control is "not
+    """One test (one quick run per session, whichever worker runs it): the shipped claims
+    verdicts are not stale, every rule reads a value with its SE, every negative control is "not
     reproduced"."""
     cfg, table = quick_run(quick_results)
     stale = stale_verdicts(table)
-    assert not stale, "regenerate: gpolab claims --readme README.md\n" + "\n".join(stale)
+    assert not stale, "regenerate: gpolab claims --readme README.md docs/claims.md\n" + "\n".join(
+        stale
+    )
     assert not rules_without_se(table)
     failed = failed_negative_controls(cfg)
     assert not failed, "negative controls not 'not reproduced':\n" + "\n".join(failed)

@@ -1,5 +1,6 @@
-"""README.md's generated tables stay true: each block's text is what its stored values render
-to, its config is today's, and its values agree with today's quick run (gpolab/readme.py)."""
+"""The generated result tables of README.md and docs/*.md stay true: each block is in exactly one
+file, its text is what its stored values render to, its config is today's, and its values agree
+with today's quick run (gpolab/readme.py)."""
 
 import math
 from pathlib import Path
@@ -7,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from gpolab import readme
+from gpolab.validate import ConfigError
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+FILES = [p for p in readme.files(ROOT) if p.is_file()]  # README.md and every docs page
 
 
 def test_compare_passes_within_the_standard_error_and_exact_to_rounding():
@@ -45,8 +48,8 @@ def test_a_statistic_the_quick_run_cannot_estimate_is_not_compared():
     assert readme.compare(stored, {**quick, "G* truth": (6.5, 0.0)})  # the truth moved
 
 
-def test_every_block_is_in_the_readme_and_renders_its_stored_values():
-    found = readme.blocks_in(README.read_text())
+def test_every_block_is_in_one_file_and_renders_its_stored_values():
+    found = readme.blocks_of(FILES)
     assert set(found) == set(readme.BLOCKS)
     for name, block in readme.BLOCKS.items():
         assert block.render(found[name]["values"]) == found[name]["body"], name
@@ -54,7 +57,7 @@ def test_every_block_is_in_the_readme_and_renders_its_stored_values():
 
 
 def test_a_hand_edited_number_or_a_changed_config_is_caught():
-    found = readme.blocks_in(README.read_text())["sweep"]
+    found = readme.blocks_of(FILES)["sweep"]
     block, values = readme.BLOCKS["sweep"], found["values"]
     assert readme.stale(block, found, values) == []
     row = found["body"].split("\n")[2]  # the first data row
@@ -64,11 +67,28 @@ def test_a_hand_edited_number_or_a_changed_config_is_caught():
     assert "another config" in readme.stale(block, moved, values)[0]
 
 
+def test_a_block_in_two_files_or_an_unknown_block_is_one_error(tmp_path):
+    text = next(p.read_text() for p in FILES if "<!-- table:sweep begin" in p.read_text())
+    block = readme.BLOCK.search(text)[0]
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text(block)
+    b.write_text(f"intro\n{block}\n")
+    assert set(readme.blocks_of([a])) == {"sweep"}
+    with pytest.raises(ConfigError, match="table:sweep: in .*a.md and .*b.md"):
+        readme.blocks_of([a, b])
+    with pytest.raises(ConfigError, match="given twice"):
+        readme.blocks_of([b.write_text(block + "\n" + block) and b])
+    b.write_text(block.replace("table:sweep", "table:nope"))
+    with pytest.raises(ConfigError, match="table:nope: allowed: sweep"):
+        readme.blocks_of([b])
+    assert readme.main([str(b)]) == 2  # the command says so in one line, before computing
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("quick-results")
 def test_readme_tables_agree_with_todays_quick_run(quick_results):
-    problems = {k: v for k, v in readme.check(README, quick_results).items() if v}
+    problems = {k: v for k, v in readme.check(FILES, quick_results).items() if v}
     assert not problems, (
-        "README tables are stale on today's code (regenerate: python -m gpolab.readme "
-        f"README.md):\n{problems}"
+        f"generated tables are stale on today's code (regenerate: python -m gpolab.readme):\n"
+        f"{problems}"
     )

@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
+from gpolab import labs, readme
 from gpolab.commands import config_from_args, lab_command, run_lab
 
 
 def _flags(p) -> None:
     g = p.add_argument_group("output")
     g.add_argument("--markdown", action="store_true", help="print the ledger as a markdown table")
-    g.add_argument("--readme", metavar="FILE", help="rewrite FILE's generated claims table")
+    g.add_argument("--readme", metavar="FILE", nargs="+",
+                   help="rewrite the generated claims blocks of each FILE (the ledger in "
+                   "docs/claims.md, the verdicts summary in README.md)")  # fmt: skip
 
 
 def _run(lab, args) -> int:
     if not (args.markdown or args.readme):
         return run_lab(lab, args)
-    from gpolab import labs
-
     cfg = config_from_args(lab, args)
     cfg.validate()
-    if args.readme:  # checked before anything runs
-        lab.readme_text(args.readme)
+    for path in args.readme or ():  # checked before anything runs
+        readme.claims_text(path)
     result = labs.execute(lab, cfg, fresh=args.fresh)
-    if args.readme:
-        lab.write_readme(result.tables, args.readme)
-        print(f"wrote the claims table into {args.readme}")
+    for path in args.readme or ():
+        readme.write_claims(result.tables, path)
+        print(f"wrote the claims blocks of {path}")
     if args.markdown:
         print(lab.markdown(result.tables))
     return 0
