@@ -19,19 +19,23 @@ responses for every prompt.  Besides the shared truth fields it reads the per-pr
 ``g_global`` (P, D) (and :func:`finite_sample_bias` ``one_minus_V``), which the log-linear bandit
 provides.  Directions:
 
-=============== ===================================== ====================================
-estimator       sampled (G < ∞)                       exact (G = ∞)
-=============== ===================================== ====================================
-grpo            (Z − Z̄)/(s_x + eps), std per group    (1/N) Σ_x g_x / (σ_x + eps)
-grpo-batch      (Z − Z̄)/(s + eps), one std per batch  (1/N) Σ_x g_x / (σ_pool + eps)
-mean            Z − Z̄  (Dr.GRPO)                      (1/N) Σ_x g_x
-loo             RLOO                                  (1/N) Σ_x g_x
-vanilla         Z                                     (1/N) Σ_x g_x
-=============== ===================================== ====================================
+=================== ===================================== ====================================
+estimator           sampled (G < ∞)                       exact (G = ∞)
+=================== ===================================== ====================================
+grpo                (Z − Z̄)/(s_x + eps), std per group    (1/N) Σ_x g_x / (σ_x + eps)
+grpo[scale=batch]   (Z − Z̄)/(s + eps), one std per batch  (1/N) Σ_x g_x / (σ_pool + eps)
+mean                Z − Z̄  (Dr.GRPO)                      (1/N) Σ_x g_x
+loo                 RLOO                                  (1/N) Σ_x g_x
+vanilla             Z                                     (1/N) Σ_x g_x
+=================== ===================================== ====================================
 
+Any registry spec trains at a finite G when it needs nothing the environments lack (``oracle``
+gets the exact V(x)); at G = ∞ when its entry records its limit (``Entry.limit``: the rows above,
+``oracle`` and ``ustat``).  :func:`why_not` says why a spec does not train.  ``grpo-batch`` is a
+deprecated spelling of ``grpo[scale=batch]`` (a note on stderr; stored results keep its name).
 σ_x = √sigma2_x, p_x = V_x; σ_pool² = mean_x σ_x² + Var_x(p_x) is the G → ∞ limit of the pooled
 batch variance.
-"REINFORCE" below means the unnormalized estimators (mean, loo, vanilla).
+"REINFORCE" below means the unnormalized estimators (limit ∇J: mean, loo, vanilla).
 
 Step rules (``Run.step``): ``constant`` (θ += η·opt(d)) or ``curvature``
 (θ += η/(s(θ_t) + eps)·opt(d)) with s = ``env.curvature(params, truth)`` (default
@@ -43,6 +47,7 @@ prompts and equal σ_x it *is* exact GRPO (the control of theory §7).
 from __future__ import annotations
 
 import dataclasses
+import sys
 from functools import partial
 
 import jax
@@ -55,11 +60,43 @@ from gpolab import engine, validate
 from gpolab import estimators as est
 from gpolab.envs import Env
 
-ESTIMATORS = ("grpo", "grpo-batch", "mean", "loo", "vanilla")
-REINFORCE = ("mean", "loo", "vanilla")
+ALIASES = {"grpo-batch": "grpo[scale=batch]"}  # deprecated spellings (one release) → spec
 OPTIMIZERS = ("sgd", "adam")
 STEP_RULES = ("constant", "curvature")
 EXACT = 0  # G = 0 stands for the exact-gradient mode (G = ∞)
+_NOTED: set[str] = set()  # deprecated spellings already noted in this process
+
+
+def estimator_spec(name: str) -> str:
+    """The registry spec a training estimator name stands for: a deprecated alias
+    (:data:`ALIASES`) with a note on stderr, once per process; any other name unchanged."""
+    if name not in ALIASES:
+        return name
+    if name not in _NOTED:
+        _NOTED.add(name)
+        print(f"gpolab: estimator {name!r} is deprecated and will be removed; use "
+              f"{ALIASES[name]!r} (same numbers)", file=sys.stderr)  # fmt: skip
+    return ALIASES[name]
+
+
+def stored_name(spec: str) -> str:
+    """The name runs of ``spec`` are stored under: its deprecated alias when it has one (results
+    stored before the spec spelling keep their keys), else ``spec``."""
+    canon = est.canonical(spec)
+    return next((alias for alias, target in ALIASES.items() if target == canon), spec)
+
+
+def why_not(spec: str, G: int | None = None) -> str:
+    """Why :func:`train` cannot run estimator ``spec`` (at ``G``; ``EXACT``: its G = ∞ limit),
+    or "" when it can.  Decided by the registry entry: what it needs (the environments give
+    V(x), no lengths or greedy responses) and, for G = ∞, whether it records its limit."""
+    entry, options = est.bind(spec)
+    missing = [n for n in entry.needs if n != "baseline"]
+    if missing:
+        return f"it needs {', '.join(missing)}, which the training environments do not provide"
+    if G == EXACT and not entry.limit_for(options):
+        return "its G = inf limit is not known (train it at a finite G)"
+    return ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,25 +110,32 @@ class Run:
     ddof: int = 1
     step: str = "constant"  # STEP_RULES: η, or η / s(θ_t) (oracle 1/L_t)
 
+    def __post_init__(self):
+        object.__setattr__(self, "estimator", estimator_spec(self.estimator))
+
     def validate(self) -> None:
-        validate.choice("estimator", self.estimator, ESTIMATORS)
+        reason = why_not(self.estimator, self.G)  # an unknown name: ConfigError listing names
+        if reason:
+            raise validate.ConfigError(
+                f"estimator: {self.estimator} does not train here: {reason}; allowed: a registry "
+                "spec that needs at most V(x) (`gpolab estimators` lists them)"
+            )
         validate.choice("step", self.step, STEP_RULES)
         validate.choice("optimizer", self.optimizer, OPTIMIZERS)
         validate.integer("steps", self.steps, 1)
         validate.choice("ddof", self.ddof, (0, 1))
         if self.G != EXACT:
-            est.check_estimator(self.base, self.G, ddof=self.ddof)
-
-    @property
-    def base(self) -> str:
-        """The registry estimator (grpo-batch is grpo with one std per batch)."""
-        return "grpo" if self.estimator.startswith("grpo") else self.estimator
+            est.check_estimator(self.estimator, self.G, ddof=self.ddof)
+            if est.resolve(self.estimator).user:  # a user's function: traced once, finite
+                est.check_callable(self.estimator, self.G)
 
     def options(self) -> tuple[str, ...]:
         """Which of ``ddof``, ``eps`` this run's numbers depend on: ddof for sampled estimators
         that read it, eps for those that read it (sampled or exact) and for the curvature step
-        rule (η / (s(θ_t) + eps)).  The others are left out of cache keys and result columns."""
-        reads = est.get(self.base).options
+        rule (η / (s(θ_t) + eps)).  The others (and those the spec's brackets fix) are left out
+        of cache keys and result columns."""
+        entry, fixed = est.bind(self.estimator)
+        reads = set(entry.options) - set(fixed)
         ddof = self.G != EXACT and "ddof" in reads
         eps = "eps" in reads or self.step == "curvature"
         return ("ddof",) * ddof + ("eps",) * eps
@@ -118,20 +162,26 @@ def pooled_sigma(truth) -> jax.Array:
 
 
 def exact_direction(estimator: str, truth, eps) -> jax.Array:
-    """The G = ∞ direction: (1/N) Σ_x g_x / (σ_x + eps) (grpo), / (σ_pool + eps) (grpo-batch),
-    else (1/N) Σ_x g_x = ∇J.  (gpolab's reconstruction of [N]'s claim)"""
-    if estimator == "grpo":
+    """The G = ∞ direction of the entry's recorded limit: (1/N) Σ_x g_x / (σ_x + eps) (``std``:
+    grpo), ∇J / (σ_pool + eps) (``pooled-std``: grpo[scale=batch]), (1/N) Σ_x g_x = ∇J
+    (``gradient``).  (gpolab's reconstruction of [N]'s claim)"""
+    entry, options = est.bind(estimator)
+    limit, eps = entry.limit_for(options), options.get("eps", eps)
+    if limit == "std":
         return jnp.mean(truth.g_global / (sigma(truth) + eps)[:, None], axis=0)
-    if estimator == "grpo-batch":
+    if limit == "pooled-std":
         return truth.g / (pooled_sigma(truth) + eps)
-    return truth.g
+    if limit == "gradient":
+        return truth.g
+    raise validate.ConfigError(f"estimator: {estimator}: {why_not(estimator, EXACT)}")
 
 
-def sampled_weights(estimator: str, rewards: jax.Array, ddof: int, eps) -> jax.Array:
-    """Per-sample weights c (P, G), ĝ_x = Σ_g c_g W_g (:func:`estimators.gradient_weights`)."""
-    if estimator == "grpo-batch":
-        return est.gradient_weights("grpo", rewards, scale="batch", ddof=ddof, eps=eps)
-    return est.gradient_weights(estimator, rewards, scale="group", ddof=ddof, eps=eps)
+def sampled_weights(estimator: str, rewards: jax.Array, ddof: int, eps, baseline=None):
+    """Per-sample weights c (P, G), ĝ_x = Σ_g c_g W_g (:func:`estimators.gradient_weights`;
+    the spec's bracket options win over ``ddof``/``eps``; ``baseline`` V(x) for ``oracle``)."""
+    return est.gradient_weights(
+        estimator, rewards, scale="group", ddof=ddof, eps=eps, baseline=baseline
+    )
 
 
 def mean_pairwise_cosine(g: jax.Array) -> jax.Array:
@@ -188,7 +238,7 @@ def sampled_direction(run: Run, env: Env, key, params, theta, truth, knobs: Knob
     P = truth.V.shape[0]
     prompts = jnp.arange(P)
     responses, rewards = env.sample(key, params, theta, prompts, run.G, truth=truth)
-    weights = sampled_weights(run.estimator, rewards, run.ddof, knobs.eps)
+    weights = sampled_weights(run.estimator, rewards, run.ddof, knobs.eps, truth.V)
     zero = jnp.mean(est.degenerate(rewards).astype(rewards.dtype))
     return env.gradient(params, theta, prompts, responses, weights, truth=truth) / P, zero
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from gpolab import configs, envs, train
+from gpolab import estimators as est
 from gpolab.cli import main
 from gpolab.envs import loglinear as ll
 from gpolab.labs import stdnorm
@@ -33,10 +34,30 @@ def test_exact_directions():
     np.testing.assert_allclose(
         train.exact_direction("grpo", truth, 0.0), (g / s[:, None]).mean(0), rtol=1e-5
     )
-    for name in train.REINFORCE:
+    unbiased = [n for n, e in est.REGISTRY.items() if e.limit_for() == "gradient"]
+    assert {"mean", "loo", "vanilla", "oracle", "ustat"} <= set(unbiased)
+    for name in unbiased:
         np.testing.assert_allclose(train.exact_direction(name, truth, 0.0), g.mean(0), rtol=1e-6)
     pooled = np.sqrt(np.mean(p) - np.mean(p) ** 2)  # binary rewards: pooled variance J(1 − J)
     np.testing.assert_allclose(train.pooled_sigma(truth), pooled, rtol=1e-5)
+
+
+def test_grpo_batch_is_a_deprecated_alias_of_the_registry_spec(capsys, monkeypatch):
+    """grpo-batch → grpo[scale=batch]: a note on stderr (once), the same run and stored name."""
+    monkeypatch.setattr(train, "_NOTED", set())
+    run = train.Run("grpo-batch", 4)
+    assert run == train.Run("grpo[scale=batch]", 4) and run.estimator == "grpo[scale=batch]"
+    assert "deprecated" in capsys.readouterr().err
+    train.Run("grpo-batch", 8)
+    assert capsys.readouterr().err == ""  # once per process
+    assert train.stored_name(run.estimator) == "grpo-batch"  # keys written before stay found
+    assert train.stored_name("grpo") == "grpo"
+    truth = ll.exact(small(rho=0.4), ll.init_theta(small(rho=0.4)))
+    np.testing.assert_allclose(
+        train.exact_direction(run.estimator, truth, 1e-4),
+        truth.g / (train.pooled_sigma(truth) + 1e-4),
+        rtol=1e-6,
+    )
 
 
 def test_equal_sigma_control_is_reinforce_after_step_rescaling():
@@ -68,7 +89,7 @@ def test_equal_sigma_control_is_reinforce_after_step_rescaling():
     assert a @ b / np.linalg.norm(a) / np.linalg.norm(b) < 0.99
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "grpo-batch", "mean"])
+@pytest.mark.parametrize("estimator", ["grpo", "grpo[scale=batch]", "mean"])
 def test_training_is_deterministic_per_seed_and_vmapped_equals_looped(estimator):
     params = small(rho=0.5)
     run = train.Run(estimator, 4, "adam", 15)

@@ -1,5 +1,6 @@
 """``gpolab estimators``: the estimator registry — names, what each needs, its options, its scope,
-whether exact finite-G theory covers it, and where its semantics come from."""
+whether exact finite-G theory covers it, whether ``gpolab train`` and ``gpolab chi2`` take it (or
+why not), and where its semantics come from.  Every answer is a query of the registry entry."""
 
 from __future__ import annotations
 
@@ -20,11 +21,9 @@ def register(sub) -> None:
 
 
 def rows(names=()) -> list[dict]:
-    from gpolab import estimators
+    from gpolab import estimators  # deferred: jax (``gpolab --help`` stays instant)
 
-    entries = [estimators.resolve(n) for n in names] or [
-        e for e in estimators.REGISTRY.values() if not e.user
-    ]
+    entries = [estimators.resolve(n) for n in names] or list(estimators.REGISTRY.values())
     return [
         {
             "name": e.name,
@@ -34,18 +33,19 @@ def rows(names=()) -> list[dict]:
             + "".join(f"; batch when {k}={'/'.join(map(str, v))}" for k, v in e.batch_when.items()),
             "min_G": e.min_group,
             "theory": theory_kind(e),
+            "train": train_kind(e.name),
+            "chi2": chi2_kind(e.name),
             "source": e.source,
         }
         for e in entries
     ]
 
 
-CLOSED = ("vanilla", "oracle", "loo", "mean", "ustat")  # gpolab.theory.mse's closed forms
-
-
 def theory_kind(entry) -> str:
     """Which exact theory covers ``entry`` at its default options (see gpolab.theory.exact)."""
-    if entry.name in CLOSED:
+    from gpolab.theory import mse  # deferred: jax, as in rows
+
+    if mse.closed_form(entry.name):
         return "exact: closed form"
     if entry.reward_only_for():
         return "exact: count table (theory §8)"
@@ -53,6 +53,26 @@ def theory_kind(entry) -> str:
         return "exact when every response has the same length; else Monte Carlo only"
     why = f"needs {', '.join(entry.needs)}" if entry.needs else f"{entry.scope}-scoped"
     return f"Monte Carlo only ({why})"
+
+
+def train_kind(name: str) -> str:
+    """Whether ``gpolab train`` runs the estimator (finite G, G = inf), or why not."""
+    from gpolab import train  # deferred: jax, as in rows
+
+    finite, exact = train.why_not(name), train.why_not(name, train.EXACT)
+    if finite:
+        return f"no: {finite}"
+    return "finite G and G = inf" if not exact else f"finite G only ({exact.split(' (')[0]})"
+
+
+def chi2_kind(name: str) -> str:
+    """Whether ``gpolab chi2`` has a limit law for the estimator (and how), or why not."""
+    from gpolab.theory import chi2  # deferred: jax and scipy, as in rows
+
+    reason = chi2.why_not(name)
+    if reason:
+        return f"no: {reason}"
+    return "closed-form law" if chi2.closed_form(name) else "Monte Carlo law"
 
 
 def run(args) -> int:
@@ -66,5 +86,6 @@ def run(args) -> int:
         opts = ", ".join(f"{k}={v!r}" for k, v in row["options"].items()) or "-"
         theory = row["theory"]
         print(f"{row['name']}\n    needs: {needs}; scope: {row['scope']}; G >= {row['min_G']}; "
-              f"{theory}\n    options: {opts}\n    source: {row['source']}")  # fmt: skip
+              f"{theory}\n    train: {row['train']}; chi2: {row['chi2']}\n    options: {opts}"
+              f"\n    source: {row['source']}")  # fmt: skip
     return 0

@@ -33,7 +33,6 @@ import jax.numpy as jnp
 from gpolab import validate
 
 __all__ = [
-    "ESTIMATORS",
     "TREE_VARIANTS",
     "SCALES",
     "TRAINER_PRESETS",
@@ -50,7 +49,6 @@ __all__ = [
     "check_rewards",
 ]
 
-ESTIMATORS = ("vanilla", "oracle", "loo", "mean", "grpo", "ustat")
 SCALES = ("group", "batch", "none")
 TREE_VARIANTS = ("thought-std", "leaf-std", "mean-only")
 TRAINER_PRESETS = {

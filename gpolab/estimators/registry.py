@@ -43,10 +43,13 @@ __all__ = [
     "canonical",
     "NEEDS",
     "FRAMEWORKS",
+    "ESTIMATORS",
+    "LIMITS",
 ]
 
 NEEDS = ("baseline", "lengths", "greedy")  # what an estimator may need besides the rewards
 SCOPES = ("group", "batch")
+LIMITS = ("gradient", "std", "pooled-std")  # the G → ∞ directions gpolab knows (Entry.limit)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -59,7 +62,9 @@ class Entry:
     when the batch is coupled (batch std, token whitening); ``reward_only``: group-scoped and a
     function of the group's rewards alone, so the exact finite-G theory of
     :mod:`gpolab.theory.exact` applies; ``weights``: per-sample gradient weights when they are
-    not A/G (the U-statistic).
+    not A/G (the U-statistic); ``limit``: the direction E ĝ tends to as G → ∞ when gpolab knows
+    it (:data:`LIMITS`: ``gradient`` ∇J, ``std`` the per-prompt g_x/(σ_x + eps), ``pooled-std``
+    ∇J/(σ_pool + eps)), or a function of the options giving one; ``""`` when unknown.
     """
 
     name: str
@@ -73,6 +78,7 @@ class Entry:
     weights: Callable | None = None
     batch_when: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
     user: bool = True  # registered by the user (checked by :func:`check_callable` before a run)
+    limit: str | Callable[[Mapping], str] = ""
 
     def scope_of(self, options: Mapping | None = None) -> str:
         """``batch`` when the entry, or these options of it, couple the prompts of a batch
@@ -84,6 +90,11 @@ class Entry:
     def reward_only_for(self, options: Mapping | None = None) -> bool:
         """Whether the exact theory of :mod:`gpolab.theory.exact` applies with ``options``."""
         return self.reward_only and self.scope_of(options) == "group"
+
+    def limit_for(self, options: Mapping | None = None) -> str:
+        """The G → ∞ direction with ``options`` (:data:`LIMITS`), ``""`` when gpolab knows none."""
+        opts = {**self.options, **(options or {})}
+        return self.limit(opts) if callable(self.limit) else self.limit
 
     def __call__(self, rewards, *, lengths=None, greedy=None, **options):
         """Advantages (P, G) of ``rewards`` (P, G); see the module docstring."""
@@ -137,12 +148,14 @@ def register(
     weights: Callable | None = None,
     batch_when: Mapping[str, tuple] | None = None,
     user: bool = True,
+    limit: str | Callable[[Mapping], str] = "",
 ) -> Entry:
     """Add ``fn(rewards (P, G), **options) -> advantages (P, G)`` to the registry as ``name``.
 
     ``needs`` defaults to the keyword parameters among ``lengths``/``greedy``/``baseline`` that
     ``fn`` takes without a default; ``options`` to its other keyword parameters with defaults;
-    ``reward_only`` to "group-scoped and needs nothing".  Returns the entry."""
+    ``reward_only`` to "group-scoped and needs nothing"; ``limit`` (the G → ∞ direction, see
+    :class:`Entry`) to unknown.  Returns the entry."""
     if not isinstance(name, str) or not name or any(c in name for c in "[],= "):
         raise validate.ConfigError(
             f"estimator name: got {name!r}; allowed: a non-empty string without [ ] , = or spaces"
@@ -150,6 +163,8 @@ def register(
     if not callable(fn):
         raise validate.ConfigError(f"estimator {name}: got {fn!r}; allowed: a callable")
     validate.choice(f"scope (of {name})", scope, SCOPES)
+    if not callable(limit):
+        validate.choice(f"limit (of {name})", limit, ("", *LIMITS))
     params = _parameters(fn)
     if needs is None:
         needs = tuple(n for n in NEEDS if n in params and params[n] is inspect.Parameter.empty)
@@ -162,7 +177,7 @@ def register(
     if reward_only is None:
         reward_only = scope == "group" and not needs
     entry = Entry(name, fn, tuple(needs), dict(options), min_group, scope, source, reward_only,
-                  weights, dict(batch_when or {}), user)  # fmt: skip
+                  weights, dict(batch_when or {}), user, limit)  # fmt: skip
     REGISTRY[name] = entry
     return entry
 
@@ -368,6 +383,11 @@ def estimate_gradient(name: str, rewards: jax.Array, scores: jax.Array, **kw) ->
     return jnp.einsum("...g,...gd->...d", gradient_weights(name, rewards, **kw), scores)
 
 
+def _grpo_limit(options: Mapping) -> str:
+    """grpo's G → ∞ direction: per-group std → std, one batch std → pooled-std, none → ∇J."""
+    return {"group": "std", "batch": "pooled-std"}.get(options["scale"], "gradient")
+
+
 _OWN = "gpolab/estimators/core.py::"
 for _name, _fn, _kw in (
     ("vanilla", core.vanilla_advantages, dict(source="vanilla_advantages (REINFORCE) [U]")),
@@ -375,12 +395,14 @@ for _name, _fn, _kw in (
     ("loo", core.loo_advantages, dict(min_group=2, source="loo_advantages (RLOO) [U]")),
     ("mean", core.mean_advantages, dict(source="mean_advantages (group mean incl. self)")),
     ("grpo", core.grpo_advantages, dict(min_group=2, batch_when={"scale": ("batch",)},
+                                        limit=_grpo_limit,
                                         source="grpo_advantages (std-normalized; TRL defaults)")),
     ("ustat", core.loo_advantages, dict(min_group=2, weights=core.ustat_weights,
                                         source="ustat_weights (pairwise U-statistic kernel) [U]")),
 ):  # fmt: skip
+    _kw = {"limit": "gradient", **_kw}  # unbiased, or (mean) a bias that vanishes as G → ∞
     register(_name, _fn, **{**_kw, "source": _OWN + _kw["source"]}, user=False)
-assert tuple(REGISTRY) == core.ESTIMATORS
+ESTIMATORS = tuple(REGISTRY)  # gpolab's own entries, in registration order
 
 for _s in frameworks.SPECS:  # verl, TRL, OpenRLHF, NeMo-RL, papers (semantics read from code)
     register(**{f.name: getattr(_s, f.name) for f in dataclasses.fields(_s)}, user=False)

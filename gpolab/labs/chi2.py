@@ -26,23 +26,49 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from scipy import stats
 
 from gpolab import configs, engine, estimators, train, validate
 from gpolab.configs import option
 from gpolab.envs import gaussian
+from gpolab.labs import table_text
+from gpolab.plots import chi2 as plots
 from gpolab.progress import Clock
+from gpolab.store import digest, resume
 from gpolab.theory import chi2 as theory
 
 NAME = "chi2"
 TABLES = ("results", "samples", "law")
-ALL = theory.CHI2_ESTIMATORS
+DEFAULT = ("vanilla", "loo", "oracle", "mean", "grpo")  # the default run; streams 0-4 (stream)
 LAW_POINTS = 4096  # CDF grid of each predicted law (uniform in √x up to its 1 − 1e-10 quantile)
 JSON = ("estimator", "n", "B", "G", "beta", "n_seeds", "rank", "lambda_min", "weights",
         "predicted_mean", "empirical_mean", "ci_low", "ci_high", "ks_stat", "ks_pvalue",
         "seconds")  # fmt: skip
 
 
-GRPO = {"estimator": ("grpo",)}  # settings only grpo reads (a grid holds when it includes it)
+class _Reading:
+    """The estimator specs for which ``test(entry, bracket options)`` holds: a live registry query
+    standing for a tuple in ``option(when=...)`` (a grid holds when it includes one of them)."""
+
+    def __init__(self, test):
+        self.test = test
+
+    def __contains__(self, spec) -> bool:
+        try:
+            return bool(self.test(*estimators.bind(spec)))
+        except validate.ConfigError:
+            return False
+
+    def __iter__(self):
+        return iter([name for name in estimators.REGISTRY if name in self])
+
+
+def _reads(option_name: str) -> dict:
+    """``when``: the grid includes an estimator reading ``option_name`` (not fixed by brackets)."""
+    return {"estimator": _Reading(lambda e, o: option_name in e.options and option_name not in o)}
+
+
+MONTE_CARLO = {"estimator": _Reading(lambda e, o: not theory.closed_form(e.name) or o)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +76,16 @@ class Config:
     """Every setting of a ``gpolab chi2`` run.
 
     The defaults were chosen so the whole run (five estimators, 4,096 seeds, n up to 10⁴) takes
-    about a minute on 2 CPU cores, with β λ_min(Λ_M) ∈ [0.75, 2.9] across estimators.
+    about a minute on 2 CPU cores, with β λ_min(Λ_M) ∈ [0.75, 2.9] across estimators.  Any
+    registry spec the law covers (:func:`gpolab.theory.chi2.why_not`) may be named; ``all`` is
+    every built-in one.
     """
 
     LAB: ClassVar[str] = NAME
     QUICK: ClassVar[dict] = {"seeds": 512}  # experiments/chi2.toml's [quick] also cuts n
 
-    estimator: tuple[str, ...] = option(ALL, f"comma list of {', '.join(ALL)}, or all")
+    estimator: tuple[str, ...] = option(DEFAULT, "comma list of estimator specs with a limit law "
+                                        "(group-scoped, needing at most V(x)), or all")  # fmt: skip
     B: int = option(4, "prompts per step")
     G: int = option(8, "responses per prompt, >= 2")
     beta: float = option(3.0, "step size scale, eta_i = beta/i; needs beta*lambda_min > 1/2")
@@ -68,10 +97,10 @@ class Config:
     rank: int = option(0, "rank r < d of the features: only r directions of theta matter "
                        "(0: d)")  # fmt: skip
     init: float = option(0.3, "||theta_0 - theta*||, along a fixed identifiable direction")
-    eps: float = option(1e-4, "grpo: A = (Z - mean)/(std + eps)", when=GRPO)
-    ddof: int = option(1, "grpo: std degrees of freedom, 0 or 1", when=GRPO)
-    mc_groups: int = option(2**19, "grpo theory: Monte Carlo groups per prompt for its "
-                            "Jacobian and covariance (SE about 0.1%)", when=GRPO)  # fmt: skip
+    eps: float = option(1e-4, "grpo: A = (Z - mean)/(std + eps)", when=_reads("eps"))
+    ddof: int = option(1, "grpo: std degrees of freedom, 0 or 1", when=_reads("ddof"))
+    mc_groups: int = option(2**19, "Monte Carlo laws (grpo): groups per prompt for the Jacobian "
+                            "and covariance (SE about 0.1%)", when=MONTE_CARLO)  # fmt: skip
     env_seed: int = option(0, "testbed instance seed")
     seed: int = option(0, "PRNG seed of the runs (and of grpo's theory)")
     chunk: int = option(4096, "seeds per compiled chunk (results do not depend on it)",
@@ -80,7 +109,8 @@ class Config:
 
     def __post_init__(self):
         if tuple(self.estimator) == ("all",):
-            object.__setattr__(self, "estimator", ALL)
+            found = [n for n, e in estimators.REGISTRY.items() if not e.user]
+            object.__setattr__(self, "estimator", tuple(n for n in found if not theory.why_not(n)))
 
     def replace(self, **changes) -> Config:
         return configs.replace(self, **changes)
@@ -89,7 +119,12 @@ class Config:
         """Plain-Python checks (ConfigError naming the field) before anything is traced."""
         validate.group_sizes("G", self.G)
         for name in self.estimator:
-            validate.choice("estimator", name, ALL)
+            reason = theory.why_not(name)  # an unknown name: ConfigError listing the names
+            if reason:
+                raise validate.ConfigError(
+                    f"estimator: {name} has no limit law here: {reason}; allowed: a group-scoped "
+                    "estimator needing at most V(x) (`gpolab estimators` lists them)"
+                )
             estimators.check_estimator(name, self.G, ddof=self.ddof, eps=self.eps)
         validate.integer("B", self.B, 1)
         validate.integer("G", self.G, 2)
@@ -156,6 +191,9 @@ def sgd_direction(cell: Chi2Cell, args: Chi2Args, key: jax.Array, theta: jax.Arr
     prompts = gaussian.sample_prompts(k_prompt, args.params, cell.B)
     _, rewards, scores = gaussian.sample(k_resp, args.params, theta, prompts, cell.G)
     baseline = gaussian.value(args.params, theta)[prompts]
+    if estimators.resolve(cell.estimator).weights is not None:  # its own weights (ustat)
+        c = estimators.gradient_weights(cell.estimator, rewards)
+        return jnp.mean(jnp.einsum("bg,bgd->bd", c, scores), axis=0), None
     adv = estimators.advantages(
         cell.estimator, rewards, baseline=baseline, scale="group", ddof=cell.ddof, eps=args.eps
     )
@@ -217,8 +255,6 @@ def compare(samples: np.ndarray, law: theory.WeightedChi2) -> dict:
     """Mean with a normal 95% CI and the KS test of ``samples`` against ``law.cdf``; with a
     non-finite sample (a diverged run) every statistic is NaN and ``ks_note`` says why (a NaN
     p-value is never a pass)."""
-    from scipy import stats
-
     n = samples.size
     bad = int(np.sum(~np.isfinite(samples)))
     if bad:
@@ -252,23 +288,29 @@ def row_settings(cfg: Config, estimator: str) -> dict:
     (grpo), mc_groups only for a Monte Carlo law (grpo); the others None.  Its cache key and
     its columns."""
     settings = configs.key_settings(cfg, exclude=("estimator",))
-    reads = estimators.get(estimator).options
+    entry, fixed = estimators.bind(estimator)
     for option_name in ("eps", "ddof"):
-        if option_name not in reads:
+        if option_name not in entry.options or option_name in fixed:
             settings[option_name] = None
-    if estimator in theory.CLOSED_FORM:
+    if theory.closed_form(estimator):
         settings["mc_groups"] = None
     return settings
 
 
 def cell_keys(cfg: Config) -> list[str]:
     """Store key of every estimator: its name and :func:`row_settings`."""
-    from gpolab.store import digest
-
     return [
         digest({"lab": NAME, "settings": row_settings(cfg, e), "estimator": e})
         for e in cfg.estimator
     ]
+
+
+def stream(name: str) -> int:
+    """The index of estimator ``name``'s own PRNG stream: its place in :data:`DEFAULT` (the
+    streams results were stored with), else 8 + a 24-bit hash of its canonical spec."""
+    if name in DEFAULT:
+        return DEFAULT.index(name)
+    return 8 + int(digest(estimators.canonical(name))[:6], 16)
 
 
 def cells(cfg: Config) -> int:
@@ -282,7 +324,7 @@ def estimator_rows(cfg: Config, name: str, law, key: jax.Array, args: Chi2Args, 
     start = time.perf_counter()
     dist = theory.WeightedChi2(law.weights)
     cell = Chi2Cell(name, cfg.B, cfg.G, tuple(cfg.n), cfg.ddof)
-    k_est = jax.random.fold_in(key, ALL.index(name))
+    k_est = jax.random.fold_in(key, stream(name))
     samples = simulate(k_est, cell, args, cfg.seeds, cfg.chunk, mesh)
     x, cdf = law_grid(dist)
     seconds = time.perf_counter() - start + t_theory
@@ -312,11 +354,9 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     this process's devices): ``{"results", "samples", "law"}`` (module docstring).
 
     Every missing law is computed first, so a bad β fails before any simulation.  Each
-    estimator's runs use their own key (``fold_in`` of its index in :data:`ALL`), so the KS
+    estimator's runs use their own key (``fold_in`` of :func:`stream`), so the KS
     tests of different estimators are independent and a cell does not depend on the others.
     """
-    from gpolab.store import resume
-
     cfg.validate()
     key = jax.random.key(cfg.seed) if key is None else key
     k_theory, k_sim = jax.random.split(key)
@@ -341,7 +381,7 @@ def prepare(cfg: Config, names, key: jax.Array) -> tuple:
     forms before grpo's Monte Carlo one), so a bad β fails before any simulation."""
     params = make_env(cfg)
     laws = {}
-    for name in sorted(names, key=lambda e: e == "grpo"):
+    for name in sorted(names, key=lambda e: not theory.closed_form(e)):
         t0 = time.perf_counter()
         law = predict(jax.random.fold_in(key, 0), cfg, params, name)
         laws[name] = (law, time.perf_counter() - t0)
@@ -357,8 +397,6 @@ def _stored(store, key: str) -> bool:
 
 
 def config_hash(cfg: Config) -> str:
-    from gpolab.store import digest
-
     return digest(dataclasses.asdict(cfg))
 
 
@@ -405,8 +443,6 @@ COLUMNS = ["estimator", "n", "rank", "predicted_mean", "empirical_mean", "ci_low
 
 
 def report(cfg: Config, tables: dict) -> str:
-    from gpolab.labs import table_text
-
     return table_text(tables["results"], COLUMNS)
 
 
@@ -426,6 +462,4 @@ def notes(cfg: Config, tables: dict) -> str:
 
 
 def figures(tables: dict) -> dict:
-    from gpolab.plots import chi2 as plots
-
     return {"chi2_qq.png": plots.qq_figure, "chi2_ecdf.png": plots.ecdf_figure}

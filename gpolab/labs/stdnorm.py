@@ -79,8 +79,9 @@ class Config:
     regimes: tuple[str, ...] = option(REGIMES, "comma list of admissible (curvature-law steps), "
                                       "tuned (best step of a grid)", when=LOGLINEAR)  # fmt: skip
     estimators: tuple[str, ...] = option(
-        ("grpo", "mean", "loo", "grpo-batch"),
-        "tuned regime: comma list of grpo, grpo-batch, mean, loo, vanilla", when=TUNED,
+        ("grpo", "mean", "loo", "grpo[scale=batch]"),
+        "tuned regime: comma list of estimator specs that train (`gpolab estimators`; G = inf "
+        "runs for those whose limit is known)", when=TUNED,
     )  # fmt: skip
     G: tuple[int, ...] = option(
         (2, 8), "tuned regime (and bias table): comma list of group sizes (G = inf is added)",
@@ -128,18 +129,23 @@ class Config:
                 f"use gpolab groupsize --train --env {self.env})"
             )
         validate.choice("env", self.env, ENVS)
-        from gpolab import estimators, train
+        from gpolab import train  # deferred: jax (`gpolab train --help` stays fast)
 
         for r in self.regimes:
             validate.choice("regimes", r, REGIMES)
-        for e in self.estimators:
-            validate.choice("estimators", e, train.ESTIMATORS)
         validate.integers("G", self.G, 2)
         validate.group_sizes("G", self.G)
         for e in self.estimators:
-            base = train.Run(e, 2).base
             for G in self.G:
-                estimators.check_estimator(base, G, ddof=self.ddof, eps=self.eps)
+                try:
+                    train.Run(e, G, ddof=self.ddof).validate()
+                except ConfigError as err:  # name this config's field
+                    text = str(err)
+                    raise ConfigError(
+                        "estimators" + text[len("estimator") :]
+                        if text.startswith("estimator:")
+                        else text
+                    ) from None
         for o in self.optimizers:
             validate.choice("optimizers", o, train.OPTIMIZERS)
         for name in ("steps", "seeds", "adm_steps", "adm_seeds"):
@@ -240,7 +246,10 @@ def train_units(cfg: Config) -> list[Unit]:
                     n = 1 if G == train.EXACT else cfg.seeds
                     for e in _unique(cfg.estimators):
                         run = train.Run(e, G, opt, cfg.steps, cfg.ddof)
-                        units.append(Unit("tuned", label, rho, equal, e, run, lrs, n, grid))
+                        if G == train.EXACT and train.why_not(run.estimator, G):
+                            continue  # no known G = ∞ limit: finite G only
+                        units.append(Unit("tuned", label, rho, equal, run.estimator, run, lrs,
+                                          n, grid))  # fmt: skip
     return units
 
 
@@ -256,13 +265,15 @@ def cells(cfg: Config) -> int:
 def unit_settings(cfg: Config, unit: Unit) -> dict:
     """Every setting the curves of ``unit`` depend on (its cache key): the instance, the run,
     its step sizes and seeds, and of eps and ddof those the run reads (the others None)."""
+    from gpolab import train  # deferred: jax
+
     run = unit.run
     reads = run.options()
     return {
         **{k: getattr(cfg, k) for k in INSTANCE},
         "rho": unit.rho,
         "control": unit.control,
-        "estimator": run.estimator,
+        "estimator": train.stored_name(run.estimator),  # keys stored under an alias stay found
         "G": run.G,
         "optimizer": run.optimizer,
         "steps": run.steps,
@@ -409,7 +420,7 @@ def summary_row(cfg: Config, unit: Unit, res: dict, seconds: float, optimum: flo
         "prompts": cfg.prompts,
         "control": unit.control,
         "method": unit.method,
-        "estimator": s["estimator"],
+        "estimator": unit.run.estimator,
         "step_rule": s["step_rule"],
         "optimizer": s["optimizer"],
         "G": math.inf if unit.run.G == train.EXACT else unit.run.G,
@@ -560,13 +571,24 @@ COMPARISONS = {
     # name: (regime, REINFORCE methods, σ_max of the prediction)
     "admissible 1/L": ("admissible", ("reinforce",), "const"),
     "oracle 1/L_t": ("admissible", ("reinforce-iterate",), "iterate"),
-    "tuned": ("tuned", ("mean", "loo", "vanilla"), "max"),
+    "tuned": ("tuned", None, "max"),  # None: every unnormalized estimator run (limit ∇J)
 }
 GAIN_COLUMNS = ("comparison", "setting", "rho", "control", "optimizer", "G", "reinforce",
                 "lr_grpo", "lr_reinforce", "iters_reinforce", "iters_grpo", "gain", "gain_ci_low",
                 "gain_ci_high", "pred_gain", "gnorm_ratio", "pred_gnorm_ratio", "sigma_bar",
                 "sigma_max", "cos_mean", "cos_final", "n_seeds", "target",
                 "curv_const")  # fmt: skip
+
+
+def unnormalized(methods) -> list[str]:
+    """The tuned methods that are REINFORCE: estimators whose G = ∞ limit is ∇J (registry)."""
+    from gpolab import estimators, train  # deferred: jax
+
+    def limit(spec: str) -> str:
+        entry, options = estimators.bind(train.ALIASES.get(spec, spec))
+        return entry.limit_for(options)
+
+    return [m for m in set(methods) if limit(m) == "gradient"]
 
 
 def gain_table(summary, curves: dict, target: float):
@@ -586,7 +608,7 @@ def gain_table(summary, curves: dict, target: float):
         sub = summary[summary.regime == regime]
         for _, grp in sub.groupby(["setting", "optimizer", "G"], sort=False):
             g = grp[grp.method == "grpo"]
-            r = grp[grp.method.isin(methods)]
+            r = grp[grp.method.isin(methods or unnormalized(grp.method))]
             if g.empty or r.empty:
                 continue
             r = r.sort_values(["iters", "final_J"], ascending=[True, False]).iloc[0]

@@ -11,7 +11,8 @@ from gpolab.plots import pyplot, save, seeds_label
 
 LABELS = {
     "grpo": "GRPO (std per prompt)",
-    "grpo-batch": "GRPO (batch std)",
+    "grpo[scale=batch]": "GRPO (batch std)",
+    "grpo-batch": "GRPO (batch std)",  # tables saved before the spec spelling
     "mean": "REINFORCE, mean baseline",
     "loo": "REINFORCE, RLOO",
     "vanilla": "REINFORCE, no baseline",

@@ -57,10 +57,12 @@ import numpy as np
 from scipy import integrate, interpolate, linalg, stats
 
 from gpolab import estimators, validate
+from gpolab.envs import gaussian
 
 __all__ = [
-    "CHI2_ESTIMATORS",
     "CLOSED_FORM",
+    "closed_form",
+    "why_not",
     "LimitLaw",
     "prompt_moments",
     "scalar_variance",
@@ -79,8 +81,27 @@ __all__ = [
     "sample_weighted_chi2",
 ]
 
-CHI2_ESTIMATORS = ("vanilla", "loo", "oracle", "mean", "grpo")
-CLOSED_FORM = ("vanilla", "oracle", "loo", "mean")
+CLOSED_FORM = ("vanilla", "oracle", "loo", "mean")  # the estimators of the closed-form table
+
+
+def closed_form(spec: str) -> bool:
+    """Whether ``spec``'s scalars ψ'(0), τ² have a closed form here (no options)."""
+    name, options = estimators.parse_spec(spec)
+    return name in CLOSED_FORM and not options
+
+
+def why_not(spec: str) -> str:
+    """Why the limit law does not apply to estimator ``spec``, or "" when it does (closed form,
+    else Monte Carlo scalars).  Decided by the registry entry: the law is per prompt, so the
+    estimator must be group-scoped, and the testbed gives V(x) but no lengths or greedy
+    responses.  (ψ_x(0) = 0 holds for every such estimator: the sign flip of the docstring.)"""
+    entry, options = estimators.bind(spec)
+    missing = [n for n in entry.needs if n != "baseline"]
+    if missing:
+        return f"it needs {', '.join(missing)}, which the Gaussian testbed does not provide"
+    if entry.scope_of(options) != "group":
+        return "it couples the prompts of a batch (the law is built per prompt)"
+    return ""
 
 
 # ---------------------------------------------------------------------------- per-prompt scalars
@@ -143,6 +164,8 @@ def _zeta(name: str, G: int, ddof: int, xi, delta, h, s, eps):
     baseline = jnp.broadcast_to(
         h / jnp.sqrt(h**2 + s**2) * jnp.exp(-(delta**2) / 2 / (h**2 + s**2)), xi.shape[:-1]
     )
+    if estimators.resolve(name).weights is not None:  # its own gradient weights (ustat)
+        return jnp.sum(estimators.gradient_weights(name, z) * (xi / s), axis=-1)
     adv = estimators.advantages(name, z, baseline=baseline, scale="group", ddof=ddof, eps=eps)
     return estimators.policy_gradient(adv, (xi / s)[..., None])[..., 0]
 
@@ -318,14 +341,17 @@ def estimator_scalars(
     eps: float = 1e-4,
     n_groups: int = 2**20,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-prompt (ψ'_x(0), τ²_x): closed form, or Monte Carlo for ``grpo`` (needs ``key``)."""
+    """Per-prompt (ψ'_x(0), τ²_x): closed form, or Monte Carlo (``grpo``, any other estimator
+    :func:`why_not` accepts; needs ``key``)."""
     h = np.asarray(params.h, np.float64)
     s = np.asarray(params.s, np.float64)
-    if estimator in CLOSED_FORM:
+    if closed_form(estimator):
         return scalar_slope(estimator, h, s, G), scalar_variance(estimator, h, s, G)
-    validate.choice("estimator", estimator, CHI2_ESTIMATORS)
+    reason = why_not(estimator)
+    if reason:
+        raise validate.ConfigError(f"estimator: {estimator} has no limit law here: {reason}")
     if key is None:
-        raise validate.ConfigError("key: grpo's limit law needs a PRNG key; got None")
+        raise validate.ConfigError(f"key: {estimator}'s limit law needs a PRNG key; got None")
     # prompts sharing (h, s) share the scalars: compute each distinct pair once
     pairs = sorted(set(zip(h.tolist(), s.tolist(), strict=True)))
     res = {
@@ -362,8 +388,6 @@ def estimator_law(
 
     H = −Σ f κ φφᵀ (exact), M = Σ f ψ'(0) φφᵀ, Γ = (1/B) Σ f τ² φφᵀ (module docstring).
     """
-    from gpolab.envs import gaussian
-
     gaussian.optimum(params)  # raises ConfigError if the instance is not realizable
     kappa = prompt_moments(params.h, params.s)["kappa"]
     hess = -_prompt_form(params, kappa)  # = gaussian.hessian at θ*, in float64

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-EXACT = ("vanilla", "oracle", "loo", "ustat", "mean")
+from gpolab import estimators
 
 
 def _gsq(truth) -> np.ndarray:
@@ -67,6 +67,13 @@ PER_PROMPT = {
     "ustat": mse_loo,
     "mean": mse_mean,
 }
+
+
+def closed_form(spec: str) -> bool:
+    """Whether the estimator spec has a closed-form MSE here (one of :data:`PER_PROMPT`'s
+    formulas, which take no options)."""
+    name, options = estimators.parse_spec(spec)
+    return name in PER_PROMPT and not options
 
 
 def shrink(estimator: str, G: int) -> float:
