@@ -84,6 +84,25 @@ def test_a_block_in_two_files_or_an_unknown_block_is_one_error(tmp_path):
     assert readme.main([str(b)]) == 2  # the command says so in one line, before computing
 
 
+def test_update_regenerates_a_files_claims_blocks(tmp_path, monkeypatch):
+    """`python -m gpolab.readme` also rewrites claims blocks, from the claims lab's table."""
+    import pandas as pd
+
+    from gpolab.labs import claims_report
+
+    row = {"id": "A", "claim": "a | b", "verdict": "partly", "sizes": "full"}
+    monkeypatch.setattr(readme, "_claims_tables", lambda root: {"claims": pd.DataFrame([row])})
+    page = tmp_path / "page.md"
+    kind = "claims-summary"
+    page.write_text(f"x\n{claims_report.begin(kind)}\nOLD\n{claims_report.end(kind)}\ny\n")
+    assert readme.update(page, tmp_path) == [kind]
+    text = page.read_text()
+    assert "OLD" not in text and "| A | a \\| b | **partly** |" in text
+    assert readme.claims_verdicts(page) == {"A": "partly"}
+    with pytest.raises(ConfigError, match="has no claims markers"):
+        readme.claims_verdicts(tmp_path / "missing.md")
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("quick-results")
 def test_readme_tables_agree_with_todays_quick_run(quick_results):
