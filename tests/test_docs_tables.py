@@ -1,0 +1,157 @@
+"""docs/tables.md documents every column the labs write: tiny runs of each lab (with a results
+store, as the CLI runs them, so the store's provenance columns are there) and every column of
+every saved table looked up in the page's ``### lab/table`` sections."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpolab import output
+from gpolab.labs import chi2, curvature, groupsize, plan, stdnorm, sweep, tree, zoo
+from gpolab.store import Store
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
+HEADING = re.compile(r"^### (\w+/\w+)\s*$", re.M)
+INCLUDE = re.compile(r"the columns of `(\w+/\w+)`")
+
+
+def sections(text: str) -> dict[str, str]:
+    """``lab/table`` → the text under its heading, up to the next heading."""
+    parts = re.split(r"^(#{2,3} .*)$", text, flags=re.M)
+    out, name = {}, None
+    for part in parts:
+        head = HEADING.match(part)
+        if head:
+            name = head.group(1)
+            out[name] = ""
+        elif part.startswith("#"):
+            name = None
+        elif name is not None:
+            out[name] += part
+    return out
+
+
+def documented(text: str) -> dict[str, set[str]]:
+    """``lab/table`` → its column names: the backticked names in the first cell of each table
+    row, plus those of the sections it says it includes ("the columns of `x/y`")."""
+    secs = sections(text)
+    own = {}
+    for name, body in secs.items():
+        rows = [line.split("|")[1] for line in body.splitlines() if line.startswith("| `")]
+        own[name] = {c for cell in rows for c in re.findall(r"`([^`]+)`", cell)}
+
+    def closure(name: str, seen: frozenset = frozenset()) -> set[str]:
+        cols = set(own[name])
+        for inc in INCLUDE.findall(secs[name]):
+            assert inc in secs, f"{name} includes unknown section {inc}"
+            if inc not in seen:
+                cols |= closure(inc, seen | {name})
+        return cols
+
+    return {name: closure(name) for name in secs}
+
+
+DOCS = documented(PAGE.read_text(encoding="utf-8"))
+
+
+def saved(lab, cfg, out: Path) -> dict[str, list[str]]:
+    """Run ``lab`` with a store in ``out`` and write its tables as the CLI does (figures left
+    out), then return each saved table's columns."""
+    cfg = cfg.replace(out=str(out))
+    tables = lab.run(cfg, store=Store(output.prepare(out)))
+    output.write_tables(out, tables)
+    return {p.stem: list(pd.read_parquet(p).columns) for p in sorted(out.glob("*.parquet"))}
+
+
+def assert_documented(lab_name: str, tables: dict[str, list[str]]) -> None:
+    assert tables, f"{lab_name}: no table saved"
+    for table, columns in tables.items():
+        key = f"{lab_name}/{table}"
+        assert key in DOCS, f"docs/tables.md has no section ### {key}"
+        missing = [c for c in columns if c not in DOCS[key]]
+        assert not missing, f"{key}: columns not in docs/tables.md: {missing}"
+
+
+BANDIT = dict(prompts=4, actions=8)
+RUNS = {
+    "sweep-bandit": (sweep, sweep.Config(estimators=("loo", "grpo"), G=(2, 4), seeds=200,
+                                         **BANDIT)),
+    "sweep-dynamic": (sweep, sweep.Config(estimators=("loo",), G=(4,), B=2, seeds=100,
+                                          dynamic_sampling=True, **BANDIT)),
+    "sweep-tree": (sweep, sweep.Config(env="tree", K=(2,), M=(2,), seeds=100)),
+    "groupsize": (groupsize, groupsize.Config(N=(8,), seeds=200, **BANDIT)),
+    "curvature": (curvature, curvature.Config(thetas=4, prompts=4, block=2)),
+}  # fmt: skip
+SLOW_RUNS = {
+    "zoo": (zoo, zoo.Config(envs=("bandit",), estimators=("loo", "grpo"), G=(2,), seeds=100,
+                            kappa_G=(4,), kappa_points=3)),
+    "tree-budget-finite": (tree, tree.Config(budget=8, seeds=200, model="finite", thoughts=8)),
+    "chi2": (chi2, chi2.Config(estimator=("loo",), seeds=16, n=(10,), chunk=16)),
+    "stdnorm": (stdnorm, stdnorm.Config(regimes=("admissible",), adm_steps=5, adm_seeds=2,
+                                        gain_G=(2,), G=(2,), rho=(0.0,), control=False,
+                                        bias_seeds=16, prompts=4)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_quick_run_columns_are_documented(name, tmp_path):
+    lab, cfg = RUNS[name]
+    assert_documented(lab.NAME, saved(lab, cfg, tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SLOW_RUNS))
+def test_slow_run_columns_are_documented(name, tmp_path):
+    lab, cfg = SLOW_RUNS[name]
+    assert_documented(lab.NAME, saved(lab, cfg, tmp_path))
+
+
+def test_plan_columns_are_documented(tmp_path):
+    """A small binary log with a score-norm proxy and gradient norms at two batch sizes, so the
+    pooled row carries every G* column."""
+    rng = np.random.default_rng(0)
+    steps, prompts, G = 4, 12, 4
+    p = rng.beta(1.0, 1.5, prompts)
+    rows = [
+        {"step": s, "prompt": f"q{x}", "reward": float(rng.random() < p[x]),
+         "proxy": float(rng.gamma(2.0))}
+        for s in range(steps) for x in range(prompts) for _ in range(G)
+    ]  # fmt: skip
+    log = tmp_path / "log.csv"
+    pd.DataFrame(rows).to_csv(log, index=False)
+    norms = tmp_path / "norms.csv"
+    batch = np.repeat([2.0, 8.0], 3)
+    pd.DataFrame({"batch": batch, "grad_norm": 1.0 + 1.0 / batch + 0.01 * np.arange(6)}).to_csv(
+        norms, index=False
+    )
+    cfg = plan.Config(log=str(log), format="table", proxy_column="proxy", grad_norms=str(norms),
+                      window=2, G=(2, 4), draws=10, estimators=("loo", "grpo"))  # fmt: skip
+    assert_documented(plan.NAME, saved(plan, cfg, tmp_path / "out"))
+
+
+def test_bench_columns_are_documented():
+    from gpolab.commands import bench
+
+    missing = [c for c in bench.COLUMNS if c not in DOCS["bench/bench"]]
+    assert not missing, f"bench/bench: columns not in docs/tables.md: {missing}"
+
+
+def test_an_undocumented_column_is_caught():
+    with pytest.raises(AssertionError, match="not_a_column"):
+        assert_documented("sweep", {"results": ["mse", "not_a_column"]})
+    with pytest.raises(AssertionError, match="no section"):
+        assert_documented("sweep", {"nope": ["mse"]})
+
+
+def test_page_parses():
+    """Every section lists columns; the provenance section is the store's own list."""
+    from gpolab.store import PROVENANCE
+
+    assert all(DOCS.values()), [k for k, v in DOCS.items() if not v]
+    assert set(PROVENANCE) <= DOCS["shared/provenance"]
+    assert set(DOCS["sweep/results"]) <= DOCS["zoo/results"]
