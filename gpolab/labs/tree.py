@@ -39,8 +39,15 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpolab import configs, estimators, validate
+from gpolab import configs, engine, estimators, validate
+from gpolab.cells import tree_cell, tree_error
 from gpolab.configs import option
+from gpolab.envs import tree as tree_env
+from gpolab.labs import table_text
+from gpolab.plots import tree as plots
+from gpolab.store import digest, resume
+from gpolab.theory import tree as theory
+from gpolab.theory.tree import TIE_Z, rank, recommend, score  # noqa: F401  (re-exported)
 
 NAME = "tree"
 TABLES = ("results", "floor")
@@ -52,7 +59,6 @@ GRID = {"mode": ("grid",)}  # Config.mode: "budget" when budget > 0, else "grid"
 BUDGET = {"mode": ("budget",)}
 NOT_IN_KEY = ("K", "M", "budget", "think_len", "answer_len")  # the cell / columns added on read
 SCHEMA = 2  # in the cell keys: cells stored before the per-cell key streams and corr_se recompute
-TIE_Z = 1.959963984540054  # two splits whose scores differ by less than TIE_Z · SE are a tie
 JSON_KEYS = ("K", "M", "variance", "mse", "mse_group", "corr", "corr_se", "degenerate_frac",
              "theory_degenerate_frac", "theory_variance", "theory_corr", "theory_mse")  # fmt: skip
 GRAD_KEYS = ("grad_mse", "grad_bias2_share")  # finite model
@@ -155,8 +161,6 @@ def settings(cfg: Config) -> dict:
 
 
 def cell_keys(cfg: Config) -> list[str]:
-    from gpolab.store import digest
-
     common = settings(cfg)
     return [
         digest({"lab": NAME, "schema": SCHEMA, "settings": common, "K": K, "M": M})
@@ -171,16 +175,13 @@ def cost(K: int, M: int, think_len: float, answer_len: float) -> float:
 
 def setup(cfg: Config):
     """(params, truth, law, grad_target) for the configured thought model."""
-    from gpolab.envs import tree
-    from gpolab.theory import tree as theory
-
     if cfg.model == "beta":
-        params = tree.make_beta(cfg.a, cfg.b)
+        params = tree_env.make_beta(cfg.a, cfg.b)
     else:
-        params = tree.make_finite(
+        params = tree_env.make_finite(
             cfg.instance_seed, cfg.thoughts, logit_scale=cfg.logit_scale, a=cfg.a, b=cfg.b
         )
-    truth = tree.exact(params)
+    truth = tree_env.exact(params)
     law = theory.thought_law(params)
     grad_target = np.zeros(0, np.float32)
     if cfg.model == "finite":
@@ -199,8 +200,6 @@ def chunk_for(cfg: Config, K: int, M: int) -> int:
 
 
 def _theory(cfg: Config, params, law, K: int, M: int) -> dict:
-    from gpolab.theory import tree as theory
-
     adv = theory.advantage_moments(law, K, M, cfg.variant, cfg.ddof, cfg.eps)
     return {
         "theory_variance": theory.variance(law, K, M, cfg.variant, cfg.ddof, cfg.eps),
@@ -215,9 +214,6 @@ def _theory(cfg: Config, params, law, K: int, M: int) -> dict:
 def measure(cfg: Config, K: int, M: int, ctx, key) -> dict:
     """One (K, M) cell's row: Monte Carlo metrics, closed forms, settings (``ctx`` = setup).
     ``key`` is the run's root key; the cell draws from ``engine.cell_key(key, "tree", K, M)``."""
-    from gpolab import engine
-    from gpolab.cells import tree_cell, tree_error
-
     params, truth, law, grad_target = ctx
     grad = cfg.model == "finite"
     cell = tree_cell(K, M, cfg.variant, cfg.ddof, model=cfg.model, a=cfg.a, b=cfg.b, grad=grad)
@@ -274,8 +270,6 @@ def grad_stats(m, grad_target) -> dict:
     """The thought-policy gradient ĝ of one tree against ``grad_target`` g: MSE (± SE), tr Cov V,
     bias² (mse − V, unbiased), its share of the MSE, ``grad_dot`` = E ĝ·g = ē·g + ‖g‖² (ē the
     mean error) and ‖g‖² (``grad_norm2``), which :func:`rank` turns into ``grad_score``."""
-    from gpolab import engine
-
     stats = engine.error_stats(m, err="grad_err", sq="grad_sq")
     g = np.asarray(grad_target, np.float64)
     gg, eg = float(g @ g), float(np.asarray(m.mean("grad_err"), np.float64) @ g)
@@ -295,8 +289,6 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     cells are read back from ``store`` instead of recomputed."""
     cfg.validate()
     import jax
-
-    from gpolab.store import digest, resume
 
     splits, keys = cfg.splits(), cell_keys(cfg)
     key = jax.random.key(cfg.seed) if key is None else key
@@ -334,122 +326,12 @@ def floor_table(cfg: Config, df, law):
     """The exact K → ∞ floor on 100 log-spaced M over the rows' M range (a saved theory curve)."""
     import pandas as pd
 
-    from gpolab.theory import tree as theory
-
     grid = np.geomspace(float(df["M"].min()), float(df["M"].max()), 100)
     floor = [theory.floor(law, float(M), cfg.variant, cfg.eps) for M in grid]
     return pd.DataFrame({"M": grid, "theory_floor": floor, **settings(cfg)})
 
 
-def score(corr, M, think_len: float, answer_len: float):
-    """Tokens per effective thought, (L_think + M·L_answer)/corr² (lower is better; gpolab's
-    derivation, not from [T]).
-
-    A budget of T tokens buys N = T/(L_think + M·L_answer) thoughts (T/cost(K, M) trees of K).
-    A thought-level policy gradient ĝ = (1/N) Σ_i Â_i s_i (s_i the score of thought i) is used up
-    to its step size, so what matters is min_c E‖c ĝ − g‖².  Write Â = βA + r with
-    β = Cov(Â, A)/Var A and r uncorrelated with A; assume (i) the scores of distinct thoughts are
-    independent with E‖s‖² ≫ ‖E[s | p]‖² (the gradient is small next to the score noise) and
-    (ii) r is uncorrelated with the score (exact when E[Â | p] is linear in p, e.g. K → ∞).
-    Then ĝ/β is unbiased for g with variance E‖s‖² E[Â²]/(β² N) = E‖s‖² Var A/(corr² N), so
-
-        min_c E‖c ĝ − g‖² ≈ E‖s‖² Var A · (L_think + M·L_answer) / (T corr²) ∝ score.
-
-    Invariant to rescaling Â (corr is), and an always-zero advantage (corr 0) scores +∞.  A
-    corr ≤ 0 or NaN scores +∞ / NaN."""
-    corr = np.asarray(corr, np.float64)
-    tokens = think_len + np.asarray(M, np.float64) * answer_len
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(corr > 0, tokens / corr**2, np.where(np.isnan(corr), np.nan, np.inf))
-
-
-def rank(df):
-    """Ranking columns of a budget table (one ranking per ``budget``):
-
-    ``score_corr`` / ``score_source``: the exact theory_corr where the exact route exists
-    (``theory_exact``), else the Monte Carlo corr; ``rescaled_mse`` = 1 − corr² (the MSE after
-    the best rescaling of Â against the standardized target, Var A = 1: theory §11); ``score``
-    (:func:`score`) with ``score_se`` = 2 score · SE(corr)/corr (0 for exact theory);
-    ``recommended``: the lowest score, exactly one row per budget; ``tie``: another row whose score
-    is within TIE_Z · √(SE² + SE_best²) of the best; ``distinguishable``: no row ties with the
-    recommended one (the same value on every row of the budget; false when the budget has a
-    single split, which has no runner-up).
-
-    Finite model: ``grad_score`` = cost · V ‖g‖²/(E ĝ·g)², the policy gradient's analogue (gpolab's
-    derivation): n = T/cost independent trees averaged have E = E ĝ and tr Cov = V/n, so the
-    squared correlation of the best rescaling with g, (E ĝ·g)²/(‖g‖²(‖E ĝ‖² + V/n)), grows like
-    T/grad_score while V/n ≫ ‖E ĝ‖² (lower is better; reported, not ranked on; no SE)."""
-    exact = df["theory_exact"].astype(bool) & df["theory_corr"].notna()
-    rho = np.where(exact, df["theory_corr"], df["corr"]).astype(np.float64)
-    rho_se = np.where(exact, 0.0, df["corr_se"]).astype(np.float64)
-    sc = score(rho, df["M"], df["think_len"].to_numpy(), df["answer_len"].to_numpy())
-    with np.errstate(invalid="ignore"):
-        sc_se = np.where(np.isfinite(sc), 2 * sc * rho_se / np.abs(rho), np.nan)
-    df = df.assign(score_corr=rho, score_source=np.where(exact, "exact", "monte carlo"),
-                   rescaled_mse=1 - rho**2, score=sc, score_se=sc_se)  # fmt: skip
-    if "grad_dot" in df:
-        df = df.assign(grad_score=df["cost"] * df["grad_variance"] * df["grad_norm2"]
-                       / df["grad_dot"] ** 2)  # fmt: skip
-    import pandas as pd
-
-    parts = [_flags(group) for _, group in df.groupby("budget", sort=False)]
-    flags = pd.concat(parts).reindex(df.index)
-    return df.assign(**{c: flags[c].astype(bool) for c in flags})
-
-
-def _flags(group):
-    """recommended / tie / distinguishable of one budget's rows (see :func:`rank`)."""
-    import pandas as pd
-
-    sc = group["score"].to_numpy(np.float64)
-    se = np.nan_to_num(group["score_se"].to_numpy(np.float64))
-    finite = np.where(np.isnan(sc), np.inf, sc)
-    best = int(np.argmin(finite))
-    gap = np.abs(sc - sc[best])
-    noise = TIE_Z * np.sqrt(se**2 + se[best] ** 2) + 1e-9 * abs(sc[best])
-    tie = (gap <= noise) & (np.arange(len(sc)) != best)
-    rec = np.arange(len(sc)) == best
-    alone = len(sc) == 1  # one split only: nothing to be distinguishable from
-    return pd.DataFrame({"recommended": rec, "tie": tie,
-                         "distinguishable": not alone and not tie.any()},
-                        index=group.index)  # fmt: skip
-
-
-def recommend(df) -> dict:
-    """The recommended split of a ranked budget table (:func:`rank`; ranked here if it is not)
-    with its score, the runner-up and whether the two are distinguishable."""
-    if "recommended" not in df:
-        df = rank(df)
-    best = df.loc[df["recommended"]].iloc[0]
-    others = df.loc[~df["recommended"]].sort_values("score")
-    runner = others.iloc[0] if len(others) else best
-    top = df.loc[df["score_corr"].idxmax()]
-    return dict(
-        K=int(best["K"]),
-        M=int(best["M"]),
-        score=float(best["score"]),
-        score_se=float(best["score_se"]),
-        corr=float(best["score_corr"]),
-        source=str(best["score_source"]),
-        rescaled_mse=float(best["rescaled_mse"]),
-        degenerate_frac=float(best["degenerate_frac"]),
-        theory_degenerate_frac=float(best["theory_degenerate_frac"]),
-        distinguishable=bool(best["distinguishable"]),
-        candidates=len(df),
-        runner_up_K=int(runner["K"]),
-        runner_up_M=int(runner["M"]),
-        runner_up_score=float(runner["score"]),
-        runner_up_se=float(runner["score_se"]),
-        ties=[(int(r["K"]), int(r["M"])) for _, r in df.loc[df["tie"]].iterrows()],
-        top_corr_K=int(top["K"]),
-        top_corr_M=int(top["M"]),
-        top_corr=float(top["score_corr"]),
-    )
-
-
 def report(cfg: Config, tables: dict) -> str:
-    from gpolab.labs import table_text
-
     return table_text(tables["results"], JSON)
 
 
@@ -494,8 +376,6 @@ def notes(cfg: Config, tables: dict) -> str:
 def figures(tables: dict) -> dict:
     """Budget mode: the splits (tree_budget.png); grid mode: the floor in K, the decay in M and
     the (K, M) heatmap, each where the grid has more than one K, M or both."""
-    from gpolab.plots import tree as plots
-
     df = tables["results"]
     if int(df["budget"].iloc[0]) > 0:
         return {"tree_budget.png": plots.budget}

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from gpolab.plots import pyplot, save, seeds_label
+from gpolab.plots.sweep import tree_heatmap
+from gpolab.theory.tree import rank, recommend
 
 
 def tag(df) -> str:
@@ -81,8 +83,6 @@ def variance_vs_M(tables: dict, path) -> Path:
 
 def heatmap(tables: dict, path) -> Path:
     """The MSE over the (K, M) grid with equal-budget diagonals (the sweep's tree heatmap)."""
-    from gpolab.plots.sweep import tree_heatmap
-
     df = tables["results"]
     return tree_heatmap(df, path, value="mse", title=tag(df))
 
@@ -92,8 +92,6 @@ def budget(tables: dict, path) -> Path:
     (L_think + M·L_answer)/corr² (bars with 2 SE where Monte Carlo, the recommended one red,
     hatched where it ties with the recommendation), and the degenerate share on the right axis
     (measured ○, exact ×)."""
-    from gpolab.labs.tree import rank, recommend
-
     df = tables["results"].sort_values("K")
     if "score" not in df:
         df = rank(df)

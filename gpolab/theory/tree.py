@@ -350,3 +350,116 @@ def corr(law, K, M, variant="thought-std", ddof=1, eps=0.0) -> float:
 def mse(law, K, M, variant="thought-std", ddof=1, eps=0.0) -> float:
     """E[(Â_k − A_k)²] at finite K (see :func:`advantage_moments`)."""
     return advantage_moments(law, K, M, variant, ddof, eps)["mse"]
+
+
+# ----------------------------------------------------------------------------- ranking splits
+# A fixed leaf budget's splits (K, M) ranked by tokens per effective thought: read by the tree
+# lab (its tables) and the tree figures (saved tables), so it lives below both.
+
+TIE_Z = 1.959963984540054  # two splits whose scores differ by less than TIE_Z · SE are a tie
+
+
+def score(corr, M, think_len: float, answer_len: float):
+    """Tokens per effective thought, (L_think + M·L_answer)/corr² (lower is better; gpolab's
+    derivation, not from [T]).
+
+    A budget of T tokens buys N = T/(L_think + M·L_answer) thoughts (T/cost(K, M) trees of K).
+    A thought-level policy gradient ĝ = (1/N) Σ_i Â_i s_i (s_i the score of thought i) is used up
+    to its step size, so what matters is min_c E‖c ĝ − g‖².  Write Â = βA + r with
+    β = Cov(Â, A)/Var A and r uncorrelated with A; assume (i) the scores of distinct thoughts are
+    independent with E‖s‖² ≫ ‖E[s | p]‖² (the gradient is small next to the score noise) and
+    (ii) r is uncorrelated with the score (exact when E[Â | p] is linear in p, e.g. K → ∞).
+    Then ĝ/β is unbiased for g with variance E‖s‖² E[Â²]/(β² N) = E‖s‖² Var A/(corr² N), so
+
+        min_c E‖c ĝ − g‖² ≈ E‖s‖² Var A · (L_think + M·L_answer) / (T corr²) ∝ score.
+
+    Invariant to rescaling Â (corr is), and an always-zero advantage (corr 0) scores +∞.  A
+    corr ≤ 0 or NaN scores +∞ / NaN."""
+    corr = np.asarray(corr, np.float64)
+    tokens = think_len + np.asarray(M, np.float64) * answer_len
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(corr > 0, tokens / corr**2, np.where(np.isnan(corr), np.nan, np.inf))
+
+
+def rank(df):
+    """Ranking columns of a budget table (one ranking per ``budget``):
+
+    ``score_corr`` / ``score_source``: the exact theory_corr where the exact route exists
+    (``theory_exact``), else the Monte Carlo corr; ``rescaled_mse`` = 1 − corr² (the MSE after
+    the best rescaling of Â against the standardized target, Var A = 1: theory §11); ``score``
+    (:func:`score`) with ``score_se`` = 2 score · SE(corr)/corr (0 for exact theory);
+    ``recommended``: the lowest score, exactly one row per budget; ``tie``: another row whose score
+    is within TIE_Z · √(SE² + SE_best²) of the best; ``distinguishable``: no row ties with the
+    recommended one (the same value on every row of the budget; false when the budget has a
+    single split, which has no runner-up).
+
+    Finite model: ``grad_score`` = cost · V ‖g‖²/(E ĝ·g)², the policy gradient's analogue (gpolab's
+    derivation): n = T/cost independent trees averaged have E = E ĝ and tr Cov = V/n, so the
+    squared correlation of the best rescaling with g, (E ĝ·g)²/(‖g‖²(‖E ĝ‖² + V/n)), grows like
+    T/grad_score while V/n ≫ ‖E ĝ‖² (lower is better; reported, not ranked on; no SE)."""
+    exact = df["theory_exact"].astype(bool) & df["theory_corr"].notna()
+    rho = np.where(exact, df["theory_corr"], df["corr"]).astype(np.float64)
+    rho_se = np.where(exact, 0.0, df["corr_se"]).astype(np.float64)
+    sc = score(rho, df["M"], df["think_len"].to_numpy(), df["answer_len"].to_numpy())
+    with np.errstate(invalid="ignore"):
+        sc_se = np.where(np.isfinite(sc), 2 * sc * rho_se / np.abs(rho), np.nan)
+    df = df.assign(score_corr=rho, score_source=np.where(exact, "exact", "monte carlo"),
+                   rescaled_mse=1 - rho**2, score=sc, score_se=sc_se)  # fmt: skip
+    if "grad_dot" in df:
+        df = df.assign(grad_score=df["cost"] * df["grad_variance"] * df["grad_norm2"]
+                       / df["grad_dot"] ** 2)  # fmt: skip
+    import pandas as pd  # deferred: pandas (the closed forms above need numpy and scipy only)
+
+    parts = [_flags(group) for _, group in df.groupby("budget", sort=False)]
+    flags = pd.concat(parts).reindex(df.index)
+    return df.assign(**{c: flags[c].astype(bool) for c in flags})
+
+
+def _flags(group):
+    """recommended / tie / distinguishable of one budget's rows (see :func:`rank`)."""
+    import pandas as pd  # deferred: pandas, as in rank
+
+    sc = group["score"].to_numpy(np.float64)
+    se = np.nan_to_num(group["score_se"].to_numpy(np.float64))
+    finite = np.where(np.isnan(sc), np.inf, sc)
+    best = int(np.argmin(finite))
+    gap = np.abs(sc - sc[best])
+    noise = TIE_Z * np.sqrt(se**2 + se[best] ** 2) + 1e-9 * abs(sc[best])
+    tie = (gap <= noise) & (np.arange(len(sc)) != best)
+    rec = np.arange(len(sc)) == best
+    alone = len(sc) == 1  # one split only: nothing to be distinguishable from
+    return pd.DataFrame({"recommended": rec, "tie": tie,
+                         "distinguishable": not alone and not tie.any()},
+                        index=group.index)  # fmt: skip
+
+
+def recommend(df) -> dict:
+    """The recommended split of a ranked budget table (:func:`rank`; ranked here if it is not)
+    with its score, the runner-up and whether the two are distinguishable."""
+    if "recommended" not in df:
+        df = rank(df)
+    best = df.loc[df["recommended"]].iloc[0]
+    others = df.loc[~df["recommended"]].sort_values("score")
+    runner = others.iloc[0] if len(others) else best
+    top = df.loc[df["score_corr"].idxmax()]
+    return dict(
+        K=int(best["K"]),
+        M=int(best["M"]),
+        score=float(best["score"]),
+        score_se=float(best["score_se"]),
+        corr=float(best["score_corr"]),
+        source=str(best["score_source"]),
+        rescaled_mse=float(best["rescaled_mse"]),
+        degenerate_frac=float(best["degenerate_frac"]),
+        theory_degenerate_frac=float(best["theory_degenerate_frac"]),
+        distinguishable=bool(best["distinguishable"]),
+        candidates=len(df),
+        runner_up_K=int(runner["K"]),
+        runner_up_M=int(runner["M"]),
+        runner_up_score=float(runner["score"]),
+        runner_up_se=float(runner["score_se"]),
+        ties=[(int(r["K"]), int(r["M"])) for _, r in df.loc[df["tie"]].iterrows()],
+        top_corr_K=int(top["K"]),
+        top_corr_M=int(top["M"]),
+        top_corr=float(top["score_corr"]),
+    )
