@@ -111,16 +111,19 @@ def test_slow_run_columns_are_documented(name, tmp_path):
     assert_documented(lab.NAME, saved(lab, cfg, tmp_path))
 
 
-def test_plan_columns_are_documented(tmp_path):
-    """A small binary log with a score-norm proxy and gradient norms at two batch sizes, so the
-    pooled row carries every G* column."""
+@pytest.mark.parametrize("kind", ["binary", "binary-no-norms", "graded"])
+def test_plan_columns_are_documented(kind, tmp_path):
+    """Small logs: binary with a score-norm proxy and gradient norms at two batch sizes (every
+    G* column), the same without norms (the G* bounds) and graded rewards (the
+    Dirichlet-multinomial fit)."""
     rng = np.random.default_rng(0)
     steps, prompts, G = 4, 12, 4
     p = rng.beta(1.0, 1.5, prompts)
+    half = 0.5 * (kind == "graded")
     rows = [
-        {"step": s, "prompt": f"q{x}", "reward": float(rng.random() < p[x]),
+        {"step": s, "prompt": f"q{x}", "reward": float(rng.random() < p[x]) + half * (g == 0),
          "proxy": float(rng.gamma(2.0))}
-        for s in range(steps) for x in range(prompts) for _ in range(G)
+        for s in range(steps) for x in range(prompts) for g in range(G)
     ]  # fmt: skip
     log = tmp_path / "log.csv"
     pd.DataFrame(rows).to_csv(log, index=False)
@@ -129,9 +132,13 @@ def test_plan_columns_are_documented(tmp_path):
     pd.DataFrame({"batch": batch, "grad_norm": 1.0 + 1.0 / batch + 0.01 * np.arange(6)}).to_csv(
         norms, index=False
     )
-    cfg = plan.Config(log=str(log), format="table", proxy_column="proxy", grad_norms=str(norms),
-                      window=2, G=(2, 4), draws=10, estimators=("loo", "grpo"))  # fmt: skip
-    assert_documented(plan.NAME, saved(plan, cfg, tmp_path / "out"))
+    cfg = plan.Config(log=str(log), format="table", proxy_column="proxy", window=2, G=(2, 4),
+                      draws=10, estimators=("loo", "grpo"),
+                      grad_norms=str(norms) if kind == "binary" else "")  # fmt: skip
+    tables = saved(plan, cfg, tmp_path / "out")
+    assert_documented(plan.NAME, tables)
+    expect = {"binary": "gstar_c1", "binary-no-norms": "gstar_C3_hi", "graded": "model"}[kind]
+    assert expect in tables["summary"]
 
 
 def test_bench_columns_are_documented():
