@@ -34,6 +34,9 @@ completion, advantage`` or the named proxy/length column. A numeric ``log_extra`
 be told from a reward function by the file alone: pass ``reward_column`` (or write a table). A
 note is added when the logged ``advantage`` is not an increasing function of that sum within a
 group, which is what TRL's ``sum_then_normalize`` (unit weights) produces.
+
+The writers (:mod:`gpolab.rollout_writers`) and the per-group summaries
+(:mod:`gpolab.rollout_groups`) live beside this module and are importable from it.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from gpolab.rollout_groups import binary_levels, groups
+from gpolab.rollout_writers import write_table, write_trl, write_verl
 from gpolab.validate import ConfigError, choice
 
 __all__ = [
@@ -571,152 +576,4 @@ def read(path, *, format=None, reward_column=None, proxy_column=None, length_col
     frame = frame[list(FRAME_COLUMNS)].astype({"prompt": str})
     return Log(
         fmt, str(path), tuple(map(str, files)), _reward_text(fmt, rcols), frame, tuple(notes)
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# writers: the layouts TRL and verl write (for validation logs built from gpolab's surrogates)
-
-
-def _need(frame: pd.DataFrame, columns, what: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise ConfigError(
-            f"{what}: frame lacks columns {', '.join(missing)}; needs {', '.join(columns)}"
-        )
-
-
-def write_trl(folder, frame, *, reward_columns=("reward",), extra_columns=()) -> list[Path]:
-    """One ``completions/completions_{step:05d}.parquet`` per step, as ``GRPOTrainer.log`` does.
-
-    Columns in TRL's order: step, prompt, completion, reward columns, extra columns, advantage
-    (0.0 when the frame has none); written by ``pd.DataFrame(dict of lists).to_parquet``.
-    """
-    _need(frame, ("step", "prompt", "completion", *reward_columns, *extra_columns), "write_trl")
-    out = Path(folder) / "completions"
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for step, rows in frame.groupby("step", sort=True):
-        n = len(rows)
-        table = {
-            "step": [int(step)] * n,
-            "prompt": rows["prompt"].tolist(),
-            "completion": rows["completion"].tolist(),
-            **{c: rows[c].tolist() for c in reward_columns},
-            **{c: rows[c].tolist() for c in extra_columns},
-            "advantage": rows["advantage"].tolist() if "advantage" in rows else [0.0] * n,
-        }
-        path = out / f"completions_{int(step):05d}.parquet"
-        pd.DataFrame(table).to_parquet(path)
-        paths.append(path)
-    return paths
-
-
-def write_verl(folder, frame, *, extra_columns=()) -> list[Path]:
-    """One ``{step}.jsonl`` per step, as verl's ``_dump_generations`` does.
-
-    Keys input (from ``prompt``), output, gts, score, step, then the extra columns; one
-    ``json.dumps(ensure_ascii=False)`` a line, joined by "\\n" plus a final "\\n".
-    """
-    _need(frame, ("step", "prompt", "output", "gts", "score", *extra_columns), "write_verl")
-    out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for step, rows in frame.groupby("step", sort=True):
-        n = len(rows)
-        base = {
-            "input": rows["prompt"].tolist(),
-            "output": rows["output"].tolist(),
-            "gts": rows["gts"].tolist(),
-            "score": rows["score"].tolist(),
-            "step": [int(step)] * n,
-        }
-        for k in extra_columns:
-            base[k] = rows[k].tolist()
-        lines = [
-            json.dumps({k: v[i] for k, v in base.items()}, ensure_ascii=False) for i in range(n)
-        ]
-        path = out / f"{int(step)}.jsonl"
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-        paths.append(path)
-    return paths
-
-
-def write_table(path, frame) -> Path:
-    """The frame as a plain table, ``.csv`` or ``.parquet`` by the suffix (no index)."""
-    path = Path(path)
-    if path.suffix not in (".csv", ".parquet"):
-        raise ConfigError(f"{path}: table suffix {path.suffix!r}; allowed: .csv, .parquet")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".csv":
-        frame.to_csv(path, index=False)
-    else:
-        frame.to_parquet(path, index=False)
-    return path
-
-
-# ---------------------------------------------------------------------------------------------
-# per-group summaries
-
-
-def binary_levels(log: Log) -> tuple[float, float] | None:
-    """(low, high) when the rewards take at most two distinct values, None when graded.
-
-    Rewards within {0, 1} give (0.0, 1.0), also when only one of them occurs. Two other values
-    give (low, high). One other value v gives (v, v): then it counts as a success when v > 0.
-    """
-    values = np.unique(log.frame["reward"].to_numpy(dtype=float))
-    if len(values) > 2:
-        return None
-    if set(values.tolist()) <= {0.0, 1.0}:
-        return (0.0, 1.0)
-    return (float(values[0]), float(values[-1]))
-
-
-def _group_mean(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    ok = ~np.isnan(x)
-    count = np.add.reduceat(ok.astype(float), starts)
-    total = np.add.reduceat(np.where(ok, x, 0.0), starts)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
-
-
-def groups(log: Log) -> pd.DataFrame:
-    """One row per group: step, group, prompt, n, successes, mean, std (ddof 0), degenerate,
-    length_mean, proxy_mean. successes = number of rewards at the high binary level (see
-    :func:`binary_levels`; NaN when graded); degenerate = all rewards of the group equal."""
-    f = log.frame
-    order = np.argsort(f["group"].to_numpy(), kind="stable")
-    g, r = f["group"].to_numpy()[order], f["reward"].to_numpy(dtype=float)[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, int)
-    n = np.diff(np.r_[starts, len(g)])
-    if len(g) == 0:
-        cols = "step group prompt n successes mean std degenerate length_mean proxy_mean"
-        return pd.DataFrame(columns=cols.split())
-    mean = np.add.reduceat(r, starts) / n
-    std = np.sqrt(np.add.reduceat((r - np.repeat(mean, n)) ** 2, starts) / n)
-    degenerate = np.minimum.reduceat(r, starts) == np.maximum.reduceat(r, starts)
-    std[degenerate] = 0.0
-    levels = binary_levels(log)
-    if levels is None:
-        successes = np.full(len(n), np.nan)
-    elif levels[0] < levels[1]:
-        successes = np.add.reduceat((r == levels[1]).astype(float), starts)
-    else:
-        successes = n * float(levels[0] > 0)
-    first = order[starts]
-    return pd.DataFrame(
-        {
-            "step": f["step"].to_numpy()[first],
-            "group": g[starts],
-            "prompt": f["prompt"].to_numpy()[first],
-            "n": n.astype(np.int64),
-            "successes": successes.astype(float),
-            "mean": mean,
-            "std": std,
-            "degenerate": degenerate,
-            "length_mean": _group_mean(f["length"].to_numpy(dtype=float)[order], starts),
-            "proxy_mean": _group_mean(f["proxy"].to_numpy(dtype=float)[order], starts),
-        }
     )

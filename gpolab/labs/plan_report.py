@@ -1,0 +1,200 @@
+"""The ``gpolab plan`` report: the markdown text and the JSON summary of its tables
+(:mod:`gpolab.labs.plan`; its ``report`` and ``summary_json`` are these)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpolab.labs import json_value, table_text
+
+if TYPE_CHECKING:
+    from gpolab.labs.plan import Config
+
+POOLED = "all"  # the window of the whole log
+
+
+def pooled(tables: dict) -> dict:
+    s = tables["summary"]
+    return _clean(s[s["window"] == POOLED].iloc[0].to_dict())
+
+
+def _clean(d: dict) -> dict:
+    return {k: json_value(v) for k, v in d.items()}
+
+
+def summary_json(cfg: Config, tables: dict) -> dict:
+    """The whole log as one JSON object (pooled), per-window detail nested under ``windows``."""
+    p = pooled(tables)
+    curve = tables["curve"]
+    at = curve[(curve["window"] == POOLED) & curve["G"].isin(sorted({*cfg.G, p["G"]}))]
+
+    def by_G(col):
+        return {str(int(g)): json_value(v) for g, v in zip(at["G"], at[col], strict=True)}
+
+    kappa = {}
+    for rec in tables["kappa"].to_dict(orient="records"):
+        kappa.setdefault(rec["estimator"], {})[str(int(rec["G"]))] = json_value(rec["kappa_mean"])
+    s = tables["summary"]
+    return {
+        "format": p["format"], "reward": p["reward"], "rewards": p["rewards"],
+        "steps": p["steps"], "prompts": p["prompts"], "groups": p["groups"], "G": p["G"],
+        "a": p.get("a"), "b": p.get("b"), "a_se": p.get("a_se"), "b_se": p.get("b_se"),
+        "logged_degenerate_frac": p.get("logged_measured"),
+        "logged_degenerate_predicted": p.get("logged_predicted"),
+        "logged_degenerate_z": p.get("logged_z"),
+        "predicted_degenerate_frac": by_G("predicted"),
+        "dapo_draws_per_kept_group": by_G("dapo_draws"),
+        "G_needed": p.get("G_needed"), "G_needed_text": need_text(p), "target": p["target"],
+        "se_method": p.get("se_method"), "logged_degenerate_se": p.get("logged_measured_se"),
+        "kappa": kappa,
+        "gstar": p.get("gstar"), "gstar_lo": p.get("gstar_lo"), "gstar_hi": p.get("gstar_hi"),
+        "gstar_reason": p.get("gstar_reason"),
+        "notes": p.get("notes") or "",
+        "windows": [_clean(r) for r in s[s["window"] != POOLED].to_dict(orient="records")],
+    }  # fmt: skip
+
+
+def report(cfg: Config, tables: dict) -> str:
+    """The markdown report."""
+    p = pooled(tables)
+    lines = [
+        f"# gpolab plan: {cfg.log}",
+        "",
+        f"{p['format']} log, reward = {p['reward']}; {p['steps']} steps, {p['groups']:,} "
+        f"groups ({p['prompts']:,} distinct prompts), G = {p['G']}"
+        + (f" (sizes {p['G_min']}..{p['G_max']})" if p["G_min"] != p["G_max"] else ""),
+    ]
+    if p.get("notes"):
+        lines.append(f"notes: {p['notes']}")
+    lines += [
+        "",
+        *_difficulty_text(p),
+        "",
+        *_curve_text(cfg, tables, p),
+        "",
+        *_kappa_text(tables, p["G"]),
+        "",
+        "## G* (the MSE-optimal group size)",
+        _gstar_text(p),
+    ]
+    s = tables["summary"]
+    if (s["window"] != POOLED).any():
+        cols = ["window", "groups", "G", "a", "b", "mean_p", "logged_measured",
+                "logged_predicted", "logged_z", "G_needed"]  # fmt: skip
+        lines += ["", "## Per window", "```", table_text(s, cols), "```"]
+    return "\n".join(lines)
+
+
+def _difficulty_text(p: dict) -> list[str]:
+    if p["rewards"] != "binary":
+        se = p.get("logged_measured_se")
+        return [
+            "## Difficulty",
+            f"graded rewards ({p.get('model')}); mean reward "
+            f"{p['mean_reward']:.3g}; zero-std groups in the log: {p['logged_measured']:.3g}"
+            + (f" ± {se:.2g}" if se is not None else ""),
+            _se_text(p),
+            "(pass/fail rewards logged with other values: --success-threshold T binarizes them)",
+        ]
+    return [
+        "## Difficulty (beta-binomial fit of per-prompt success rates)",
+        f"rewards {p['low']:g}/{p['high']:g}; success rate {p['success_rate']:.3g}; "
+        f"p ~ Beta(a = {p['a']:.3g} ± {p['a_se']:.2g}, b = {p['b']:.3g} ± {p['b_se']:.2g}), "
+        f"mean {p['mean_p']:.3g}, 10/50/90%: {p['p10']:.3g} / {p['p50']:.3g} / {p['p90']:.3g}",
+        f"degenerate groups in the log: {p['logged_measured']:.4g} ± {p['logged_measured_se']:.2g}"
+        f", predicted by the fit at the logged sizes {p['logged_predicted']:.4g} ± "
+        f"{p['logged_predicted_se']:.2g} (z = {p['logged_z']:.2f}; maximum likelihood nearly "
+        "reproduces this fraction even when the model is wrong, so it checks little)",
+        _fit_check_text(p),
+        _se_text(p),
+    ]
+
+
+def _se_text(p: dict) -> str:
+    """How the standard errors and intervals treat prompts seen in more than one group."""
+    method = p.get("se_method")
+    if method is None:
+        return ("standard errors: cluster-robust by prompt for the zero-std fraction (no model "
+                "fit for these rewards)")  # fmt: skip
+    if method.startswith("cluster"):
+        return (f"standard errors and intervals: {method}: a prompt drawn at several steps keeps "
+                "its difficulty, so its groups are not independent (sandwich covariance "
+                "clustered by prompt)")  # fmt: skip
+    return f"standard errors and intervals: {method}"
+
+
+def _fit_check_text(p: dict) -> str:
+    """The goodness of fit of the whole count histogram: the real check of the Beta model."""
+    if p.get("fit_p") is None:
+        return "fit check: too few count cells for a chi-square test of the Beta model"
+    verdict = ("the Beta model describes the log" if p["fit_p"] >= 1e-3 else
+               "the Beta model MISSES the log (e.g. a mass of impossible or trivial prompts): "
+               "the curves below are a smooth approximation, read them with care")  # fmt: skip
+    caveat = ("; it counts every group as independent, so with prompts repeated across steps "
+              "its p is too small" if str(p.get("se_method", "")).startswith("cluster")
+              else "")  # fmt: skip
+    return (
+        f"fit check (chi-square of the count histogram): X2 = {p['fit_chi2']:.1f} on "
+        f"{p['fit_df']} df, p = {p['fit_p']:.2g}: {verdict}{caveat}"
+    )
+
+
+def _curve_text(cfg: Config, tables: dict, p: dict) -> list[str]:
+    curve = tables["curve"]
+    at = curve[(curve["window"] == POOLED) & curve["G"].isin(sorted({*cfg.G, p["G"]}))]
+    return ["## Degenerate groups and DAPO cost by G " + (
+                "(estimated from the log's own groups)" if _empirical(p) else
+                "(exact under the fit)"),
+            f"{need_text(p)}; split table at N = {p['budget']} responses per step (B = N/G "
+            "prompts)",
+            "```", table_text(at, ["G", "predicted", "lo", "hi", "dapo_draws", "B",
+                                   "informative_groups"]), "```"]  # fmt: skip
+
+
+def _empirical(p: dict) -> bool:
+    return str(p.get("model", "")).startswith("empirical")
+
+
+def need_text(p: dict) -> str:
+    """The headline G: the smallest G under the target, said within the range of G where the
+    curve has a number (a model-free estimate stops at the log's smallest group)."""
+    need, t = p.get("G_needed"), p["target"]
+    if not _empirical(p):
+        if need is not None:
+            return f"smallest G with degenerate fraction <= {t:g}: {need}"
+        return f"no G <= 256 keeps the degenerate fraction <= {t:g}"
+    top = p["G_max_estimated"]
+    scope = (f"estimated without a model from the log's groups, so only for G <= {top}; "
+             f"beyond {top} the log cannot say")  # fmt: skip
+    if need is not None:
+        return f"smallest G with degenerate fraction <= {t:g}: {need} ({scope})"
+    return f"no G <= {top} keeps the degenerate fraction <= {t:g} ({scope})"
+
+
+def _kappa_text(tables: dict, G: int) -> list[str]:
+    """Mean κ by estimator × G, and κ at the fit's 10/50/90% difficulties at the log's G."""
+    k = tables["kappa"]
+    if k.empty:
+        return ["## kappa", "kappa (count-table theory) needs binary rewards: not computed"]
+    wide = k.pivot(index="estimator", columns="G", values="kappa_mean")
+    wide = wide.reindex(list(dict.fromkeys(k["estimator"])))
+    wide.columns = [f"G={g}" for g in wide.columns]
+    at = k[k["G"] == G]
+    return ["## kappa: each estimator's weight at this run's difficulty mix",
+            "E[g_hat | p] = kappa_G(p) g_x (loo = 1): mean over the fitted Beta by G", "```",
+            table_text(wide.reset_index(), ["estimator", *wide.columns]), "```",
+            f"at the log's G = {G}, at the fit's 10/50/90% difficulties:", "```",
+            table_text(at, ["estimator", "kappa_p10", "kappa_p50", "kappa_p90"]),
+            "```"]  # fmt: skip
+
+
+def _gstar_text(p: dict) -> str:
+    if p.get("gstar") is None:
+        return f"not estimated: {p.get('gstar_reason')}"
+    terms = ", ".join(f"{k[6:]} = {p[k]:.4g}" for k in ("gstar_c1", "gstar_C2", "gstar_C3")
+                      if p.get(k) is not None)  # fmt: skip
+    return (
+        f"G* = 1 + sqrt(C3/c1) = {p['gstar']:.3g} (95% {p['gstar_lo']:.3g} .. "
+        f"{p['gstar_hi']:.3g}; {terms}; gpolab's estimate from the proxy column and the "
+        "gradient norms, assuming the loo estimator's MSE law)"
+    )
