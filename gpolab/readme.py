@@ -472,6 +472,11 @@ def main(argv=None) -> int:
         prog=COMMAND,
         description="Regenerate the generated blocks (result tables and claims) of README.md and "
         "docs/*.md from the full-size saved tables, computing what is missing.",
+        epilog="examples:\n"
+        f"  {COMMAND}                      # every block of README.md and docs/*.md\n"
+        f"  {COMMAND} docs/sweep.md        # one page's blocks (here the default sweep's)\n"
+        f"  {COMMAND} --results /data/r    # saved tables under another root",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("files", nargs="*", help="files with blocks (default: README.md docs/*.md)")
     p.add_argument("--results", default="results", help="results root (default: results)")
