@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from gpolab.theory import difficulty
+from gpolab.theory import difficulty, graded, gstar
 from gpolab.validate import ConfigError
 
 
@@ -43,8 +43,8 @@ def test_exact_special_cases_are_exact_for_any_a_b():
     total = difficulty.degenerate_fraction(a[:, None], b[:, None], G)
     assert np.allclose(total + difficulty.informative_fraction(a[:, None], b[:, None], G), 1,
                        rtol=0, atol=1e-15)  # fmt: skip
-    assert difficulty.degenerate_fraction_graded([[0.3, 0.5, 2.0]], 1)[0] == 1.0
-    assert difficulty.degenerate_unbiased([[0.1, 0.2, 0.3], [1.0, 0.7]], 1) == 1.0
+    assert graded.degenerate_fraction_graded([[0.3, 0.5, 2.0]], 1)[0] == 1.0
+    assert graded.degenerate_unbiased([[0.1, 0.2, 0.3], [1.0, 0.7]], 1) == 1.0
     assert difficulty.degenerate_fraction_known([0.1, 0.7, 0.3], [0.3, 0.3, 0.4], 1) == 1.0
     with pytest.raises(ConfigError, match="integers >= 1"):
         difficulty.degenerate_fraction(1.0, 1.0, [0, 2])
@@ -100,7 +100,7 @@ def test_cluster_robust_covariance_is_the_sandwich_of_the_scores():
     assert difficulty.mean_se(flat, ids) == pytest.approx(want, rel=1e-12)
     assert difficulty.mean_se(flat) == pytest.approx(np.sqrt(flat.mean() * (1 - flat.mean())
                                                              / flat.size))  # fmt: skip
-    g = difficulty.fit_graded(np.stack([c, n - c], 1), clusters=ids)  # same sandwich, analytic
+    g = graded.fit_graded(np.stack([c, n - c], 1), clusters=ids)  # same sandwich, analytic
     assert g.alpha_se == pytest.approx((robust.a_se, robust.b_se), rel=1e-3)
     with pytest.raises(ConfigError, match="clusters"):
         difficulty.fit(c, n, clusters=ids[:-1])
@@ -256,12 +256,12 @@ def test_kappa_mix_without_a_count_table_is_nan_with_a_reason():
 
 def test_graded_fit_with_two_values_is_the_beta_binomial(fitted):
     c, n, f = fitted
-    g = difficulty.fit_graded(np.stack([c, n - c], 1))
+    g = graded.fit_graded(np.stack([c, n - c], 1))
     assert g.alpha == pytest.approx((f.a, f.b), rel=1e-4)
     assert g.alpha_se == pytest.approx((f.a_se, f.b_se), rel=1e-3)  # analytic vs differences
     assert g.loglik == pytest.approx(f.loglik, abs=1e-6)
     G = np.array([1, 2, 8, 64])
-    assert difficulty.degenerate_fraction_graded(g.alpha, G) == pytest.approx(
+    assert graded.degenerate_fraction_graded(g.alpha, G) == pytest.approx(
         difficulty.degenerate_fraction(*g.alpha, G), rel=1e-12
     )
 
@@ -272,32 +272,32 @@ def test_graded_fit_recovers_a_dirichlet_and_its_degenerate_law():
     n = rng.choice([4, 6, 10], groups)
     p = rng.dirichlet(alpha, groups)
     x = np.array([rng.multinomial(k, row) for k, row in zip(n, p, strict=True)])
-    g = difficulty.fit_graded(x)
+    g = graded.fit_graded(x)
     assert np.all(np.abs(np.array(g.alpha) - alpha) < 4 * np.array(g.alpha_se))
-    chk = difficulty.logged_check_graded(x, g)
+    chk = graded.logged_check_graded(x, g)
     assert abs(chk["z"]) < 3 and chk["measured"] == np.mean(x.max(1) == n)
     p = rng.dirichlet(alpha, 400_000)  # Σ_v E p_v^G by simulation
     want = np.mean(np.sum(p**5, 1))
-    assert difficulty.degenerate_fraction_graded(alpha, 5) == pytest.approx(want, rel=0.01)
+    assert graded.degenerate_fraction_graded(alpha, 5) == pytest.approx(want, rel=0.01)
 
 
 def test_degenerate_unbiased_matches_enumeration_of_subsets():
     from itertools import combinations
 
     groups = [[0.0, 0.0, 0.5, 1.0, 0.5, 0.0], [1.0, 1.0, 1.0], [0.2, 0.3, 0.2, 0.2]]
-    got = difficulty.degenerate_unbiased(groups, [1, 2, 3, 4])
+    got = graded.degenerate_unbiased(groups, [1, 2, 3, 4])
     for G, value in zip([1, 2, 3], got, strict=False):
         want = np.mean([np.mean([len(set(s)) == 1 for s in combinations(g, G)]) for g in groups])
         assert value == pytest.approx(want)
     assert np.isnan(got[3])  # G = 4 > the smallest group
-    assert difficulty.degenerate_unbiased(groups, 2) == pytest.approx(got[1])
+    assert graded.degenerate_unbiased(groups, 2) == pytest.approx(got[1])
 
 
 def test_bad_graded_counts_are_one_line():
     with pytest.raises(ConfigError, match="counts"):
-        difficulty.fit_graded([[1, 2, 3]])
+        graded.fit_graded([[1, 2, 3]])
     with pytest.raises(ConfigError, match="counts"):
-        difficulty.fit_graded([[1, 0], [0, 0]])
+        graded.fit_graded([[1, 0], [0, 0]])
 
 
 def test_fit_is_symmetric_under_mirroring(fitted):
@@ -330,7 +330,7 @@ def _enumerate_groups(values, probs, n):
 )  # fmt: skip
 def test_proxy_moments_are_unbiased_by_enumeration(values, probs, n):
     z, q, group, weight = _enumerate_groups(values, probs, n)
-    s_x, a_x = difficulty.proxy_moments(z, q, group)
+    s_x, a_x = gstar.proxy_moments(z, q, group)
     Z, Q, P = (np.array([v[0] for v in values], float), np.array([v[1] for v in values]),
                np.asarray(probs))  # fmt: skip
     V = P @ Z
@@ -339,7 +339,7 @@ def test_proxy_moments_are_unbiased_by_enumeration(values, probs, n):
 
 
 def test_proxy_moments_drop_groups_under_three():
-    s_x, a_x = difficulty.proxy_moments([0, 1, 1, 0, 1], [1.0] * 5, ["x", "x", "y", "y", "y"])
+    s_x, a_x = gstar.proxy_moments([0, 1, 1, 0, 1], [1.0] * 5, ["x", "x", "y", "y", "y"])
     assert s_x.shape == (1,) and s_x[0] == pytest.approx(1 / 3)  # only y: mean of c(m−c)/(m(m−1))
 
 
@@ -373,7 +373,7 @@ def test_constants_from_proxy_invert_the_exact_batch_spread(x64, bandit_truth, G
     T = exact.mse(t["truth"], exact.registry_table("loo", G), G, B=1)
     c = t["consts"]
     assert T == pytest.approx(c.c1 + c.C2 / G + c.C3 / (G * (G - 1)), rel=1e-10)
-    got = difficulty.constants_from_proxy(t["s"], t["a"], t["g_sq"], T, G)
+    got = gstar.constants_from_proxy(t["s"], t["a"], t["g_sq"], T, G)
     assert (got["c1"], got["C2"], got["C3"]) == pytest.approx((c.c1, c.C2, c.C3), rel=1e-9)
     assert t["s"] <= c.C3 <= 2 * t["s"]  # the Cauchy-Schwarz bounds of gstar_bounds
 
@@ -411,7 +411,7 @@ def _bandit_log(t, G, seed, batches=((1, 20_000), (8, 20_000)), groups=20_000):
 def test_gstar_recovers_the_bandit_truth(bandit_truth, G):
     t, c = bandit_truth, bandit_truth["consts"]
     z, q, group, norms = _bandit_log(t, G, seed=G)
-    got = difficulty.gstar(z, q, group, norms, G, boot=500)
+    got = gstar.gstar(z, q, group, norms, G, boot=500)
     assert got["reason"] is None
     assert abs(got["s"] - t["s"]) < 4 * 0.01 * t["s"]  # 20k groups: s to ~0.5%
     assert abs(got["c1"] - c.c1) < 4 * got["c1_se"] and got["c1_se"] < 0.15 * c.c1
@@ -426,17 +426,17 @@ def test_gstar_says_why_not(bandit_truth):
 
     t = bandit_truth
     z, q, group, norms = _bandit_log(t, 4, seed=1, batches=((1, 300), (8, 300)), groups=300)
-    assert "proxy" in difficulty.gstar(z, None, group, norms, 4)["reason"]
-    one = difficulty.gstar(z, q, group, norms[norms.batch == 8], 4)
+    assert "proxy" in gstar.gstar(z, None, group, norms, 4)["reason"]
+    one = gstar.gstar(z, q, group, norms[norms.batch == 8], 4)
     assert one["gstar"] is None and "2 batch sizes" in one["reason"] and one["s"] > 0
-    bounds = difficulty.gstar_bounds(z, q, group)
+    bounds = gstar.gstar_bounds(z, q, group)
     assert bounds["gstar"] is None and bounds["C3_hi"] == 2 * bounds["C3_lo"] == 2 * one["s"]
-    pairs = difficulty.gstar(z, q, np.arange(z.size) // 2, norms, 4)  # groups of 2 responses
+    pairs = gstar.gstar(z, q, np.arange(z.size) // 2, norms, 4)  # groups of 2 responses
     assert pairs["gstar"] is None and ">= 3 responses" in pairs["reason"]
     with pytest.raises(ConfigError, match="norms"):
-        difficulty.gstar(z, q, group, pd.DataFrame({"B": [1, 2]}), 4)
+        gstar.gstar(z, q, group, pd.DataFrame({"B": [1, 2]}), 4)
     with pytest.raises(ConfigError, match="rewards/proxy/group"):
-        difficulty.gstar(z[:-1], q, group, norms, 4)
+        gstar.gstar(z[:-1], q, group, norms, 4)
 
 
 def test_gstar_is_none_when_prompts_do_not_differ():
@@ -452,7 +452,7 @@ def test_gstar_is_none_when_prompts_do_not_differ():
                  success=np.asarray(params.success, np.float64))  # fmt: skip
     assert float(truth.c1) == pytest.approx(0.0, abs=1e-12)  # one prompt: g_x = g
     z, q, group, norms = _bandit_log(t, 4, seed=2, batches=((1, 4000), (4, 4000)), groups=4000)
-    got = difficulty.gstar(z, q, group, norms, 4, boot=300)
+    got = gstar.gstar(z, q, group, norms, 4, boot=300)
     assert got["gstar"] is None and "not resolved" in got["reason"]
     assert got["gstar_hi"] == np.inf and np.isfinite(got["c1"])
 
@@ -463,13 +463,13 @@ def test_gstar_cluster_bootstrap_resamples_whole_prompts(bandit_truth):
     SE; a label list of the wrong length is one line."""
     z, q, group, norms = _bandit_log(bandit_truth, 4, seed=5, batches=((1, 2000), (8, 2000)),
                                      groups=2000)  # fmt: skip
-    plain = difficulty.gstar(z, q, group, norms, 4, boot=200)
-    same = difficulty.gstar(z, q, group, norms, 4, boot=200, clusters=group)
+    plain = gstar.gstar(z, q, group, norms, 4, boot=200)
+    same = gstar.gstar(z, q, group, norms, 4, boot=200, clusters=group)
     for k in ("gstar_lo", "gstar_hi", "c1_se", "C3_se"):
         assert same[k] == pytest.approx(plain[k], rel=1e-9)
-    shared = difficulty.gstar(z, q, group, norms, 4, boot=200, clusters=group // 4)
+    shared = gstar.gstar(z, q, group, norms, 4, boot=200, clusters=group // 4)
     assert shared["s"] == plain["s"] and shared["c1"] == plain["c1"]
     # the groups here are independent, so arbitrary clusters change the SE only by noise
     assert shared["C3_se"] == pytest.approx(plain["C3_se"], rel=0.25)
     with pytest.raises(ConfigError, match="clusters"):
-        difficulty.gstar(z, q, group, norms, 4, boot=20, clusters=group[:-1])
+        gstar.gstar(z, q, group, norms, 4, boot=20, clusters=group[:-1])

@@ -37,7 +37,7 @@ from gpolab import configs, estimators, rollouts, validate
 from gpolab.configs import option
 from gpolab.labs.plan_report import POOLED, need_text, pooled, report, summary_json  # noqa: F401
 from gpolab.plots import plan as plots
-from gpolab.theory import difficulty
+from gpolab.theory import difficulty, graded, gstar
 
 NAME = "plan"
 TABLES = ("summary", "curve", "kappa", "groups")
@@ -328,14 +328,14 @@ def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[
     counts = table.to_numpy()
     prompt = groups.set_index("group").loc[table.index, "prompt"].to_numpy()
     if counts.shape[1] <= GRADED_LEVELS:
-        fit = difficulty.fit_graded(counts, clusters=prompt)
-        check = difficulty.logged_check_graded(counts, fit, clusters=prompt)
-        pred = difficulty.degenerate_fraction_graded(fit.alpha, np.asarray(grid, float))
+        fit = graded.fit_graded(counts, clusters=prompt)
+        check = graded.logged_check_graded(counts, fit, clusters=prompt)
+        pred = graded.degenerate_fraction_graded(fit.alpha, np.asarray(grid, float))
         row |= {"model": "dirichlet-multinomial", "se_method": fit.se_method,
                 **_check_columns(check), "G_max_estimated": grid[-1]}  # fmt: skip
     else:
         per_group = [g.to_numpy() for _, g in rows.groupby("group")["reward"]]
-        pred = difficulty.degenerate_unbiased(per_group, np.asarray(grid))
+        pred = graded.degenerate_unbiased(per_group, np.asarray(grid))
         row |= {"model": "empirical (U-statistic, G up to the smallest group)",
                 "logged_measured_se": difficulty.mean_se(groups["degenerate"].to_numpy(float),
                                                          groups["prompt"].to_numpy()),
@@ -377,10 +377,10 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
     z = (f["reward"].to_numpy() == levels[1]).astype(float)
     args = (z, f["proxy"].to_numpy(float), f["group"].to_numpy())
     if norms is None:
-        out = difficulty.gstar_bounds(*args)
+        out = gstar.gstar_bounds(*args)
     else:
         G = _modal(np.bincount(f["group"].to_numpy()))
-        out = difficulty.gstar(*args, norms, G, seed=cfg.seed, clusters=f["prompt"].to_numpy())
+        out = gstar.gstar(*args, norms, G, seed=cfg.seed, clusters=f["prompt"].to_numpy())
     reason = out.pop("reason", None)
     return {**none, **{k: out.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")},
             **{f"gstar_{k}": v for k, v in out.items() if k not in none},

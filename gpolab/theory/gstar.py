@@ -1,0 +1,204 @@
+"""G*, the MSE-optimal group size, from a per-response score-norm proxy and gradient norms at two
+or more batch sizes (gpolab's derivation; ``gpolab plan``, theory §10): the proxy's per-group
+U-statistics, the constants c1, C2, C3 of the loo estimator's MSE law, G* = 1 + √(C3/c1) with a
+bootstrap interval (clustered by prompt when asked), and the bounds rewards alone allow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpolab import validate
+from gpolab.theory.difficulty import _NAN, _band
+
+
+def _groups(rewards, proxy, group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Checked float64 rewards, proxy and integer group index (0..groups−1) per response."""
+    z, q = np.asarray(rewards, np.float64).ravel(), np.asarray(proxy, np.float64).ravel()
+    labels = np.asarray(group).ravel()
+    if not (z.size == q.size == labels.size) or z.size < 1:
+        raise validate.ConfigError(
+            f"rewards/proxy/group: got lengths {z.size}, {q.size}, {labels.size}; allowed: "
+            "three equal, non-empty 1-D arrays with one entry per response"
+        )
+    validate.finite_array("rewards", z)
+    validate.finite_array("proxy", q, 0.0)
+    return z, q, np.unique(labels, return_inverse=True)[1].ravel()
+
+
+def proxy_moments(rewards, proxy, group) -> tuple[np.ndarray, np.ndarray]:
+    """Per group with n >= 3 responses (others dropped), the unbiased U-statistics (gpolab's)
+
+        s_x = E[q] σ²(x):      mean_i q_i · (Q_−i − S_−i²/m)/(m − 1)
+        a_x = E[q (Z − V)²]:   mean_i q_i [Z_i² − 2 Z_i S_−i/m + (S_−i² − Q_−i)/(m(m − 1))]
+
+    with m = n − 1, S_−i and Q_−i the sum of the others' rewards and of their squares.  Unbiased
+    because response i is independent of the others, whose sample variance is unbiased for σ²
+    and whose (S² − Q)/(m(m − 1)) is unbiased for V².  Binary Z: Q = S = c_−i, so
+    s_x = mean_i q_i c_−i(m − c_−i)/(m(m − 1)) and the last term is c_−i(c_−i − 1)/(m(m − 1)).
+    With q = ‖W‖², s_x = S2 σ² and a_x = E[‖W‖²(Z − V)²] = trΣ_or + ‖g_x‖² (theory §3)."""
+    z, q, idx = _groups(rewards, proxy, group)
+    n = np.bincount(idx).astype(np.float64)
+    S, Q = np.bincount(idx, z), np.bincount(idx, z * z)
+    keep = n[idx] >= 3
+    z, q, idx = z[keep], q[keep], idx[keep]
+    m = n[idx] - 1
+    S_o, Q_o = S[idx] - z, Q[idx] - z * z
+    s_i = q * (Q_o - S_o**2 / m) / (m - 1)
+    a_i = q * (z * z - 2 * z * S_o / m + (S_o**2 - Q_o) / (m * (m - 1)))
+    used = n >= 3
+    return (np.bincount(idx, s_i, n.size) / np.maximum(n, 1))[used], (
+        np.bincount(idx, a_i, n.size) / np.maximum(n, 1)
+    )[used]
+
+
+def _norm_rows(norms) -> tuple[list[np.ndarray], np.ndarray]:
+    """Squared gradient norms grouped by batch size (batch sizes with >= 2 rows only)."""
+    cols = set(getattr(norms, "columns", ()))
+    if "batch" not in cols or not cols & {"grad_norm", "grad_norm_sq"}:
+        raise validate.ConfigError(
+            f"norms: got columns {sorted(map(str, cols))}; allowed: a table with 'batch' and "
+            "'grad_norm' (‖ĝ‖, as frameworks log it) or 'grad_norm_sq' (‖ĝ‖²)"
+        )
+    batch = np.asarray(norms["batch"], np.float64)
+    sq = "grad_norm_sq" in cols
+    y = np.asarray(norms["grad_norm_sq" if sq else "grad_norm"], np.float64)
+    validate.finite_array("norms.batch", batch, 1.0)
+    validate.finite_array("norms.grad_norm", y, 0.0)
+    y = y if sq else y * y
+    sizes = [B for B in np.unique(batch) if np.sum(batch == B) >= 2]
+    return [y[batch == B] for B in sizes], np.asarray(sizes)
+
+
+def _line(means: np.ndarray, var: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
+    """Weighted least squares of mean ‖ĝ_B‖² = ‖g‖² + T/B (weights 1/var): (‖g‖², T)."""
+    X = np.stack([np.ones_like(sizes), 1.0 / sizes], 1)
+    w = 1.0 / var
+    coef = np.linalg.solve(X.T @ (w[:, None] * X), X.T @ (w * means))
+    return float(coef[0]), float(coef[1])
+
+
+def constants_from_proxy(s: float, a: float, g_sq: float, T: float, G: int) -> dict:
+    """c1, C2, C3 (theory §3) from s = E_X[E q σ²], a = E_X E[q(Z − V)²], ‖g‖² and the slope
+    T = Tr Cov of one prompt's loo estimate at G (gpolab's derivation): with γ = E‖g_X‖² =
+    c1 + ‖g‖², C2 = a − γ, C3 = s + γ and T = c1 + C2/G + C3/(G(G − 1)), so
+
+        c1 = [T − a/G − s/(G(G − 1)) + ‖g‖²(G − 2)/(G(G − 1))] · G(G − 1)/(G² − 2G + 2)."""
+    GG = G * (G - 1)
+    c1 = (T - a / G - s / GG + g_sq * (G - 2) / GG) * GG / (G * G - 2 * G + 2)
+    gamma = c1 + g_sq
+    return {"c1": c1, "C2": a - gamma, "C3": s + gamma}
+
+
+def _g_star(c1: float, C3: float) -> float:
+    """1 + √(C3/c1), the exact minimiser of the fixed-budget loo MSE (inf when c1 <= 0)."""
+    return 1.0 + float(np.sqrt(max(C3, 0.0) / c1)) if c1 > 0 else float("inf")
+
+
+_GSTAR_KEYS = ("gstar", "gstar_lo", "gstar_hi", "c1", "C2", "C3", "g_sq", "T", "s", "a",
+               "c1_se", "C3_se")  # fmt: skip
+
+
+def _no_gstar(reason: str, **known) -> dict:
+    return {**dict.fromkeys(_GSTAR_KEYS, _NAN), "gstar": None, **known, "reason": reason}
+
+
+def gstar(rewards, proxy, group, norms, G: int, *, level: float = 0.95, boot: int = 2000,
+          seed: int = 0, clusters=None) -> dict:  # fmt: skip
+    """MSE-optimal group size G* = 1 + √(C3/c1) of the loo estimator at a fixed budget N = B·G
+    (theory §3; the recovery of c1 and C3 from a run's log is gpolab's derivation).
+
+    ``rewards``, ``proxy`` (q = ‖W‖² = ‖∇ log π‖² of each response, in the coordinates of the
+    measured gradient) and ``group`` (one label per group) per response: s, a = means over the
+    groups of :func:`proxy_moments` (the prompts as the run drew them).  ``norms``: a DataFrame
+    with one row per measured step, ``batch`` (prompts B) and ``grad_norm`` = ‖ĝ‖ (the logged
+    norm; squared here; or ``grad_norm_sq``) of the unnormalized loo estimate (mean over B·G
+    responses of A W) at this G.  E‖ĝ_B‖² = ‖g‖² + T/B: the per-batch means, weighted least
+    squares over >= 2 batch sizes (each with >= 2 rows), give ‖g‖² and T, then
+    :func:`constants_from_proxy` gives c1, C2, C3.  ``gstar_lo``/``gstar_hi``: ``level``
+    percentile interval over ``boot`` bootstrap replicates (groups resampled, norm rows resampled
+    within each batch size; seeded; with ``clusters``, one label per response such as the
+    prompt, whole clusters of groups are resampled: the cluster bootstrap, since a prompt's
+    groups at different steps are not independent); ``c1_se``, ``C3_se`` the bootstrap SDs.
+    ``reason`` is None when G* is given, else says why not (no proxy, < 2 batch sizes, no group
+    of >= 3, c1 not resolved above 0: then ``gstar`` is None and ``gstar_lo`` the lower bound
+    the data allow)."""
+    validate.integer("G", G, 2)
+    validate.integer("boot", boot, 10)
+    if proxy is None:
+        return _no_gstar("no per-response score-norm proxy (‖∇ log π‖²): C3 and c1 need it")
+    s_x, a_x = proxy_moments(rewards, proxy, group)
+    if s_x.size < 2:
+        return _no_gstar("fewer than 2 groups with >= 3 responses (the U-statistics need 3)")
+    s, a = float(s_x.mean()), float(a_x.mean())
+    rows, sizes = _norm_rows(norms) if norms is not None else ([], np.zeros(0))
+    if sizes.size < 2:
+        return _no_gstar("gradient norms at >= 2 batch sizes (>= 2 steps each) are needed for "
+                         "c1; C3 lies in [s, 2s] (gstar_bounds)", s=s, a=a)  # fmt: skip
+    var = np.array([max(r.var(ddof=1), 1e-12 * r.mean() ** 2, 1e-300) / r.size for r in rows])
+    g_sq, T = _line(np.array([r.mean() for r in rows]), var, sizes)
+    point = constants_from_proxy(s, a, g_sq, T, G)
+    cl = None if clusters is None else _group_clusters(rewards, proxy, group, clusters)
+    reps = _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, cl)
+    lo, hi = _band(reps[:, 0], level)
+    out = {**point, "g_sq": g_sq, "T": T, "s": s, "a": a, "c1_se": float(reps[:, 1].std()),
+           "C3_se": float(reps[:, 2].std()), "gstar_lo": float(lo),
+           "gstar_hi": float(hi)}  # fmt: skip
+    c1_lo = float(_band(reps[:, 1], level)[0])
+    if point["c1"] <= 0 or c1_lo <= 0:
+        why = (f"c1 = {point['c1']:.3g} (prompt variance of the gradient) is not resolved "
+               f"above 0 (its {level:.0%} interval reaches {c1_lo:.3g}): G* has no upper "
+               "bound")  # fmt: skip
+        return {**out, "gstar": None, "gstar_hi": float("inf"), "reason": why}
+    return {**out, "gstar": _g_star(point["c1"], point["C3"]), "reason": None}
+
+
+def _group_clusters(rewards, proxy, group, clusters) -> np.ndarray:
+    """The cluster index of each group :func:`proxy_moments` keeps (a group's first label)."""
+    z, _, idx = _groups(rewards, proxy, group)
+    labels = np.asarray(clusters).ravel()
+    if labels.size != z.size:
+        raise validate.ConfigError(
+            f"clusters: got {labels.size} labels for {z.size} responses; allowed: one each"
+        )
+    first = np.full(idx.max() + 1, -1)
+    first[idx[::-1]] = np.arange(idx.size)[::-1]
+    code = np.unique(labels, return_inverse=True)[1].ravel()
+    return code[first][np.bincount(idx) >= 3]
+
+
+def _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, clusters=None) -> np.ndarray:
+    """(boot, 3) replicates of (G*, c1, C3): groups (or whole clusters of groups) resampled,
+    norm rows within batch size."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((boot, 3))
+    code = np.arange(s_x.size) if clusters is None else np.unique(clusters, return_inverse=True)[1]
+    C = int(code.max()) + 1
+    sums_s, sums_a = np.bincount(code, s_x, C), np.bincount(code, a_x, C)
+    count = np.bincount(code, minlength=C).astype(np.float64)
+    for k in range(boot):
+        i = rng.integers(0, C, C)
+        means = np.array([r[rng.integers(0, r.size, r.size)].mean() for r in rows])
+        g_sq, T = _line(means, var, sizes)
+        m = count[i].sum()
+        c = constants_from_proxy(sums_s[i].sum() / m, sums_a[i].sum() / m, g_sq, T, G)
+        out[k] = _g_star(c["c1"], c["C3"]), c["c1"], c["C3"]
+    return out
+
+
+def gstar_bounds(rewards, proxy, group) -> dict:
+    """What the proxy alone gives (gpolab's): ‖g_x‖² <= S2 σ² (Cauchy–Schwarz on
+    g_x = E[W (Z − V)]), so with s = E_X[S2 σ²] and a = E_X E[‖W‖²(Z − V)²] (:func:`proxy_moments`)
+
+        C3 = s + E‖g_X‖² ∈ [s, 2s],     C2 = a − E‖g_X‖² ∈ [max(a − s, 0), a];
+
+    c1 (how much the prompts' gradients differ) needs gradient norms at two batch sizes, so
+    ``gstar`` is None with that reason."""
+    s_x, a_x = proxy_moments(rewards, proxy, group)
+    if s_x.size < 1:
+        nan = dict.fromkeys(("s", "a", "C3_lo", "C3_hi", "C2_lo", "C2_hi"), _NAN)
+        return {**nan, "gstar": None, "reason": "no group with >= 3 responses"}
+    s, a = float(s_x.mean()), float(a_x.mean())
+    return {"s": s, "a": a, "C3_lo": s, "C3_hi": 2 * s, "C2_lo": max(a - s, 0.0), "C2_hi": a,
+            "gstar": None, "reason": "c1 (the prompts' gradient variance) needs gradient norms "
+            "at >= 2 batch sizes; rewards and the proxy give only C2 and C3 bounds"}  # fmt: skip
