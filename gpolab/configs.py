@@ -41,8 +41,61 @@ def option(default, help: str, *, when: dict | None = None, key: bool = True):
 
 
 def meta(cls, name: str) -> dict:
+    """``name``'s option metadata; an instance field's ``when`` adds the envs that have it."""
+    return _flat(cls)[name][1]
+
+
+def _own_meta(cls, name: str) -> dict:
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
     return {"help": "", "when": {}, "key": True, **f.metadata}
+
+
+def instances(cls) -> tuple[str, dict] | None:
+    """(selector field, {value: Instance class}) of a config holding an env's ``instance``
+    (``INSTANCES = ("env", {"bandit": bandit.Instance, ...})``), else None."""
+    return getattr(cls, "INSTANCES", None)
+
+
+@functools.cache
+def _flat(cls) -> dict:
+    """Every flat setting name → (class that declares it, metadata): the config's own fields,
+    then its instances' (a name several envs declare is used with each of them)."""
+    out = {f.name: (cls, _own_meta(cls, f.name)) for f in dataclasses.fields(cls)}
+    spec = instances(cls)
+    if spec is None:
+        return out
+    out.pop("instance")
+    selector, classes = spec
+    for value, icls in classes.items():
+        for f in dataclasses.fields(icls):
+            info = _own_meta(icls, f.name)
+            envs = out[f.name][1]["when"][selector] if f.name in out else ()
+            when = {selector: (*envs, value), **info["when"]}
+            helps = out[f.name][1]["help"].split("; ") if f.name in out else []
+            text = "; ".join(dict.fromkeys([*helps, info["help"]]))
+            out[f.name] = (out.get(f.name, (icls,))[0], {**info, "help": text, "when": when})
+    return out
+
+
+def names(cls) -> list[str]:
+    """Every flat setting name (flags, file keys): own fields, then instance fields."""
+    return list(_flat(cls))
+
+
+def value(cfg, name: str):
+    """Setting ``name`` of ``cfg`` (an instance field read from ``cfg.instance``; None where the
+    instance has no such field)."""
+    if instances(type(cfg)) is None or name in {f.name for f in dataclasses.fields(cfg)}:
+        return getattr(cfg, name)
+    return getattr(cfg.instance, name, None)
+
+
+def settings(cfg) -> dict:
+    """Every setting of ``cfg`` by its flat name (its instance's fields inline)."""
+    own = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "instance"}
+    if instances(type(cfg)) is None:
+        return own
+    return {**own, **dataclasses.asdict(cfg.instance)}
 
 
 @functools.cache
@@ -88,11 +141,9 @@ def _scalar(name: str, tp, value):
 
 def coerce(cls, name: str, value):
     """``value`` (from TOML or a flag) as the type of field ``name``; one-line error otherwise."""
-    hints = _hints(cls)
-    if name not in {f.name for f in dataclasses.fields(cls)}:
-        allowed = ", ".join(f.name for f in dataclasses.fields(cls))
-        raise ConfigError(f"{name}: unknown field; allowed: {allowed}")
-    tp = hints[name]
+    if name not in _flat(cls):
+        raise ConfigError(f"{name}: unknown field; allowed: {', '.join(_flat(cls))}")
+    tp = _hints(_flat(cls)[name][0])[name]
     if typing.get_origin(tp) is not tuple:
         return _scalar(name, tp, value)
     return coerce_list(name, value, typing.get_args(tp)[0])
@@ -131,15 +182,72 @@ def coerce_list(name: str, value, elem=str) -> tuple:
 
 
 def replace(cfg, **changes):
-    """``dataclasses.replace`` with every value coerced by its field's type."""
+    """``dataclasses.replace`` with every value coerced by its field's type.  An instance field
+    (``prompts``) changes ``cfg.instance``; a new selector value (``env``) starts from that
+    env's default instance; a field the selected env's instance lacks is an error."""
+    cls, spec = type(cfg), instances(type(cfg))
+    own_names = {f.name for f in dataclasses.fields(cls)}
+    own = {k: v if k == "instance" else coerce(cls, k, v) for k, v in changes.items()
+           if k in own_names}  # fmt: skip
+    rest = {k: v for k, v in changes.items() if k not in own_names}
+    for k in rest:
+        if k not in _flat(cls):
+            raise ConfigError(f"{k}: unknown field; allowed: {', '.join(_flat(cls))}")
+    if spec is None or (not rest and "instance" in own):
+        return dataclasses.replace(cfg, **own, **{k: coerce(cls, k, v) for k, v in rest.items()})
+    selector, classes = spec
+    chosen = own.get(selector, getattr(cfg, selector))
+    icls = classes.get(chosen)
+    inst = own.pop("instance", cfg.instance)
+    if icls is None:  # an unknown env: its validate() names the field
+        return dataclasses.replace(cfg, **own)
+    inst = inst if isinstance(inst, icls) else icls()
+    check_instance_names(cls, chosen, rest)
+    inst = dataclasses.replace(inst, **{k: coerce(icls, k, v) for k, v in rest.items()})
+    return dataclasses.replace(cfg, **own, instance=inst)
+
+
+def check_instance_names(cls, chosen, names, label=lambda n: n) -> None:
+    """Each of ``names`` that is an instance field must be one of env ``chosen``'s."""
+    spec = instances(cls)
+    if spec is None or spec[1].get(chosen) is None:
+        return
+    selector, classes = spec
+    mine = {f.name for f in dataclasses.fields(classes[chosen])}
+    for name in names:
+        if name in _flat(cls) and name not in mine and _flat(cls)[name][0] is not cls:
+            need = " or ".join(meta(cls, name)["when"][selector])
+            raise ConfigError(f"{label(name)}: not used with {selector} = {chosen}; it applies "
+                              f"only when {selector} is {need}")  # fmt: skip
+
+
+def init(cfg, kw: dict) -> None:
+    """A frozen config's ``__init__`` accepting its instance's fields flat (``prompts=4``, the
+    form before envs owned their instances): own fields set as given (defaults for the rest),
+    the instance built from the selected env's defaults and the flat fields."""
     cls = type(cfg)
-    return dataclasses.replace(cfg, **{k: coerce(cls, k, v) for k, v in changes.items()})
+    selector, classes = instances(cls)
+    own = {f.name for f in dataclasses.fields(cls)}
+    for f in dataclasses.fields(cls):
+        if f.name != "instance":
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            object.__setattr__(cfg, f.name, kw.get(f.name, default))
+    icls = classes.get(getattr(cfg, selector))
+    inst = kw.get("instance")
+    flat = {k: v for k, v in kw.items() if k not in own}
+    if icls is not None:
+        check_instance_names(cls, getattr(cfg, selector), flat)
+        inst = inst if isinstance(inst, icls) else icls()
+        inst = dataclasses.replace(inst, **flat)
+    elif flat:
+        raise ConfigError(f"{next(iter(flat))}: unknown field; allowed: {', '.join(_flat(cls))}")
+    object.__setattr__(cfg, "instance", inst)
 
 
 def used(cfg, name: str) -> bool:
     """Whether field ``name`` is used by ``cfg``'s mode (see :func:`option`'s ``when``)."""
     when = meta(type(cfg), name)["when"]
-    return all(_holds(getattr(cfg, f), values) for f, values in when.items())
+    return all(_holds(value(cfg, f), values) for f, values in when.items())
 
 
 def _holds(value, allowed) -> bool:
@@ -163,17 +271,17 @@ def check_used(cfg, names, label=flag) -> None:
         if used(cfg, name):
             continue
         when = meta(type(cfg), name)["when"]
-        now = ", ".join(f"{f} = {_text(getattr(cfg, f))}" for f in when)
-        need = " and ".join(_condition(f, getattr(cfg, f), v) for f, v in when.items())
+        now = ", ".join(f"{f} = {_text(value(cfg, f))}" for f in when)
+        need = " and ".join(_condition(f, value(cfg, f), v) for f, v in when.items())
         raise ConfigError(f"{label(name)}: not used with {now}; it applies only when {need}")
 
 
 def key_settings(cfg, exclude=()) -> dict:
     """Every setting the numbers of ``cfg`` depend on: used fields with ``key=True``."""
     return {
-        f.name: getattr(cfg, f.name)
-        for f in dataclasses.fields(cfg)
-        if f.name not in exclude and meta(type(cfg), f.name)["key"] and used(cfg, f.name)
+        name: v
+        for name, v in settings(cfg).items()
+        if name not in exclude and meta(type(cfg), name)["key"] and used(cfg, name)
     }
 
 
@@ -207,7 +315,19 @@ def split_file(path, lab: str, data: dict | None = None) -> tuple[dict, dict, di
             raise ConfigError(f"{name}: [{k}]: unknown table; allowed: [{lab}], [quick]")
     if lab not in tables:
         raise ConfigError(f"{name}: no [{lab}] table; allowed: [{lab}] (its settings), [quick]")
-    return head, tables[lab], tables.get("quick", {})
+    return head, inline(tables[lab], f"{name} [{lab}"), tables.get("quick", {})
+
+
+def inline(table: dict, where: str = "") -> dict:
+    """A lab table with its env subtable (``[sweep.bandit]``, the canonical form) inline: flat
+    fields, as flags name them.  A field given both ways is an error naming it."""
+    flat = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    for sub, values in table.items():
+        if isinstance(values, dict):
+            for k in sorted(set(values) & set(flat)):
+                raise ConfigError(f"{where}.{sub}] {k}: also given in {where}]; allowed: one")
+            flat.update(values)
+    return flat
 
 
 def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source: str = ""):
@@ -219,14 +339,20 @@ def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source
     ``MODES = {(field, value): {"defaults": {...}, "quick": {...}}}``: defaults and quick sizes
     that apply when the (file and typed) settings put ``field`` at ``value``.  Errors about file
     entries name ``source`` (the file) and its table."""
-    typed, table = dict(typed or {}), dict(table or {})
     lab = getattr(cls, "LAB", cls.__name__)
     name = Path(source).name if source else ""
+    typed, table = aliased(cls, typed or {}), aliased(cls, inline(table or {}))
     mode_defaults, mode_quick = {}, {}
     for (field, value), extra in getattr(cls, "MODES", {}).items():
         if coerce(cls, field, typed.get(field, table.get(field, getattr(cls(), field)))) == value:
             mode_defaults.update(extra.get("defaults", {}))
             mode_quick.update(extra.get("quick", {}))
+    if instances(cls) is not None:  # an instance field of another env: named as typed
+        selector = instances(cls)[0]
+        chosen = typed.get(selector, table.get(selector, mode_defaults.get(selector)))
+        chosen = getattr(cls(), selector) if chosen is None else coerce(cls, selector, chosen)
+        check_instance_names(cls, chosen, typed, flag)
+        check_instance_names(cls, chosen, table, lambda n: f"{name} [{lab}] {n}".strip())
     if isinstance(quick, dict):
         sizes = quick
     else:
@@ -253,17 +379,34 @@ def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source
 
 
 def dumps(cfg, lab: str) -> str:
-    """``cfg`` as a TOML config file that ``--config`` reads back to the same config."""
+    """``cfg`` as a TOML config file that ``--config`` reads back to the same config; an env's
+    instance is its subtable (``[sweep.bandit]``)."""
     lines = [
         f"# resolved settings of `gpolab {lab}` (defaults, config file, quick sizes, flags)",
         f'lab = "{lab}"',
         "",
         f"[{lab}]",
     ]
-    for f in dataclasses.fields(cfg):
-        if used(cfg, f.name):  # what the mode ignores would be rejected when read back
-            lines.append(f"{f.name} = {_toml_value(getattr(cfg, f.name))}")
+    own = [f.name for f in dataclasses.fields(cfg) if f.name != "instance"]
+    # what the mode ignores would be rejected when read back
+    lines += [f"{n} = {_toml_value(getattr(cfg, n))}" for n in own if used(cfg, n)]
+    spec = instances(type(cfg))
+    if spec is not None and cfg.instance is not None:
+        lines += ["", f"[{lab}.{getattr(cfg, spec[0])}]"]
+        lines += [f"{f.name} = {_toml_value(getattr(cfg.instance, f.name))}"
+                  for f in dataclasses.fields(cfg.instance) if used(cfg, f.name)]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def aliased(cls, changes: dict) -> dict:
+    """``changes`` with deprecated names (``ALIASES``: old → new) under their new names."""
+    out = dict(changes)
+    for old, new in getattr(cls, "ALIASES", {}).items():
+        if old in out:
+            if new in out:
+                raise ConfigError(f"{old}: an older name of {new}; allowed: one of them")
+            out[new] = out.pop(old)
+    return out
 
 
 def _toml_value(v) -> str:
@@ -284,9 +427,8 @@ def _toml_value(v) -> str:
 def add_flags(parser: argparse.ArgumentParser, cls) -> None:
     """One ``--field-name`` flag per config field (default None = "not typed"; values are
     coerced by :func:`resolve`), booleans as ``--flag/--no-flag``; help shows the default."""
-    defaults = cls()
-    for f in dataclasses.fields(cls):
-        default, info = getattr(defaults, f.name), meta(cls, f.name)
+    for name, (owner, info) in _flat(cls).items():
+        default = getattr(owner(), name)
         help_text = info["help"].replace("%", "%%")  # argparse formats help with %
         if info["when"]:
             when = info["when"].items()
@@ -294,22 +436,22 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
             help_text += "]"
         if isinstance(default, bool):
             parser.add_argument(
-                flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
                 help=help_text,
             )  # fmt: skip
             continue
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else str(default)
         shown = shown.replace("%", "%%")
         parser.add_argument(
-            flag(f.name), dest=f.name, default=None, metavar=f.name.upper(),
+            flag(name), dest=name, default=None, metavar=name.upper(),
             help=f"{help_text} (default: {shown})",
         )  # fmt: skip
+    for old, new in getattr(cls, "ALIASES", {}).items():
+        parser.add_argument(flag(old), dest=old, default=None, metavar=old.upper(),
+                            help=f"deprecated: the older name of {flag(new)}")  # fmt: skip
 
 
 def typed(args: argparse.Namespace, cls) -> dict:
     """The config fields whose flags the user typed."""
-    return {
-        f.name: getattr(args, f.name)
-        for f in dataclasses.fields(cls)
-        if getattr(args, f.name, None) is not None
-    }
+    names = [*_flat(cls), *getattr(cls, "ALIASES", {})]
+    return aliased(cls, {n: getattr(args, n) for n in names if getattr(args, n, None) is not None})

@@ -18,6 +18,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -25,71 +27,23 @@ import numpy as np
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from gpolab import validate
+from gpolab import configs, validate
+from gpolab.configs import option
 from gpolab.envs import Env
+from gpolab.envs.questions import (  # noqa: F401  (re-exported: arithmetic.encode, ...)
+    CATEGORIES,
+    EOS,
+    FEATURES,
+    LENGTH,
+    MINUS,
+    OPERAND_MAX,
+    START,
+    VOCAB,
+    Questions,
+    encode,
+    make_questions,
+)  # fmt: skip
 from gpolab.envs.sampling import inverse_cdf
-
-VOCAB = 12  # 0-9, '-', <eos>
-MINUS, EOS, START = 10, 11, 12
-LENGTH = 4
-CATEGORIES = ("a+b-c", "a+b-c+d", "a*b", "a/b", "a-(b-c)")
-OPERAND_MAX = 20  # operands are one-hot over 0..OPERAND_MAX
-FEATURES = len(CATEGORIES) + 4 * (OPERAND_MAX + 1)
-
-
-@struct.dataclass
-class Questions:
-    features: jax.Array  # (n, FEATURES) float one-hot encoding of category and operands
-    answers: jax.Array  # (n, LENGTH) int32 canonical answer tokens y*
-    category: jax.Array  # (n,) int32
-    values: jax.Array  # (n,) int32 the integer answers
-
-
-def make_questions(seed: int = 0, n: int = 500) -> Questions:
-    """``n`` questions, uniform over the 5 categories, from a seeded numpy generator."""
-    validate.integer("questions", n, 1)
-    validate.integer("seed", seed, 0)
-    rng = np.random.default_rng(seed)
-    cats = rng.integers(0, len(CATEGORIES), n)
-    feats = np.zeros((n, FEATURES), np.float32)
-    values = np.zeros(n, np.int64)
-    for i, c in enumerate(cats):
-        if c == 0:
-            ops = rng.integers(0, 21, 3)
-            val = ops[0] + ops[1] - ops[2]
-        elif c == 1:
-            ops = rng.integers(0, 16, 4)
-            val = ops[0] + ops[1] - ops[2] + ops[3]
-        elif c == 2:
-            ops = rng.integers(0, 10, 2)
-            val = ops[0] * ops[1]
-        elif c == 3:
-            b, q = rng.integers(1, 10), rng.integers(0, 10)
-            ops = np.array([b * q, b]) if b * q <= OPERAND_MAX else np.array([b * (q % 3), b])
-            val = ops[0] // ops[1]
-        else:
-            ops = rng.integers(0, 21, 3)
-            val = ops[0] - (ops[1] - ops[2])
-        feats[i, c] = 1.0
-        for j, o in enumerate(ops):
-            feats[i, len(CATEGORIES) + j * (OPERAND_MAX + 1) + int(o)] = 1.0
-        values[i] = val
-    answers = np.stack([encode(int(v)) for v in values])
-    return Questions(
-        jnp.asarray(feats),
-        jnp.asarray(answers, jnp.int32),
-        jnp.asarray(cats, jnp.int32),
-        jnp.asarray(values, jnp.int32),
-    )
-
-
-def encode(value: int) -> np.ndarray:
-    """Canonical tokens of an integer answer, e.g. −7 → [-, 7, <eos>, <eos>]."""
-    digits = [int(d) for d in str(abs(value))]
-    tokens = ([MINUS] if value < 0 else []) + digits + [EOS]
-    if len(tokens) > LENGTH:
-        raise ValueError(f"answer {value} needs {len(tokens)} tokens; LENGTH is {LENGTH}")
-    return np.array(tokens + [EOS] * (LENGTH - len(tokens)), np.int32)
 
 
 def canonical(tokens: jax.Array) -> jax.Array:
@@ -373,6 +327,72 @@ def score_norms(
 
 
 POLICIES = {"base": 0.15, "instruct": 0.40, "icl": 0.65}  # target mean V(x) of each strength
+NAME = "arithmetic"
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """The surrogate's settings: its questions, the pre-trained policies (one per strength) and
+    how a seed samples them (``per_seed`` questions, one group each)."""
+
+    policy: tuple[str, ...] = option(tuple(POLICIES), "comma list of base, instruct, icl (mean V "
+                                     "0.15 / 0.40 / 0.65)")  # fmt: skip
+    questions: int = option(500, "number of questions (seeded generator, 5 categories)")
+    per_seed: int = option(8, "questions per seed, one group each (row: mean per-question MSE)")
+    filler: int = option(64, "chain-of-thought filler tokens before each answer")
+    strength: tuple[float, ...] = option(tuple(POLICIES.values()), "mean V(x) at which "
+                                         "pre-training snapshots base, instruct, icl (3 "
+                                         "increasing values in (0, 1))")  # fmt: skip
+    filler_sharpen: float = option(
+        0.0,
+        "weight of the filler entropy in the pre-training loss (> 0: stronger policies "
+        "reason with lower-entropy filler)",
+    )
+    hidden: int = option(32, "GRU width")
+    truth_samples: int = option(256, "sampled sequences per question for the Monte Carlo part "
+                                "of S2")  # fmt: skip
+    instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
+    lengths: str = option("one", "response lengths: one, generated (arithmetic: up to <eos>)")
+
+    def replace(self, **changes) -> Instance:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        for name in self.policy:
+            validate.choice("policy", name, tuple(POLICIES))
+        for field, low in (("questions", 1), ("per_seed", 1), ("filler", 0), ("hidden", 1),
+                           ("truth_samples", 2), ("instance_seed", 0)):  # fmt: skip
+            validate.integer(field, getattr(self, field), low)
+        validate.real("filler_sharpen", self.filler_sharpen, low=0.0)
+        validate.choice("lengths", self.lengths, ("one", "generated"))
+        if len(self.strength) != len(POLICIES):
+            raise validate.ConfigError(
+                f"strength: got {self.strength!r}; allowed: {len(POLICIES)} values, one for "
+                "each of " + ", ".join(POLICIES)
+            )
+        for v in self.strength:
+            validate.real("strength", v, low=0.0, high=1.0, open_low=True)
+        if any(b <= a for a, b in zip(self.strength[:-1], self.strength[1:], strict=True)):
+            raise validate.ConfigError(
+                f"strength: got {self.strength!r}; allowed: strictly increasing values"
+            )
+
+    def longest_response(self) -> int:
+        """Tokens of the longest possible response (L_norm's default): filler + answer."""
+        return self.filler + THOUGHTS + LENGTH
+
+
+def make(inst: Instance) -> dict[str, ArithmeticInstance]:
+    """Questions, the pre-trained policies of ``inst.policy`` and the key of the Monte Carlo
+    part of :func:`exact`, one :class:`ArithmeticInstance` per policy (pre-training is the
+    slow part: call once)."""
+    questions = make_questions(inst.instance_seed, inst.questions)
+    policies = pretrain(questions, seed=inst.instance_seed, hidden=inst.hidden, filler=inst.filler,
+                        targets=dict(zip(POLICIES, inst.strength, strict=True)),
+                        filler_sharpen=inst.filler_sharpen)  # fmt: skip
+    key = jax.random.fold_in(jax.random.key(inst.instance_seed), 1)
+    return {p: ArithmeticInstance(policies[p], questions, key, inst.truth_samples)
+            for p in inst.policy}  # fmt: skip
 
 
 def pretrain(

@@ -13,6 +13,7 @@ that flat θ.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import jax
@@ -20,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from gpolab import validate
+from gpolab import configs, validate
+from gpolab.configs import option
 from gpolab.envs import Env
 from gpolab.envs.sampling import inverse_cdf, inverse_cdf_rows
 
@@ -68,7 +70,69 @@ class BanditTruth:
     c1: jax.Array  # scalar E_X ‖g_X − g‖² (prompt variance)
 
 
-def make(
+NAME = "bandit"
+LOGLINEAR = {"kind": ("loglinear",)}
+DYNAMIC = {"dynamic_sampling": (True,)}
+DEFAULT_LOSS_AGG = "seq-mean-token-sum"  # = gpolab.estimators.DEFAULT_LOSS_AGG (tested)
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """The bandit's settings: the instance :func:`make` draws and how the sweep samples it
+    (one group per prompt or ``B`` iid prompts, DAPO dynamic sampling)."""
+
+    kind: str = option("tabular", "bandit policy: tabular or loglinear")
+    prompts: int = option(16, "number of prompts P")
+    actions: int = option(64, "actions (responses) per prompt A")
+    dim: int = option(8, "feature dimension d", when=LOGLINEAR)
+    logit_scale: float = option(1.0, "std of the initial logits")
+    success_a: float = option(0.5, "success probabilities ~ Beta(success_a, success_b)")
+    success_b: float = option(1.0, "success probabilities ~ Beta(success_a, success_b)")
+    instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
+    lengths: str = option("one", "response lengths: one, independent, longer-when-wrong, "
+                          "longer-when-right (bandit)")  # fmt: skip
+    length_min: int = option(50, "shortest response (tokens)")
+    length_max: int = option(1000, "longest response (tokens)")
+    B: int = option(0, "0 = one group for every prompt (mean per-prompt MSE); b > 0 = b iid "
+                    "prompts")  # fmt: skip
+    dynamic_sampling: bool = option(False, "DAPO dynamic sampling (verl filter_groups): keep the "
+                                    "first B groups with unequal rewards, drawing batches of B "
+                                    "prompts; needs B >= 1")  # fmt: skip
+    max_draws: int = option(8, "cap on generation batches per step (verl max_num_gen_batches)",
+                            when=DYNAMIC)  # fmt: skip
+
+    def replace(self, **changes) -> Instance:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        check_instance(self.kind, self.prompts, self.actions, self.dim, self.logit_scale,
+                       self.success_a, self.success_b)  # fmt: skip
+        validate.integer("instance_seed", self.instance_seed, 0)
+        check_lengths(self.lengths, self.length_min, self.length_max)
+        validate.integer("B", self.B, 0)
+        if self.dynamic_sampling:
+            validate.integer("max_draws", self.max_draws, 1)
+            if self.B < 1:
+                raise validate.ConfigError(
+                    "B: got 0; dynamic_sampling keeps B groups per step: set B >= 1"
+                )
+
+    def longest_response(self) -> int:
+        """Tokens of the longest possible response (L_norm's default)."""
+        return self.length_max if self.lengths != "one" else 1
+
+
+def make(inst: Instance | jax.Array | int = 0, **settings) -> BanditParams:
+    """The bandit of ``inst`` (an :class:`Instance`; its ``instance_seed`` draws it).  The older
+    form ``make(key, prompts=..., ...)`` (a key or seed and keywords) gives the same instance."""
+    if isinstance(inst, Instance):
+        names = ("prompts", "actions", "kind", "dim", "logit_scale", "success_a", "success_b",
+                 "lengths", "length_min", "length_max")  # fmt: skip
+        return draw(inst.instance_seed, **{n: getattr(inst, n) for n in names})
+    return draw(inst, **settings)
+
+
+def draw(
     key: jax.Array | int = 0,
     *,
     prompts: int = 16,

@@ -18,14 +18,53 @@ success counts S_k ~ Binomial(M, p_k) of the continuations matter, drawn by :fun
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from gpolab import validate
+from gpolab import configs, validate
+from gpolab.configs import option
 from gpolab.envs.sampling import inverse_cdf
 
+NAME = "tree"
 MODELS = ("beta", "finite")
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """The tree's settings: its thought model and the (K, M) grid of thoughts × continuations
+    (shapes: every (K, M) is one compiled cell)."""
+
+    model: str = option("beta", "thought values: beta (p ~ Beta(a, b)) or finite (softmax "
+                        "thought policy)")  # fmt: skip
+    a: float = option(2.0, "Beta a")
+    b: float = option(3.0, "Beta b")
+    thoughts: int = option(32, "finite model: number of distinct thoughts",
+                           when={"model": ("finite",)})  # fmt: skip
+    instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
+    K: tuple[int, ...] = option((2, 4, 8, 16), "comma list of thought counts (>= 2)")
+    M: tuple[int, ...] = option((1, 2, 4, 8), "comma list of continuations per thought (>= 1)")
+
+    def replace(self, **changes) -> Instance:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        validate.integers("K", self.K, 2)
+        validate.integers("M", self.M, 1)
+        validate.choice("model", self.model, MODELS)
+        validate.real("a", self.a, low=0.0, open_low=True)
+        validate.real("b", self.b, low=0.0, open_low=True)
+        validate.integer("thoughts", self.thoughts, 2)
+        validate.integer("instance_seed", self.instance_seed, 0)
+
+
+def make(inst: Instance) -> BetaThoughts | FiniteThoughts:
+    """The thought model of ``inst`` (finite thoughts drawn with its ``instance_seed``)."""
+    if inst.model == "beta":
+        return make_beta(inst.a, inst.b)
+    return make_finite(inst.instance_seed, inst.thoughts, a=inst.a, b=inst.b)
 
 
 @struct.dataclass

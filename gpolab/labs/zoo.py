@@ -24,6 +24,7 @@ from typing import ClassVar
 from gpolab import configs, estimators, validate
 from gpolab.configs import option
 from gpolab.labs import sweep
+from gpolab.stats import agreement, families  # noqa: F401  (zoo.families: tests)
 
 NAME = "zoo"
 TABLES = ("results", "kappa")
@@ -201,25 +202,9 @@ def kappa_summary(kappa, G: int = 8, ps=(0.05, 0.5, 0.95)) -> list[dict]:
     return rows
 
 
-def families(kappa, rtol: float = 1e-3):
-    """[(names, curve)]: estimators whose κ curves agree to ``rtol`` (0.1%: grpo's eps 1e-4,
-    1e-6 and 1e-9 differ by less) merged into one family."""
-    import numpy as np
-
-    out: list[tuple[list, object]] = []
-    for name, curve in kappa.groupby("estimator", sort=False):
-        for names, ref in out:
-            if len(ref) == len(curve) and np.allclose(ref["kappa"], curve["kappa"], rtol=rtol):
-                names.append(name)
-                break
-        else:
-            out.append(([name], curve))
-    return out
-
-
 def notes(cfg: Config, tables: dict) -> str:
     kappa = tables["kappa"]
-    lines = ["Monte Carlo vs exact finite-G theory:", *sweep.agreement(tables["results"])]
+    lines = ["Monte Carlo vs exact finite-G theory:", *agreement(tables["results"])]
     if kappa.empty:
         return "\n".join(lines)
     G = 8 if 8 in set(kappa["G"]) else int(kappa["G"].iloc[0])

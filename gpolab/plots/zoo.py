@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from gpolab.plots import pyplot, save, seeds_label
+from gpolab.stats import families
 
 
 def _heatmap(ax, grid, rows, cols, *, cmap, norm, fmt, title):
@@ -60,7 +61,6 @@ def kappa_figure(tables: dict, path) -> Path:
     """κ_G(p) against p, one panel per G: the weight each reward-only estimator gives a prompt
     of difficulty p (estimators whose curves agree to 0.1% share a line); 1/√(p(1 − p)) dashed,
     the G → ∞ limit of std-normalized GRPO."""
-    from gpolab.labs.zoo import families
 
     plt = pyplot()
     kappa = tables["kappa"]
