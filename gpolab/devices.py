@@ -1,0 +1,116 @@
+"""Devices for the engine's seeds: full-precision products, CPU devices per core, seed meshes
+over this process's or every process's devices, and joining a multi-process run
+(``jax.distributed``, by hand or from a cluster manager's environment).  :mod:`gpolab.engine`
+re-exports every name here."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+
+from gpolab import validate
+
+__all__ = ["full_precision", "use_cpu_devices", "local_mesh", "seed_mesh", "init_distributed",
+           "CLUSTERS", "detect_cluster", "init_auto_distributed"]  # fmt: skip
+
+
+def _shard(a: np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
+    """A host array as a global array split along its last axis over the mesh's devices."""
+    spec = jax.sharding.PartitionSpec(*[None] * (a.ndim - 1), "seeds")
+    sharding = jax.sharding.NamedSharding(mesh, spec)
+    return jax.make_array_from_callback(a.shape, sharding, lambda i: a[i])
+
+
+def full_precision() -> None:
+    """Float32 matrix products in full float32 everywhere (``jax_default_matmul_precision`` =
+    highest).  On CPU this changes nothing (bitwise); on a GPU JAX would otherwise use TF32 (10
+    mantissa bits) and on a TPU bfloat16 passes for float32 products: errors of ~1e-3 relative
+    in the exact truth (einsums over the score table) and in every estimate, far above the
+    Monte Carlo resolution of 10⁶ seeds.  The CLI calls this first; Python users on an
+    accelerator call it themselves."""
+    jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def use_cpu_devices(count: int | None = None) -> None:
+    """Ask for ``count`` CPU devices (default: one per core the process may use) before JAX has
+    started its backends (a no-op once JAX has run; starts nothing itself, so
+    :func:`init_distributed` may still follow).
+
+    :func:`run` splits each chunk's seeds over this process's devices (:data:`LOCAL`), so on a
+    CPU every core runs its own seeds: on 2 cores W1 runs ~1.6-2× faster than on one device
+    whose XLA:CPU spreads each small op over both (``gpolab bench`` shows the device count).
+    The CLI calls this first thing (``GPOLAB_CPU_DEVICES`` sets the count).
+    """
+    if count is None:  # the cores this process may use (Linux), else all of them (macOS)
+        affinity = getattr(os, "sched_getaffinity", None)
+        count = len(affinity(0)) if affinity else os.cpu_count() or 1
+    validate.integer("devices", count, 1)
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # the backend is already up (e.g. inside tests): keep its devices
+        pass
+
+
+def local_mesh() -> jax.sharding.Mesh | None:
+    """A seed mesh over this process's devices when it has several (single-process runs only:
+    a multi-process run shards over every process with :func:`seed_mesh`), else None."""
+    devices = jax.local_devices()
+    if len(devices) < 2 or jax.process_count() > 1:
+        return None
+    return seed_mesh(devices)
+
+
+def init_distributed(coordinator: str, num_processes: int, process_id: int) -> None:
+    """Join a multi-process run (``jax.distributed``); on CPU, collectives go through gloo.
+
+    Every process then sees the global device list, and :func:`seed_mesh` spans all of them.
+    """
+    validate.integer("num_processes", num_processes, 1)
+    validate.integer("process_id", process_id, 0, num_processes - 1)
+    use_cpu_devices(1)  # one CPU device per process: the cross-process gather never waits on a core
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+    )
+
+
+# environment variables by which a cluster manager announces a multi-process launch, and the
+# variable holding the number of processes; jax.distributed.initialize() reads the rest itself
+CLUSTERS = {"Slurm": ("SLURM_JOB_ID", "SLURM_STEP_NUM_TASKS"),
+            "Open MPI": ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
+            "Cloud TPU pod": ("TPU_WORKER_HOSTNAMES", None)}  # fmt: skip
+
+
+def detect_cluster(environ=None) -> str | None:
+    """The cluster manager that launched this process as one of several (None: a single
+    process).  Slurm counts when its step has more than one task; a TPU pod when it lists more
+    than one worker host."""
+    env = os.environ if environ is None else environ
+    for name, (marker, count) in CLUSTERS.items():
+        if marker not in env:
+            continue
+        text = env.get(count, "") if count else str(len(env[marker].split(",")))
+        if text.isdigit() and int(text) > 1:
+            return name
+    return None
+
+
+def init_auto_distributed() -> str | None:
+    """Join the multi-process run a cluster manager launched (``jax.distributed.initialize()``
+    with no arguments: it reads the coordinator, process count and index from the manager).
+    Returns the manager's name, or None when this is a single process."""
+    name = detect_cluster()
+    if name is None:
+        return None
+    use_cpu_devices(1)
+    if jax.default_backend() == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize()
+    return name
+
+
+def seed_mesh(devices=None) -> jax.sharding.Mesh:
+    """A 1-D mesh named ``"seeds"`` over ``devices`` (default: every device of every process)."""
+    return jax.sharding.Mesh(np.asarray(devices or jax.devices()), ("seeds",))
