@@ -23,9 +23,9 @@ three things of each block:
    ``python -m gpolab.readme`` regenerates the block from the full-size tables.
 
 The claims ledger's blocks (``<!-- claims:begin … -->``, the full ledger in docs/claims.md, and
-``claims-summary``, the README's verdicts by claim id) are generated the same way, from the
-claims lab's table (:mod:`gpolab.labs.claims_report`): ``python -m gpolab.readme`` regenerates
-them with the tables, ``gpolab claims --readme FILE …`` from the run it just made.
+``claims-summary``, the README's summary: each claim and its verdict) are generated the same way,
+from the claims lab's table (:mod:`gpolab.labs.claims_report`): ``python -m gpolab.readme``
+regenerates them with the tables, ``gpolab claims --readme FILE …`` from the run it just made.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ BLOCK = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-    """One README table: the experiments it reads, how its values come out of their saved
+    """One generated table: the experiments it reads, how its values come out of their saved
     tables (``extract``: tables by experiment → {key: (value, se)}) and how they are shown."""
 
     name: str
@@ -339,7 +339,7 @@ def _text(block: Block, values: dict) -> str:
             f"<!-- values {vals} -->\n<!-- table:{block.name} end -->")  # fmt: skip
 
 
-def blocks_in(text: str, where: str = "README") -> dict[str, dict]:
+def blocks_in(text: str, where: str = "text") -> dict[str, dict]:
     """The generated table blocks of one file's text: name → {head, body, values, span}."""
     found = {}
     for m in BLOCK.finditer(text):
@@ -426,17 +426,17 @@ def compare(stored: dict, fresh: dict) -> list[str]:
             # an exact number (a theory) that appears or vanishes is a change; a statistic the
             # quick run is too small to estimate (plan's G* on a short log) is not compared
             if se_a == 0 and se_b == 0 and math.isnan(a) != math.isnan(b):
-                bad.append(f"{key}: README {a} vs today {b} (a number appeared or vanished)")
+                bad.append(f"{key}: stored {a} vs today {b} (a number appeared or vanished)")
             continue
         if se_a == 0 and se_b == 0:
             if abs(a - b) > EXACT_RTOL * max(abs(a), abs(b), 1e-12):
-                bad.append(f"{key}: README {a:.6g} vs today {b:.6g} (exact)")
+                bad.append(f"{key}: stored {a:.6g} vs today {b:.6g} (exact)")
             continue
         se = math.hypot(se_a, se_b)
         if math.isnan(se):  # no SE to compare with (an interval the quick run cannot give)
             continue
         if se == 0 or abs(a - b) > Z_MAX * se:
-            bad.append(f"{key}: README {a:.6g} vs today {b:.6g} (|z| > {Z_MAX:g}, SE {se:.3g})")
+            bad.append(f"{key}: stored {a:.6g} vs today {b:.6g} (|z| > {Z_MAX:g}, SE {se:.3g})")
     if not set(stored) & set(fresh):
         bad.append("no value in common with the quick run")
     return bad
@@ -457,7 +457,7 @@ def check(paths, root: str | Path = "results") -> dict[str, list[str]]:
 
 
 def stale(block: Block, found: dict, fresh: dict) -> list[str]:
-    """What is wrong with one README block (``found``, from :func:`blocks_in`) given a fresh
+    """What is wrong with one generated block (``found``, from :func:`blocks_in`) given a fresh
     run's values: its text, its config, its numbers."""
     bad = []
     if block.render(found["values"]) != found["body"]:
