@@ -39,6 +39,26 @@ import numpy as np
 
 from gpolab import configs, validate
 from gpolab.configs import option
+from gpolab.labs import table_text
+from gpolab.labs.stdnorm_analysis import (  # noqa: F401  (re-exported: the lab's analysis)
+    COMPARISONS,
+    LEVEL_METHODS,
+    PHASE_AGAINST,
+    best_lr_index,
+    bootstrap_hit_ratio,
+    curve_id,
+    curve_table,
+    gain_table,
+    hit_time,
+    level_gain,
+    phase_bounds,
+    phase_table,
+    summarize,
+    unnormalized,
+)
+from gpolab.plots import stdnorm as plots
+from gpolab.store import PROVENANCE, digest
+from gpolab.theory import curvature
 from gpolab.validate import ConfigError
 
 NAME = "stdnorm"
@@ -216,8 +236,6 @@ def settings(cfg: Config) -> list[tuple[str, float, bool]]:
 
 def admissible_runs(cfg: Config, rho: float) -> list[tuple[str, str, str, float]]:
     """(method, estimator, step rule, η) of the admissible regime at ρ."""
-    from gpolab.theory import curvature
-
     eta = curvature.admissible_steps(cfg.prompts, rho, c=cfg.curv_const)
     return [
         ("grpo", "grpo", "constant", eta["grpo"]),
@@ -228,7 +246,7 @@ def admissible_runs(cfg: Config, rho: float) -> list[tuple[str, str, str, float]
 
 def train_units(cfg: Config) -> list[Unit]:
     """Every training call, in table order (per instance: admissible, then tuned)."""
-    from gpolab import train
+    from gpolab import train  # deferred: jax
 
     units = []
     for label, rho, equal in settings(cfg):
@@ -299,8 +317,6 @@ def bias_settings(cfg: Config, G: int, ddof: int, eps: float) -> dict:
 
 
 def cell_key(kind: str, settings: dict) -> str:
-    from gpolab.store import digest
-
     return digest({"lab": NAME, "unit": kind, **settings})
 
 
@@ -311,8 +327,7 @@ class _Context:
     """What computing a unit needs, built once and only when a unit is computed."""
 
     def __init__(self, cfg: Config, key, store, progress):
-        from gpolab import envs
-        from gpolab.store import digest
+        from gpolab import envs  # deferred: jax
 
         self.cfg, self.key, self.store, self.progress = cfg, key, store, progress
         self.env = envs.get(cfg.env)
@@ -321,7 +336,7 @@ class _Context:
 
     def params(self, rho: float, equal: bool):
         """The log-linear instance at (ρ, equal-σ), drawn once."""
-        from gpolab.envs import loglinear
+        from gpolab.envs import loglinear  # deferred: jax
 
         c = self.cfg
         if (rho, equal) not in self.instances:
@@ -366,7 +381,7 @@ def _raw_arrays(df) -> dict:
 
 def train_unit(ctx: _Context, unit: Unit) -> tuple[dict, float]:
     """The curves of one unit (from the store or computed) and the seconds they took."""
-    from gpolab import train
+    from gpolab import train  # deferred: jax
 
     key = cell_key("train", unit_settings(ctx.cfg, unit))
     df = ctx.cached(key)
@@ -386,15 +401,13 @@ def bias_row(ctx: _Context, G: int, ddof: int, eps: float) -> dict:
     """One row of the finite-sample table (from the store or computed)."""
     import jax
 
-    from gpolab import train
+    from gpolab import train  # deferred: jax
 
     cfg = ctx.cfg
     settings = bias_settings(cfg, G, ddof, eps)
     key = cell_key("bias", settings)
     df = ctx.cached(key)
     if df is not None:
-        from gpolab.store import PROVENANCE
-
         return df.drop(columns=list(PROVENANCE)).iloc[0].to_dict()
     start = time.perf_counter()
     params = ctx.params(cfg.rho[0], False)
@@ -410,7 +423,7 @@ def bias_row(ctx: _Context, G: int, ddof: int, eps: float) -> dict:
 
 def summary_row(cfg: Config, unit: Unit, res: dict, seconds: float, optimum: float) -> dict:
     """The summary row of one unit at its best step size (every setting a column)."""
-    from gpolab import train
+    from gpolab import train  # deferred: jax
 
     s = unit_settings(cfg, unit)
     row = {
@@ -473,273 +486,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
 
 # ----------------------------------------------------------------------------- analysis
-
-
-def curve_id(row) -> tuple:
-    """(regime, setting, method, G, optimizer): a run's curves."""
-    return (row["regime"], row["setting"], row["method"], row["G"], row["optimizer"])
-
-
-def hit_time(curve: np.ndarray, target: float) -> np.ndarray:
-    """First t with curve[..., t] ≥ target (float, inf where never), over the last axis."""
-    reached = curve >= target
-    first = np.argmax(reached, axis=-1).astype(float)
-    return np.where(reached.any(axis=-1), first, np.inf)
-
-
-def best_lr_index(J: np.ndarray, target: float) -> int:
-    """Step size (axis 0 of J (L, S, T+1)) whose seed-mean curve reaches ``target`` first; ties
-    and never-reached broken by the larger mean final J."""
-    mean = J.mean(axis=1)
-    t = hit_time(mean, target)
-    order = np.lexsort((-mean[:, -1], t))
-    return int(order[0])
-
-
-def level_gain(J_fast: np.ndarray, J_slow: np.ndarray) -> np.ndarray:
-    """Iteration gain along the trajectory: for each t, (iterations the slow curve needs to reach
-    J_fast[t]) / t; nan where the slow curve never gets there (or t = 0)."""
-    t = np.arange(J_fast.shape[-1], dtype=float)
-    slow_best = np.maximum.accumulate(J_slow)
-    need = np.searchsorted(slow_best, J_fast, side="left").astype(float)
-    need = np.where(need >= J_slow.shape[-1], np.nan, need)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(t > 0, need / t, np.nan)
-
-
-def bootstrap_hit_ratio(
-    J_num: np.ndarray, J_den: np.ndarray, target: float, n_boot: int = 200, seed: int = 0
-) -> tuple[float, float]:
-    """95% bootstrap interval (over seeds, resampled independently for both curves) of
-    hit_time(mean J_num) / hit_time(mean J_den); J_* are (S, T+1)."""
-    rng = np.random.default_rng(seed)
-    ratios = []
-    for _ in range(n_boot):
-        a = J_num[rng.integers(0, J_num.shape[0], J_num.shape[0])].mean(axis=0)
-        b = J_den[rng.integers(0, J_den.shape[0], J_den.shape[0])].mean(axis=0)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            ratios.append(hit_time(a, target) / hit_time(b, target))
-    ratios = np.asarray(ratios)
-    if not np.isfinite(ratios).any():
-        return float("nan"), float("nan")
-    ratios = ratios[~np.isnan(ratios)]
-    return float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))
-
-
-def summarize(res: dict, target: float, optimum: float) -> dict:
-    """Best step size and the per-run report of one configuration's curves.  Trajectory averages
-    (σ̄, σ_max, cosine, ḡ) run over the iterations before the seed-mean curve hits ``target``."""
-    from gpolab.engine import Z95
-
-    J = res["J"]
-    i = best_lr_index(J, target)
-    Jb = J[i]  # (S, T+1)
-    mean = Jb.mean(axis=0)
-    T = hit_time(mean, target)
-    per_seed = hit_time(Jb, target)
-    end = int(T) if np.isfinite(T) else Jb.shape[-1] - 1
-    window = slice(0, max(end, 1))
-    gap = optimum - Jb[:, -1]
-    sbar = res["sigma_bar"][i].mean(axis=0)[window]
-    smax_t = res["sigma_max"][i].mean(axis=0)[window]
-    S = Jb.shape[0]
-    return dict(
-        lr_index=i,
-        best_lr=float(res["lrs"][i]),
-        iters=float(T),
-        iters_seed_median=float(np.median(per_seed)),
-        reached_frac=float(np.mean(np.isfinite(per_seed))),
-        final_J=float(mean[-1]),
-        final_J_se=float(Jb[:, -1].std(ddof=1) / np.sqrt(S)) if S > 1 else 0.0,
-        gap_mean=float(gap.mean()),
-        gap_q10=float(np.quantile(gap, 0.1)),
-        gap_q50=float(np.quantile(gap, 0.5)),
-        gap_q90=float(np.quantile(gap, 0.9)),
-        sigma_bar=float(sbar.mean()),
-        sigma_max=float(res["sigma_max"][i].max(axis=0)[window].max()),
-        sigma_max_iter=float(smax_t.mean()),
-        sigma_eff=float(res["sigma_eff"][i].mean(axis=0)[window].mean()),
-        cos_mean=float(res["cos"][i].mean(axis=0)[window].mean()),
-        cos_final=float(res["cos"][i].mean(axis=0)[-1]),
-        gbar_rms=float(np.sqrt(np.mean(res["gbar"][i].mean(axis=0)[window] ** 2))),
-        zero_frac=float(res["zero_frac"][i].mean()),
-        ci_half=float(Z95 * Jb.std(axis=0, ddof=1).max() / np.sqrt(S)) if S > 1 else 0.0,
-    )
-
-
-COMPARISONS = {
-    # name: (regime, REINFORCE methods, σ_max of the prediction)
-    "admissible 1/L": ("admissible", ("reinforce",), "const"),
-    "oracle 1/L_t": ("admissible", ("reinforce-iterate",), "iterate"),
-    "tuned": ("tuned", None, "max"),  # None: every unnormalized estimator run (limit ∇J)
-}
-GAIN_COLUMNS = ("comparison", "setting", "rho", "control", "optimizer", "G", "reinforce",
-                "lr_grpo", "lr_reinforce", "iters_reinforce", "iters_grpo", "gain", "gain_ci_low",
-                "gain_ci_high", "pred_gain", "gnorm_ratio", "pred_gnorm_ratio", "sigma_bar",
-                "sigma_max", "cos_mean", "cos_final", "n_seeds", "target",
-                "curv_const")  # fmt: skip
-
-
-def unnormalized(methods) -> list[str]:
-    """The tuned methods that are REINFORCE: estimators whose G = ∞ limit is ∇J (registry)."""
-    from gpolab import estimators, train  # deferred: jax
-
-    def limit(spec: str) -> str:
-        entry, options = estimators.bind(train.ALIASES.get(spec, spec))
-        return entry.limit_for(options)
-
-    return [m for m in set(methods) if limit(m) == "gradient"]
-
-
-def gain_table(summary, curves: dict, target: float):
-    """Per comparison, setting, optimizer and G: iterations to ``target`` of GRPO and REINFORCE
-    (tuned: the faster unnormalized estimator), the measured gain with a bootstrap CI over seeds
-    (exact runs: one trajectory, no CI) and the prediction of the reconstructed gain law along
-    GRPO's trajectory:
-    σ_max/σ̄ in iterations (σ_max = 1/2 for the a-priori 1/L step; for the oracle 1/L_t step
-    σ_max → mean_t s(θ_t)/κ, :func:`gpolab.theory.curvature.predicted_gain_iterate`, which is
-    max_x σ_x at ρ = 0 and σ̄ at ρ = 1; the trajectory max for tuned steps), √(σ̄/σ_max) in the
-    average gradient norm — compared with the measured ratio of rms_t mean_x ‖g_x(θ_t)‖ (GRPO over
-    REINFORCE) over GRPO's iterations to target."""
-    import pandas as pd
-
-    rows = []
-    for name, (regime, methods, smax_kind) in COMPARISONS.items():
-        sub = summary[summary.regime == regime]
-        for _, grp in sub.groupby(["setting", "optimizer", "G"], sort=False):
-            g = grp[grp.method == "grpo"]
-            r = grp[grp.method.isin(methods or unnormalized(grp.method))]
-            if g.empty or r.empty:
-                continue
-            r = r.sort_values(["iters", "final_J"], ascending=[True, False]).iloc[0]
-            rows.append(_gain_row(name, smax_kind, g.iloc[0], r, curves, target))
-    return pd.DataFrame(rows, columns=list(GAIN_COLUMNS))
-
-
-def _gain_row(name: str, smax_kind: str, g, r, curves: dict, target: float) -> dict:
-    """One comparison: GRPO's summary row ``g`` against REINFORCE's ``r``."""
-    from gpolab.theory import curvature
-
-    Jg = curves[curve_id(g)]["J"]
-    Jr = curves[curve_id(r)]["J"]
-    lo, hi = bootstrap_hit_ratio(Jr, Jg, target) if Jg.shape[0] > 1 else (math.nan, math.nan)
-    smax = {
-        "const": 0.5,
-        "iterate": g.sigma_bar
-        * curvature.predicted_gain_iterate(g.sigma_eff, g.sigma_bar, int(g.prompts), g.rho),
-        "max": g.sigma_max,
-    }[smax_kind]
-    cr = curves[curve_id(r)]["gbar"].mean(axis=0)
-    end = int(g.iters) if np.isfinite(g.iters) else cr.size - 1
-    r_rms = float(np.sqrt(np.mean(cr[: max(end, 1)] ** 2)))
-    return dict(
-        comparison=name,
-        setting=g.setting,
-        rho=g.rho,
-        control=g.control,
-        optimizer=g.optimizer,
-        G=g.G,
-        reinforce=r.method,
-        lr_grpo=g.best_lr,
-        lr_reinforce=r.best_lr,
-        iters_reinforce=r.iters,
-        iters_grpo=g.iters,
-        gain=float(np.float64(r.iters) / g.iters) if np.isfinite(g.iters) else np.nan,
-        gain_ci_low=lo,
-        gain_ci_high=hi,
-        pred_gain=smax / g.sigma_bar,
-        gnorm_ratio=g.gbar_rms / r_rms,
-        pred_gnorm_ratio=float(np.sqrt(g.sigma_bar / smax)),
-        sigma_bar=g.sigma_bar,
-        sigma_max=smax,
-        cos_mean=g.cos_mean,
-        cos_final=g.cos_final,
-        n_seeds=g.n_seeds,
-        target=target,
-        curv_const=g.curv_const,
-    )
-
-
-PHASE_AGAINST = ("reinforce-iterate", "reinforce", "loo")  # the phases' comparison, by priority
-LEVEL_METHODS = ("reinforce", "reinforce-iterate", "loo")  # level gains the phase figure shows
-
-
-def curve_table(summary, curves: dict):
-    """Seed-mean curves of every run at its best step size, one row per (run, t): J with its 95%
-    half-width, σ̄_t, max_x σ_x, the mean pairwise gradient cosine, ḡ_t, and for REINFORCE runs
-    ``level_gain``: GRPO's level gain over them at GRPO's J_t (same regime, instance, G and
-    optimizer; the first max(5, T/50) iterations left out: a ratio of a few iterations is not a
-    rate)."""
-    import pandas as pd
-
-    from gpolab.engine import Z95
-
-    frames = []
-    for _, row in summary.iterrows():
-        c = curves[curve_id(row)]
-        J = c["J"]
-        S, n = J.shape
-        half = Z95 * J.std(axis=0, ddof=1) / np.sqrt(S) if S > 1 else np.full(n, np.nan)
-        gain = np.full(n, np.nan)
-        grpo = curves.get((row.regime, row.setting, "grpo", row.G, row.optimizer))
-        if row.method != "grpo" and grpo is not None:
-            gain = level_gain(grpo["J"].mean(0), J.mean(0))
-            gain[: max(5, gain.size // 50)] = np.nan
-        cols = {k: row[k] for k in ("regime", "setting", "rho", "control", "method", "G",
-                                    "optimizer", "n_seeds", "target")}  # fmt: skip
-        frames.append(
-            pd.DataFrame(
-                {
-                    **cols,
-                    "t": np.arange(n),
-                    "J": J.mean(0),
-                    "J_ci_half": half,
-                    **{k: c[k].mean(0) for k in ("sigma_bar", "sigma_max", "cos", "gbar")},
-                    "level_gain": gain,
-                }
-            )  # fmt: skip
-        )
-    return pd.concat(frames, ignore_index=True)
-
-
-def phase_bounds(gain: np.ndarray) -> tuple[int, int]:
-    """Phase boundaries from the level gain g(t) (nan-tolerant): phase I (acceleration) until g
-    first reaches 90% of its peak, phase III (saturation) from the first time after the peak
-    that g falls below 90% of it (or the end), phase II in between."""
-    g = np.where(np.isfinite(gain), gain, np.nan)
-    if not np.isfinite(g).any():
-        return len(g) - 1, len(g) - 1
-    peak = np.nanmax(g)
-    t1 = int(np.nanargmax(g >= 0.9 * peak))
-    tp = int(np.nanargmax(g))
-    after = np.where((np.arange(len(g)) > tp) & (g < 0.9 * peak))[0]
-    t2 = int(after[0]) if after.size else len(g) - 1
-    return t1, max(t2, t1)
-
-
-def phase_table(curve_df):
-    """Per (regime, instance, G, optimizer) with GRPO and a REINFORCE comparison: the phases
-    (:func:`phase_bounds`) of GRPO's level gain against the oracle 1/L_t step (else the a-priori
-    1/L step, else RLOO; with the equal-σ control the oracle gain is 1)."""
-    import pandas as pd
-
-    rows = []
-    keys = ["regime", "setting", "G", "optimizer"]
-    for (regime, setting, G, opt), grp in curve_df.groupby(keys, sort=False):
-        methods = set(grp.method)
-        against = next((m for m in PHASE_AGAINST if m in methods), None)
-        if "grpo" not in methods or against is None:
-            continue
-        gain = grp[grp.method == against].level_gain.to_numpy()
-        t1, t2 = phase_bounds(gain)
-        first = grp.iloc[0]
-        peak = float(np.nanmax(gain)) if np.isfinite(gain).any() else math.nan
-        rows.append(dict(regime=regime, setting=setting, rho=first.rho, control=first.control,
-                         G=G, optimizer=opt, against=against, t1=t1, t2=t2,
-                         t_end=len(gain) - 1, peak_gain=peak))  # fmt: skip
-    columns = ["regime", "setting", "rho", "control", "G", "optimizer", "against", "t1", "t2",
-               "t_end", "peak_gain"]  # fmt: skip
-    return pd.DataFrame(rows, columns=columns)
+# gpolab.labs.stdnorm_analysis: curves → summary, gain, curve and phase tables (imported above)
 
 
 # ----------------------------------------------------------------------------- output
@@ -754,23 +501,17 @@ BIAS_REPORT = ["G", "ddof", "eps", "rel_bias", "rel_bias_noise", "cosine", "norm
 
 
 def report(cfg: Config, tables: dict) -> str:
-    from gpolab.labs import table_text
-
     return table_text(tables["summary"], SUMMARY_COLUMNS)
 
 
 def notes(cfg: Config, tables: dict) -> str:
     """The gain table and the finite-sample bias table."""
-    from gpolab.labs import table_text
-
     parts = [table_text(tables["gain"], GAIN_REPORT)] if len(tables["gain"]) else []
     return "\n\n".join([*parts, table_text(tables["finite_sample"], BIAS_REPORT)])
 
 
 def figures(tables: dict) -> dict:
     """The training curves, the gain figure (when a comparison ran) and the phase figure."""
-    from gpolab.plots import stdnorm as plots
-
     found = {"train_curves.png": plots.curves_figure}
     if len(tables["gain"]):
         found["train_gain.png"] = plots.gain_figure
