@@ -158,21 +158,30 @@ def row_settings(cfg: Config, rid: dict) -> dict:
     """Every setting the numbers of row ``rid`` depend on: the settings the env uses, without
     the grids the row sits in; of ``scale, ddof, eps`` those its estimator reads, as bound (a
     spec's bracket options win; the others None).  They are the row's cache key and its columns."""
+    return _settings(cfg, [rid])[0]
+
+
+def _settings(cfg: Config, ids: list[dict]) -> list[dict]:
+    """:func:`row_settings` of every row of ``ids`` (the shared part computed once)."""
     common = configs.key_settings(cfg, exclude=GRIDS + OPTIONS)
     common = {k: v for k, v in common.items() if k not in KEY_IF_CHANGED or KEY_IF_CHANGED[k] != v}
-    bound = units.ENVS[cfg.env].bound(cfg, rid)
-    return {**common, **{o: bound.get(o) for o in OPTIONS}}
+    env = units.ENVS[cfg.env]
+    bound = [env.bound(cfg, rid) for rid in ids]
+    return [{**common, **{o: b.get(o) for o in OPTIONS}} for b in bound]
 
 
 def cell_keys(cfg: Config) -> list[str]:
     """Store key of every row: a hash of the row's id and of :func:`row_settings` (not the grids
     it sits in, the output folder, the chunk size, the sharding or an option it ignores)."""
+    ids = _row_ids(cfg)
+    return _keys(ids, _settings(cfg, ids))
+
+
+def _keys(ids: list[dict], settings: list[dict]) -> list[str]:
     from gpolab.store import digest
 
-    return [
-        digest({"lab": NAME, "schema": SCHEMA, "settings": row_settings(cfg, rid), "row": rid})
-        for rid in _row_ids(cfg)
-    ]
+    return [digest({"lab": NAME, "schema": SCHEMA, "settings": s, "row": rid})
+            for rid, s in zip(ids, settings, strict=True)]  # fmt: skip
 
 
 def _units(cfg: Config, pending: set[int]):
@@ -202,7 +211,7 @@ def share_cells(cfg: Config, i: int, n: int) -> set[int]:
     every cell exactly once."""
     validate.integer("cells (n)", n, 1)
     validate.integer("cells (i)", i, 0, n - 1)
-    units = _units(cfg, set(range(len(cell_keys(cfg)))))
+    units = _units(cfg, set(range(cells(cfg))))
     return {r for j, (rows, _, _) in enumerate(units) if j % n == i for r in rows}
 
 
@@ -245,13 +254,15 @@ def run_sweep(
     cfg.validate()
     import pandas as pd
 
-    keys = cell_keys(cfg)
+    ids = _row_ids(cfg)
+    settings = _settings(cfg, ids)
+    keys = _keys(ids, settings)
     mine = share_cells(cfg, *share) if share else set(range(len(keys)))
     keys = [k if i in mine else None for i, k in enumerate(keys)]
     pending = _agree({i for i in mine if store is None or not store.has(keys[i])}, len(keys))
     if on_skip is not None and len(pending) < len(mine):
         on_skip(len(mine) - len(pending))
-    rows = _compute(cfg, pending, keys, store, on_row, key) if pending else {}
+    rows = _compute(cfg, pending, (ids, settings, keys), store, on_row, key) if pending else {}
     mine = sorted(mine)
     if store is not None:
         df = store.read([keys[i] for i in mine])
@@ -265,8 +276,9 @@ def run_sweep(
     return df
 
 
-def _compute(cfg: Config, pending: set[int], keys: list, store, on_row, key) -> dict[int, dict]:
-    """The rows of the pending cells, unit by unit (each written to ``store`` when done)."""
+def _compute(cfg: Config, pending: set[int], rows_of, store, on_row, key) -> dict[int, dict]:
+    """The rows of the pending cells, unit by unit (each written to ``store`` when done);
+    ``rows_of`` = (ids, settings, keys) of every row."""
     import jax
 
     from gpolab import engine
@@ -277,7 +289,7 @@ def _compute(cfg: Config, pending: set[int], keys: list, store, on_row, key) -> 
     eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
     fn, chunk = env.error(cfg), cfg.chunk or env.chunk(cfg)
     mesh = engine.seed_mesh() if cfg.shard else engine.LOCAL
-    chash, ids, rows = config_hash(cfg), _row_ids(cfg), {}
+    (ids, settings, keys), chash, rows = rows_of, config_hash(cfg), {}
     for idx, context, cell in env.units(cfg, ids, pending):
         start = time.perf_counter()
         args, truth = setup(context)
@@ -287,8 +299,7 @@ def _compute(cfg: Config, pending: set[int], keys: list, store, on_row, key) -> 
         new = env.rows(cfg, cell, m, truth, context, args[0])
         wall = time.perf_counter() - start
         for i, row in zip(idx, new, strict=True):
-            settings = row_settings(cfg, ids[i])
-            row.update({k: v for k, v in settings.items() if k not in row})
+            row.update({k: v for k, v in settings[i].items() if k not in row})
             row["seconds"] = wall / len(new)
             if store is not None:
                 store.write(keys[i], [row], chash, row["seconds"])
