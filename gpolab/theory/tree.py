@@ -197,6 +197,45 @@ def _eps_factor(s2: float, variant: str, eps: float) -> float:
 # ----------------------------------------------------------------------------- finite K
 
 
+def _leaf_moments(M: int) -> tuple:
+    """(w, k3, m4) of V̂ given p: variance p(1 − p)/M, third and fourth central moments."""
+
+    def w(p):
+        return p * (1 - p) / M
+
+    def k3(p):
+        return p * (1 - p) * (1 - 2 * p) / M**2
+
+    def m4(p):
+        return p * (1 - p) * (1 + 3 * (M - 2) * p * (1 - p)) / M**3
+
+    return w, k3, m4
+
+
+def _scale_terms(law: ThoughtLaw, K: int, M: int, variant: str, ddof: int, v: float, s2: float):
+    """(ḡ, g, E[e h | p], E[e² h | p], E[h² | p]) of the std variant's scale fluctuation, with
+    w, k3, m4 of :func:`_leaf_moments` (module docstring's O(1/K) expansion)."""
+    mu = law.mean
+    w, k3, m4 = _leaf_moments(M)
+    if variant == "thought-std":  # h = 2(p − μ)e + e² − w
+        return (
+            (K - 1) / (K - ddof),
+            lambda p: ((p - mu) ** 2 + w(p) - v) / v,
+            lambda p: 2 * (p - mu) * w(p) + k3(p),
+            lambda p: 2 * (p - mu) * k3(p) + m4(p) - w(p) ** 2,
+            lambda p: 4 * (p - mu) ** 2 * w(p) + 4 * (p - mu) * k3(p) + m4(p) - w(p) ** 2,
+        )
+    # leaf-std: S² ≈ L(1 − L) N/(N − ddof), L = mean leaf, fluctuation (1 − 2μ)(L − μ)
+    n, c = K * M, 1 - 2 * mu
+    return (
+        (s2 - v / K) * n / (n - ddof) / s2,
+        lambda p: c * (p - mu) / s2,
+        lambda p: c * w(p),
+        lambda p: c * k3(p),
+        lambda p: c**2 * w(p),
+    )
+
+
 def variance(
     law: ThoughtLaw,
     K: int,
@@ -213,51 +252,11 @@ def variance(
         return (1 - 1 / K) * w_mean
     if K < k_min:
         return math.nan
-    mu, var_p = law.mean, law.var
-    v = var_p + w_mean
+    mu = law.mean
+    v = law.var + w_mean
     s2 = limit_scale_sq(law, M, variant)
-
-    def w(p):
-        return p * (1 - p) / M
-
-    def k3(p):
-        return p * (1 - p) * (1 - 2 * p) / M**2
-
-    def m4(p):
-        return p * (1 - p) * (1 + 3 * (M - 2) * p * (1 - p)) / M**3
-
-    if variant == "thought-std":
-        g_bar = (K - 1) / (K - ddof)
-
-        def g(p):
-            return ((p - mu) ** 2 + w(p) - v) / v
-
-        def eh(p):  # E[e h | p], h = 2(p − μ)e + e² − w
-            return 2 * (p - mu) * w(p) + k3(p)
-
-        def e2h(p):
-            return 2 * (p - mu) * k3(p) + m4(p) - w(p) ** 2
-
-        def hh(p):
-            return 4 * (p - mu) ** 2 * w(p) + 4 * (p - mu) * k3(p) + m4(p) - w(p) ** 2
-
-    else:  # leaf-std: S² ≈ L(1 − L) N/(N − ddof), L = mean leaf, fluctuation (1 − 2μ)(L − μ)
-        n = K * M
-        g_bar = (s2 - v / K) * n / (n - ddof) / s2
-        c = 1 - 2 * mu
-
-        def g(p):
-            return c * (p - mu) / s2
-
-        def eh(p):
-            return c * w(p)
-
-        def e2h(p):
-            return c * k3(p)
-
-        def hh(p):
-            return c**2 * w(p)
-
+    w = _leaf_moments(M)[0]
+    g_bar, g, eh, e2h, hh = _scale_terms(law, K, M, variant, ddof, v, s2)
     cov_wg = law.expect(lambda p: (w(p) - w_mean) * g(p))
     var_g = law.expect(lambda p: g(p) ** 2) - law.expect(g) ** 2
     t1 = w_mean * (1 - 1 / K) / g_bar - cov_wg / (K * g_bar**2) + w_mean * var_g / (K * g_bar**3)
