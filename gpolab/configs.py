@@ -40,6 +40,16 @@ def option(default, help: str, *, when: dict | None = None, key: bool = True):
     return dataclasses.field(default=default, metadata=meta)
 
 
+def borrow(cls, name: str, *, when: dict | None = None, default=dataclasses.MISSING,
+           prefix: str = ""):  # fmt: skip
+    """A lab's field declared by an env's :class:`Instance` field ``name`` (its default and help,
+    so a setting is declared once): ``default`` where the lab's differs, ``prefix`` before the
+    help (e.g. "bandit: "), ``when`` as in :func:`option`."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    value = f.default if default is dataclasses.MISSING else default
+    return option(value, prefix + f.metadata["help"], when=when, key=f.metadata["key"])
+
+
 def meta(cls, name: str) -> dict:
     """``name``'s option metadata; an instance field's ``when`` adds the envs that have it."""
     return _flat(cls)[name][1]

@@ -33,8 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpolab import configs, engine, envs, train, validate
-from gpolab.configs import option
-from gpolab.envs import Env
+from gpolab.configs import borrow, option
+from gpolab.envs import Env, arithmetic, bandit
 from gpolab.theory import groupsize as theory
 
 NAME = "groupsize"
@@ -98,22 +98,18 @@ class Config:
     arithmetic_eta_constant: float = option(0.5, "constant step size", when=ON_ARITH_TRAIN)
     arithmetic_eta_decay: float = option(2.0, "eta0 of the decaying schedule", when=ON_ARITH_TRAIN)
     arithmetic_tau: float = option(10.0, "tau of the decaying schedule", when=ON_ARITH_TRAIN)
-    questions: int = option(500, "number of questions (bare surrogate, no filler)",
-                            when=ON_ARITH_TRAIN)  # fmt: skip
-    hidden: int = option(32, "GRU width", when=ON_ARITH_TRAIN)
+    questions: int = borrow(arithmetic.Instance, "questions", when=ON_ARITH_TRAIN,
+                            prefix="arithmetic (bare, no filler): ")  # fmt: skip
+    hidden: int = borrow(arithmetic.Instance, "hidden", when=ON_ARITH_TRAIN)
     policy: str = option("base", "starting policy base, instruct or icl", when=ON_ARITH_TRAIN)
-    truth_samples: int = option(256, "sequences per question for the Monte Carlo S2 of the "
-                                "prediction", when=ON_ARITH_TRAIN)  # fmt: skip
-    instance_seed: int = option(0, "seed of the bandit instance / arithmetic questions and "
-                                "pre-training")  # fmt: skip
-    kind: str = option("tabular", "bandit policy: tabular or loglinear", when=ON_BANDIT)
-    prompts: int = option(16, "bandit: number of prompts P", when=ON_BANDIT)
-    actions: int = option(64, "bandit: actions per prompt A", when=ON_BANDIT)
-    logit_scale: float = option(1.0, "bandit: std of the initial logits", when=ON_BANDIT)
-    success_a: float = option(0.5, "bandit: success probabilities ~ Beta(success_a, success_b)",
-                              when=ON_BANDIT)  # fmt: skip
-    success_b: float = option(1.0, "bandit: success probabilities ~ Beta(success_a, success_b)",
-                              when=ON_BANDIT)  # fmt: skip
+    truth_samples: int = borrow(arithmetic.Instance, "truth_samples", when=ON_ARITH_TRAIN)
+    instance_seed: int = borrow(bandit.Instance, "instance_seed")
+    kind: str = borrow(bandit.Instance, "kind", when=ON_BANDIT, prefix="bandit: ")
+    prompts: int = borrow(bandit.Instance, "prompts", when=ON_BANDIT, prefix="bandit: ")
+    actions: int = borrow(bandit.Instance, "actions", when=ON_BANDIT, prefix="bandit: ")
+    logit_scale: float = borrow(bandit.Instance, "logit_scale", when=ON_BANDIT, prefix="bandit: ")
+    success_a: float = borrow(bandit.Instance, "success_a", when=ON_BANDIT, prefix="bandit: ")
+    success_b: float = borrow(bandit.Instance, "success_b", when=ON_BANDIT, prefix="bandit: ")
     out: str = option("results/groupsize", f"output folder (--train: {TRAIN_OUT})", key=False)
 
     def replace(self, **changes) -> Config:
@@ -135,10 +131,7 @@ class Config:
         if self.seeds != 0:
             validate.seeds("seeds", self.seeds, 2)
         if "bandit" in self.envs or not self.train:
-            from gpolab.envs import bandit
-
-            bandit.check_instance(self.kind, self.prompts, self.actions, 8, self.logit_scale,
-                                  self.success_a, self.success_b)  # fmt: skip
+            bandit_instance(self).validate()
         if not self.train:
             validate.integers("N", self.N, 2)
             for N in self.N:
@@ -278,11 +271,7 @@ def make_instance(cfg: Config, name: str):
     """The instance (:class:`gpolab.envs.Env` params) of env ``name``: the bandit, or the
     questions and the pre-trained policy of the arithmetic surrogate."""
     if name == "bandit":
-        from gpolab.envs import bandit
-
-        return bandit.make(cfg.instance_seed, **{f: getattr(cfg, f) for f in BANDIT_FIELDS})
-    from gpolab.envs import arithmetic
-
+        return bandit.make(bandit_instance(cfg))
     questions = arithmetic.make_questions(cfg.instance_seed, cfg.questions)
     policy = arithmetic.pretrain(
         questions,
@@ -292,6 +281,12 @@ def make_instance(cfg: Config, name: str):
     )[cfg.policy]
     truth_key = jax.random.fold_in(jax.random.key(cfg.instance_seed), 1)
     return arithmetic.ArithmeticInstance(policy, questions, truth_key, cfg.truth_samples)
+
+
+def bandit_instance(cfg: Config) -> bandit.Instance:
+    """The bandit of ``cfg`` (its settings, as in ``gpolab sweep``)."""
+    return bandit.Instance(instance_seed=cfg.instance_seed,
+                           **{f: getattr(cfg, f) for f in BANDIT_FIELDS})  # fmt: skip
 
 
 class Setup(NamedTuple):

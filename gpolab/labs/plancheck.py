@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from gpolab import configs, estimators, validate
-from gpolab.configs import option
+from gpolab.configs import borrow, option
 from gpolab.envs import arithmetic, bandit
 from gpolab.theory import difficulty, groupsize, mse
 
@@ -292,7 +292,7 @@ class Config:
     G: int = option(8, "the simulated run's group size")
     steps: int = option(50, "bandit: logged steps")
     B: int = option(32, "bandit: prompts per step")
-    prompts: int = option(512, "bandit: prompts")
+    prompts: int = borrow(bandit.Instance, "prompts", default=512, prefix="bandit: ")
     norm_batches: tuple[int, ...] = option((8, 64), "bandit: batch sizes of the gradient norms")
     norm_steps: int = option(200, "bandit: gradient-norm steps per batch size")
     arithmetic_steps: int = option(20, "arithmetic: logged steps")

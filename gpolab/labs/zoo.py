@@ -22,7 +22,8 @@ import math
 from typing import ClassVar
 
 from gpolab import configs, estimators, validate
-from gpolab.configs import option
+from gpolab.configs import borrow, option
+from gpolab.envs import arithmetic, bandit
 from gpolab.labs import sweep
 from gpolab.stats import agreement, families  # noqa: F401  (zoo.families: tests)
 
@@ -53,14 +54,14 @@ class Config:
     arithmetic_seeds: int = option(2_000, "arithmetic seeds per cell (8 questions each)",
                                    when=ARITH)  # fmt: skip
     policy: str = option("instruct", "arithmetic policy: base, instruct or icl", when=ARITH)
-    questions: int = option(500, "arithmetic questions", when=ARITH)
+    questions: int = borrow(arithmetic.Instance, "questions", when=ARITH, prefix="arithmetic: ")
     kappa_G: tuple[int, ...] = option((4, 8, 16, 64), "group sizes of the kappa table")
     kappa_points: int = option(99, "difficulties p in (0, 1) of the kappa table")
     scale: str = option("group", "gpolab grpo's std: group, batch or none")
     ddof: int = option(1, "gpolab grpo's std degrees of freedom, 0 or 1")
     eps: float = option(1e-4, "gpolab grpo's eps (a framework entry uses its own option)")
     seed: int = option(0, "master PRNG seed")
-    instance_seed: int = option(0, "seed of the bandit instance and of the questions")
+    instance_seed: int = borrow(bandit.Instance, "instance_seed")
     out: str = option("results/zoo", "output folder (tables, config.toml, figures)", key=False)
 
     def replace(self, **changes) -> Config:
@@ -85,13 +86,14 @@ class Config:
 
 
 def _sweep_for(cfg: Config, env: str, specs: tuple, Gs: tuple) -> sweep.Config:
-    arith = env == "arithmetic"
-    common = dict(env=env, estimators=specs, G=Gs, seed=cfg.seed, instance_seed=cfg.instance_seed,
-                  scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, out=cfg.out)  # fmt: skip
-    if arith:
-        return sweep.Config(**common, seeds=cfg.arithmetic_seeds, policy=(cfg.policy,),
-                            questions=cfg.questions)  # fmt: skip
-    return sweep.Config(**common, seeds=cfg.seeds)
+    common = dict(env=env, estimators=specs, G=Gs, seed=cfg.seed, scale=cfg.scale, ddof=cfg.ddof,
+                  eps=cfg.eps, out=cfg.out)  # fmt: skip
+    if env == "arithmetic":
+        inst = arithmetic.Instance(policy=(cfg.policy,), questions=cfg.questions,
+                                   instance_seed=cfg.instance_seed)  # fmt: skip
+        return sweep.Config(**common, seeds=cfg.arithmetic_seeds, instance=inst)
+    inst = bandit.Instance(instance_seed=cfg.instance_seed)
+    return sweep.Config(**common, seeds=cfg.seeds, instance=inst)
 
 
 def sweeps(cfg: Config) -> list[sweep.Config]:
