@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from gpolab.commands import lab_command
+from gpolab import labs, output
+from gpolab.commands import config_from_args, lab_command
 
 
 def _flags(p) -> None:
@@ -13,9 +14,6 @@ def _flags(p) -> None:
 
 
 def _run(lab, args) -> int:
-    from gpolab import labs, output
-    from gpolab.commands import config_from_args
-
     if args.LOG is not None:
         args.log = args.LOG
     cfg = config_from_args(lab, args)

@@ -4,7 +4,9 @@ runs the group-size lab's training check for that env instead."""
 
 from __future__ import annotations
 
+from gpolab import configs
 from gpolab.commands import lab_command, run_lab
+from gpolab.validate import ConfigError
 
 HELP = "train GRPO vs REINFORCE (admissible and tuned steps, many seeds); gain and phases"
 DESCRIPTION = (
@@ -18,9 +20,7 @@ CARRIED = ("env", "seeds", "steps", "seed", "out")  # flags the group-size check
 
 
 def _run(lab, args) -> int:
-    from gpolab import configs
-    from gpolab.labs import groupsize
-    from gpolab.validate import ConfigError
+    from gpolab.labs import groupsize  # deferred: jax (`gpolab --help` imports no lab)
 
     typed = configs.typed(args, lab.Config)
     env = typed.get("env")

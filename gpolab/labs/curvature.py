@@ -17,6 +17,9 @@ from typing import ClassVar
 
 from gpolab import configs, validate
 from gpolab.configs import option
+from gpolab.plots import curvature as plots
+from gpolab.store import PROVENANCE, digest
+from gpolab.theory import curvature as theory
 
 NAME = "curvature"
 TABLES = ("fits", "curvature")
@@ -81,8 +84,8 @@ def measure(key, params, n: int, scale_min: float, scale_max: float):
     """(σ, ‖g‖, ‖H‖_op), each (n, N), at n random θ."""
     import jax
 
-    from gpolab import engine
-    from gpolab.envs import loglinear
+    from gpolab import engine  # deferred: jax (`gpolab curvature --help` stays fast)
+    from gpolab.envs import loglinear  # deferred: jax
 
     with engine.prng_mode():
         thetas = sample_thetas(key, params.dim, n, scale_min, scale_max)
@@ -96,7 +99,7 @@ def points(cfg: Config):
     import numpy as np
     import pandas as pd
 
-    from gpolab.envs import loglinear
+    from gpolab.envs import loglinear  # deferred: jax
 
     params = loglinear.make(cfg.seed, prompts=cfg.prompts, responses=cfg.responses,
                             block=cfg.block, bound=cfg.bound, rho=cfg.rho)  # fmt: skip
@@ -122,8 +125,6 @@ def fit_table(cfg: Config, df):
     import numpy as np
     import pandas as pd
 
-    from gpolab.theory import curvature as theory
-
     bounds = {"grad_norm": theory.gradient_bound, "hess_norm": theory.hessian_bound}
     sigma = df["sigma"].to_numpy()
     rows = []
@@ -140,8 +141,6 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{fits, curvature}``; the points are one unit of work, kept in ``store`` under a key of
     every setting (all of them change the points).  ``key`` is unused: the instance is drawn
     from ``seed`` and the θ from ``seed + 1``, as before the lab protocol."""
-    from gpolab.store import PROVENANCE, digest
-
     cfg.validate()
     cell = digest({"lab": NAME, **configs.key_settings(cfg)})
     if store is not None and store.has(cell):
@@ -178,6 +177,4 @@ def report(cfg: Config, tables: dict) -> str:
 
 
 def figures(tables: dict) -> dict:
-    from gpolab.plots import curvature as plots
-
     return {"curvature.png": plots.curvature_figure}

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpolab.output import atomic
+
 
 def pyplot():
     import matplotlib
@@ -21,8 +23,6 @@ def pyplot():
 
 
 def save(fig, path) -> Path:
-    from gpolab.output import atomic
-
     plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,8 @@ import itertools
 import jax.numpy as jnp
 import numpy as np
 
+from gpolab import estimators
+from gpolab.envs import bandit
 from gpolab.theory import exact
 
 CLOSED = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -57,8 +59,6 @@ def oracle_terms(V: np.ndarray) -> tuple:
 
 def expected_gradient(params, h: np.ndarray, e1: np.ndarray, e0: np.ndarray) -> np.ndarray:
     """(P, d) E ĝ_x = e1 · u_1 + e0 · u_0 (module docstring) in local coordinates."""
-    from gpolab.envs import bandit
-
     pi = np.asarray(bandit.policy(params), np.float64)
     p = np.asarray(params.success, np.float64)
     W = np.asarray(bandit.score_table(params), np.float64)
@@ -82,8 +82,6 @@ def bias_sq(params, truth, spec: str, G: int, mode: str, B: int | None = None,
     """(bias², how) of ``spec`` under ``mode`` against the sequence-level gradient g:
     Σ_x f(x) ‖E ĝ_x − g_x‖² (``B`` None/0, as the sweep's per-prompt MSE) or ‖Σ_x f_x E ĝ_x − g‖²
     (B iid prompts).  NaN and the reason where there is no closed form."""
-    from gpolab.envs import bandit
-
     h = action_factors(mode, bandit.lengths_of(params), norm_length)
     if h is None:
         return float("nan"), f"none: {mode} couples the batch (Monte Carlo only)"
@@ -102,9 +100,6 @@ def enumerate_expected(params, spec: str, G: int, mode: str, norm_length=None, *
     """(P, d) E ĝ_x by summing over every joint outcome (action, reward) of the whole batch (one
     group per prompt, N = P·G responses; (2A)^N terms: tiny instances only).  Works for every
     mode, token-mean included; the advantages come from the registry on each outcome."""
-    from gpolab import estimators
-    from gpolab.envs import bandit
-
     probs = np.asarray(bandit.outcome_probs(params), np.float64)  # (P, 2A)
     P, two_a = probs.shape
     W = np.asarray(bandit.score_table(params), np.float64)

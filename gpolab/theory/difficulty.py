@@ -27,6 +27,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from gpolab import validate
+from gpolab.theory import exact
 
 _NAN = float("nan")
 _LO, _HI = np.exp(-10.0), 1e6  # bounds of a and b in every fit (log-parameters in [-10, log 1e6])
@@ -446,8 +447,6 @@ def kappa_mix(spec: str, G: int, a: float, b: float, **shared) -> dict:
 
     (I_t the regularized incomplete beta).  An estimator with no count table (``table.ok`` False:
     batch-scoped, needs V(x) or lengths, ...) gives NaN values and its ``reason``."""
-    from gpolab.theory import exact
-
     validate.real("a", a, 0.0, open_low=True)
     validate.real("b", b, 0.0, open_low=True)
     table = exact.registry_table(spec, G, strict=False, **shared)

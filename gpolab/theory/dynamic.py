@@ -60,7 +60,7 @@ import numpy as np
 from scipy.stats import binom
 
 from gpolab import validate
-from gpolab.theory import difficulty
+from gpolab.theory import difficulty, exact
 
 
 def nondegenerate_prob(truth, G: int) -> float:
@@ -119,8 +119,6 @@ def draws(q: float, B: int, max_draws: int) -> Draws:
 def nondegenerate_moments(truth, table, G: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per prompt (P,): q_x, κ_x^nd (E[ĝ_x; nondeg] = κ_x^nd g_x) and E[‖ĝ_x‖²; nondeg] of a
     count-table estimator (module docstring)."""
-    from gpolab.theory import exact
-
     V = np.asarray(truth.V, np.float64)
     gsq = np.sum(np.asarray(truth.g_local, np.float64) ** 2, axis=-1)
     S2, e_wz2 = (np.asarray(v, np.float64) for v in (truth.S2, truth.e_wz2))
@@ -137,8 +135,6 @@ def nondegenerate_moments(truth, table, G: int) -> tuple[np.ndarray, np.ndarray,
 
 def kept_moments(truth, table, G: int) -> tuple[np.ndarray, float, float]:
     """(μ, s, q): mean (D,) and second moment of one kept group's estimate, global coordinates."""
-    from gpolab.theory import exact
-
     q_x, kappa, second = nondegenerate_moments(truth, table, G)
     f = np.asarray(truth.prompt_probs, np.float64)
     q = float(f @ q_x)
@@ -151,8 +147,6 @@ def columns(truth, spec: str, G: int, B: int, max_draws: int, length=1, **shared
     without it, verl's loop (:data:`LOOP_COLUMN`) and the per-group rate 1/q
     (:data:`RATE_COLUMN`)); mean, MSE and scaled MSE of the kept-groups estimate for count-table
     estimators (else NaN: :func:`gpolab.theory.exact.registry_table` decides, every check run)."""
-    from gpolab.theory import exact
-
     q = nondegenerate_prob(truth, G)
     d = draws(q, B, max_draws)
     out = {

@@ -45,6 +45,8 @@ import numpy as np
 from scipy.stats import binom
 
 from gpolab import validate
+from gpolab.theory import mse as closed
+from gpolab.theory.mse import target_sq
 
 __all__ = [
     "Table",
@@ -90,7 +92,7 @@ class Moments:
 
 def canonical_groups(G: int) -> np.ndarray:
     """(G + 1, G) float64 binary groups: row c holds c ones, then G − c zeros."""
-    from gpolab.estimators import binary_groups
+    from gpolab.estimators import binary_groups  # deferred: jax (this module needs numpy, scipy)
 
     return binary_groups(G, np.float64)
 
@@ -207,7 +209,7 @@ def registry_table(
     one (then an estimator that needs only lengths is reward-only, if group-scoped).  Every
     check runs for every entry; the result (table or reason) of a built-in entry is cached per
     process (a user's function may be re-registered: never cached)."""
-    from gpolab import estimators
+    from gpolab import estimators  # deferred: jax, as in canonical_groups
 
     entry, _ = estimators.bind(spec, shared)
     if entry.user:
@@ -216,7 +218,7 @@ def registry_table(
 
 
 def _registry_table(spec: str, G: int, strict: bool, length, shared: tuple) -> Table:
-    from gpolab import estimators
+    from gpolab import estimators  # deferred: jax, as in canonical_groups
 
     entry, options = estimators.bind(spec, dict(shared))
     label = estimators.canonical(spec)
@@ -380,8 +382,6 @@ def best_scale(truth, table: Table, G: int, B: int | None = None, g_each=None) -
     rescaling the advantages)."""
     if not table.ok:
         return {"best_scale": float("nan"), "scaled_mse": float("nan")}
-    from gpolab.theory.mse import target_sq
-
     mo, f = _truth_moments(truth, table, G), _f64(truth.prompt_probs)
     target = target_sq(truth, B or None)
     if not B:
@@ -402,8 +402,6 @@ def theory_columns(
     ``theory_mse_se``, ``theory_bias_sq``, ``theory_best_scale``, ``theory_scaled_mse`` and
     ``theory`` (which formula: ``closed form`` for gpolab's own unbiased/mean estimators,
     ``count table`` (this module) for every other reward-only one, else ``none: <why>``)."""
-    from gpolab.theory import mse as closed
-
     table = registry_table(spec, G, strict=False, length=length, **shared)
     scaled = best_scale(truth, table, G, B)
     out = {"theory_best_scale": scaled["best_scale"], "theory_scaled_mse": scaled["scaled_mse"]}

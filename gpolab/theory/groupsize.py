@@ -37,6 +37,7 @@ import math
 import numpy as np
 
 from gpolab import validate
+from gpolab.theory import mse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +118,6 @@ def fixed_n_mse(c: Constants, N: int, G: int | float) -> float:
 def fixed_n_mse_se(truth, N: int, G: int) -> float:
     """Standard error of the exact fixed-N MSE from a Monte Carlo S2 (0 where S2 is exact): the
     per-prompt derivative f(x)(V² + σ²/(G − 1))/N, errors independent across prompts."""
-    from gpolab.theory import mse
-
     return mse.mse_se(truth, "loo", G, N // G)
 
 
