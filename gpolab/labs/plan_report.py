@@ -1,14 +1,10 @@
 """The ``gpolab plan`` report: the markdown text and the JSON summary of its tables
-(:mod:`gpolab.labs.plan`; its ``report`` and ``summary_json`` are these)."""
+(:mod:`gpolab.labs.plan`; its ``report`` and ``summary_json`` are these).  ``cfg`` is the
+lab's ``Config``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gpolab.labs import json_value, table_text
-
-if TYPE_CHECKING:
-    from gpolab.labs.plan import Config
 
 POOLED = "all"  # the window of the whole log
 
@@ -22,7 +18,7 @@ def _clean(d: dict) -> dict:
     return {k: json_value(v) for k, v in d.items()}
 
 
-def summary_json(cfg: Config, tables: dict) -> dict:
+def summary_json(cfg, tables: dict) -> dict:
     """The whole log as one JSON object (pooled), per-window detail nested under ``windows``."""
     p = pooled(tables)
     curve = tables["curve"]
@@ -54,7 +50,7 @@ def summary_json(cfg: Config, tables: dict) -> dict:
     }  # fmt: skip
 
 
-def report(cfg: Config, tables: dict) -> str:
+def report(cfg, tables: dict) -> str:
     """The markdown report."""
     p = pooled(tables)
     lines = [
@@ -139,7 +135,7 @@ def _fit_check_text(p: dict) -> str:
     )
 
 
-def _curve_text(cfg: Config, tables: dict, p: dict) -> list[str]:
+def _curve_text(cfg, tables: dict, p: dict) -> list[str]:
     curve = tables["curve"]
     at = curve[(curve["window"] == POOLED) & curve["G"].isin(sorted({*cfg.G, p["G"]}))]
     return ["## Degenerate groups and DAPO cost by G " + (
