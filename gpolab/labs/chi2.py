@@ -47,28 +47,37 @@ JSON = ("estimator", "n", "B", "G", "beta", "n_seeds", "rank", "lambda_min", "we
 
 
 class _Reading:
-    """The estimator specs for which ``test(entry, bracket options)`` holds: a live registry query
-    standing for a tuple in ``option(when=...)`` (a grid holds when it includes one of them)."""
+    """The estimator specs for which ``test(spec)`` holds: a live registry query standing for a
+    tuple in ``option(when=...)`` (a grid holds when it includes one of them).  Listed (help,
+    errors) as the built-in names it holds for, or as ``label`` when given."""
 
-    def __init__(self, test):
-        self.test = test
+    def __init__(self, test, label: str = ""):
+        self.test, self.label = test, label
 
     def __contains__(self, spec) -> bool:
         try:
-            return bool(self.test(*estimators.bind(spec)))
+            return bool(self.test(spec))
         except validate.ConfigError:
             return False
 
     def __iter__(self):
-        return iter([name for name in estimators.REGISTRY if name in self])
+        return iter([self.label] if self.label else [n for n in estimators.REGISTRY if n in self])
 
 
 def _reads(option_name: str) -> dict:
     """``when``: the grid includes an estimator reading ``option_name`` (not fixed by brackets)."""
-    return {"estimator": _Reading(lambda e, o: option_name in e.options and option_name not in o)}
+
+    def test(spec: str) -> bool:
+        entry, fixed = estimators.bind(spec)
+        return option_name in entry.options and option_name not in fixed
+
+    return {"estimator": _Reading(test)}
 
 
-MONTE_CARLO = {"estimator": _Reading(lambda e, o: not theory.closed_form(e.name) or o)}
+MONTE_CARLO = {"estimator": _Reading(
+    lambda spec: not theory.closed_form(spec) and not theory.why_not(spec),
+    "an estimator with a Monte Carlo law (grpo; `gpolab estimators` says which)",
+)}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
