@@ -345,12 +345,12 @@ class Arithmetic(Grouped):
         """Pre-training (all policies) once, the truth of a policy once, when first needed."""
         inst = cfg.instance
         policies = functools.cache(lambda: arithmetic.make(inst))
-        truth_of = jax.jit(arithmetic.exact, static_argnames="samples")
+        truth_of = jax.jit(arithmetic.exact)
 
         @functools.cache
         def arithmetic_setup(policy):
             a = policies()[policy]
-            truth = truth_of(a.truth_key, a.policy, a.questions, samples=a.truth_samples)
+            truth = truth_of(a)
             return (a.policy, truth, a.questions), truth
 
         return arithmetic_setup

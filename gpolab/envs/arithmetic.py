@@ -479,7 +479,15 @@ class ArithmeticTruth:
     c1: jax.Array
 
 
-def exact(
+def exact(params, *older, **kw) -> ArithmeticTruth:
+    """Truth of an :class:`ArithmeticInstance` (S2 with its key and sample count), the one
+    signature of every env; the older ``exact(key, policy, questions, samples=64)`` too."""
+    if isinstance(params, ArithmeticInstance):
+        return truth(params.truth_key, params.policy, params.questions, params.truth_samples)
+    return truth(params, *older, **kw)
+
+
+def truth(
     key: jax.Array, params: ArithmeticParams, questions: Questions, samples: int = 64
 ) -> ArithmeticTruth:
     """Truth of every question; S2 from ``samples`` sampled sequences per question."""
@@ -553,7 +561,7 @@ def value(instance: ArithmeticInstance, theta: jax.Array) -> jax.Array:
 def exact_at(instance: ArithmeticInstance, theta: jax.Array) -> ArithmeticTruth:
     """:func:`exact` at flat θ, with the instance's key and samples for S2."""
     policy = at(instance, theta)
-    return exact(instance.truth_key, policy, instance.questions, instance.truth_samples)
+    return truth(instance.truth_key, policy, instance.questions, instance.truth_samples)
 
 
 def sample_prompts(key: jax.Array, instance: ArithmeticInstance, n: int) -> jax.Array:

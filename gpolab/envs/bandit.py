@@ -73,7 +73,6 @@ class BanditTruth:
 NAME = "bandit"
 LOGLINEAR = {"kind": ("loglinear",)}
 DYNAMIC = {"dynamic_sampling": (True,)}
-DEFAULT_LOSS_AGG = "seq-mean-token-sum"  # = gpolab.estimators.DEFAULT_LOSS_AGG (tested)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,12 +25,15 @@ and θ3 matter); the Hessian has rank r.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from gpolab import validate
+from gpolab import configs, validate
+from gpolab.configs import option
 from gpolab.envs.sampling import inverse_cdf
 
 
@@ -51,7 +54,54 @@ class GaussianParams:
         return self.phi.shape[1]
 
 
-def make(
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """The Gaussian env's settings (:func:`make` draws the instance from ``instance_seed``)."""
+
+    prompts: int = option(4, "number of prompts P (>= rank)")
+    dim: int = option(3, "parameter dimension d")
+    rank: int = option(0, "rank r of the features (0: d)")
+    s: float = option(1.0, "reward scale")
+    h_min: float = option(0.8, "narrowest reward width")
+    h_max: float = option(1.25, "widest reward width")
+    eig_min: float = option(1.0, "smallest eigenvalue of the features' second moment")
+    eig_max: float = option(1.5, "largest eigenvalue of the features' second moment")
+    theta_scale: float = option(0.5, "scale of the optimum theta")
+    instance_seed: int = option(0, "seed of the instance")
+
+    def replace(self, **changes) -> Instance:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        check_instance(self.prompts, self.dim, self.rank or self.dim, self.s, self.h_min,
+                       self.h_max, self.eig_min, self.eig_max, self.theta_scale)  # fmt: skip
+        validate.integer("instance_seed", self.instance_seed, 0)
+
+
+def check_instance(prompts, dim, rank, s, h_min, h_max, eig_min, eig_max, theta_scale) -> None:
+    """Plain-Python checks of the settings of :func:`make`."""
+    validate.integer("dim", dim, 1)
+    validate.integer("rank", rank, 1, dim)
+    validate.integer("prompts", prompts, rank)
+    validate.real("s", s, low=0.0, open_low=True)
+    validate.real("h_min", h_min, low=0.0, open_low=True)
+    validate.real("h_max", h_max, low=h_min)
+    validate.real("eig_min", eig_min, low=0.0, open_low=True)
+    validate.real("eig_max", eig_max, low=eig_min)
+    validate.real("theta_scale", theta_scale, low=0.0)
+
+
+def make(inst: Instance | int = 0, **settings) -> GaussianParams:
+    """The instance of ``inst`` (an :class:`Instance`), or of a seed and keywords (the older
+    form, same instance)."""
+    if isinstance(inst, Instance):
+        fields = {f.name: getattr(inst, f.name) for f in dataclasses.fields(inst)}
+        seed, fields["rank"] = fields.pop("instance_seed"), inst.rank or None
+        return draw(seed, **fields)
+    return draw(inst, **settings)
+
+
+def draw(
     seed: int = 0,
     *,
     prompts: int = 4,
@@ -74,15 +124,7 @@ def make(
     and μ = Φθ°.  Prompts are uniform.
     """
     rank = dim if rank is None else rank
-    validate.integer("dim", dim, 1)
-    validate.integer("rank", rank, 1, dim)
-    validate.integer("prompts", prompts, rank)
-    validate.real("s", s, low=0.0, open_low=True)
-    validate.real("h_min", h_min, low=0.0, open_low=True)
-    validate.real("h_max", h_max, low=h_min)
-    validate.real("eig_min", eig_min, low=0.0, open_low=True)
-    validate.real("eig_max", eig_max, low=eig_min)
-    validate.real("theta_scale", theta_scale, low=0.0)
+    check_instance(prompts, dim, rank, s, h_min, h_max, eig_min, eig_max, theta_scale)
     rng = np.random.default_rng(seed)
     u = _equal_norm_frame(rng.normal(size=(prompts, rank)))
     o, _ = np.linalg.qr(rng.normal(size=(rank, rank)))

@@ -25,12 +25,15 @@ H_x = ∇²p_x = M_x ⊗ vvᵀ with v = (√(1 − ρ²), ρ), so ‖g_x‖ = �
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from gpolab import validate
+from gpolab import configs, validate
+from gpolab.configs import option
 from gpolab.envs import Env
 from gpolab.envs.sampling import inverse_cdf
 
@@ -76,7 +79,56 @@ class LogLinearTruth:
     mean_u: jax.Array  # (N, k) E_π u(x, ·)
 
 
-def make(
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """The log-linear env's settings (:func:`make` draws the instance from ``instance_seed``)."""
+
+    prompts: int = option(32, "number of prompts N")
+    responses: int = option(256, "responses per prompt A (>= 256)")
+    block: int = option(8, "feature dimension k (each prompt moves one block of theta)")
+    bound: float = option(1.0, "feature norm B")
+    rho: float = option(0.0, "overlap of the prompts' blocks, in [0, 1]")
+    p_low: float = option(0.02, "success fraction of the hardest prompt")
+    p_high: float = option(0.9, "success fraction of the easiest prompt")
+    align: float = option(0.5, "alignment of the reward with the features, in [0, 1]")
+    equal: bool = option(False, "every prompt the same (success fraction p_equal)")
+    p_equal: float = option(0.2, "success fraction of every prompt with equal")
+    instance_seed: int = option(0, "seed of the instance")
+
+    def replace(self, **changes) -> Instance:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        check_instance(self.prompts, self.responses, self.block, self.bound, self.rho,
+                       self.p_low, self.p_high, self.align, self.p_equal)  # fmt: skip
+        validate.integer("instance_seed", self.instance_seed, 0)
+
+
+def check_instance(prompts, responses, block, bound, rho, p_low, p_high, align, p_equal) -> None:
+    """Plain-Python checks of the settings of :func:`make`."""
+    validate.integer("prompts", prompts, 1)
+    validate.integer("responses", responses, 256)
+    validate.integer("block", block, 1)
+    validate.real("bound", bound, low=0.0, open_low=True)
+    validate.real("rho", rho, 0.0, 1.0)
+    validate.real("p_low", p_low, 0.0, 1.0, open_low=True)
+    validate.real("p_high", p_high, p_low, 1.0)
+    validate.real("p_equal", p_equal, 0.0, 1.0, open_low=True)
+    validate.real("align", align, 0.0, 1.0)
+    if p_high >= 1.0 or p_equal >= 1.0:
+        raise validate.ConfigError("p_high, p_equal: got 1; allowed: numbers in (0, 1)")
+
+
+def make(inst: Instance | jax.Array | int = 0, **settings) -> LogLinearParams:
+    """The instance of ``inst`` (an :class:`Instance`), or of a key or seed and keywords (the
+    older form, same instance)."""
+    if isinstance(inst, Instance):
+        fields = {f.name: getattr(inst, f.name) for f in dataclasses.fields(inst)}
+        return draw(fields.pop("instance_seed"), **fields)
+    return draw(inst, **settings)
+
+
+def draw(
     key: jax.Array | int = 0,
     *,
     prompts: int = 32,
@@ -96,17 +148,7 @@ def make(
     r(x, y) = 1 for the round(q_x·A) responses with the largest ⟨u(x, y), w⟩,
     q_x = p_low·(p_high/p_low)^{x/(N−1)} (``equal``: q_x = p_equal and u(x, ·) = u(0, ·)).
     """
-    validate.integer("prompts", prompts, 1)
-    validate.integer("responses", responses, 256)
-    validate.integer("block", block, 1)
-    validate.real("bound", bound, low=0.0, open_low=True)
-    validate.real("rho", rho, 0.0, 1.0)
-    validate.real("p_low", p_low, 0.0, 1.0, open_low=True)
-    validate.real("p_high", p_high, p_low, 1.0)
-    validate.real("p_equal", p_equal, 0.0, 1.0, open_low=True)
-    validate.real("align", align, 0.0, 1.0)
-    if p_high >= 1.0 or p_equal >= 1.0:
-        raise validate.ConfigError("p_high, p_equal: got 1; allowed: numbers in (0, 1)")
+    check_instance(prompts, responses, block, bound, rho, p_low, p_high, align, p_equal)
     key = jax.random.key(key) if isinstance(key, int) else key
     k_u, k_w, k_n = jax.random.split(key, 3)  # float32 draws: the same instance in float64 mode
     rows = 1 if equal else prompts
