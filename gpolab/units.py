@@ -20,7 +20,7 @@ import sys
 import jax
 import numpy as np
 
-from gpolab import cells, engine, estimators
+from gpolab import cells, engine, estimators, validate
 from gpolab.envs import arithmetic, bandit, tree
 from gpolab.theory import aggregation, dynamic, exact
 from gpolab.theory import mse as theory_mse
@@ -36,8 +36,6 @@ ARITHMETIC_CHUNK = 32
 
 def check_common(cfg) -> None:
     """The settings every env reads (seeds, seed, chunk, ddof, eps) and the env's instance."""
-    from gpolab import validate
-
     validate.seeds("seeds", cfg.seeds, 1)
     validate.integer("chunk", cfg.chunk, 0)
     validate.integer("seed", cfg.seed, 0)
@@ -79,8 +77,6 @@ class Grouped:
     REPORT: tuple[str, ...] = ()
 
     def validate(self, cfg) -> None:
-        from gpolab import validate
-
         check_common(cfg)
         validate.group_sizes("G", cfg.G)
         for mode in cfg.loss_agg:
@@ -210,9 +206,7 @@ class Bandit(Grouped):
     def validate(self, cfg) -> None:
         super().validate(cfg)
         if cfg.instance.dynamic_sampling and tuple(cfg.loss_agg) != (DEFAULT_AGG,):
-            from gpolab.validate import ConfigError
-
-            raise ConfigError(f"loss_agg: got {','.join(cfg.loss_agg)}; allowed with "
+            raise validate.ConfigError(f"loss_agg: got {','.join(cfg.loss_agg)}; allowed with "
                               f"dynamic_sampling: {DEFAULT_AGG} only")  # fmt: skip
 
     def setup(self, cfg):
@@ -384,8 +378,6 @@ class Tree:
               "theory_degenerate_frac", "seconds"]  # fmt: skip
 
     def validate(self, cfg) -> None:
-        from gpolab import validate
-
         check_common(cfg)
         for v in cfg.estimators:
             validate.choice("estimators", v, estimators.TREE_VARIANTS)
@@ -468,8 +460,6 @@ class Unknown:
     """Not an env: ``validate`` says which are."""
 
     def validate(self, cfg) -> None:
-        from gpolab import validate
-
         validate.choice("env", cfg.env, tuple(ENVS))
 
 

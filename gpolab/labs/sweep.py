@@ -15,10 +15,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpolab import configs, estimators, units, validate
+from gpolab import configs, engine, estimators, units, validate
 from gpolab.configs import option
 from gpolab.envs import arithmetic, bandit, tree
+from gpolab.labs import table_text
 from gpolab.stats import agreement, joint_test  # noqa: F401  (sweep.joint_test: claims, tests)
+from gpolab.store import digest
 
 NAME = "sweep"
 TABLES = ("results",)
@@ -139,8 +141,6 @@ def _bandit_rows(cfg, cell, m, truth, policy, params) -> list[dict]:
 
 
 def config_hash(cfg: Config) -> str:
-    from gpolab.store import digest
-
     return digest(dataclasses.asdict(cfg))
 
 
@@ -178,8 +178,6 @@ def cell_keys(cfg: Config) -> list[str]:
 
 
 def _keys(ids: list[dict], settings: list[dict]) -> list[str]:
-    from gpolab.store import digest
-
     return [digest({"lab": NAME, "schema": SCHEMA, "settings": s, "row": rid})
             for rid, s in zip(ids, settings, strict=True)]  # fmt: skip
 
@@ -281,8 +279,6 @@ def _compute(cfg: Config, pending: set[int], rows_of, store, on_row, key) -> dic
     ``rows_of`` = (ids, settings, keys) of every row."""
     import jax
 
-    from gpolab import engine
-
     env = units.ENVS[cfg.env]
     setup = make_setup(cfg)
     key = jax.random.key(cfg.seed) if key is None else key
@@ -310,8 +306,6 @@ def _compute(cfg: Config, pending: set[int], rows_of, store, on_row, key) -> dic
 
 
 def report(cfg: Config, tables: dict) -> str:
-    from gpolab.labs import table_text
-
     return table_text(tables["results"], units.ENVS[cfg.env].report_columns(cfg))
 
 
