@@ -271,11 +271,12 @@ def arithmetic(cfg: BenchConfig) -> dict:
     import jax
 
     from gpolab import cells
+    from gpolab.envs import arithmetic as env
     from gpolab.labs.sweep import SweepConfig, arithmetic_chunk, make_setup
 
-    sweep = SweepConfig(env="arithmetic", policy=("instruct",))
+    sweep = SweepConfig(env="arithmetic", instance=env.Instance(policy=("instruct",)))
     args, _ = make_setup(sweep)("instruct")
-    cell = cells.ArithmeticCell(sweep.estimators, G=16, Q=sweep.per_seed)
+    cell = cells.ArithmeticCell(sweep.estimators, G=16, Q=sweep.instance.per_seed)
     n = 256 if cfg.quick else 2048
     seconds, compile_s, _, chunk = _timed_run(
         cells.arithmetic_error,
