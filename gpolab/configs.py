@@ -217,6 +217,13 @@ def replace(cfg, **changes):
     return dataclasses.replace(cfg, **own, instance=inst)
 
 
+def _applies(cls, chosen, name: str) -> bool:
+    """Whether ``name`` is an own field of ``cls`` or a field of env ``chosen``'s instance."""
+    icls = instances(cls)[1].get(chosen)
+    own = _flat(cls).get(name, (cls,))[0] is cls
+    return own or icls is None or name in {f.name for f in dataclasses.fields(icls)}
+
+
 def check_instance_names(cls, chosen, names, label=lambda n: n) -> None:
     """Each of ``names`` that is an instance field must be one of env ``chosen``'s."""
     spec = instances(cls)
@@ -368,6 +375,8 @@ def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source
     else:
         sizes = {**cls.QUICK, **mode_quick, **(file_quick or {})} if quick else {}
     quick = {k: v for k, v in sizes.items() if k not in typed}
+    if instances(cls) is not None:  # a quick size of another env's instance is not used
+        quick = {k: v for k, v in quick.items() if _applies(cls, chosen, k)}
     cfg = replace(cls(), **mode_defaults)
     for where, changes in ((f"[{lab}]", table), ("[quick]", quick), ("", typed)):
         prefix = f"{name} {where} ".lstrip() if where and name else ""

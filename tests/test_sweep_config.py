@@ -77,3 +77,10 @@ def test_sweep_lab_never_branches_on_the_env_name():
     import inspect
 
     assert "env ==" not in inspect.getsource(sweep)
+
+
+def test_quick_sizes_of_another_envs_instance_are_not_used():
+    sizes = {"seeds": 300, "K": (2,), "truth_samples": 16}
+    cfg = configs.resolve(sweep.Config, table={"env": "arithmetic"}, quick=sizes)
+    assert cfg.seeds == 300 and cfg.instance.truth_samples == 16
+    assert configs.resolve(sweep.Config, table={"env": "tree"}, quick=sizes).instance.K == (2,)
