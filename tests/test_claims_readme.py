@@ -1,7 +1,7 @@
 """The claims ledger against today's code (slow: one `gpolab claims --quick` per test session).
 
 * The shipped verdicts are never stale: every quick verdict equals the ledger page's
-  (docs/claims.md, which the README's summary repeats: tests/test_claims.py), except for the
+  (docs/claims.md, which the README's summary repeats: tests/labs/test_claims.py), except for the
   claims whose ledger entry says why the quick sizes cannot decide them (``quick = "why"``).
 * Every rule reads a value with its standard error.
 * Every statistic has a negative control: the quick tables of its experiment, altered so that

@@ -52,3 +52,12 @@ def test_classifiers_state_the_python_range():
     )
     assert minors and minors[0] == int(low)
     assert minors == list(range(minors[0], minors[-1] + 1))  # no gap in the tested range
+
+
+def test_tests_mirror_the_package_layout():
+    """Every test folder is a gpolab package's namesake (tests/labs/ tests gpolab/labs/) and a
+    package of its own (test files may share a name across folders: labs/ and envs/ test_tree)."""
+    tests = Path(__file__).parent
+    for folder in (p for p in tests.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        assert (ROOT / "gpolab" / folder.name).is_dir(), f"tests/{folder.name}: no gpolab package"
+        assert (folder / "__init__.py").exists(), f"tests/{folder.name}: missing __init__.py"

@@ -7,7 +7,7 @@ responses of a batch.  gpolab's estimators so far are ``seq-mean-token-sum`` (c_
 
 Modes (verl's names; verl/trainer/ppo/core_algos.py::agg_loss in verl 0.9.1 from PyPI and in
 b178a3cd (v0.7.0-125), both differentiated per token against :func:`loss_weights` in
-tests/test_verl_reference.py, one data-parallel rank):
+tests/estimators/test_verl_reference.py, one data-parallel rank):
 
 =========================== ===================== =====================================
 mode                        c_i                   verl ``agg_loss`` branch

@@ -19,7 +19,7 @@ Sources read (the ``source`` of each :data:`SPECS` entry names file and function
   ``verl/trainer/ppo/ray_trainer.py::compute_advantage`` (what the trainer passes).  Checked by
   running verl's own functions, both versions, on the same batches as these (G = 1, 2, 3, 4, 5,
   8; binary, graded and normal rewards; all-equal and tiny-variance groups; float32 and
-  float64): ``tests/test_verl_reference.py`` holds 0.9.1's outputs and redoes the comparison when
+  float64): ``tests/estimators/test_verl_reference.py`` holds 0.9.1's outputs and redoes the comparison when
   verl is installed.  Every verl entry equals both versions up to the float32 rounding inside
   verl, except ``verl/grpo_vectorized``: it follows b178a3cd, and 0.9.1 differs on groups whose
   variance is below ``epsilon`` (see that function).

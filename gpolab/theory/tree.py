@@ -55,7 +55,7 @@ E[S² | p]/S∞² (thought-std: ((p − μ)² + w − v)/v; leaf-std: (1 − 2μ
 binomial moments E[e³|p] = p(1−p)(1−2p)/M², E[e⁴|p] = p(1−p)(1 + 3(M−2)p(1−p))/M³.  eps enters
 as the factor (1 + eps/S∞)⁻².  The error is O(1/K²) and grows at small M (degenerate groups are not
 in the expansion), so :func:`variance` returns NaN below ``k_min`` (default 16).  Every formula
-is checked against Monte Carlo in tests/test_treelab.py.
+is checked against Monte Carlo in tests/labs/test_tree.py.
 
 **Degenerate groups** (all V̂_k equal): P = Σ_j P(V̂ = j/M)^K (:func:`degenerate_prob`).
 """

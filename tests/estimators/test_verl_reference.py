@@ -16,7 +16,7 @@ the tiny-variance group (rounding / std ~3e-5), and grpo_vectorized vs b178a3cd,
 
 Regenerate the table (needs only numpy, torch and verl; gpolab and jax are not imported):
 
-    python tests/test_verl_reference.py        # prints VERL_091 for the installed verl
+    python tests/estimators/test_verl_reference.py        # prints VERL_091 for the installed verl
 """
 
 import numpy as np

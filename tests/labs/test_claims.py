@@ -112,7 +112,7 @@ def test_the_ledger_page_and_the_readme_summary_are_the_ledger_in_order():
     in the ledger's order with one verdict, and agree on the verdicts."""
     from pathlib import Path
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     ledger = claims.load(claims.LEDGER)
     for path, cells in ((root / "docs" / "claims.md", 6), (root / "README.md", 3)):
         m = claims_report.BLOCK.search(path.read_text())
@@ -190,7 +190,7 @@ def test_the_shipped_experiments_are_found_from_any_working_directory(tmp_path, 
     assert exp.config(True, cfg.results).out == str(tmp_path / "r" / "bandit_mse_vs_G-quick")
     with pytest.raises(ConfigError, match="experiments: got 'nope'"):
         cfg.replace(experiments="nope").validate()
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     data = tomllib.loads((root / "pyproject.toml").read_text())
     patterns = data["tool"]["setuptools"]["package-data"]["gpolab"]
     shipped = {p.name for pat in patterns for p in (root / "gpolab").glob(pat)}
