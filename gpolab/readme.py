@@ -236,7 +236,6 @@ def _loss_render(v: dict) -> str:
 
 
 # ---- DAPO dynamic sampling ---------------------------------------------------------------------
-RATE = "theory_draws_per_kept_group_nocap"
 
 
 def _dynamic_extract(t: dict) -> dict:

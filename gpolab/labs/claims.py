@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import ClassVar
 
-from gpolab import configs, experiments, labs, output, validate
+from gpolab import configs, experiments, labs, output, stats, validate
 from gpolab.configs import option
 from gpolab.labs import claims_stats
 from gpolab.labs.claims_report import PAPERS, VERDICTS, markdown, report  # noqa: F401 (protocol)
@@ -266,11 +266,9 @@ def figures(tables: dict) -> dict:
 
 
 def _joint(rows, by=("estimator",)) -> tuple[float, float]:
-    """(joint p, largest |z|) of :func:`gpolab.labs.sweep.joint_test`; NaN when no row has
-    exact theory (no test is no pass)."""
-    from gpolab.labs.sweep import joint_test
-
-    t = joint_test(rows, by)
+    """(joint p, largest |z|) of :func:`gpolab.stats.joint_test`; NaN when no row has exact
+    theory (no test is no pass)."""
+    t = stats.joint_test(rows, by)
     return (math.nan, math.nan) if t is None else (t["joint_p"], t["max_abs_z"])
 
 
