@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import time
 from collections.abc import Callable
 from typing import ClassVar, NamedTuple
 
@@ -35,6 +36,7 @@ import numpy as np
 from gpolab import configs, engine, envs, train, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import Env, arithmetic, bandit
+from gpolab.store import cell_key, config_hash, resume
 from gpolab.theory import groupsize as theory
 
 NAME = "groupsize"
@@ -407,12 +409,7 @@ def row_settings(cfg: Config, rid: dict) -> dict:
 def cell_keys(cfg: Config) -> list[str]:
     """Store key of every row: its id and :func:`row_settings` (not the other grid values, the
     other env's settings, the output folder or the chunk size)."""
-    from gpolab.store import digest
-
-    return [
-        digest({"lab": NAME, "settings": row_settings(cfg, rid), "row": rid})
-        for rid in row_ids(cfg)
-    ]
+    return [cell_key(NAME, settings=row_settings(cfg, rid), row=rid) for rid in row_ids(cfg)]
 
 
 def cells(cfg: Config) -> int:
@@ -429,10 +426,6 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     training) next to the prediction, "curve": the exact MSE over continuous G (fixed θ)}``;
     resumable per cell through ``store``.  The env (bandit instance, pre-trained arithmetic
     policy) is built only if a cell is missing."""
-    import time
-
-    from gpolab.store import resume
-
     cfg.validate()
     key = jax.random.key(cfg.seed) if key is None else key
     ids = row_ids(cfg)
@@ -449,18 +442,12 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         store,
         cell_keys(cfg),
         compute,
-        config_hash=config_hash(cfg),
+        config_hash=config_hash(cfg),  # no output folder or chunk
         on_skip=None if progress is None else progress.skip,
         on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
     )
     summary = train_summary(df) if cfg.train else fixed_summary(df)
     return {"results": df, "summary": summary, "curve": theory_curve(df, cfg.train)}
-
-
-def config_hash(cfg: Config) -> str:
-    from gpolab.store import digest
-
-    return digest(dataclasses.asdict(cfg))
 
 
 def label(row: dict) -> str:

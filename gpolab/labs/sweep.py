@@ -9,6 +9,7 @@ Python before anything is traced.  Rows carry every setting their numbers depend
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import ClassVar
@@ -20,7 +21,7 @@ from gpolab.configs import option
 from gpolab.envs import arithmetic, bandit, tree
 from gpolab.labs import table_text
 from gpolab.stats import agreement, joint_test  # noqa: F401  (sweep.joint_test: claims, tests)
-from gpolab.store import digest
+from gpolab.store import cell_key, config_hash, resume
 
 NAME = "sweep"
 TABLES = ("results",)
@@ -140,10 +141,6 @@ def _bandit_rows(cfg, cell, m, truth, policy, params) -> list[dict]:
     return units.ENVS[cfg.env].rows(cfg, cell, m, truth, policy, params)
 
 
-def config_hash(cfg: Config) -> str:
-    return digest(dataclasses.asdict(cfg))
-
-
 def _row_ids(cfg: Config) -> list[dict]:
     """One id per table row, in table order."""
     return units.ENVS[cfg.env].row_ids(cfg)
@@ -178,7 +175,7 @@ def cell_keys(cfg: Config) -> list[str]:
 
 
 def _keys(ids: list[dict], settings: list[dict]) -> list[str]:
-    return [digest({"lab": NAME, "schema": SCHEMA, "settings": s, "row": rid})
+    return [cell_key(NAME, schema=SCHEMA, settings=s, row=rid)
             for rid, s in zip(ids, settings, strict=True)]  # fmt: skip
 
 
@@ -203,14 +200,32 @@ def _agree(pending: set[int], n: int) -> set[int]:
     return {int(i) for i in np.flatnonzero(mask)}
 
 
+def _grouper(cfg: Config, ids: list[dict], plan: dict) -> Callable:
+    """``group(indices)`` of :func:`gpolab.store.resume`: the compiled units covering the rows
+    ``indices`` (:meth:`gpolab.units.Grouped.units`), each unit's (context, cell) kept in
+    ``plan`` under its rows for :func:`_computer`."""
+
+    def group(indices):
+        for rows, context, cell in units.ENVS[cfg.env].units(cfg, ids, set(indices)):
+            plan[tuple(rows)] = (context, cell)
+            yield rows
+
+    return group
+
+
 def share_cells(cfg: Config, i: int, n: int) -> set[int]:
     """The cells (row indices) of share ``i`` of ``n``: whole compiled units, unit j going to
     share j mod n, so jobs of an array never split the draws one unit shares, and their union is
-    every cell exactly once."""
+    every cell exactly once (:func:`gpolab.store.resume`'s ``share``)."""
+    _check_share(i, n)
+    ids = _row_ids(cfg)
+    group = _grouper(cfg, ids, {})
+    return {r for j, rows in enumerate(group(range(len(ids)))) if j % n == i for r in rows}
+
+
+def _check_share(i: int, n: int) -> None:
     validate.integer("cells (n)", n, 1)
     validate.integer("cells (i)", i, 0, n - 1)
-    units = _units(cfg, set(range(cells(cfg))))
-    return {r for j, (rows, _, _) in enumerate(units) if j % n == i for r in rows}
 
 
 def unit_key(cfg: Config, key, context, cell):
@@ -243,66 +258,71 @@ def run_sweep(
 ):
     """Validate ``cfg``, run every cell, return a pandas DataFrame with one row per cell.
 
-    With a :class:`gpolab.store.Store`, finished rows are read back instead of recomputed and
-    each new row is written atomically as soon as its unit finishes (resumable).  ``seconds`` is
-    the wall time of the compiled unit a row belongs to (compile included), split evenly among
-    its rows.  ``share=(i, n)``: only the compiled units j with j mod n = i (a job array's share,
-    :func:`share_cells`); the rows returned are that share's.
+    Through :func:`gpolab.store.resume`: with a :class:`gpolab.store.Store`, finished rows are
+    read back instead of recomputed and each new row is written atomically as soon as its unit
+    finishes (resumable).  ``seconds`` is the wall time of the compiled unit a row belongs to
+    (compile included), split evenly among its rows.  ``share=(i, n)``: only the compiled units
+    j with j mod n = i (a job array's share, :func:`share_cells`); the rows returned are that
+    share's.  In a multi-process run process 0 decides which cells every process computes.
     """
     cfg.validate()
-    import pandas as pd
-
-    ids = _row_ids(cfg)
+    if share is not None:
+        _check_share(*share)
+    ids, plan = _row_ids(cfg), {}
     settings = _settings(cfg, ids)
-    keys = _keys(ids, settings)
-    mine = share_cells(cfg, *share) if share else set(range(len(keys)))
-    keys = [k if i in mine else None for i, k in enumerate(keys)]
-    pending = _agree({i for i in mine if store is None or not store.has(keys[i])}, len(keys))
-    if on_skip is not None and len(pending) < len(mine):
-        on_skip(len(mine) - len(pending))
-    rows = _compute(cfg, pending, (ids, settings, keys), store, on_row, key) if pending else {}
-    mine = sorted(mine)
-    if store is not None:
-        df = store.read([keys[i] for i in mine])
-    else:  # a multi-process run's other processes: only the cells computed now
-        df = pd.DataFrame([rows[i] for i in mine if i in rows])
-        if df.empty:
-            return df
+    df = resume(
+        store,
+        _keys(ids, settings),
+        _computer(cfg, plan, settings, key),
+        config_hash=config_hash(cfg),  # no output folder, chunk or sharding
+        group=_grouper(cfg, ids, plan),
+        share=share,
+        agree=_agree,
+        on_skip=on_skip,
+        on_unit=None if on_row is None else lambda rows: on_row(rows[0]),
+    )
+    if df.empty:  # a multi-process run's other processes when nothing was left to compute
+        return df
     for col in ("G", "K", "M", "B", "ddof"):
         df[col] = df[col].astype("Int64")
     units.ENVS[cfg.env].finish(cfg, df)
     return df
 
 
-def _compute(cfg: Config, pending: set[int], rows_of, store, on_row, key) -> dict[int, dict]:
-    """The rows of the pending cells, unit by unit (each written to ``store`` when done);
-    ``rows_of`` = (ids, settings, keys) of every row."""
-    import jax
-
+def _computer(cfg: Config, plan: dict, settings: list[dict], key) -> Callable:
+    """``compute(unit)`` of :func:`gpolab.store.resume`: one engine run of the unit's cell, one
+    row list per cell of the unit.  The instance, its truth and the key are built at the first
+    unit computed (never when every cell is stored)."""
     env = units.ENVS[cfg.env]
-    setup = make_setup(cfg)
-    key = jax.random.key(cfg.seed) if key is None else key
-    eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
-    fn, chunk = env.error(cfg), cfg.chunk or env.chunk(cfg)
-    mesh = engine.seed_mesh() if cfg.shard else engine.LOCAL
-    (ids, settings, keys), chash, rows = rows_of, config_hash(cfg), {}
-    for idx, context, cell in env.units(cfg, ids, pending):
+    state = functools.cache(lambda: _run_state(cfg, env, key))
+
+    def compute(unit: list[int]) -> list[list[dict]]:
+        setup, key, eps, fn, chunk, mesh = state()
         start = time.perf_counter()
+        context, cell = plan[tuple(unit)]
         args, truth = setup(context)
         cell = env.prepare(cfg, cell, truth)
         m = engine.run(fn, cell, (*args, eps), env.unit_key(key, context, cell), cfg.seeds,
                        chunk, mesh=mesh)  # fmt: skip
         new = env.rows(cfg, cell, m, truth, context, args[0])
         wall = time.perf_counter() - start
-        for i, row in zip(idx, new, strict=True):
+        for i, row in zip(unit, new, strict=True):
             row.update({k: v for k, v in settings[i].items() if k not in row})
             row["seconds"] = wall / len(new)
-            if store is not None:
-                store.write(keys[i], [row], chash, row["seconds"])
-            rows[i] = row
-            if on_row is not None:
-                on_row(row)
-    return rows
+        return [[row] for row in new]
+
+    return compute
+
+
+def _run_state(cfg: Config, env, key) -> tuple:
+    """(setup, key, eps, error function, chunk, mesh) of a run that computes something."""
+    import jax
+
+    setup = make_setup(cfg)  # first: it switches float64 mode on before any array is made
+    key = jax.random.key(cfg.seed) if key is None else key
+    eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
+    mesh = engine.seed_mesh() if cfg.shard else engine.LOCAL
+    return setup, key, eps, env.error(cfg), cfg.chunk or env.chunk(cfg), mesh
 
 
 def report(cfg: Config, tables: dict) -> str:
