@@ -18,8 +18,6 @@ Run ``python -m gpolab.theory.arithmetic_terms`` for the table of the sweep's de
 
 from __future__ import annotations
 
-import argparse
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -111,24 +109,31 @@ def markdown(rows: dict[str, dict]) -> str:
     return "\n".join([head, sep, *body])
 
 
+def table(inst: ar.Instance) -> str:
+    """The markdown table of :func:`split` for every policy of the instance ``inst`` (the
+    sweep's truth key and Monte Carlo draws: ``inst.truth_samples``)."""
+    rows = {}
+    for name, pol in ar.make(inst).items():
+        rows[name] = split(terms(pol.truth_key, pol.policy, pol.questions, pol.truth_samples))
+    return markdown(rows)
+
+
 def main(argv=None) -> None:
+    """``python -m gpolab.theory.arithmetic_terms [--questions N --strength a,b,c ...]``: the
+    flags are the arithmetic instance's own (:class:`gpolab.envs.arithmetic.Instance`, the same
+    as ``gpolab sweep --env arithmetic``'s), read by the one flag mechanism."""
+    import argparse
+
+    from gpolab import configs
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--questions", type=int, default=500)
-    p.add_argument("--filler", type=int, default=64)
-    p.add_argument("--hidden", type=int, default=32)
-    p.add_argument("--strength", default="0.15,0.40,0.65", help="mean V of base,instruct,icl")
-    p.add_argument("--filler-sharpen", type=float, default=0.0)
-    p.add_argument("--truth-samples", type=int, default=256)
-    p.add_argument("--instance-seed", type=int, default=0)
-    a = p.parse_args(argv)
-    q = ar.make_questions(a.instance_seed, a.questions)
-    targets = dict(zip(ar.POLICIES, map(float, a.strength.split(",")), strict=True))
-    policies = ar.pretrain(
-        q, a.instance_seed, a.hidden, targets, filler=a.filler, filler_sharpen=a.filler_sharpen
-    )
-    key = jax.random.fold_in(jax.random.key(a.instance_seed), 1)  # the sweep's truth key
-    rows = {n: split(terms(key, pol, q, a.truth_samples)) for n, pol in policies.items()}
-    print(markdown(rows))
+    configs.add_flags(p, ar.Instance)
+    try:
+        inst = configs.replace(ar.Instance(), **configs.typed(p.parse_args(argv), ar.Instance))
+        inst.validate()
+    except configs.ConfigError as err:  # one line, as every gpolab command
+        p.exit(2, f"arithmetic_terms: error: {err}\n")
+    print(table(inst))
 
 
 if __name__ == "__main__":
