@@ -23,6 +23,7 @@ import functools
 import json
 import math
 import re
+import sys
 import tomllib
 import typing
 from pathlib import Path
@@ -196,6 +197,7 @@ def replace(cfg, **changes):
     (``prompts``) changes ``cfg.instance``; a new selector value (``env``) starts from that
     env's default instance; a field the selected env's instance lacks is an error."""
     cls, spec = type(cfg), instances(type(cfg))
+    changes = aliased(cls, changes)
     own_names = {f.name for f in dataclasses.fields(cls)}
     own = {k: v if k == "instance" else coerce(cls, k, v) for k, v in changes.items()
            if k in own_names}  # fmt: skip
@@ -358,7 +360,7 @@ def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source
     entries name ``source`` (the file) and its table."""
     lab = getattr(cls, "LAB", cls.__name__)
     name = Path(source).name if source else ""
-    typed, table = aliased(cls, typed or {}), aliased(cls, inline(table or {}))
+    typed, table = aliased(cls, typed or {}, flag), aliased(cls, inline(table or {}))
     mode_defaults, mode_quick = {}, {}
     for (field, value), extra in getattr(cls, "MODES", {}).items():
         if coerce(cls, field, typed.get(field, table.get(field, getattr(cls(), field)))) == value:
@@ -417,14 +419,34 @@ def dumps(cfg, lab: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def aliased(cls, changes: dict) -> dict:
-    """``changes`` with deprecated names (``ALIASES``: old → new) under their new names."""
+def aliases(cls) -> dict:
+    """Deprecated names (old → new) of ``cls``: its ``ALIASES`` and, for a config holding an
+    env's instance, each Instance class's ``ALIASES`` (an instance field renamed by its env)
+    where the old name is not a setting itself."""
+    out = dict(getattr(cls, "ALIASES", {}))
+    spec = instances(cls)
+    for icls in spec[1].values() if spec is not None else ():
+        out |= {o: n for o, n in getattr(icls, "ALIASES", {}).items() if o not in _flat(cls)}
+    return out
+
+
+_NOTED: set[str] = set()  # old names already noted in this process
+
+
+def aliased(cls, changes: dict, form=str) -> dict:
+    """``changes`` with deprecated names (:func:`aliases`: old → new) under their new names; the
+    first use of an old name in the process prints one note on stderr naming both as ``form``
+    writes them (:func:`flag` for flags, the key itself in files and keywords)."""
     out = dict(changes)
-    for old, new in getattr(cls, "ALIASES", {}).items():
+    for old, new in aliases(cls).items():
         if old in out:
             if new in out:
                 raise ConfigError(f"{old}: an older name of {new}; allowed: one of them")
             out[new] = out.pop(old)
+            if old not in _NOTED:
+                _NOTED.add(old)
+                print(f"note: {form(old)} is deprecated; use {form(new)} (same meaning)",
+                      file=sys.stderr)  # fmt: skip
     return out
 
 
@@ -465,12 +487,13 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
             flag(name), dest=name, default=None, metavar=name.upper(),
             help=f"{help_text} (default: {shown})",
         )  # fmt: skip
-    for old, new in getattr(cls, "ALIASES", {}).items():
+    for old, new in aliases(cls).items():
         parser.add_argument(flag(old), dest=old, default=None, metavar=old.upper(),
                             help=f"deprecated: the older name of {flag(new)}")  # fmt: skip
 
 
 def typed(args: argparse.Namespace, cls) -> dict:
     """The config fields whose flags the user typed."""
-    names = [*_flat(cls), *getattr(cls, "ALIASES", {})]
-    return aliased(cls, {n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
+    names = [*_flat(cls), *aliases(cls)]
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    return aliased(cls, given, flag)
