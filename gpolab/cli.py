@@ -40,7 +40,7 @@ EXAMPLES = {
         "gpolab sweep --env tree --K 4,16 --M 1,4 --quick",
     ),
     "chi2": ("gpolab chi2 --quick", "gpolab chi2 --estimator loo --G 8 --B 4 --seeds 2000"),
-    "tree": ("gpolab tree --quick", "gpolab tree --budget 64 --quick"),
+    "tree": ("gpolab tree --quick", "gpolab tree --leaves 64 --quick"),
     "train": ("gpolab train --quick", "gpolab train --estimators grpo,loo --G 8 --quick"),
     "stdnorm": ("gpolab stdnorm --quick", "gpolab stdnorm --estimators grpo,loo --quick"),
     "curvature": ("gpolab curvature --quick", "gpolab curvature --prompts 8 --quick"),

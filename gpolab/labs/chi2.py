@@ -29,18 +29,19 @@ from flax import struct
 from scipy import stats
 
 from gpolab import configs, engine, estimators, train, validate
-from gpolab.configs import option
+from gpolab.configs import borrow, option
 from gpolab.envs import gaussian
 from gpolab.labs import table_text
 from gpolab.plots import chi2 as plots
 from gpolab.progress import Clock
-from gpolab.store import digest, resume
+from gpolab.store import cell_key, config_hash, digest, resume
 from gpolab.theory import chi2 as theory
 
 NAME = "chi2"
 TABLES = ("results", "samples", "law")
 DEFAULT = ("vanilla", "loo", "oracle", "mean", "grpo")  # the default run; streams 0-4 (stream)
 LAW_POINTS = 4096  # CDF grid of each predicted law (uniform in √x up to its 1 − 1e-10 quantile)
+STORED_NAMES = {"instance_seed": "env_seed"}  # in the cell keys: its name before --instance-seed
 JSON = ("estimator", "n", "B", "G", "beta", "n_seeds", "rank", "lambda_min", "weights",
         "predicted_mean", "empirical_mean", "ci_low", "ci_high", "ks_stat", "ks_pvalue",
         "seconds")  # fmt: skip
@@ -92,6 +93,7 @@ class Config:
 
     LAB: ClassVar[str] = NAME
     QUICK: ClassVar[dict] = {"seeds": 512}  # experiments/chi2.toml's [quick] also cuts n
+    ALIASES: ClassVar[dict] = {"env_seed": "instance_seed"}  # deprecated: --env-seed
 
     estimator: tuple[str, ...] = option(DEFAULT, "comma list of estimator specs with a limit law "
                                         "(group-scoped, needing at most V(x)), or all")  # fmt: skip
@@ -101,16 +103,15 @@ class Config:
     seeds: int = option(4096, "independent SGD runs")
     n: tuple[int, ...] = option((100, 1000, 10_000), "comma list of step counts n at which "
                                 "n*gap is recorded (strictly increasing)")  # fmt: skip
-    prompts: int = option(4, "number of prompts P")
-    dim: int = option(3, "parameter dimension d")
-    rank: int = option(0, "rank r < d of the features: only r directions of theta matter "
-                       "(0: d)")  # fmt: skip
+    prompts: int = borrow(gaussian.Instance, "prompts")
+    dim: int = borrow(gaussian.Instance, "dim")
+    rank: int = borrow(gaussian.Instance, "rank")
     init: float = option(0.3, "||theta_0 - theta*||, along a fixed identifiable direction")
     eps: float = option(1e-4, "grpo: A = (Z - mean)/(std + eps)", when=_reads("eps"))
     ddof: int = option(1, "grpo: std degrees of freedom, 0 or 1", when=_reads("ddof"))
     mc_groups: int = option(2**19, "Monte Carlo laws (grpo): groups per prompt for the Jacobian "
                             "and covariance (SE about 0.1%)", when=MONTE_CARLO)  # fmt: skip
-    env_seed: int = option(0, "testbed instance seed")
+    instance_seed: int = borrow(gaussian.Instance, "instance_seed")
     seed: int = option(0, "PRNG seed of the runs (and of grpo's theory)")
     chunk: int = option(4096, "seeds per compiled chunk (results do not depend on it)",
                         key=False)  # fmt: skip
@@ -142,19 +143,21 @@ class Config:
         validate.integers("n", self.n, 1)
         if list(self.n) != sorted(set(self.n)):
             raise validate.ConfigError(f"n: got {self.n}; allowed: strictly increasing integers")
-        validate.integer("prompts", self.prompts, 1)
-        validate.integer("dim", self.dim, 1)
-        validate.integer("rank", self.rank, 0, self.dim)
-        validate.integer("prompts", self.prompts, self.rank or self.dim)
+        instance(self).validate()  # prompts, dim, rank, instance_seed
         validate.real("init", self.init, low=0.0)
         validate.integer("mc_groups", self.mc_groups, 1024)
         validate.integer("chunk", self.chunk, 1)
-        validate.integer("env_seed", self.env_seed, 0)
         validate.integer("seed", self.seed, 0)
 
 
+def instance(cfg: Config) -> gaussian.Instance:
+    """The testbed's settings (the others at the env's defaults)."""
+    return gaussian.Instance(prompts=cfg.prompts, dim=cfg.dim, rank=cfg.rank,
+                             instance_seed=cfg.instance_seed)  # fmt: skip
+
+
 def make_env(cfg: Config) -> gaussian.GaussianParams:
-    return gaussian.make(cfg.env_seed, prompts=cfg.prompts, dim=cfg.dim, rank=cfg.rank or None)
+    return gaussian.make(instance(cfg))
 
 
 def initial_theta(params: gaussian.GaussianParams, init: float, seed: int = 0) -> np.ndarray:
@@ -307,11 +310,14 @@ def row_settings(cfg: Config, estimator: str) -> dict:
 
 
 def cell_keys(cfg: Config) -> list[str]:
-    """Store key of every estimator: its name and :func:`row_settings`."""
-    return [
-        digest({"lab": NAME, "settings": row_settings(cfg, e), "estimator": e})
-        for e in cfg.estimator
-    ]
+    """Store key of every estimator: its name and :func:`row_settings` (``instance_seed`` under
+    ``env_seed``, the name the stored keys were written with)."""
+    return [cell_key(NAME, settings=_stored_names(row_settings(cfg, e)), estimator=e)
+            for e in cfg.estimator]  # fmt: skip
+
+
+def _stored_names(settings: dict) -> dict:
+    return {STORED_NAMES.get(k, k): v for k, v in settings.items()}
 
 
 def stream(name: str) -> int:
@@ -394,7 +400,7 @@ def prepare(cfg: Config, names, key: jax.Array) -> tuple:
         t0 = time.perf_counter()
         law = predict(jax.random.fold_in(key, 0), cfg, params, name)
         laws[name] = (law, time.perf_counter() - t0)
-    theta0 = initial_theta(params, cfg.init, cfg.env_seed)
+    theta0 = initial_theta(params, cfg.init, cfg.instance_seed)
     dtype = params.phi.dtype
     args = Chi2Args(params, jnp.asarray(theta0, dtype), jnp.asarray(cfg.beta, dtype),
                     jnp.asarray(cfg.eps, dtype))  # fmt: skip
@@ -403,10 +409,6 @@ def prepare(cfg: Config, names, key: jax.Array) -> tuple:
 
 def _stored(store, key: str) -> bool:
     return store is not None and store.has(key)
-
-
-def config_hash(cfg: Config) -> str:
-    return digest(dataclasses.asdict(cfg))
 
 
 def label(rows: list[dict]) -> str:

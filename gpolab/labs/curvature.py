@@ -15,10 +15,15 @@ import dataclasses
 import time
 from typing import ClassVar
 
-from gpolab import configs, validate
-from gpolab.configs import option
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gpolab import configs, engine, validate
+from gpolab.configs import borrow, option
+from gpolab.envs import loglinear
 from gpolab.plots import curvature as plots
-from gpolab.store import PROVENANCE, digest
+from gpolab.store import PROVENANCE, cell_key, config_hash, resume
 from gpolab.theory import curvature as theory
 
 NAME = "curvature"
@@ -38,11 +43,11 @@ class Config:
     QUICK: ClassVar[dict] = {"thetas": 60}
 
     thetas: int = option(400, "random theta draws")
-    prompts: int = option(32, "prompts N")
-    responses: int = option(256, "responses per prompt (>= 256)")
-    block: int = option(8, "feature block size k")
-    bound: float = option(1.0, "feature norm B")
-    rho: float = option(0.5, "shared-block weight")
+    prompts: int = borrow(loglinear.Instance, "prompts")
+    responses: int = borrow(loglinear.Instance, "responses")
+    block: int = borrow(loglinear.Instance, "block")
+    bound: float = borrow(loglinear.Instance, "bound")
+    rho: float = borrow(loglinear.Instance, "rho", default=0.5)
     scale_min: float = option(0.1, "smallest theta scale (scales are log-uniform)")
     scale_max: float = option(30.0, "largest theta scale")
     seed: int = option(0, "PRNG seed (instance: seed; theta draws: seed + 1)")
@@ -54,11 +59,7 @@ class Config:
 
     def validate(self) -> None:
         validate.integer("thetas", self.thetas, 1)
-        validate.integer("prompts", self.prompts, 1)
-        validate.integer("responses", self.responses, 256)
-        validate.integer("block", self.block, 1)
-        validate.real("bound", self.bound, low=0.0, open_low=True)
-        validate.real("rho", self.rho, 0.0, 1.0)
+        instance(self).validate()  # prompts, responses, block, bound, rho
         validate.real("scale_min", self.scale_min, low=0.0, open_low=True)
         validate.real("scale_max", self.scale_max, low=self.scale_min)
         validate.integer("seed", self.seed, 0)
@@ -68,11 +69,14 @@ def cells(cfg: Config) -> int:
     return 1
 
 
+def instance(cfg: Config) -> loglinear.Instance:
+    """The log-linear instance the θ are drawn on (its seed is ``seed``)."""
+    return loglinear.Instance(prompts=cfg.prompts, responses=cfg.responses, block=cfg.block,
+                              bound=cfg.bound, rho=cfg.rho, instance_seed=cfg.seed)  # fmt: skip
+
+
 def sample_thetas(key, dim: int, n: int, scale_min: float, scale_max: float):
     """(n, D) θ = s·z: Gaussian directions z ~ N(0, I), scales s log-uniform."""
-    import jax
-    import jax.numpy as jnp
-
     k_s, k_z = jax.random.split(key)
     s = jnp.exp(
         jax.random.uniform(k_s, (n, 1), minval=jnp.log(scale_min), maxval=jnp.log(scale_max))
@@ -82,11 +86,6 @@ def sample_thetas(key, dim: int, n: int, scale_min: float, scale_max: float):
 
 def measure(key, params, n: int, scale_min: float, scale_max: float):
     """(σ, ‖g‖, ‖H‖_op), each (n, N), at n random θ."""
-    import jax
-
-    from gpolab import engine  # deferred: jax (`gpolab curvature --help` stays fast)
-    from gpolab.envs import loglinear  # deferred: jax
-
     with engine.prng_mode():
         thetas = sample_thetas(key, params.dim, n, scale_min, scale_max)
         out = jax.jit(jax.vmap(lambda th: loglinear.curvature_norms(params, th)))(thetas)
@@ -95,14 +94,9 @@ def measure(key, params, n: int, scale_min: float, scale_max: float):
 
 def points(cfg: Config):
     """The ``curvature`` table: σ_x, ‖g_x‖, ‖H_x‖_op per (θ, prompt) (float64 columns)."""
-    import jax
-    import numpy as np
     import pandas as pd
 
-    from gpolab.envs import loglinear  # deferred: jax
-
-    params = loglinear.make(cfg.seed, prompts=cfg.prompts, responses=cfg.responses,
-                            block=cfg.block, bound=cfg.bound, rho=cfg.rho)  # fmt: skip
+    params = loglinear.make(instance(cfg))
     key = jax.random.key(cfg.seed + 1)
     sigma, gnorm, hnorm = (
         np.asarray(a, np.float64)
@@ -122,7 +116,6 @@ def points(cfg: Config):
 def fit_table(cfg: Config, df):
     """One row per quantity: the tightest constant C (max ratio), the least-squares slope, the
     bound's constant and whether the bound holds at every point (1e-6 slack)."""
-    import numpy as np
     import pandas as pd
 
     bounds = {"grad_norm": theory.gradient_bound, "hess_norm": theory.hessian_bound}
@@ -137,27 +130,35 @@ def fit_table(cfg: Config, df):
     return pd.DataFrame(rows)
 
 
+def cell_keys(cfg: Config) -> list[str]:
+    """The store key of the one unit: every setting (all of them change the points)."""
+    return [cell_key(NAME, **configs.key_settings(cfg))]
+
+
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
-    """``{fits, curvature}``; the points are one unit of work, kept in ``store`` under a key of
-    every setting (all of them change the points).  ``key`` is unused: the instance is drawn
-    from ``seed`` and the θ from ``seed + 1``, as before the lab protocol."""
+    """``{fits, curvature}``; the points are one unit of work, resumed from ``store``
+    (:func:`gpolab.store.resume`) under :func:`cell_keys`.  ``key`` is unused: the instance is
+    drawn from ``seed`` and the θ from ``seed + 1``, as before the lab protocol."""
     cfg.validate()
-    cell = digest({"lab": NAME, **configs.key_settings(cfg)})
-    if store is not None and store.has(cell):
-        if progress is not None:
-            progress.skip(1)
-        df = store.read([cell])
-        seconds = float(df["wall_s"].iloc[0])
-        df = df.drop(columns=list(PROVENANCE))
-    else:
+    timed = {}
+
+    def compute(i: int) -> list[dict]:
         start = time.perf_counter()
         df = points(cfg)
-        seconds = time.perf_counter() - start
-        if store is not None:
-            chash = digest(dataclasses.asdict(cfg))
-            store.write(cell, df.to_dict("records"), chash, seconds)
-        if progress is not None:
-            progress.update(1, f"{len(df)} (theta, prompt) points")
+        timed["seconds"] = time.perf_counter() - start
+        return df.to_dict("records")
+
+    df = resume(
+        store,
+        cell_keys(cfg),
+        compute,
+        config_hash=config_hash(cfg),
+        on_skip=None if progress is None else progress.skip,
+        on_unit=None if progress is None else lambda rows: progress.update(
+            1, f"{len(rows)} (theta, prompt) points"),
+    )  # fmt: skip
+    seconds = float(df["wall_s"].iloc[0]) if "wall_s" in df else timed["seconds"]
+    df = df.drop(columns=[c for c in PROVENANCE if c in df])
     fits = fit_table(cfg, df)
     fits["seconds"] = seconds
     return {"fits": fits, "curvature": df}

@@ -35,10 +35,12 @@ import math
 import time
 from typing import ClassVar
 
+import jax
 import numpy as np
 
-from gpolab import configs, validate
-from gpolab.configs import option
+from gpolab import configs, envs, train, validate
+from gpolab.configs import borrow, option
+from gpolab.envs import loglinear
 from gpolab.labs import table_text
 from gpolab.labs.stdnorm_analysis import (  # noqa: F401  (re-exported: the lab's analysis)
     COMPARISONS,
@@ -57,7 +59,8 @@ from gpolab.labs.stdnorm_analysis import (  # noqa: F401  (re-exported: the lab'
     unnormalized,
 )
 from gpolab.plots import stdnorm as plots
-from gpolab.store import PROVENANCE, digest
+from gpolab.store import PROVENANCE, config_hash, resume
+from gpolab.store import cell_key as store_key
 from gpolab.theory import curvature
 from gpolab.validate import ConfigError
 
@@ -132,10 +135,10 @@ class Config:
                         "eta/(s + eps))", when=LOGLINEAR)  # fmt: skip
     ddof: int = option(1, "grpo std ddof, 0 or 1", when=LOGLINEAR)
     bias_seeds: int = option(4096, "seeds of the finite-sample bias table", when=LOGLINEAR)
-    prompts: int = option(32, "prompts N", when=LOGLINEAR)
-    responses: int = option(256, "responses per prompt (>= 256)", when=LOGLINEAR)
-    block: int = option(8, "feature block size k", when=LOGLINEAR)
-    align: float = option(1.0, "reward alignment with features", when=LOGLINEAR)
+    prompts: int = borrow(loglinear.Instance, "prompts", when=LOGLINEAR)
+    responses: int = borrow(loglinear.Instance, "responses", when=LOGLINEAR)
+    block: int = borrow(loglinear.Instance, "block", when=LOGLINEAR)
+    align: float = borrow(loglinear.Instance, "align", when=LOGLINEAR, default=1.0)
     seed: int = option(0, "master PRNG seed (instance and training keys)")
     out: str = option("results/train", "output folder (tables, config.toml, figures)", key=False)
 
@@ -149,8 +152,6 @@ class Config:
                 f"use gpolab groupsize --train --env {self.env})"
             )
         validate.choice("env", self.env, ENVS)
-        from gpolab import train  # deferred: jax (`gpolab train --help` stays fast)
-
         for r in self.regimes:
             validate.choice("regimes", r, REGIMES)
         validate.integers("G", self.G, 2)
@@ -180,10 +181,7 @@ class Config:
         validate.real("eps", self.eps, low=0.0)
         validate.choice("ddof", self.ddof, (0, 1))
         validate.integer("bias_seeds", self.bias_seeds, 2)
-        validate.integer("prompts", self.prompts, 1)
-        validate.integer("responses", self.responses, 256)
-        validate.integer("block", self.block, 1)
-        validate.real("align", self.align, 0.0, 1.0)
+        instance(self, self.rho[0], False).validate()  # prompts, responses, block, align
         validate.integer("seed", self.seed, 0)
 
 
@@ -246,8 +244,6 @@ def admissible_runs(cfg: Config, rho: float) -> list[tuple[str, str, str, float]
 
 def train_units(cfg: Config) -> list[Unit]:
     """Every training call, in table order (per instance: admissible, then tuned)."""
-    from gpolab import train  # deferred: jax
-
     units = []
     for label, rho, equal in settings(cfg):
         if "admissible" in cfg.regimes:
@@ -283,8 +279,6 @@ def cells(cfg: Config) -> int:
 def unit_settings(cfg: Config, unit: Unit) -> dict:
     """Every setting the curves of ``unit`` depend on (its cache key): the instance, the run,
     its step sizes and seeds, and of eps and ddof those the run reads (the others None)."""
-    from gpolab import train  # deferred: jax
-
     run = unit.run
     reads = run.options()
     return {
@@ -317,7 +311,27 @@ def bias_settings(cfg: Config, G: int, ddof: int, eps: float) -> dict:
 
 
 def cell_key(kind: str, settings: dict) -> str:
-    return digest({"lab": NAME, "unit": kind, **settings})
+    """The store key of a ``train`` or ``bias`` unit with ``settings``."""
+    return store_key(NAME, unit=kind, **settings)
+
+
+def cell_keys(cfg: Config) -> tuple[list[str], list[str]]:
+    """Store keys of every training unit (:func:`train_units` order) and bias entry."""
+    train_keys = [cell_key("train", unit_settings(cfg, u)) for u in train_units(cfg)]
+    bias_keys = [cell_key("bias", bias_settings(cfg, G, d, e)) for G, d, e in bias_entries(cfg)]
+    return train_keys, bias_keys
+
+
+def bias_entries(cfg: Config) -> list[tuple[int, int, float]]:
+    """(G, ddof, eps) of every entry of the finite-sample bias table."""
+    return [(G, ddof, eps) for G in bias_Gs(cfg) for ddof, eps in BIAS_GRID]
+
+
+def instance(cfg: Config, rho: float, equal: bool) -> loglinear.Instance:
+    """The log-linear instance at (ρ, equal-σ) (its seed is ``seed``)."""
+    return loglinear.Instance(prompts=cfg.prompts, responses=cfg.responses, block=cfg.block,
+                              rho=rho, align=cfg.align, equal=equal,
+                              instance_seed=cfg.seed)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- running
@@ -326,41 +340,20 @@ def cell_key(kind: str, settings: dict) -> str:
 class _Context:
     """What computing a unit needs, built once and only when a unit is computed."""
 
-    def __init__(self, cfg: Config, key, store, progress):
-        from gpolab import envs  # deferred: jax
-
-        self.cfg, self.key, self.store, self.progress = cfg, key, store, progress
+    def __init__(self, cfg: Config, key):
+        self.cfg, self.key = cfg, key
         self.env = envs.get(cfg.env)
-        self.config_hash = digest(dataclasses.asdict(cfg))
         self.instances = {}
 
     def params(self, rho: float, equal: bool):
         """The log-linear instance at (ρ, equal-σ), drawn once."""
-        from gpolab.envs import loglinear  # deferred: jax
-
-        c = self.cfg
         if (rho, equal) not in self.instances:
-            self.instances[rho, equal] = loglinear.make(
-                c.seed, prompts=c.prompts, responses=c.responses, block=c.block, rho=rho,
-                align=c.align, equal=equal,
-            )  # fmt: skip
+            self.instances[rho, equal] = loglinear.make(instance(self.cfg, rho, equal))
         return self.instances[rho, equal]
 
     def optimum(self, unit: Unit) -> float:
         """J* of the unit's instance."""
         return self.env.optimum(self.params(unit.rho, unit.control))
-
-    def cached(self, key: str):
-        """The stored rows of ``key`` (None when not finished)."""
-        if self.store is None or not self.store.has(key):
-            return None
-        return self.store.read([key])
-
-    def save(self, key: str, rows: list[dict], seconds: float, note: str) -> None:
-        if self.store is not None:
-            self.store.write(key, rows, self.config_hash, seconds)
-        if self.progress is not None:
-            self.progress.update(1, note)
 
 
 def _raw_rows(res: dict, lrs) -> list[dict]:
@@ -379,52 +372,72 @@ def _raw_arrays(df) -> dict:
     return {k: np.stack(df[k].to_list()).reshape(L, S, -1) for k in CURVES}
 
 
-def train_unit(ctx: _Context, unit: Unit) -> tuple[dict, float]:
-    """The curves of one unit (from the store or computed) and the seconds they took."""
-    from gpolab import train  # deferred: jax
-
-    key = cell_key("train", unit_settings(ctx.cfg, unit))
-    df = ctx.cached(key)
-    if df is not None:
-        return _raw_arrays(df), float(df["wall_s"].iloc[0])
-    start = time.perf_counter()
+def train_unit(ctx: _Context, unit: Unit) -> tuple[dict, str]:
+    """The curves of one unit, computed, and its progress note."""
     params = ctx.params(unit.rho, unit.control)
     res = train.train(unit.run, ctx.env, ctx.key, params, unit.lrs, unit.seeds, ctx.cfg.eps)
-    seconds = time.perf_counter() - start
     G = "inf" if unit.run.G == train.EXACT else unit.run.G
-    note = f"{unit.regime} {unit.setting} {unit.run.optimizer} G={G} {unit.method}"
-    ctx.save(key, _raw_rows(res, unit.lrs), seconds, note)
-    return res, seconds
+    return res, f"{unit.regime} {unit.setting} {unit.run.optimizer} G={G} {unit.method}"
 
 
 def bias_row(ctx: _Context, G: int, ddof: int, eps: float) -> dict:
-    """One row of the finite-sample table (from the store or computed)."""
-    import jax
-
-    from gpolab import train  # deferred: jax
-
+    """One row of the finite-sample table, computed."""
     cfg = ctx.cfg
-    settings = bias_settings(cfg, G, ddof, eps)
-    key = cell_key("bias", settings)
-    df = ctx.cached(key)
-    if df is not None:
-        return df.drop(columns=list(PROVENANCE)).iloc[0].to_dict()
     start = time.perf_counter()
     params = ctx.params(cfg.rho[0], False)
     r = train.finite_sample_bias(
         jax.random.fold_in(ctx.key, 1000 + G), ctx.env, params, ctx.env.init(params), G,
         seeds=cfg.bias_seeds, eps=eps, ddof=ddof,
     )  # fmt: skip
-    row = {"G": G, "ddof": ddof, "eps": eps, **r, **settings}
+    row = {"G": G, "ddof": ddof, "eps": eps, **r, **bias_settings(cfg, G, ddof, eps)}
     row["seconds"] = time.perf_counter() - start
-    ctx.save(key, [row], row["seconds"], f"bias G={G} ddof={ddof} eps={eps:g}")
     return row
+
+
+def _hooks(progress, notes: list) -> dict:
+    """``store.resume``'s progress hooks (the note of the unit just computed)."""
+    if progress is None:
+        return {}
+    return {"on_skip": progress.skip, "on_unit": lambda rows: progress.update(1, notes[-1])}
+
+
+def train_curves(cfg: Config, ctx: _Context, store, progress) -> list[tuple[dict, float]]:
+    """(curves, seconds) of every training unit, resumed from ``store``: a computed unit's
+    curves as trained, a stored one's from its rows."""
+    units, fresh, notes = train_units(cfg), {}, []
+
+    def compute(i: int) -> list[dict]:
+        start = time.perf_counter()
+        res, note = train_unit(ctx, units[i])
+        fresh[i] = res, time.perf_counter() - start
+        notes.append(note)
+        return _raw_rows(res, units[i].lrs)
+
+    keys = cell_keys(cfg)[0]
+    df = resume(store, keys, compute, config_hash=config_hash(cfg), **_hooks(progress, notes))
+    if store is None:
+        return [fresh[i] for i in range(len(units))]
+    stored = dict(tuple(df.groupby("cell_key", sort=False)))
+    return [fresh.get(i) or (_raw_arrays(stored[k]), float(stored[k]["wall_s"].iloc[0]))
+            for i, k in enumerate(keys)]  # fmt: skip
+
+
+def bias_table(cfg: Config, ctx: _Context, store, progress):
+    """The finite-sample table, one row per :func:`bias_entries`, resumed from ``store``."""
+    entries, notes = bias_entries(cfg), []
+
+    def compute(i: int) -> list[dict]:
+        G, ddof, eps = entries[i]
+        notes.append(f"bias G={G} ddof={ddof} eps={eps:g}")
+        return [bias_row(ctx, G, ddof, eps)]
+
+    keys = cell_keys(cfg)[1]
+    df = resume(store, keys, compute, config_hash=config_hash(cfg), **_hooks(progress, notes))
+    return df.drop(columns=[c for c in PROVENANCE if c in df])
 
 
 def summary_row(cfg: Config, unit: Unit, res: dict, seconds: float, optimum: float) -> dict:
     """The summary row of one unit at its best step size (every setting a column)."""
-    from gpolab import train  # deferred: jax
-
     s = unit_settings(cfg, unit)
     row = {
         "regime": unit.regime,
@@ -450,31 +463,20 @@ def summary_row(cfg: Config, unit: Unit, res: dict, seconds: float, optimum: flo
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """The lab protocol's entry: ``{summary, gain, finite_sample, curves, phases}``, every
-    training call and bias entry resumed from ``store`` when finished there."""
+    training call and bias entry resumed from ``store`` (:func:`gpolab.store.resume`)."""
     cfg.validate()
-    import jax
     import pandas as pd
 
     key = jax.random.key(cfg.seed) if key is None else key
-    units = train_units(cfg)
-    if progress is not None and store is not None:
-        done = [cell_key("train", unit_settings(cfg, u)) for u in units]
-        done += [cell_key("bias", bias_settings(cfg, G, d, e))
-                 for G in bias_Gs(cfg) for d, e in BIAS_GRID]  # fmt: skip
-        finished = sum(store.has(k) for k in done)
-        if finished:
-            progress.skip(finished)
-    ctx = _Context(cfg, key, store, progress)
+    ctx = _Context(cfg, key)
     rows, curves = [], {}
-    for unit in units:
-        res, seconds = train_unit(ctx, unit)
+    for unit, (res, seconds) in zip(train_units(cfg), train_curves(cfg, ctx, store, progress),
+                                    strict=True):  # fmt: skip
         row = summary_row(cfg, unit, res, seconds, ctx.optimum(unit))
         rows.append(row)
         curves[curve_id(row)] = {k: v[row["lr_index"]] for k, v in res.items()}
     summary = pd.DataFrame(rows).astype({"ddof": "Int64"})
-    bias = pd.DataFrame(
-        [bias_row(ctx, G, ddof, eps) for G in bias_Gs(cfg) for ddof, eps in BIAS_GRID]
-    )
+    bias = bias_table(cfg, ctx, store, progress)
     curve_df = curve_table(summary, curves)
     return {
         "summary": summary,

@@ -8,7 +8,7 @@ variance E[Var(Â_k | p)] = E[½(Â¹_k − Â²_k)²]) and the thought advantag
 :mod:`gpolab.theory.tree` and every setting that produced them; the ``floor`` table holds the
 exact K → ∞ floor on a fine M grid (the curve of the variance-vs-M figure).
 
-Grid mode (``budget = 0``) measures K × M; budget mode every split K·M = budget with K ≥ 2 (only
+Grid mode (``leaves = 0``) measures K × M; budget mode every split K·M = leaves with K ≥ 2 (only
 the K of ``K`` when it is not the default grid), the token cost K·(L_think + M·L_answer) and a
 recommended split (:func:`rank`, :func:`recommend`, printed by :func:`notes`).  Splits are ranked by
 a score invariant to rescaling Â (theory §11), never by the plain MSE: shrinkage (degenerate trees
@@ -26,7 +26,7 @@ thought-std, ∇J/√(J(1 − J)) for leaf-std, ∇J for mean-only (∇J = π �
 :func:`gpolab.envs.tree.exact`).
 
 A cell's cache key is its (K, M) and :func:`settings`: the cost model (``think_len``,
-``answer_len``) and ``budget`` only enter columns added after the cells are read back, and
+``answer_len``) and ``leaves`` only enter columns added after the cells are read back, and
 mean-only reads no ``eps``, so changing them reuses every finished cell.
 """
 
@@ -41,11 +41,11 @@ import numpy as np
 
 from gpolab import configs, engine, estimators, validate
 from gpolab.cells import tree_cell, tree_error
-from gpolab.configs import option
+from gpolab.configs import borrow, option
 from gpolab.envs import tree as tree_env
 from gpolab.labs import table_text
 from gpolab.plots import tree as plots
-from gpolab.store import digest, resume
+from gpolab.store import cell_key, config_hash, resume
 from gpolab.theory import tree as theory
 from gpolab.theory.tree import TIE_Z, rank, recommend, score  # noqa: F401  (re-exported)
 
@@ -55,9 +55,12 @@ MODELS = ("beta", "finite")
 LEAVES_PER_CHUNK = 1 << 21  # chunk = seeds per compiled chunk, so that chunk·K·M ≲ this
 DEFAULT_K = (4, 16, 64, 512)
 FINITE = {"model": ("finite",)}
-GRID = {"mode": ("grid",)}  # Config.mode: "budget" when budget > 0, else "grid"
+GRID = {"mode": ("grid",)}  # Config.mode: "budget" when leaves > 0, else "grid"
 BUDGET = {"mode": ("budget",)}
-NOT_IN_KEY = ("K", "M", "budget", "think_len", "answer_len")  # the cell / columns added on read
+NOT_IN_KEY = ("K", "M", "leaves", "think_len", "answer_len")  # the cell / columns added on read
+# settings under the names the stored keys (and the columns, shared with the sweep's tree rows)
+# were written with: the Beta parameters were a, b before the flags became --beta-a, --beta-b
+STORED_NAMES = {"beta_a": "a", "beta_b": "b"}
 SCHEMA = 2  # in the cell keys: cells stored before the per-cell key streams and corr_se recompute
 JSON_KEYS = ("K", "M", "variance", "mse", "mse_group", "corr", "corr_se", "degenerate_frac",
              "theory_degenerate_frac", "theory_variance", "theory_corr", "theory_mse")  # fmt: skip
@@ -73,14 +76,17 @@ class Config:
 
     LAB: ClassVar[str] = NAME
     QUICK: ClassVar[dict] = {"seeds": 1000, "M": (1, 4, 64)}
+    # deprecated spellings (one release): --a/--b beside --B read as a pair; --budget meant
+    # leaves here but responses per step in plan
+    ALIASES: ClassVar[dict] = {"a": "beta_a", "b": "beta_b", "budget": "leaves"}
 
-    a: float = option(2.0, "thought values p ~ Beta(a, b): a")
-    b: float = option(3.0, "thought values p ~ Beta(a, b): b")
-    K: tuple[int, ...] = option(DEFAULT_K, "comma list of thought counts K >= 2 (with --budget: "
+    beta_a: float = borrow(tree_env.Instance, "a", prefix="thought values p ~ Beta(a, b): ")
+    beta_b: float = borrow(tree_env.Instance, "b", prefix="thought values p ~ Beta(a, b): ")
+    K: tuple[int, ...] = option(DEFAULT_K, "comma list of thought counts K >= 2 (with --leaves: "
                                 "only these K; the default: every split)")  # fmt: skip
     M: tuple[int, ...] = option((1, 2, 4, 16, 64), "comma list of continuations per thought "
                                 "M >= 1", when=GRID)  # fmt: skip
-    budget: int = option(0, "fixed leaf budget N (budget mode): measure every split K*M = N with "
+    leaves: int = option(0, "leaves per prompt N (budget mode): measure every split K*M = N with "
                          "K >= 2 and recommend one; 0: the K x M grid")  # fmt: skip
     seeds: int = option(20_000, "Monte Carlo trees per cell")
     chunk: int = option(4096, "largest number of seeds per compiled chunk (capped at ~2M leaves "
@@ -90,11 +96,10 @@ class Config:
                           "all leaves) or mean-only")  # fmt: skip
     ddof: int = option(1, "std degrees of freedom, 0 or 1")
     eps: float = option(1e-4, "added to the std (mean-only has none)")
-    model: str = option("beta", "beta (p ~ Beta(a, b)) or finite (softmax policy over --thoughts "
-                        "thoughts, values ~ Beta(a, b); adds grad_mse)")  # fmt: skip
-    thoughts: int = option(32, "number of distinct thoughts", when=FINITE)
+    model: str = borrow(tree_env.Instance, "model")
+    thoughts: int = borrow(tree_env.Instance, "thoughts", when=FINITE)
     logit_scale: float = option(1.0, "std of the thought-policy logits", when=FINITE)
-    instance_seed: int = option(0, "seed of the random thought set", when=FINITE)
+    instance_seed: int = borrow(tree_env.Instance, "instance_seed", when=FINITE)
     think_len: float = option(256.0, "token cost model: tokens per thought L_think", when=BUDGET)
     answer_len: float = option(256.0, "token cost model: tokens per continuation L_answer",
                                when=BUDGET)  # fmt: skip
@@ -102,18 +107,18 @@ class Config:
 
     @property
     def mode(self) -> str:
-        return "budget" if self.budget else "grid"
+        return "budget" if self.leaves else "grid"
 
     def replace(self, **changes) -> Config:
         return configs.replace(self, **changes)
 
     def validate(self) -> None:
-        validate.real("a", self.a, low=0.0, open_low=True)
-        validate.real("b", self.b, low=0.0, open_low=True)
+        validate.real("beta_a", self.beta_a, low=0.0, open_low=True)
+        validate.real("beta_b", self.beta_b, low=0.0, open_low=True)
         validate.integers("K", self.K, 2)
-        if not self.budget:
+        if not self.leaves:
             validate.integers("M", self.M, 1)
-        validate.integer("budget", self.budget, 0)
+        validate.integer("leaves", self.leaves, 0)
         validate.seeds("seeds", self.seeds, 2)
         validate.integer("chunk", self.chunk, 1)
         validate.integer("seed", self.seed, 0)
@@ -126,22 +131,22 @@ class Config:
         validate.integer("instance_seed", self.instance_seed, 0)
         validate.real("think_len", self.think_len, low=0.0)
         validate.real("answer_len", self.answer_len, low=0.0)
-        if self.budget:
+        if self.leaves:
             self.splits()  # raises when no split exists
 
     def splits(self) -> list[tuple[int, int]]:
-        """(K, M) of every row: the grid, or the splits of the budget."""
-        if not self.budget:
+        """(K, M) of every row: the grid, or the splits of the leaf budget."""
+        if not self.leaves:
             return [(K, M) for K in self.K for M in self.M]
         given = set(self.K) if self.K != DEFAULT_K else None
         splits = [
-            (K, self.budget // K)
-            for K in range(2, self.budget + 1)
-            if self.budget % K == 0 and (given is None or K in given)
+            (K, self.leaves // K)
+            for K in range(2, self.leaves + 1)
+            if self.leaves % K == 0 and (given is None or K in given)
         ]
         if not splits:
             raise validate.ConfigError(
-                f"budget: got {self.budget!r}; allowed: an integer >= 2 with a split K·M = budget, "
+                f"leaves: got {self.leaves!r}; allowed: an integer >= 2 with a split K·M = leaves, "
                 "K >= 2" + (f" and K in {sorted(given)}" if given else "")
             )
         return splits
@@ -155,6 +160,7 @@ def settings(cfg: Config) -> dict:
     """The settings every cell's numbers depend on (besides its K, M): its cache key and columns.
     mean-only reads no eps (None)."""
     out = configs.key_settings(cfg, exclude=NOT_IN_KEY)
+    out = {STORED_NAMES.get(k, k): v for k, v in out.items()}
     if cfg.variant == "mean-only":
         out["eps"] = None
     return out
@@ -162,10 +168,7 @@ def settings(cfg: Config) -> dict:
 
 def cell_keys(cfg: Config) -> list[str]:
     common = settings(cfg)
-    return [
-        digest({"lab": NAME, "schema": SCHEMA, "settings": common, "K": K, "M": M})
-        for K, M in cfg.splits()
-    ]
+    return [cell_key(NAME, schema=SCHEMA, settings=common, K=K, M=M) for K, M in cfg.splits()]
 
 
 def cost(K: int, M: int, think_len: float, answer_len: float) -> float:
@@ -176,10 +179,10 @@ def cost(K: int, M: int, think_len: float, answer_len: float) -> float:
 def setup(cfg: Config):
     """(params, truth, law, grad_target) for the configured thought model."""
     if cfg.model == "beta":
-        params = tree_env.make_beta(cfg.a, cfg.b)
+        params = tree_env.make_beta(cfg.beta_a, cfg.beta_b)
     else:
         params = tree_env.make_finite(
-            cfg.instance_seed, cfg.thoughts, logit_scale=cfg.logit_scale, a=cfg.a, b=cfg.b
+            cfg.instance_seed, cfg.thoughts, cfg.logit_scale, cfg.beta_a, cfg.beta_b
         )
     truth = tree_env.exact(params)
     law = theory.thought_law(params)
@@ -216,11 +219,12 @@ def measure(cfg: Config, K: int, M: int, ctx, key) -> dict:
     ``key`` is the run's root key; the cell draws from ``engine.cell_key(key, "tree", K, M)``."""
     params, truth, law, grad_target = ctx
     grad = cfg.model == "finite"
-    cell = tree_cell(K, M, cfg.variant, cfg.ddof, model=cfg.model, a=cfg.a, b=cfg.b, grad=grad)
+    cell = tree_cell(K, M, cfg.variant, cfg.ddof, model=cfg.model, a=cfg.beta_a, b=cfg.beta_b,
+                     grad=grad)  # fmt: skip
     start = time.perf_counter()
     args = (params, truth, np.float32(cfg.eps), grad_target)
-    cell_key = engine.cell_key(key, NAME, K, M)
-    m = engine.run(tree_error, cell, args, cell_key, cfg.seeds, chunk_for(cfg, K, M))
+    stream = engine.cell_key(key, NAME, K, M)
+    m = engine.run(tree_error, cell, args, stream, cfg.seeds, chunk_for(cfg, K, M))
     corr, corr_se = corr_stats(m)
     row = {
         "K": K,
@@ -302,7 +306,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         store,
         keys,
         lambda i: [measure(cfg, *splits[i], ctx, key)],
-        config_hash=digest(dataclasses.asdict(cfg)),
+        config_hash=config_hash(cfg),
         on_skip=None if progress is None else progress.skip,
         on_unit=None if progress is None else note,
     )
@@ -311,10 +315,11 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
 
 def with_score(cfg: Config, df):
-    """``budget``, and in budget mode the cost model, leaves, cost and the ranking columns of
-    :func:`rank`: columns of the run, not of the cells."""
-    df = df.assign(budget=cfg.budget)
-    if not cfg.budget:
+    """``budget`` (the ``leaves`` setting; ``leaves`` is each row's K·M), and in budget mode the
+    cost model, leaves, cost and the ranking columns of :func:`rank`: columns of the run, not of
+    the cells."""
+    df = df.assign(budget=cfg.leaves)
+    if not cfg.leaves:
         return df
     tokens = cost(df["K"], df["M"], cfg.think_len, cfg.answer_len)
     df = df.assign(think_len=cfg.think_len, answer_len=cfg.answer_len, leaves=df["K"] * df["M"],
@@ -338,7 +343,7 @@ def report(cfg: Config, tables: dict) -> str:
 def notes(cfg: Config, tables: dict) -> str:
     """Budget mode: the recommended split, its runner-up and whether they differ beyond noise (on
     stderr with ``--json``); with the finite model, the policy gradient's bias² share."""
-    if not cfg.budget:
+    if not cfg.leaves:
         return ""
     df = tables["results"]
     b = recommend(df)

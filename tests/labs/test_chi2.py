@@ -345,7 +345,7 @@ def _identifiable_and_null_moves(cfg, seeds, checkpoints):
     """θ_n − θ_0 projected on (1, −1, 0)/√2 (unidentifiable: J sees θ1 + θ2 and θ3) and its norm
     in the identifiable plane, per seed and checkpoint, from the lab's own SGD step and keys."""
     params = chi2.make_env(cfg)
-    theta0 = jnp.asarray(chi2.initial_theta(params, cfg.init, cfg.env_seed), jnp.float32)
+    theta0 = jnp.asarray(chi2.initial_theta(params, cfg.init, cfg.instance_seed), jnp.float32)
     args = chi2.Chi2Args(params, theta0, jnp.float32(cfg.beta), jnp.float32(cfg.eps))
     cell = chi2.Chi2Cell(cfg.estimator[0], cfg.B, cfg.G, tuple(checkpoints))
     direction = lambda k: functools.partial(chi2.sgd_direction, cell, args)  # noqa: E731
@@ -529,3 +529,13 @@ def test_grpo_only_settings_without_grpo_are_an_error(tmp_path, capsys):
         "estimator includes grpo"
     ]
     assert not (tmp_path / "o").exists()
+
+
+def test_env_seed_is_a_deprecated_name_of_instance_seed():
+    """--env-seed (one release) is --instance-seed, the name every other lab uses: same config,
+    same stored keys (written under env_seed); the column is instance_seed."""
+    old = configs.resolve(chi2.Config, typed={"env_seed": 2})
+    assert old == configs.resolve(chi2.Config, typed={"instance_seed": 2})
+    assert old.instance_seed == 2
+    assert chi2.cell_keys(old) != chi2.cell_keys(chi2.Config())
+    assert "instance_seed" in chi2.row_settings(old, "loo")

@@ -24,7 +24,7 @@ from gpolab.theory import tree as theory
 
 def run_cell(K, M, seeds, *, a=2.0, b=3.0, variant="thought-std", ddof=1, model="beta", key=0):
     """Raw engine moments of one cell (eps = 0, so the exact formulas apply as written)."""
-    cfg = lab.Config(a=a, b=b, variant=variant, ddof=ddof, eps=0.0, model=model)
+    cfg = lab.Config(beta_a=a, beta_b=b, variant=variant, ddof=ddof, eps=0.0, model=model)
     params, truth, law, grad_target = lab.setup(cfg)
     cell = cells.tree_cell(K, M, variant, ddof, model=model, a=a, b=b, grad=model == "finite")
     args = (params, truth, np.float32(0.0), grad_target)
@@ -219,7 +219,7 @@ def test_cli_grid_and_budget_json(tmp_path, capsys):
     for name in ("results.parquet", "results.csv", "tree_floor.png", "tree_lab_heatmap.png"):
         assert (tmp_path / "grid" / name).exists()
     out = str(tmp_path / "budget")
-    args = ["tree", "--budget", "6", "--seeds", "64", "--model", "finite", "--out", out, "--json"]
+    args = ["tree", "--leaves", "6", "--seeds", "64", "--model", "finite", "--out", out, "--json"]
     assert main(args) == 0
     captured = capsys.readouterr()
     rows = [json.loads(x) for x in captured.out.splitlines()]
@@ -238,8 +238,9 @@ def test_cli_grid_and_budget_json(tmp_path, capsys):
         (["--K", "1,4"], "K"),
         (["--M", "0"], "M"),
         (["--variant", "leaf"], "variant"),
-        (["--budget", "1"], "budget"),
-        (["--budget", "16", "--K", "3,5"], "budget"),
+        (["--leaves", "1"], "leaves"),
+        (["--leaves", "16", "--K", "3,5"], "leaves"),
+        (["--beta-a", "0"], "beta_a"),
         (["--ddof", "2"], "ddof"),
         (["--K", "2,,4"], "K"),
     ],
@@ -271,9 +272,9 @@ def test_bad_out_is_one_line_before_any_computation(tmp_path, capsys, monkeypatc
     [
         (["--thoughts", "8"], "--thoughts: not used with model = beta; it applies only when model "
          "is finite"),
-        (["--logit-scale", "2", "--budget", "4"], "--logit-scale: not used with model = beta"),
+        (["--logit-scale", "2", "--leaves", "4"], "--logit-scale: not used with model = beta"),
         (["--instance-seed", "3"], "--instance-seed: not used with model = beta"),
-        (["--budget", "16", "--M", "4"], "--M: not used with mode = budget; it applies only when "
+        (["--leaves", "16", "--M", "4"], "--M: not used with mode = budget; it applies only when "
          "mode is grid"),
         (["--think-len", "100"], "--think-len: not used with mode = grid; it applies only when "
          "mode is budget"),
@@ -304,7 +305,7 @@ def test_irrelevant_settings_reuse_cells_and_relevant_ones_recompute(tmp_path, m
         engine, "run", lambda fn, cell, *a, **k: computed.append(cell) or real(fn, cell, *a, **k)
     )
     store = Store(tmp_path)
-    base = lab.Config(budget=4, seeds=64, variant="mean-only", out=str(tmp_path))
+    base = lab.Config(leaves=4, seeds=64, variant="mean-only", out=str(tmp_path))
     first = lab.run(base, store=store)["results"]
     assert [(c.K, c.M) for c in computed] == [(2, 2), (4, 1)]
     # the cost model, the chunk size and eps (mean-only has none) change no cell
@@ -318,10 +319,10 @@ def test_irrelevant_settings_reuse_cells_and_relevant_ones_recompute(tmp_path, m
     pd.testing.assert_series_equal(again["mse"], first["mse"])
     assert again["eps"].isna().all() and first["think_len"].eq(256.0).all()
     # the same (K, M) cell in grid mode is the budget run's cell
-    grid = base.replace(budget=0, K=(2,), M=(2,))
+    grid = base.replace(leaves=0, K=(2,), M=(2,))
     assert lab.run(grid, store=store)["results"]["mse"][0] == first["mse"][0]
     assert len(computed) == 2
-    for change in ({"ddof": 0}, {"a": 3.0}, {"seeds": 65}, {"variant": "thought-std"}):
+    for change in ({"ddof": 0}, {"beta_a": 3.0}, {"seeds": 65}, {"variant": "thought-std"}):
         lab.run(grid.replace(**change), store=store)
     assert len(computed) == 6
     lab.run(grid.replace(variant="thought-std", eps=0.5), store=store)  # eps read here
@@ -339,7 +340,7 @@ def test_quick_keeps_every_typed_flag_end_to_end(tmp_path, capsys):
     assert table["seeds"] == 50 and table["K"] == [2] and table["M"] == [1, 2]
     assert (out / "tree_variance_vs_M.png").exists() and "this run" in capsys.readouterr().out
     out = tmp_path / "untyped"  # what is not typed takes the quick sizes
-    assert main(["tree", "--quick", "--K", "2", "--budget", "2", "--out", str(out)]) == 0
+    assert main(["tree", "--quick", "--K", "2", "--leaves", "2", "--out", str(out)]) == 0
     df = pd.read_parquet(out / "results.parquet")
     assert df["n_seeds"].eq(lab.Config.QUICK["seeds"]).all() and df["M"].tolist() == [1]
 
@@ -486,11 +487,11 @@ def test_exactly_one_recommended_row_per_budget_and_ties_are_flagged():
 
 @pytest.mark.parametrize("budget,best,runner", [(8, (8, 1), (4, 2)), (16, (8, 2), (16, 1))])
 def test_cli_budget_recommendation_against_exact_theory(budget, best, runner, tmp_path, capsys):
-    """``gpolab tree --budget N --json`` rows carry score (= (256 + 256 M)/corr², corr of the
+    """``gpolab tree --leaves N --json`` rows carry score (= (256 + 256 M)/corr², corr of the
     exact theory) and exactly one recommended row; budget 8 recommends 8 × 1, budget 16 8 × 2
     (the K = 2 splits the plain MSE × cost picked come last)."""
     out = str(tmp_path / "b")
-    argv = ["tree", "--budget", str(budget), "--seeds", "200", "--out", out, "--json"]
+    argv = ["tree", "--leaves", str(budget), "--seeds", "200", "--out", out, "--json"]
     assert main(argv) == 0
     captured = capsys.readouterr()
     rows = {(r["K"], r["M"]): r for r in map(json.loads, captured.out.splitlines())}
@@ -552,3 +553,16 @@ def test_cells_draw_from_their_own_key_stream_shared_by_variants():
     mean_only = lab.run(cfg.replace(variant="mean-only"))["results"].iloc[0]
     assert mean_only["degenerate_frac"] == row["degenerate_frac"]
     assert other.query("K == 2 and M == 1")["mse"].iloc[0] != row["mse"]
+
+
+def test_old_flag_spellings_are_aliases_of_the_new_ones(tmp_path):
+    """--a, --b and --budget (one release): the same config as --beta-a, --beta-b, --leaves, also
+    in a config file; both spellings at once is one error naming them."""
+    old = configs.resolve(lab.Config, typed={"a": 1.5, "b": 2.5, "budget": 8})
+    new = configs.resolve(lab.Config, typed={"beta_a": 1.5, "beta_b": 2.5, "leaves": 8})
+    assert old == new and lab.cell_keys(old) == lab.cell_keys(new)
+    (tmp_path / "old.toml").write_text('lab = "tree"\n[tree]\na = 1.5\nbudget = 8\n')
+    _, table, _ = configs.split_file(tmp_path / "old.toml", "tree")
+    assert configs.resolve(lab.Config, table=table).beta_a == 1.5
+    with pytest.raises(configs.ConfigError, match="a: an older name of beta_a"):
+        configs.resolve(lab.Config, typed={"a": 1.5, "beta_a": 2.0})
