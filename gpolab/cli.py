@@ -62,7 +62,7 @@ EXAMPLES = {
         "gpolab plan completions.parquet",
         "gpolab plan --log rollouts/ --format verl --G 8",
     ),
-    "plancheck": ("gpolab plancheck --quick", "gpolab plancheck --envs bandit --quick"),
+    "plancheck": ("gpolab plancheck --quick", "gpolab plancheck --env bandit --quick"),
 }
 
 

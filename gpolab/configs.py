@@ -450,6 +450,19 @@ def aliased(cls, changes: dict, form=str) -> dict:
     return out
 
 
+def old_keywords(cls):
+    """Class decorator of a plain config dataclass: its constructor also takes the deprecated
+    keywords of ``ALIASES`` (``zoo.Config(envs=...)``), with :func:`aliased`'s note."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kw) -> None:
+        init(self, *args, **aliased(cls, kw))
+
+    cls.__init__ = __init__
+    return cls
+
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"

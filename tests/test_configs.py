@@ -12,7 +12,7 @@ import pytest
 
 from gpolab import configs
 from gpolab.configs import option
-from gpolab.labs import sweep
+from gpolab.labs import plan, plancheck, sweep, zoo
 
 
 @pytest.fixture(autouse=True)
@@ -93,3 +93,38 @@ def test_instance_aliases_from_flags_file_subtable_flat_keys_and_keywords(capsys
     assert configs.resolve(Lab, table={"a": 7}).instance == Dummy(7.0, 2.0)  # flat key
     assert Lab(a=8).instance == Dummy(8.0, 2.0) == Lab().replace(a=8).instance
     assert capsys.readouterr().err == ""  # each old name noted once per process
+
+
+@pytest.mark.parametrize(
+    "cls,argv,field,value,note",
+    [
+        (zoo.Config, ["--envs", "bandit"], "env", ("bandit",), "--envs is deprecated; use --env"),
+        (plancheck.Config, ["--envs", "arithmetic"], "env", ("arithmetic",),
+         "--envs is deprecated; use --env"),
+        (plan.Config, ["--log", ".", "--budget", "512"], "N", 512,
+         "--budget is deprecated; use --N"),
+    ],
+)  # fmt: skip
+def test_renamed_lab_flags_keep_the_old_spelling_with_a_note(cls, argv, field, value, note, capsys):
+    cfg = configs.resolve(cls, typed=parse(cls, argv))
+    assert getattr(cfg, field) == value
+    assert capsys.readouterr().err == f"note: {note} (same meaning)\n"
+    old = argv[-2].lstrip("-")
+    assert getattr(cls(**{old: value}), field) == value  # the old keyword, noted once already
+    assert capsys.readouterr().err == ""
+
+
+def test_figures_out_is_the_results_root_and_the_old_spellings_say_so(capsys):
+    from gpolab.cli import build_parser
+    from gpolab.commands import figures
+
+    def folders(*argv):
+        return figures.folders(build_parser(["figures"]).parse_args(["figures", *argv]))
+
+    assert folders() == ("results", "figures", [])
+    assert folders("--out", "r", "--figures-dir", "f") == ("r", "f", [])
+    assert folders("--out", "r") == ("r", "figures", [figures.OUT_NOTE])
+    note = "note: --results is deprecated; use --out (same meaning)"
+    assert folders("--results", "r", "--figures-dir", "f") == ("r", "f", [note])
+    with pytest.raises(configs.ConfigError, match="results: an older name of out"):
+        folders("--results", "r", "--out", "s")

@@ -114,9 +114,9 @@ def test_figures_quick_only_one_end_to_end_and_plot_from_saved_table(tmp_path, c
         "--quick",
         "--only",
         "bandit_mse_vs_G",
-        "--out",
+        "--figures-dir",
         str(out),
-        "--results",
+        "--out",
         str(results),
     ]
     assert main(argv) == 0

@@ -47,11 +47,13 @@ DEFAULT_ESTIMATORS = ("grpo", "loo", "mean", "nemo/grpo", "verl/grpo_passk",
                       "paper/passk-training")  # fmt: skip
 
 
+@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
 class Config:
     """What ``gpolab plan`` reads and which answers it gives."""
 
     LAB: ClassVar[str] = NAME
+    ALIASES: ClassVar[dict] = {"budget": "N"}  # deprecated: --budget (one release)
     QUICK: ClassVar[dict] = {"draws": 500}
 
     log: str = option("", "the rollout log: a file or a folder (TRL completions parquet, verl "
@@ -77,7 +79,7 @@ class Config:
     G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64, 128, 256), "group sizes reported by G "
                                 "(the curve table has every G in 2..256)")  # fmt: skip
     target: float = option(0.1, "degenerate-group fraction to stay under")
-    budget: int = option(0, "responses per step N = B*G for the split table (0: the log's)")
+    N: int = option(0, "responses per step N = B*G for the split table (0: the log's)")
     estimators: tuple[str, ...] = option(DEFAULT_ESTIMATORS, "estimator specs of the kappa table")
     draws: int = option(4000, "parametric draws of the fit for the intervals")
     seed: int = option(0, "seed of the intervals' draws and bootstraps")
@@ -104,7 +106,7 @@ class Config:
         if max(self.G) > 4096:
             raise validate.ConfigError(f"G: got {max(self.G)}; allowed: integers in [2, 4096]")
         validate.real("target", self.target, 0.0, 1.0, open_low=True)
-        validate.integer("budget", self.budget, 0)
+        validate.integer("N", self.N, 0)
         validate.integer("draws", self.draws, 10)
         if not self.estimators:
             raise validate.ConfigError("estimators: got an empty list; allowed: one or more")
@@ -277,7 +279,7 @@ def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dic
         "G_max": int(n.max()),
     }
     per_step = len(groups) / base["steps"]
-    budget = cfg.budget or int(round(per_step * G))
+    budget = cfg.N or int(round(per_step * G))
     grid = list(range(2, 257))
     if levels is None:
         rows = frame[frame["group"].isin(groups["group"])]

@@ -278,16 +278,18 @@ PROXY = "score_norm"  # the proxy's column name in every written log (a TRL/verl
 REWARD = "correctness"  # the TRL reward function's name
 
 
+@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Logs simulated from the surrogates, written as TRL and verl write them and as a table,
     read back by ``gpolab plan``; what it recovers against the truth they were drawn from."""
 
     LAB: typing.ClassVar[str] = NAME
+    ALIASES: typing.ClassVar[dict] = {"envs": "env"}  # deprecated: --envs (one release)
     QUICK: typing.ClassVar[dict] = {"steps": 15, "norm_steps": 60, "arithmetic_steps": 8,
                                     "arithmetic_norm_steps": 40, "draws": 500}  # fmt: skip
 
-    envs: tuple[str, ...] = option(ENVS, "comma list of bandit, arithmetic")
+    env: tuple[str, ...] = option(ENVS, "comma list of bandit, arithmetic")
     formats: tuple[str, ...] = option(FORMATS, "log formats written and read: trl, verl, table")
     G: int = option(8, "the simulated run's group size")
     steps: int = option(50, "bandit: logged steps")
@@ -307,12 +309,12 @@ class Config:
         return configs.replace(self, **changes)
 
     def validate(self) -> None:
-        for env in self.envs:
-            validate.choice("envs", env, ENVS)
+        for env in self.env:
+            validate.choice("env", env, ENVS)
         for fmt in self.formats:
             validate.choice("formats", fmt, FORMATS)
-        if not self.envs or not self.formats:
-            raise validate.ConfigError("envs/formats: got an empty list; allowed: one or more")
+        if not self.env or not self.formats:
+            raise validate.ConfigError("env/formats: got an empty list; allowed: one or more")
         check_sizes(self.steps, self.B, self.G, self.norm_batches, self.norm_steps, self.seed,
                     self.prompts)  # fmt: skip
         check_sizes(self.arithmetic_steps, self.arithmetic_B, self.G, self.arithmetic_norm_batches,
@@ -321,7 +323,7 @@ class Config:
 
 
 def cells(cfg: Config) -> int:
-    return len(cfg.envs) * len(cfg.formats)
+    return len(cfg.env) * len(cfg.formats)
 
 
 def simulate(cfg: Config, env: str) -> Simulated:
@@ -377,7 +379,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
     cfg.validate()
     rows = []
-    for env in cfg.envs:
+    for env in cfg.env:
         sim = simulate(cfg, env)
         paths = write_logs(sim, f"{cfg.out}/logs/{env}", cfg.formats)
         for fmt in cfg.formats:

@@ -32,18 +32,20 @@ TABLES = ("results", "kappa")
 ENVS = ("bandit", "arithmetic")
 ZOO = tuple(n for n, e in estimators.REGISTRY.items() if not e.user)
 REFERENCE = "loo"  # the snr ranking's reference: unbiased, defined at every G >= 2
-ARITH = {"envs": ("arithmetic",)}
+ARITH = {"env": ("arithmetic",)}
 
 
+@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Everything a zoo run needs; bandit and arithmetic settings as in ``gpolab sweep``."""
 
     LAB: ClassVar[str] = NAME
+    ALIASES: ClassVar[dict] = {"envs": "env"}  # deprecated: --envs (one release)
     QUICK: ClassVar[dict] = {"seeds": 4000, "arithmetic_seeds": 64, "G": (2, 4, 8, 16),
                              "arithmetic_G": (4, 8), "questions": 100}  # fmt: skip
 
-    envs: tuple[str, ...] = option(ENVS, "comma list of bandit, arithmetic")
+    env: tuple[str, ...] = option(ENVS, "comma list of bandit, arithmetic")
     estimators: tuple[str, ...] = option(
         ZOO, "comma list of estimator specs (default: every registered one; `gpolab estimators` "
         "lists them)")  # fmt: skip
@@ -68,8 +70,8 @@ class Config:
         return configs.replace(self, **changes)
 
     def validate(self) -> None:
-        for env in self.envs:
-            validate.choice("envs", env, ENVS)
+        for env in self.env:
+            validate.choice("env", env, ENVS)
         validate.integers("G", self.G, 1)
         validate.integers("arithmetic_G", self.arithmetic_G, 1)
         validate.integers("kappa_G", self.kappa_G, 1)
@@ -100,7 +102,7 @@ def sweeps(cfg: Config) -> list[sweep.Config]:
     """One sweep per (env, set of group sizes): an estimator runs at the sizes it is defined for
     (pass@k needs G >= k), estimators sharing the sizes share a sweep (common random numbers)."""
     out = []
-    for env in cfg.envs:
+    for env in cfg.env:
         grid = cfg.arithmetic_G if env == "arithmetic" else cfg.G
         by_sizes: dict[tuple, list] = {}
         for spec in cfg.estimators:

@@ -332,7 +332,7 @@ def test_plancheck_recovers_the_bandit_truth_from_every_format(tmp_path, capsys)
     exactly, and the truth (degenerate curve, logged fraction, mean difficulty, G*) lies in
     plan's 95% intervals (fixed seed; the curve's points share one fit, so they are one check)."""
     out = tmp_path / "pc"
-    assert cli.main(["plancheck", "--quick", "--envs", "bandit", "--out", str(out)]) == 0
+    assert cli.main(["plancheck", "--quick", "--env", "bandit", "--out", str(out)]) == 0
     df = pd.read_parquet(out / "results.parquet")
     assert set(df["format"]) == {"trl", "verl", "table"}
     spread = df.groupby(["quantity", "G"], dropna=False)["recovered"].agg(np.ptp)

@@ -201,8 +201,8 @@ def test_ctrl_c_is_one_line_with_the_cells_kept_and_how_to_resume(tmp_path, caps
 
 
 def test_replot_redraws_from_saved_tables_without_computing(tmp_path, monkeypatch, capsys):
-    argv = ["figures", "--quick", "--only", "tree_mse_heatmap", "--out", str(tmp_path / "f"),
-            "--results", str(tmp_path / "r")]  # fmt: skip
+    argv = ["figures", "--quick", "--only", "tree_mse_heatmap", "--figures-dir",
+            str(tmp_path / "f"), "--out", str(tmp_path / "r")]  # fmt: skip
     monkeypatch.setattr(
         "gpolab.labs.sweep.Config.QUICK", {"seeds": 300, "K": (2,), "M": (1, 2)}, raising=True
     )

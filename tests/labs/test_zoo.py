@@ -20,7 +20,7 @@ def half_loo(rewards):
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory):
     estimators.register("test/half_loo", half_loo, min_group=2, source="tests")
-    cfg = zoo.Config(envs=("bandit",), estimators=("loo", "mean", "grpo", "nemo/grpo",
+    cfg = zoo.Config(env=("bandit",), estimators=("loo", "mean", "grpo", "nemo/grpo",
                      "verl/gpg", "test/half_loo", "paper/passk-training"), G=(2, 4),
                      seeds=3000, kappa_G=(8,), kappa_points=10,
                      out=str(tmp_path_factory.mktemp("zoo")))  # fmt: skip
@@ -112,7 +112,7 @@ def test_report_notes_and_figures(tables, tmp_path):
     notes' Monte Carlo line is the table's χ² and its κ lines the closed form."""
     from scipy.stats import chi2
 
-    cfg = zoo.Config(envs=("bandit",))
+    cfg = zoo.Config(env=("bandit",))
     df = tables["results"]
     at = df[df["G"] == 4].sort_values("snr", ascending=False).set_index("estimator")
     head, cols, *rows = zoo.report(cfg, tables).splitlines()
