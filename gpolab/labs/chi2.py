@@ -81,6 +81,7 @@ MONTE_CARLO = {"estimator": _Reading(
 )}  # fmt: skip
 
 
+@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Every setting of a ``gpolab chi2`` run.

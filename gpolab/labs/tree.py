@@ -70,6 +70,7 @@ COST_KEYS = ("leaves", "cost", "rescaled_mse", "score", "score_se", "score_sourc
 JSON = (*JSON_KEYS, *GRAD_KEYS, *COST_KEYS)  # those in the table: grad (finite), cost (budget)
 
 
+@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Everything ``gpolab tree`` needs; the single source of defaults."""
