@@ -42,7 +42,7 @@ class BanditCell:
     cosine or best-scale statistics).
     """
 
-    estimators: tuple[str, ...]
+    estimators: tuple  # specs (str) or bound specs (estimators.Bound), rows named as given
     G: int
     B: int = 0
     scale: str = "group"
@@ -96,7 +96,7 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
         err = total - truth.g[None]
     sq = jnp.sum(err**2, axis=-1)
     if not cell.mean_error:  # ‖e‖² only: the statistic of gpolab bench's W1 and its references
-        return {**out, **{name: {"sq": sq[i]} for i, name in enumerate(cell.estimators)}}
+        return {**out, **{str(name): {"sq": sq[i]} for i, name in enumerate(cell.estimators)}}
     cos = cosine(total, truth.g)
     if cell.B == 0:  # per-prompt weighting, as the MSE: Σ_x f(x) ĝ_x·g_x and Σ_x f(x) ‖ĝ_x‖²
         f = truth.prompt_probs
@@ -104,8 +104,9 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
         norm2 = jnp.einsum("p,epd->e", f, ghat**2)
     else:
         dot, norm2 = total @ truth.g, jnp.sum(total**2, axis=-1)
-    for i, name in enumerate(cell.estimators):
-        out[name] = {"err": err[i], "sq": sq[i], "cos": cos[i], "dot": dot[i], "norm2": norm2[i]}
+    for i, name in enumerate(cell.estimators):  # a spec or a bound one: its name as given
+        out[str(name)] = {"err": err[i], "sq": sq[i], "cos": cos[i], "dot": dot[i],
+                          "norm2": norm2[i]}  # fmt: skip
     return out
 
 
@@ -122,7 +123,7 @@ class ArithmeticCell:
     the same draws.  The per-seed mean of ‖ĝ_x − g_x‖² over the Q questions is unbiased for the
     average per-question MSE Σ_x f(x) MSE(x)."""
 
-    estimators: tuple[str, ...]
+    estimators: tuple  # specs (str) or bound specs (estimators.Bound), rows named as given
     G: int
     Q: int = 8
     scale: str = "group"
@@ -170,7 +171,7 @@ def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
     sq, dot, norm2 = sums / cell.Q  # per-question means
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(sq.dtype))}
     for i, name in enumerate(cell.estimators):
-        out[name] = {"sq": sq[i], "cos": cos[i], "dot": dot[i], "norm2": norm2[i]}
+        out[str(name)] = {"sq": sq[i], "cos": cos[i], "dot": dot[i], "norm2": norm2[i]}
     return out
 
 
@@ -271,7 +272,7 @@ class DynamicBanditCell:
     only, mean over the kept groups.  ``plain_B``: the first ``plain_B`` drawn groups, all kept,
     are plain sampling at about the same responses per step (common random numbers)."""
 
-    estimators: tuple[str, ...]
+    estimators: tuple  # specs (str) or bound specs (estimators.Bound), rows named as given
     G: int
     B: int
     max_draws: int = 8

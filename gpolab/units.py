@@ -82,12 +82,17 @@ class Grouped:
         for mode in cfg.loss_agg:
             estimators.check_loss_agg(mode)
         validate.integer("norm_length", cfg.norm_length, 0)
-        for name in cfg.estimators:
+        for spec in self.specs(cfg).values():
             for G in cfg.G:
                 estimators.check_estimator(
-                    name, G, scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, field="G"
+                    spec, G, scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, field="G"
                 )
-                estimators.check_callable(name, G)
+                estimators.check_callable(spec, G)
+
+    def specs(self, cfg) -> dict:
+        """Each estimator spec of ``cfg`` resolved once (:class:`gpolab.estimators.Bound`): the
+        cells, the theory and the aggregation take these, never the string again."""
+        return {name: estimators.bound(name) for name in cfg.estimators}
 
     def contexts(self, cfg) -> tuple:
         return (None,)
@@ -100,7 +105,12 @@ class Grouped:
 
     def bound(self, cfg, rid: dict) -> dict:
         """Of ``scale, ddof, eps`` those the row's estimator reads, as bound."""
-        return estimators.bind(rid["estimator"], shared_options(cfg))[1]
+        return self.bounds(cfg, [rid])[0]
+
+    def bounds(self, cfg, ids: list[dict]) -> list[dict]:
+        """:meth:`bound` of every row of ``ids`` (each spec resolved once)."""
+        specs, shared = self.specs(cfg), shared_options(cfg)
+        return [estimators.bind(specs[rid["estimator"]], shared)[1] for rid in ids]
 
     def norm_length(self, cfg) -> float:
         """L_norm of seq-mean-token-sum-norm: ``cfg.norm_length`` or the longest response."""
@@ -109,13 +119,14 @@ class Grouped:
     def units(self, cfg, ids: list[dict], pending: set[int]):
         """Per (policy,) loss_agg, G: the pending estimators, drawn on common random numbers
         (computing a subset changes nothing)."""
+        specs = self.specs(cfg)
         for context, mode in itertools.product(self.contexts(cfg), cfg.loss_agg):
             for G in cfg.G:
                 rows = [i for i in sorted(pending) if ids[i]["G"] == G
                         and ids[i].get("policy") == context
                         and ids[i].get("loss_agg", DEFAULT_AGG) == mode]  # fmt: skip
                 if rows:
-                    names = tuple(ids[i]["estimator"] for i in rows)
+                    names = tuple(specs[ids[i]["estimator"]] for i in rows)
                     yield rows, context, self.cell(cfg, names, G, mode)
 
     def prepare(self, cfg, cell, truth):
@@ -150,10 +161,10 @@ class Grouped:
         length = self.response_length(cfg, params) if cfg.instance.lengths == "one" else None
         target_sq = theory_mse.target_sq(truth, B)
         out = []
-        for name in cell.estimators:
+        for name in cell.estimators:  # bound specs (:meth:`specs`); rows name them as given
             stats = engine.error_stats(m, err=f"{name}/err", sq=f"{name}/sq")
             out.append({
-                **self.columns(cfg, truth, context), "estimator": name, "variant": cfg.scale,
+                **self.columns(cfg, truth, context), "estimator": str(name), "variant": cfg.scale,
                 "G": cell.G, "K": None, "M": None, "B": self.batch(cfg), "n_seeds": m.n,
                 **stats_row(stats),
                 "cos": float(m.mean(f"{name}/cos")), "target_sq": target_sq,
@@ -381,6 +392,9 @@ class Tree:
         check_common(cfg)
         for v in cfg.estimators:
             validate.choice("estimators", v, estimators.TREE_VARIANTS)
+
+    def bounds(self, cfg, ids: list[dict]) -> list[dict]:
+        return [self.bound(cfg, rid) for rid in ids]
 
     def row_ids(self, cfg) -> list[dict]:
         inst = cfg.instance

@@ -27,12 +27,14 @@ from gpolab.estimators import core, frameworks
 
 __all__ = [
     "Entry",
+    "Bound",
     "REGISTRY",
     "register",
     "get",
     "parse_spec",
     "resolve",
     "bind",
+    "bound",
     "advantages",
     "gradient_weights",
     "estimate_gradient",
@@ -207,10 +209,40 @@ def get(name: str) -> Entry:
 _SPEC = re.compile(r"^(?P<name>[^\[\]]+?)(?:\[(?P<opts>[^\[\]]*)\])?$")
 
 
-def parse_spec(spec: str) -> tuple[str, dict]:
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """An estimator spec resolved once (:func:`bound`): its registry ``entry``, its bracket
+    ``options`` (sorted (name, value) pairs, coerced), ``spec`` as given (a row's estimator
+    name, ``str(bound)``) and its ``canonical`` spelling.  Frozen and hashable: cells, caches,
+    the theory and the aggregation take it where they took the string, which is never parsed
+    again; every function of this module that takes a spec takes a Bound too.  A lab's shared
+    settings (``scale``, ``ddof``, ``eps``) are not in it: :func:`bind` adds those the entry
+    reads (the spec's options win), so traced knobs stay traced."""
+
+    entry: Entry = dataclasses.field(repr=False)
+    options: tuple = ()
+    spec: str = ""
+    canonical: str = ""
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def bound(spec: str | Bound) -> Bound:
+    """``spec`` (``name``, ``name[opt=value,...]``, ``package.module:function``) resolved once
+    (a :class:`Bound` is returned as it is)."""
+    if isinstance(spec, Bound):
+        return spec
+    name, options = parse_spec(spec)
+    return Bound(get(name), tuple(sorted(options.items())), spec, _canonical(name, options))
+
+
+def parse_spec(spec: str | Bound) -> tuple[str, dict]:
     """``"name[opt=value,...]"`` → (name, options coerced to the types of the defaults).
 
     A ``module:function`` name is imported and registered on first use."""
+    if isinstance(spec, Bound):
+        return spec.entry.name, dict(spec.options)
     m = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
     if m is None:
         raise validate.ConfigError(
@@ -249,9 +281,14 @@ def _coerce_option(name: str, key: str, raw: str, default):
     return raw
 
 
-def canonical(spec: str) -> str:
+def canonical(spec: str | Bound) -> str:
     """The spec with its options sorted and spelled one way (a stable row name and cache key)."""
-    name, options = parse_spec(spec)
+    if isinstance(spec, Bound):
+        return spec.canonical
+    return _canonical(*parse_spec(spec))
+
+
+def _canonical(name: str, options: dict) -> str:
     if not options:
         return name
     text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
@@ -272,16 +309,16 @@ def _import(path: str) -> Entry:
     return register(path, fn, source=f"{path} (user function)")
 
 
-def resolve(spec: str) -> Entry:
+def resolve(spec: str | Bound) -> Entry:
     """The entry a spec names (importing a user function if needed)."""
-    return get(parse_spec(spec)[0])
+    return spec.entry if isinstance(spec, Bound) else get(parse_spec(spec)[0])
 
 
-def bind(spec: str, defaults: Mapping | None = None) -> tuple[Entry, dict]:
+def bind(spec: str | Bound, defaults: Mapping | None = None) -> tuple[Entry, dict]:
     """(entry, options) of ``spec``: the spec's bracket options over ``defaults`` (a lab's shared
     settings such as ``scale/ddof/eps``), keeping only the options the entry reads."""
-    name, options = parse_spec(spec)
-    entry = get(name)
+    b = bound(spec)
+    entry, options = b.entry, dict(b.options)
     shared = {k: v for k, v in (defaults or {}).items() if k in entry.options}
     return entry, {**shared, **options}
 

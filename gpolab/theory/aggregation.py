@@ -69,7 +69,7 @@ def expected_gradient(params, h: np.ndarray, e1: np.ndarray, e0: np.ndarray) -> 
 
 def terms(spec: str, G: int, truth, **shared) -> tuple | str:
     """(E f(1, S), E f(0, S)) of estimator ``spec``, or the reason there are none."""
-    if spec == "oracle":
+    if str(spec) == "oracle":  # a name or a bound spec
         return oracle_terms(truth.V)
     table = exact.registry_table(spec, G, strict=False, **shared)
     if not table.ok:

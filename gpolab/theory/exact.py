@@ -199,16 +199,17 @@ def count_table(fn: Callable, G: int, *, name: str = "estimator", strict: bool =
 def registry_table(
     spec: str, G: int, *, strict: bool = True, length: float | None = None, **shared
 ) -> Table:
-    """:func:`count_table` of the estimator spec ``spec`` (a registry name, ``name[opt=value]``
-    or ``package.module:function``); ``shared`` are a lab's common options (``scale``, ``ddof``,
-    ``eps``) for the entries that read them, e.g. ``registry_table("grpo", 8, eps=1e-4)``.
-    Entries with their own gradient weights c (``ustat``) are tabulated as A = G·c.  An entry
-    that needs more than the rewards (V(x), lengths, a greedy reward) or couples the batch with
-    these options has no table: it raises, or with ``strict=False`` returns a NaN table whose
-    ``reason`` says why.  ``length``: the env's response length when every response has the same
-    one (then an estimator that needs only lengths is reward-only, if group-scoped).  Every
-    check runs for every entry; the result (table or reason) of a built-in entry is cached per
-    process (a user's function may be re-registered: never cached)."""
+    """:func:`count_table` of the estimator spec ``spec`` (a registry name, ``name[opt=value]``,
+    ``package.module:function`` or a :class:`gpolab.estimators.Bound`); ``shared`` are a lab's
+    common options (``scale``, ``ddof``, ``eps``) for the entries that read them, e.g.
+    ``registry_table("grpo", 8, eps=1e-4)``.  Entries with their own gradient weights c
+    (``ustat``) are tabulated as A = G·c.  An entry that needs more than the rewards (V(x),
+    lengths, a greedy reward) or couples the batch with these options has no table: it raises,
+    or with ``strict=False`` returns a NaN table whose ``reason`` says why.  ``length``: the
+    env's response length when every response has the same one (then an estimator that needs
+    only lengths is reward-only, if group-scoped).  Every check runs for every entry; the result
+    (table or reason) of a built-in entry is cached per process (a user's function may be
+    re-registered: never cached)."""
     from gpolab import estimators  # deferred: jax, as in canonical_groups
 
     entry, _ = estimators.bind(spec, shared)
@@ -405,10 +406,11 @@ def theory_columns(
     table = registry_table(spec, G, strict=False, length=length, **shared)
     scaled = best_scale(truth, table, G, B)
     out = {"theory_best_scale": scaled["best_scale"], "theory_scaled_mse": scaled["scaled_mse"]}
-    if spec in closed.PER_PROMPT:
-        return {**out, "theory": "closed form", "theory_mse": closed.mse(truth, spec, G, B),
-                "theory_mse_se": closed.mse_se(truth, spec, G, B),
-                "theory_bias_sq": closed.bias_sq(truth, spec, G, B)}  # fmt: skip
+    name = str(spec)  # a bound spec's name as given
+    if name in closed.PER_PROMPT:
+        return {**out, "theory": "closed form", "theory_mse": closed.mse(truth, name, G, B),
+                "theory_mse_se": closed.mse_se(truth, name, G, B),
+                "theory_bias_sq": closed.bias_sq(truth, name, G, B)}  # fmt: skip
     return {
         **out,
         "theory": "count table" if table.ok else f"none: {table.reason}",
