@@ -127,14 +127,15 @@ def kappa_table(cfg: Config):
     p = (np.arange(cfg.kappa_points) + 0.5) / cfg.kappa_points
     shared = {"scale": cfg.scale, "ddof": cfg.ddof, "eps": cfg.eps}
     rows = []
-    for spec in cfg.estimators:
+    for name in cfg.estimators:
+        spec = estimators.bound(name)  # resolved once for every G
         for G in cfg.kappa_G:
             if G < estimators.minimum_G(spec):
                 continue
             table = exact.registry_table(spec, G, strict=False, **shared)
             if table.ok:
                 kappa = exact.kappa(table, G, p)
-                rows += [{"estimator": spec, "G": G, "p": float(q), "kappa": float(k)}
+                rows += [{"estimator": name, "G": G, "p": float(q), "kappa": float(k)}
                          for q, k in zip(p, kappa, strict=True)]  # fmt: skip
     return pd.DataFrame(rows, columns=["estimator", "G", "p", "kappa"])
 
