@@ -355,11 +355,12 @@ def kappa_table(cfg: Config, whole: dict):
     if whole.get("rewards") != "binary":
         return pd.DataFrame(columns=cols)
     rows = []
-    for spec in cfg.estimators:
+    for name in cfg.estimators:
+        spec = estimators.bound(name)  # resolved once for every G
         for G in sorted({*cfg.G, whole["G"]}):
             if G >= estimators.minimum_G(spec):
                 k = difficulty.kappa_mix(spec, G, whole["a"], whole["b"])
-                rows.append({"estimator": spec, "G": G, **{c: k.get(c) for c in cols[2:]}})
+                rows.append({"estimator": name, "G": G, **{c: k.get(c) for c in cols[2:]}})
     return pd.DataFrame(rows, columns=cols)
 
 
