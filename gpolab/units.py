@@ -416,7 +416,7 @@ class Tree:
         for i in sorted(pending):
             K, M, variant = ids[i]["K"], ids[i]["M"], ids[i]["variant"]
             yield [i], None, cells.tree_cell(K, M, variant, cfg.ddof, model=inst.model,
-                                             a=inst.a, b=inst.b)  # fmt: skip
+                                             a=inst.beta_a, b=inst.beta_b)  # fmt: skip
 
     def prepare(self, cfg, cell, truth):
         return cell

@@ -87,9 +87,9 @@ RUNS = {
     "curvature": (curvature, dict(thetas=4, prompts=4, block=2)),
 }  # fmt: skip
 SLOW_RUNS = {
-    "zoo": (zoo, dict(envs=("bandit",), estimators=("loo", "grpo"), G=(2,), seeds=100,
+    "zoo": (zoo, dict(env=("bandit",), estimators=("loo", "grpo"), G=(2,), seeds=100,
                       kappa_G=(4,), kappa_points=3)),
-    "tree-budget-finite": (tree, dict(budget=8, seeds=200, model="finite", thoughts=8)),
+    "tree-budget-finite": (tree, dict(leaves=8, seeds=200, model="finite", thoughts=8)),
     "chi2": (chi2, dict(estimator=("loo",), seeds=16, n=(10,), chunk=16)),
     "stdnorm": (stdnorm, dict(regimes=("admissible",), adm_steps=5, adm_seeds=2, gain_G=(2,),
                               G=(2,), rho=(0.0,), control=False, bias_seeds=16, prompts=4)),

@@ -19,6 +19,7 @@ success counts S_k ~ Binomial(M, p_k) of the continuations matter, drawn by :fun
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -32,15 +33,21 @@ NAME = "tree"
 MODELS = ("beta", "finite")
 
 
+@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
 class Instance:
     """The tree's settings: its thought model and the (K, M) grid of thoughts × continuations
     (shapes: every (K, M) is one compiled cell)."""
 
+    # deprecated spellings (one release): --a/--b read as a pair with the bandit's --B
+    ALIASES: ClassVar[dict] = {"a": "beta_a", "b": "beta_b"}
+    # the names stored cell keys (and result columns) were written with
+    STORED_NAMES: ClassVar[dict] = {"beta_a": "a", "beta_b": "b"}
+
     model: str = option("beta", "thought values: beta (p ~ Beta(a, b)) or finite (softmax "
                         "thought policy)")  # fmt: skip
-    a: float = option(2.0, "Beta a")
-    b: float = option(3.0, "Beta b")
+    beta_a: float = option(2.0, "thought values p ~ Beta(beta_a, beta_b): beta_a")
+    beta_b: float = option(3.0, "thought values p ~ Beta(beta_a, beta_b): beta_b")
     thoughts: int = option(32, "finite model: number of distinct thoughts",
                            when={"model": ("finite",)})  # fmt: skip
     instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
@@ -54,8 +61,8 @@ class Instance:
         validate.integers("K", self.K, 2)
         validate.integers("M", self.M, 1)
         validate.choice("model", self.model, MODELS)
-        validate.real("a", self.a, low=0.0, open_low=True)
-        validate.real("b", self.b, low=0.0, open_low=True)
+        validate.real("beta_a", self.beta_a, low=0.0, open_low=True)
+        validate.real("beta_b", self.beta_b, low=0.0, open_low=True)
         validate.integer("thoughts", self.thoughts, 2)
         validate.integer("instance_seed", self.instance_seed, 0)
 
@@ -63,8 +70,8 @@ class Instance:
 def make(inst: Instance) -> BetaThoughts | FiniteThoughts:
     """The thought model of ``inst`` (finite thoughts drawn with its ``instance_seed``)."""
     if inst.model == "beta":
-        return make_beta(inst.a, inst.b)
-    return make_finite(inst.instance_seed, inst.thoughts, a=inst.a, b=inst.b)
+        return make_beta(inst.beta_a, inst.beta_b)
+    return make_finite(inst.instance_seed, inst.thoughts, a=inst.beta_a, b=inst.beta_b)
 
 
 @struct.dataclass

@@ -19,10 +19,10 @@ Sources read (the ``source`` of each :data:`SPECS` entry names file and function
   ``verl/trainer/ppo/ray_trainer.py::compute_advantage`` (what the trainer passes).  Checked by
   running verl's own functions, both versions, on the same batches as these (G = 1, 2, 3, 4, 5,
   8; binary, graded and normal rewards; all-equal and tiny-variance groups; float32 and
-  float64): ``tests/estimators/test_verl_reference.py`` holds 0.9.1's outputs and redoes the comparison when
-  verl is installed.  Every verl entry equals both versions up to the float32 rounding inside
-  verl, except ``verl/grpo_vectorized``: it follows b178a3cd, and 0.9.1 differs on groups whose
-  variance is below ``epsilon`` (see that function).
+  float64): ``tests/estimators/test_verl_reference.py`` holds 0.9.1's outputs and redoes the
+  comparison when verl is installed.  Every verl entry equals both versions up to the float32
+  rounding inside verl, except ``verl/grpo_vectorized``: it follows b178a3cd, and 0.9.1 differs
+  on groups whose variance is below ``epsilon`` (see that function).
 * TRL ``f2cd5771`` (v1.9.0-26): ``trl/trainer/grpo_trainer.py::_generate_and_score_completions``,
   ``trl/trainer/rloo_trainer.py`` (same method), ``trl/trainer/utils.py::nanstd``.
 * OpenRLHF ``3c3be623`` (v0.11.0): ``openrlhf/trainer/ppo_utils/experience_maker.py::

@@ -162,6 +162,8 @@ def _settings(cfg: Config, ids: list[dict]) -> list[dict]:
     """:func:`row_settings` of every row of ``ids`` (the shared part computed once)."""
     common = configs.key_settings(cfg, exclude=GRIDS + OPTIONS)
     common = {k: v for k, v in common.items() if k not in KEY_IF_CHANGED or KEY_IF_CHANGED[k] != v}
+    stored = getattr(type(cfg.instance), "STORED_NAMES", {})  # renamed fields: keys as stored
+    common = {stored.get(k, k): v for k, v in common.items()}
     bound = units.ENVS[cfg.env].bounds(cfg, ids)  # each estimator spec resolved once
     return [{**common, **{o: b.get(o) for o in OPTIONS}} for b in bound]
 

@@ -60,7 +60,7 @@ BUDGET = {"mode": ("budget",)}
 NOT_IN_KEY = ("K", "M", "leaves", "think_len", "answer_len")  # the cell / columns added on read
 # settings under the names the stored keys (and the columns, shared with the sweep's tree rows)
 # were written with: the Beta parameters were a, b before the flags became --beta-a, --beta-b
-STORED_NAMES = {"beta_a": "a", "beta_b": "b"}
+STORED_NAMES = tree_env.Instance.STORED_NAMES
 SCHEMA = 2  # in the cell keys: cells stored before the per-cell key streams and corr_se recompute
 JSON_KEYS = ("K", "M", "variance", "mse", "mse_group", "corr", "corr_se", "degenerate_frac",
              "theory_degenerate_frac", "theory_variance", "theory_corr", "theory_mse")  # fmt: skip
@@ -81,8 +81,8 @@ class Config:
     # leaves here but responses per step in plan
     ALIASES: ClassVar[dict] = {"a": "beta_a", "b": "beta_b", "budget": "leaves"}
 
-    beta_a: float = borrow(tree_env.Instance, "a", prefix="thought values p ~ Beta(a, b): ")
-    beta_b: float = borrow(tree_env.Instance, "b", prefix="thought values p ~ Beta(a, b): ")
+    beta_a: float = borrow(tree_env.Instance, "beta_a")
+    beta_b: float = borrow(tree_env.Instance, "beta_b")
     K: tuple[int, ...] = option(DEFAULT_K, "comma list of thought counts K >= 2 (with --leaves: "
                                 "only these K; the default: every split)")  # fmt: skip
     M: tuple[int, ...] = option((1, 2, 4, 16, 64), "comma list of continuations per thought "

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gpolab import cells, engine, estimators
+from gpolab import cells, configs, engine, estimators
 from gpolab.envs import tree
+from gpolab.labs import sweep
 from gpolab.theory import tree as theory_tree
 from gpolab.validate import ConfigError
 
@@ -115,3 +116,12 @@ def test_bad_parameters_raise():
         tree.make_finite(0, 1)
     with pytest.raises(ConfigError, match="^variant: "):
         estimators.tree_advantages(jnp.ones((2, 3)), variant="leaf")
+
+
+def test_beta_parameters_are_beta_a_beta_b_and_a_b_are_their_old_names():
+    """The Beta parameters are beta_a, beta_b (no --b beside the bandit's --B); a, b stay one
+    release (keywords, flags, file keys); the sweep's tree keys keep the stored names."""
+    assert tree.Instance(a=3.0, b=1.0) == tree.Instance(beta_a=3.0, beta_b=1.0)
+    old = configs.resolve(sweep.Config, typed={"env": "tree", "a": 3.0})
+    assert old.instance.beta_a == 3.0
+    assert "a" in sweep.row_settings(old, sweep._row_ids(old)[0])

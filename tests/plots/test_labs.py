@@ -17,7 +17,7 @@ RUNS = {
     "chi2": (chi2, dict(estimator=("loo",), seeds=16, n=(10,), chunk=16),
              ["chi2_qq.png", "chi2_ecdf.png"]),
     "curvature": (curvature, dict(thetas=4, prompts=4, block=2), ["curvature.png"]),
-    "zoo": (zoo, dict(envs=("bandit",), estimators=("loo", "grpo"), G=(2,), seeds=100,
+    "zoo": (zoo, dict(env=("bandit",), estimators=("loo", "grpo"), G=(2,), seeds=100,
                       kappa_G=(4,), kappa_points=3), ["zoo.png", "kappa.png"]),
     "groupsize": (groupsize, dict(N=(8,), seeds=200), ["groupsize_mse.png"]),
     "stdnorm": (stdnorm, dict(regimes=("admissible",), adm_steps=3, adm_seeds=2, gain_G=(2,),
