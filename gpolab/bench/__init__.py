@@ -119,22 +119,15 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
     from gpolab.envs import bandit
 
     n = n or cfg.seeds
-    params = bandit.make(0, prompts=16, actions=64)
+    params = bandit.make(bandit.Instance(prompts=16, actions=64))
     truth = bandit.exact(params)
     args = (params, truth, np.float32(1e-4))
     key = jax.random.key(cfg.seed)
     cell = cells.BanditCell(("loo",), G=G, mean_error=False)  # the numpy reference's statistic
     seconds, compile_s, m, chunk = _timed_run(cells.bandit_error, cell, args, key, n, cfg.chunk)
     stats = engine.error_stats(m, "loo/err", "loo/sq")
-    row = _row(
-        f"W1 tabular 16x64 G={G} loo",
-        n,
-        seconds,
-        compile_s,
-        chunk=chunk,
-        mse=stats.mse,
-        mse_se=stats.mse_se,
-    )
+    row = _row(f"W1 tabular 16x64 G={G} loo", n, seconds, compile_s, chunk=chunk,
+               mse=stats.mse, mse_se=stats.mse_se)  # fmt: skip
     if not numpy:
         return row
     rng_cell = ("uniforms", (16, G))  # one uniform per response
@@ -168,18 +161,23 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
         numpy_agrees=_agree(np_mse, np_se, stats.mse, stats.mse_se),
     )
     if "numba_s" in best:
-        nb_rate = cfg.numba_seeds / best["numba_s"]
-        nb_mse, nb_se = best["numba"]
-        row.update(
-            numba_n_seeds=cfg.numba_seeds,
-            numba_seeds_per_s=nb_rate,
-            speedup_vs_numba=n / seconds / nb_rate,
-            numba_mse=nb_mse,
-            numba_mse_se=nb_se,
-            numba_compile_s=best["numba_compile_s"],
-            numba_agrees=_agree(nb_mse, nb_se, stats.mse, stats.mse_se),
-        )
+        row.update(_numba_columns(cfg, best, n / seconds, stats))
     return row
+
+
+def _numba_columns(cfg: BenchConfig, best: dict, rate: float, stats) -> dict:
+    """W1's numba reference columns (its rate, MSE and agreement with the engine's)."""
+    nb_rate = cfg.numba_seeds / best["numba_s"]
+    nb_mse, nb_se = best["numba"]
+    return {
+        "numba_n_seeds": cfg.numba_seeds,
+        "numba_seeds_per_s": nb_rate,
+        "speedup_vs_numba": rate / nb_rate,
+        "numba_mse": nb_mse,
+        "numba_mse_se": nb_se,
+        "numba_compile_s": best["numba_compile_s"],
+        "numba_agrees": _agree(nb_mse, nb_se, stats.mse, stats.mse_se),
+    }
 
 
 def _agree(mse, se, mse2, se2) -> bool:
