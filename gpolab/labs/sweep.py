@@ -271,17 +271,11 @@ def run_sweep(
         _check_share(*share)
     ids, plan = _row_ids(cfg), {}
     settings = _settings(cfg, ids)
-    df = resume(
-        store,
-        _keys(ids, settings),
-        _computer(cfg, plan, settings, key),
-        config_hash=config_hash(cfg),  # no output folder, chunk or sharding
-        group=_grouper(cfg, ids, plan),
-        share=share,
-        agree=_agree,
-        on_skip=on_skip,
-        on_unit=None if on_row is None else lambda rows: on_row(rows[0]),
-    )
+    keys, group = _keys(ids, settings), _grouper(cfg, ids, plan)
+    compute = _computer(cfg, plan, settings, key)
+    on_unit = None if on_row is None else lambda rows: on_row(rows[0])
+    df = resume(store, keys, compute, group=group, share=share, agree=_agree, on_skip=on_skip,
+                on_unit=on_unit, config_hash=config_hash(cfg))  # fmt: skip
     if df.empty:  # a multi-process run's other processes when nothing was left to compute
         return df
     for col in ("G", "K", "M", "B", "ddof"):
