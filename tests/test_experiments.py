@@ -138,7 +138,7 @@ def test_figures_rejects_unknown_name(capsys):
 
 
 def test_tree_mean_only_cells_ignore_eps(tmp_path):
-    cfg = SweepConfig(env="tree", K=(2,), M=(1, 2), variants=("mean-only", "thought-std"),
+    cfg = SweepConfig(env="tree", K=(2,), M=(1, 2), estimators=("mean-only", "thought-std"),
                       seeds=300, out=str(tmp_path))  # fmt: skip
     run_sweep(cfg, store=Store(tmp_path))
     computed = []

@@ -101,6 +101,7 @@ class Config:
     def __getattr__(self, name: str):  # deprecated: cfg.prompts reads cfg.instance.prompts
         if name.startswith("__") or name == "instance":
             raise AttributeError(name)
+        name = getattr(type(self.instance), "ALIASES", {}).get(name, name)  # cfg.a: beta_a
         try:
             return getattr(self.instance, name)
         except AttributeError:

@@ -130,7 +130,7 @@ def test_tree_sweep_eps0_ddof0_against_exact_formulas():
     cfg = SweepConfig(env="tree", K=(4, 8), M=(2, 4), variants=("thought-std", "leaf-std",
                       "mean-only"), ddof=0, eps=0.0, seeds=10_000)  # fmt: skip
     df = run_sweep(cfg)
-    law = theory_tree.thought_law(tree.make_beta(cfg.a, cfg.b))
+    law = theory_tree.thought_law(tree.make_beta(cfg.instance.beta_a, cfg.instance.beta_b))
     for r in df.to_dict(orient="records"):
         K, M, v = int(r["K"]), int(r["M"]), r["variant"]
         exact = theory_tree.advantage_moments(law, K, M, v, ddof=0, eps=0.0)
