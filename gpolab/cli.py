@@ -32,7 +32,7 @@ COMMANDS = (
 )
 
 # Two or three invocations per command, shown at the end of its --help (each is parsed, and a
-# lab's resolved, by tests/test_cli.py, so none goes stale).
+# lab's resolved, by tests/test_help_examples.py, so none goes stale).
 EXAMPLES = {
     "sweep": (
         "gpolab sweep --quick",

@@ -4,12 +4,11 @@ recomputed.  Values recorded from the code before the lab used the store's key b
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
 from gpolab import experiments
 from gpolab.labs.groupsize import Config, cell_keys
+from tests.labs.keys import fingerprint
 
 CONFIGS = {
     "fixed": dict(),
@@ -19,10 +18,6 @@ CONFIGS = {
     "train_arithmetic": dict(train=True, env="arithmetic", arithmetic_N=(8,), questions=50),
 }  # fmt: skip
 EXPERIMENTS = ("groupsize_mse", "groupsize_train")
-
-
-def fingerprint(keys) -> str:
-    return f"{len(keys)} {keys[0]} {hashlib.sha256(' '.join(keys).encode()).hexdigest()[:16]}"
 
 
 PINNED = {

@@ -5,16 +5,11 @@ recomputed.  Values recorded from the code before those changes (issue 27, phase
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
 from gpolab import configs, experiments
 from gpolab.labs import chi2, curvature, stdnorm, tree
-
-
-def fingerprint(keys) -> str:
-    return f"{len(keys)} {keys[0]} {hashlib.sha256(' '.join(keys).encode()).hexdigest()[:16]}"
+from tests.labs.keys import fingerprint
 
 
 def stdnorm_keys(cfg) -> list[str]:

@@ -4,12 +4,11 @@ recomputed.  Values recorded from the code before the envs owned their instances
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
 from gpolab import experiments
 from gpolab.labs.sweep import Config, cell_keys
+from tests.labs.keys import fingerprint
 
 CONFIGS = {
     "bandit": dict(),
@@ -28,10 +27,6 @@ CONFIGS = {
 EXPERIMENTS = ("arithmetic_mse_vs_G", "arithmetic_strength", "bandit_mse_vs_G",
                "dynamic_sampling", "loglinear_mse_vs_G", "loss_agg", "loss_agg_independent",
                "tree_mse_heatmap")  # fmt: skip
-
-
-def fingerprint(keys) -> str:
-    return f"{len(keys)} {keys[0]} {hashlib.sha256(' '.join(keys).encode()).hexdigest()[:16]}"
 
 
 PINNED = {
