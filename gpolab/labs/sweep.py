@@ -181,12 +181,6 @@ def _keys(ids: list[dict], settings: list[dict]) -> list[str]:
             for rid, s in zip(ids, settings, strict=True)]  # fmt: skip
 
 
-def _units(cfg: Config, pending: set[int]):
-    """(rows, context, cell) units covering the pending rows (:meth:`gpolab.units.Grouped.units`,
-    :meth:`gpolab.units.Tree.units`)."""
-    return units.ENVS[cfg.env].units(cfg, _row_ids(cfg), pending)
-
-
 def _agree(pending: set[int], n: int) -> set[int]:
     """In a multi-process run every process must compute the same cells (each unit's seeds are
     sharded over all of them): process 0, which holds the store, decides for all."""
