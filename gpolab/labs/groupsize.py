@@ -36,7 +36,9 @@ import numpy as np
 from gpolab import configs, engine, envs, train, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import Env, arithmetic, bandit
-from gpolab.store import cell_key, config_hash, resume
+from gpolab.labs import groupsize_pool as pools
+from gpolab.labs.groupsize_summary import fixed_summary, theory_curve, train_summary
+from gpolab.store import cell_key, resume
 from gpolab.theory import groupsize as theory
 
 NAME = "groupsize"
@@ -84,6 +86,9 @@ class Config:
     chunk: int = option(0, "seeds per compiled chunk (0: sized to the CPU cache; results do not "
                         "depend on it)", when=FIXED, key=False)  # fmt: skip
     seed: int = option(0, "master PRNG seed; seed i uses fold_in(key, i)")
+    pool: int = option(0, "finite prompt pool: P prompts drawn once from f, a step takes B = N/G "
+                       "of them without replacement, reshuffled every epoch (0: iid prompts from "
+                       "f every step)")  # fmt: skip
     env: str = option("both", "bandit, arithmetic or both", when=TRAIN)
     schedules: tuple[str, ...] = option(
         SCHEDULES, "comma list of constant, decay (eta_t = eta0 / (1 + t/tau))", when=TRAIN
@@ -130,6 +135,7 @@ class Config:
         """Plain-Python checks before anything is traced."""
         validate.integer("seed", self.seed, 0)
         validate.integer("instance_seed", self.instance_seed, 0)
+        validate.integer("pool", self.pool, 0)
         if self.seeds != 0:
             validate.seeds("seeds", self.seeds, 2)
         if "bandit" in self.envs or not self.train:
@@ -177,14 +183,19 @@ def loo_advantages_slots(rewards: jax.Array, G) -> jax.Array:
     return rewards - (sums - rewards) / (G - 1)
 
 
-def minibatch_gradient(env: Env, key: jax.Array, params, theta: jax.Array, N: int, G):
-    """ĝ = (1/B) Σ_b (1/G) Σ_g A_bg W_bg with B = N/G iid prompts and loo advantages.
+def minibatch_gradient(env: Env, key: jax.Array, params, theta: jax.Array, N: int, G,
+                       pool: pools.PoolDraw | None = None):  # fmt: skip
+    """ĝ = (1/B) Σ_b (1/G) Σ_g A_bg W_bg with B = N/G iid prompts (or, with ``pool``, B distinct
+    prompts of the pool, :func:`~gpolab.labs.groupsize_pool.epoch_draws`) and loo advantages.
 
     N is static (it sets the shapes); G is a traced integer dividing N.  Returns (ĝ (D,),
     rewards (N,)).
     """
     k_prompts, k_responses = jax.random.split(key)
-    draws = env.sample_prompts(k_prompts, params, N)
+    if pool is None:
+        draws = env.sample_prompts(k_prompts, params, N)
+    else:
+        draws = pools.epoch_draws(pool, N, G)
     prompts = draws[jnp.arange(N) // G]  # slot i answers the (i // G)-th draw; B = N/G used
     responses, rewards = env.sample(k_responses, params, theta, prompts, 1)
     adv = loo_advantages_slots(rewards[:, 0], G)
@@ -201,19 +212,31 @@ class FixedCell:
 
 
 def fixed_error(cell: FixedCell, key: jax.Array, args) -> dict:
-    """Per-seed error of the mini-batch loo gradient.  ``args = (params, theta, g, G)``."""
-    params, theta, g, G = args
-    ghat, _ = minibatch_gradient(cell.env, key, params, theta, cell.N, G)
+    """Per-seed error of the mini-batch loo gradient.  ``args = (params, theta, g, G)``, or with
+    a pool ``(params, theta, g, G, (pool, ḡ_pool))``: then also the error against ḡ_pool."""
+    params, theta, g, G, *pool = args
+    draw = pools.pool_draw(pool[0][0], key, 0) if pool else None
+    ghat, _ = minibatch_gradient(cell.env, key, params, theta, cell.N, G, draw)
     err = ghat - g
-    return {"err": err, "sq": jnp.sum(err**2)}
+    out = {"err": err, "sq": jnp.sum(err**2)}
+    if pool:
+        out.update(err_pool=ghat - pool[0][1], sq_pool=jnp.sum((ghat - pool[0][1]) ** 2))
+    return out
 
 
 def fixed_row(cfg: Config, setup: Callable, key: jax.Array, N: int, G: int) -> dict:
     """One (N, G) cell: Monte Carlo MSE with a 95% CI next to the exact value."""
     ctx = setup("bandit")
     args = (ctx.params, ctx.theta0, ctx.truth.g, jnp.int32(G))
+    if cfg.pool:
+        ps = setup(("bandit", cfg.pool))
+        args = (*args, (ps.pool, ps.g))
     m = engine.run(fixed_error, FixedCell(ctx.env, N), args, key, cfg.n_seeds, cfg.chunk)
     s = engine.error_stats(m)
+    extra = {}
+    if cfg.pool:
+        pool_stats = engine.error_stats(m, "err_pool", "sq_pool")
+        extra = pools.fixed_columns(ps, pool_stats, N, G, cfg.pool)
     return {
         "env": "bandit",
         "N": N,
@@ -227,6 +250,7 @@ def fixed_row(cfg: Config, setup: Callable, key: jax.Array, N: int, G: int) -> d
         "bias_sq": s.bias_sq,
         "theory_mse": theory.fixed_n_mse(ctx.constants, N, G),
         **dataclasses.asdict(ctx.constants),
+        **extra,
     }
 
 
@@ -240,9 +264,12 @@ class TrainCell:
     steps: int
 
 
-def sgd_direction(env: Env, params, N: int, G, key: jax.Array, theta: jax.Array, t):
-    """:func:`gpolab.train.ascend`'s direction: the mini-batch loo gradient ĝ_t (no aux)."""
-    return minibatch_gradient(env, key, params, theta, N, G)[0], None
+def sgd_direction(env: Env, params, N: int, G, key: jax.Array, theta: jax.Array, t, *,
+                  pool=None, seed_key=None):  # fmt: skip
+    """:func:`gpolab.train.ascend`'s direction: the mini-batch loo gradient ĝ_t (no aux); with
+    ``pool`` (prompt ids) step t's batch comes from the pool (permutations of ``seed_key``)."""
+    draw = pools.pool_draw(pool, seed_key, t)
+    return minibatch_gradient(env, key, params, theta, N, G, draw)[0], None
 
 
 def decaying_step(eta0, tau, t, aux):
@@ -254,19 +281,23 @@ def train_run(cell: TrainCell, key: jax.Array, args) -> dict:
     """One SGD run: θ ← θ + η_t ĝ_t, η_t = η0 / (1 + t/τ) (τ = ∞: constant), step t drawing with
     ``fold_in(key, t)``.
 
-    ``args = (params, theta0, G, eta0, tau, j_star)``; returns the final gap J* − J(θ_n) and
-    J(θ_n).
+    ``args = (params, theta0, G, eta0, tau, j_star)``, or with a pool ``(..., (pool, pool
+    params, J*_pool))``; returns the final gap J* − J(θ_n), J(θ_n) and with a pool the gap on it.
     """
-    params, theta0, G, eta0, tau, j_star = args
+    params, theta0, G, eta0, tau, j_star, *pool = args
+    pool_ids = pool[0][0] if pool else None
     theta, _, _ = train.ascend(
-        functools.partial(sgd_direction, cell.env, params, cell.N, G),
+        functools.partial(sgd_direction, cell.env, params, cell.N, G, pool=pool_ids, seed_key=key),
         theta0,
         key,
         jnp.arange(cell.steps),
         lr=functools.partial(decaying_step, eta0, tau),
     )
     value = cell.env.value(params, theta)
-    return {"gap": j_star - value, "value": value}
+    out = {"gap": j_star - value, "value": value}
+    if pool:
+        out["gap_pool"] = pool[0][2] - cell.env.value(pool[0][1], theta)
+    return out
 
 
 def make_instance(cfg: Config, name: str):
@@ -319,8 +350,9 @@ def schedule_tau(schedule: str, tau: float) -> float:
 
 
 def train_gaps(env: Env, params, theta0, j_star: float, N: int, G: int, steps: int, eta: float,
-               tau: float, key: jax.Array, seeds: int) -> np.ndarray:  # fmt: skip
-    """Final gaps (seeds,) of ``seeds`` SGD runs: jit(vmap over seeds)(lax.scan over steps)."""
+               tau: float, key: jax.Array, seeds: int, pool=None):  # fmt: skip
+    """Final gaps (seeds,) of ``seeds`` SGD runs: jit(vmap over seeds)(lax.scan over steps);
+    with ``pool`` (a :class:`~gpolab.labs.groupsize_pool.PoolSetup`) (gaps, gaps on the pool)."""
     f = jnp.result_type(float)
     args = (
         params,
@@ -330,8 +362,11 @@ def train_gaps(env: Env, params, theta0, j_star: float, N: int, G: int, steps: i
         jnp.asarray(tau, f),
         jnp.asarray(j_star, f),
     )
+    if pool is not None:
+        args = (*args, (pool.pool, pool.params, jnp.asarray(pool.j_star, f)))
     out = engine.per_seed(train_run, TrainCell(env, N, steps), key, args, np.arange(seeds))
-    return np.asarray(out["gap"], dtype=np.float64)
+    gaps = np.asarray(out["gap"], dtype=np.float64)
+    return gaps if pool is None else (gaps, np.asarray(out["gap_pool"], dtype=np.float64))
 
 
 def train_setting(cfg: Config, env: str, schedule: str) -> dict:
@@ -348,8 +383,12 @@ def train_row(cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, sc
     """One (env, N, schedule, G) cell: the final gap over seeds (mean, 95% CI, quartiles)."""
     ctx = setup(env)
     sgd = train_setting(cfg, env, schedule)
+    ps = setup((env, cfg.pool)) if cfg.pool else None
     gaps = train_gaps(ctx.env, ctx.params, ctx.theta0, ctx.j_star, N, G, sgd["steps"],
-                      sgd["eta0"], sgd["tau"], key, cfg.n_seeds)  # fmt: skip
+                      sgd["eta0"], sgd["tau"], key, cfg.n_seeds, ps)  # fmt: skip
+    if ps is not None:
+        gaps, gaps_pool = gaps
+        extra = pools.train_columns(ps, gaps_pool, N, G, cfg.pool, sgd["steps"])
     mean, se = float(gaps.mean()), float(gaps.std(ddof=1) / np.sqrt(gaps.size))
     q25, q50, q75 = np.quantile(gaps, [0.25, 0.5, 0.75])
     return {
@@ -370,6 +409,7 @@ def train_row(cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, sc
         "gap0": ctx.j_star - ctx.j0,
         "theory_mse": theory.fixed_n_mse(ctx.constants, N, G),
         **dataclasses.asdict(ctx.constants),
+        **(extra if ps is not None else {}),
     }
 
 
@@ -379,13 +419,13 @@ def train_row(cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, sc
 def row_ids(cfg: Config) -> list[dict]:
     """One id per table row, in table order: (N, G), or (env, N, schedule, G) in training."""
     if not cfg.train:
-        return [{"N": N, "G": G} for N in cfg.N for G in theory.divisors(N)]
+        return [{"N": N, "G": G} for N in cfg.N for G in pools.row_ids(N, cfg.pool)]
     return [
         {"env": env, "N": N, "schedule": s, "G": G}
         for env in cfg.envs
         for N in getattr(cfg, f"{env}_N")
         for s in cfg.schedules
-        for G in theory.divisors(N)
+        for G in pools.row_ids(N, cfg.pool)
     ]
 
 
@@ -403,6 +443,8 @@ def row_settings(cfg: Config, rid: dict) -> dict:
     }
     if cfg.train:
         settings.update(train_setting(cfg, env, rid["schedule"]))
+    if cfg.pool:  # absent without a pool: those keys stay as they were
+        settings["pool"] = cfg.pool
     return settings
 
 
@@ -417,8 +459,18 @@ def cells(cfg: Config) -> int:
 
 
 def _setup(cfg: Config) -> Callable:
-    """``setup(env) -> Setup``, built once per env and only when a cell is computed."""
-    return functools.cache(functools.partial(make_setup, cfg))
+    """``setup(env) -> Setup`` and ``setup((env, P)) -> PoolSetup``, built once each and only
+    when a cell is computed."""
+
+    @functools.cache
+    def setup(name):
+        if isinstance(name, str):
+            return make_setup(cfg, name)
+        ctx = setup(name[0])
+        return pools.make_pool_setup(ctx.env, ctx.params, ctx.theta0, ctx.truth.g, name[1],
+                                     cfg.instance_seed)  # fmt: skip
+
+    return setup
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
@@ -442,7 +494,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         store,
         cell_keys(cfg),
         compute,
-        config_hash=config_hash(cfg),  # no output folder or chunk
+        config_hash=pools.config_hash(cfg),  # no output folder or chunk (or pool = 0)
         on_skip=None if progress is None else progress.skip,
         on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
     )
@@ -454,76 +506,6 @@ def label(row: dict) -> str:
     if "gap" in row:
         return f"{row['env']} N={row['N']} {row['schedule']} G={row['G']}: gap={row['gap']:.4g}"
     return f"N={row['N']} G={row['G']}: mse={row['mse']:.4g} (exact {row['theory_mse']:.4g})"
-
-
-# ---------------------------------------------------------------- analysis (from the table)
-
-CONSTANTS = ("c1", "C2", "C3", "C2_se", "C3_se")
-
-
-def constants_of(df) -> theory.Constants:
-    """The constants c1, C2, C3 (and SEs) carried by the rows of one instance."""
-    return theory.Constants(*(float(df[k].iloc[0]) for k in CONSTANTS))
-
-
-def _best(sub, value: str) -> tuple:
-    """(best G, the Gs whose 95% CI overlaps the best one's) of one curve."""
-    best = sub.loc[sub[value].idxmin()]
-    tied = sub.loc[sub[f"{value}_ci_low"] <= best[f"{value}_ci_high"], "G"]
-    return int(best["G"]), ",".join(str(int(g)) for g in tied)
-
-
-def fixed_summary(df):
-    """Per N: the empirical best G, the divisors statistically tied with it (95% CIs overlap),
-    the predicted best divisor and the constants with both forms of G*."""
-    import pandas as pd
-
-    rows = []
-    for N, sub in df.groupby("N", sort=False):
-        best, tied = _best(sub.sort_values("G"), "mse")
-        c = constants_of(sub)
-        predicted = theory.best_divisor(c, int(N))
-        rows.append({"N": int(N), "empirical_best_G": best, "tied_G": tied,
-                     "predicted_best_G": predicted, **c.to_dict()})  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def train_summary(df):
-    """Per (env, N, schedule): as :func:`fixed_summary` for the final gap, and whether the
-    minimum is interior (neither G = 2 nor G = N)."""
-    import pandas as pd
-
-    rows = []
-    for (env, N, schedule), sub in df.groupby(["env", "N", "schedule"], sort=False):
-        sub = sub.sort_values("G")
-        best, tied = _best(sub, "gap")
-        c = constants_of(sub)
-        rows.append(
-            {
-                "env": env,
-                "N": int(N),
-                "schedule": schedule,
-                "empirical_best_G": best,
-                "tied_G": tied,
-                "interior_minimum": bool(sub["G"].iloc[0] < best < sub["G"].iloc[-1]),
-                "predicted_best_G": theory.best_divisor(c, int(N)),
-                **c.to_dict(),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def theory_curve(df, train: bool, points: int = 200):
-    """The exact fixed-N MSE over continuous G in [2, N] per N (the figure's dashed lines)."""
-    import pandas as pd
-
-    rows = []
-    if not train:
-        for N, sub in df.groupby("N", sort=False):
-            c = constants_of(sub)
-            for G in np.geomspace(2, int(N), points):
-                rows.append({"N": int(N), "G": float(G), "theory_mse": theory.fixed_n_mse(c, N, G)})
-    return pd.DataFrame(rows, columns=["N", "G", "theory_mse"])
 
 
 # ---------------------------------------------------------------- report and figures

@@ -136,3 +136,60 @@ def best_divisor(c: Constants, N: int) -> int:
 def brute_force_best(c: Constants, N: int) -> int:
     """Argmin of :func:`fixed_n_mse` over every divisor (reference for :func:`best_divisor`)."""
     return min(divisors(N), key=lambda G: (fixed_n_mse(c, N, G), G))
+
+
+# ---------------------------------------------------------------- a finite prompt pool
+#
+# (gpolab's derivation.)  A pool of P prompts p_1..p_P (a fixed multiset, e.g. P iid draws from
+# f); a step takes B = N/G of them WITHOUT replacement.  At a fixed θ, with the pool's own
+# constants (f replaced by the pool's empirical weights: c1_P = (1/P) Σ_j ‖g_pj − ḡ_P‖², C2_P,
+# C3_P), the sample mean of B of P items has variance (c1_P/B)·(P − B)/(P − 1) (the
+# finite-population correction), the groups add E_pool MSE_loo/B as before, and
+#
+#     E‖ĝ − ḡ_P‖² = c1_P·(P·G/N − 1)/(P − 1) + [C2_P + C3_P/(G − 1)]/N
+#                 = [c1_P·P/(P − 1)·G + C2_P + C3_P/(G − 1)]/N − c1_P/(P − 1).
+#
+# The last term does not depend on G, so the continuous minimiser is
+# 1 + √(C3_P·(P − 1)/(c1_P·P)), independent of N; only B ≤ P (G ≥ N/P) can move the best
+# divisor with N.  Against the population gradient g the MSE adds ‖ḡ_P − g‖², the same for
+# every G and N.  Averaged over iid pools (E c1_P = c1·(P − 1)/P, E‖ḡ_P − g‖² = c1/P) the
+# population-target MSE is exactly the infinite-pool c1/B + E MSE_loo/B: B distinct items of an
+# iid pool are B iid draws.
+
+
+def pool_divisors(N: int, P: int) -> tuple[int, ...]:
+    """The divisors G ≥ 2 of N whose step fits in a pool of P prompts (B = N/G ≤ P)."""
+    return tuple(G for G in divisors(N) if N // G <= P)
+
+
+def check_pool(N: int, P: int, G: int | None = None) -> None:
+    """P ≥ 1 and, if given, G a divisor of N with B = N/G ≤ P (a step holds at most P distinct
+    prompts)."""
+    validate.integer("pool", P, 1)
+    check_budget(N, G)
+    if G is not None and N // G > P:
+        allowed = ", ".join(map(str, pool_divisors(N, P)))
+        raise validate.ConfigError(
+            f"G: got {G!r} for N={N} and pool={P}: B = N/G = {N // G} prompts per step exceed "
+            f"the pool; allowed: a divisor G >= 2 of N with N/G <= pool ({allowed})"
+        )
+
+
+def pool_mse(c: Constants, N: int, G: int | float, P: int) -> float:
+    """c1·(P − N/G)/((N/G)·(P − 1)) + [C2 + C3/(G − 1)]/N: exact MSE against the pool's own
+    gradient of the loo mini-batch with B = N/G of the pool's P prompts drawn without
+    replacement; ``c`` holds the pool's constants (P = 1: no prompt term, B = 1)."""
+    B = N / G
+    fpc = (P - B) / (P - 1) if P > 1 else 0.0
+    return c.c1 * fpc / B + (c.C2 + c.C3 / (G - 1)) / N
+
+
+def g_star_pool(c: Constants, P: int) -> float:
+    """Continuous minimiser 1 + √(C3·(P − 1)/(c1·P)) of :func:`pool_mse` (∞ for P = 1)."""
+    return 1.0 + math.sqrt(c.C3 * (P - 1) / (c.c1 * P)) if P > 1 else math.inf
+
+
+def pool_best_divisor(c: Constants, N: int, P: int) -> int:
+    """The exact minimiser of :func:`pool_mse` over :func:`pool_divisors` (brute force: at most
+    a few dozen divisors)."""
+    return min(pool_divisors(N, P), key=lambda G: (pool_mse(c, N, G, P), G))

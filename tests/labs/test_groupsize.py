@@ -13,6 +13,7 @@ from gpolab import configs, engine, estimators, labs, output, validate
 from gpolab.cli import main
 from gpolab.envs import bandit
 from gpolab.labs import groupsize
+from gpolab.labs import groupsize_pool as pools
 from gpolab.store import Store
 from gpolab.theory import groupsize as theory
 from gpolab.theory import mse as theory_mse
@@ -406,3 +407,50 @@ def test_only_cells_whose_settings_changed_are_recomputed(tmp_path, monkeypatch)
     output.write_tables(tmp_path, tables)
     (png,) = labs.draw(groupsize, tmp_path)
     assert png.name == "groupsize_train.png" and png.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------- a finite prompt pool
+
+
+def test_epoch_draws_take_distinct_pool_items_and_reshuffle_every_epoch():
+    """B = N/G consecutive items of the epoch's permutation: a step's prompts are distinct pool
+    items, one epoch's ⌊P/B⌋ blocks are disjoint, the next epoch reshuffles."""
+    P, N, G = 10, 12, 4  # B = 3, three steps per epoch (one item left out each epoch)
+    pool = jnp.arange(100, 100 + P, dtype=jnp.int32)
+    key = jax.random.key(4)
+    draw = jax.jit(pools.epoch_draws, static_argnums=1)
+    steps = [np.asarray(draw(pools.PoolDraw(pool, key, jnp.int32(t)), N, jnp.int32(G)))[:3]
+             for t in range(6)]  # fmt: skip
+    epoch0, epoch1 = np.concatenate(steps[:3]), np.concatenate(steps[3:])
+    assert len(set(epoch0)) == len(set(epoch1)) == 9 and set(epoch0) <= set(range(100, 110))
+    assert not np.array_equal(epoch0, epoch1)
+    again = draw(pools.PoolDraw(pool, key, jnp.int32(4)), N, jnp.int32(G))
+    np.testing.assert_array_equal(np.asarray(again)[:3], steps[4])  # deterministic
+
+
+def test_pool_rows_skip_infeasible_g_and_predict_with_the_pool_law():
+    cfg = groupsize.Config(N=(16, 32), seeds=200, prompts=4, actions=8, pool=8)
+    out = groupsize.run(cfg)
+    df, s = out["results"], out["summary"]
+    assert df.groupby("N")["G"].apply(list).to_dict() == {16: [2, 4, 8, 16], 32: [4, 8, 16, 32]}
+    assert (df["B"] <= 8).all() and df["pool"].eq(8).all()
+    pc = theory.Constants(*(float(df[k].iloc[0]) for k in pools.POOL_CONSTANTS))
+    for r in df.itertuples():  # the population target adds the pool's bias to every G
+        assert r.theory_mse_pool == pytest.approx(theory.pool_mse(pc, r.N, r.G, 8))
+        assert r.theory_mse == pytest.approx(r.theory_mse_pool + r.pool_bias_sq)
+    for r in s.itertuples():
+        assert r.predicted_best_G == theory.pool_best_divisor(pc, r.N, 8)
+        assert r.min_G == max(2, r.N // 8)
+    keys = groupsize.cell_keys(cfg)
+    assert keys != groupsize.cell_keys(cfg.replace(pool=9))  # the pool is in the key
+
+
+def test_training_with_a_pool_reports_both_gaps():
+    cfg = groupsize.Config(train=True, env="bandit", seeds=8, bandit_N=(8,), bandit_steps=6,
+                           prompts=4, actions=8, instance_seed=3, pool=4,
+                           schedules=("constant",))  # fmt: skip
+    out = groupsize.run(cfg)
+    df, s = out["results"], out["summary"]
+    assert df["G"].tolist() == [2, 4, 8] and (df["gap_pool"] >= 0).all()
+    assert df["epochs"].tolist() == [6 * (8 // G) / 4 for G in (2, 4, 8)]
+    assert {"empirical_best_G_pool", "infinite_pool_best_G", "g_star_pool"} <= set(s)
