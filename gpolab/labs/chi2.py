@@ -8,10 +8,13 @@ n.  The step size β/i does not depend on n, so the checkpoints of one trajector
 length n.  Seeds are ``jit(vmap(per_seed))`` through :func:`gpolab.engine.per_seed` (seed i uses
 ``fold_in(key, i)``), steps a ``lax.scan`` per checkpoint segment.
 
-One store cell per estimator (its trajectories give every n at once).  Tables: ``results`` (one
-row per (estimator, n): the predicted weights and mean, the empirical mean with a 95% CI, the
-Kolmogorov–Smirnov test against the Imhof CDF, every setting), ``samples`` (n·Δ per estimator, n
-and seed) and ``law`` (the predicted CDF on a grid), from which the QQ and ECDF figures are drawn.
+One store cell per (estimator, G) (its trajectories give every n at once).  Tables: ``results``
+(one row per (estimator, G, n): the predicted weights and mean, the empirical mean with a 95% CI,
+the Kolmogorov–Smirnov test against the Imhof CDF, every setting), ``samples`` (n·Δ per estimator,
+G, n and seed) and ``law`` (the predicted CDF on a grid per estimator and G), from which the QQ
+and ECDF figures are drawn.  Several G (``--G 4,8,16``) give the rate in G of Corollaries 9 and 10
+([U] §4.2); ``--paired`` runs every estimator on the same draws per seed, so differences between
+estimators are paired (common random numbers).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ TABLES = ("results", "samples", "law")
 DEFAULT = ("vanilla", "loo", "oracle", "mean", "grpo")  # the default run; streams 0-4 (stream)
 LAW_POINTS = 4096  # CDF grid of each predicted law (uniform in √x up to its 1 − 1e-10 quantile)
 STORED_NAMES = {"instance_seed": "env_seed"}  # in the cell keys: its name before --instance-seed
-JSON = ("estimator", "n", "B", "G", "beta", "n_seeds", "rank", "lambda_min", "weights",
+PAIRED_STREAM = 5  # --paired: the one stream every estimator draws from (0-4 and 8+ are taken)
+JSON = ("estimator", "n", "B", "G", "paired", "beta", "n_seeds", "rank", "lambda_min", "weights",
         "predicted_mean", "empirical_mean", "ci_low", "ci_high", "ks_stat", "ks_pvalue",
         "seconds")  # fmt: skip
 
@@ -99,7 +103,8 @@ class Config:
     estimator: tuple[str, ...] = option(DEFAULT, "comma list of estimator specs with a limit law "
                                         "(group-scoped, needing at most V(x)), or all")  # fmt: skip
     B: int = option(4, "prompts per step")
-    G: int = option(8, "responses per prompt, >= 2")
+    G: tuple[int, ...] = option((8,), "comma list of responses per prompt, each >= 2 (several: "
+                                "one cell per estimator and G, the rate in G)")  # fmt: skip
     beta: float = option(3.0, "step size scale, eta_i = beta/i; needs beta*lambda_min > 1/2")
     seeds: int = option(4096, "independent SGD runs")
     n: tuple[int, ...] = option((100, 1000, 10_000), "comma list of step counts n at which "
@@ -114,11 +119,15 @@ class Config:
                             "and covariance (SE about 0.1%)", when=MONTE_CARLO)  # fmt: skip
     instance_seed: int = borrow(gaussian.Instance, "instance_seed")
     seed: int = option(0, "PRNG seed of the runs (and of grpo's theory)")
+    paired: bool = option(False, "every estimator runs on the same draws per seed (paired "
+                          "differences); off: each estimator has its own stream")  # fmt: skip
     chunk: int = option(4096, "seeds per compiled chunk (results do not depend on it)",
                         key=False)  # fmt: skip
     out: str = option("results/chi2", "output folder (tables, config.toml, figures)", key=False)
 
     def __post_init__(self):
+        if isinstance(self.G, int):  # Config(G=8): one group size
+            object.__setattr__(self, "G", (self.G,))
         if tuple(self.estimator) == ("all",):
             found = [n for n, e in estimators.REGISTRY.items() if not e.user]
             object.__setattr__(self, "estimator", tuple(n for n in found if not theory.why_not(n)))
@@ -128,6 +137,9 @@ class Config:
 
     def validate(self) -> None:
         """Plain-Python checks (ConfigError naming the field) before anything is traced."""
+        validate.integers("G", self.G, 2)
+        if len(set(self.G)) != len(self.G):
+            raise validate.ConfigError(f"G: got {list(self.G)}; allowed: distinct group sizes")
         validate.group_sizes("G", self.G)
         for name in self.estimator:
             reason = theory.why_not(name)  # an unknown name: ConfigError listing the names
@@ -136,9 +148,9 @@ class Config:
                     f"estimator: {name} has no limit law here: {reason}; allowed: a group-scoped "
                     "estimator needing at most V(x) (`gpolab estimators` lists them)"
                 )
-            estimators.check_estimator(name, self.G, ddof=self.ddof, eps=self.eps)
+            for G in self.G:
+                estimators.check_estimator(name, G, ddof=self.ddof, eps=self.eps)
         validate.integer("B", self.B, 1)
-        validate.integer("G", self.G, 2)
         validate.real("beta", self.beta, low=0.0, open_low=True)
         validate.seeds("seeds", self.seeds, 2)
         validate.integers("n", self.n, 1)
@@ -258,9 +270,12 @@ def simulate(
 # ----------------------------------------------------------------------------- theory vs samples
 
 
-def predict(key: jax.Array, cfg: Config, params, estimator: str) -> theory.LimitLaw:
-    """Theorem 8's law for one estimator; ConfigError if β λ_min(Λ_M) ≤ 1/2."""
-    return theory.estimator_law(key, params, estimator, cfg.B, cfg.G, cfg.beta, ddof=cfg.ddof,
+def predict(key: jax.Array, cfg: Config, params, estimator: str, G: int | None = None
+            ) -> theory.LimitLaw:  # fmt: skip
+    """Theorem 8's law for one estimator at group size ``G`` (default: the config's first);
+    ConfigError if β λ_min(Λ_M) ≤ 1/2."""
+    G = cfg.G[0] if G is None else G
+    return theory.estimator_law(key, params, estimator, cfg.B, G, cfg.beta, ddof=cfg.ddof,
                                 eps=cfg.eps, n_groups=cfg.mc_groups)  # fmt: skip
 
 
@@ -296,11 +311,13 @@ def law_grid(dist: theory.WeightedChi2, points: int = LAW_POINTS) -> tuple:
 # ----------------------------------------------------------------------------- cells
 
 
-def row_settings(cfg: Config, estimator: str) -> dict:
-    """Every setting estimator ``estimator``'s numbers depend on: of eps and ddof those it reads
-    (grpo), mc_groups only for a Monte Carlo law (grpo); the others None.  Its cache key and
-    its columns."""
+def row_settings(cfg: Config, estimator: str, G: int | None = None) -> dict:
+    """Every setting the cell (``estimator``, ``G``; default G the config's first) depends on:
+    of eps and ddof those it reads (grpo), mc_groups only for a Monte Carlo law (grpo); the
+    others None.  Its columns; its cache key without ``paired`` when off (the keys stored before
+    the option)."""
     settings = configs.key_settings(cfg, exclude=("estimator",))
+    settings["G"] = cfg.G[0] if G is None else int(G)
     entry, fixed = estimators.bind(estimator)
     for option_name in ("eps", "ddof"):
         if option_name not in entry.options or option_name in fixed:
@@ -310,15 +327,23 @@ def row_settings(cfg: Config, estimator: str) -> dict:
     return settings
 
 
+def cell_list(cfg: Config) -> list[tuple[str, int]]:
+    """(estimator, G) of every cell, estimator-major."""
+    return [(e, G) for e in cfg.estimator for G in cfg.G]
+
+
 def cell_keys(cfg: Config) -> list[str]:
-    """Store key of every estimator: its name and :func:`row_settings` (``instance_seed`` under
-    ``env_seed``, the name the stored keys were written with)."""
-    return [cell_key(NAME, settings=_stored_names(row_settings(cfg, e)), estimator=e)
-            for e in cfg.estimator]  # fmt: skip
+    """Store key of every cell (:func:`cell_list`): its estimator and :func:`row_settings`
+    (``instance_seed`` under ``env_seed``, the name the stored keys were written with)."""
+    return [cell_key(NAME, settings=_stored_names(row_settings(cfg, e, G)), estimator=e)
+            for e, G in cell_list(cfg)]  # fmt: skip
 
 
 def _stored_names(settings: dict) -> dict:
-    return {STORED_NAMES.get(k, k): v for k, v in settings.items()}
+    out = {STORED_NAMES.get(k, k): v for k, v in settings.items()}
+    if not out["paired"]:  # the default: keys as stored before --paired existed
+        del out["paired"]
+    return out
 
 
 def stream(name: str) -> int:
@@ -330,21 +355,24 @@ def stream(name: str) -> int:
 
 
 def cells(cfg: Config) -> int:
-    return len(cfg.estimator)
+    return len(cfg.estimator) * len(cfg.G)
 
 
-def estimator_rows(cfg: Config, name: str, law, key: jax.Array, args: Chi2Args, mesh) -> list:
-    """The rows (one per n) of one estimator, each with its n·Δ samples and the law's CDF grid
-    (split into the ``samples`` and ``law`` tables by :func:`run`)."""
+def estimator_rows(cfg: Config, name: str, G: int, law, key: jax.Array, args: Chi2Args,
+                   mesh) -> list:  # fmt: skip
+    """The rows (one per n) of one cell (estimator ``name``, group size ``G``), each with its
+    n·Δ samples and the law's CDF grid (split into the ``samples`` and ``law`` tables by
+    :func:`run`).  The cell's key is its estimator's :func:`stream` (:data:`PAIRED_STREAM` with
+    ``paired``) whatever G: seed i of two cells of one estimator starts from the same key."""
     law, t_theory = law
     start = time.perf_counter()
     dist = theory.WeightedChi2(law.weights)
-    cell = Chi2Cell(name, cfg.B, cfg.G, tuple(cfg.n), cfg.ddof)
-    k_est = jax.random.fold_in(key, stream(name))
+    cell = Chi2Cell(name, cfg.B, G, tuple(cfg.n), cfg.ddof)
+    k_est = jax.random.fold_in(key, PAIRED_STREAM if cfg.paired else stream(name))
     samples = simulate(k_est, cell, args, cfg.seeds, cfg.chunk, mesh)
     x, cdf = law_grid(dist)
     seconds = time.perf_counter() - start + t_theory
-    settings = {k: v for k, v in row_settings(cfg, name).items() if k not in ("seeds", "n")}
+    settings = {k: v for k, v in row_settings(cfg, name, G).items() if k not in ("seeds", "n")}
     return [
         {
             "estimator": name,
@@ -376,13 +404,13 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     cfg.validate()
     key = jax.random.key(cfg.seed) if key is None else key
     k_theory, k_sim = jax.random.split(key)
-    keys = cell_keys(cfg)
-    missing = [e for e, k in zip(cfg.estimator, keys, strict=True) if not _stored(store, k)]
+    keys, units = cell_keys(cfg), cell_list(cfg)
+    missing = [u for u, k in zip(units, keys, strict=True) if not _stored(store, k)]
     laws, args, mesh = prepare(cfg, missing, k_theory) if missing else ({}, None, None)
 
     def compute(i: int) -> list[dict]:
-        name = cfg.estimator[i]
-        return estimator_rows(cfg, name, laws[name], k_sim, args, mesh)
+        name, G = units[i]
+        return estimator_rows(cfg, name, G, laws[units[i]], k_sim, args, mesh)
 
     on_skip, on_unit = None, None
     if progress is not None:
@@ -392,15 +420,16 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     return split_tables(df)
 
 
-def prepare(cfg: Config, names, key: jax.Array) -> tuple:
-    """(laws, traced args, seed mesh) for the estimators ``names``: every law first (closed
-    forms before grpo's Monte Carlo one), so a bad β fails before any simulation."""
+def prepare(cfg: Config, units, key: jax.Array) -> tuple:
+    """(laws, traced args, seed mesh) for the cells ``units`` ((estimator, G) pairs): every law
+    first (closed forms before grpo's Monte Carlo one), so a bad β fails before any
+    simulation."""
     params = make_env(cfg)
     laws = {}
-    for name in sorted(names, key=lambda e: not theory.closed_form(e)):
+    for name, G in sorted(units, key=lambda u: not theory.closed_form(u[0])):
         t0 = time.perf_counter()
-        law = predict(jax.random.fold_in(key, 0), cfg, params, name)
-        laws[name] = (law, time.perf_counter() - t0)
+        law = predict(jax.random.fold_in(key, 0), cfg, params, name, G)
+        laws[name, G] = (law, time.perf_counter() - t0)
     theta0 = initial_theta(params, cfg.init, cfg.instance_seed)
     dtype = params.phi.dtype
     args = Chi2Args(params, jnp.asarray(theta0, dtype), jnp.asarray(cfg.beta, dtype),
@@ -415,7 +444,7 @@ def _stored(store, key: str) -> bool:
 def label(rows: list[dict]) -> str:
     r = rows[-1]
     return (
-        f"{r['estimator']}: predicted mean {r['predicted_mean']:.4g}, n={r['n']}: "
+        f"{r['estimator']}, G={r['G']}: predicted mean {r['predicted_mean']:.4g}, n={r['n']}: "
         f"{r['empirical_mean']:.4g} [{r['ci_low']:.4g}, {r['ci_high']:.4g}], "
         f"KS p={r['ks_pvalue']:.3g}"
     )
@@ -425,18 +454,22 @@ def split_tables(df) -> dict:
     """The store's rows (with their samples and CDF grids) as the three tidy tables."""
     import pandas as pd
 
+    sizes = [len(s) for s in df["samples"]]
     samples = pd.DataFrame(
         {
-            "estimator": np.repeat(df["estimator"].to_numpy(), [len(s) for s in df["samples"]]),
-            "n": np.repeat(df["n"].to_numpy(), [len(s) for s in df["samples"]]),
+            "estimator": np.repeat(df["estimator"].to_numpy(), sizes),
+            "G": np.repeat(df["G"].to_numpy(), sizes),
+            "n": np.repeat(df["n"].to_numpy(), sizes),
             "seed": np.concatenate([np.arange(len(s)) for s in df["samples"]]),
             "scaled_gap": np.concatenate([np.asarray(s, np.float64) for s in df["samples"]]),
         }
     )
-    first = df.drop_duplicates("estimator")
+    first = df.drop_duplicates(["estimator", "G"])
+    sizes = [len(x) for x in first["law_x"]]
     law = pd.DataFrame(
         {
-            "estimator": np.repeat(first["estimator"].to_numpy(), [len(x) for x in first["law_x"]]),
+            "estimator": np.repeat(first["estimator"].to_numpy(), sizes),
+            "G": np.repeat(first["G"].to_numpy(), sizes),
             "x": np.concatenate([np.asarray(x, np.float64) for x in first["law_x"]]),
             "cdf": np.concatenate([np.asarray(c, np.float64) for c in first["law_cdf"]]),
         }
@@ -450,7 +483,7 @@ def split_tables(df) -> dict:
 
 # ----------------------------------------------------------------------------- report, figures
 
-COLUMNS = ["estimator", "n", "rank", "predicted_mean", "empirical_mean", "ci_low", "ci_high",
+COLUMNS = ["estimator", "G", "n", "rank", "predicted_mean", "empirical_mean", "ci_low", "ci_high",
            "ks_stat", "ks_pvalue", "seconds"]  # fmt: skip
 
 
@@ -461,17 +494,23 @@ def report(cfg: Config, tables: dict) -> str:
 def notes(cfg: Config, tables: dict) -> str:
     """Per estimator: the predicted weights and mean and β·λ_min (the theorem needs > 1/2)."""
     lines = []
-    for r in tables["results"].drop_duplicates("estimator").to_dict(orient="records"):
+    for r in tables["results"].drop_duplicates(["estimator", "G"]).to_dict(orient="records"):
         w = ", ".join(f"{v:.4g}" for v in r["weights"])
         lines.append(
-            f"{r['estimator']}: weights [{w}]  predicted mean {r['predicted_mean']:.4g}  "
+            f"{r['estimator']}, G={r['G']}: weights [{w}]  "
+            f"predicted mean {r['predicted_mean']:.4g}  "
             f"(rank {r['rank']}, beta*lambda_min {r['beta'] * r['lambda_min']:.3g})"
         )
     for r in tables["results"].to_dict(orient="records"):
         if isinstance(r.get("ks_note"), str) and r["ks_note"]:  # NaN KS p: say why
-            lines.append(f"{r['estimator']}, n={r['n']}: KS p = nan: {r['ks_note']}")
+            lines.append(f"{r['estimator']}, G={r['G']}, n={r['n']}: KS p = nan: {r['ks_note']}")
     return "\n".join(lines)
 
 
 def figures(tables: dict) -> dict:
-    return {"chi2_qq.png": plots.qq_figure, "chi2_ecdf.png": plots.ecdf_figure}
+    """QQ and ECDF (at the first G); with several G and the oracle, the rate figure."""
+    found = {"chi2_qq.png": plots.qq_figure, "chi2_ecdf.png": plots.ecdf_figure}
+    df = tables["results"]
+    if df["G"].nunique() > 1 and "oracle" in set(df["estimator"]) and df["estimator"].nunique() > 1:
+        found["chi2_rate.png"] = plots.rate_figure
+    return found

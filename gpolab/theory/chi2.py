@@ -67,6 +67,10 @@ __all__ = [
     "prompt_moments",
     "scalar_variance",
     "scalar_slope",
+    "constant_baseline_variance",
+    "best_constant_baseline",
+    "score_reward_correlation",
+    "constant_baseline_law",
     "mc_scalar_moments",
     "identifiable_basis",
     "lyapunov",
@@ -154,6 +158,30 @@ def scalar_slope(name: str, h, s, G: int) -> np.ndarray:
     if name == "mean":
         return -(1 - 1 / G) * kappa
     raise validate.ConfigError(f"estimator: got {name!r}; allowed: {', '.join(CLOSED_FORM)}")
+
+
+def constant_baseline_variance(b, h, s, G: int) -> np.ndarray:
+    """τ² = E[w²(Z − b)²]/G at θ* of the prompt-only baseline b_x (a constant per prompt; b = 0
+    is vanilla).  Its ψ'(0) is −κ, as vanilla's: E w = 0 at every offset δ."""
+    m = prompt_moments(h, s)
+    b = np.asarray(b, np.float64)
+    return (m["e_w2z2"] - 2 * b * m["e_w2z"] + b**2 * m["S2"]) / G
+
+
+def best_constant_baseline(h, s) -> np.ndarray:
+    """The prompt-only b_x minimising E[w²(Z − b)²]: E[w²Z]/E[w²] = h²/(h² + s²) · V, below V
+    (gpolab's derivation): with w² and Z correlated it beats the oracle's b = V."""
+    m = prompt_moments(h, s)
+    return m["e_w2z"] / m["S2"]
+
+
+def score_reward_correlation(h, s) -> np.ndarray:
+    """corr(w², Z | x) at θ* per prompt, w = (Y − m)/s²: Corollary 10's uncorrelation assumption
+    (Qᵀ∇log π ∇log πᵀQ = w² Qᵀφφᵀ Q uncorrelated with Z given x) holds iff it is 0.  Cov =
+    E[w²Z] − E[w²]V = −V/(h² + s²), Var w² = 2/s⁴ (gpolab's derivation)."""
+    m = prompt_moments(h, s)
+    cov = m["e_w2z"] - m["S2"] * m["V"]
+    return cov / np.sqrt(2 * m["S2"] ** 2 * m["sigma2"])
 
 
 def _zeta(name: str, G: int, ddof: int, xi, delta, h, s, eps):
@@ -397,6 +425,18 @@ def estimator_law(
     jac = _prompt_form(params, slope)
     gamma = _prompt_form(params, tau2) / B
     return limit_law(hess, jac, gamma, beta, estimator)
+
+
+def constant_baseline_law(params, b, B: int, G: int, beta: float) -> LimitLaw:
+    """Theorem 8's law for the prompt-only baseline b (P,) (A = Z − b_x): as
+    :func:`estimator_law` with τ² from :func:`constant_baseline_variance` and M = H."""
+    gaussian.optimum(params)
+    h = np.asarray(params.h, np.float64)
+    s = np.asarray(params.s, np.float64)
+    kappa = prompt_moments(h, s)["kappa"]
+    hess = -_prompt_form(params, kappa)
+    gamma = _prompt_form(params, constant_baseline_variance(b, h, s, G)) / B
+    return limit_law(hess, hess, gamma, beta, "constant baseline")
 
 
 # ----------------------------------------------------------------------------- weighted χ² law

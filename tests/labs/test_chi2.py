@@ -239,7 +239,7 @@ def test_gamma_matches_minibatch_covariance(name):
     params = chi2.make_env(cfg)
     law = chi2.predict(jax.random.key(1), cfg, params, name)
     theta_star = jnp.asarray(gaussian.optimum(params), jnp.float32)
-    cell = chi2.Chi2Cell(name, cfg.B, cfg.G, (1,))
+    cell = chi2.Chi2Cell(name, cfg.B, cfg.G[0], (1,))
     args = chi2.Chi2Args(params, theta_star, jnp.float32(1.0), jnp.float32(cfg.eps))
     keys = engine.seed_keys(jax.random.key(2), jnp.arange(200_000, dtype=jnp.uint32))
     step = jax.jit(jax.vmap(lambda k: chi2.sgd_direction(cell, args, k, theta_star, 1)[0]))
@@ -266,7 +266,7 @@ def test_rank_deficient_law_has_exactly_r_weights():
 
 
 def test_loo_and_oracle_weights_differ_by_order_one_over_G_squared():
-    """[U] Thm 8: GRPO-type (loo) weights = oracle weights + O(1/G²).  Here Γ_loo − Γ_or =
+    """[U] Cor 9 (§4.2): GRPO-type (loo) weights = oracle weights + O(1/G²).  Here Γ_loo − Γ_or =
     (1/B) Σ f S2σ²/(G(G − 1)) φφᵀ, so G²·|Δw| ≈ G/(G − 1)·const: bounded and decreasing."""
     params = gaussian.make(0)
     scaled = []
@@ -347,7 +347,7 @@ def _identifiable_and_null_moves(cfg, seeds, checkpoints):
     params = chi2.make_env(cfg)
     theta0 = jnp.asarray(chi2.initial_theta(params, cfg.init, cfg.instance_seed), jnp.float32)
     args = chi2.Chi2Args(params, theta0, jnp.float32(cfg.beta), jnp.float32(cfg.eps))
-    cell = chi2.Chi2Cell(cfg.estimator[0], cfg.B, cfg.G, tuple(checkpoints))
+    cell = chi2.Chi2Cell(cfg.estimator[0], cfg.B, cfg.G[0], tuple(checkpoints))
     direction = lambda k: functools.partial(chi2.sgd_direction, cell, args)  # noqa: E731
     lr = functools.partial(chi2.harmonic_step, args.beta)
 
