@@ -242,6 +242,24 @@ def tree_error(cell: TreeCell, key: jax.Array, args) -> dict:
     return out
 
 
+def tree_overlap_error(cell: TreeCell, key: jax.Array, args) -> dict:
+    """:func:`tree_error` (finite thoughts, ``cell.grad``) plus the six per-seed moments ``ov_w``
+    of :data:`gpolab.theory.tree_overlap.MOMENTS` and their outer product ``ov_ww``, from this
+    tree's ĝ₀ and a second, independent tree's (key ``fold_in(key, 1)``): ĝ¹·ĝ² and h¹h² are
+    unbiased for ‖E ĝ₀‖² and (E h)², h = ψ·ĝ₀.
+    ``args = (params, truth, eps, grad_target, psi)``."""
+    *base, psi = args
+    out = tree_error(cell, key, base)
+    other = tree_error(cell, jax.random.fold_in(key, 1), base)
+    t0 = base[3]
+    g1, g2 = out["grad_err"] + t0, other["grad_err"] + t0
+    h1, h2 = g1 @ psi, g2 @ psi
+    w = jnp.stack([0.5 * (g1 + g2) @ t0, 0.5 * (h1 + h2), g1 @ g2, h1 * h2,
+                   0.5 * (g1 @ g1 + g2 @ g2), 0.5 * (h1 * h1 + h2 * h2)])  # fmt: skip
+    out["ov_w"], out["ov_ww"] = w, jnp.outer(w, w)
+    return out
+
+
 # ------------------------------------------------------- response lengths, loss aggregation
 
 

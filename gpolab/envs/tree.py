@@ -6,7 +6,11 @@ Z_kj | t_k ~ Bernoulli(p_k).  Two thought models:
 * :class:`BetaThoughts`:   p_k ~ Beta(a, b) iid (closed forms in :mod:`gpolab.theory.tree`);
 * :class:`FiniteThoughts`: T thoughts drawn from a softmax thought policy π = softmax(logits),
   thought t succeeding with probability values[t]; the thought-level objective
-  J = Σ_t π_t values_t has the exact gradient ∇_logits J = π ⊙ (values − J).
+  J = Σ_t π_t values_t has the exact gradient ∇_logits J = π ⊙ (values − J);
+* ``loglinear``: the same finite thoughts under a log-linear policy π(t) ∝ exp(θ·φ_t) whose
+  features share a component with ``overlap`` ρ (:func:`strategy_feature`; the geometry is in
+  :mod:`gpolab.theory.tree_overlap`): the draws are the finite model's, only the gradient's
+  metric changes.
 
 Targets for a thought advantage Â_k: the population-standardized value (p_k − E p)/sd(p) and the
 within-group one (p_k − p̄)/s_p (s_p with the estimator's ddof).
@@ -30,7 +34,8 @@ from gpolab.configs import option
 from gpolab.envs.sampling import inverse_cdf
 
 NAME = "tree"
-MODELS = ("beta", "finite")
+MODELS = ("beta", "finite", "loglinear")
+FINITE_MODELS = ("finite", "loglinear")  # finite thought sets (a softmax over thoughts)
 
 
 @configs.old_keywords
@@ -44,12 +49,17 @@ class Instance:
     # the names stored cell keys (and result columns) were written with
     STORED_NAMES: ClassVar[dict] = {"beta_a": "a", "beta_b": "b"}
 
-    model: str = option("beta", "thought values: beta (p ~ Beta(a, b)) or finite (softmax "
-                        "thought policy)")  # fmt: skip
+    model: str = option("beta", "thought values: beta (p ~ Beta(a, b)), finite (softmax "
+                        "thought policy) or loglinear (finite thoughts, features that share a "
+                        "component: --overlap)")  # fmt: skip
     beta_a: float = option(2.0, "thought values p ~ Beta(beta_a, beta_b): beta_a")
     beta_b: float = option(3.0, "thought values p ~ Beta(beta_a, beta_b): beta_b")
     thoughts: int = option(32, "finite model: number of distinct thoughts",
-                           when={"model": ("finite",)})  # fmt: skip
+                           when={"model": FINITE_MODELS})  # fmt: skip
+    overlap: float = option(0.0, "loglinear model: overlap rho in [0, 1) of the thoughts' "
+                            "features (0: orthogonal, the finite model; -> 1: thoughts on the "
+                            "same side of the average alike)",
+                            when={"model": ("loglinear",)})  # fmt: skip
     instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
     K: tuple[int, ...] = option((2, 4, 8, 16), "comma list of thought counts (>= 2)")
     M: tuple[int, ...] = option((1, 2, 4, 8), "comma list of continuations per thought (>= 1)")
@@ -65,10 +75,22 @@ class Instance:
         validate.real("beta_b", self.beta_b, low=0.0, open_low=True)
         validate.integer("thoughts", self.thoughts, 2)
         validate.integer("instance_seed", self.instance_seed, 0)
+        check_overlap(self.overlap)
+
+
+def check_overlap(rho: float) -> None:
+    """ρ ∈ [0, 1): at ρ = 1 the features span one line and cannot carry the thought logits."""
+    try:
+        ok = 0.0 <= float(rho) < 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise validate.ConfigError(f"overlap: got {rho!r}; allowed: a finite number in [0, 1)")
 
 
 def make(inst: Instance) -> BetaThoughts | FiniteThoughts:
-    """The thought model of ``inst`` (finite thoughts drawn with its ``instance_seed``)."""
+    """The thought model of ``inst`` (finite thoughts drawn with its ``instance_seed``; the
+    loglinear model's thoughts are the finite model's)."""
     if inst.model == "beta":
         return make_beta(inst.beta_a, inst.beta_b)
     return make_finite(inst.instance_seed, inst.thoughts, a=inst.beta_a, b=inst.beta_b)
@@ -201,6 +223,16 @@ def exact(params) -> TreeTruth:
 def thought_return(params: FiniteThoughts) -> jax.Array:
     """J = Σ_t π_t values_t (its gradient is ``exact(params).grad``)."""
     return jax.nn.softmax(params.logits) @ params.values
+
+
+def strategy_feature(params: FiniteThoughts) -> jax.Array:
+    """ψ (T,): the shared feature of the loglinear model, the standardized indicator that a
+    thought beats the policy's average, ψ_t = (1[v_t > J] − P)/√(P(1 − P)), P = Σ_t π_t 1[v_t > J]
+    (E_π ψ = 0, E_π ψ² = 1; the features are φ_t = √(1 − ρ) e_t + √ρ ψ_t u)."""
+    pi = jax.nn.softmax(params.logits)
+    above = (params.values > pi @ params.values).astype(pi.dtype)
+    P = pi @ above
+    return (above - P) / jnp.sqrt(P * (1 - P))
 
 
 def population_target(truth: TreeTruth, p: jax.Array) -> jax.Array:

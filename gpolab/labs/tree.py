@@ -40,24 +40,27 @@ from typing import ClassVar
 import numpy as np
 
 from gpolab import configs, engine, estimators, validate
-from gpolab.cells import tree_cell, tree_error
+from gpolab.cells import tree_cell, tree_error, tree_overlap_error
 from gpolab.configs import borrow, option
 from gpolab.envs import tree as tree_env
 from gpolab.labs import table_text
 from gpolab.plots import tree as plots
 from gpolab.store import cell_key, config_hash, resume
 from gpolab.theory import tree as theory
+from gpolab.theory import tree_overlap
 from gpolab.theory.tree import TIE_Z, rank, recommend, score  # noqa: F401  (re-exported)
 
 NAME = "tree"
 TABLES = ("results", "floor")
-MODELS = ("beta", "finite")
+MODELS = tree_env.MODELS
 LEAVES_PER_CHUNK = 1 << 21  # chunk = seeds per compiled chunk, so that chunk·K·M ≲ this
 DEFAULT_K = (4, 16, 64, 512)
-FINITE = {"model": ("finite",)}
+FINITE = {"model": tree_env.FINITE_MODELS}
+LOGLINEAR_BUDGET = {"model": ("loglinear",), "mode": ("budget",)}
 GRID = {"mode": ("grid",)}  # Config.mode: "budget" when leaves > 0, else "grid"
 BUDGET = {"mode": ("budget",)}
-NOT_IN_KEY = ("K", "M", "leaves", "think_len", "answer_len")  # the cell / columns added on read
+# the cell / columns added on read (the loglinear cells serve every overlap)
+NOT_IN_KEY = ("K", "M", "leaves", "think_len", "answer_len", "overlap")
 # settings under the names the stored keys (and the columns, shared with the sweep's tree rows)
 # were written with: the Beta parameters were a, b before the flags became --beta-a, --beta-b
 STORED_NAMES = tree_env.Instance.STORED_NAMES
@@ -67,7 +70,10 @@ JSON_KEYS = ("K", "M", "variance", "mse", "mse_group", "corr", "corr_se", "degen
 GRAD_KEYS = ("grad_mse", "grad_bias2_share")  # finite model
 COST_KEYS = ("leaves", "cost", "rescaled_mse", "score", "score_se", "score_source", "recommended",
              "tie", "distinguishable", "grad_score")  # fmt: skip
-JSON = (*JSON_KEYS, *GRAD_KEYS, *COST_KEYS)  # those in the table: grad (finite), cost (budget)
+# loglinear model, budget mode: the whole-budget gradient at the configured overlap
+OVERLAP_KEYS = ("overlap", "trees", "grad_cos2", "grad_cos2_se", "theory_grad_cos2",
+                "grad_budget_mse", "orthogonal_score")  # fmt: skip
+JSON = (*JSON_KEYS, *GRAD_KEYS, *COST_KEYS, *OVERLAP_KEYS)  # those in the table
 
 
 @configs.old_keywords
@@ -101,6 +107,7 @@ class Config:
     thoughts: int = borrow(tree_env.Instance, "thoughts", when=FINITE)
     logit_scale: float = option(1.0, "std of the thought-policy logits", when=FINITE)
     instance_seed: int = borrow(tree_env.Instance, "instance_seed", when=FINITE)
+    overlap: float = borrow(tree_env.Instance, "overlap", when=LOGLINEAR_BUDGET)
     think_len: float = option(256.0, "token cost model: tokens per thought L_think", when=BUDGET)
     answer_len: float = option(256.0, "token cost model: tokens per continuation L_answer",
                                when=BUDGET)  # fmt: skip
@@ -132,6 +139,7 @@ class Config:
         validate.integer("instance_seed", self.instance_seed, 0)
         validate.real("think_len", self.think_len, low=0.0)
         validate.real("answer_len", self.answer_len, low=0.0)
+        tree_env.check_overlap(self.overlap)
         if self.leaves:
             self.splits()  # raises when no split exists
 
@@ -188,7 +196,7 @@ def setup(cfg: Config):
     truth = tree_env.exact(params)
     law = theory.thought_law(params)
     grad_target = np.zeros(0, np.float32)
-    if cfg.model == "finite":
+    if cfg.model in tree_env.FINITE_MODELS:
         g = np.asarray(truth.grad, np.float64)
         J = law.mean
         scale = {"thought-std": math.sqrt(law.var), "leaf-std": math.sqrt(J * (1 - J))}
@@ -219,13 +227,16 @@ def measure(cfg: Config, K: int, M: int, ctx, key) -> dict:
     """One (K, M) cell's row: Monte Carlo metrics, closed forms, settings (``ctx`` = setup).
     ``key`` is the run's root key; the cell draws from ``engine.cell_key(key, "tree", K, M)``."""
     params, truth, law, grad_target = ctx
-    grad = cfg.model == "finite"
+    grad = cfg.model in tree_env.FINITE_MODELS
+    psi = tree_env.strategy_feature(params) if cfg.model == "loglinear" else None
     cell = tree_cell(K, M, cfg.variant, cfg.ddof, model=cfg.model, a=cfg.beta_a, b=cfg.beta_b,
                      grad=grad)  # fmt: skip
     start = time.perf_counter()
     args = (params, truth, np.float32(cfg.eps), grad_target)
+    fn = tree_error if psi is None else tree_overlap_error
+    args = args if psi is None else (*args, psi)
     stream = engine.cell_key(key, NAME, K, M)
-    m = engine.run(tree_error, cell, args, stream, cfg.seeds, chunk_for(cfg, K, M))
+    m = engine.run(fn, cell, args, stream, cfg.seeds, chunk_for(cfg, K, M))
     corr, corr_se = corr_stats(m)
     row = {
         "K": K,
@@ -244,6 +255,8 @@ def measure(cfg: Config, K: int, M: int, ctx, key) -> dict:
     }
     if grad:
         row.update(grad_stats(m, grad_target))
+    if psi is not None:
+        row.update(overlap_stats(m, cfg, params, K, M))
     row["seconds"] = time.perf_counter() - start
     return row
 
@@ -289,6 +302,23 @@ def grad_stats(m, grad_target) -> dict:
     )
 
 
+def overlap_stats(m, cfg: Config, params, K: int, M: int) -> dict:
+    """The loglinear model's per-tree moments (:data:`gpolab.theory.tree_overlap.MOMENTS`):
+    Monte Carlo ``ov_*`` ± ``ov_*_se``, their covariance ``ov_cov_*`` (ddof 1) and the exact
+    ``theory_ov_*`` (NaN past the exact grid); every overlap and token budget is computed from
+    them after the cells are read back."""
+    n, names = m.n, tree_overlap.MOMENTS
+    w = np.asarray(m.mean("ov_w"), np.float64)
+    cov = (np.asarray(m.mean("ov_ww"), np.float64) - np.outer(w, w)) * n / max(n - 1, 1)
+    exact = tree_overlap.moments(params, K, M, cfg.variant, cfg.ddof, cfg.eps)
+    row = {f"ov_{k}": float(w[i]) for i, k in enumerate(names)}
+    row |= {f"ov_{k}_se": math.sqrt(max(cov[i, i], 0.0) / n) for i, k in enumerate(names)}
+    row |= {name: float(cov[i, j]) for name, i, j in tree_overlap.covariance_columns()}
+    tt, c = tree_overlap.geometry(theory.thought_law(params))
+    row |= {"ov_target_sq": tt, "ov_strategy_dot": c}  # ‖t₀‖², ψ·t₀ (the thoughts' geometry)
+    return row | {f"theory_ov_{k}": float(exact[i]) for i, k in enumerate(names)}
+
+
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{"results": one row per (K, M), "floor": the exact floor on a fine M grid}``; finished
     cells are read back from ``store`` instead of recomputed."""
@@ -317,14 +347,18 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
 def with_score(cfg: Config, df):
     """``budget`` (the ``leaves`` setting; ``leaves`` is each row's K·M), and in budget mode the
-    cost model, leaves, cost and the ranking columns of :func:`rank`: columns of the run, not of
-    the cells."""
+    cost model, leaves, cost and the ranking columns of :func:`rank` (the loglinear model: of
+    :func:`gpolab.theory.tree_overlap.rank` at ``overlap``): columns of the run, not of the
+    cells."""
     df = df.assign(budget=cfg.leaves)
     if not cfg.leaves:
         return df
     tokens = cost(df["K"], df["M"], cfg.think_len, cfg.answer_len)
     df = df.assign(think_len=cfg.think_len, answer_len=cfg.answer_len, leaves=df["K"] * df["M"],
                    cost=tokens)  # fmt: skip
+    if cfg.model == "loglinear":
+        geometry = float(df["ov_target_sq"].iloc[0]), float(df["ov_strategy_dot"].iloc[0])
+        return tree_overlap.rank(df.assign(overlap=cfg.overlap), *geometry)
     return rank(df)
 
 
@@ -350,7 +384,8 @@ def notes(cfg: Config, tables: dict) -> str:
     b = recommend(df)
     src = "exact theory" if b["source"] == "exact" else "Monte Carlo"
     se = f" ± {b['score_se']:.3g}" if b["source"] != "exact" else ""
-    runner = f"runner-up K={b['runner_up_K']}, M={b['runner_up_M']}: {b['runner_up_score']:.4g}; "
+    value = b["runner_up_score"] if cfg.model != "loglinear" else 1 - b["runner_up_score"]
+    runner = f"runner-up K={b['runner_up_K']}, M={b['runner_up_M']}: {value:.4g}; "
     if b["candidates"] == 1:
         runner, verdict = "", "only one candidate at this budget (no other split to compare with)"
     elif b["distinguishable"]:
@@ -358,15 +393,7 @@ def notes(cfg: Config, tables: dict) -> str:
     else:
         ties = ", ".join(f"K={K}, M={M}" for K, M in b["ties"])
         verdict = f"a tie within Monte Carlo noise (95%) with {ties}: either split"
-    lines = [
-        f"recommended split: K={b['K']}, M={b['M']}: lowest tokens per effective thought "
-        f"(L_think + M·L_answer)/corr² = {b['score']:.4g}{se} (corr {b['corr']:.4f}, {src}; "
-        f"1 − corr² = {b['rescaled_mse']:.4f}; degenerate share {b['degenerate_frac']:.4f} "
-        f"measured, {b['theory_degenerate_frac']:.4f} exact); {runner}{verdict}",
-        f"highest corr at this leaf budget regardless of cost: K={b['top_corr_K']}, "
-        f"M={b['top_corr_M']} ({b['top_corr']:.4f}); the plain MSE is not a ranking (it "
-        "rewards shrinkage: an always-zero advantage scores 1)",
-    ]
+    lines = [_recommended(cfg, b, src, se, runner + verdict, df)]
     if "grad_mse" in df:
         parts = [
             f"{int(r.K)}x{int(r.M)}: {r.grad_mse:.3g} (bias² {100 * r.grad_bias2_share:.0f}%; "
@@ -379,10 +406,39 @@ def notes(cfg: Config, tables: dict) -> str:
     return "\n".join(lines)
 
 
+def _recommended(cfg: Config, b: dict, src: str, se: str, rest: str, df) -> str:
+    """The recommendation's lines, each stating the regime it assumes (the thoughts' overlap)."""
+    if cfg.model == "loglinear":
+        orth = df.loc[df["orthogonal_recommended"]].iloc[0]
+        row = df.loc[df["recommended"]].iloc[0]
+        return (
+            f"recommended split: K={b['K']}, M={b['M']}: highest cos² of the whole-budget "
+            f"thought-policy gradient with the exact one, {1 - b['score']:.4f}{se} ({src}; "
+            f"thoughts' feature overlap {cfg.overlap:g}, {row['trees']:.3g} trees in the token "
+            f"budget of flat sampling, leaves·(L_think + L_answer)); {rest}\n"
+            f"assuming near-orthogonal thought scores (overlap 0) the advantage score "
+            f"(L_think + M·L_answer)/corr² would recommend K={int(orth['K'])}, M={int(orth['M'])}"
+        )
+    return (
+        f"recommended split: K={b['K']}, M={b['M']}: lowest tokens per effective thought "
+        f"(L_think + M·L_answer)/corr² = {b['score']:.4g}{se} (corr {b['corr']:.4f}, {src}; "
+        f"1 − corr² = {b['rescaled_mse']:.4f}; degenerate share {b['degenerate_frac']:.4f} "
+        f"measured, {b['theory_degenerate_frac']:.4f} exact); {rest}\n"
+        f"highest corr at this leaf budget regardless of cost: K={b['top_corr_K']}, "
+        f"M={b['top_corr_M']} ({b['top_corr']:.4f}); the plain MSE is not a ranking (it "
+        "rewards shrinkage: an always-zero advantage scores 1); the score assumes near-orthogonal "
+        "thought scores (features that do not overlap; --model loglinear --overlap measures "
+        "thoughts that share features)"
+    )
+
+
 def figures(tables: dict) -> dict:
-    """Budget mode: the splits (tree_budget.png); grid mode: the floor in K, the decay in M and
+    """Budget mode: the splits (tree_budget.png; the loglinear model: cos² against the overlap
+    and the boundary, tree_overlap.png); grid mode: the floor in K, the decay in M and
     the (K, M) heatmap, each where the grid has more than one K, M or both."""
     df = tables["results"]
+    if int(df["budget"].iloc[0]) > 0 and "theory_grad_cos2" in df:
+        return {"tree_overlap.png": plots.overlap}
     if int(df["budget"].iloc[0]) > 0:
         return {"tree_budget.png": plots.budget}
     several_K, several_M = df["K"].nunique() > 1, df["M"].nunique() > 1

@@ -8,6 +8,7 @@ import numpy as np
 
 from gpolab.plots import pyplot, save, seeds_label
 from gpolab.plots.sweep import tree_heatmap
+from gpolab.theory import tree_overlap
 from gpolab.theory.tree import rank, recommend
 
 
@@ -121,4 +122,39 @@ def budget(tables: dict, path) -> Path:
     if best["candidates"] == 1:
         verdict = " (only one candidate)"
     ax.set_title(f"K·M = {int(df['budget'].iloc[0])}, {tag(df)}{verdict}")
+    return save(fig, path)
+
+
+def overlap(tables: dict, path) -> Path:
+    """Loglinear model at a leaf budget: left, the whole-budget gradient's cos² against the
+    overlap ρ for every split at the run's L_think/L_answer (exact lines, Monte Carlo ± 2 SE at
+    the run's ρ); right, the best split's M over (ρ, L_think/L_answer), exact where it exists,
+    with the boundary (the smallest ρ at which M > 1 pays) as a line."""
+    df = tables["results"].sort_values("K")
+    tt, c = float(df["ov_target_sq"].iloc[0]), float(df["ov_strategy_dot"].iloc[0])
+    ratio = float(df["think_len"].iloc[0] / df["answer_len"].iloc[0])
+    rho = np.linspace(0.0, 0.99, 100)
+    plt = pyplot()
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10.5, 4.2), constrained_layout=True)
+    for i, (_, r) in enumerate(df.iterrows()):
+        w = r[[f"theory_ov_{m}" for m in tree_overlap.MOMENTS]].to_numpy(np.float64)
+        ax.plot(rho, tree_overlap.cos2(w, rho, tt, c, r["trees"])[0], color=f"C{i}",
+                label=f"K={int(r['K'])}, M={int(r['M'])}")  # fmt: skip
+        ax.errorbar(r["overlap"], r["grad_cos2"], 2 * r["grad_cos2_se"], fmt="o", color=f"C{i}",
+                    ms=4)  # fmt: skip
+    ax.set(xlabel="overlap ρ of the thoughts' features", ylabel="cos² (whole-budget gradient)",
+           title=f"L_think/L_answer = {ratio:g}; lines exact, ● Monte Carlo ± 2 SE")  # fmt: skip
+    ax.legend(fontsize=8)
+    ratios = np.geomspace(1 / 64, 4, 25)
+    wins = tree_overlap.winners(df, tt, c, overlaps=rho[::3], ratios=ratios)
+    grid = wins.pivot(index="ratio", columns="overlap", values="M")
+    mesh = ax2.pcolormesh(grid.columns, grid.index, np.log2(grid.to_numpy()), shading="nearest",
+                          cmap="viridis")  # fmt: skip
+    star = tree_overlap.boundary(wins)["rho_star"]
+    ax2.plot([star[r] for r in ratios], ratios, "w-", lw=2, label="boundary (M > 1 pays right)")
+    ax2.set(yscale="log", xlabel="overlap ρ", ylabel="L_think / L_answer",
+            title=f"best split of {int(df['leaves'].iloc[0])} leaves")  # fmt: skip
+    fig.colorbar(mesh, ax=ax2, label="log2 M of the best split")
+    ax2.legend(fontsize=8, loc="lower right")
+    fig.suptitle(tag(df))
     return save(fig, path)

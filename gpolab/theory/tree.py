@@ -407,6 +407,12 @@ def rank(df):
     if "grad_dot" in df:
         df = df.assign(grad_score=df["cost"] * df["grad_variance"] * df["grad_norm2"]
                        / df["grad_dot"] ** 2)  # fmt: skip
+    return flag(df)
+
+
+def flag(df):
+    """``recommended``, ``tie``, ``distinguishable`` (see :func:`rank`) from the ``score`` and
+    ``score_se`` columns, one ranking per ``budget``."""
     import pandas as pd  # deferred: pandas (the closed forms above need numpy and scipy only)
 
     parts = [_flags(group) for _, group in df.groupby("budget", sort=False)]
