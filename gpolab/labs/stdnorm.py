@@ -41,6 +41,7 @@ import numpy as np
 from gpolab import configs, envs, train, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import loglinear
+from gpolab.labs import stdnorm_arcsin as arcsin
 from gpolab.labs import table_text
 from gpolab.labs.stdnorm_analysis import (  # noqa: F401  (re-exported: the lab's analysis)
     COMPARISONS,
@@ -65,13 +66,14 @@ from gpolab.theory import curvature
 from gpolab.validate import ConfigError
 
 NAME = "stdnorm"
-TABLES = ("summary", "gain", "finite_sample", "curves", "phases")
+TABLES = ("summary", "gain", "finite_sample", "curves", "phases", *arcsin.TABLES)
 ENVS = ("loglinear",)
 GROUPSIZE_ENVS = ("bandit", "arithmetic")  # B·G = N training lives with the group-size lab
-REGIMES = ("admissible", "tuned")
+REGIMES = ("admissible", "tuned", "arcsin")  # arcsin: labs/stdnorm_arcsin.py (Prop. 13)
 LOGLINEAR = {"env": ("loglinear",)}
 TUNED = {**LOGLINEAR, "regimes": ("tuned",)}
 ADMISSIBLE = {**LOGLINEAR, "regimes": ("admissible",)}
+ARCSIN = {**LOGLINEAR, "regimes": ("arcsin",)}
 INSTANCE = ("env", "prompts", "responses", "block", "align", "seed")  # what every unit reads
 BIAS_GRID = tuple((ddof, eps) for ddof in (0, 1) for eps in (1e-4, 1e-8))
 CURVES = ("J", "sigma_bar", "sigma_max", "sigma_eff", "cos", "gbar", "zero_frac")
@@ -99,8 +101,9 @@ class Config:
 
     env: str = option("loglinear", "loglinear (this lab; B*G = N training on bandit or "
                       "arithmetic: gpolab groupsize --train)")  # fmt: skip
-    regimes: tuple[str, ...] = option(REGIMES, "comma list of admissible (curvature-law steps), "
-                                      "tuned (best step of a grid)", when=LOGLINEAR)  # fmt: skip
+    regimes: tuple[str, ...] = option(REGIMES[:2], "comma list of admissible (curvature-law "
+                                      "steps), tuned (best step of a grid), arcsin (Prop. 13 "
+                                      "and Lemma 11)", when=LOGLINEAR)  # fmt: skip
     estimators: tuple[str, ...] = option(
         ("grpo", "mean", "loo", "grpo[scale=batch]"),
         "tuned regime: comma list of estimator specs that train (`gpolab estimators`; G = inf "
@@ -139,6 +142,15 @@ class Config:
     responses: int = borrow(loglinear.Instance, "responses", when=LOGLINEAR)
     block: int = borrow(loglinear.Instance, "block", when=LOGLINEAR)
     align: float = borrow(loglinear.Instance, "align", when=LOGLINEAR, default=1.0)
+    arcsin_G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64, 128, 256), "arcsin regime: comma "
+                                       "list of G of the direction and Lemma 11 table",
+                                       when=ARCSIN)  # fmt: skip
+    arcsin_draws: int = option(2000, "arcsin regime: Lemma 11 draws per G", when=ARCSIN)
+    arcsin_rho: float = option(0.0, "arcsin regime: rho of its instance (0: no shared block)",
+                               when=ARCSIN)  # fmt: skip
+    arcsin_align: float = option(0.5, "arcsin regime: align of its instance (below 1, so that "
+                                 "grad E[2 arcsin sqrt V] and grad E V differ)",
+                                 when=ARCSIN)  # fmt: skip
     seed: int = option(0, "master PRNG seed (instance and training keys)")
     out: str = option("results/train", "output folder (tables, config.toml, figures)", key=False)
 
@@ -181,6 +193,10 @@ class Config:
         validate.real("eps", self.eps, low=0.0)
         validate.choice("ddof", self.ddof, (0, 1))
         validate.integer("bias_seeds", self.bias_seeds, 2)
+        validate.integers("arcsin_G", self.arcsin_G, 2)
+        validate.integer("arcsin_draws", self.arcsin_draws, 2)
+        validate.real("arcsin_rho", self.arcsin_rho, 0.0, 1.0)
+        validate.real("arcsin_align", self.arcsin_align, 0.0, 1.0)
         instance(self, self.rho[0], False).validate()  # prompts, responses, block, align
         validate.integer("seed", self.seed, 0)
 
@@ -268,12 +284,14 @@ def train_units(cfg: Config) -> list[Unit]:
 
 
 def bias_Gs(cfg: Config) -> list[int]:
-    return sorted({*cfg.G, *cfg.gain_G})
+    """G of the bias table: every G and gain_G (none with the arcsin regime alone)."""
+    return sorted({*cfg.G, *cfg.gain_G}) if set(cfg.regimes) - {"arcsin"} else []
 
 
 def cells(cfg: Config) -> int:
-    """Units of work: training calls and bias-table entries."""
-    return len(train_units(cfg)) + len(bias_Gs(cfg)) * len(BIAS_GRID)
+    """Units of work: training calls, bias-table entries and the arcsin regime's units."""
+    own = len(arcsin.units(cfg)) if "arcsin" in cfg.regimes else 0
+    return len(train_units(cfg)) + len(bias_Gs(cfg)) * len(BIAS_GRID) + own
 
 
 def unit_settings(cfg: Config, unit: Unit) -> dict:
@@ -462,12 +480,26 @@ def summary_row(cfg: Config, unit: Unit, res: dict, seconds: float, optimum: flo
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
-    """The lab protocol's entry: ``{summary, gain, finite_sample, curves, phases}``, every
-    training call and bias entry resumed from ``store`` (:func:`gpolab.store.resume`)."""
+    """The lab protocol's entry: ``{summary, gain, finite_sample, curves, phases}`` of the
+    admissible and tuned regimes and ``{arcsin_direction}`` of the arcsin regime
+    (empty tables for a regime that did not run), every unit resumed from ``store``
+    (:func:`gpolab.store.resume`)."""
     cfg.validate()
     import pandas as pd
 
     key = jax.random.key(cfg.seed) if key is None else key
+    found = {name: pd.DataFrame() for name in TABLES}
+    if train_units(cfg):
+        found.update(training_tables(cfg, key, store, progress))
+    if "arcsin" in cfg.regimes:
+        found.update(arcsin.tables(cfg, jax.random.fold_in(key, 7919), store, progress))
+    return found
+
+
+def training_tables(cfg: Config, key, store, progress) -> dict:
+    """The admissible and tuned regimes' tables (see :func:`run`)."""
+    import pandas as pd
+
     ctx = _Context(cfg, key)
     rows, curves = [], {}
     for unit, (res, seconds) in zip(train_units(cfg), train_curves(cfg, ctx, store, progress),
@@ -503,20 +535,31 @@ BIAS_REPORT = ["G", "ddof", "eps", "rel_bias", "rel_bias_noise", "cosine", "norm
 
 
 def report(cfg: Config, tables: dict) -> str:
+    if not len(tables["summary"]):
+        return arcsin.report(tables)
     return table_text(tables["summary"], SUMMARY_COLUMNS)
 
 
 def notes(cfg: Config, tables: dict) -> str:
-    """The gain table and the finite-sample bias table."""
+    """The gain table, the finite-sample bias table and the arcsin regime's tables."""
     parts = [table_text(tables["gain"], GAIN_REPORT)] if len(tables["gain"]) else []
-    return "\n\n".join([*parts, table_text(tables["finite_sample"], BIAS_REPORT)])
+    if len(tables["finite_sample"]):
+        parts.append(table_text(tables["finite_sample"], BIAS_REPORT))
+    if len(tables["summary"]) and len(tables.get("arcsin_direction", ())):
+        parts.append(arcsin.report(tables))
+    return "\n\n".join(parts)
 
 
 def figures(tables: dict) -> dict:
-    """The training curves, the gain figure (when a comparison ran) and the phase figure."""
-    found = {"train_curves.png": plots.curves_figure}
+    """The training curves, the gain figure (when a comparison ran), the phase figure and the
+    arcsin figure (when that regime ran)."""
+    found = {}
+    if len(tables["summary"]):
+        found["train_curves.png"] = plots.curves_figure
     if len(tables["gain"]):
         found["train_gain.png"] = plots.gain_figure
-    if plots.phase_selection(tables["summary"]) is not None:
+    if len(tables["summary"]) and plots.phase_selection(tables["summary"]) is not None:
         found["train_phases.png"] = plots.phases_figure
+    if len(tables.get("arcsin_direction", ())):
+        found["arcsin.png"] = plots.arcsin_figure
     return found
