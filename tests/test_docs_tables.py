@@ -90,7 +90,13 @@ SLOW_RUNS = {
     "zoo": (zoo, dict(env=("bandit",), estimators=("loo", "grpo"), G=(2,), seeds=100,
                       kappa_G=(4,), kappa_points=3)),
     "tree-budget-finite": (tree, dict(leaves=8, seeds=200, model="finite", thoughts=8)),
+    "tree-budget-loglinear": (tree, dict(leaves=8, seeds=200, model="loglinear", thoughts=8,
+                                         overlap=0.5)),
     "chi2": (chi2, dict(estimator=("loo",), seeds=16, n=(10,), chunk=16)),
+    "chi2-paired": (chi2, dict(estimator=("loo", "oracle"), G=(4, 8), paired=True, seeds=16,
+                               n=(10,), chunk=16)),
+    "stdnorm-arcsin": (stdnorm, dict(regimes=("arcsin",), arcsin_G=(2, 4), arcsin_draws=20,
+                                     prompts=4)),
     "stdnorm": (stdnorm, dict(regimes=("admissible",), adm_steps=5, adm_seeds=2, gain_G=(2,),
                               G=(2,), rho=(0.0,), control=False, bias_seeds=16, prompts=4)),
 }  # fmt: skip
