@@ -36,6 +36,13 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|")
 
 
+def _claim(r: dict) -> str:
+    """The claim, then the paper's own sentence where the claim is the paper's (a quotation from
+    docs/papers.md, which gives its location)."""
+    quote = r.get("quote") or ""
+    return f"{r['claim']} *Paper:* “{quote}”" if quote else r["claim"]
+
+
 def markdown(tables: dict) -> str:
     """The claims ledger as a markdown table (generated, never typed): every claim, where it is
     made, its verdict, the statistic's detail and each rule's value and margin in SE."""
@@ -52,7 +59,7 @@ def markdown(tables: dict) -> str:
         "threshold)/SE, positive when the rule holds; within one SE: inconclusive.*\n\n"
     )
     rows = [
-        f"| {_cell(r['id'])} | {_cell(r['paper'])}, {_cell(r['where'])} | {_cell(r['claim'])} | "
+        f"| {_cell(r['id'])} | {_cell(r['paper'])}, {_cell(r['where'])} | {_cell(_claim(r))} | "
         f"**{r['verdict']}** | {_cell(r['reason'])} (`{r['experiment']}`) | "
         f"{_cell(r.get('margins', '')) or '—'} |"
         for r in records

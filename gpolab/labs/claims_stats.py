@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from gpolab import stats
+
 
 def _bonferroni(p) -> float:
     """min(1, n · min p) over n p-values; NaN if any is NaN (Python's min(1.0, nan) is 1.0: a
@@ -162,18 +164,6 @@ def mean_baseline(t: dict) -> dict:
                       f"{at.loc['oracle', 'mse']:.4g})"}  # fmt: skip
 
 
-def chi2_oracle_weights(t: dict) -> dict:
-    df = t["results"]
-    last = df[df["n"] == df["n"].max()].set_index("estimator")
-    rel = float(abs(last.loc["loo", "predicted_mean"] / last.loc["oracle", "predicted_mean"] - 1))
-    G = int(last["G"].iloc[0])
-    return {"rel_diff": rel, "bound": 4.0 / G**2, "se": {"rel_diff": 0.0, "bound": 0.0},
-            "detail": f"G = {G}: predicted mean of n·gap, loo "
-                      f"{last.loc['loo', 'predicted_mean']:.4g} vs oracle "
-                      f"{last.loc['oracle', 'predicted_mean']:.4g} ({100 * rel:.1f}% "
-                      f"apart; 4/G² = {100 * 4 / G**2:.1f}%)"}  # fmt: skip
-
-
 def _gain_se(row) -> float:
     """A gain's SE from its 95% interval (0 where the interval is a point: exact gradients)."""
     if "gain_ci_low" not in row or not math.isfinite(row["gain_ci_low"]):
@@ -262,7 +252,8 @@ def groupsize_argmin(t: dict) -> dict:
                 for r in s.itertuples())}  # fmt: skip
 
 
-def groupsize_value(t: dict) -> dict:
+def not_measured(t: dict) -> dict:
+    """For a claim that cannot be tested here: it reads nothing (its reason says why)."""
     return {"se": {}}
 
 
@@ -415,3 +406,281 @@ def plan_recovery(t: dict) -> dict:
             + ", ".join(f"{r.env} {r.truth:.3g} vs {r.recovered:.3g} [{r.lo:.3g}, {r.hi:.3g}]"
                         for r in gs.itertuples())
             + f"; largest difference between formats {float(spread.max()):.2g}"}  # fmt: skip
+
+
+def _worst_ratio(df, hi: str, lo: str, G: int) -> tuple[float, float, str]:
+    """The largest MSE ratio hi/lo over the policies (or envs) at G, its SE and where."""
+    worst = (math.nan, math.nan, "")
+    by = "policy" if "policy" in df and df["policy"].notna().any() else "env"
+    for name, sub in df[df["G"] == G].groupby(by):
+        m = sub.set_index("estimator")
+        r = ratio_and_se(m.loc[hi, "mse"], m.loc[hi, "mse_se"], m.loc[lo, "mse"],
+                         m.loc[lo, "mse_se"])  # fmt: skip
+        if math.isnan(worst[0]) or r[0] > worst[0]:
+            worst = (*r, str(name))
+    return worst
+
+
+def oracle_close(t: dict) -> dict:
+    """Fig. 4's observation 2 in numbers: the worst policy's loo/oracle MSE ratio at G = 8
+    ("already close") and at G = 32 and 64 ("nearly indistinguishable"), each with its
+    delta-method SE; NaN where the table lacks that G (the quick sizes)."""
+    df = t["results"]
+    out, se, parts = {}, {}, []
+    for G in (8, 32, 64):
+        r, s, where = _worst_ratio(df, "loo", "oracle", G) if G in set(df["G"]) else (
+            math.nan, math.nan, "")  # fmt: skip
+        out[f"loo_over_oracle_G{G}"], se[f"loo_over_oracle_G{G}"] = r, s
+        parts.append(f"G = {G}: {r:.3f} ± {s:.3f}" + (f" ({where})" if where else " (not run)"))
+    return {**out, "se": se,
+            "detail": "worst loo/oracle MSE over the policies: " + "; ".join(parts)}  # fmt: skip
+
+
+def no_filler_flip(t: dict) -> dict:
+    """Every (policy, G) cell: a violation unless vanilla's MSE is below both the oracle's and
+    loo's by 2 SE of the difference (a count: SE 0); and the exact theory's joint test (a p-value
+    is its own test: SE 0)."""
+    import numpy as np
+
+    df = t["results"]
+    bad, cells, worst = 0, 0, (math.inf, "")
+    for (policy, G), sub in df.groupby(["policy", "G"]):
+        m = sub.set_index("estimator")
+        cells += 1
+        for other in ("oracle", "loo"):
+            gap = m.loc[other, "mse"] - m.loc["vanilla", "mse"]
+            s = float(np.hypot(m.loc[other, "mse_se"], m.loc["vanilla", "mse_se"]))
+            bad += gap <= 2 * s
+            if gap / s < worst[0]:
+                worst = (gap / s, f"{policy}, G = {int(G)}, {other}")
+    joint = stats.joint_test(df, ("policy", "estimator"))
+    p = math.nan if joint is None else joint["joint_p"]
+    return {"flip_violations": int(bad), "joint_p": p,
+            "se": {"flip_violations": 0.0, "joint_p": 0.0},
+            "detail": f"vanilla below the oracle and loo, 2 SE clear, in {2 * cells - int(bad)} of "
+                      f"{2 * cells} comparisons (policy × G × baseline); least clear: "
+                      f"{worst[1]} ({worst[0]:.1f} SE); exact theory joint p = "
+                      f"{p:.2g}"}  # fmt: skip
+
+
+def ustat_identity(t: dict) -> dict:
+    """Lemma 1 on the zoo's cells: ustat (the pairwise U-statistic) and loo evaluated on the same
+    draws; the largest difference of their MSE, squared bias and variance over every (env, G),
+    relative to loo's MSE (a bias² near 0 would make its own relative difference float32 noise;
+    float rounding only when the identity holds: exact, SE 0).  A quantity measured for one form
+    and not the other counts as infinite; one measured for neither (NaN both) is skipped."""
+    worst, n = 0.0, 0
+    for _, sub in t["results"].groupby(["env", "G"]):
+        m = sub.set_index("estimator")
+        if not {"ustat", "loo"} <= set(m.index):
+            continue
+        n += 1
+        scale = abs(float(m.loc["loo", "mse"]))
+        for col in ("mse", "bias_sq", "variance"):
+            a, b = float(m.loc["ustat", col]), float(m.loc["loo", col])
+            if math.isnan(a) and math.isnan(b):
+                continue
+            gap = abs(a - b) / max(scale, 1e-30)
+            worst = math.inf if math.isnan(gap) else max(worst, gap)
+    worst = worst if n else math.nan
+    return {"max_rel_diff": worst, "cells": n, "se": {"max_rel_diff": 0.0, "cells": 0.0},
+            "detail": f"ustat vs loo on the same draws, {n} (env, G) cells: largest difference of "
+                      f"MSE, bias² and variance over loo's MSE {worst:.2g}"}  # fmt: skip
+
+
+def _log_slope(G, y, se) -> tuple[float, float]:
+    """Weighted least-squares slope of log y on log G (weights (y/se)², the delta method) and
+    its SE; NaN unless every y is positive and every se finite and positive."""
+    import numpy as np
+
+    G, y, se = (np.asarray(a, np.float64) for a in (G, y, se))
+    if len(G) < 2 or not (np.all(y > 0) and np.all(np.isfinite(se)) and np.all(se > 0)):
+        return math.nan, math.nan
+    x, w = np.log(G), (y / se) ** 2
+    xm = np.sum(w * x) / np.sum(w)
+    sxx = np.sum(w * (x - xm) ** 2)
+    slope = float(np.sum(w * (x - xm) * (np.log(y) - np.sum(w * np.log(y)) / np.sum(w))) / sxx)
+    return slope, float(1 / math.sqrt(sxx))
+
+
+def _rate_table(t: dict) -> dict:
+    """Per estimator besides the oracle: (G, predicted Σw − Σw_oracle, mean paired n·Δ
+    difference at the largest n, its SE) (:func:`gpolab.plots.chi2.differences`)."""
+    from gpolab.plots.chi2 import differences
+
+    names = [e for e in dict.fromkeys(t["results"]["estimator"]) if e != "oracle"]
+    return {name: differences(t, name) for name in names}
+
+
+def _rate_joint(rates: dict) -> tuple[float, float]:
+    """Σ z² of the measured differences against the predicted ones (every G, χ² per estimator,
+    Bonferroni over estimators) and the largest |z|."""
+    import numpy as np
+    from scipy.stats import chi2
+
+    ps, zmax = [], 0.0
+    for d in rates.values():
+        z = (d[:, 2] - d[:, 1]) / d[:, 3]
+        if not np.all(np.isfinite(z)):
+            return math.nan, math.nan
+        ps.append(float(chi2.sf(np.sum(z**2), len(z))))
+        zmax = max(zmax, float(np.max(np.abs(z))))
+    return min(1.0, len(ps) * min(ps)), zmax
+
+
+def chi2_rate(t: dict) -> dict:
+    """Corollary 9: Σw_loo − Σw_oracle against G on a log-log scale.  ``loo_slope`` is the
+    weighted least-squares slope of the measured paired differences of n·Δ at the largest n (its
+    SE by the delta method; expected −2), ``loo_slope_exact`` that of the predicted weights' sums
+    (Lyapunov, exact: SE 0), ``joint_p`` the measured differences against the predicted ones."""
+    rates = _rate_table(t)
+    if "loo" not in rates:
+        return {"loo_slope": math.nan, "loo_slope_exact": math.nan, "joint_p": math.nan,
+                "se": {"loo_slope": math.nan, "loo_slope_exact": 0.0, "joint_p": 0.0},
+                "detail": "no loo cells"}  # fmt: skip
+    G, pred, mean, se = rates["loo"].T
+    slope, slope_se = _log_slope(G, mean, se)
+    exact = _log_slope(G, pred, pred * 1e-3)[0] if (pred > 0).all() else math.nan
+    joint, zmax = _rate_joint(rates)
+    return {"loo_slope": slope, "loo_slope_exact": exact, "joint_p": joint,
+            "se": {"loo_slope": slope_se, "loo_slope_exact": 0.0, "joint_p": 0.0},
+            "detail": f"log-log slope of Σw_loo − Σw_oracle over G = "
+                      f"{', '.join(str(int(g)) for g in G)}: measured {slope:.2f} ± {slope_se:.2f}"
+                      f", predicted {exact:.2f}; G² × measured difference: "
+                      + ", ".join(f"{g**2 * m:.3g}" for g, m in zip(G, mean, strict=True))
+                      + f"; measured vs predicted differences joint p = {joint:.2g}, largest |z| "
+                      f"{zmax:.2f}"}  # fmt: skip
+
+
+def chi2_prompt_only(t: dict) -> dict:
+    """Corollary 10 for the prompt-only baseline 0 (vanilla): the G where its predicted Σw is not
+    above the oracle's (exact: SE 0), the log-log slope of its measured excess (SE: delta
+    method) and the measured differences against the predicted ones (``joint_p``)."""
+    rates = _rate_table(t)
+    if "vanilla" not in rates:
+        return {"excess_violations": math.nan, "vanilla_slope": math.nan, "joint_p": math.nan,
+                "se": {"excess_violations": 0.0, "vanilla_slope": math.nan, "joint_p": 0.0},
+                "detail": "no vanilla cells"}  # fmt: skip
+    G, pred, mean, se = rates["vanilla"].T
+    bad = int((pred <= 0).sum())
+    res = t["results"]
+    last = res[res["n"] == res["n"].max()].set_index(["estimator", "G"])["weights"]
+    low = [float(min(last["vanilla", g]) / min(last["oracle", g]) - 1) for g in G]
+    slope, slope_se = _log_slope(G, mean, se)
+    joint, zmax = _rate_joint(rates)
+    return {"excess_violations": bad, "vanilla_slope": slope, "joint_p": joint,
+            "se": {"excess_violations": 0.0, "vanilla_slope": slope_se, "joint_p": 0.0},
+            "detail": f"Σw_vanilla − Σw_oracle, predicted at G = "
+                      f"{', '.join(str(int(g)) for g in G)}: "
+                      + ", ".join(f"{p:.3g}" for p in pred)
+                      + f" ({bad} not above 0); smallest weight, vanilla against the oracle: "
+                      + ", ".join(f"{100 * x:+.1f}%" for x in low)
+                      + f"; measured log-log slope {slope:.2f} ± "
+                      f"{slope_se:.2f}; joint p = {joint:.2g}, largest |z| {zmax:.2f}"}  # fmt: skip
+
+
+def pool_argmin(t: dict) -> dict:
+    """The finite prompt pool: budgets whose best G on the pool's own target is separated from
+    every other G and equals the pool law's best feasible divisor, and budgets where it differs
+    from the infinite-pool law's best divisor (the pool moved G*); counts: SE 0."""
+    s = t["summary"]
+    if "empirical_best_G_pool" not in s:
+        return {"argmin_matches_prediction": math.nan, "n_budgets": len(s), "moved": math.nan,
+                "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "moved": 0.0},
+                "detail": "no pool in this run"}  # fmt: skip
+    sep = s["tied_G_pool"].astype(str) == s["empirical_best_G_pool"].astype(str)
+    matches = int(((s["empirical_best_G_pool"] == s["predicted_best_G"]) & sep).sum())
+    moved = int(((s["empirical_best_G_pool"] != s["infinite_pool_best_G"]) & sep).sum())
+    return {"argmin_matches_prediction": matches, "n_budgets": len(s), "moved": moved,
+            "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "moved": 0.0},
+            "detail": f"P = {int(s['pool'].iloc[0])} prompts; best G per N (pool law, smallest "
+                      f"feasible G = N/P, infinite-pool law): " + "; ".join(
+                          f"N={r.N}: {r.empirical_best_G_pool} (tied: {r.tied_G_pool}; "
+                          f"{r.predicted_best_G}, {r.min_G}, {r.infinite_pool_best_G})"
+                          for r in s.itertuples())
+                      + f"; the pool law's continuous minimiser {s['g_star_pool'].iloc[0]:.2f}, "
+                      f"the infinite pool's {s['g_star_exact'].iloc[0]:.2f}"}  # fmt: skip
+
+
+def tree_overlap_boundary(t: dict) -> dict:
+    """Thoughts that share features (the loglinear model at one leaf budget): where the best split
+    of the whole budget has M > 1, over the overlap ρ and L_think/L_answer grids of
+    :func:`gpolab.theory.tree_overlap.winners`.  ``violations``: grid points above a ratio's
+    boundary where branching does not pay; ``moving_ratios``: think ratios whose boundary lies
+    strictly inside (0, 1) (the overlap decides); ``flat_when_free``: overlaps at which flat
+    sampling wins when thinking is free; counts (SE 0).  ``joint_p``: the six Monte Carlo
+    moments against the exact ones (per moment Σ z² over the cells against χ², Bonferroni over
+    the moments, which share draws; a p-value: SE 0)."""
+    import numpy as np
+    from scipy.stats import chi2
+
+    from gpolab.theory import tree_overlap as ov
+
+    df = t["results"]
+    tt, c = float(df["ov_target_sq"].iloc[0]), float(df["ov_strategy_dot"].iloc[0])
+    wins = ov.winners(df, tt, c)
+    b = ov.boundary(wins)
+    inside = [r for r, rho in b["rho_star"].items() if 0 < rho < 1]
+    free = wins[wins["ratio"] == 0]
+    ps = []  # per moment: Σ z² over the cells (independent streams) ~ χ²; Bonferroni over moments
+    for m in ov.MOMENTS:
+        z = ((df[f"ov_{m}"] - df[f"theory_ov_{m}"]) / df[f"ov_{m}_se"]).to_numpy(np.float64)
+        z = z[np.isfinite(df[f"theory_ov_{m}"].to_numpy(np.float64))]
+        ps.append(float(chi2.sf(np.sum(z**2), len(z))) if np.all(np.isfinite(z)) else math.nan)
+    p = min(1.0, len(ps) * min(ps)) if not any(map(math.isnan, ps)) else math.nan
+    stars = ", ".join(f"{r:.3g}: {'never' if math.isnan(v) else f'ρ ≥ {v:g}'}"
+                      for r, v in b["rho_star"].items())  # fmt: skip
+    return {"violations": b["violations"], "moving_ratios": len(inside),
+            "flat_when_free": int((free["pays"] == "flat").sum()), "n_overlaps": len(free),
+            "joint_p": p,
+            "se": {"violations": 0.0, "moving_ratios": 0.0, "flat_when_free": 0.0,
+                   "n_overlaps": 0.0, "joint_p": 0.0},
+            "detail": f"{int(df['K'].iloc[0] * df['M'].iloc[0])} leaves; branching (M > 1) pays, "
+                      f"by L_think/L_answer: {stars}; {b['violations']} grid points above a "
+                      f"boundary where it stops paying; source {wins['source'].iloc[0]}; the six "
+                      f"moments against exact theory: joint p = {p:.2g}"}  # fmt: skip
+
+
+def _arcsin_rows(t: dict):
+    return t["arcsin_direction"].sort_values("G")
+
+
+def arcsin_direction(t: dict) -> dict:
+    """Proposition 13 on the exact mean direction (count tables, SE 0): its relative error to
+    ∇E[2 arcsin √V] at the largest G and at G = 8 (NaN without that G), the steps in G where that
+    error does not fall, and how much closer it is to ∇𝒥 than to ∇E V at the largest G (cos
+    difference)."""
+    import numpy as np
+
+    d = _arcsin_rows(t)
+    err = d["rel_err"].to_numpy(np.float64)
+    last = d.iloc[-1]
+    closer = float(last["cos_arcsin"] - last["cos_plain"])
+    at8 = d.loc[d["G"] == 8, "rel_err"]
+    return {"rel_err_at_max_G": float(err[-1]), "non_decreasing_steps": int(np.sum(
+                np.diff(err) >= 0)), "closer_to_arcsin": closer,  # fmt: skip
+            "rel_err_at_G8": float(at8.iloc[0]) if len(at8) else math.nan,
+            "se": {"rel_err_at_max_G": 0.0, "non_decreasing_steps": 0.0, "closer_to_arcsin": 0.0,
+                   "rel_err_at_G8": 0.0},
+            "detail": "‖E ĝ − ∇𝒥‖/‖∇𝒥‖ by G: " + ", ".join(
+                f"{int(r.G)}: {r.rel_err:.3g}" for r in d.itertuples())
+            + f"; at G = {int(last['G'])} cos(E ĝ, ∇𝒥) = {last['cos_arcsin']:.5f}, cos(E ĝ, ∇E V) "
+              f"= {last['cos_plain']:.4f} (cos(∇𝒥, ∇E V) = {last['cos_target_plain']:.4f})"}
+
+
+def lemma11_ratio(t: dict) -> dict:
+    """Lemma 11: E‖ĝ − U_std‖²/E‖U_std‖² exactly (SE 0) at the largest G and the steps where it
+    does not fall; the measured ratios against the exact ones (Σ z², χ² over G: a p-value)."""
+    import numpy as np
+    from scipy.stats import chi2
+
+    d = _arcsin_rows(t)
+    exact = d["u_ratio_exact"].to_numpy(np.float64)
+    z = ((d["u_ratio"] - d["u_ratio_exact"]) / d["u_ratio_se"]).to_numpy(np.float64)
+    p = float(chi2.sf(np.sum(z**2), len(z))) if np.all(np.isfinite(z)) else math.nan
+    return {"ratio_at_max_G": float(exact[-1]),
+            "non_decreasing_steps": int(np.sum(np.diff(exact) >= 0)), "joint_p": p,
+            "se": {"ratio_at_max_G": 0.0, "non_decreasing_steps": 0.0, "joint_p": 0.0},
+            "detail": "exact E‖ĝ − U‖²/E‖U‖² by G: " + ", ".join(
+                f"{int(r.G)}: {r.u_ratio_exact:.3g} (measured {r.u_ratio:.3g} ± {r.u_ratio_se:.2g})"
+                for r in d.itertuples()) + f"; measured vs exact p = {p:.2g}"}  # fmt: skip

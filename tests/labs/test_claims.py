@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -23,6 +24,30 @@ def test_the_shipped_ledger_validates_and_covers_the_three_papers():
     assert {c["paper"] for c in ledger} == {"U", "T", "N", "gpolab"}
     assert len({c["id"] for c in ledger}) == len(ledger)
     claims.Config().validate()  # every experiment named exists, every statistic is known
+
+
+PAPERS_PAGE = Path(__file__).parents[2] / "docs" / "papers.md"
+NUMBERED = re.compile(r"\b(Lemma|Thm|Prop|Cor|Assumption|Fig\.|Table|Algorithm|Appendix) ?[0-9A-C]")
+
+
+def _plain(text: str) -> str:
+    """Markdown's escapes and line breaks removed: the words as a reader sees them."""
+    return " ".join(text.replace("\\", "").split())
+
+
+def test_every_paper_claim_cites_the_papers_numbering_and_quotes_the_read_text():
+    """Every claim of the U-statistic paper (the one whose text was read) names a numbered result
+    (Lemma, Thm, Prop, Cor, Fig., Table, …) and quotes the paper's own sentence, found word for
+    word on docs/papers.md (the page that quotes the text with its location); claims of the papers
+    read from their abstracts only say so."""
+    page = _plain(PAPERS_PAGE.read_text(encoding="utf-8"))
+    for c in claims.load(claims.LEDGER):
+        if c["paper"] == "U":
+            assert NUMBERED.search(c["where"]), f"{c['id']}: where names no numbered result"
+            assert c.get("quote"), f"{c['id']}: no quote of the paper's sentence"
+            assert _plain(c["quote"]) in page, f"{c['id']}: quote not on docs/papers.md"
+        elif c["paper"] in ("T", "N"):
+            assert "abstract" in c["where"] and not c.get("quote"), c["id"]
 
 
 @pytest.mark.parametrize(
@@ -264,8 +289,9 @@ def test_a_nan_recovery_is_never_covered():
 
 
 def test_mean_baseline_z_uses_the_bias_standard_error():
-    """U1-mean divided the bias² error by the MSE's SE: an unbiased estimator scored z = 2.88 and
-    passed; with the bias²'s own SE it is far off, and 'biased' needs bias² 3 SE above 0."""
+    """gpolab-mean (formerly U1-mean) divided the bias² error by the MSE's SE: an unbiased
+    estimator scored z = 2.88 and passed; with the bias²'s own SE it is far off, and 'biased'
+    needs bias² 3 SE above 0."""
     n, V, theory = 20_000, 0.05, 6.74e-4
     df = pd.DataFrame({"estimator": ["mean", "loo", "oracle"], "G": [2] * 3,
                        "mse": [0.0506, 0.143, 0.0988], "mse_se": [2.3e-4, 1e-3, 7e-4],
