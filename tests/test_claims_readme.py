@@ -83,9 +83,12 @@ def _no_flip(df):  # vanilla's MSE the largest, as with the filler; theory 1.5x 
     return _theory_off(df)
 
 
-def _ustat_differs(df):  # the pairwise form 1% off the leave-one-out form
-    df.loc[_rows(df, estimator="ustat"), ["mse", "bias_sq", "variance"]] *= 1.01
-    return df
+def _ustat_differs(df):  # the pairwise form 1% off the leave-one-out form, in one cell only
+    ustat = _rows(df, estimator="ustat")
+    first = ustat & (df["G"] == df.loc[ustat, "G"].min()).to_numpy()
+    first &= (df["env"] == df.loc[first, "env"].iloc[0]).to_numpy()
+    df.loc[first, ["mse", "bias_sq", "variance"]] *= 1.01
+    return df[~ustat | first]
 
 
 def _summary(fn):

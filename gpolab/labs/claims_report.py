@@ -76,8 +76,28 @@ def summary(tables: dict) -> str:
     note = (f"*Verdicts at the experiments' {' and '.join(sorted(sizes))} sizes "
             f"(`gpolab claims{' --quick' if sizes == {'quick'} else ''}`); ids by source: "
             f"{papers}.*\n\n")  # fmt: skip
-    rows = [f"| {_cell(r['id'])} | {_cell(r['claim'])} | **{r['verdict']}** |" for r in records]
+    rows = [f"| {_cell(r['id'])} | {_cell(headline(r['claim']))} | **{r['verdict']}** |"
+            for r in records]  # fmt: skip
     return note + "\n".join(["| id | claim | verdict |", "|---|---|---|", *rows])
+
+
+HEADLINE = 150  # characters of a claim the README's summary shows (the ledger page has it whole)
+
+
+def headline(claim: str) -> str:
+    """A claim's first clause for the README's summary: up to its first ". " or ": " outside
+    parentheses, at most
+    :data:`HEADLINE` characters (cut at a word, "…")."""
+    depth, end = 0, len(claim)
+    for i, ch in enumerate(claim):  # the first ". " or ": " outside parentheses
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and claim[i:i + 2] in (". ", ": "):
+            end = i
+            break
+    text = claim[:end].rstrip(".")
+    if len(text) > HEADLINE:
+        text = text[:HEADLINE].rsplit(" ", 1)[0] + " …"
+    return text + ("." if not text.endswith("…") else "")
 
 
 KINDS = {"claims": markdown, "claims-summary": summary}  # block name -> its text

@@ -133,8 +133,8 @@ def test_oracle_match_statistic_on_a_table():
 
 
 def test_the_ledger_page_and_the_readme_summary_are_the_ledger_in_order():
-    """docs/claims.md holds the full ledger table, README.md its summary: both list every claim
-    in the ledger's order with one verdict, and agree on the verdicts."""
+    """docs/claims.md holds the full ledger table, README.md its summary (each claim's headline):
+    both list every claim in the ledger's order with one verdict, and agree on the verdicts."""
     from pathlib import Path
 
     root = Path(__file__).parents[2]
@@ -146,7 +146,8 @@ def test_the_ledger_page_and_the_readme_summary_are_the_ledger_in_order():
         ]
         assert [r.split(" | ")[0][2:] for r in rows] == [c["id"] for c in ledger], path
         for row, c in zip(rows, ledger, strict=True):
-            assert c["claim"].replace("|", "\\|") in row, (path, c["id"])
+            text = c["claim"] if cells == 6 else claims_report.headline(c["claim"])
+            assert text.replace("|", "\\|") in row, (path, c["id"])
             assert any(f"**{v}**" in row for v in claims.VERDICTS)
             assert len(re.findall(r"(?<!\\)\|", row)) == cells + 1  # every | inside is escaped
     page = docs_blocks.claims_verdicts(root / "docs" / "claims.md")
@@ -327,3 +328,13 @@ def test_no_exact_theory_rows_give_a_nan_joint_test_not_a_crash():
 def test_an_exact_equality_rule_does_not_hang_on_the_last_bit():
     assert claims.check("x == 0", {"x": 1e-17}) is True
     assert claims.check("x == 0", {"x": 1e-3}) is False
+
+
+@pytest.mark.parametrize(
+    "claim, headline",
+    [("Short claim.", "Short claim."), ("A: rest. More.", "A."),
+     ("Under (a: b) it holds. Then more.", "Under (a: b) it holds."),
+     ("x " * 100, ("x " * 75).strip() + " …")],
+)  # fmt: skip
+def test_the_readme_summary_shows_each_claims_first_clause(claim, headline):
+    assert claims_report.headline(claim) == headline
