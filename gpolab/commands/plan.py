@@ -18,6 +18,7 @@ def _run(lab, args) -> int:
         args.log = args.LOG
     cfg = config_from_args(lab, args)
     cfg.validate()
+    cfg = lab.with_callback_files(cfg)[0]  # a run folder with a training hook's files
     lab.load(cfg)  # the log's errors come before the output folder is touched
     if cfg.grad_norms:
         lab.read_norms(cfg.grad_norms)
@@ -46,6 +47,9 @@ DESCRIPTION = (
     "against the log), the G that keeps it under --target, informative groups per step at a "
     "fixed response budget, DAPO dynamic sampling's draws per kept group, and each estimator's "
     "kappa at this difficulty mix.  G* needs --proxy-column and --grad-norms; without them the "
-    "report says why.  Writes report.md, plan.json, tables and plan.png to --out."
+    "report says why.  A training run's output folder with gpolab's hook files (TRL: "
+    "gpolab.integrations.trl.PlanCallback) gives all of them: the report opens with 'use G = "
+    "...' or why the log cannot decide.  Writes report.md, plan.json, tables and plan.png to "
+    "--out."
 )
 register = lab_command("plan", help=HELP, description=DESCRIPTION, extend=_flags, runner=_run)

@@ -214,9 +214,43 @@ def cells(cfg: Config) -> int:
     return 1
 
 
+def with_callback_files(cfg: Config) -> tuple[Config, dict]:
+    """A run's output folder holding the training hook's files (``gpolab/rollouts.parquet``,
+    :mod:`gpolab.integrations.files`): read that log as a table with its ``proxy`` column and
+    its ``grad_norms.csv``, unless the user chose a format, proxy column or norms file; and the
+    hook's ``run.json`` (the trainer's settings).  Other logs: unchanged, {}."""
+    from gpolab.integrations import files
+
+    found = files.find(cfg.log) if os.path.exists(cfg.log) else None
+    if found is None or cfg.format not in ("auto", "table"):
+        return cfg, {}
+    changes = {"log": str(found["log"]), "format": "table"}
+    changes["proxy_column"] = cfg.proxy_column or "proxy"
+    if not cfg.grad_norms and found["norms"] is not None:  # the user's norms file wins
+        changes["grad_norms"] = str(found["norms"])
+    return cfg.replace(**changes), found["run"]
+
+
+def trainer_text(run: dict) -> str:
+    """What the trainer's loss followed, against the plain leave-one-out gradient G* models."""
+    if not run:
+        return ""
+    keys = ("loss_type", "scale_rewards", "num_generations", "beta", "importance_sampling_level",
+            "steps_per_generation")  # fmt: skip
+    said = ", ".join(f"{k} = {run[k]}" for k in keys if run.get(k) is not None)
+    who = "verl" if run.get("framework") == "verl" else f"TRL {run.get('trl_version', '?')}"
+    said = said or ", ".join(f"{k} = {v}" for k, v in run.items()
+                             if k not in ("framework", "seconds", "overhead"))  # fmt: skip
+    return (f"trainer: {who} ({said}); G* is that of the plain "
+            "leave-one-out gradient (unnormalized rewards, sequence-level log-probs, one update "
+            "per batch): std scaling, token-level aggregation, clipping over several updates "
+            "and a KL term are not in its model")
+
+
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{summary, curve, kappa, groups}``: one summary row per window and a pooled one."""
     cfg.validate()
+    cfg, trainer = with_callback_files(cfg)
     log = binarized(cfg, load(cfg))
     norms = read_norms(cfg.grad_norms) if cfg.grad_norms else None
     groups = rollouts.groups(log)
@@ -233,6 +267,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     for k, v in gs.items():
         summary[k] = [v if w == POOLED else None for w in summary["window"]]
     summary["format"], summary["reward"] = log.format, log.reward
+    summary["log_path"], summary["trainer"] = cfg.log, trainer_text(trainer)
     summary["notes"] = "; ".join(log.notes)
     if progress is not None:
         progress.update(1, f"{len(groups):,} groups")
@@ -377,14 +412,20 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
             "the prompt variance c1, hence not G* = 1 + sqrt(C3/c1): give --proxy-column "
             "(per-response ||grad log pi||^2) and --grad-norms (||g_hat|| at two batch sizes)",
         }
+    # the groups whose every response carries the proxy (a hook measures only some groups)
+    whole = f.groupby("group")["proxy"].transform(lambda q: q.notna().all()).to_numpy(bool)
+    f = f[whole]
     z = (f["reward"].to_numpy() == levels[1]).astype(float)
     args = (z, f["proxy"].to_numpy(float), f["group"].to_numpy())
     if norms is None:
         out = gstar.gstar_bounds(*args)
     else:
-        G = _modal(np.bincount(f["group"].to_numpy()))
+        sizes = np.bincount(f["group"].to_numpy())
+        G = _modal(sizes[sizes > 0])  # the kept groups' size (labels of dropped groups: 0)
         out = gstar.gstar(*args, norms, G, seed=cfg.seed, clusters=f["prompt"].to_numpy())
     reason = out.pop("reason", None)
+    out["proxy_groups"] = int(f["group"].nunique())
+    out["norm_rows"] = 0 if norms is None else len(norms)
     return {**none, **{k: out.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")},
             **{f"gstar_{k}": v for k, v in out.items() if k not in none},
             "gstar_reason": reason}  # fmt: skip

@@ -4,6 +4,8 @@ lab's ``Config``."""
 
 from __future__ import annotations
 
+import math
+
 from gpolab.labs import json_value, table_text
 
 POOLED = "all"  # the window of the whole log
@@ -54,7 +56,7 @@ def report(cfg, tables: dict) -> str:
     """The markdown report."""
     p = pooled(tables)
     lines = [
-        f"# gpolab plan: {cfg.log}",
+        f"# gpolab plan: {p.get('log_path') or cfg.log}",
         "",
         f"{p['format']} log, reward = {p['reward']}; {p['steps']} steps, {p['groups']:,} "
         f"groups ({p['prompts']:,} distinct prompts), G = {p['G']}"
@@ -62,7 +64,12 @@ def report(cfg, tables: dict) -> str:
     ]
     if p.get("notes"):
         lines.append(f"notes: {p['notes']}")
+    if p.get("trainer"):
+        lines.append(p["trainer"])
     lines += [
+        "",
+        "## Recommendation",
+        recommendation(p),
         "",
         *_difficulty_text(p),
         "",
@@ -182,6 +189,38 @@ def _kappa_text(tables: dict, G: int) -> list[str]:
             f"at the log's G = {G}, at the fit's 10/50/90% difficulties:", "```",
             table_text(at, ["estimator", "kappa_p10", "kappa_p50", "kappa_p90"]),
             "```"]  # fmt: skip
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(float(x))
+
+
+def recommendation(p: dict) -> str:
+    """One line first: "use G = …" with G*'s interval when the log decides it; else why not and
+    how much more log would: the cluster bootstrap's SE of c1 falls like 1/√(information), so
+    resolving c1 above 0 at 95% takes (1.96/z)² times this log's, z = c1/SE (gpolab's rule of
+    thumb; with few prompts the information is the number of prompts, not of steps)."""
+    g, lo, hi = p.get("gstar"), p.get("gstar_lo"), p.get("gstar_hi")
+    if g is not None and _finite(hi):
+        return (f"use G = {max(2, round(g))} (G* = {g:.3g}, 95% interval {lo:.3g} .. {hi:.3g}; "
+                f"from {p.get('gstar_proxy_groups', 0):,} groups with score norms and "
+                f"{p.get('gstar_norm_rows', 0):,} gradient-norm rows)")  # fmt: skip
+    c1, se = p.get("gstar_c1"), p.get("gstar_c1_se")
+    head = "the log cannot decide G*"
+    if _finite(c1) and _finite(se) and se > 0 and c1 > 0:
+        factor = (1.96 * se / c1) ** 2
+        n = p.get("prompts") or 0
+        return (f"{head}: c1 = {c1:.3g} ± {se:.2g} (the prompts' gradient variance) is not "
+                f"resolved above 0 (G* >= {lo:.3g}); about {factor:.1f}x this log's information "
+                f"would resolve it: the interval resamples whole prompts, so more distinct "
+                f"prompts (here {n:,}; ~{math.ceil(factor * n):,}) with score norms shrink it, "
+                "while more steps over the same prompts help only until each prompt's gradient "
+                "is known")  # fmt: skip
+    if _finite(c1):
+        return (f"{head}: the prompt variance c1 = {c1:.3g} is not above 0 at all, so no "
+                "amount of this log pins G* (a lower bound: "
+                f"{lo if lo is not None else 'none'}); log more steps with score norms")
+    return f"{head}: {p.get('gstar_reason')}"
 
 
 def _gstar_text(p: dict) -> str:

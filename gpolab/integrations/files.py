@@ -1,0 +1,96 @@
+"""The files a training run leaves for ``gpolab plan`` (framework-free: numpy, pandas).
+
+Under ``<output_dir>/gpolab/``:
+
+* ``rollouts.parquet``: one row per response of every group of every training step: ``step``,
+  ``prompt``, ``group`` (unique per group in the run), ``reward`` and ``proxy`` = ‖∇θ log πθ(y|x)‖²
+  of the whole response (NaN where it was not measured: only the sampled groups carry it);
+* ``grad_norms.csv``: ``step``, ``batch`` (prompts B), ``grad_norm`` = ‖ĝ_B‖ of the plain
+  leave-one-out estimate (1/(B·G)) Σ A_loo ∇ log π over B of the step's sampled groups (one row
+  per disjoint run of B groups: :func:`batch_norms`);
+* ``run.json``: the trainer's settings that decide which gradient it follows (loss type, reward
+  scaling, group size, batch sizes, KL weight), the framework's version and the hook's own
+  seconds against the training's (its overhead).
+
+``gpolab plan OUTPUT_DIR`` reads them (:func:`find`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+FOLDER = "gpolab"
+ROLLOUTS, NORMS, RUN = "rollouts.parquet", "grad_norms.csv", "run.json"
+
+
+def loo_advantages(rewards: np.ndarray) -> np.ndarray:
+    """A_g = Z_g − mean of the other G − 1 rewards, over the last axis (G ≥ 2)."""
+    G = rewards.shape[-1]
+    return rewards - (rewards.sum(-1, keepdims=True) - rewards) / (G - 1)
+
+
+def batch_norms(group_grads: np.ndarray, sizes) -> list[tuple[int, float]]:
+    """(B, ‖mean of B per-group vectors‖) for each B in ``sizes``, one row per disjoint run of B
+    consecutive groups of the step's ``group_grads`` (n_groups, D): B = 1 gives a row per group.
+    A per-group vector is (1/G) Σ_g A_g ∇ log π(y_g), so a row is ‖ĝ_B‖ of the plain
+    leave-one-out estimate over B groups, E‖ĝ_B‖² = ‖g‖² + T/B."""
+    n = len(group_grads)
+    return [(int(B), float(np.linalg.norm(group_grads[i:i + B].mean(0))))
+            for B in sizes for i in range(0, n - B + 1, B)]  # fmt: skip
+
+
+class Writer:
+    """Accumulates rows in memory and rewrites the three files (small: one row per response)."""
+
+    def __init__(self, output_dir, settings: dict):
+        self.dir = Path(output_dir) / FOLDER
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.rows: list[dict] = []
+        self.norms: list[dict] = []
+        self.settings = dict(settings)
+        self.seconds = {"hook": 0.0, "train": 0.0}
+        self._groups = 0
+
+    def add_groups(self, step: int, prompts, rewards: np.ndarray, proxy: np.ndarray) -> None:
+        """One step's groups: ``prompts`` (n,), ``rewards`` and ``proxy`` (n, G) (NaN: not
+        measured)."""
+        for x, z, q in zip(prompts, rewards, proxy, strict=True):
+            self.rows += [{"step": int(step), "prompt": str(x), "group": self._groups,
+                           "reward": float(r), "proxy": float(p)}
+                          for r, p in zip(z, q, strict=True)]  # fmt: skip
+            self._groups += 1
+
+    def add_norms(self, step: int, pairs) -> None:
+        self.norms += [{"step": int(step), "batch": B, "grad_norm": v} for B, v in pairs]
+
+    def flush(self) -> None:
+        import pandas as pd
+
+        pd.DataFrame(self.rows, columns=["step", "prompt", "group", "reward", "proxy"]).to_parquet(
+            self.dir / ROLLOUTS, index=False)
+        pd.DataFrame(self.norms, columns=["step", "batch", "grad_norm"]).to_csv(
+            self.dir / NORMS, index=False)
+        run = {**self.settings, "seconds": self.seconds,
+               "overhead": self.seconds["hook"] / max(self.seconds["train"], 1e-9)}
+        (self.dir / RUN).write_text(json.dumps(run, indent=1, default=str))
+
+
+def find(path) -> dict | None:
+    """The hook's files under ``path`` (a run's output folder, its ``gpolab/`` subfolder or the
+    ``rollouts.parquet`` file): {"log", "norms" (None when it has no row), "run"}; None when
+    absent."""
+    path = Path(path)
+    if path.is_file():
+        if path.name != ROLLOUTS:
+            return None
+        path = path.parent
+    folder = path if (path / ROLLOUTS).is_file() else path / FOLDER
+    if not (folder / ROLLOUTS).is_file():
+        return None
+    norms = folder / NORMS
+    has_norms = norms.is_file() and len(norms.read_text().strip().splitlines()) > 1
+    run = json.loads((folder / RUN).read_text()) if (folder / RUN).is_file() else {}
+    return {"log": folder / ROLLOUTS, "norms": norms if has_norms else None, "run": run}

@@ -1,0 +1,198 @@
+"""``PlanCallback``: what ``gpolab plan`` needs, logged during a TRL ``GRPOTrainer`` run.
+
+    trainer = GRPOTrainer(...)
+    trainer.add_callback(PlanCallback(trainer))
+    trainer.train()          # then: gpolab plan <args.output_dir>
+
+Every training step's groups (prompt, rewards: TRL's summed reward, ``reward_weights``
+applied), and for ``groups_per_step`` of its groups every ``every`` steps the exact
+per-response score norm ‖∇θ log πθ(y|x)‖² (log π of the whole completion, the policy in eval
+mode, per-sample gradients by ``torch.func``) and the norms of the plain leave-one-out gradient
+over 1, 2, 4, … of those groups (the batch sizes G* needs).  Files:
+:mod:`gpolab.integrations.files`.
+
+It wraps the trainer's ``_generate_and_score_completions`` (read in TRL 1.16.0,
+``trl/trainer/grpo_trainer.py``: it returns ``prompt_ids``, ``prompt_mask``,
+``completion_ids``, ``completion_mask``, and has just extended ``trainer._logs`` with the
+gathered prompts and every reward function's rewards), so the groups are the ones TRL trained
+on; consecutive ``num_generations`` rows form a group, as in TRL.  Cost: a forward and backward
+pass per measured response (``groups_per_step`` × G per measured step, vmapped per group);
+``run.json`` records the hook's seconds against the training's.  Needs torch and transformers
+(the ``trl`` extra).
+"""
+
+from __future__ import annotations
+
+import time
+from importlib import metadata
+
+import numpy as np
+from transformers import TrainerCallback
+
+from gpolab import validate
+from gpolab.integrations.files import Writer, batch_norms, loo_advantages
+
+SETTINGS = ("loss_type", "scale_rewards", "num_generations", "per_device_train_batch_size",
+            "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
+            "beta", "epsilon", "epsilon_high", "importance_sampling_level", "max_completion_length",
+            "temperature", "learning_rate")  # fmt: skip
+
+
+def settings_of(trainer) -> dict:
+    """The trainer's settings that decide which gradient it follows, and the versions."""
+    args = trainer.args
+    out = {k: getattr(args, k, None) for k in SETTINGS}
+    out["num_processes"] = trainer.accelerator.num_processes
+    out["reward_functions"] = [getattr(f, "__name__", str(f)) for f in trainer.reward_funcs]
+    out["trl_version"] = metadata.version("trl")
+    return out
+
+
+class PlanCallback(TrainerCallback):
+    """Logs rewards of every group, per-response score norms and gradient norms at several batch
+    sizes of sampled groups, under ``<output_dir>/gpolab/`` (``gpolab plan`` reads them).
+
+    ``groups_per_step``: groups measured per measured step (≥ 2: the batch sizes 1, 2, 4, … up
+    to it; fewer when the step has fewer groups); ``every``: measure every this many steps (1:
+    every step); ``output_dir``: default the trainer's ``args.output_dir``."""
+
+    def __init__(self, trainer, *, groups_per_step: int = 4, every: int = 8, output_dir=None):
+        validate.integer("groups_per_step", groups_per_step, 2)
+        validate.integer("every", every, 1)
+        self.trainer, self.groups_per_step, self.every = trainer, groups_per_step, every
+        self.G = int(trainer.num_generations)
+        settings = {**settings_of(trainer), "groups_per_step": groups_per_step, "every": every}
+        self.writer = Writer(output_dir or trainer.args.output_dir, settings)
+        self.sizes = [2**k for k in range(groups_per_step.bit_length()) if 2**k <= groups_per_step]
+        self._start = None
+        original = trainer._generate_and_score_completions
+
+        def wrapped(inputs):
+            output = original(inputs)
+            if trainer.model.training:
+                begin = time.perf_counter()
+                self.record(inputs, output)
+                self.writer.seconds["hook"] += time.perf_counter() - begin
+            return output
+
+        trainer._generate_and_score_completions = wrapped
+
+    # ------------------------------------------------------------------ what TRL just scored
+    def _rewards(self, n: int) -> tuple[list, np.ndarray]:
+        """The last ``n`` gathered prompts and summed rewards TRL logged (its weights, nansum)."""
+        logs = self.trainer._logs
+        names = list(logs["rewards"])
+        per = np.array([list(logs["rewards"][k])[-n:] for k in names], np.float64).T  # (n, F)
+        w = np.asarray(self.trainer.reward_weights.detach().cpu(), np.float64)
+        prompts = [str(p) for p in list(logs["prompt"])[-n:]]
+        return prompts, np.nansum(per * w, axis=1)
+
+    def record(self, inputs, output) -> None:
+        trainer = self.trainer
+        n = len(inputs) * trainer.accelerator.num_processes
+        prompts, rewards = self._rewards(n)
+        G = self.G
+        groups = n // G
+        step = trainer.state.global_step + 1  # TRL names this step's completions file so
+        proxy = np.full((groups, G), np.nan)
+        if trainer.accelerator.is_main_process and (step - 1) % self.every == 0:
+            k = min(self.groups_per_step, len(inputs) // G)
+            grads = []
+            for j in range(k):
+                W = self.scores(output, range(j * G, (j + 1) * G))
+                proxy[j] = np.sum(W * W, axis=1)
+                A = loo_advantages(rewards[j * G:(j + 1) * G])
+                grads.append(A @ W / G)
+            if k >= 2:
+                self.writer.add_norms(step, batch_norms(np.stack(grads), self.sizes))
+        if trainer.accelerator.is_main_process:
+            self.writer.add_groups(step, prompts[::G], rewards.reshape(groups, G), proxy)
+
+    def scores(self, output, rows) -> np.ndarray:
+        """(len(rows), D) ∇θ log πθ(completion | prompt) per response of one group, the model in
+        eval mode (no dropout) and float32 (outside the trainer's mixed-precision autocast).  The
+        group's rows share their (left-padded) prompt, and padding after a completion cannot
+        change the causal log-probs before it, so one ``torch.func.vmap`` of the per-response
+        gradient serves the group; a model that vmap cannot trace falls back to one backward
+        pass per response (``run.json``: ``score_method``)."""
+        import torch
+
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        rows = list(rows)
+        keep = output["prompt_mask"][rows[0]].bool()
+        prompt = output["prompt_ids"][rows[0]][keep]
+        comp, mask = output["completion_ids"][rows], output["completion_mask"][rows].float()
+        ids = torch.cat([prompt.expand(len(rows), -1), comp], 1)
+        was_training = model.training
+        model.eval()
+        # the model's own float32 forward: accelerate patches the instance's forward with an
+        # autocast (TRL trains in bf16 on CPU by default), which would round the gradients
+        patched = model.__dict__.pop("forward", None)
+        try:
+            if self.writer.settings.get("score_method") != "loop":
+                try:
+                    out = self._vmap_scores(model, ids, mask, len(prompt))
+                    self.writer.settings["score_method"] = "vmap"
+                    return out
+                except Exception as err:  # a model vmap cannot trace: the loop, said once
+                    self.writer.settings["score_method"] = "loop"
+                    self.writer.settings["vmap_error"] = f"{type(err).__name__}: {err}"[:300]
+            return self._loop_scores(model, ids, mask, len(prompt))
+        finally:
+            model.train(was_training)
+            if patched is not None:
+                model.forward = patched
+
+    @staticmethod
+    def _vmap_scores(model, ids, mask, P: int) -> np.ndarray:
+        """Per-response gradients by ``torch.func``: the embeddings looked up from the parameter
+        itself and passed as ``inputs_embeds`` (the model's checks on token ids, such as the
+        padding warning, and gradient checkpointing's embedding hook are data-dependent or call
+        ``requires_grad_``, which vmap refuses), no attention mask (no padding inside)."""
+        import torch
+        from torch.func import functional_call, grad, vmap
+
+        table = model.get_input_embeddings().weight
+        params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
+        emb = next(k for k, v in model.named_parameters() if v is table)
+        buffers = dict(model.named_buffers())
+
+        def logp(p, x, m):
+            e = torch.nn.functional.embedding(x, p[emb])[None]
+            logits = functional_call(model, (p, buffers), (), {"inputs_embeds": e}).logits
+            lp = logits[0, P - 1:-1].float().log_softmax(-1).gather(-1, x[P:, None])[:, 0]
+            return (lp * m).sum()
+
+        g = vmap(grad(logp), in_dims=(None, 0, 0))(params, ids, mask)
+        return torch.cat([v.reshape(len(ids), -1) for v in g.values()], 1).double().cpu().numpy()
+
+    @staticmethod
+    def _loop_scores(model, ids, mask, P: int) -> np.ndarray:
+        import torch
+
+        params = [p for p in model.parameters() if p.requires_grad]
+        out = []
+        for x, m in zip(ids, mask, strict=True):
+            logits = model(input_ids=x[None]).logits[0, P - 1:-1].float()
+            logp = (logits.log_softmax(-1).gather(-1, x[P:, None])[:, 0] * m).sum()
+            grads = torch.autograd.grad(logp, params, allow_unused=True)
+            out.append(torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
+                                  for g, p in zip(grads, params, strict=True)]))  # fmt: skip
+        return torch.stack(out).double().cpu().numpy()
+
+    # ------------------------------------------------------------------ trainer events
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_log(self, args, state, control, **kwargs):
+        self._flush()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._flush()
+
+    def _flush(self) -> None:
+        if self._start is not None:
+            self.writer.seconds["train"] = time.perf_counter() - self._start - \
+                self.writer.seconds["hook"]  # fmt: skip
+        if self.trainer.accelerator.is_main_process:
+            self.writer.flush()

@@ -1,0 +1,110 @@
+"""The training hooks' files and `gpolab plan` on a run's output folder, without any framework:
+the per-group gradient rows, the leave-one-out advantages, and plan reading a folder whose hook
+measured only some groups (G* from those; the recommendation line first)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpolab.cli import main
+from gpolab.integrations import files
+from gpolab.labs import plan
+
+
+def test_loo_advantages_and_batch_rows():
+    z = np.array([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    np.testing.assert_allclose(files.loo_advantages(z)[0], [2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    np.testing.assert_allclose(files.loo_advantages(z)[1], 0.0)
+    h = np.arange(12, dtype=float).reshape(4, 3)
+    rows = files.batch_norms(h, [1, 2, 4])
+    assert [B for B, _ in rows] == [1, 1, 1, 1, 2, 2, 4]  # disjoint runs of B groups
+    assert rows[4][1] == pytest.approx(np.linalg.norm(h[:2].mean(0)))
+    assert rows[-1][1] == pytest.approx(np.linalg.norm(h.mean(0)))
+    assert files.batch_norms(h[:1], [1, 2]) == [(1, pytest.approx(np.linalg.norm(h[0])))]
+
+
+def _hooked_run(root, steps=30, groups=8, G=4, measured=3, seed=0):
+    """A run folder as a hook writes it: every group's rewards, the proxy on ``measured`` groups
+    per step (NaN elsewhere), gradient norms at B = 1, 2 and the trainer's settings."""
+    rng = np.random.default_rng(seed)
+    w = files.Writer(root, {"loss_type": "dapo", "scale_rewards": "group", "num_generations": G,
+                            "beta": 0.0, "trl_version": "test"})  # fmt: skip
+    p = rng.beta(1.0, 1.5, groups)
+    for s in range(1, steps + 1):
+        z = (rng.random((groups, G)) < p[:, None]).astype(float)
+        q = np.full((groups, G), np.nan)
+        q[:measured] = rng.gamma(2.0, size=(measured, G))
+        w.add_groups(s, [f"q{x}" for x in range(groups)], z, q)
+        w.add_norms(s, [(1, 1.0 + rng.random()), (1, 1.1), (2, 0.8 + 0.1 * rng.random())])
+    w.seconds.update(hook=1.0, train=20.0)
+    w.flush()
+    return root
+
+
+def test_plan_reads_a_hooked_run_folder_and_says_what_the_trainer_followed(tmp_path, capsys):
+    run = _hooked_run(tmp_path / "run")
+    found = files.find(run)
+    assert found["log"].name == files.ROLLOUTS and found["norms"] is not None
+    assert json.loads((run / files.FOLDER / files.RUN).read_text())["overhead"] == 0.05
+    cfg, trainer = plan.with_callback_files(plan.Config(log=str(run)))
+    assert (cfg.format, cfg.proxy_column, cfg.grad_norms) == ("table", "proxy",
+                                                             str(found["norms"]))  # fmt: skip
+    assert trainer["loss_type"] == "dapo"
+    assert main(["plan", str(run), "--out", str(tmp_path / "out"), "--quick"]) == 0
+    text = (tmp_path / "out" / "report.md").read_text()
+    lines = text.splitlines()
+    assert "trainer: TRL test (loss_type = dapo" in text
+    head = lines[lines.index("## Recommendation") + 1]
+    assert head.startswith(("use G = ", "the log cannot decide G*"))
+    s = pd.read_parquet(tmp_path / "out" / "summary.parquet").iloc[-1]
+    assert s["gstar_proxy_groups"] == 30 * 3  # only the groups whose every response has a proxy
+
+
+def test_a_folder_without_hook_files_is_read_as_before(tmp_path):
+    cfg = plan.Config(log=str(tmp_path))
+    assert plan.with_callback_files(cfg) == (cfg, {})
+    assert files.find(tmp_path) is None
+
+
+def test_verl_logger_on_a_verl_dump_gives_what_plan_reads_from_the_dump(tmp_path):
+    """A verl rollout dump (``{step}.jsonl`` as verl's ``_dump_generations`` writes it) fed row by
+    row through ``PlanLogger.log_generations`` (uids as verl's GRPO groups them): the same groups
+    and rewards as ``gpolab plan`` reads from the dump itself, and the same pooled fit."""
+    import json as js
+
+    from gpolab import rollouts
+    from gpolab.integrations.verl import PlanLogger
+    from gpolab.rollout_writers import write_verl
+    from gpolab.validate import ConfigError
+
+    rng = np.random.default_rng(1)
+    p = rng.beta(1.0, 1.5, 6)
+    rows = [{"step": s, "prompt": f"q{x}", "output": "o", "gts": "g",
+             "score": float(rng.random() < p[x])}
+            for s in (1, 2, 3) for x in range(6) for _ in range(4)]  # fmt: skip
+    dump = tmp_path / "dump"
+    write_verl(dump, pd.DataFrame(rows))
+    logger = PlanLogger(tmp_path / "run", {"adv_estimator": "grpo"})
+    for f in sorted(dump.glob("*.jsonl")):
+        recs = [js.loads(line) for line in f.read_text().splitlines()]
+        uids = [f"{r['step']}-{r['input']}" for r in recs]
+        logger.log_generations(recs[0]["step"], [r["input"] for r in recs],
+                               [r["score"] for r in recs], uids=uids)  # fmt: skip
+    logger.log_group_gradients(3, rng.normal(size=(6, 5)))
+    logger.flush()
+    a = rollouts.read(dump).frame
+    b = rollouts.read(tmp_path / "run" / "gpolab" / "rollouts.parquet").frame
+    key = ["step", "prompt"]
+    pd.testing.assert_series_equal(a.groupby(key)["reward"].sum(), b.groupby(key)["reward"].sum())
+    assert a["group"].nunique() == b["group"].nunique() == 18
+    out = {}
+    for name, log in (("dump", dump), ("hook", tmp_path / "run")):
+        assert main(["plan", str(log), "--out", str(tmp_path / name), "--quick"]) == 0
+        out[name] = pd.read_parquet(tmp_path / name / "summary.parquet").iloc[-1]
+    for col in ("a", "b", "mean_p", "groups"):
+        assert out["dump"][col] == pytest.approx(out["hook"][col], rel=1e-9)
+    assert "trainer: verl (adv_estimator = grpo)" in (tmp_path / "hook" / "report.md").read_text()
+    with pytest.raises(ConfigError, match="^log_generations: got 2 inputs, 1 scores"):
+        logger.log_generations(4, ["a", "b"], [1.0])

@@ -1,0 +1,132 @@
+"""A real TRL ``GRPOTrainer`` run with ``PlanCallback``, then ``gpolab plan`` on its output folder
+(slow; needs the ``trl`` extra: skipped without torch/trl).
+
+The run: a 2-layer GPT-2 built from a config, a character tokenizer built here, 62 distinct
+3-character prompts, single-token answers and a binary reward (success: the answer lies in the
+prompt's set, 10 of 14 characters for the easy half of the prompts, 3 for the hard half), 16
+groups of G = 4 per step for 60 steps at a small learning rate, every group measured.  Checked:
+the callback's rewards equal those TRL logged for the same steps; ``gpolab plan`` on the output
+folder recommends a G with a finite interval; the per-response score norms the callback computes
+(``torch.func``) equal an independent autograd computation; the hook's seconds are recorded."""
+
+import json
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+pytestmark = pytest.mark.slow
+
+CHARS = list("abcdefghijklmn")
+STEPS, GROUPS, G = 60, 16, 4
+
+
+def build(out, steps=STEPS):
+    from datasets import Dataset
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from trl import GRPOConfig, GRPOTrainer
+
+    vocab = {"<pad>": 0, "<eos>": 1, "?": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>",
+                                        eos_token="<eos>")  # fmt: skip
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_layer=2, n_head=2, n_embd=32,
+                                       n_positions=32, bos_token_id=1, eos_token_id=1,
+                                       pad_token_id=0))  # fmt: skip
+    rng = random.Random(0)
+    prompts = list(dict.fromkeys("".join(rng.choice(CHARS) for _ in range(3)) + "?"
+                                 for _ in range(64)))  # fmt: skip
+    targets = {p: set(rng.sample(CHARS, 10 if i % 2 == 0 else 3)) for i, p in enumerate(prompts)}
+
+    def reward(completions, prompts, **kw):
+        return [float(c.replace(" ", "")[:1] in targets[p])
+                for p, c in zip(prompts, completions, strict=True)]
+
+    args = GRPOConfig(output_dir=str(out), num_generations=G,
+                      per_device_train_batch_size=GROUPS * G, max_completion_length=1,
+                      max_steps=steps, logging_steps=1, log_completions=True, report_to=[],
+                      use_cpu=True, learning_rate=1e-5, beta=0.0, save_strategy="no",
+                      disable_tqdm=True, seed=0)  # fmt: skip
+    data = Dataset.from_dict({"prompt": prompts * 40})
+    return GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
+                       processing_class=tokenizer)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from gpolab.integrations.trl import PlanCallback
+
+    out = tmp_path_factory.mktemp("trl-run")
+    trainer = build(out)
+    callback = PlanCallback(trainer, groups_per_step=GROUPS, every=1)
+    trainer.add_callback(callback)
+    trainer.train()
+    return out, trainer, callback
+
+
+def test_callback_rewards_equal_what_trl_logged(run):
+    out, _, _ = run
+    mine = pd.read_parquet(out / "gpolab" / "rollouts.parquet")
+    assert mine["step"].nunique() == STEPS and len(mine) == STEPS * GROUPS * G
+    assert mine["proxy"].notna().all()
+    files = sorted((out / "completions").glob("completions_*.parquet"))
+    assert len(files) >= 30
+    for f in files:
+        trl = pd.read_parquet(f)
+        step = int(trl["step"].iloc[0])
+        rows = mine[mine["step"] == step]
+        np.testing.assert_array_equal(rows["reward"].to_numpy(), trl["reward"].to_numpy())
+        assert list(rows["prompt"]) == [str(p) for p in trl["prompt"]]
+
+
+def test_plan_on_the_output_folder_recommends_a_G_with_a_finite_interval(run, tmp_path):
+    from gpolab.cli import main
+
+    out, _, _ = run
+    assert main(["plan", str(out), "--out", str(tmp_path / "plan"), "--quick"]) == 0
+    report = (tmp_path / "plan" / "report.md").read_text()
+    lines = report.splitlines()
+    assert lines[lines.index("## Recommendation") + 1].startswith("use G = ")
+    s = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert 2 <= s["gstar_lo"] <= s["gstar"] <= s["gstar_hi"] < np.inf
+    assert "loss_type = dapo" in report
+
+
+def test_score_norms_equal_an_independent_autograd_computation(run):
+    """The callback's vmapped per-response gradients against plain autograd, one backward pass
+    per response, on a group of the trained model (same prompt, four answers)."""
+    _, trainer, callback = run
+    model = trainer.model
+    P = 4
+    prompt = torch.tensor([5, 6, 7, 2])
+    answers = torch.tensor([[3], [8], [12], [16]])
+    output = {"prompt_ids": prompt.expand(4, -1),
+              "prompt_mask": torch.ones(4, P, dtype=torch.long), "completion_ids": answers,
+              "completion_mask": torch.ones(4, 1, dtype=torch.long)}
+    W = callback.scores(output, range(4))
+    assert callback.writer.settings["score_method"] == "vmap"
+    model.eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    for i in range(4):
+        ids = torch.cat([prompt, answers[i]])[None]
+        # the model's class forward: TRL trains under accelerate's bf16 autocast on CPU (a wrapped
+        # instance forward); the callback's scores are float32, as is this reference
+        logits = type(model).forward(model, input_ids=ids).logits
+        logp = torch.log_softmax(logits[0, P - 1], -1)[answers[i, 0]]
+        grads = torch.autograd.grad(logp, params, allow_unused=True)
+        ref = sum(float((g**2).sum()) for g in grads if g is not None)
+        assert float(W[i] @ W[i]) == pytest.approx(ref, rel=1e-4)
+
+
+def test_the_hook_records_its_seconds_and_the_trainer_settings(run):
+    out, _, _ = run
+    info = json.loads((out / "gpolab" / "run.json").read_text())
+    assert info["num_generations"] == G and info["loss_type"] == "dapo"
+    assert info["seconds"]["hook"] > 0 and info["seconds"]["train"] > 0
+    assert np.isfinite(info["overhead"])
