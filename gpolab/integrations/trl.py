@@ -53,10 +53,10 @@ class PlanCallback(TrainerCallback):
     sizes of sampled groups, under ``<output_dir>/gpolab/`` (``gpolab plan`` reads them).
 
     ``groups_per_step``: groups measured per measured step (≥ 2: the batch sizes 1, 2, 4, … up
-    to it; fewer when the step has fewer groups); ``every``: measure every this many steps (1:
-    every step); ``output_dir``: default the trainer's ``args.output_dir``."""
+    to it; fewer when the step has fewer groups); ``every``: measure every this many steps
+    (1: every step); ``output_dir``: default the trainer's ``args.output_dir``."""
 
-    def __init__(self, trainer, *, groups_per_step: int = 4, every: int = 8, output_dir=None):
+    def __init__(self, trainer, *, groups_per_step: int = 4, every: int = 16, output_dir=None):
         validate.integer("groups_per_step", groups_per_step, 2)
         validate.integer("every", every, 1)
         self.trainer, self.groups_per_step, self.every = trainer, groups_per_step, every
