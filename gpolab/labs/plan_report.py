@@ -149,9 +149,35 @@ def _curve_text(cfg, tables: dict, p: dict) -> list[str]:
                 "(estimated from the log's own groups)" if _empirical(p) else
                 "(exact under the fit)"),
             f"{need_text(p)}; split table at N = {p['budget']} responses per step (B = N/G "
-            "prompts)",
+            "prompts)" + power_text(curve, p),
             "```", table_text(at, ["G", "predicted", "lo", "hi", "dapo_draws", "B",
                                    "informative_groups"]), "```"]  # fmt: skip
+
+
+def power_text(curve, p: dict) -> str:
+    """When the fit's 95% band leaves the headline G open (the smallest G whose upper band is
+    under the target is more than twice the smallest whose lower band is, or none is), say so:
+    the range of G the log allows and about how many groups would pin it (the band's width at
+    the headline G falls like 1/√groups; asking for a half-width of half the target; gpolab's
+    rule of thumb).  Else nothing."""
+    c = curve[curve["window"] == POOLED].sort_values("G")
+    t, need = p["target"], p.get("G_needed")
+    if c.empty or need is None or not {"lo", "hi"} <= set(c):
+        return ""
+    low = c.loc[c["lo"] <= t, "G"]
+    high = c.loc[c["hi"] <= t, "G"]
+    g_lo = int(low.iloc[0]) if len(low) else None
+    g_hi = int(high.iloc[0]) if len(high) else None
+    if g_lo is None or (g_hi is not None and g_hi <= 2 * g_lo):
+        return ""
+    row = c[c["G"] == need]
+    width = float(row["hi"].iloc[0] - row["lo"].iloc[0]) if len(row) else math.nan
+    more = (f"; about {math.ceil(p['groups'] * (width / t) ** 2):,} groups (now "
+            f"{p['groups']:,}) would narrow the band at G = {need} to about ±{t / 2:g}"
+            if _finite(width) else "")  # fmt: skip
+    top = f"{g_hi}" if g_hi is not None else f"more than {int(c['G'].max())}"
+    return (f". The log cannot pin this G: its 95% band allows any G from {g_lo} to {top}"
+            + more)
 
 
 def _empirical(p: dict) -> bool:

@@ -373,3 +373,36 @@ def test_plan_checks_figures_dir_before_computing(tmp_path, capsys, monkeypatch)
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "figures-dir: got " in err[0], err
+
+
+def test_the_report_says_when_the_log_cannot_pin_the_headline_G():
+    """The band allows G from 8 to 256 at target 0.1: the headline says so and how many
+    groups would narrow it ((width/target)² times the log's); a tight band says nothing."""
+    from gpolab.labs import plan_report
+
+    G = np.array([2, 4, 8, 10, 16, 21, 32, 64, 128, 256])
+    pred = 1.0 / G
+    wide = pd.DataFrame({"window": "all", "G": G, "predicted": pred, "lo": pred / 2,
+                         "hi": np.minimum(1.0, pred * 20)})  # fmt: skip
+    p = {"target": 0.1, "G_needed": 16, "groups": 80}
+    text = plan_report.power_text(wide, p)
+    width = float(wide.loc[wide["G"] == 16, "hi"].iloc[0] - wide.loc[wide["G"] == 16, "lo"].iloc[0])
+    assert "allows any G from 8 to 256" in text  # lo = 1/(2G) <= 0.1 from 8; hi = 20/G from 256
+    assert f"about {int(np.ceil(80 * (width / 0.1) ** 2)):,} groups (now 80)" in text
+    tight = wide.assign(lo=pred * 0.95, hi=pred * 1.05)
+    assert plan_report.power_text(tight, p) == ""
+
+
+@pytest.mark.parametrize(
+    "p, start",
+    [({"gstar": 5.98, "gstar_lo": 4.6, "gstar_hi": 15.0, "gstar_proxy_groups": 960,
+       "gstar_norm_rows": 1860}, "use G = 6 (G* = 5.98, 95% interval 4.6 .. 15;"),
+     ({"gstar": None, "gstar_lo": 4.0, "gstar_hi": float("inf"), "gstar_c1": 1.5,
+       "gstar_c1_se": 1.0, "prompts": 8}, "the log cannot decide G*: c1 = 1.5 ± 1"),
+     ({"gstar": None, "gstar_c1": -2.0, "gstar_lo": 3.0}, "the log cannot decide G*: the prompt"),
+     ({"gstar": None, "gstar_reason": "no proxy"}, "the log cannot decide G*: no proxy")],
+)  # fmt: skip
+def test_the_recommendation_line(p, start):
+    from gpolab.labs import plan_report
+
+    assert plan_report.recommendation(p).startswith(start)
