@@ -94,6 +94,8 @@ def headline(claim: str) -> str:
         if depth == 0 and claim[i:i + 2] in (". ", ": "):
             end = i
             break
+    if end == len(claim) and len(claim) <= HEADLINE:
+        return claim  # one short clause: as written
     text = claim[:end].rstrip(".")
     if len(text) > HEADLINE:
         text = text[:HEADLINE].rsplit(" ", 1)[0] + " …"

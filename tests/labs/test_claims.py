@@ -338,3 +338,7 @@ def test_an_exact_equality_rule_does_not_hang_on_the_last_bit():
 )  # fmt: skip
 def test_the_readme_summary_shows_each_claims_first_clause(claim, headline):
     assert claims_report.headline(claim) == headline
+
+
+def test_a_short_one_clause_claim_is_its_own_headline():
+    assert claims_report.headline("a | b") == "a | b"
