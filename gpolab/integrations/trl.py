@@ -32,6 +32,7 @@ from transformers import TrainerCallback
 from gpolab import validate
 from gpolab.integrations.files import Writer, batch_norms, loo_advantages
 
+FLUSH_EVERY = 20  # rewrite the files every this many trainer logs (and at the end)
 SETTINGS = ("loss_type", "scale_rewards", "num_generations", "per_device_train_batch_size",
             "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
             "beta", "epsilon", "epsilon_high", "importance_sampling_level", "max_completion_length",
@@ -64,7 +65,7 @@ class PlanCallback(TrainerCallback):
         settings = {**settings_of(trainer), "groups_per_step": groups_per_step, "every": every}
         self.writer = Writer(output_dir or trainer.args.output_dir, settings)
         self.sizes = [2**k for k in range(groups_per_step.bit_length()) if 2**k <= groups_per_step]
-        self._start = None
+        self._start, self._logs = None, 0
         original = trainer._generate_and_score_completions
 
         def wrapped(inputs):
@@ -185,14 +186,21 @@ class PlanCallback(TrainerCallback):
         self._start = time.perf_counter()
 
     def on_log(self, args, state, control, **kwargs):
-        self._flush()
+        self._logs += 1
+        if self._logs % FLUSH_EVERY == 0:  # the files are rewritten whole: not at every log
+            self._flush()
 
     def on_train_end(self, args, state, control, **kwargs):
         self._flush()
 
     def _flush(self) -> None:
+        """Rewrite the files; their seconds count as the hook's."""
+        begin = time.perf_counter()
+        if self.trainer.accelerator.is_main_process:
+            self.writer.flush()
+        self.writer.seconds["hook"] += time.perf_counter() - begin
         if self._start is not None:
             self.writer.seconds["train"] = time.perf_counter() - self._start - \
                 self.writer.seconds["hook"]  # fmt: skip
-        if self.trainer.accelerator.is_main_process:
-            self.writer.flush()
+            if self.trainer.accelerator.is_main_process:
+                self.writer.flush()  # run.json with the seconds just counted
