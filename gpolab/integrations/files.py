@@ -26,12 +26,6 @@ FOLDER = "gpolab"
 ROLLOUTS, NORMS, RUN = "rollouts.parquet", "grad_norms.csv", "run.json"
 
 
-def loo_advantages(rewards: np.ndarray) -> np.ndarray:
-    """A_g = Z_g − mean of the other G − 1 rewards, over the last axis (G ≥ 2)."""
-    G = rewards.shape[-1]
-    return rewards - (rewards.sum(-1, keepdims=True) - rewards) / (G - 1)
-
-
 def batch_norms(group_grads: np.ndarray, sizes) -> list[tuple[int, float]]:
     """(B, ‖mean of B per-group vectors‖) for each B in ``sizes``, one row per disjoint run of B
     consecutive groups of the step's ``group_grads`` (n_groups, D): B = 1 gives a row per group.
@@ -67,12 +61,21 @@ class Writer:
         self.norms += [{"step": int(step), "batch": B, "grad_norm": v} for B, v in pairs]
 
     def flush(self) -> None:
+        """Rewrite all three files."""
+        self.write_rows()
+        self.write_run()
+
+    def write_rows(self) -> None:
+        """The rollouts and gradient norms (the files that grow with the run)."""
         import pandas as pd
 
         pd.DataFrame(self.rows, columns=["step", "prompt", "group", "reward", "proxy"]).to_parquet(
             self.dir / ROLLOUTS, index=False)
         pd.DataFrame(self.norms, columns=["step", "batch", "grad_norm"]).to_csv(
             self.dir / NORMS, index=False)
+
+    def write_run(self) -> None:
+        """``run.json``: the settings and the seconds so far (small)."""
         run = {**self.settings, "seconds": self.seconds,
                "overhead": self.seconds["hook"] / max(self.seconds["train"], 1e-9)}
         (self.dir / RUN).write_text(json.dumps(run, indent=1, default=str))

@@ -30,7 +30,8 @@ import numpy as np
 from transformers import TrainerCallback
 
 from gpolab import validate
-from gpolab.integrations.files import Writer, batch_norms, loo_advantages
+from gpolab.estimators import loo_advantages
+from gpolab.integrations.files import Writer, batch_norms
 
 FLUSH_EVERY = 20  # rewrite the files every this many trainer logs (and at the end)
 SETTINGS = ("loss_type", "scale_rewards", "num_generations", "per_device_train_batch_size",
@@ -102,7 +103,7 @@ class PlanCallback(TrainerCallback):
             for j in range(k):
                 W = self.scores(output, range(j * G, (j + 1) * G))
                 proxy[j] = np.sum(W * W, axis=1)
-                A = loo_advantages(rewards[j * G:(j + 1) * G])
+                A = np.asarray(loo_advantages(rewards[j * G:(j + 1) * G]), np.float64)
                 grads.append(A @ W / G)
             if k >= 2:
                 self.writer.add_norms(step, batch_norms(np.stack(grads), self.sizes))
@@ -194,13 +195,14 @@ class PlanCallback(TrainerCallback):
         self._flush()
 
     def _flush(self) -> None:
-        """Rewrite the files; their seconds count as the hook's."""
+        """Rewrite the files; their seconds count as the hook's (``run.json`` last, with them)."""
+        main = self.trainer.accelerator.is_main_process
         begin = time.perf_counter()
-        if self.trainer.accelerator.is_main_process:
-            self.writer.flush()
+        if main:
+            self.writer.write_rows()
         self.writer.seconds["hook"] += time.perf_counter() - begin
         if self._start is not None:
             self.writer.seconds["train"] = time.perf_counter() - self._start - \
                 self.writer.seconds["hook"]  # fmt: skip
-            if self.trainer.accelerator.is_main_process:
-                self.writer.flush()  # run.json with the seconds just counted
+        if main:
+            self.writer.write_run()

@@ -9,7 +9,7 @@ E‖ĝ − U_std‖²/E‖U_std‖² (U_std = loo's estimate over the population
 the same draws.  The instance has its own ρ and alignment (``arcsin_rho``, ``arcsin_align``):
 with aligned prompt gradients (the lab's default align = 1) ∇𝒥 and ∇E V are parallel and the
 direction test could not tell them apart.  Training to argmax 𝒥 (with a KL term) is not here:
-the arcsin objective's 1/σ weight made the optimum search unreliable (see docs/stdnorm.md).
+the arcsin objective's 1/σ weight made the optimum search unreliable (see docs/normalization.md).
 """
 
 from __future__ import annotations

@@ -6,13 +6,11 @@ gpolab's ``grpo`` (ddof 1, eps 0); an all-equal group gets advantage 0.  With bi
 count table (:func:`paper_table`, theory §8) gives the exact mean E ĝ_x = κ_G(V_x) g_x, so the
 mean field of the estimator at a fixed G is the gradient of
 
-    𝒥_G(θ) = E_X Φ_G(V(X)) − κ KL(π_θ‖π_ref),   Φ_G(v) = ∫_0^v κ_G(t) dt          (ours)
+    𝒥_G(θ) = E_X Φ_G(V(X)),   Φ_G(v) = ∫_0^v κ_G(t) dt          (ours)
 
 (κ_G(p) is a polynomial in p, so Φ_G is a sum of regularized incomplete beta functions).  As
-G → ∞, κ_G(p) → 1/√(p(1 − p)) and Φ_G(v) → 2 arcsin √v: Proposition 13's 𝒥.  ``"plain"`` is
-E V − κ KL, what unnormalized leave-one-out ascends.  The KL is the exact per-prompt
-KL(π_θ(·|x)‖π_ref(·|x)) = Σ_y π log(π/π_ref) averaged over the (uniform) prompts, with
-gradient Cov_π(log π/π_ref, φ) (not the K3 estimator).
+G → ∞, κ_G(p) → 1/√(p(1 − p)) and Φ_G(v) → 2 arcsin √v: Proposition 13's 𝒥 without its KL
+term; unnormalized leave-one-out ascends E V instead.
 
 Lemma 11's U-statistic is loo's estimate divided by the population std σ_x = √(V(1 − V)); the
 difference ĝ_paper − U = ĝ_loo (1/se − 1/σ_x) is again a count-table estimator (a per-prompt
@@ -122,10 +120,8 @@ def kappa(G, p) -> np.ndarray:
 
 def phi(G, v) -> np.ndarray:
     """Φ_G(v) = ∫_0^v κ_G(t) dt: Σ_s d_s I_v(s + 1, G − s)/G with d_s = a1[s] − a0[s] (the
-    Bernstein basis integrates to incomplete betas); G = inf: 2 arcsin √v; ``"plain"``: v."""
+    Bernstein basis integrates to incomplete betas); G = inf (or "arcsin"): 2 arcsin √v."""
     v = np.asarray(v, np.float64)
-    if G == "plain":
-        return v
     if G in ("arcsin", np.inf):
         return 2 * np.arcsin(np.sqrt(np.clip(v, 0.0, 1.0)))
     t = paper_table(int(G))
@@ -134,9 +130,7 @@ def phi(G, v) -> np.ndarray:
 
 
 def weight(objective, st: dict) -> np.ndarray:
-    """Φ'(V) from a :func:`state`: 1 (plain), 1/σ (arcsin), κ_G(V) (an int G)."""
-    if objective == "plain":
-        return np.ones_like(st["V"])
+    """Φ'(V) from a :func:`state`: 1/σ (arcsin), κ_G(V) (an int G)."""
     if objective == "arcsin":
         with np.errstate(divide="ignore"):
             return 1.0 / np.sqrt(st["sigma2"])
