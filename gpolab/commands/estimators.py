@@ -13,7 +13,8 @@ def register(sub) -> None:
         help="list the registered estimators (gpolab's, verl, TRL, OpenRLHF, NeMo-RL, papers)",
         description="Every name --estimators accepts: what it needs besides the rewards, its "
         "options (use NAME[option=value,...]), its scope, its smallest group and its source. "
-        "Your own function: --estimators package.module:function.",
+        "Your own function: --estimators package.module:function.  Also the ratio rules "
+        "(ratio/NAME) and KL estimators (kl/NAME) of gpolab offpolicy.",
     )
     p.add_argument("names", nargs="*", help="only these (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object per estimator")
@@ -26,6 +27,7 @@ def rows(names=()) -> list[dict]:
     entries = [estimators.resolve(n) for n in names] or list(estimators.REGISTRY.values())
     return [
         {
+            "kind": "advantage",
             "name": e.name,
             "needs": list(e.needs),
             "options": dict(e.options),
@@ -75,12 +77,46 @@ def chi2_kind(name: str) -> str:
     return "closed-form law" if chi2.closed_form(name) else "Monte Carlo law"
 
 
+def offpolicy_rows(names=()) -> list[dict]:
+    """The off-policy lab's ratio rules and KL estimators (``gpolab offpolicy --ratio/--kl``):
+    kind, name, the clip modes a ratio takes, what it is and its source."""
+    from gpolab.estimators import offpolicy  # deferred: jax, as in rows
+
+    out = []
+    for kind, reg in (("ratio", offpolicy.RATIOS), ("kl", offpolicy.KLS)):
+        for name, rule in reg.items():
+            if names and f"{kind}/{name}" not in names:
+                continue
+            row = {"kind": kind, "name": f"{kind}/{name}", "doc": rule.doc, "source": rule.source}
+            if kind == "ratio":
+                row["clips"] = list(rule.clips)
+            out.append(row)
+    return out
+
+
 def run(args) -> int:
-    table = rows(args.names)
+    extra = [n for n in args.names if n.startswith(("ratio/", "kl/"))]
+    names = [n for n in args.names if n not in extra]
+    if extra:
+        from gpolab import validate
+
+        known = [r["name"] for r in offpolicy_rows()]
+        for n in extra:
+            validate.choice("estimator", n, known)
+    table = rows(names) if names or not extra else []
+    off = offpolicy_rows(extra) if extra or not names else []
     if args.json:
         for row in table:
             print(json.dumps(row))
+        for row in off:
+            print(json.dumps(row))
         return 0
+    for row in off:
+        clips = f" (clip: {', '.join(row['clips'])})" if "clips" in row else ""
+        print(f"{row['name']}{clips}\n    {row['doc']}"
+              + (f"\n    source: {row['source']}" if row["source"] else ""))
+    if off and table:
+        print()
     for row in table:
         needs = ", ".join(row["needs"]) or "-"
         opts = ", ".join(f"{k}={v!r}" for k, v in row["options"].items()) or "-"

@@ -44,7 +44,14 @@ class Env:
       (loglinear: π and E_π u); the numbers are the same either way;
     * ``optimum(params) -> J*`` (a Python float, for the suboptimality gap J* − J);
     * ``curvature(params, truth) -> s(θ)`` (optional): ∇²J ≼ cB²·s(θ)/N from the curvature law
-      ‖H_x‖ ≤ cB²σ_x (the trainer's default: max_x σ_x, exact for orthogonal prompts).
+      ‖H_x‖ ≤ cB²σ_x (the trainer's default: max_x σ_x, exact for orthogonal prompts);
+    * ``token_logp(params, θ, prompts, responses) -> (logp, mask)`` (optional, the off-policy
+      lab): per-token log π_θ(y_t | x, y_<t) of the sampled responses, (n, G, T), and the mask
+      of the tokens log π counts (a one-token response has T = 1);
+    * ``values(params, θ) -> (f, V)`` (optional): the prompt distribution f (P,) and V_x(θ) =
+      E_θ[Z | x] (P,), differentiable in θ (so ∇_θ Σ_x w_x V_x is exact for any weights w);
+    * ``kl(params, θ, θ_ref) -> KL`` (optional): Σ_x f_x KL(π_θ(·|x) ‖ π_θref(·|x)) exactly (by
+      enumeration), differentiable in θ.
     """
 
     name: str
@@ -56,6 +63,9 @@ class Env:
     gradient: Callable
     optimum: Callable
     curvature: Callable | None = None
+    token_logp: Callable | None = None
+    values: Callable | None = None
+    kl: Callable | None = None
 
 
 def get(name: str) -> Env:

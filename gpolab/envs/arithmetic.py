@@ -172,14 +172,29 @@ def filler_probs(params: ArithmeticParams, features: jax.Array) -> jax.Array:
     return jax.nn.softmax(logits)
 
 
-def _core_log_prob(weights, params: ArithmeticParams, features: jax.Array, core: jax.Array):
-    """log π(t, y|x) of the decoded part (..., thoughts + LENGTH)."""
+def _core_token_logp(weights, params: ArithmeticParams, features: jax.Array, core: jax.Array):
+    """(log π of each decoded token, the mask of those log π counts), each (..., thoughts +
+    LENGTH): every thought token and the answer up to and including the first <eos>."""
     logits = params.model.apply(weights, features, core)
     logp = jnp.take_along_axis(jax.nn.log_softmax(logits), core[..., None], -1)[..., 0]
     live = jnp.concatenate(
         [jnp.ones(core.shape[:-1] + (params.thoughts,)), live_mask(answer_part(core))], -1
     )
+    return logp, live
+
+
+def _core_log_prob(weights, params: ArithmeticParams, features: jax.Array, core: jax.Array):
+    """log π(t, y|x) of the decoded part (..., thoughts + LENGTH)."""
+    logp, live = _core_token_logp(weights, params, features, core)
     return jnp.sum(logp * live, axis=-1)
+
+
+def _filler_token_logp(weights, params: ArithmeticParams, features, filler: jax.Array):
+    """(..., F) log π of each filler token (iid from the filler head)."""
+    logits = params.model.apply(weights, features, method=Policy.filler_logits)
+    fl = jax.nn.log_softmax(logits)
+    fl = jnp.broadcast_to(fl[..., None, :], filler.shape + fl.shape[-1:])
+    return jnp.take_along_axis(fl, filler[..., None], -1)[..., 0]
 
 
 def log_prob(weights, params: ArithmeticParams, features: jax.Array, tokens: jax.Array):
@@ -188,11 +203,20 @@ def log_prob(weights, params: ArithmeticParams, features: jax.Array, tokens: jax
     F = params.filler
     logp = _core_log_prob(weights, params, features, tokens[..., F:])
     if F:
-        logits = params.model.apply(weights, features, method=Policy.filler_logits)
-        fl = jax.nn.log_softmax(logits)
-        fl = jnp.broadcast_to(fl[..., None, :], tokens.shape[:-1] + (F, fl.shape[-1]))
-        logp = logp + jnp.sum(jnp.take_along_axis(fl, tokens[..., :F, None], -1)[..., 0], -1)
+        logp = logp + jnp.sum(_filler_token_logp(weights, params, features, tokens[..., :F]), -1)
     return logp
+
+
+def token_log_probs(weights, params: ArithmeticParams, features: jax.Array, tokens: jax.Array):
+    """(log π of every token, mask), each (..., filler + thoughts + LENGTH): the per-token terms
+    of :func:`log_prob` (its value is ``sum(logp * mask, -1)``)."""
+    F = params.filler
+    logp, live = _core_token_logp(weights, params, features, tokens[..., F:])
+    if F:
+        filler = _filler_token_logp(weights, params, features, tokens[..., :F])
+        logp = jnp.concatenate([filler, logp], -1)
+        live = jnp.concatenate([jnp.ones_like(filler), live], -1)
+    return logp, live
 
 
 def filler_score_norm(params: ArithmeticParams, features: jax.Array) -> jax.Array:
@@ -593,4 +617,20 @@ def optimum(instance: ArithmeticInstance) -> float:
     return 1.0
 
 
-ENV = Env("arithmetic", init_theta, value, exact_at, sample_prompts, sample_at, gradient, optimum)
+def token_logp(instance: ArithmeticInstance, theta, prompts, tokens):
+    """(log π_θ of every token, mask), each (n, G, T), for sequences ``tokens`` (n, G, T) of
+    questions ``prompts`` (n,) (:func:`token_log_probs`)."""
+    policy = at(instance, theta)
+    feats = instance.questions.features[prompts][:, None, :]
+    feats = jnp.broadcast_to(feats, tokens.shape[:2] + feats.shape[-1:])
+    return token_log_probs(policy.weights, policy, feats, tokens)
+
+
+def values(instance: ArithmeticInstance, theta: jax.Array) -> jax.Array:
+    """(f, V): uniform question weights (n,) and V_x(θ) = π_θ(y*|x) of every question (n,)."""
+    V = success_prob(at(instance, theta), instance.questions)
+    return jnp.full(V.shape, 1.0 / V.shape[0], V.dtype), V
+
+
+ENV = Env("arithmetic", init_theta, value, exact_at, sample_prompts, sample_at, gradient, optimum,
+          token_logp=token_logp, values=values)  # fmt: skip

@@ -453,4 +453,23 @@ def optimum(params: BanditParams) -> float:
     return float(np.asarray(params.prompt_probs) @ np.max(np.asarray(params.success), 1))
 
 
-ENV = Env("bandit", init_theta, value, exact_at, sample_prompts, sample_at, gradient, optimum)
+def token_logp(params: BanditParams, theta, prompts: jax.Array, actions: jax.Array):
+    """(log π_θ(a|x), mask), each (n, G, 1): a response is one token."""
+    logp = jax.nn.log_softmax(logits(at(params, theta)), axis=-1)[prompts[:, None], actions]
+    return logp[..., None], jnp.ones_like(logp)[..., None]
+
+
+def values(params: BanditParams, theta: jax.Array) -> jax.Array:
+    """(f, V): the prompt distribution (P,) and V_x(θ) = Σ_a π_θ(a|x) p(x, a) (P,)."""
+    return params.prompt_probs, jnp.sum(policy(at(params, theta)) * params.success, axis=-1)
+
+
+def kl(params: BanditParams, theta: jax.Array, theta_ref: jax.Array) -> jax.Array:
+    """Σ_x f_x KL(π_θ(·|x) ‖ π_θref(·|x)), by enumeration over the actions."""
+    logp = jax.nn.log_softmax(logits(at(params, theta)), axis=-1)
+    log_ref = jax.nn.log_softmax(logits(at(params, theta_ref)), axis=-1)
+    return params.prompt_probs @ jnp.sum(jnp.exp(logp) * (logp - log_ref), axis=-1)
+
+
+ENV = Env("bandit", init_theta, value, exact_at, sample_prompts, sample_at, gradient, optimum,
+          token_logp=token_logp, values=values, kl=kl)  # fmt: skip

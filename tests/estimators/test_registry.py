@@ -138,6 +138,11 @@ def test_estimators_command_lists_the_registry(capsys):
     assert by_name["nemo/grpo"]["theory"].startswith("exact: count table")
     assert by_name["trl/grpo"]["scope"] == "group; batch when scale_rewards=batch"
     assert all(r["source"] for r in rows)
+    from gpolab.estimators import offpolicy
+
+    assert {f"ratio/{n}" for n in offpolicy.RATIOS} | {f"kl/{n}" for n in offpolicy.KLS} <= set(
+        by_name)  # fmt: skip
+    assert by_name["ratio/token"]["clips"] == ["none", "ppo", "higher", "dual"]
     assert main(["estimators", "verl/nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpolab estimators: error: estimator: got 'verl/nope'; allowed: ")

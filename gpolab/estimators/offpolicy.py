@@ -1,0 +1,202 @@
+"""Off-policy update rules: importance ratios with their clipping, and KL-penalty estimators.
+
+Rollouts y ~ π_old; the update at θ weighs each token's score s_t = ∇_θ log π_θ(y_t | x, y_<t)
+by a rule of the per-token ratios ρ_t = π_θ / π_old (theory §13).  Every rule is one pure
+function returning the per-token *objective* whose gradient in θ is the update, as the trainers
+write their losses (the negative), so clipping zeroes the gradient exactly where their autodiff
+does.  Arrays are ``(..., G, T)`` (tokens last); ``c`` ``(..., G)`` is the response's gradient
+weight (A_g/G for advantage estimators, :func:`gpolab.estimators.gradient_weights`), and the
+sign of ``c`` is the sign of the advantage.  Every rule gives c_g Σ_t s_t at θ = θ_old (all
+ρ_t = 1): on-policy they are the same estimate.
+
+The ratio rules compare at one loss aggregation, the token sum per response (seq-mean-token-sum,
+unbiased on-policy); GSPO's own length normalization is a loss aggregation
+(:mod:`gpolab.estimators.aggregation`), not part of its ratio.
+
+=========== ============================================================== ================
+rule        gradient of one response (clip = none)                         where it is from
+=========== ============================================================== ================
+``none``    c Σ_t s_t (the rollouts treated as on-policy)                  REINFORCE
+``token``   c Σ_t ρ_t s_t                                                  PPO / GRPO
+``sequence`` c r Σ_t s_t, r = exp(mean_t log ρ_t) (geometric mean)         GSPO
+``sis``     c (Π_t ρ_t) Σ_t s_t (unbiased with a y-independent baseline)  [U] App. A μ^(g)
+``cispo``   c Σ_t sg(clamp(ρ_t, 1 − ε_low, 1 + ε_high)) s_t               CISPO
+=========== ============================================================== ================
+
+Clipping (``token`` and ``sequence``): ``ppo`` the objective min(ρc, clip(ρ, 1 − ε, 1 + ε)c)
+(symmetric ε = ε_low), ``higher`` the same with ε_low, ε_high (DAPO's clip-higher), ``dual``
+ppo's clip and, for c < 0, the floor c·clip_c (dual-clip PPO).
+
+KL estimators (per token, d_t = log π_θ − log π_ref, on the rollouts without an IS ratio, as
+GRPO, verl and TRL add them): k1 = d, k2 = d²/2, k3 = e^(−d) + d − 1.  Their expected gradients
+on-policy (gpolab's derivation, theory §13): k1 → 0, k2 → ∇KL(π_θ‖π_ref) exactly, k3 →
+∇KL(π_ref‖π_θ) (the reverse KL's gradient).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from gpolab import validate
+
+__all__ = [
+    "RATIOS",
+    "CLIPS",
+    "KLS",
+    "Rule",
+    "objective",
+    "kl_terms",
+    "rule_clips",
+]
+
+VERL = "volcengine/verl 0.9.1 verl/trainer/ppo/core_algos.py::{}"
+TRL = "huggingface/trl 1.16.0 trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss ({})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A registered ratio rule or KL estimator: its name, function, what it is and its source."""
+
+    name: str
+    fn: Callable
+    doc: str
+    source: str
+    clips: tuple[str, ...] = ("none",)  # the clip modes it takes
+
+
+def _sg(x):
+    return jax.lax.stop_gradient(x)
+
+
+def _clipped(ratio, c, clip, eps_low, eps_high, clip_c):
+    """The PPO objective of ``ratio`` (a differentiable tensor) and whether each token's
+    gradient is cut (clipped), for clip = none / ppo / higher / dual."""
+    if clip == "none":
+        return ratio * c, jnp.zeros(ratio.shape, bool)
+    high = eps_low if clip == "ppo" else eps_high
+    plain, capped = ratio * c, jnp.clip(ratio, 1 - eps_low, 1 + high) * c
+    obj = jnp.minimum(plain, capped)
+    cut = capped < plain
+    if clip == "dual":
+        floor = clip_c * c
+        obj = jnp.where(c < 0, jnp.maximum(obj, floor), obj)
+        cut = cut | ((c < 0) & (floor > jnp.minimum(plain, capped)))
+    return obj, cut
+
+
+def ratio_none(logp, old, c, mask, clip, eps_low, eps_high, clip_c):
+    """c · log π_θ per token: the rollouts used as if drawn from π_θ (no correction)."""
+    return c * logp, jnp.zeros(logp.shape, bool)
+
+
+LOG_RATIO_CLAMP = 20.0  # verl clamps log ρ_t to ±20 before exp (vanilla, cispo)
+LOG_SEQ_CLAMP = 10.0  # and GSPO's log sequence ratio to at most 10
+
+
+def ratio_token(logp, old, c, mask, clip, eps_low, eps_high, clip_c):
+    """PPO/GRPO: the per-token ratio ρ_t = exp(log π_θ − log π_old), clipped per token (log ρ_t
+    clamped to ±20 first, as verl)."""
+    log_ratio = jnp.clip(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return _clipped(jnp.exp(log_ratio), c, clip, eps_low, eps_high, clip_c)
+
+
+def ratio_sequence(logp, old, c, mask, clip, eps_low, eps_high, clip_c):
+    """GSPO: r = exp(Σ_t mask (log π_θ − log π_old) / |y|), on every token as sg(r)·π_t/sg(π_t)
+    (so its gradient is r·s_t; its log clamped at 10, as verl), clipped per response."""
+    length = jnp.maximum(jnp.sum(mask, -1, keepdims=True), 1.0)
+    log_r = jnp.sum((logp - old) * mask, -1, keepdims=True) / length
+    log_s = jnp.minimum(_sg(log_r) + logp - _sg(logp), LOG_SEQ_CLAMP)  # verl's clamp
+    return _clipped(jnp.exp(log_s), c, clip, eps_low, eps_high, clip_c)
+
+
+def ratio_sis(logp, old, c, mask, clip, eps_low, eps_high, clip_c):
+    """Sequential IS: the whole sequence's ratio Π_t ρ_t on every token's score, sg(Π ρ)·c·log π
+    (its gradient c (Π_t ρ_t) Σ_t s_t; unbiased for g(θ) with a baseline independent of y).  No
+    clamp: no trainer runs it, and a clamp would bias it; an overflow is reported as NaN."""
+    log_w = jnp.sum((logp - old) * mask, -1, keepdims=True)
+    return _sg(jnp.exp(log_w)) * c * logp, jnp.zeros(logp.shape, bool)
+
+
+def ratio_cispo(logp, old, c, mask, clip, eps_low, eps_high, clip_c):
+    """CISPO: the clipped ratio as a stop-gradient weight, sg(clamp(ρ_t, 1 − ε_low,
+    1 + ε_high))·c·log π (no token's gradient is cut, only reweighted)."""
+    ratio = jnp.exp(jnp.clip(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    w = jnp.clip(ratio, 1 - eps_low, 1 + eps_high)
+    return _sg(w) * c * logp, w != ratio
+
+
+CLIPS = ("none", "ppo", "higher", "dual")
+_CLIPPED = CLIPS
+RATIOS: dict[str, Rule] = {
+    r.name: r
+    for r in (
+        Rule("none", ratio_none, "c·Σ_t s_t: no correction (on-policy REINFORCE on stale data)",
+             "gpolab/estimators/offpolicy.py::ratio_none"),
+        Rule("token", ratio_token, "per-token ratio ρ_t (PPO/GRPO); clip none/ppo/higher/dual",
+             VERL.format("compute_policy_loss_vanilla") + "; "
+             + TRL.format('importance_sampling_level="token"'), _CLIPPED),
+        Rule("sequence", ratio_sequence, "GSPO's sequence ratio exp(mean_t log ρ_t)",
+             VERL.format("compute_policy_loss_gspo") + "; "
+             + TRL.format('importance_sampling_level="sequence"'), _CLIPPED),
+        Rule("sis", ratio_sis, "sequential IS Π_t ρ_t (unbiased; [U] App. A's μ^(g))",
+             "arXiv 2603.01162 Appendix A (g†'s SIS ratio μ^(g))"),
+        Rule("cispo", ratio_cispo, "sg(clamp(ρ_t, 1−ε_low, 1+ε_high)) as a weight (CISPO)",
+             VERL.format("compute_policy_loss_cispo")
+             + " (TRL's loss_type='cispo' clamps at max=epsilon_high instead)", ("weight",)),
+    )
+}  # fmt: skip
+
+
+def kl_k1(d):
+    """k1 = log π_θ − log π_ref."""
+    return d
+
+
+def kl_k2(d):
+    """k2 = ½ (log π_θ − log π_ref)²."""
+    return 0.5 * d * d
+
+
+def kl_k3(d):
+    """k3 = π_ref/π_θ − log(π_ref/π_θ) − 1 (Schulman's low-variance estimator; GRPO's)."""
+    return jnp.exp(-d) + d - 1
+
+
+KLS: dict[str, Rule] = {
+    r.name: r
+    for r in (
+        Rule("none", jnp.zeros_like, "no KL term", "gpolab (the loss has no KL term)"),
+        Rule("k1", kl_k1, "k1 = log π/π_ref; expected gradient 0 on-policy",
+             VERL.format('kl_penalty_forward ("kl", "k1")')),
+        Rule("k2", kl_k2, "k2 = ½ (log π/π_ref)²; expected gradient ∇KL(π‖π_ref) on-policy",
+             VERL.format('kl_penalty_forward ("mse", "k2")')),
+        Rule("k3", kl_k3, "k3 = π_ref/π − log(π_ref/π) − 1; expected gradient ∇KL(π_ref‖π)",
+             VERL.format('kl_penalty_forward ("low_var_kl", "k3"; clamped to ±10 there)') + "; "
+             + TRL.format("per_token_kl, beta > 0")),
+    )
+}  # fmt: skip
+
+
+def rule_clips(ratio: str) -> tuple[str, ...]:
+    """The clip modes ``ratio`` takes."""
+    validate.choice("ratio", ratio, tuple(RATIOS))
+    return RATIOS[ratio].clips
+
+
+def objective(ratio, clip, logp, old, c, mask, eps_low, eps_high, clip_c):
+    """(per-token objective (..., G, T), clipped-token flags): Σ mask·objective has gradient
+    Σ_g Σ_t (the rule's weight) s_t.  ``c`` is (..., G); ``clip`` one of ``rule_clips(ratio)``
+    (the ``weight`` of cispo and the ``none`` of unclipped rules are the same call)."""
+    fn = RATIOS[ratio].fn
+    clip = "none" if clip == "weight" else clip
+    obj, cut = fn(logp, old, c[..., None], mask, clip, eps_low, eps_high, clip_c)
+    return obj * mask, cut & (mask > 0)
+
+
+def kl_terms(kl: str, logp, ref, mask):
+    """Per-token KL estimator values (..., G, T) of ``kl`` at d = logp − ref, masked."""
+    return KLS[kl].fn(logp - ref) * mask
