@@ -29,6 +29,7 @@ COMMANDS = (
     "claims",
     "plan",
     "plancheck",
+    "offpolicy",
 )
 
 # Two or three invocations per command, shown at the end of its --help (each is parsed, and a
@@ -63,6 +64,11 @@ EXAMPLES = {
         "gpolab plan --log rollouts/ --format verl --G 8",
     ),
     "plancheck": ("gpolab plancheck --quick", "gpolab plancheck --env bandit --quick"),
+    "offpolicy": (
+        "gpolab offpolicy --quick",
+        "gpolab offpolicy --ratio token,sis --clip none,ppo,dual --eta 1,2,4 --m 1,4,16",
+        "gpolab offpolicy --kl k1,k2,k3 --kappa 0.1 --ratio token --clip none --quick",
+    ),
 }
 
 

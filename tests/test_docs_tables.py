@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from gpolab import output
-from gpolab.labs import chi2, curvature, groupsize, plan, stdnorm, sweep, tree, zoo
+from gpolab.labs import chi2, curvature, groupsize, offpolicy, plan, stdnorm, sweep, tree, zoo
 from gpolab.store import Store
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
@@ -85,6 +85,9 @@ RUNS = {
     "sweep-tree": (sweep, dict(env="tree", K=(2,), M=(2,), seeds=100)),
     "groupsize": (groupsize, dict(N=(8,), seeds=200)),
     "curvature": (curvature, dict(thetas=4, prompts=4, block=2)),
+    "offpolicy": (offpolicy, dict(prompts=3, actions=4, seeds=32, eta=(2.0, 8.0), m=(1, 2),
+                                  staleness=(0, 1), ratio=("token", "cispo"), clip=("dual",),
+                                  kl=("none", "k2"))),
 }  # fmt: skip
 SLOW_RUNS = {
     "zoo": (zoo, dict(env=("bandit",), estimators=("loo", "grpo"), G=(2,), seeds=100,

@@ -15,6 +15,9 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
 * ``tree``: Beta(2, 3) thoughts, K = 8, M = 8, thought-std advantages.
 * ``arithmetic``: the GRU LLM surrogate (instruct policy, 64 filler tokens), G = 16, 8 questions
   per seed, five estimators (one forward pass and five backward passes per group).
+* ``offpolicy``: ``gpolab offpolicy``'s per-seed function (token ratio, the default bandit,
+  m = 8 minibatch updates, 4 step sizes vmapped): seeds/s, updates/s and the ratio to the same
+  work one step size per call.
 * ``train``: SGD on the log-linear bandit of theory §7 (32 prompts × 256 responses), grpo,
   G = 8, 200 steps, 4 step sizes × 64 seeds in one jit; one "seed" here is one training run.
 * ``W1-scaling-*``: W1 at growing seed counts (linear scaling, one compilation).
@@ -293,6 +296,34 @@ def arithmetic(cfg: BenchConfig) -> dict:
     )
 
 
+def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
+    """``gpolab offpolicy``'s per-seed function: the token rule on the default bandit (16 × 64,
+    every prompt a group of G = 8), m = 8 minibatch updates, ``etas`` step sizes vmapped in one
+    executable; ``vs_one_eta_at_a_time`` = the same work run one step size per call over it."""
+    import jax
+
+    from gpolab.labs import offpolicy as lab
+
+    cfg_lab = lab.Config(ratio=("token",), clip=("none",), eta=tuple(16.0 * 2.0**i for i in
+                         range(etas)), m=(8,), staleness=(0,))  # fmt: skip
+    unit = {"policy": "", **lab.rule_ids(cfg_lab)[0]}
+    params, theta_old, theta_ref, sigma = lab._setup(cfg_lab, "")
+    cell = lab.Cell("bandit", "loo", "token", "none", "none", 8, 0, 8, (0,), 16)
+    base = (np.float32(0.2), np.float32(0.28), np.float32(3.0), np.float32(unit["kappa"]))
+    n = 1024 if cfg.quick else 8192
+    key = jax.random.key(cfg.seed)
+
+    def args(e):
+        return (params, theta_old, theta_ref, sigma, np.asarray(e, np.float32), *base)
+
+    all_s, compile_s, _, chunk = _timed_run(lab.per_seed, cell, args(cfg_lab.eta), key, n, 0)
+    one_s = sum(_timed_run(lab.per_seed, cell, args(cfg_lab.eta[i:i + 1]), key, n, chunk)[0]
+                for i in range(etas))  # fmt: skip
+    return _row(f"offpolicy token bandit 16x64 G=8, m=8, {etas} step sizes", n, all_s, compile_s,
+                chunk=chunk, updates_per_s=n * 8 * etas / all_s,
+                vs_one_eta_at_a_time=one_s / all_s)  # fmt: skip
+
+
 def training(cfg: BenchConfig) -> dict:
     """Seed-runs per second of ``gpolab train``'s compiled loop (jit(vmap lr)(vmap seed)(scan))."""
     import jax
@@ -415,6 +446,7 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
     add(loglinear(cfg))
     add(tree(cfg))
     add(arithmetic(cfg))
+    add(offpolicy(cfg))
     add(training(cfg))
     for n in (10_000, 100_000) if cfg.quick else (10_000, 100_000, 1_000_000):
         r = w1(cfg, n=n, numpy=False)

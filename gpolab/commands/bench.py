@@ -19,6 +19,8 @@ COLUMNS = [
     "rerun_s",
     "warm_s",
     "compile_share",
+    "updates_per_s",
+    "vs_one_eta_at_a_time",
 ]
 
 

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from gpolab import configs, output
 
-LABS = ("sweep", "tree", "groupsize", "chi2", "stdnorm", "curvature", "zoo", "claims", "plancheck")
+LABS = ("sweep", "tree", "groupsize", "chi2", "stdnorm", "curvature", "zoo", "claims", "plancheck",
+        "offpolicy")
 # `gpolab plan` (labs/plan.py) has the same shape but reads a user's log, so it is no experiment
 
 

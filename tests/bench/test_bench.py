@@ -72,6 +72,9 @@ def test_bench_quick_end_to_end(capsys):
     for r in rows:
         if "n_seeds" in r and r.get("seeds_per_s"):
             assert r["seeds_per_s"] > 0 and r["n_seeds"] >= 1
+    (off,) = [r for r in rows if r["workload"].startswith("offpolicy")]
+    np.testing.assert_allclose(off["updates_per_s"], off["seeds_per_s"] * 8 * 4, rtol=1e-6)
+    assert off["vs_one_eta_at_a_time"] > 0
     peers = [r for r in rows if "numba" in r["workload"]]
     if numba_ref.missing() is not None:
         assert peers == [] and "numba_seeds_per_s" not in w1

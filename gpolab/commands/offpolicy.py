@@ -1,0 +1,17 @@
+"""``gpolab offpolicy``: the off-policy lab (:mod:`gpolab.labs.offpolicy`), the practical GRPO
+update (minibatch reuse, importance ratios, clipping, KL penalties, stale rollouts) against the
+exact gradient."""
+
+from __future__ import annotations
+
+from gpolab.commands import lab_command
+
+register = lab_command(
+    "offpolicy",
+    help="off-policy updates: minibatch reuse, ratio rules, clipping, KL, staleness",
+    description="Rollouts drawn at theta_old, updated m times (Algorithm 2 of arXiv 2603.01162) "
+    "or k policy versions late, with each ratio rule (none, token, sequence/GSPO, sis, cispo), "
+    "clip mode and KL estimator: bias^2, variance, MSE, cos and snr of every update against the "
+    "exact gradient at the theta where it is applied.  Writes the results, updates, scaling and "
+    "safe_reuse tables, config.toml and figures to --out.",
+)

@@ -1,0 +1,173 @@
+"""The off-policy lab: bad input refused before computing; on-policy rows equal every rule and the
+exact theory (and the sweep); SIS unbiased at every m; Thm 12's slope; KL estimators' gradients
+against ∇KL; the safe-reuse rule with its negative control.  Tolerances are the runs' own SEs."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpolab import configs
+from gpolab.cli import main
+from gpolab.labs import offpolicy, sweep
+from gpolab.validate import ConfigError
+
+SMALL = dict(prompts=4, actions=8, G=8, seeds=4096, m=(1,), staleness=(0,), eta=(1.0,))
+
+
+def _cfg(**kw):
+    small = {k: v for k, v in SMALL.items()
+             if kw.get("env") != "arithmetic" or k not in ("prompts", "actions")}  # fmt: skip
+    return offpolicy.Config(**{**small, **kw})
+
+
+@pytest.mark.parametrize(
+    "kw,field",
+    [
+        (dict(env="arithmetic", kl=("k3",)), "kl"),
+        (dict(clip=("clip",)), "clip"),
+        (dict(ratio=("gspo",)), "ratio"),
+        (dict(eps_low=1.5), "eps_low"),
+        (dict(clip_c=0.5), "clip_c"),
+        (dict(m=(0,)), "m"),
+        (dict(m=(100_000,)), "m"),
+        (dict(staleness=(-1,)), "staleness"),
+        (dict(seeds=8), "seeds"),
+        (dict(G=1), "G"),
+        (dict(advantages=("oracle",)), "advantages"),
+        (dict(advantages=("grpo[scale=batch]",)), "advantages"),
+        (dict(kind="loglinear"), "B"),
+        (dict(lengths="independent"), "lengths"),
+        (dict(eta=()), "eta"),
+        (dict(eta=(0.0,)), "eta"),
+    ],
+)
+def test_bad_settings_are_one_error_naming_the_field(kw, field):
+    with pytest.raises(ConfigError, match=f"^{field}"):
+        _cfg(**kw).validate()
+
+
+def test_rule_grid_clips_only_what_takes_a_clip_and_kappa_only_with_kl():
+    cfg = _cfg(ratio=("none", "token", "cispo"), clip=("none", "ppo", "dual"), kl=("none", "k2"),
+               kappa=(0.1, 0.2))  # fmt: skip
+    ids = {(r["ratio"], r["clip"], r["kl"], r["kappa"]) for r in offpolicy.rule_ids(cfg)}
+    assert ("none", "none", "none", 0.0) in ids and ("none", "ppo", "none", 0.0) not in ids
+    assert {("token", c, "none", 0.0) for c in ("none", "ppo", "dual")} <= ids
+    assert ("cispo", "weight", "k2", 0.2) in ids and ("cispo", "none", "none", 0.0) not in ids
+    assert len(ids) == (1 + 3 + 1) * (1 + 2)
+
+
+@pytest.fixture(scope="module")
+def on_policy():
+    """m = 1, k = 0: every rule on the same draws, and the sweep's loo row of the same bandit."""
+    cfg = _cfg(advantages=("loo", "grpo"))
+    res = offpolicy.run(cfg)["results"]
+    sw = sweep.run_sweep(sweep.Config(estimators=("loo", "grpo"), G=(8,), seeds=4096, prompts=4,
+                                      actions=8, seed=5))  # fmt: skip
+    return res, sw.set_index("estimator")
+
+
+def test_on_policy_every_rule_is_the_same_update(on_policy):
+    res, _ = on_policy
+    assert set(res["ratio"]) == set(offpolicy.rules.RATIOS)
+    for _, g in res.groupby("advantage"):
+        mse = g["mse"].to_numpy()
+        np.testing.assert_allclose(mse, mse[0], rtol=1e-4)  # same estimate, float rounding
+
+
+@pytest.mark.parametrize("advantage,formula", [("loo", "closed form"), ("grpo", "count table")])
+def test_on_policy_rows_match_the_exact_theory_and_the_sweep(on_policy, advantage, formula):
+    """MSE against g: the offpolicy row (every rule) against the exact theory and against the
+    sweep's row of the same estimator (independent draws); the theory is the sweep's."""
+    res, sw = on_policy
+    row = res[res["advantage"] == advantage].iloc[0]
+    assert row["theory"] == formula
+    se = row["mse_g_se"]
+    assert abs(row["mse_g"] - row["theory_mse_g"]) < 4 * math.hypot(se, row["theory_mse_g_se"])
+    ref = sw.loc[advantage]
+    assert ref["theory_mse"] == pytest.approx(row["theory_mse_g"], rel=1e-5)  # one formula
+    assert abs(row["mse_g"] - ref["mse"]) < 4 * math.hypot(se, ref["mse_se"])
+    # the fresh on-policy comparator is the same update on other draws: no excess
+    assert abs(row["excess_mse"]) < 4 * row["excess_mse_se"]
+    assert row["target"] == ("g_dagger" if advantage == "grpo" else "g")
+
+
+@pytest.mark.slow
+def test_sis_is_unbiased_at_every_m_and_no_correction_is_not():
+    """Negative control: the uncorrected rule's bias at m = 8 is many SEs above 0."""
+    cfg = _cfg(ratio=("none", "sis"), eta=(48.0,), m=(1, 4, 8), seeds=8192)
+    res = offpolicy.run(cfg)["results"]
+    sis = res[res["ratio"] == "sis"]
+    assert (sis["bias_sq"].abs() < 4 * sis["bias_sq_se"]).all()
+    none = res[(res["ratio"] == "none") & (res["m"] == 8)].iloc[0]
+    assert none["bias_sq"] > 6 * none["bias_sq_se"]
+
+
+@pytest.mark.slow
+def test_thm12_bias_grows_like_eta_squared_for_the_uncorrected_update():
+    """bias² ∝ (mη)² at small η (Thm 12's order): slope in η and in the lag within 3 SE of 2."""
+    cfg = _cfg(ratio=("none",), eta=(3.0, 6.0, 12.0), m=(1, 4, 8), seeds=8192)
+    sc = offpolicy.run(cfg)["scaling"].iloc[0]
+    assert abs(sc["z_eta"]) < 3 and abs(sc["z_lag"]) < 3
+    assert sc["slope_eta_se"] < 0.3 and sc["slope_lag_se"] < 0.3
+
+
+def test_slope_fit_rejects_a_wrong_power_and_skips_noise():
+    """Negative control: y = x (slope 1) is far from 2; points within 3 SE of 0 are left out."""
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    s, se, n = offpolicy.fit_slope(x, x, 0.01 * x)
+    assert s == pytest.approx(1.0) and abs(s - 2) / se > 10 and n == 4
+    s, se, n = offpolicy.fit_slope(x, np.array([1e-9, 2.0, 8.0, 32.0]), np.full(4, 0.01))
+    assert n == 3 and s == pytest.approx(2.0)
+    assert math.isnan(offpolicy.fit_slope(x, np.zeros(4), np.ones(4))[0])
+
+
+def test_safe_reuse_reads_the_excess_and_says_when_a_margin_is_inside_one_se():
+    """By MSE: m = 4 exceeds 10%, so 8 is not safe though its own excess is small; by the
+    scale-free MSE every m is safe.  Negative control: a margin inside one SE is inconclusive."""
+    rows = [dict(ratio="token", clip="none", kl="none", kappa=0.0, eta=1.0, staleness=0, m=m,
+                 excess_mse=e, excess_mse_se=0.01, excess_scaled=0.01, excess_scaled_se=0.01)
+            for m, e in ((1, 0.0), (2, 0.05), (4, 0.2), (8, 0.05))]  # fmt: skip
+    safe = offpolicy.safe_reuse(pd.DataFrame(rows)).iloc[0]
+    assert safe["safe_m"] == 2 and safe["safe_m_status"] == "ok"
+    assert safe["safe_m_scaled"] == 8 and safe["tested_m"] == 8
+    rows[2]["excess_mse"], rows[2]["excess_mse_se"] = 0.105, 0.02
+    safe = offpolicy.safe_reuse(pd.DataFrame(rows)).iloc[0]
+    assert safe["safe_m"] == 2 and safe["safe_m_status"] == "inconclusive"
+    rows[0]["excess_mse"] = float("nan")  # a NaN is never a pass
+    safe = offpolicy.safe_reuse(pd.DataFrame(rows)).iloc[0]
+    assert safe["safe_m"] is None and safe["safe_m_status"] == "inconclusive"
+
+
+@pytest.mark.slow
+def test_kl_estimators_gradients_against_the_exact_kl_gradient():
+    """On-policy (m = 1): ∇k1 averages to 0 (bias = ∇KL, relative bias² 1), ∇k2 to ∇KL (bias
+    within its SE), ∇k3 to ∇KL(π_ref‖π) (relative bias² well above 0)."""
+    cfg = _cfg(ratio=("none",), kl=("k1", "k2", "k3"), kappa=(0.1,), seeds=8192, ref_scale=1.0)
+    res = offpolicy.run(cfg)["results"].set_index("kl")
+    for kl in ("k1", "k2", "k3"):  # Monte Carlo against the exact on-policy bias²
+        r = res.loc[kl]
+        assert abs(r["kl_bias_sq"] - r["kl_theory_bias_sq"]) < 4 * r["kl_bias_sq_se"], kl
+    k1, k2, k3 = (res.loc[k] for k in ("k1", "k2", "k3"))
+    assert k1["kl_theory_bias_sq"] == pytest.approx(k1["kl_grad_sq"], rel=1e-5)
+    assert k2["kl_theory_bias_sq"] == 0.0
+    assert k3["kl_bias_sq"] > 6 * k3["kl_bias_sq_se"]  # negative control: k3 is biased
+
+
+def test_json_rows_carry_the_issue_columns(tmp_path, capsys):
+    argv = ["offpolicy", "--prompts", "3", "--actions", "4", "--seeds", "64", "--eta", "4",
+            "--m", "1,2", "--staleness", "0,1", "--ratio", "token,sis", "--clip", "none",
+            "--out", str(tmp_path / "o"), "--json"]  # fmt: skip
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    need = {"ratio", "clip", "m", "eta", "staleness", "kl", "kappa", "bias_sq", "variance", "mse",
+            "cos", "snr"}  # fmt: skip
+    assert rows and all(need <= set(r) for r in rows)
+    assert {(r["m"], r["staleness"]) for r in rows} == {(1, 0), (2, 0), (1, 1), (2, 1)}
+    for name in ("results", "updates", "scaling", "safe_reuse"):
+        assert (tmp_path / "o" / f"{name}.parquet").exists()
+    assert (tmp_path / "o" / "offpolicy_m.png").stat().st_size > 1000
+    _, table, _ = configs.split_file(tmp_path / "o" / "config.toml", "offpolicy")
+    assert table["ratio"] == ["token", "sis"]
