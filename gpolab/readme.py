@@ -274,6 +274,160 @@ def _dynamic_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- off-policy updates (docs/offpolicy.md) ---------------------------------------------------
+OFF_RULES = ("none", "token", "token/ppo", "token/dual", "sequence", "sequence/ppo",
+             "sequence/dual", "sis", "cispo")  # fmt: skip
+
+
+def _rule(r) -> str:
+    from gpolab.labs.offpolicy import rule_name
+
+    return rule_name({**r, "kl": "none"})
+
+
+def _off_etas(v: dict) -> list[float]:
+    return sorted({float(k.split("eta=")[1].split()[0]) for k in v if "eta=" in k})
+
+
+def _offpolicy_reuse_extract(t: dict) -> dict:
+    res, safe = t["offpolicy_reuse"]["results"], t["offpolicy_reuse"]["safe_reuse"]
+    m, k = int(res["m"].max()), int(res["staleness"].max())
+    out = {"m": (float(m), 0.0), "k": (float(k), 0.0)}
+    for _, r in res.iterrows():
+        key = f"{_rule(r)} eta={r['eta']:g}"
+        for kind, hit in (("m", r["staleness"] == 0 and r["m"] == m),
+                          ("k", r["m"] == 1 and r["staleness"] == k)):  # fmt: skip
+            if hit:
+                out[f"{key} {kind} excess"] = (_f(r["excess_mse"]), _f(r["excess_mse_se"]))
+                out[f"{key} {kind} scaled"] = (_f(r["excess_scaled"]), _f(r["excess_scaled_se"]))
+    for _, r in safe.iterrows():
+        key = f"{_rule(r)} eta={r['eta']:g}"
+        for col in ("m", "staleness", "m_scaled", "staleness_scaled"):
+            val = r[f"safe_{col}"]
+            out[f"{key} safe_{col}"] = (math.nan if val is None or val != val else float(val), None)
+            out[f"{key} safe_{col} unsure"] = (float(r[f"safe_{col}_status"] == "inconclusive"),
+                                               None)  # fmt: skip
+    return out
+
+
+def _pct(x) -> str:
+    return "—" if x != x else f"{100 * x:+.1f}%".replace("-", "−")
+
+
+def _offpolicy_reuse_render(v: dict) -> str:
+    etas = _off_etas(v)
+    m, k = int(_v(v, "m")), int(_v(v, "k"))
+    head = (" | ".join(f"m = {m}, η = {e:g}" for e in etas) + " | "
+            + " | ".join(f"k = {k}, η = {e:g}" for e in etas))  # fmt: skip
+    lines = [f"| rule | {head} | safe m (η = {'/'.join(f'{e:g}' for e in etas)}) | safe k |",
+             "|---" * (3 + 2 * len(etas)) + "|"]  # fmt: skip
+    best = {}
+    for kind in ("m", "k"):
+        for e in etas:
+            vals = [_v(v, f"{r} eta={e:g} {kind} scaled") for r in OFF_RULES]
+            best[(kind, e)] = min((x for x in vals if x == x), default=math.nan)
+
+    def cell(rule, kind, e):
+        key = f"{rule} eta={e:g} {kind}"
+        text = f"{_pct(_v(v, key + ' excess'))} / {_pct(_v(v, key + ' scaled'))}"
+        x, b = _v(v, key + " scaled"), best[(kind, e)]
+        return f"**{text}**" if abs(x - b) <= 1e-5 * abs(b) + 1e-9 else text  # ties: all bold
+
+    def safe(rule, col):
+        parts = []
+        for e in etas:
+            pair = []
+            for c in (col, col + "_scaled"):
+                x = _v(v, f"{rule} eta={e:g} safe_{c}")
+                unsure = _v(v, f"{rule} eta={e:g} safe_{c} unsure") == 1.0
+                pair.append(("—" if x != x else str(int(x))) + ("?" if unsure else ""))
+            parts.append(",".join(pair))
+        return " / ".join(parts)
+
+    for rule in OFF_RULES:
+        if f"{rule} eta={etas[0]:g} m excess" not in v:
+            continue
+        cells = [cell(rule, "m", e) for e in etas] + [cell(rule, "k", e) for e in etas]
+        lines.append(f"| {rule} | {' | '.join(cells)} | {safe(rule, 'm')} | "
+                     f"{safe(rule, 'staleness')} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _offpolicy_tokens_extract(t: dict) -> dict:
+    res, upd = t["offpolicy_tokens"]["results"], t["offpolicy_tokens"]["updates"]
+    from gpolab.labs import offpolicy
+
+    m = int(res["m"].max())
+    out = {"m": (float(m), 0.0)}
+    for _, r in res[(res["m"] == m) & (res["staleness"] == 0)].iterrows():
+        key = f"{_rule(r)} eta={r['eta']:g}"
+        out[f"{key} paired"] = (_f(r["bias_sq_paired"]), _f(r["bias_sq_paired_se"]))
+        out[f"{key} bias"] = (_f(r["bias_sq"]), _f(r["bias_sq_se"]))
+        out[f"{key} excess"] = (_f(r["excess_mse"]), _f(r["excess_mse_se"]))
+        out[f"{key} mse"] = (_f(r["mse"]), _f(r["mse_se"]))
+    for _, r in offpolicy.scaling(upd, res).iterrows():
+        for col in ("slope_eta", "slope_eta_low", "slope_eta_high", "slope_lag"):
+            out[f"{_rule(r)} {col}"] = (_f(r[col]), _f(r[col + "_se"]))
+        out[f"{_rule(r)} lag_eta"] = (_f(r["lag_eta"]), None)
+    return out
+
+
+def _pm(v: dict, key: str, digits: int = 3) -> str:
+    x, se = v.get(key, [math.nan, math.nan])
+    if x != x:
+        return "—"
+    return f"{_num(x, digits)} ± {_num(se, 2)}" if se is not None and se == se else _num(x, digits)
+
+
+def _offpolicy_tokens_render(v: dict) -> str:
+    m = int(_v(v, "m"))
+    rules = [r for r in ("none", "token", "sis") if f"{r} slope_eta" in v]
+    lines = [f"| rule | η | paired bias² (m = {m}) | bias² vs g (m = {m}) | MSE (m = {m}) | "
+             "excess MSE |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for rule in rules:
+        for e in _off_etas({k: 0 for k in v if k.startswith(rule + " eta=")}):
+            key = f"{rule} eta={e:g}"
+            paired = "(the control)" if rule == "sis" else _pm(v, key + " paired")
+            lines.append(f"| {rule} | {e:g} | {paired} | {_pm(v, key + ' bias')} "
+                         f"| {_pm(v, key + ' mse')} | {_pct(_v(v, key + ' excess'))} |")
+    lines += ["", "| rule | slope of bias² in η: smallest three η | largest two | all | slope in "
+              "the lag k + j (at η) |", "|---|---|---|---|---|"]  # fmt: skip
+    for rule in rules:
+        if rule == "sis":
+            continue  # the control
+        lines.append(f"| {rule} | {_pm(v, rule + ' slope_eta_low', 3)} | "
+                     f"{_pm(v, rule + ' slope_eta_high', 3)} | {_pm(v, rule + ' slope_eta', 3)} "
+                     f"| {_pm(v, rule + ' slope_lag', 3)} ({_num(_v(v, rule + ' lag_eta'))}) |")
+    return "\n".join(lines)
+
+
+def _offpolicy_kl_extract(t: dict) -> dict:
+    res = t["offpolicy_kl"]["results"]
+    out = {}
+    for _, r in res[res["staleness"] == 0].iterrows():
+        norm = _f(r["kl_grad_sq"])
+        key = f"{r['kl']} m={int(r['m'])}"
+        out[f"{key} rel_bias"] = (_f(r["kl_bias_sq"]) / norm, _f(r["kl_bias_sq_se"]) / norm)
+        out[f"{key} rel_mse"] = (_f(r["kl_mse"]) / norm, None)
+        if r["m"] == 1:
+            out[f"{key} exact"] = (_f(r["kl_theory_bias_sq"]) / norm, 0.0)
+    return out
+
+
+def _offpolicy_kl_render(v: dict) -> str:
+    ms = sorted({int(k.split("m=")[1].split()[0]) for k in v})
+    lines = ["| estimator | exact bias²/‖∇KL‖², m = 1 | "
+             + " | ".join(f"bias²/‖∇KL‖², m = {m}" for m in ms) + " | "
+             + " | ".join(f"MSE/‖∇KL‖², m = {m}" for m in ms) + " |",
+             "|---" * (2 + 2 * len(ms)) + "|"]  # fmt: skip
+    for kl in ("k1", "k2", "k3"):
+        if f"{kl} m={ms[0]} rel_bias" not in v:
+            continue
+        lines.append(f"| {kl} | {_num(_v(v, f'{kl} m=1 exact'))} | "
+                     + " | ".join(_pm(v, f"{kl} m={m} rel_bias") for m in ms) + " | "
+                     + " | ".join(_pm(v, f"{kl} m={m} rel_mse") for m in ms) + " |")
+    return "\n".join(lines)
+
 BLOCKS = {b.name: b for b in (
     Block("sweep", ("sweep",), _sweep_extract, _sweep_render, "bias_sq (no SE in the tables)"),
     Block("zoo", ("zoo",), _zoo_extract, _zoo_render,
@@ -284,6 +438,12 @@ BLOCKS = {b.name: b for b in (
           "cos (no SE): its MSE is checked instead"),
     Block("dynamic", ("dynamic_sampling",), _dynamic_extract, _dynamic_render,
           "cos and degenerate share (no SE): the MSEs are checked instead"),
+    Block("offpolicy-reuse", ("offpolicy_reuse",), _offpolicy_reuse_extract,
+          _offpolicy_reuse_render, "safe m and k (no SE): the excesses are checked instead"),
+    Block("offpolicy-tokens", ("offpolicy_tokens",), _offpolicy_tokens_extract,
+          _offpolicy_tokens_render, "the η at which the lag slope is read (no SE)"),
+    Block("offpolicy-kl", ("offpolicy_kl",), _offpolicy_kl_extract, _offpolicy_kl_render,
+          "MSE ratios (no SE): the bias ratios are checked instead"),
 )}  # fmt: skip
 
 

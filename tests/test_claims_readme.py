@@ -265,6 +265,19 @@ def _lemma11_off(d):  # the exact ratio 0.3 at every G; measured twice it
     return d
 
 
+def _offpolicy_linear(t):
+    """The token rule's paired bias² linear in η and in the lag (slope 1, not 2) and the SIS
+    rule's bias 10 SE above 0."""
+    res, upd = t["results"].copy(), t["updates"].copy()
+    for df, steps in ((res, "m"), (upd, "lag")):
+        tok = _rows(df, ratio="token")
+        df.loc[tok, "bias_sq_paired"] = 1e-4 * df.loc[tok, "eta"] * df.loc[tok, steps]
+        df.loc[tok, "bias_sq_paired_se"] = 1e-7
+    sis = _rows(res, ratio="sis")
+    res.loc[sis, "bias_sq"] = 10 * res.loc[sis, "bias_sq_se"]
+    return {**t, "results": res, "updates": upd}
+
+
 FALSIFY = {
     "U1": _results(_oracle_off),
     "U1-loglinear": _results(_oracle_off),
@@ -295,6 +308,7 @@ FALSIFY = {
     "gpolab-1": _results(_theory_off),
     "gpolab-2": _kappa_off,
     "gpolab-4": _results(_plan_off),
+    "U-Thm12": _offpolicy_linear,
 }
 
 

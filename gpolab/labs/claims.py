@@ -330,5 +330,5 @@ _STATS = ("strength_order", "strength_family", "tree_branching", "mean_baseline"
           "tree_decay", "curvature_bounds", "stdnorm_gain", "kappa_values",
           "plan_recovery", "oracle_close", "no_filler_flip", "ustat_identity", "chi2_rate",
           "chi2_prompt_only", "pool_argmin", "tree_overlap_boundary", "arcsin_direction",
-          "lemma11_ratio")  # fmt: skip
+          "lemma11_ratio", "offpolicy_order")  # fmt: skip
 STATISTICS = {f.__name__: f for f in (*_OWN, *(getattr(claims_stats, n) for n in _STATS))}

@@ -684,3 +684,38 @@ def lemma11_ratio(t: dict) -> dict:
             "detail": "exact E‖ĝ − U‖²/E‖U‖² by G: " + ", ".join(
                 f"{int(r.G)}: {r.u_ratio_exact:.3g} (measured {r.u_ratio:.3g} ± {r.u_ratio_se:.2g})"
                 for r in d.itertuples()) + f"; measured vs exact p = {p:.2g}"}  # fmt: skip
+
+
+def offpolicy_order(t: dict) -> dict:
+    """Thm 12's order on the token rule (theory §13): the slopes of its paired bias² in η (at the
+    largest m) and in the lag k + j, recomputed from the results and updates tables, each with its
+    SE; the token rule's paired bias at the largest η and m in SEs (it is biased: the slopes mean
+    something) and the largest |bias²|/SE of the SIS rule's own rows at m > 1 (unbiased)."""
+    import numpy as np
+
+    from gpolab.labs import offpolicy
+
+    res, upd = t["results"], t["updates"]
+    sc = offpolicy.scaling(upd, res).set_index("ratio").loc["token"]
+    tok = res[res["ratio"] == "token"]
+    top = tok[(tok["m"] == tok["m"].max()) & (tok["eta"] == tok["eta"].max())
+              & (tok["staleness"] == tok["staleness"].min())].iloc[0]  # fmt: skip
+    sis = res[(res["ratio"] == "sis") & (res["m"] > 1)]
+    z = np.abs(sis["bias_sq"] / sis["bias_sq_se"]).to_numpy(np.float64)
+    sis_z = float(np.max(z)) if len(z) and np.all(np.isfinite(z)) else math.nan
+    names = ("slope_eta_low", "slope_eta_high", "slope_lag")
+    out = {n: float(sc[n]) for n in names}
+    out |= {"token_bias_z": float(top["bias_sq_paired"] / top["bias_sq_paired_se"]),
+            "sis_max_z": sis_z}  # fmt: skip
+    se = {**{n: float(sc[n + "_se"]) for n in names}, "token_bias_z": 1.0, "sis_max_z": 0.0}
+    etas = sorted(tok["eta"].unique())
+    return {**out, "se": se,
+            "detail": f"token at m = {int(tok['m'].max())}: bias² ∝ η^{out['slope_eta_low']:.2f} "
+            f"± {se['slope_eta_low']:.2f} over the smallest step sizes (η from {etas[0]:g}), "
+            f"η^{out['slope_eta_high']:.2f} ± {se['slope_eta_high']:.2f} over the largest (up to "
+            f"{etas[-1]:g}), η^{float(sc['slope_eta']):.2f} ± {float(sc['slope_eta_se']):.2f} "
+            f"over all; ∝ lag^{out['slope_lag']:.2f} ± {se['slope_lag']:.2f} at η = "
+            f"{float(sc['lag_eta']):g}; "
+            f"paired bias² at η = {top['eta']:g}, m = {int(top['m'])}: "
+            f"{top['bias_sq_paired']:.3g} ± {top['bias_sq_paired_se']:.2g} "
+            f"(MSE {top['mse']:.3g}); SIS: largest |bias²|/SE {sis_z:.2f} over {len(z)} rows"}

@@ -34,8 +34,8 @@ def _figure(df, axis: str, fixed: dict, path, title: str) -> Path:
     for c, v in keep.items():
         df = df[df[c] == v]
     etas = _etas(df)
-    cols = 3 if (df["clip_frac"] > 0).any() else 2  # no clipped token: no clip panel
-    fig, axes = plt.subplots(len(etas), cols, figsize=(4.4 * cols, 3.3 * len(etas)),
+    cols = 4 if (df["clip_frac"] > 0).any() else 3  # no clipped token: no clip panel
+    fig, axes = plt.subplots(len(etas), cols, figsize=(4.3 * cols, 3.3 * len(etas)),
                              squeeze=False, constrained_layout=True)  # fmt: skip
     rules = list(dict.fromkeys(_rule(r) for _, r in df.iterrows()))
     colors = {r.split("/")[0].split(" ")[0]: f"C{i}" for i, r in enumerate(
@@ -52,15 +52,18 @@ def _figure(df, axis: str, fixed: dict, path, title: str) -> Path:
             if g["ratio"].iloc[0] != "sis":  # the control: its paired bias is 0 by definition
                 row[0].errorbar(g[axis], g["bias_sq_paired"], yerr=g["bias_sq_paired_se"], **style)
             row[1].errorbar(g[axis], 1 + g["excess_mse"], yerr=g["excess_mse_se"], **style)
+            row[2].errorbar(g[axis], 1 + g["excess_scaled"], yerr=g["excess_scaled_se"], **style)
             style.pop("capsize")
-            if cols == 3:
-                row[2].plot(g[axis], g["clip_frac"], **style)
+            if cols == 4:
+                row[3].plot(g[axis], g["clip_frac"], **style)
         row[0].set(yscale="symlog", ylabel=f"η = {eta:g}\nbias² vs g (paired with SIS; ±1 SE)")
         row[0].set_yscale("symlog", linthresh=floor)
-        row[1].axhline(1.1, color="k", lw=0.8, ls=":", label="+10% (safe reuse)")
+        for ax in row[1:3]:
+            ax.axhline(1.1, color="k", lw=0.8, ls=":", label="+10% (safe reuse)")
         row[1].set(ylabel="MSE / MSE of a fresh on-policy\nupdate at the same θ")
-        if cols == 3:
-            row[2].set(ylabel="clipped-token fraction")
+        row[2].set(ylabel="the same at the best rescaling\n(scale-free: the direction)")
+        if cols == 4:
+            row[3].set(ylabel="clipped-token fraction")
         ticks = sorted(d[axis].unique())
         for ax in row:
             ax.set(xscale="log" if axis == "m" else "linear", xlabel=axis)
