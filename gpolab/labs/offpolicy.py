@@ -741,6 +741,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     epoch_only = ["table", "m", "mse_last", "bias_sq_last", "excess_mse_se", "excess_scaled_se"]
     updates = df[df["table"] == "updates"].drop(columns=epoch_only).reset_index(drop=True)
     results, updates = (t.dropna(axis=1, how="all") for t in (results, updates))
+    results["m"] = results["m"].astype(int)  # the union of both row kinds made them float
+    updates[["update", "lag"]] = updates[["update", "lag"]].astype(int)
     return {
         "results": results,
         "updates": updates,
