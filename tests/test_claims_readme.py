@@ -266,13 +266,17 @@ def _lemma11_off(d):  # the exact ratio 0.3 at every G; measured twice it
 
 
 def _offpolicy_linear(t):
-    """The token rule's paired bias² linear in η and in the lag (slope 1, not 2) and the SIS
-    rule's bias 10 SE above 0."""
+    """The token rule's paired bias² linear in η at the smallest steps, cubic at the largest and
+    linear in the lag (slopes 1, 3, 1: not Thm 12's 2), and the SIS rule's bias 10 SE above 0."""
     res, upd = t["results"].copy(), t["updates"].copy()
+    etas = sorted(res["eta"].unique())
+    knee = etas[-3]  # the two largest step sizes grow like η³
     for df, steps in ((res, "m"), (upd, "lag")):
         tok = _rows(df, ratio="token")
-        df.loc[tok, "bias_sq_paired"] = 1e-4 * df.loc[tok, "eta"] * df.loc[tok, steps]
-        df.loc[tok, "bias_sq_paired_se"] = 1e-7
+        eta = df.loc[tok, "eta"]
+        df.loc[tok, "bias_sq_paired"] = 1e-4 * eta * df.loc[tok, steps] * np.maximum(
+            eta / knee, 1.0) ** 2
+        df.loc[tok, "bias_sq_paired_se"] = 1e-9
     sis = _rows(res, ratio="sis")
     res.loc[sis, "bias_sq"] = 10 * res.loc[sis, "bias_sq_se"]
     return {**t, "results": res, "updates": upd}

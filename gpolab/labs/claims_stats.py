@@ -688,9 +688,11 @@ def lemma11_ratio(t: dict) -> dict:
 
 def offpolicy_order(t: dict) -> dict:
     """Thm 12's order on the token rule (theory §13): the slopes of its paired bias² in η (at the
-    largest m) and in the lag k + j, recomputed from the results and updates tables, each with its
-    SE; the token rule's paired bias at the largest η and m in SEs (it is biased: the slopes mean
-    something) and the largest |bias²|/SE of the SIS rule's own rows at m > 1 (unbiased)."""
+    largest m; the smallest three and the largest two step sizes) and in the lag k + j,
+    recomputed from the results and updates tables, each with its SE, and their distances from 2;
+    the token rule's paired bias at the largest η and m in SEs (the detail: the fits only use
+    points resolved 3 SE above 0) and the largest |bias²|/SE of the SIS rule's own rows at m > 1
+    (unbiased)."""
     import numpy as np
 
     from gpolab.labs import offpolicy
@@ -705,9 +707,12 @@ def offpolicy_order(t: dict) -> dict:
     sis_z = float(np.max(z)) if len(z) and np.all(np.isfinite(z)) else math.nan
     names = ("slope_eta_low", "slope_eta_high", "slope_lag")
     out = {n: float(sc[n]) for n in names}
-    out |= {"token_bias_z": float(top["bias_sq_paired"] / top["bias_sq_paired_se"]),
+    out |= {"slope_eta_low_dev": abs(out["slope_eta_low"] - 2),
+            "slope_lag_dev": abs(out["slope_lag"] - 2),
+            "token_bias_z": float(top["bias_sq_paired"] / top["bias_sq_paired_se"]),
             "sis_max_z": sis_z}  # fmt: skip
     se = {**{n: float(sc[n + "_se"]) for n in names}, "token_bias_z": 1.0, "sis_max_z": 0.0}
+    se |= {"slope_eta_low_dev": se["slope_eta_low"], "slope_lag_dev": se["slope_lag"]}
     etas = sorted(tok["eta"].unique())
     return {**out, "se": se,
             "detail": f"token at m = {int(tok['m'].max())}: bias² ∝ η^{out['slope_eta_low']:.2f} "
