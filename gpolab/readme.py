@@ -280,7 +280,7 @@ OFF_RULES = ("none", "token", "token/ppo", "token/dual", "sequence", "sequence/p
 
 
 def _rule(r) -> str:
-    from gpolab.labs.offpolicy import rule_name
+    from gpolab.estimators.offpolicy import rule_name
 
     return rule_name({**r, "kl": "none"})
 

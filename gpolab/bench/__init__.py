@@ -307,18 +307,12 @@ def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
     cfg_lab = lab.Config(ratio=("token",), clip=("none",), eta=tuple(16.0 * 2.0**i for i in
                          range(etas)), m=(8,), staleness=(0,))  # fmt: skip
     unit = {"policy": "", **lab.rule_ids(cfg_lab)[0]}
-    params, theta_old, theta_ref, sigma = lab._setup(cfg_lab, "")
-    cell = lab.Cell("bandit", "loo", "token", "none", "none", 8, 0, 8, (0,), 16)
-    base = (np.float32(0.2), np.float32(0.28), np.float32(3.0), np.float32(unit["kappa"]))
     n = 1024 if cfg.quick else 8192
     key = jax.random.key(cfg.seed)
-
-    def args(e):
-        return (params, theta_old, theta_ref, sigma, np.asarray(e, np.float32), *base)
-
-    all_s, compile_s, _, chunk = _timed_run(lab.per_seed, cell, args(cfg_lab.eta), key, n, 0)
-    one_s = sum(_timed_run(lab.per_seed, cell, args(cfg_lab.eta[i:i + 1]), key, n, chunk)[0]
-                for i in range(etas))  # fmt: skip
+    cell, args = lab.inputs(cfg_lab, unit)
+    all_s, compile_s, _, chunk = _timed_run(lab.per_seed, cell, args, key, n, 0)
+    one_s = sum(_timed_run(lab.per_seed, cell, lab.inputs(cfg_lab, unit, cfg_lab.eta[i:i + 1])[1],
+                           key, n, chunk)[0] for i in range(etas))  # fmt: skip
     return _row(f"offpolicy token bandit 16x64 G=8, m=8, {etas} step sizes", n, all_s, compile_s,
                 chunk=chunk, updates_per_s=n * 8 * etas / all_s,
                 vs_one_eta_at_a_time=one_s / all_s)  # fmt: skip

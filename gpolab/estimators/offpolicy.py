@@ -51,6 +51,7 @@ __all__ = [
     "objective",
     "kl_terms",
     "rule_clips",
+    "rule_name",
 ]
 
 VERL = "volcengine/verl 0.9.1 verl/trainer/ppo/core_algos.py::{}"
@@ -179,6 +180,14 @@ KLS: dict[str, Rule] = {
              + TRL.format("per_token_kl, beta > 0")),
     )
 }  # fmt: skip
+
+
+def rule_name(row) -> str:
+    """``ratio`` or ``ratio/clip`` (and `` +kl``) of a result row (a rule's own clamp, cispo's
+    ``weight``, and ``none`` are not named)."""
+    clip = "" if row["clip"] in ("none", "weight") else f"/{row['clip']}"
+    kl = "" if row.get("kl", "none") == "none" else f" +{row['kl']}"
+    return f"{row['ratio']}{clip}{kl}"
 
 
 def rule_clips(ratio: str) -> tuple[str, ...]:

@@ -378,16 +378,16 @@ def per_seed(cell: Cell, key, args) -> dict:
             # (SIS is unbiased for g with a baseline independent of the response, e.g. loo)
             e_p = metric * (pg - jax.grad(sis_pg)(theta, b))
             # the scale-free comparison (best rescaling of the update) against the main target
-            mt, mg, mf = (metric * x for x in (g_dag if cell.dagger else g, ghat, g_fresh))
+            t = g_dag if cell.dagger else g
+            mt, mg, mf = (metric * x for x in (t, ghat, g_fresh))
             out |= {
                 "e_g": e_g, "e_d": e_d, "ghat": ghat, "e_p": e_p,
                 "sq_g": jnp.sum(e_g**2), "sq_d": jnp.sum(e_d**2), "sq_p": jnp.sum(e_p**2),
                 "sq_g2": jnp.sum(e_g**2) ** 2, "sq_d2": jnp.sum(e_d**2) ** 2,
                 "sq_p2": jnp.sum(e_p**2) ** 2,
                 "norm2": jnp.sum(ghat**2),
-                "fresh_g": jnp.sum((metric * (g_fresh - g)) ** 2),
-                "fresh_d": jnp.sum((metric * (g_fresh - g_dag)) ** 2),
-                "cos_g": _cos(ghat, g), "cos_d": _cos(ghat, g_dag),
+                "fresh": jnp.sum((mf - mt) ** 2),
+                "cos": _cos(ghat, t),
                 "dot": mg @ mt, "n2": mg @ mg, "t2": mt @ mt, "dot_f": mf @ mt, "n2_f": mf @ mf,
                 "clip_frac": frac, "log_ratio": log_ratio,
             }  # fmt: skip
@@ -444,45 +444,49 @@ def _setup(cfg: Config, policy: str):
     return params, theta_old, theta_ref, sigma
 
 
-def _moments(cfg: Config, unit: dict, key):
-    """One engine run per split: the list of :class:`gpolab.engine.Moments`."""
-    import jax
-    import numpy as np
-
+def inputs(cfg: Config, unit: dict, etas=None) -> tuple:
+    """(cell, args) of :func:`per_seed` for one unit (``etas``: the step sizes, default the
+    grid's)."""
     params, theta_old, theta_ref, sigma = _setup(cfg, unit["policy"])
     cell = Cell(cfg.env, unit["advantage"], unit["ratio"], unit["clip"], unit["kl"], cfg.G,
                 batch_size(cfg), max(cfg.m), tuple(sorted(set(cfg.staleness))),
                 int(sigma.shape[0]), target(unit["advantage"]) == "g_dagger")  # fmt: skip
     dtype = theta_old.dtype
     f32 = lambda x: np.asarray(x, dtype)  # noqa: E731
-    args = (params, theta_old, theta_ref, sigma, f32(cfg.eta), f32(cfg.eps_low),
-            f32(cfg.eps_high), f32(cfg.clip_c), f32(unit["kappa"]))  # fmt: skip
+    args = (params, theta_old, theta_ref, sigma, f32(cfg.eta if etas is None else etas),
+            f32(cfg.eps_low), f32(cfg.eps_high), f32(cfg.clip_c), f32(unit["kappa"]))  # fmt: skip
+    return cell, args
+
+
+def _moments(cfg: Config, unit: dict, key):
+    """One engine run per split: the list of :class:`gpolab.engine.Moments`."""
+    import jax
+
+    cell, args = inputs(cfg, unit)
     sizes = np.diff(np.linspace(0, cfg.seeds, SPLITS + 1).round().astype(int))
     return cell, [engine.run(per_seed, cell, args, jax.random.fold_in(key, s), int(n), cfg.chunk)
                   for s, n in enumerate(sizes)]  # fmt: skip
 
 
+def _bias_var(e_sum, sq_sum, n):
+    """(mse, tr Cov, unbiased bias²) from the sums of e and ‖e‖² over n seeds."""
+    mse = sq_sum / n
+    variance = (mse - np.sum((e_sum / n) ** 2, -1)) * n / (n - 1)
+    return mse, variance, mse - variance
+
+
 def _stats(parts: list, name: str, sq: str, sq2: str):
     """Per (E, K, m) update: pooled mse, variance, bias² (unbiased) and the SEs of mse and bias²
     from the splits' own estimates."""
-    n = np.array([p.n for p in parts], float)
-    N = n.sum()
-    e_mean = sum(p.sums[name] for p in parts) / N  # (E, K, m, D)
-    mse = sum(p.sums[sq] for p in parts) / N
-    variance = (mse - np.sum(e_mean**2, -1)) * N / (N - 1)
-    bias = mse - variance
-    split_bias, split_mse = [], []
-    for p in parts:
-        em, ms = p.sums[name] / p.n, p.sums[sq] / p.n
-        var = (ms - np.sum(em**2, -1)) * p.n / (p.n - 1)
-        split_bias.append(ms - var)
-        split_mse.append(ms)
-    sb, sm = np.stack(split_bias), np.stack(split_mse)
+    N = sum(p.n for p in parts)
+    mse, variance, bias = _bias_var(sum(p.sums[name] for p in parts),
+                                    sum(p.sums[sq] for p in parts), N)  # fmt: skip
+    split = [_bias_var(p.sums[name], p.sums[sq], p.n) for p in parts]
+    sm, sb = np.stack([s[0] for s in split]), np.stack([s[2] for s in split])
     ex2 = sum(p.sums[sq2] for p in parts) / N
-    mse_se = np.sqrt(np.maximum(ex2 - mse**2, 0) / N)
-    bias_se = sb.std(0, ddof=1) / math.sqrt(len(n))
-    return dict(mse=mse, variance=variance, bias=bias, bias_se=bias_se, mse_se=mse_se,
-                split_bias=sb, split_mse=sm)  # fmt: skip
+    return dict(mse=mse, variance=variance, bias=bias, mse_se=np.sqrt(np.maximum(
+        ex2 - mse**2, 0) / N), bias_se=sb.std(0, ddof=1) / math.sqrt(len(parts)),
+        split_bias=sb, split_mse=sm)  # fmt: skip
 
 
 def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
@@ -497,7 +501,7 @@ def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
     signal = np.sum(ghat**2, -1)
     noise = (mean("norm2") - signal) * N / (N - 1)
     snr = np.where(noise > 0, signal / np.where(noise > 0, noise, 1), np.inf)
-    cos_g, cos_d = mean("cos_g"), mean("cos_d")
+    cos = mean("cos")  # against the main target
     clip_frac, log_ratio = mean("clip_frac"), mean("log_ratio")
     kls = None
     if cell.kl != "none":
@@ -505,9 +509,8 @@ def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
     tgt = target(unit["advantage"])
     main = sd if tgt == "g_dagger" else sg
     scaled = _scaled(parts)
-    fresh_name = "fresh_d" if tgt == "g_dagger" else "fresh_g"
-    fresh = mean(fresh_name)  # (E, K, m): MSE of a fresh on-policy update at the same θ
-    split_fresh = np.stack([p.sums[fresh_name] / p.n for p in parts])
+    fresh = mean("fresh")  # (E, K, m): MSE of a fresh on-policy update at the same θ
+    split_fresh = np.stack([p.sums["fresh"] / p.n for p in parts])
     base = {"env": cfg.env, "policy": unit["policy"] or None, "advantage": unit["advantage"],
             "ratio": unit["ratio"], "clip": unit["clip"], "eps_low": _eps(unit, cfg)[0],
             "eps_high": _eps(unit, cfg)[1], "clip_c": cfg.clip_c if unit["clip"] == "dual"
@@ -518,14 +521,12 @@ def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
     rows = []
     for e, eta in enumerate(cfg.eta):
         for ki, k in enumerate(stale):
-            if k not in cfg.staleness:
-                continue
             for j in range(cell.m):
                 idx = (e, ki, j)
                 rows.append({"table": "updates", **base, "eta": float(eta), "staleness": k,
                              "update": j, "lag": k + j, **_one(main, idx),
-                             **_named(sg, sd, sp, idx), "cos": float((cos_d if tgt == "g_dagger"
-                             else cos_g)[idx]), "snr": float(snr[idx]),
+                             **_named(sg, sd, sp, idx), "cos": float(cos[idx]),
+                             "snr": float(snr[idx]),
                              "mse_fresh": float(fresh[idx]),
                              "excess_mse": float(main["mse"][idx] / fresh[idx] - 1),
                              **_scaled_row(scaled, idx),
@@ -537,7 +538,7 @@ def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
                 sl = (e, ki, slice(0, mm))
                 rows.append({"table": "results", **base, "eta": float(eta), "staleness": k,
                              "m": mm, **_epoch(main, sl), **_epoch_named(sg, sd, sp, sl),
-                             "cos": float(np.mean((cos_d if tgt == "g_dagger" else cos_g)[sl])),
+                             "cos": float(np.mean(cos[sl])),
                              "snr": float(np.mean(snr[sl])),
                              **_excess(main, fresh, split_fresh, sl),
                              **_scaled_epoch(scaled, sl),
@@ -768,18 +769,18 @@ def _groups(df, keys):
 def fit_slope(x, y, se):
     """Weighted least squares of log y on log x (weights from se/y); (slope, its SE, points).
     Points with y ≤ 3·se (bias within noise) are left out; fewer than 2 points: NaN."""
-    x, y, se = (np.asarray(a, float) for a in (x, y, se))
-    ok = (y > 3 * se) & (x > 0) & np.isfinite(y) & (se > 0)
-    if ok.sum() < 2:
-        return math.nan, math.nan, int(ok.sum())
-    lx, ly, w = np.log(x[ok]), np.log(y[ok]), (y[ok] / se[ok]) ** 2
+    x, y, se = _resolved(x, y, se)
+    x, y, se = x[x > 0], y[x > 0], se[x > 0]
+    if len(x) < 2:
+        return math.nan, math.nan, len(x)
+    lx, ly, w = np.log(x), np.log(y), (y / se) ** 2
     X = np.stack([np.ones_like(lx), lx], 1)
     cov = np.linalg.inv(X.T @ (w[:, None] * X))
     beta = cov @ X.T @ (w * ly)
     resid = ly - X @ beta
-    dof = ok.sum() - 2
+    dof = len(x) - 2
     scale = max(1.0, float(np.sum(w * resid**2) / dof)) if dof > 0 else 1.0  # overdispersion
-    return float(beta[1]), float(math.sqrt(cov[1, 1] * scale)), int(ok.sum())
+    return float(beta[1]), float(math.sqrt(cov[1, 1] * scale)), len(x)
 
 
 BIAS = "bias_sq_paired"  # the scaling fits read the paired bias (the precise one)
@@ -941,12 +942,7 @@ def winners(results):
     return pd.DataFrame(rows)
 
 
-def rule_name(row) -> str:
-    """``ratio`` or ``ratio/clip`` (and `` +kl``) of a row."""
-    clip = "" if row["clip"] in ("none", "weight") else f"/{row['clip']}"
-    kl = "" if row.get("kl", "none") == "none" else f" +{row['kl']}"
-    return f"{row['ratio']}{clip}{kl}"
-
+rule_name = rules.rule_name
 
 def figures(tables: dict) -> dict:
     from gpolab.plots import offpolicy as plots

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpolab.estimators.offpolicy import rule_name as _rule
 from gpolab.plots import pyplot, save, seeds_label
 
 STYLE = {"none": "-", "ppo": "--", "higher": "-.", "dual": ":", "weight": "-"}
 
 
-def _rule(row) -> str:
-    clip = "" if row["clip"] in ("none", "weight") else f"/{row['clip']}"
-    kl = "" if row.get("kl", "none") == "none" else f" +{row['kl']}"
-    return f"{row['ratio']}{clip}{kl}"
 
 
 def _etas(df) -> list:
