@@ -30,6 +30,7 @@ COMMANDS = (
     "plan",
     "plancheck",
     "offpolicy",
+    "allocate",
 )
 
 # Two or three invocations per command, shown at the end of its --help (each is parsed, and a
@@ -64,6 +65,11 @@ EXAMPLES = {
         "gpolab plan --log rollouts/ --format verl --G 8",
     ),
     "plancheck": ("gpolab plancheck --quick", "gpolab plancheck --env bandit --quick"),
+    "allocate": (
+        "gpolab allocate --quick",
+        "gpolab allocate --rules uniform,gpolab,knapsack --budget 256,512 --seeds 4000",
+        "gpolab allocate --estimator grpo --quick",
+    ),
     "offpolicy": (
         "gpolab offpolicy --quick",
         "gpolab offpolicy --ratio token,sis --clip none,ppo,dual --eta 1,2,4 --m 1,4,16",

@@ -28,6 +28,15 @@ def _run(lab, args) -> int:
     text = lab.report(cfg, result.tables)
     paths = [*result.paths, output.write_text(result.out / "report.md", text + "\n")]
     summary = lab.summary_json(cfg, result.tables)
+    if cfg.allocate:
+        table, alloc = lab.allocation_table(cfg, result.tables)
+        text += "\n\n" + lab.allocation_text(alloc)
+        paths[-1] = output.write_text(result.out / "report.md", text + "\n")
+        paths += output.write_tables(result.out, {"allocation": table})
+        doc = {**alloc, "G": dict(zip(table["prompt"], map(int, table["G"]), strict=True))}
+        paths.append(output.write_text(result.out / "allocation.json", json.dumps(doc, indent=1)
+                                       + "\n"))  # fmt: skip
+        summary["allocation"] = alloc
     paths.append(output.write_text(result.out / "plan.json", json.dumps(summary, indent=1) + "\n"))
     if args.figures_dir:
         labs.copy_figures(result.paths, args.figures_dir)

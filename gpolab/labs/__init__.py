@@ -31,8 +31,19 @@ from pathlib import Path
 
 from gpolab import configs, output
 
-LABS = ("sweep", "tree", "groupsize", "chi2", "stdnorm", "curvature", "zoo", "claims", "plancheck",
-        "offpolicy")
+LABS = (
+    "sweep",
+    "tree",
+    "groupsize",
+    "chi2",
+    "stdnorm",
+    "curvature",
+    "zoo",
+    "claims",
+    "plancheck",
+    "offpolicy",
+    "allocate",
+)
 # `gpolab plan` (labs/plan.py) has the same shape but reads a user's log, so it is no experiment
 
 
@@ -125,11 +136,18 @@ def json_value(v):
 
 
 def records(lab, tables) -> list[dict]:
-    """The main table's rows as strict-JSON dicts (:func:`json_value`)."""
-    df = tables[lab.TABLES[0]]
-    cols = [c for c in getattr(lab, "JSON", df.columns) if c in df.columns]
-    return [{k: json_value(v) for k, v in rec.items()}
-            for rec in df[cols].to_dict(orient="records")]  # fmt: skip
+    """The main table's rows as strict-JSON dicts (:func:`json_value`).  A lab whose answer
+    spans tables names them in ``JSON_TABLES`` ({table: columns or None for all}); each row
+    then says its ``table``."""
+    spec = getattr(lab, "JSON_TABLES", {lab.TABLES[0]: getattr(lab, "JSON", None)})
+    out = []
+    for name, columns in spec.items():
+        df = tables[name]
+        cols = [c for c in (columns or df.columns) if c in df.columns]
+        tag = {"table": name} if len(spec) > 1 else {}
+        out += [{**tag, **{k: json_value(v) for k, v in rec.items()}}
+                for rec in df[cols].to_dict(orient="records")]  # fmt: skip
+    return out
 
 
 def table_text(df, columns) -> str:

@@ -83,6 +83,15 @@ class Config:
     estimators: tuple[str, ...] = option(DEFAULT_ESTIMATORS, "estimator specs of the kappa table")
     draws: int = option(4000, "parametric draws of the fit for the intervals")
     seed: int = option(0, "seed of the intervals' draws and bootstraps")
+    allocate: bool = option(
+        False,
+        "also write allocation.csv/json: a group size per prompt for "
+        "the next steps (gpolab's reward-only allocation, theory §14)",
+    )
+    allocate_estimator: str = option("loo", "the estimator the allocation is for (reward-only "
+                                     "registry entry)")  # fmt: skip
+    allocate_rho: float = option(0.0, "signal share of the allocation's reward-only model "
+                                 "(0: allocation by p(1-p))")  # fmt: skip
     out: str = option("results/plan", "output folder (report.md, tables, plan.png)", key=False)
 
     def replace(self, **changes) -> Config:
@@ -112,6 +121,11 @@ class Config:
             raise validate.ConfigError("estimators: got an empty list; allowed: one or more")
         for spec in self.estimators:
             estimators.check_estimator(spec, max(self.G), field="G")
+        if self.allocate:
+            from gpolab.labs import allocate
+
+            allocate.check_estimator("allocate_estimator", self.allocate_estimator)
+            validate.real("allocate_rho", self.allocate_rho, low=0.0, high=1.0)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -241,10 +255,12 @@ def trainer_text(run: dict) -> str:
     who = "verl" if run.get("framework") == "verl" else f"TRL {run.get('trl_version', '?')}"
     said = said or ", ".join(f"{k} = {v}" for k, v in run.items()
                              if k not in ("framework", "seconds", "overhead"))  # fmt: skip
-    return (f"trainer: {who} ({said}); G* is that of the plain "
-            "leave-one-out gradient (unnormalized rewards, sequence-level log-probs, one update "
-            "per batch): std scaling, token-level aggregation, clipping over several updates "
-            "and a KL term are not in its model")
+    return (
+        f"trainer: {who} ({said}); G* is that of the plain "
+        "leave-one-out gradient (unnormalized rewards, sequence-level log-probs, one update "
+        "per batch): std scaling, token-level aggregation, clipping over several updates "
+        "and a KL term are not in its model"
+    )
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
@@ -441,3 +457,86 @@ def notes(cfg: Config, tables: dict) -> str:
 
 def figures(tables: dict) -> dict:
     return {"plan.png": plots.plan_figure}
+
+
+# ----------------------------------------------------------------------------- allocation
+
+ALLOCATION_CAP = 8  # the largest group the allocation gives: this many times the log's G
+
+
+def allocation_table(cfg: Config, tables: dict):
+    """``plan --allocate``: a group size per prompt for the next steps (theory §14).
+
+    Each prompt's p gets the Beta posterior of its logged rewards under the pooled beta-binomial
+    fit as prior (a + successes, b + failures: empirical Bayes); gpolab's reward-only rule (the
+    ``gpolab`` entry of :mod:`gpolab.estimators.allocation`) then spreads the log's own budget —
+    its modal G per prompt, over the prompts seen — to minimize the posterior-expected MSE,
+    keeping every prompt (G ≥ 2, at most ALLOCATION_CAP × G).  Beside each G: the prompt's
+    predicted share of the step's MSE and of zero-signal groups, at the log's G and at its own.
+    Returns (table, summary dict); binary rewards only."""
+    from gpolab.theory import allocation as theory
+
+    p = pooled(tables)
+    if p.get("rewards") != "binary" or not np.isfinite(p.get("a", np.nan)):
+        raise validate.ConfigError(
+            "allocate: needs binary rewards and a difficulty fit (give --success-threshold for "
+            "a graded log)"
+        )
+    g = tables["groups"]
+    per = g.groupby("prompt", sort=True).agg(groups=("n", "size"), responses=("n", "sum"),
+                                             successes=("successes", "sum"))  # fmt: skip
+    a, b, G0 = float(p["a"]), float(p["b"]), int(p["G"])
+    alpha = a + per["successes"].to_numpy(float)
+    beta = b + (per["responses"] - per["successes"]).to_numpy(float)
+    cap = max(ALLOCATION_CAP * G0, 4)
+    a1, a0, reasons = theory.tables(cfg.allocate_estimator, cap)
+    curve = theory.posterior_curves(a1, a0, alpha, beta, cfg.allocate_rho)
+    P = len(per)
+    G = theory.greedy(curve, np.ones(P), G0 * P) if G0 >= 2 else np.full(P, G0)
+    uniform = np.full(P, G0)
+    mse_u, mse_a = (np.take_along_axis(curve, x[:, None], -1)[:, 0] for x in (uniform, G))
+
+    def zero_signal(size):  # E[p^G + (1 − p)^G] under each prompt's posterior
+        from scipy.special import betaln
+
+        return np.exp(betaln(alpha + size, beta) - betaln(alpha, beta)) + np.exp(
+            betaln(alpha, beta + size) - betaln(alpha, beta)
+        )
+
+    zs_u, zs_a = zero_signal(uniform), zero_signal(G)
+    table = pd.DataFrame({
+        "prompt": per.index.astype(str), "groups": per["groups"].to_numpy(),
+        "responses": per["responses"].to_numpy(), "successes": per["successes"].to_numpy(),
+        "p_mean": alpha / (alpha + beta), "G": G.astype(int), "G_log": uniform,
+        "mse_share_log": mse_u / mse_u.sum(), "mse_share": mse_a / mse_u.sum(),
+        "zero_signal_log": zs_u, "zero_signal": zs_a,
+    })  # fmt: skip
+    summary = {
+        "estimator": cfg.allocate_estimator, "rho": cfg.allocate_rho, "prompts": P, "G_log": G0,
+        "budget_per_pass": int(G.sum()), "prior_a": a, "prior_b": b,
+        "G_min": int(G.min()), "G_max": int(G.max()), "cap": cap,
+        "convex": theory.is_convex(curve),
+        "predicted_mse_ratio": float(mse_a.sum() / mse_u.sum()),
+        "zero_signal_groups_log": float(zs_u.sum()), "zero_signal_groups": float(zs_a.sum()),
+        "zero_signal_rollouts_log": float(zs_u @ uniform), "zero_signal_rollouts": float(zs_a @ G),
+        "model": "reward-only: E||W||^2 the same for every response, ||g_x||^2 = rho p(1-p); "
+                 "posterior Beta(a + successes, b + failures) per prompt, the pooled fit as prior",
+    }  # fmt: skip
+    return table, summary
+
+
+def allocation_text(summary: dict) -> str:
+    s = summary
+    return "\n".join([
+        "## Allocation (--allocate)",
+        f"Per-prompt group sizes for {s['prompts']} prompts at the log's budget "
+        f"({s['G_log']} per prompt, {s['budget_per_pass']} per pass over them): G from "
+        f"{s['G_min']} to {s['G_max']} ({s['estimator']}, rho = {s['rho']:g}).",
+        f"Predicted MSE against G = {s['G_log']} for every prompt: x{s['predicted_mse_ratio']:.3f} "
+        "(under the reward-only model: " + s["model"] + ").",
+        f"Zero-signal groups per pass: {s['zero_signal_groups_log']:.1f} at the log's G, "
+        f"{s['zero_signal_groups']:.1f} allocated ({s['zero_signal_rollouts_log']:.0f} and "
+        f"{s['zero_signal_rollouts']:.0f} rollouts).",
+        "allocation.csv (prompt, G, ...) is the table a script applies: give prompt x "
+        "G responses when it is next drawn.",
+    ])  # fmt: skip

@@ -1,0 +1,18 @@
+"""``gpolab allocate``: the allocation lab (:mod:`gpolab.labs.allocate`), per-prompt rollout
+allocation rules against gpolab's exact-MSE-optimal allocation on the exact gradient."""
+
+from __future__ import annotations
+
+from gpolab.commands import lab_command
+
+register = lab_command(
+    "allocate",
+    help="per-prompt rollout allocation: every published rule vs the exact-MSE optimum",
+    description="A step's rollout budget spread over prompts of a skewed difficulty mix by each "
+    "rule (uniform G, gpolab's exact-MSE-optimal allocation from the truth or from Beta "
+    "posteriors, Knapsack RL, GRESO, VIP, GVM-RAFT, MoPPS, PODS, Reinforce-Ada): MSE, cos and snr "
+    "of the step's gradient against the exact one at equal rollouts, the rollouts each rule "
+    "needs to match uniform G, and training curves (gap and success rate against cumulative "
+    "rollouts, 95% intervals over runs).  Writes the results, match, training, trained and "
+    "allocation tables, config.toml and figures to --out.",
+)

@@ -1,0 +1,298 @@
+"""Per-prompt rollout allocation rules: who gets how many responses in a step (``gpolab allocate``).
+
+Every rule is one small function of what a trainer knows before (or while) sampling, with the
+paper it follows, what it reads and what gpolab assumed where the paper's text was not
+available (only abstracts were found for all of them; the rules follow the authors' code, read
+through the search tool, cited by file).  Arrays carry a leading seeds axis: (S, P).
+
+``View`` is what a rule may read.  ``kind``: ``allocate`` (group sizes fixed before sampling),
+``downsample`` (generate, then train on a subset chosen by reward: PODS) or ``sequential``
+(sample in rounds until a condition holds: Reinforce-Ada); the lab draws the responses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+
+from gpolab import validate
+from gpolab.theory import allocation as theory
+
+READS = ("nothing", "truth", "posterior", "last step", "history")
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """What the rules may read at one step (numpy; (S, P) unless noted)."""
+
+    f: np.ndarray  # (P,) prompt weights
+    p: np.ndarray  # (P,) true success probabilities (oracle rules only)
+    gnorm: np.ndarray  # (P,) true ‖g_x‖ (oracle rules, GVM's measured gradient norm)
+    oracle: dict | None  # exact curves of the lab's estimator at the current θ: "mse",
+    # "second_moment", "kappa" ((..., P, g_max + 1)) and "gsq" = ‖g_x‖² (oracle rules only)
+    alpha: np.ndarray  # Beta posterior of p_x from the rewards seen so far (prior Beta(1, 1))
+    beta: np.ndarray
+    last_c: np.ndarray  # successes of the prompt's last observed group
+    last_n: np.ndarray  # its size (0: never observed)
+    streak_easy: np.ndarray  # consecutive latest observed groups all correct (GRESO)
+    streak_hard: np.ndarray  # consecutive latest observed groups all wrong
+    p_easy: np.ndarray  # (S,) GRESO's keep probability base for easy prompts
+    p_hard: np.ndarray  # (S,)
+    a1: np.ndarray  # count tables of the lab's estimator (theory.tables)
+    a0: np.ndarray
+    cap: int  # most responses one prompt may get
+    rho: float  # signal share of gpolab's reward-only rule
+    estimator: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.alpha.shape
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    name: str
+    fn: Callable  # (view, budget, rng) -> G (S, P) int   (allocate, downsample: generated)
+    kind: str  # allocate | downsample | sequential
+    reads: str
+    source: str
+    assumed: str = ""
+
+
+def _even(view: View, budget: int, eligible: np.ndarray) -> np.ndarray:
+    """``budget`` rollouts per seed spread as evenly as possible over the eligible prompts (the
+    lower-indexed ones get the remainder), at most ``cap`` each."""
+    k = np.maximum(eligible.sum(-1, keepdims=True), 1)
+    base = np.minimum(budget // k, view.cap)
+    rank = np.cumsum(eligible, -1) - 1
+    extra = (rank < budget - base * k) & (base < view.cap)
+    return np.where(eligible, base + extra, 0).astype(np.int64)
+
+
+def _rounded(share: np.ndarray, budget: int, cap: int) -> np.ndarray:
+    """Integer sizes ∝ ``share`` (S, P) summing to ``budget`` (largest remainders), each ≤ cap."""
+    share = np.where(np.isfinite(share) & (share > 0), share, 0.0)
+    total = share.sum(-1, keepdims=True)
+    want = np.where(
+        total > 0, budget * share / np.where(total > 0, total, 1), budget / share.shape[-1]
+    )
+    n = np.minimum(np.floor(want), cap)
+    left = budget - n.sum(-1, keepdims=True)
+    order = np.argsort(-(want - n) - 1e9 * (n >= cap), axis=-1, kind="stable")
+    rank = np.argsort(order, axis=-1, kind="stable")
+    return (n + ((rank < left) & (n < cap))).astype(np.int64)
+
+
+def _posterior_mean(view: View) -> np.ndarray:
+    return view.alpha / (view.alpha + view.beta)
+
+
+def _last_rate(view: View, default: float = np.nan) -> np.ndarray:
+    return np.where(view.last_n > 0, view.last_c / np.maximum(view.last_n, 1), default)
+
+
+def uniform(view: View, budget: int, rng) -> np.ndarray:
+    """Every prompt the same G = budget / P (what GRPO trainers do)."""
+    return _even(view, budget, np.ones(view.shape, bool))
+
+
+def gpolab_oracle(view: View, budget: int, rng) -> np.ndarray:
+    """gpolab: the allocation minimizing the step's exact MSE Σ_x f_x² MSE_x(G_x) (theory §14),
+    every prompt kept (G_x ≥ 2), from the true moments: the bound no trainer can reach."""
+    curve = view.oracle["mse"][..., : view.cap + 1]
+    G = theory.greedy(curve, view.f**2, budget)
+    return np.broadcast_to(G, view.shape).astype(np.int64)
+
+
+def gpolab_drop(view: View, budget: int, rng) -> np.ndarray:
+    """gpolab: the step-MSE optimum when prompts may be left out (G_x = 0): drops the prompts
+    whose group's noise exceeds their whole gradient (true moments; theory §14).  Lowest MSE per
+    step, biased: what a shrunken step costs shows in training."""
+    curve = view.oracle["mse"][..., : view.cap + 1]
+    G = theory.lagrangian(np.broadcast_to(curve, view.shape + curve.shape[-1:]), view.f**2, budget)
+    return G.astype(np.int64)
+
+
+def gpolab_sample(view: View, budget: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """gpolab: the unbiased sampled design (theory §14): prompt x is included with probability
+    π_x (independently), gets its own G_x and weight 1/π_x; (π, G) minimize the exact MSE at
+    ``budget`` expected rollouts (:func:`gpolab.theory.allocation.sampled_design`, true
+    moments).  Returns (G, weight), G = 0 where a prompt is not drawn."""
+    o = view.oracle
+    S = view.shape[0]
+    lead = o["mse"].shape[:-2]
+    pis, sizes = [], []
+    for i in np.ndindex(*lead) if lead else [()]:
+        pi, size, _ = theory.sampled_design(o["second_moment"][i], o["kappa"][i], o["gsq"][i],
+                                            view.f, budget)  # fmt: skip
+        pis.append(pi)
+        sizes.append(size)
+    pi = np.broadcast_to(np.stack(pis).reshape(lead + pis[0].shape), view.shape)
+    size = np.broadcast_to(np.stack(sizes).reshape(lead + sizes[0].shape), view.shape)
+    drawn = rng.random((S, view.shape[-1])) < pi
+    return np.where(drawn, size, 0).astype(np.int64), np.where(drawn, 1 / pi, 0.0)
+
+
+def gpolab_posterior(view: View, budget: int, rng) -> np.ndarray:
+    """gpolab: the same minimization with each prompt's Beta posterior of p from the rewards seen
+    so far and reward-only moments (signal share ρ; exact under the posterior:
+    :func:`gpolab.theory.allocation.posterior_curves`)."""
+    ab = np.stack([view.alpha, view.beta], -1).reshape(-1, 2)
+    uniq, inv = np.unique(ab, axis=0, return_inverse=True)
+    a1, a0 = view.a1[: view.cap + 1, : view.cap], view.a0[: view.cap + 1, : view.cap]
+    curves = theory.posterior_curves(a1, a0, uniq[:, 0], uniq[:, 1], view.rho)
+    curve = curves[inv.reshape(-1)].reshape(view.shape + (view.cap + 1,))
+    return theory.greedy(curve, view.f**2, budget).astype(np.int64)
+
+
+def knapsack(view: View, budget: int, rng) -> np.ndarray:
+    """Knapsack RL: maximize Σ_x value(N_x, p_x), value = (1 − p^N − (1 − p)^N) p (1 − p)²
+    (P(both outcomes) × their information gain), N_x ≥ 2; prompts last seen all-equal get the
+    minimum and the rollouts no solvable prompt can use are spread over them."""
+    p = _last_rate(view)
+    solvable = (p > 0) & (p < 1)
+    G = np.arange(view.cap + 1)
+    q = np.where(solvable, p, 0.5)[..., None]
+    value = (1 - q**G - (1 - q) ** G) * q * (1 - q) ** 2
+    curve = np.where(solvable[..., None], -value, 0.0)
+    gains = -np.diff(curve[..., 2:], axis=-1)  # concave value: greedy = their DP
+    extra = budget - 2 * view.shape[-1]
+    flat = gains.reshape(view.shape[0], -1)
+    order = np.argsort(-flat, axis=-1, kind="stable")
+    positive = np.take_along_axis(flat, order, -1) > 0
+    take = np.arange(flat.shape[-1]) < np.minimum(extra, positive.sum(-1, keepdims=True))
+    chosen = np.zeros(flat.shape, bool)
+    np.put_along_axis(chosen, order, take, axis=-1)
+    out = 2 + chosen.reshape(gains.shape).sum(-1)
+    idle = ~solvable
+    idle = np.where(idle.any(-1, keepdims=True), idle, True)
+    for eligible in (idle, np.ones_like(idle)):  # then anywhere there is room
+        left = budget - out.sum(-1)
+        out = out + np.stack([_even_one(int(left[s]), eligible[s], view.cap - out[s])
+                              for s in range(len(left))])  # fmt: skip
+    return out.astype(np.int64)
+
+
+def _even_one(n: int, eligible: np.ndarray, room: np.ndarray) -> np.ndarray:
+    """``n`` rollouts over one seed's eligible prompts, round-robin, within ``room``."""
+    add = np.zeros(eligible.shape, np.int64)
+    idx = np.flatnonzero(eligible & (room > 0))
+    while n > 0 and len(idx):
+        step = np.minimum(room[idx] - add[idx], -(-n // len(idx)))
+        step = np.minimum(step, n // len(idx) + (np.arange(len(idx)) < n % len(idx)))
+        add[idx] += step
+        n -= int(step.sum())
+        idx = idx[add[idx] < room[idx]]
+        if step.sum() == 0:
+            break
+    return add
+
+
+def greso(view: View, budget: int, rng) -> np.ndarray:
+    """GRESO: skip a prompt whose latest k groups were all correct (all wrong) with probability
+    1 − max(p_easy^k, 0.01) (p_hard^k); the kept prompts share the budget evenly (GRESO refills
+    the batch, so the rollouts are spent, not saved)."""
+    keep_easy = np.maximum(view.p_easy[:, None] ** view.streak_easy, 0.01)
+    keep_hard = np.maximum(view.p_hard[:, None] ** view.streak_hard, 0.01)
+    keep_p = np.where(view.streak_easy > 0, keep_easy, np.where(view.streak_hard > 0, keep_hard, 1))
+    keep = rng.random(view.shape) < keep_p
+    keep = np.where(keep.any(-1, keepdims=True), keep, True)
+    return _even(view, budget, keep)
+
+
+def vip(view: View, budget: int, rng) -> np.ndarray:
+    """VIP: minimize Σ a_x/(n_x − 1) + b_x n_x (RLOO; Σ a_x (n_x − 1)/n_x² for GRPO), a = p(1 −
+    p), b = γ log p (γ = 7e-4 RLOO, 4e-4 GRPO), 4 ≤ n_x ≤ 32, Σ n_x = budget."""
+    p = np.clip(_posterior_mean(view), 1e-6, 1 - 1e-6)
+    grpo = view.estimator.split("[")[0].endswith("grpo")
+    gamma = 4e-4 if grpo else 7e-4
+    top = min(32, view.cap)
+    lo = min(4, budget // view.shape[-1])
+    if budget > top * view.shape[-1]:
+        top = view.cap
+    n = np.arange(top + 1, dtype=float)
+    a, b = (p * (1 - p))[..., None], (gamma * np.log(p))[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spread = (n - 1) / np.maximum(n, 1) ** 2 if grpo else 1 / np.maximum(n - 1, 1e-9)
+    curve = a * spread + b * n
+    return theory.greedy(curve, np.ones(view.shape[-1]), budget, g_min=lo).astype(np.int64)
+
+
+def gvm(view: View, budget: int, rng) -> np.ndarray:
+    """GVM-RAFT: n_x ∝ ‖g_x‖ / √(p_x + α/p_x), α = 1e-3, n_x = 0 where p_x = 0; p_x the last
+    group's success rate, ‖g_x‖ the gradient norm (given exactly here)."""
+    p = _last_rate(view, 0.5)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(p > 0, view.gnorm / np.sqrt(p + 1e-3 / np.where(p > 0, p, 1)), 0.0)
+    return _rounded(share, budget, view.cap)
+
+
+def mopps(view: View, budget: int, rng, select: float = 0.5) -> np.ndarray:
+    """MoPPS: Thompson-sample r̂_x ~ Beta(α_x, β_x), keep the ``select``·P prompts with the
+    smallest (r̂ − 0.5)², give the kept prompts the budget evenly."""
+    r = rng.beta(view.alpha, view.beta)
+    k = max(1, round(select * view.shape[-1]))
+    order = np.argsort((r - 0.5) ** 2, axis=-1, kind="stable")
+    keep = np.zeros(view.shape, bool)
+    np.put_along_axis(keep, order[:, :k], True, axis=-1)
+    return _even(view, budget, keep)
+
+
+def pods(view: View, budget: int, rng) -> np.ndarray:
+    """PODS: generate budget/P responses per prompt and train on the half with the largest
+    reward variance (as balanced as the group allows); the lab does the down-sampling."""
+    return uniform(view, budget, rng)
+
+
+def reinforce_ada(view: View, budget: int, rng) -> np.ndarray:
+    """Reinforce-Ada (balanced): rounds of budget/P new responses per prompt until it holds n/2
+    successes and n/2 failures (n = budget/(2P)), at most 4 rounds; train on n of them with
+    A = r − (success rate of everything drawn for the prompt).  The lab runs the rounds."""
+    return uniform(view, budget, rng)
+
+
+def _src(arxiv: str, where: str) -> str:
+    return f"arXiv {arxiv} (abstract); rule from the authors' code: {where}"
+
+
+RULES: dict[str, Rule] = {r.name: r for r in (
+    Rule("uniform", uniform, "allocate", "nothing", "GRPO's fixed group size"),
+    Rule("gpolab-oracle", gpolab_oracle, "allocate", "truth",
+         "gpolab (theory §14): exact-MSE-optimal greedy over the count-table MSE of §8"),
+    Rule("gpolab-drop", gpolab_drop, "allocate", "truth",
+         "gpolab (theory §14): the exact step-MSE optimum with G_x = 0 allowed (Lagrangian)"),
+    Rule("gpolab-sample", gpolab_sample, "allocate", "truth",
+         "gpolab (theory §14): unbiased inclusion probabilities and per-prompt G*, reweighted"),
+    Rule("gpolab", gpolab_posterior, "allocate", "posterior",
+         "gpolab (theory §14): the same greedy on the posterior-expected reward-only MSE",
+         "reward-only moments: score norm independent of the reward, signal share rho"),
+    Rule("knapsack", knapsack, "allocate", "last step",
+         _src("2509.25849", "sampling_budget_by_knapsack (Knapsack RL)"),
+         "p from the prompt's last group; the cost-based fallback for all-equal prompts is "
+         "replaced by an even spread"),
+    Rule("greso", greso, "allocate", "history",
+         _src("2506.02177", "Infini-AI-Lab/GRESO verl/trainer/ttis/presampling_selector.py"),
+         "all correct / all wrong stand for mean >= 0.98 / <= 0.11"),
+    Rule("vip", vip, "allocate", "posterior",
+         _src("2602.01601", "HieuNT91/VIP src/vip/allocation/bernoulli_allocation.py"),
+         "p from the Beta posterior mean instead of VIP's Gaussian process over prompt "
+         "embeddings; the integer optimum instead of SLSQP plus rounding"),
+    Rule("gvm", gvm, "allocate", "last step",
+         _src("2505.02391", "RLHFlow/GVM em/stage_2_calc_sample_size.py"),
+         "a RAFT rule used with the lab's estimator; the gradient norm is given exactly "
+         "(GVM measures it in a first sampling stage)"),
+    Rule("mopps", mopps, "allocate", "posterior",
+         _src("2507.04632", "thu-rllab/MoPPS recipe/ours/mopps.py (topk)"),
+         "the pool is the step's prompts; half of them are selected"),
+    Rule("pods", pods, "downsample", "nothing",
+         "arXiv 2504.13818 (abstract): max-variance down-sampling",
+         "keep half; for binary rewards max variance = as balanced as possible"),
+    Rule("reinforce-ada", reinforce_ada, "sequential", "nothing",
+         _src("2510.04996", "RLHFlow/Reinforce-Ada _generate_multi_round_adaptive_downsampling"),
+         "round size budget/P and kept n = budget/(2P) scale the script's 8 and 4; binary "
+         "rewards (their success is reward > 0.7)"),
+)}  # fmt: skip
+for _r in RULES.values():
+    validate.choice("reads", _r.reads, READS)

@@ -1,0 +1,230 @@
+"""Per-prompt rollout allocation: the exact MSE of a step whose prompts get different group sizes,
+and the allocation that minimizes it (theory §14; the derivations are gpolab's).
+
+A step keeps prompts x with weights f_x and gives prompt x a group of G_x responses; its estimate
+is ĝ = Σ_x f_x ĝ_x(G_x) against the exact g = Σ_x f_x g_x.  When prompts move disjoint parameter
+blocks (the tabular bandit) the errors of different prompts are orthogonal, so
+
+    MSE(ĝ) = Σ_x f_x² MSE_x(G_x),
+
+with MSE_x(G) the exact finite-G MSE of any reward-only estimator (:mod:`gpolab.theory.exact`,
+§8) and MSE_x(G) = ‖g_x‖² for G < 2 (a prompt left out, or a lone response with no baseline,
+contributes nothing: its whole gradient is missing, a bias).  For loo, MSE_x(G) = a_x/G +
+b_x/(G(G − 1)) is convex and decreasing in G ≥ 2, so giving the next rollout where f_x²[MSE_x(G_x)
+− MSE_x(G_x + 1)] is largest is exact (:func:`greedy`); :func:`is_convex` says when a curve
+is not, and the greedy is then only a heuristic (reported, not hidden).
+
+What a trainer knows is rewards, not ‖g_x‖²: :func:`posterior_curves` is the reward-only version.
+With a response's score norm independent of its reward (E‖W‖² = 1 after scaling, e_wz2 = p) and
+a signal share ‖g_x‖² = ρ p(1 − p), every term of §8 is a polynomial in p, so its expectation
+under a Beta(α, β) posterior is exact through E[p^i (1 − p)^j] = B(α + i, β + j)/B(α, β).
+For loo, MSE_x(G) = σ²_x [(1 − ρ)/G + (1 + ρ)/(G(G − 1))]; at ρ = 0, σ²_x/(G − 1), whose
+minimizer under a budget is G_x − 1 ∝ σ_x = √(p_x(1 − p_x)).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from scipy.special import betaln, gammaln
+
+from gpolab.theory import exact
+
+__all__ = ["tables", "curves", "sampled_design", "posterior_curves", "is_convex", "greedy",
+           "lagrangian", "step_mse", "matching_budget"]  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def tables(spec: str, g_max: int, **shared) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """Count tables of ``spec`` at every G = 0..``g_max``, padded: a1, a0 of shape (g_max + 1,
+    g_max) (row G holds f(1, s), f(0, s) for s < G; rows 0 and 1 are zero: no estimate) and the
+    reason per G where the estimator has no table ('' where it has).  ``shared``: the lab's
+    common estimator options."""
+    a1 = np.zeros((g_max + 1, max(g_max, 1)))
+    a0 = np.zeros_like(a1)
+    reasons = [""] * (g_max + 1)
+    for G in range(2, g_max + 1):
+        t = exact.registry_table(spec, G, strict=False, **shared)
+        if not t.ok:
+            reasons[G] = t.reason
+            a1[G, :G] = a0[G, :G] = np.nan
+            continue
+        a1[G, :G], a0[G, :G] = t.a1, t.a0
+    return a1, a0, tuple(reasons)
+
+
+def _table(a1, a0, G: int) -> exact.Table:
+    return exact.Table(a1[G, :G], a0[G, :G], G)
+
+
+def curves(a1, a0, p, gsq, S2, e_wz2, what: str = "mse") -> np.ndarray:
+    """(P, g_max + 1) exact MSE_x(G) of every prompt at G = 0..g_max from its exact moments
+    (shape (P,) each; §8 via :func:`gpolab.theory.exact.moments`); ‖g_x‖² at G < 2.
+    ``what="second_moment"``: E‖ĝ_x‖² instead (0 at G < 2); ``"kappa"``: κ_G(p_x)."""
+    gsq = np.asarray(gsq, np.float64)
+    out = np.empty(gsq.shape + (a1.shape[0],))
+    out[..., :2] = gsq[..., None] if what == "mse" else 0.0
+    for G in range(2, a1.shape[0]):
+        out[..., G] = getattr(exact.moments(_table(a1, a0, G), G, p, gsq, S2, e_wz2), what)
+    return out
+
+
+def sampled_design(second, kappa, gsq, f, budget: float, iters: int = 80):
+    """The unbiased design of theory §14 (gpolab's): include prompt x with probability π_x, give
+    it G_x responses, weight its estimate by 1/π_x (Horvitz–Thompson).  Its exact MSE is
+
+        Σ_x f_x² [E‖ĝ_x(G_x)‖²/π_x − 2κ_x‖g_x‖² + ‖g_x‖²]   for expected rollouts Σ_x π_x G_x,
+
+    separable, so for a multiplier λ each prompt takes the cheaper of (a) π_x < 1 at its own
+    G*_x = argmin_G G·E‖ĝ_x(G)‖² (independent of λ: the per-prompt group size) with π_x =
+    √(f_x² E‖ĝ_x(G*_x)‖²/(λ G*_x)), and (b) π_x = 1 with G_x = argmin f_x² E‖ĝ_x(G)‖² + λG; λ is
+    bisected until the expected rollouts equal ``budget``.  Returns (π, G, exact MSE).
+    ``second``, ``kappa``: (P, g_max + 1) from :func:`curves`; ``gsq`` = ‖g_x‖²."""
+    second = np.asarray(second, np.float64)
+    G = np.arange(second.shape[-1])
+    valid = G >= 2
+    w2 = np.asarray(f, np.float64) ** 2
+    m2 = w2[:, None] * second
+    unit = np.where(valid, G * m2, np.inf)
+    g_star = np.argmin(unit, -1)
+    m_star = np.take_along_axis(m2, g_star[:, None], -1)[:, 0]
+
+    def design(lam):
+        pa = np.sqrt(m_star / (lam * g_star))
+        cost_a = np.where(pa <= 1, 2 * np.sqrt(lam * g_star * m_star), np.inf)
+        gb = np.argmin(np.where(valid, m2 + lam * G, np.inf), -1)
+        cost_b = np.take_along_axis(m2, gb[:, None], -1)[:, 0] + lam * gb
+        use_a = cost_a < cost_b
+        return np.where(use_a, pa, 1.0), np.where(use_a, g_star, gb)
+
+    lo, hi = 1e-30, 1e30
+    for _ in range(iters):
+        mid = np.sqrt(lo * hi)
+        pi, size = design(mid)
+        lo, hi = (mid, hi) if np.sum(pi * size) > budget else (lo, mid)
+    pi, size = design(hi)
+    kap = np.take_along_axis(np.asarray(kappa, np.float64), size[:, None], -1)[:, 0]
+    sec = np.take_along_axis(second, size[:, None], -1)[:, 0]
+    mse = float(np.sum(w2 * (sec / pi - 2 * kap * gsq + gsq)))
+    return pi, size, mse
+
+
+def _beta_binomial(n: int, alpha, beta, i: int, j: int) -> np.ndarray:
+    """(..., n + 1) E[p^i (1 − p)^j C(n, s) p^s (1 − p)^(n − s)] under p ~ Beta(α, β)."""
+    s = np.arange(n + 1)
+    a, b = np.asarray(alpha, np.float64)[..., None], np.asarray(beta, np.float64)[..., None]
+    log_c = gammaln(n + 1) - gammaln(s + 1) - gammaln(n - s + 1)
+    return np.exp(log_c + betaln(a + s + i, b + n - s + j) - betaln(a, b))
+
+
+def posterior_curves(a1, a0, alpha, beta, rho: float = 0.0) -> np.ndarray:
+    """(..., g_max + 1) E[MSE_x(G)] under p_x ~ Beta(α_x, β_x) with the reward-only moments of
+    the module docstring (E‖W‖² = 1, e_wz2 = p, ‖g_x‖² = ρ p(1 − p)); exact (every term is a
+    polynomial in p).  Only ratios across prompts matter to an allocation."""
+    alpha, beta = np.asarray(alpha, np.float64), np.asarray(beta, np.float64)
+    s1 = _beta_binomial(0, alpha, beta, 1, 1)[..., 0]  # E p(1 − p)
+    out = np.empty(alpha.shape + (a1.shape[0],))
+    out[..., :2] = (rho * s1)[..., None]
+    for G in range(2, a1.shape[0]):
+        t1, t0 = a1[G, :G], a0[G, :G]
+        diag = (_beta_binomial(G - 1, alpha, beta, 1, 0) @ t1**2
+                + _beta_binomial(G - 1, alpha, beta, 0, 1) @ t0**2) / G  # fmt: skip
+        both = t1[1:] ** 2 + t0[:-1] ** 2 - 2 * t1[:-1] * t0[1:]
+        cross = (G - 1) / G * rho * (_beta_binomial(G - 2, alpha, beta, 1, 1) @ both)
+        kappa_gsq = rho * (_beta_binomial(G - 1, alpha, beta, 1, 1) @ (t1 - t0))
+        out[..., G] = diag + cross - 2 * kappa_gsq + rho * s1
+    return out
+
+
+def is_convex(curve: np.ndarray, g_min: int = 2) -> bool:
+    """Whether every curve's marginal gains MSE(G) − MSE(G + 1) are non-increasing from
+    ``g_min`` on (then :func:`greedy` is exact), up to 1e-12 relative."""
+    gains = -np.diff(curve[..., g_min:], axis=-1)
+    return bool(np.all(np.diff(gains, axis=-1) <= 1e-12 * (np.abs(gains[..., :-1]) + 1e-300)))
+
+
+def greedy(curve: np.ndarray, weights: np.ndarray, budget: int, g_min: int = 2) -> np.ndarray:
+    """(..., P) group sizes minimizing Σ_x w_x curve[x, G_x] with Σ_x G_x = ``budget`` and
+    ``g_min`` ≤ G_x ≤ g_max: every prompt starts at ``g_min`` and the remaining rollouts go to
+    the largest marginal gains (exact for convex curves; ties go to the lower prompt index).
+    ``curve``: (..., P, g_max + 1); ``weights``: (P,) or (..., P)."""
+    curve = np.asarray(curve, np.float64)
+    P, top = curve.shape[-2], curve.shape[-1] - 1
+    extra = budget - g_min * P
+    if extra < 0 or budget > top * P:
+        raise ValueError(f"budget {budget} outside [{g_min * P}, {top * P}] for {P} prompts")
+    gains = -np.diff(curve[..., g_min:], axis=-1) * np.asarray(weights)[..., None]
+    flat = gains.reshape(gains.shape[:-2] + (-1,))
+    if extra == 0:
+        return np.full(curve.shape[:-1], g_min, np.int64)
+    # stable order: largest gain first, ties by prompt then G (a prefix of each prompt's gains
+    # when they are non-increasing)
+    order = np.argsort(-flat, axis=-1, kind="stable")[..., :extra]
+    chosen = np.zeros(flat.shape, bool)
+    np.put_along_axis(chosen, order, True, axis=-1)
+    return g_min + chosen.reshape(gains.shape).sum(-1)
+
+
+def lagrangian(curve: np.ndarray, weights: np.ndarray, budget: int, iters: int = 60) -> np.ndarray:
+    """(..., P) group sizes in {0} ∪ [2, g_max] minimizing Σ_x w_x curve[x, G_x] with Σ_x G_x ≤
+    ``budget``: each prompt takes argmin_G w_x curve[x, G] + λG, λ bisected until the budget
+    holds, then the leftover rollouts go one at a time to the kept prompts with the largest
+    marginal gains.  Optimal among allocations on the curves' lower convex hulls (the classical
+    Lagrangian bound); off it by at most one prompt's rounding.  G = 0 drops a prompt: its whole
+    gradient is missing (curve[x, 0] = ‖g_x‖²), which the MSE may prefer to a noisy group."""
+    curve = np.asarray(curve, np.float64)
+    w = np.asarray(weights)[..., None] * curve
+    G = np.arange(curve.shape[-1])
+    w = np.where(G == 1, np.inf, w)  # a lone response has no baseline: never chosen
+    lo = np.zeros(curve.shape[:-2] + (1, 1))
+    hi = np.full_like(lo, np.nanmax(np.abs(w[np.isfinite(w)])) + 1.0)
+
+    def pick(lam):
+        return np.argmin(w + lam * G, axis=-1)
+
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        over = pick(mid).sum(-1, keepdims=True)[..., None] > budget
+        lo, hi = np.where(over, mid, lo), np.where(over, hi, mid)
+    out = pick(hi)
+    left = budget - out.sum(-1)
+    for _ in range(int(left.max(initial=0))):
+        nxt = np.minimum(out + 1, G[-1])
+        here = np.take_along_axis(w, out[..., None], -1)[..., 0]
+        gain = here - np.take_along_axis(w, nxt[..., None], -1)[..., 0]
+        gain = np.where((out >= 2) & (nxt > out), gain, -np.inf)
+        best = np.argmax(gain, axis=-1)
+        add = (left > 0) & np.isfinite(np.max(gain, axis=-1))
+        np.put_along_axis(out, best[..., None], np.take_along_axis(out, best[..., None], -1)
+                          + add[..., None], axis=-1)  # fmt: skip
+        left = left - add
+    return out
+
+
+def step_mse(curve: np.ndarray, weights: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """Σ_x w_x curve[x, G_x] for allocations G (..., P) (w = f²: the step's exact MSE)."""
+    G = np.asarray(G)
+    picked = np.take_along_axis(np.broadcast_to(curve, G.shape + curve.shape[-1:]),
+                                G[..., None], axis=-1)[..., 0]  # fmt: skip
+    return np.sum(np.asarray(weights) * picked, axis=-1)
+
+
+def matching_budget(rollouts, mse, target: float) -> float:
+    """The rollouts at which a curve (increasing ``rollouts``, its ``mse``) reaches ``target``,
+    by log-log interpolation; NaN when the curve never gets that low or starts below it (the
+    match is outside what was measured)."""
+    r, m = np.asarray(rollouts, float), np.asarray(mse, float)
+    ok = (r > 0) & (m > 0) & np.isfinite(m)
+    r, m = np.log(np.where(ok, r, 1.0)), np.log(np.where(ok, m, 1.0))
+    r, m = r[ok], m[ok]
+    if len(r) == 0 or target <= 0 or not np.isfinite(target):
+        return float("nan")
+    t = np.log(target)
+    if m[0] <= t:
+        return float(np.exp(r[0])) if m[0] == t else float("nan")
+    for i in range(1, len(r)):
+        if m[i] <= t:
+            frac = (m[i - 1] - t) / (m[i - 1] - m[i])
+            return float(np.exp(r[i - 1] + frac * (r[i] - r[i - 1])))
+    return float("nan")

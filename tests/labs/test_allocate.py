@@ -1,0 +1,260 @@
+"""``gpolab allocate``: the allocation theory against brute force and numerical integration, every
+rule's exact MSE (given its allocation) against its own Monte Carlo, the rules' semantics, the
+command's rows and bad input, and ``plan --allocate``."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from gpolab import cli
+from gpolab.estimators import allocation as rules
+from gpolab.labs import allocate as lab
+from gpolab.theory import allocation as theory
+
+SMALL = dict(prompts=8, actions=4, budget=(16, 40), cap=16, seeds=3000, history=4, runs=5,
+             steps=4, train_budget=24)  # fmt: skip
+
+
+def _curves(spec, P=7, g_max=12, rho=0.05, seed=0):
+    a1, a0, _ = theory.tables(spec, g_max)
+    p = np.random.default_rng(seed).beta(0.5, 2.0, P)
+    return theory.curves(a1, a0, p, rho * p * (1 - p), np.ones(P), p), a1, a0
+
+
+def _brute(curve, budget, options):
+    """Exact knapsack by dynamic programming over the prompts."""
+    best = {0: 0.0}
+    for row in curve:
+        nxt = {}
+        for n, v in best.items():
+            for g in options:
+                if n + g <= budget and v + row[g] < nxt.get(n + g, math.inf):
+                    nxt[n + g] = v + row[g]
+        best = nxt
+    return best
+
+
+@pytest.mark.parametrize("budget", [14, 20, 33, 50])
+def test_greedy_is_the_exact_optimum_for_convex_loo_curves(budget):
+    curve, *_ = _curves("loo")
+    assert theory.is_convex(curve)
+    G = theory.greedy(curve, np.ones(len(curve)), budget)
+    assert G.sum() == budget and G.min() >= 2
+    dp = _brute(curve, budget, range(2, curve.shape[1]))
+    assert theory.step_mse(curve, np.ones(len(curve)), G) == pytest.approx(dp[budget], rel=1e-12)
+
+
+@pytest.mark.parametrize("budget", [8, 20, 40])
+def test_lagrangian_with_drops_matches_brute_force(budget):
+    curve, *_ = _curves("loo", rho=0.3)
+    G = theory.lagrangian(curve, np.ones(len(curve)), budget)
+    assert G.sum() <= budget and not np.any(G == 1)
+    dp = _brute(curve, budget, [0, *range(2, curve.shape[1])])
+    best = min(dp.values())
+    # optimal on the lower convex hulls: within one prompt's rounding of the exact knapsack
+    got = theory.step_mse(curve, np.ones(len(curve)), G)
+    assert best <= got + 1e-15
+    assert got <= best + np.max(np.abs(np.diff(curve, axis=1)))
+
+
+def test_grpo_curves_are_not_convex_and_say_so():
+    curve, *_ = _curves("grpo")
+    assert not theory.is_convex(curve)
+
+
+@pytest.mark.parametrize("spec", ["loo", "grpo", "mean"])
+def test_posterior_curves_are_the_exact_beta_average(spec):
+    _, a1, a0 = _curves(spec)
+    rho, a, b = 0.1, 2.5, 6.0
+    x = np.linspace(1e-7, 1 - 1e-7, 40001)
+    w = stats.beta.pdf(x, a, b)
+    w /= w.sum()
+    pointwise = theory.curves(a1, a0, x, rho * x * (1 - x), np.ones_like(x), x)
+    got = theory.posterior_curves(a1, a0, np.array([a]), np.array([b]), rho)[0]
+    np.testing.assert_allclose(got, w @ pointwise, rtol=1e-6, atol=1e-12)
+
+
+def test_loo_posterior_curve_at_rho_zero_is_sigma2_over_g_minus_1():
+    _, a1, a0 = _curves("loo")
+    a, b = 3.0, 5.0
+    got = theory.posterior_curves(a1, a0, np.array([a]), np.array([b]), 0.0)[0]
+    s2 = a * b / ((a + b) * (a + b + 1))
+    G = np.arange(2, got.shape[0])
+    np.testing.assert_allclose(got[2:], s2 / (G - 1), rtol=1e-12)
+
+
+def test_sampled_design_spends_the_budget_and_beats_uniform():
+    cfg = lab.Config(**{**SMALL, "seeds": 16})
+    env = lab.Bandit.of(cfg.instance)
+    t = env.truth(env.policy(env.theta))
+    a1, a0, _ = theory.tables("loo", 16)
+    o = lab.oracle_curves(t, a1, a0)
+    pi, G, mse = theory.sampled_design(o["second_moment"], o["kappa"], t["gsq"], env.f, 24)
+    assert np.all((pi > 0) & (pi <= 1)) and np.all(G >= 2)
+    assert float(pi @ G) == pytest.approx(24, abs=1.0)
+    uniform = lab.exact_given(o, env.f, np.full(8, 3), np.ones(8))
+    assert mse < uniform
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    return {est: lab.run(lab.Config(**SMALL, estimator=est))
+            for est in ("loo", "grpo")}  # fmt: skip
+
+
+@pytest.mark.parametrize("est", ["loo", "grpo"])
+def test_every_rule_exact_mse_given_its_allocation_matches_its_monte_carlo(small, est):
+    res = small[est]["results"]
+    fixed = res[res["theory_mse"].notna()]
+    assert set(fixed["rule"]) == {r for r, x in rules.RULES.items() if x.kind == "allocate"}
+    se = np.hypot(fixed["mse_se"], fixed["theory_mse_se"])
+    z = (fixed["mse"] - fixed["theory_mse"]) / np.where(se > 0, se, 1)  # se 0: all dropped
+    assert np.all(np.abs(z) < 4.5), fixed.assign(z=z)[["rule", "budget", "mse", "theory_mse", "z"]]
+    other = res[res["theory_mse"].isna()]
+    assert set(other["rule"]) == {"pods", "reinforce-ada"}
+    assert other["theory"].str.startswith("none:").all()
+
+
+def test_rollouts_are_the_budget_where_a_rule_fixes_them(small):
+    res = small["loo"]["results"]
+    for rule in ("uniform", "gpolab-oracle", "gpolab", "knapsack", "vip", "mopps", "pods"):
+        cur = res[res["rule"] == rule]
+        assert np.allclose(cur["rollouts"], cur["budget"]), rule
+    for rule in ("gvm", "greso"):  # what their shares put past the cap is not spent
+        cur = res[res["rule"] == rule]
+        assert np.all(cur["rollouts"] <= cur["budget"]) and np.all(cur["rollouts"] > 0)
+    ada = res[res["rule"] == "reinforce-ada"]
+    assert np.all(ada["rollouts"] >= ada["budget"])
+    sample = res[res["rule"] == "gpolab-sample"]
+    assert np.allclose(sample["rollouts"], sample["budget"], rtol=0.05)
+
+
+def test_unbiased_rules_are_unbiased_and_drops_are_not(small):
+    res = small["loo"]["results"].set_index(["rule", "budget"])
+    for rule in ("uniform", "gpolab-oracle", "gpolab", "gpolab-sample"):
+        for budget in SMALL["budget"]:
+            r = res.loc[(rule, budget)]
+            # bias² is estimated unbiasedly: its SE is about 2‖b‖·sqrt(var/n) + var/n·sqrt(2/n)
+            assert abs(r["bias_sq"]) < 6 * r["variance"] / r["n_seeds"] ** 0.5 / 10 + 1e-12, rule
+    drop = res.loc[("gpolab-drop", 16)]
+    assert drop["bias_sq"] > 0 and drop["kept"] < SMALL["prompts"]
+    assert drop["theory_mse"] <= res.loc[("gpolab-oracle", 16)]["theory_mse"]
+
+
+def test_reinforce_ada_stops_when_both_outcomes_reach_half_the_group():
+    z = np.zeros((1, 3, 16), bool)
+    z[0, 0, [0, 3]] = True  # two successes in round 1 (r = 4): done after round 1
+    z[0, 1, [9, 10]] = True  # successes in round 3
+    use, gen, adv = lab.used_responses(rules.RULES["reinforce-ada"], None, z, budget=12)
+    assert gen.tolist() == [[4, 12, 16]]  # third prompt never succeeds: all 4 rounds
+    assert use.sum(-1).tolist() == [[2, 2, 2]]  # n = r/2 = 2 responses kept
+    assert z[0, 0][use[0, 0]].tolist() == [True, False]  # one success, one failure
+    np.testing.assert_allclose(adv[0, 1, 9], 1 - 2 / 12)  # A = r − rate of everything drawn
+
+
+def test_pods_keeps_the_most_balanced_half():
+    z = np.zeros((1, 2, 8), bool)
+    z[0, 0, :1] = True  # 1 success of 8: keep it and 3 failures
+    z[0, 1, :6] = True  # 6 of 8: keep 2 and 2
+    use, gen, _ = lab.used_responses(rules.RULES["pods"], np.array([[8, 8]]), z, budget=16)
+    assert use.sum(-1).tolist() == [[4, 4]] and gen.tolist() == [[8, 8]]
+    assert (z & use).sum(-1).tolist() == [[1, 2]]
+
+
+def test_training_rows_have_intervals_and_cumulative_rollouts(small):
+    tr = small["loo"]["training"]
+    assert set(tr["rule"]) == set(rules.RULES)
+    first = tr[tr["step"] == 0]
+    assert np.allclose(first["rollouts"], 0) and first["gap"].nunique() == 1
+    uni = tr[tr["rule"] == "uniform"]
+    assert np.allclose(np.diff(uni["rollouts"]), SMALL["train_budget"])
+    assert (tr["gap_ci"] >= 0).all() and (tr["runs"] == 5).all()
+
+
+def test_json_rows_carry_the_issue_columns(tmp_path, capsys):
+    argv = [
+        "allocate",
+        "--prompts",
+        "8",
+        "--actions",
+        "4",
+        "--budget",
+        "16,32",
+        "--cap",
+        "16",
+        "--seeds",
+        "64",
+        "--runs",
+        "5",
+        "--steps",
+        "3",
+        "--train-budget",
+        "16",
+        "--rules",
+        "uniform,gpolab,knapsack",
+        "--out",
+        str(tmp_path / "o"),
+        "--json",
+    ]
+    assert cli.main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    static = [r for r in rows if r["table"] == "results"]
+    trained = [r for r in rows if r["table"] == "training"]
+    assert {"rule", "budget", "mse", "cos", "snr", "rollouts", "source"} <= set(static[0])
+    assert {"rule", "rollouts", "gap", "gap_ci", "success_ci"} <= set(trained[0])
+    assert all(r["source"] for r in static)
+    for name in lab.TABLES:
+        assert (tmp_path / "o" / f"{name}.parquet").exists()
+    assert (tmp_path / "o" / "allocate_training.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--budget", "8"], "budget: got 8"),
+    (["--estimator", "verl/gpg"], "estimator"),
+    (["--kind", "loglinear"], "kind"),
+    (["--rules", "nope"], "rules"),
+    (["--runs", "3"], "runs"),
+])  # fmt: skip
+def test_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys, argv, words):
+    assert cli.main(["allocate", *argv, "--out", str(tmp_path / "o")]) != 0
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_every_rule_cites_a_source_and_a_reading():
+    for r in rules.RULES.values():
+        assert (
+            r.source
+            and r.reads in rules.READS
+            and r.kind in ("allocate", "downsample", "sequential")
+        )
+
+
+def test_plan_allocate_writes_a_table_a_script_applies(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    p = rng.beta(0.5, 2.0, 200)
+    z = rng.random((3, 200, 8)) < p[None, :, None]
+    log = pd.DataFrame({"step": np.repeat(np.arange(3), 200 * 8),
+                        "prompt": np.tile(np.repeat([f"q{i}" for i in range(200)], 8), 3),
+                        "reward": z.ravel().astype(float)})  # fmt: skip
+    path = tmp_path / "log.csv"
+    log.to_csv(path, index=False)
+    out = tmp_path / "o"
+    assert cli.main(["plan", str(path), "--allocate", "--draws", "100", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "## Allocation" in text
+    table = pd.read_csv(out / "allocation.csv")
+    assert len(table) == 200 and table["G"].sum() == 8 * 200 and table["G"].min() >= 2
+    doc = json.loads((out / "allocation.json").read_text())
+    assert doc["G"]["q0"] == int(table.set_index("prompt").loc["q0", "G"])
+    assert doc["predicted_mse_ratio"] < 1  # by construction no worse than the log's G
+    # harder prompts (posterior p near 0) get fewer responses at rho = 0 (G − 1 ∝ σ)
+    t = table.sort_values("p_mean")
+    assert t["G"].iloc[:20].mean() < t["G"].iloc[-20:].mean() or t["p_mean"].iloc[-1] > 0.5
