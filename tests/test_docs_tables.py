@@ -12,7 +12,18 @@ import pandas as pd
 import pytest
 
 from gpolab import output
-from gpolab.labs import chi2, curvature, groupsize, offpolicy, plan, stdnorm, sweep, tree, zoo
+from gpolab.labs import (
+    allocate,
+    chi2,
+    curvature,
+    groupsize,
+    offpolicy,
+    plan,
+    stdnorm,
+    sweep,
+    tree,  # fmt: skip
+    zoo,
+)
 from gpolab.store import Store
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
@@ -88,6 +99,8 @@ RUNS = {
     "offpolicy": (offpolicy, dict(prompts=3, actions=4, seeds=32, eta=(2.0, 8.0), m=(1, 2),
                                   staleness=(0, 1), ratio=("token", "cispo"), clip=("dual",),
                                   kl=("none", "k2"))),
+    "allocate": (allocate, dict(prompts=8, actions=4, budget=(16,), cap=16, seeds=32, runs=5,
+                                steps=4, train_budget=16)),
 }  # fmt: skip
 SLOW_RUNS = {
     "zoo": (zoo, dict(env=("bandit",), estimators=("loo", "grpo"), G=(2,), seeds=100,

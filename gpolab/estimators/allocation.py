@@ -98,8 +98,27 @@ def uniform(view: View, budget: int, rng) -> np.ndarray:
     return _even(view, budget, np.ones(view.shape, bool))
 
 
+def uniform_gstar(view: View, budget: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """The best uniform rule: B of the P prompts drawn at random, G = budget/B each, weighted
+    P/B, with (B, G) the exact-MSE-optimal pair (uniform G*; true moments, as ``gpolab
+    groupsize`` finds it).  B = P is plain uniform G."""
+    o = view.oracle
+    lead = o["mse"].shape[:-2]
+    S, P = view.shape
+    G = np.zeros(view.shape, np.int64)
+    weight = np.zeros(view.shape)
+    for s in range(S):
+        i = (s,) if lead else ()
+        B, size, _ = theory.uniform_design(o["second_moment"][i], o["kappa"][i], o["gsq"][i],
+                                           view.f, budget)  # fmt: skip
+        pick = rng.permutation(P)[:B]
+        G[s, pick] = size
+        weight[s, pick] = P / B
+    return G, weight
+
+
 def gpolab_oracle(view: View, budget: int, rng) -> np.ndarray:
-    """gpolab: the allocation minimizing the step's exact MSE Σ_x f_x² MSE_x(G_x) (theory §14),
+    """gpolab: the allocation minimizing the step's exact MSE Σ_x f_x² MSE_x(G_x) (theory §12),
     every prompt kept (G_x ≥ 2), from the true moments: the bound no trainer can reach."""
     curve = view.oracle["mse"][..., : view.cap + 1]
     G = theory.greedy(curve, view.f**2, budget)
@@ -108,7 +127,7 @@ def gpolab_oracle(view: View, budget: int, rng) -> np.ndarray:
 
 def gpolab_drop(view: View, budget: int, rng) -> np.ndarray:
     """gpolab: the step-MSE optimum when prompts may be left out (G_x = 0): drops the prompts
-    whose group's noise exceeds their whole gradient (true moments; theory §14).  Lowest MSE per
+    whose group's noise exceeds their whole gradient (true moments; theory §12).  Lowest MSE per
     step, biased: what a shrunken step costs shows in training."""
     curve = view.oracle["mse"][..., : view.cap + 1]
     G = theory.lagrangian(np.broadcast_to(curve, view.shape + curve.shape[-1:]), view.f**2, budget)
@@ -116,21 +135,14 @@ def gpolab_drop(view: View, budget: int, rng) -> np.ndarray:
 
 
 def gpolab_sample(view: View, budget: int, rng) -> tuple[np.ndarray, np.ndarray]:
-    """gpolab: the unbiased sampled design (theory §14): prompt x is included with probability
+    """gpolab: the unbiased sampled design (theory §12): prompt x is included with probability
     π_x (independently), gets its own G_x and weight 1/π_x; (π, G) minimize the exact MSE at
     ``budget`` expected rollouts (:func:`gpolab.theory.allocation.sampled_design`, true
     moments).  Returns (G, weight), G = 0 where a prompt is not drawn."""
     o = view.oracle
     S = view.shape[0]
-    lead = o["mse"].shape[:-2]
-    pis, sizes = [], []
-    for i in np.ndindex(*lead) if lead else [()]:
-        pi, size, _ = theory.sampled_design(o["second_moment"][i], o["kappa"][i], o["gsq"][i],
-                                            view.f, budget)  # fmt: skip
-        pis.append(pi)
-        sizes.append(size)
-    pi = np.broadcast_to(np.stack(pis).reshape(lead + pis[0].shape), view.shape)
-    size = np.broadcast_to(np.stack(sizes).reshape(lead + sizes[0].shape), view.shape)
+    pi, size, _ = theory.sampled_design(o["second_moment"], o["kappa"], o["gsq"], view.f, budget)
+    pi, size = np.broadcast_to(pi, view.shape), np.broadcast_to(size, view.shape)
     drawn = rng.random((S, view.shape[-1])) < pi
     return np.where(drawn, size, 0).astype(np.int64), np.where(drawn, 1 / pi, 0.0)
 
@@ -259,14 +271,16 @@ def _src(arxiv: str, where: str) -> str:
 
 RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("uniform", uniform, "allocate", "nothing", "GRPO's fixed group size"),
+    Rule("uniform-gstar", uniform_gstar, "allocate", "truth",
+         "the best uniform G (G*, arXiv 2603.01162 Thm 7): B prompts at random, G = N/B each"),
     Rule("gpolab-oracle", gpolab_oracle, "allocate", "truth",
-         "gpolab (theory §14): exact-MSE-optimal greedy over the count-table MSE of §8"),
+         "gpolab (theory §12): exact-MSE-optimal greedy over the count-table MSE of §8"),
     Rule("gpolab-drop", gpolab_drop, "allocate", "truth",
-         "gpolab (theory §14): the exact step-MSE optimum with G_x = 0 allowed (Lagrangian)"),
+         "gpolab (theory §12): the exact step-MSE optimum with G_x = 0 allowed (Lagrangian)"),
     Rule("gpolab-sample", gpolab_sample, "allocate", "truth",
-         "gpolab (theory §14): unbiased inclusion probabilities and per-prompt G*, reweighted"),
+         "gpolab (theory §12): unbiased inclusion probabilities and per-prompt G*, reweighted"),
     Rule("gpolab", gpolab_posterior, "allocate", "posterior",
-         "gpolab (theory §14): the same greedy on the posterior-expected reward-only MSE",
+         "gpolab (theory §12): the same greedy on the posterior-expected reward-only MSE",
          "reward-only moments: score norm independent of the reward, signal share rho"),
     Rule("knapsack", knapsack, "allocate", "last step",
          _src("2509.25849", "sampling_budget_by_knapsack (Knapsack RL)"),

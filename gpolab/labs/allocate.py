@@ -1,6 +1,6 @@
 """The allocation lab (``gpolab allocate``): how many responses each prompt of a step should get,
 every published allocation rule against gpolab's exact-MSE-optimal one, on the same exact
-gradients (theory §14).
+gradients (theory §12).
 
 The instance is the tabular bandit with a skewed difficulty mix (its own settings: 64 prompts,
 success probabilities Beta(0.5, 2), sharp initial logits; V(x) from 0.005 to 0.46).  A step
@@ -31,6 +31,7 @@ prompts and between seeds, and two rules read rewards between rounds.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar
 
@@ -50,12 +51,13 @@ INSTANCES = {"bandit": bandit.Instance}
 # the lab's instance: a skewed difficulty mix (bandit.Instance defaults otherwise)
 INSTANCE = {"prompts": 64, "actions": 8, "logit_scale": 2.0, "success_a": 0.5, "success_b": 2.0}
 SCHEMA = 1
+SPLITS = 8  # independent batches of seeds: bias² and its SE
 CHUNK = 256  # seeds per numpy chunk (memory: chunk x prompts x draws x actions booleans)
 ROUNDS = 4  # Reinforce-Ada's rounds (its script's max_rounds)
 Z95 = 1.959963984540054
 JSON = ("rule", "budget", "rollouts", "mse", "mse_se", "theory_mse", "theory_mse_se", "theory",
-        "bias_sq", "variance", "cos", "cos_se", "snr", "zero_signal", "kept", "reads", "source",
-        "estimator", "n_seeds")  # fmt: skip
+        "bias_sq", "bias_sq_se", "variance", "cos", "cos_se", "snr", "zero_signal", "kept",
+        "reads", "source", "estimator", "n_seeds")  # fmt: skip
 JSON_TABLES = {"results": JSON, "trained": None, "training": None}  # --json: every answer
 
 
@@ -65,8 +67,7 @@ class Config:
     flat: ``--prompts 32``; in a file its subtable ``[allocate.bandit]``).  Tuples are grids."""
 
     LAB: ClassVar[str] = NAME
-    QUICK: ClassVar[dict] = {"seeds": 256, "budget": (128, 256, 512), "runs": 5, "steps": 60,
-                             "cap": 64}  # fmt: skip
+    QUICK: ClassVar[dict] = {"seeds": 256, "budget": (128, 256, 512), "runs": 5, "steps": 60}
     INSTANCES: ClassVar[tuple] = ("env", INSTANCES)
 
     env: str = option("bandit", "bandit (tabular: prompts move disjoint parameter blocks, so the "
@@ -139,6 +140,16 @@ class Config:
         validate.integer("runs", self.runs, 5, 4096)
         validate.real("lr", self.lr, low=0.0, open_low=True)
         validate.integer("seed", self.seed, 0)
+
+
+INSTANCE_COLUMNS = ("prompts", "actions", "logit_scale", "success_a", "success_b", "instance_seed")
+STATIC_COLUMNS = ("estimator", "cap", "history", "rho", "decay", *INSTANCE_COLUMNS)
+TRAIN_COLUMNS = ("estimator", "cap", "rho", "decay", "train_budget", "lr", *INSTANCE_COLUMNS)
+
+
+def setting_columns(cfg: Config, names) -> dict:
+    """The settings a row's numbers depend on, as its columns."""
+    return {n: configs.value(cfg, n) for n in names}
 
 
 def check_estimator(field: str, spec: str) -> None:
@@ -286,11 +297,8 @@ def response_slots(cfg: Config, budget: int) -> int:
 
 
 def oracle_curves(t: dict, a1, a0) -> dict:
-    """Exact curves of the lab's estimator from the truth ``t`` (theory §14)."""
-    args = (a1, a0, t["V"], t["gsq"], t["S2"], t["e_wz2"])
-    return {what: theory.curves(*args, what=what) for what in ("mse", "second_moment", "kappa")} | {
-        "gsq": t["gsq"]
-    }
+    """Exact curves of the lab's estimator from the truth ``t`` (theory §12)."""
+    return {**theory.all_curves(a1, a0, t["V"], t["gsq"], t["S2"], t["e_wz2"]), "gsq": t["gsq"]}
 
 
 def view_of(cfg: Config, env: Bandit, pi, state: dict, a1, a0, oracle) -> rules.View:
@@ -400,7 +408,7 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
         rows.append({"table": "results", "rule": name, "budget": budget, **row,
                      "theory": why or "count table, given the allocation", "reads": rule.reads,
                      "source": rule.source, "assumed": rule.assumed,
-                     "estimator": cfg.estimator})  # fmt: skip
+                     **setting_columns(cfg, STATIC_COLUMNS)})  # fmt: skip
         for x in range(P):
             rows.append(
                 {
@@ -432,6 +440,8 @@ class _Acc:
         self.sums = dict.fromkeys(("sq", "sq2", "cos", "cos2", "gen", "zero", "kept", "ex",
                                    "ex2", "norm2"), 0.0)  # fmt: skip
         self.mean = np.zeros((P, A))
+        self.splits = np.zeros((SPLITS, P, A))  # sums of ĝ per independent batch of seeds
+        self.split_n = np.zeros(SPLITS)
         self.G = np.zeros(P)
 
     def add(self, f, g, ghat, gen, n, c, exact, G) -> None:
@@ -459,8 +469,28 @@ class _Acc:
         else:
             s["ex"] = math.nan
         self.mean += ghat.sum(0)
+        which = (self.n + np.arange(len(sq))) % SPLITS
+        np.add.at(self.splits, which, ghat)
+        np.add.at(self.split_n, which, 1)
         self.G += G.sum(0)
         self.n += len(sq)
+
+    def bias_sq(self, f, g) -> tuple[float, float]:
+        """‖E ĝ − g‖² (f-weighted) without its noise: the mean over pairs of independent batches
+        of (m_i − g)·(m_j − g), unbiased, with a jackknife SE over the batches."""
+        d = f[:, None] * (self.splits / self.split_n[:, None, None] - g)
+        d = d.reshape(SPLITS, -1)
+        gram = d @ d.T
+
+        def pairs(keep):
+            sub = gram[np.ix_(keep, keep)]
+            k = len(keep)
+            return (sub.sum() - np.trace(sub)) / (k * (k - 1))
+
+        every = np.arange(SPLITS)
+        full = pairs(every)
+        loo = np.array([pairs(np.delete(every, i)) for i in every])
+        return float(full), float(np.sqrt((SPLITS - 1) / SPLITS * np.sum((loo - loo.mean()) ** 2)))
 
     def row(self, f, g) -> dict:
         s, n = self.sums, self.n
@@ -476,10 +506,11 @@ class _Acc:
         cos, cos_se = mean_se("cos", "cos2")
         m = f[:, None] * self.mean / n
         variance = max(s["norm2"] / n - float(np.sum(m**2)), 0.0) * n / (n - 1)
-        bias_sq = float(np.sum((m - f[:, None] * g) ** 2)) - variance / n
+        bias_sq, bias_sq_se = self.bias_sq(f, g)
         snr = float(np.sum(m**2)) / variance if variance > 0 else math.inf
         return {"rollouts": s["gen"] / n, "mse": mse, "mse_se": mse_se, "theory_mse": ex,
-                "theory_mse_se": ex_se, "bias_sq": bias_sq, "variance": variance, "cos": cos,
+                "theory_mse_se": ex_se, "bias_sq": bias_sq, "bias_sq_se": bias_sq_se,
+                "variance": variance, "cos": cos,
                 "cos_se": cos_se, "snr": snr, "zero_signal": s["zero"] / n,
                 "kept": s["kept"] / n, "n_seeds": n}  # fmt: skip
 
@@ -525,7 +556,8 @@ def train_rows(cfg: Config, name: str) -> list[dict]:
         rows.append({"table": "training", "rule": name, "step": t,
                      "rollouts": float(spent[t].mean()), "gap": float(gaps[t].mean()),
                      "gap_ci": _ci(gaps[t]), "success": float(wins[t].mean()),
-                     "success_ci": _ci(wins[t]), "runs": R})  # fmt: skip
+                     "success_ci": _ci(wins[t]), "runs": R,
+                     **setting_columns(cfg, TRAIN_COLUMNS)})  # fmt: skip
     half = gaps[0] / 2
     reach = np.array([spent[np.argmax(gaps[:, r] <= half[r]), r] if np.any(gaps[:, r] <= half[r])
                       else math.nan for r in range(R)])  # fmt: skip
@@ -535,7 +567,8 @@ def train_rows(cfg: Config, name: str) -> list[dict]:
                  "rollouts_to_half_gap_ci": _ci(reach[ok]) if ok.sum() > 1 else math.nan,
                  "reached": int(ok.sum()), "runs": R, "final_gap": float(gaps[-1].mean()),
                  "final_gap_ci": _ci(gaps[-1]), "final_success": float(wins[-1].mean()),
-                 "rollouts": float(spent[-1].mean())})  # fmt: skip
+                 "rollouts": float(spent[-1].mean()),
+                 **setting_columns(cfg, TRAIN_COLUMNS)})  # fmt: skip
     return rows
 
 
@@ -547,10 +580,52 @@ def _ci(x) -> float:
 # ---------------------------------------------------------------- analysis
 
 
-def match_table(results):
+EXACT_DESIGNS = ("uniform-gstar", "gpolab-oracle", "gpolab-sample")
+
+
+@functools.lru_cache(maxsize=4)
+def _instance_curves(cfg: Config) -> tuple[dict, np.ndarray]:
+    env = Bandit.of(cfg.instance)
+    t = env.truth(env.policy(env.theta))
+    return oracle_curves(t, *theory.tables(cfg.estimator, cfg.cap)[:2]), env.f
+
+
+def exact_mse_at(cfg: Config, rule: str, budget: float) -> float:
+    """The exact MSE of a deterministic design at any budget (theory §12): the keep-all greedy
+    (budget ≥ 2 per prompt), the sampled design or uniform G* (any budget ≥ 2)."""
+    o, f = _instance_curves(cfg)
+    P = len(f)
+    if rule == "gpolab-sample":
+        return float(theory.sampled_design(o["second_moment"], o["kappa"], o["gsq"], f,
+                                           budget)[2])  # fmt: skip
+    if rule == "uniform-gstar":
+        return theory.uniform_design(o["second_moment"], o["kappa"], o["gsq"], f,
+                                     int(budget))[2]  # fmt: skip
+    if budget < 2 * P:
+        return math.inf
+    G = theory.greedy(o["mse"], f**2, int(budget))
+    return float(theory.step_mse(o["mse"], f**2, G))
+
+
+def exact_match(cfg: Config, rule: str, target: float, top: int) -> float:
+    """The smallest budget (to one rollout) at which ``rule``'s exact MSE reaches ``target``,
+    by bisection over 2..``top`` (the MSE falls with the budget); NaN if it never does."""
+    target = target * (1 + 1e-9)  # equal designs (uniform itself) match at the same budget
+    lo, hi = 2, top
+    if exact_mse_at(cfg, rule, hi) > target:
+        return math.nan
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if exact_mse_at(cfg, rule, mid) > target else (lo, mid)
+    return float(hi)
+
+
+def match_table(results, cfg: Config | None = None):
     """Per rule and budget: the rollouts the rule needs to reach uniform's MSE at that budget
     (exact conditional MSE where the rule has it, else the Monte Carlo MSE; log-log
-    interpolation along the rule's own curve) and the ratio to uniform's rollouts."""
+    interpolation along the rule's own curve) and the ratio to uniform's rollouts.  With
+    ``cfg``, the designs of :data:`EXACT_DESIGNS` also get the exact answer at any budget
+    (``rollouts_to_match_exact``, ``ratio_exact``), below the smallest budget measured too."""
     import pandas as pd
 
     if "uniform" not in set(results["rule"]):
@@ -565,9 +640,18 @@ def match_table(results):
         basis = "theory_mse" if cur["theory_mse"].notna().all() else "mse"
         for _, u in uni.iterrows():
             need = theory.matching_budget(cur["rollouts"], cur["score"], u["score"])
-            rows.append({"rule": rule, "budget": int(u["budget"]), "uniform_mse": u["score"],
-                         "rollouts_to_match": need, "ratio": need / u["rollouts"],
-                         "basis": basis})  # fmt: skip
+            row = {
+                "rule": rule,
+                "budget": int(u["budget"]),
+                "uniform_mse": u["score"],
+                "rollouts_to_match": need,
+                "ratio": need / u["rollouts"],
+                "basis": basis,
+            }
+            if cfg is not None and rule in EXACT_DESIGNS:
+                exact = exact_match(cfg, rule, float(u["score"]), int(u["budget"]))
+                row |= {"rollouts_to_match_exact": exact, "ratio_exact": exact / u["budget"]}
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -603,7 +687,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
                        ("allocation", ("budget", "prompt"))):  # fmt: skip
         for c in cols:
             tables[name][c] = tables[name][c].astype(int)
-    tables["match"] = match_table(tables["results"])
+    tables["match"] = match_table(tables["results"], cfg)
     return {name: tables.get(name, pd.DataFrame()) for name in TABLES}
 
 

@@ -86,7 +86,7 @@ class Config:
     allocate: bool = option(
         False,
         "also write allocation.csv/json: a group size per prompt for "
-        "the next steps (gpolab's reward-only allocation, theory §14)",
+        "the next steps (gpolab's reward-only allocation, theory §12)",
     )
     allocate_estimator: str = option("loo", "the estimator the allocation is for (reward-only "
                                      "registry entry)")  # fmt: skip
@@ -465,7 +465,7 @@ ALLOCATION_CAP = 8  # the largest group the allocation gives: this many times th
 
 
 def allocation_table(cfg: Config, tables: dict):
-    """``plan --allocate``: a group size per prompt for the next steps (theory §14).
+    """``plan --allocate``: a group size per prompt for the next steps (theory §12).
 
     Each prompt's p gets the Beta posterior of its logged rewards under the pooled beta-binomial
     fit as prior (a + successes, b + failures: empirical Bayes); gpolab's reward-only rule (the

@@ -1,5 +1,5 @@
 """Per-prompt rollout allocation: the exact MSE of a step whose prompts get different group sizes,
-and the allocation that minimizes it (theory §14; the derivations are gpolab's).
+and the allocation that minimizes it (theory §12; the derivations are gpolab's).
 
 A step keeps prompts x with weights f_x and gives prompt x a group of G_x responses; its estimate
 is ĝ = Σ_x f_x ĝ_x(G_x) against the exact g = Σ_x f_x g_x.  When prompts move disjoint parameter
@@ -31,8 +31,9 @@ from scipy.special import betaln, gammaln
 
 from gpolab.theory import exact
 
-__all__ = ["tables", "curves", "sampled_design", "posterior_curves", "is_convex", "greedy",
-           "lagrangian", "step_mse", "matching_budget"]  # fmt: skip
+__all__ = ["tables", "curves", "all_curves", "sampled_design", "uniform_design",
+           "posterior_curves", "is_convex", "greedy", "lagrangian", "step_mse",
+           "matching_budget"]  # fmt: skip
 
 
 @functools.lru_cache(maxsize=64)
@@ -54,24 +55,45 @@ def tables(spec: str, g_max: int, **shared) -> tuple[np.ndarray, np.ndarray, tup
     return a1, a0, tuple(reasons)
 
 
-def _table(a1, a0, G: int) -> exact.Table:
-    return exact.Table(a1[G, :G], a0[G, :G], G)
-
-
 def curves(a1, a0, p, gsq, S2, e_wz2, what: str = "mse") -> np.ndarray:
     """(P, g_max + 1) exact MSE_x(G) of every prompt at G = 0..g_max from its exact moments
     (shape (P,) each; §8 via :func:`gpolab.theory.exact.moments`); ‖g_x‖² at G < 2.
     ``what="second_moment"``: E‖ĝ_x‖² instead (0 at G < 2); ``"kappa"``: κ_G(p_x)."""
-    gsq = np.asarray(gsq, np.float64)
-    out = np.empty(gsq.shape + (a1.shape[0],))
-    out[..., :2] = gsq[..., None] if what == "mse" else 0.0
+    return all_curves(a1, a0, p, gsq, S2, e_wz2)[what]
+
+
+def _pmfs(n: int, p: np.ndarray) -> np.ndarray:
+    """(..., n + 1) Bin(n, p) probabilities from log-gammas (exact at p = 0 and 1)."""
+    s = np.arange(n + 1)
+    p = np.asarray(p, np.float64)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log = (gammaln(n + 1) - gammaln(s + 1) - gammaln(n - s + 1)
+               + np.where(s > 0, s * np.log(p), 0.0)
+               + np.where(n - s > 0, (n - s) * np.log1p(-p), 0.0))  # fmt: skip
+    return np.exp(log)
+
+
+def all_curves(a1, a0, p, gsq, S2, e_wz2) -> dict:
+    """``mse``, ``second_moment`` and ``kappa`` curves of :func:`curves` in one pass: the §8
+    moments of :func:`gpolab.theory.exact.moments` for every G, with the binomial weights
+    computed once per G."""
+    p, gsq, S2, e_wz2 = (np.asarray(v, np.float64) for v in (p, gsq, S2, e_wz2))
+    shape = np.broadcast_shapes(p.shape, gsq.shape, S2.shape, e_wz2.shape) + (a1.shape[0],)
+    kap, second = np.zeros(shape), np.zeros(shape)
     for G in range(2, a1.shape[0]):
-        out[..., G] = getattr(exact.moments(_table(a1, a0, G), G, p, gsq, S2, e_wz2), what)
-    return out
+        t1, t0 = a1[G, :G], a0[G, :G]
+        pmf = _pmfs(G - 1, p)
+        kap[..., G] = pmf @ (t1 - t0)
+        diag = e_wz2 * (pmf @ t1**2) + (S2 - e_wz2) * (pmf @ t0**2)
+        both = t1[1:] ** 2 + t0[:-1] ** 2 - 2 * t1[:-1] * t0[1:]
+        second[..., G] = diag / G + (G - 1) / G * gsq * (_pmfs(G - 2, p) @ both)
+    mse = second - 2 * kap * gsq[..., None] + gsq[..., None]
+    mse[..., :2] = gsq[..., None]
+    return {"mse": mse, "second_moment": second, "kappa": kap}
 
 
 def sampled_design(second, kappa, gsq, f, budget: float, iters: int = 80):
-    """The unbiased design of theory §14 (gpolab's): include prompt x with probability π_x, give
+    """The unbiased design of theory §12 (gpolab's): include prompt x with probability π_x, give
     it G_x responses, weight its estimate by 1/π_x (Horvitz–Thompson).  Its exact MSE is
 
         Σ_x f_x² [E‖ĝ_x(G_x)‖²/π_x − 2κ_x‖g_x‖² + ‖g_x‖²]   for expected rollouts Σ_x π_x G_x,
@@ -79,35 +101,59 @@ def sampled_design(second, kappa, gsq, f, budget: float, iters: int = 80):
     separable, so for a multiplier λ each prompt takes the cheaper of (a) π_x < 1 at its own
     G*_x = argmin_G G·E‖ĝ_x(G)‖² (independent of λ: the per-prompt group size) with π_x =
     √(f_x² E‖ĝ_x(G*_x)‖²/(λ G*_x)), and (b) π_x = 1 with G_x = argmin f_x² E‖ĝ_x(G)‖² + λG; λ is
-    bisected until the expected rollouts equal ``budget``.  Returns (π, G, exact MSE).
-    ``second``, ``kappa``: (P, g_max + 1) from :func:`curves`; ``gsq`` = ‖g_x‖²."""
+    bisected (geometrically) until the expected rollouts equal ``budget``.  ``second``,
+    ``kappa``: (..., P, g_max + 1) from :func:`all_curves`; ``gsq`` = ‖g_x‖² (..., P).  Returns
+    (π, G, exact MSE), each with the leading shape."""
     second = np.asarray(second, np.float64)
     G = np.arange(second.shape[-1])
     valid = G >= 2
     w2 = np.asarray(f, np.float64) ** 2
     m2 = w2[:, None] * second
-    unit = np.where(valid, G * m2, np.inf)
-    g_star = np.argmin(unit, -1)
-    m_star = np.take_along_axis(m2, g_star[:, None], -1)[:, 0]
+    g_star = np.argmin(np.where(valid, G * m2, np.inf), -1)
+    m_star = np.take_along_axis(m2, g_star[..., None], -1)[..., 0]
 
     def design(lam):
-        pa = np.sqrt(m_star / (lam * g_star))
+        lam = lam[..., None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pa = np.sqrt(m_star / (lam * g_star))
         cost_a = np.where(pa <= 1, 2 * np.sqrt(lam * g_star * m_star), np.inf)
-        gb = np.argmin(np.where(valid, m2 + lam * G, np.inf), -1)
-        cost_b = np.take_along_axis(m2, gb[:, None], -1)[:, 0] + lam * gb
+        gb = np.argmin(np.where(valid, m2 + lam[..., None] * G, np.inf), -1)
+        cost_b = np.take_along_axis(m2, gb[..., None], -1)[..., 0] + lam * gb
         use_a = cost_a < cost_b
         return np.where(use_a, pa, 1.0), np.where(use_a, g_star, gb)
 
-    lo, hi = 1e-30, 1e30
+    lo = np.full(second.shape[:-2], 1e-30)
+    hi = np.full(second.shape[:-2], 1e30)
     for _ in range(iters):
         mid = np.sqrt(lo * hi)
         pi, size = design(mid)
-        lo, hi = (mid, hi) if np.sum(pi * size) > budget else (lo, mid)
+        over = np.sum(pi * size, -1) > budget
+        lo, hi = np.where(over, mid, lo), np.where(over, hi, mid)
     pi, size = design(hi)
-    kap = np.take_along_axis(np.asarray(kappa, np.float64), size[:, None], -1)[:, 0]
-    sec = np.take_along_axis(second, size[:, None], -1)[:, 0]
-    mse = float(np.sum(w2 * (sec / pi - 2 * kap * gsq + gsq)))
+    kap = np.take_along_axis(np.asarray(kappa, np.float64), size[..., None], -1)[..., 0]
+    sec = np.take_along_axis(second, size[..., None], -1)[..., 0]
+    mse = np.sum(w2 * (sec / pi - 2 * kap * gsq + gsq), -1)
     return pi, size, mse
+
+
+def uniform_design(second, kappa, gsq, f, budget: int) -> tuple[int, int, float]:
+    """Uniform G*: B prompts drawn without replacement, G = ⌊budget/B⌋ each, every estimate
+    weighted by P/B (unbiased for loo), with the (B, G) of least exact MSE, Σ_x f_x² [E‖ĝ_x(G)‖²
+    P/B − 2κ_x‖g_x‖² + ‖g_x‖²] (only inclusion probabilities matter: the prompts' blocks are
+    disjoint).  This is the sweep's and ``gpolab groupsize``'s G* question on this batch.
+    Returns (B, G, exact MSE)."""
+    second, kappa = np.asarray(second, np.float64), np.asarray(kappa, np.float64)
+    P = second.shape[-2]
+    w2 = np.asarray(f, np.float64) ** 2
+    best = (P, budget // P, np.inf)
+    for B in range(1, P + 1):
+        G = budget // B
+        if G < 2 or G >= second.shape[-1]:
+            continue
+        mse = float(np.sum(w2 * (second[:, G] * P / B - 2 * kappa[:, G] * gsq + gsq)))
+        if mse < best[2]:
+            best = (B, G, mse)
+    return best
 
 
 def _beta_binomial(n: int, alpha, beta, i: int, j: int) -> np.ndarray:
