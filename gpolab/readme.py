@@ -428,6 +428,132 @@ def _offpolicy_kl_render(v: dict) -> str:
                      + " | ".join(_pm(v, f"{kl} m={m} rel_mse") for m in ms) + " |")
     return "\n".join(lines)
 
+# ---- per-prompt allocation (docs/allocate.md) ------------------------------------------------
+
+ALLOC_BUDGETS = (256, 1024)  # the static table's budgets (the quick run has 256)
+
+
+def _allocate_static_extract(t: dict) -> dict:
+    res = t["allocate"]["results"]
+    out = {}
+    for _, r in res[res["budget"].isin(ALLOC_BUDGETS)].iterrows():
+        key = f"{r['rule']} N={int(r['budget'])}"
+        out[f"{key} mse"] = (_f(r["mse"]), _f(r["mse_se"]))
+        out[f"{key} theory"] = (_f(r["theory_mse"]), _f(r["theory_mse_se"]))
+        out[f"{key} bias"] = (_f(r["bias_sq"]), _f(r["bias_sq_se"]))
+        out[f"{key} cos"] = (_f(r["cos"]), _f(r["cos_se"]))
+        out[f"{key} rollouts"] = (_f(r["rollouts"]), None)
+        out[f"{key} zero"] = (_f(r["zero_signal"]), None)
+        out[f"{key} kept"] = (_f(r["kept"]), None)
+    return out
+
+
+def _count(x) -> str:
+    return "—" if x != x else f"{x:,.0f}"
+
+
+def _share(x) -> str:
+    return "—" if x != x else f"{100 * x:.0f}%"
+
+
+def _allocate_rules(v: dict) -> list[str]:
+    from gpolab.estimators.allocation import RULES
+
+    return [r for r in RULES if any(k.startswith(r + " N=") for k in v)]
+
+
+def _allocate_static_render(v: dict) -> str:
+    lines = []
+    for n in ALLOC_BUDGETS:
+        if not any(f" N={n} " in k for k in v):
+            continue
+        lines += [f"**N = {n}** ({n // 64} per prompt on average):", "",
+                  "| rule | rollouts | MSE (×1e-5) | exact MSE given the allocation (×1e-5) | "
+                  "bias² (×1e-7) | cos(ĝ, g) | zero-signal rollouts | prompts kept |",
+                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for rule in _allocate_rules(v):
+            key = f"{rule} N={n}"
+            if f"{key} mse" not in v:
+                continue
+
+            def scaled(name, k, key=key):
+                x, se = v[f"{key} {name}"]
+                return _pm({"x": [x * k, None if se is None else se * k]}, "x", 3)
+
+            lines.append(f"| {rule} | {_num(_v(v, key + ' rollouts'))} | {scaled('mse', 1e5)} | "
+                         f"{scaled('theory', 1e5)} | {scaled('bias', 1e7)} | "
+                         f"{_pm(v, key + ' cos', 3)} | {_share(_v(v, key + ' zero'))} | "
+                         f"{_num(_v(v, key + ' kept'), 3)} |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def _allocate_match_extract(t: dict) -> dict:
+    m = t["allocate"]["match"]
+    out = {}
+    for _, r in m.iterrows():
+        key = f"{r['rule']} N={int(r['budget'])}"
+        out[f"{key} ratio"] = (_f(r["ratio"]), None)
+        if "ratio_exact" in r and r["ratio_exact"] == r["ratio_exact"]:
+            out[f"{key} exact"] = (_f(r["ratio_exact"]), 0.0)
+        if "ratio_gstar" in r and r["rule"] in ("gpolab-oracle", "gpolab-sample"):
+            out[f"{key} gstar"] = (_f(r["ratio_gstar"]), 0.0)
+    return out
+
+
+def _allocate_match_render(v: dict) -> str:
+    budgets = sorted({int(k.split("N=")[1].split()[0]) for k in v})
+    lines = ["| rule | " + " | ".join(f"N = {n}" for n in budgets) + " |",
+             "|---" * (1 + len(budgets)) + "|"]  # fmt: skip
+    for rule in _allocate_rules(v):
+        if rule == "uniform":
+            continue
+        cells = []
+        for n in budgets:
+            exact = v.get(f"{rule} N={n} exact")
+            x = exact[0] if exact else _v(v, f"{rule} N={n} ratio")
+            cells.append(f"**{_num(x, 3)}**" if exact else _num(x, 3))
+        lines.append(f"| {rule} | " + " | ".join(cells) + " |")
+    star = [r for r in ("gpolab-oracle", "gpolab-sample") if f"{r} N={budgets[0]} gstar" in v]
+    if star:
+        lines += ["", "Against uniform G* (the best B prompts × G = N/B, exact) instead of "
+                  "uniform G:", "", lines[0], lines[1]]  # fmt: skip
+        for rule in star:
+            cells = [f"**{_num(_v(v, f'{rule} N={n} gstar'), 3)}**" for n in budgets]
+            lines.append(f"| {rule} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _allocate_train_extract(t: dict) -> dict:
+    tr = t["allocate"]["trained"]
+    out = {}
+    for _, r in tr.iterrows():
+        ci = _f(r.get("rollouts_to_half_gap_ci", math.nan))
+        out[f"{r['rule']} half"] = (_f(r["rollouts_to_half_gap"]), ci / 1.959963984540054)
+        out[f"{r['rule']} reached"] = (_f(r["reached"]), None)
+        out[f"{r['rule']} runs"] = (_f(r["runs"]), None)
+        out[f"{r['rule']} final"] = (_f(r["final_gap"]), None)
+        out[f"{r['rule']} final_se"] = (_f(r["final_gap_ci"]) / 1.959963984540054, None)
+        out[f"{r['rule']} rollouts"] = (_f(r["rollouts"]), None)
+    return out
+
+
+def _allocate_train_render(v: dict) -> str:
+    lines = ["| rule | rollouts until the gap halves (± 95%) | runs that got there | gap at the "
+             "end (± 95%) | rollouts spent |", "|---|---|---|---|---|"]  # fmt: skip
+    trained = {k.replace(" half", " N=0 "): 0 for k in v if k.endswith(" half")}
+    for rule in _allocate_rules(trained):
+        x, se = v[f"{rule} half"]
+        half = "—" if x != x else f"{_count(x)} ± {_count(1.959963984540054 * se)}" if se == se \
+            else _count(x)  # fmt: skip
+        final = _v(v, f"{rule} final")
+        lines.append(f"| {rule} | {half} | {int(_v(v, rule + ' reached'))} of "
+                     f"{int(_v(v, rule + ' runs'))} | {_num(final, 3)} ± "
+                     f"{_num(1.959963984540054 * _v(v, rule + ' final_se'), 2)} | "
+                     f"{_count(_v(v, rule + ' rollouts'))} |")
+    return "\n".join(lines)
+
+
 BLOCKS = {b.name: b for b in (
     Block("sweep", ("sweep",), _sweep_extract, _sweep_render, "bias_sq (no SE in the tables)"),
     Block("zoo", ("zoo",), _zoo_extract, _zoo_render,
@@ -444,6 +570,12 @@ BLOCKS = {b.name: b for b in (
           _offpolicy_tokens_render, "the η at which the lag slope is read (no SE)"),
     Block("offpolicy-kl", ("offpolicy_kl",), _offpolicy_kl_extract, _offpolicy_kl_render,
           "MSE ratios (no SE): the bias ratios are checked instead"),
+    Block("allocate-static", ("allocate",), _allocate_static_extract, _allocate_static_render,
+          "rollouts, zero-signal share and prompts kept (no SE): the MSEs are checked instead"),
+    Block("allocate-match", ("allocate",), _allocate_match_extract, _allocate_match_render,
+          "interpolated ratios (no SE): the exact ratios (bold) are checked"),
+    Block("allocate-training", ("allocate",), _allocate_train_extract, _allocate_train_render,
+          "the final gap (the quick run trains fewer steps): rollouts to half the gap are checked"),
 )}  # fmt: skip
 
 

@@ -51,6 +51,10 @@ INSTANCES = {"bandit": bandit.Instance}
 # the lab's instance: a skewed difficulty mix (bandit.Instance defaults otherwise)
 INSTANCE = {"prompts": 64, "actions": 8, "logit_scale": 2.0, "success_a": 0.5, "success_b": 2.0}
 SCHEMA = 1
+MAY_BE_NAN = {
+    "results": ("theory_mse", "theory_mse_se"),
+    "trained": ("rollouts_to_half_gap", "rollouts_to_half_gap_ci"),
+}
 SPLITS = 8  # independent batches of seeds: bias² and its SE
 CHUNK = 256  # seeds per numpy chunk (memory: chunk x prompts x draws x actions booleans)
 ROUNDS = 4  # Reinforce-Ada's rounds (its script's max_rounds)
@@ -507,7 +511,8 @@ class _Acc:
         m = f[:, None] * self.mean / n
         variance = max(s["norm2"] / n - float(np.sum(m**2)), 0.0) * n / (n - 1)
         bias_sq, bias_sq_se = self.bias_sq(f, g)
-        snr = float(np.sum(m**2)) / variance if variance > 0 else math.inf
+        signal = float(np.sum(m**2))
+        snr = signal / variance if variance > 0 else math.inf if signal > 0 else math.nan
         return {"rollouts": s["gen"] / n, "mse": mse, "mse_se": mse_se, "theory_mse": ex,
                 "theory_mse_se": ex_se, "bias_sq": bias_sq, "bias_sq_se": bias_sq_se,
                 "variance": variance, "cos": cos,
@@ -580,7 +585,7 @@ def _ci(x) -> float:
 # ---------------------------------------------------------------- analysis
 
 
-EXACT_DESIGNS = ("uniform-gstar", "gpolab-oracle", "gpolab-sample")
+EXACT_RULES = ("uniform-gstar", "gpolab-oracle", "gpolab-sample")
 
 
 @functools.lru_cache(maxsize=4)
@@ -624,8 +629,10 @@ def match_table(results, cfg: Config | None = None):
     """Per rule and budget: the rollouts the rule needs to reach uniform's MSE at that budget
     (exact conditional MSE where the rule has it, else the Monte Carlo MSE; log-log
     interpolation along the rule's own curve) and the ratio to uniform's rollouts.  With
-    ``cfg``, the designs of :data:`EXACT_DESIGNS` also get the exact answer at any budget
-    (``rollouts_to_match_exact``, ``ratio_exact``), below the smallest budget measured too."""
+    ``cfg``, the designs of :data:`EXACT_RULES` also get the exact answer at any budget
+    (``rollouts_to_match_exact``, ``ratio_exact``), below the smallest budget measured too, and
+    against uniform G*'s exact MSE at that budget (``gstar_mse``, ``rollouts_to_match_gstar``,
+    ``ratio_gstar``)."""
     import pandas as pd
 
     if "uniform" not in set(results["rule"]):
@@ -648,9 +655,13 @@ def match_table(results, cfg: Config | None = None):
                 "ratio": need / u["rollouts"],
                 "basis": basis,
             }
-            if cfg is not None and rule in EXACT_DESIGNS:
+            if cfg is not None and rule in EXACT_RULES:
                 exact = exact_match(cfg, rule, float(u["score"]), int(u["budget"]))
-                row |= {"rollouts_to_match_exact": exact, "ratio_exact": exact / u["budget"]}
+                star = exact_mse_at(cfg, "uniform-gstar", int(u["budget"]))
+                vs = exact_match(cfg, rule, star, int(u["budget"]))
+                row |= {"rollouts_to_match_exact": exact, "ratio_exact": exact / u["budget"],
+                        "gstar_mse": star, "rollouts_to_match_gstar": vs,
+                        "ratio_gstar": vs / u["budget"]}  # fmt: skip
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -681,7 +692,9 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     df = df.drop(columns=[c for c in PROVENANCE if c in df])
     tables = {}
     for name in ("results", "training", "trained", "allocation"):
-        t = df[df["table"] == name].drop(columns="table").dropna(axis=1, how="all")
+        t = df[df["table"] == name].drop(columns="table")
+        # the store holds every row kind: keep this table's columns (NaN-able ones always)
+        t = t[[c for c in t.columns if t[c].notna().any() or c in MAY_BE_NAN.get(name, ())]]
         tables[name] = t.reset_index(drop=True)
     for name, cols in (("results", ("budget", "n_seeds")), ("training", ("step", "runs")),
                        ("allocation", ("budget", "prompt"))):  # fmt: skip
@@ -701,26 +714,44 @@ def report(cfg: Config, tables: dict) -> str:
     return "\n".join(lines)
 
 
+def unbiased(res):
+    """Rows whose bias² is within 4 SE of 0 (the rules that keep every prompt in expectation)."""
+    return res[res["bias_sq"].abs() <= 4 * res["bias_sq_se"]]
+
+
+def _winner(cur) -> str:
+    cur = cur.sort_values("mse")
+    if len(cur) < 2:
+        return f"{cur.iloc[0]['rule']}" if len(cur) else "—"
+    best, second = cur.iloc[0], cur.iloc[1]
+    se = math.hypot(best["mse_se"], second["mse_se"])
+    how = "by more than 2 SE" if second["mse"] - best["mse"] > 2 * se else "tied within 2 SE"
+    return (f"{best['rule']} (MSE {best['mse']:.4g}; next {second['rule']} {second['mse']:.4g}, "
+            f"{how})")  # fmt: skip
+
+
 def notes(cfg: Config, tables: dict) -> str:
-    """Who wins at each budget (lowest MSE beyond two standard errors) and the rollouts the
-    gpolab rules need to match uniform G."""
-    res, match = tables["results"], tables["match"]
+    """Who has the lowest MSE at each budget, among every rule and among the unbiased ones (a
+    biased rule buys its MSE by leaving prompts out); the exact rollouts the gpolab designs
+    need to match uniform G; the fastest training."""
+    res, match, trained = tables["results"], tables["match"], tables["trained"]
     lines = []
     for budget, cur in res.groupby("budget"):
-        cur = cur.sort_values("mse")
-        best, second = cur.iloc[0], cur.iloc[1] if len(cur) > 1 else None
-        if second is None:
-            continue
-        gap = second["mse"] - best["mse"]
-        se = math.hypot(best["mse_se"], second["mse_se"])
-        verdict = "wins" if gap > 2 * se else "ties (within 2 SE) with " + second["rule"]
-        lines.append(f"budget {budget}: {best['rule']} {verdict} (MSE {best['mse']:.4g} vs "
-                     f"{second['mse']:.4g} +- {se:.2g})")  # fmt: skip
-    for rule in ("gpolab-oracle", "gpolab"):
+        lines.append(f"N = {budget}: lowest MSE {_winner(cur)}; among unbiased rules "
+                     f"{_winner(unbiased(cur))}")  # fmt: skip
+    col = "ratio_exact" if "ratio_exact" in match else "ratio"
+    for rule in ("gpolab-sample", "gpolab-oracle", "gpolab"):
         m = match[match["rule"] == rule]
         if len(m):
-            ratios = ", ".join(f"{r.budget}: {r.ratio:.2f}" for r in m.itertuples())
-            lines.append(f"{rule} rollouts to match uniform (ratio by budget): {ratios}")
+            c = col if m[col].notna().any() else "ratio"
+            ratios = ", ".join(f"{r.budget}: {getattr(r, c):.3f}" for r in m.itertuples())
+            lines.append(f"{rule}: rollouts to match uniform G, as a fraction ({c}): {ratios}")
+    done = trained.dropna(subset=["rollouts_to_half_gap"]).sort_values("rollouts_to_half_gap")
+    if len(done):
+        b, uni = done.iloc[0], done[done["rule"] == "uniform"]
+        text = f"{uni['rollouts_to_half_gap'].iloc[0]:.0f}" if len(uni) else "did not get there"
+        lines.append(f"training: fastest to half the gap {b['rule']} "
+                     f"({b['rollouts_to_half_gap']:.0f} rollouts); uniform {text}")  # fmt: skip
     return "\n".join(lines)
 
 

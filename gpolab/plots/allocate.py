@@ -8,7 +8,14 @@ import numpy as np
 
 from gpolab.plots import pyplot, save
 
-STYLE = {"uniform": ("k", "o", "-"), "gpolab-oracle": ("C3", "*", "--"), "gpolab": ("C3", "s", "-")}
+STYLE = {  # one color per rule: gpolab's in reds and purples, the published rules in the rest
+    "uniform": ("k", "o", "-"), "uniform-gstar": ("0.5", "o", "--"),
+    "gpolab-oracle": ("C3", "*", "--"), "gpolab-drop": ("#e377c2", "x", ":"),
+    "gpolab-sample": ("C4", "P", "-."), "gpolab": ("C3", "s", "-"),
+    "knapsack": ("C0", "^", "-"), "greso": ("C1", "v", "-"), "vip": ("C2", "D", "-"),
+    "gvm": ("C9", "<", "-"), "mopps": ("C5", ">", "-"), "pods": ("C8", "h", "-"),
+    "reinforce-ada": ("#8c6d31", "p", "-"),
+}  # fmt: skip
 
 
 def _style(rule: str, i: int) -> dict:
@@ -31,8 +38,11 @@ def mse_figure(tables: dict, path) -> Path:
         xscale="log", yscale="log", xlabel="rollouts per step", ylabel="MSE of the step's gradient"
     )
     bx.set(xscale="log", xlabel="rollouts per step", ylabel="cos(ĝ, g)")
+    budgets = sorted(int(b) for b in res["budget"].unique())
     for a in (ax, bx):
         a.grid(alpha=0.3, which="both")
+        a.set_xticks(budgets, [str(b) for b in budgets])
+        a.xaxis.set_minor_formatter(plt.NullFormatter())
     ax.legend(fontsize=7, ncol=2)
     est = res["estimator"].iloc[0] if "estimator" in res else ""
     fig.suptitle(f"Allocation rules at equal rollouts ({est}, exact gradient of the bandit)")
@@ -74,7 +84,8 @@ def sizes_figure(tables: dict, path) -> Path:
     for i, (rule, r) in enumerate(cur.groupby("rule", sort=False)):
         r = r.sort_values("p")
         st = _style(rule, i)
-        ax.plot(r["p"], r["G"], label=rule, ms=3, lw=1, **st)
+        ax.plot(r["p"], r["G"], label=rule, ms=4, lw=0, alpha=0.8, color=st["color"],
+                marker=st["marker"])  # fmt: skip
     ax.set(xlabel="prompt success probability p_x", ylabel="mean group size G_x", xscale="log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
