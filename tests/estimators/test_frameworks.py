@@ -168,6 +168,31 @@ def test_passk_training_hand(x64):
         run("paper/passk-training", r, k=5)
 
 
+def test_cross_prompt_hand(x64):
+    # LitePPO: group-centred rewards DEV, batch std of them sqrt(2/7) (8 responses, ddof 1)
+    close(run("areal/liteppo", R), DEV / (np.sqrt(2 / 7) + 1e-5))
+    # JSPO++ on [[1,0,0,1],[1,1,1,1],[0,1,0,0]]: b = 7/12, v² = (1/12 + 0 + 1/16)/3,
+    # s² = ((−1/12)² + (5/12)² + (−1/3)²)/3, λ = v²/(v² + s² + 1e-6) ≈ 1/3
+    r = np.array([[1.0, 0, 0, 1], [1, 1, 1, 1], [0, 1, 0, 0]])
+    b, v2 = 7 / 12, (1 / 12 + 1 / 16) / 3
+    s2 = ((1 / 12) ** 2 + (5 / 12) ** 2 + (1 / 3) ** 2) / 3
+    lam = v2 / (v2 + s2 + 1e-6)
+    loo = (r.sum(1, keepdims=True) - r) / 3
+    close(run("jspo/jspo_plus_plus", r), r - ((1 - lam) * loo + lam * b))
+    # an all-equal group is moved toward the batch mean, not left at 0
+    assert run("jspo/jspo_plus_plus", r)[1, 0] == pytest.approx(lam * (1 - b))
+    # JSPO with one prompt has no other prompt: leave-one-out
+    close(run("jspo/jspo", r[:1]), r[:1] - loo[:1])
+    # SPO: a = r − v̂, z-scored over the batch (ddof 1, + 1e-8)
+    v = np.array([0.5, 0.9, 0.2])
+    a = (r - v[:, None]).ravel()
+    close(
+        run("spo/spo", r, baseline=jnp.asarray(v)).ravel(), (a - a.mean()) / (a.std(ddof=1) + 1e-8)
+    )
+    with pytest.raises(ValueError, match="G >= 2"):
+        run("jspo/jspo", r[:, :1])
+
+
 # ----------------------------------------------------------------------------- 2. loop references
 # Each mirrors the framework's own code structure on a flat batch (index = prompt id).
 
@@ -302,8 +327,38 @@ def ref_passk(rewards, k):  # the authors' calc_adv, per group
     return np.concatenate(out)
 
 
-def reference(name, rewards, lengths, greedy, opts):
+def ref_cross(name, rewards, baseline, opts):
+    """LitePPO (AReaL's Normalization), JSPO (the authors' per-sample loop), SPO."""
     P, G = rewards.shape
+    if name == "areal/liteppo":
+        x = rewards.reshape(-1)
+        xc = x - np.repeat(rewards.mean(1), G)
+        n = len(x)
+        return xc if n == 1 else xc / (np.sqrt((xc**2).sum() / (n - 1)) + opts.get("eps", 1e-5))
+    if name == "spo/spo":
+        a = (rewards - baseline[:, None]).reshape(-1)
+        return np.zeros_like(a) if len(a) == 1 else (a - a.mean()) / (a.std(ddof=1) + 1e-8)
+    eps = opts.get("epsilon", 1e-6)
+    out = np.zeros((P, G))
+    for i in range(P):
+        others = [j for j in range(P) if j != i] if name == "jspo/jspo" else list(range(P))
+        lam, b = 0.0, 0.0
+        if others:
+            means = rewards[others].mean(1)
+            b = means.mean()
+            v2 = np.mean([rewards[j].var(ddof=1) / G for j in others])
+            s2 = np.mean((means - b) ** 2)
+            lam = v2 / (v2 + s2 + eps)
+        for g in range(G):
+            loo = (rewards[i].sum() - rewards[i, g]) / (G - 1)
+            out[i, g] = rewards[i, g] - ((1 - lam) * loo + lam * b)
+    return out.reshape(-1)
+
+
+def reference(name, rewards, lengths, greedy, opts, baseline=None):
+    P, G = rewards.shape
+    if name.split("/")[0] in ("areal", "jspo", "spo"):
+        return ref_cross(name, rewards, baseline, opts)
     if name.startswith("verl/"):
         index = np.repeat(np.arange(P), G)
         return ref_verl(name, rewards.reshape(-1), index, lengths.reshape(-1), greedy, opts)
@@ -348,10 +403,12 @@ def test_matches_loop_reference(name, x64):
             for opts in OPTION_CASES.get(name, [{}]):
                 if G < max(spec.min_group, opts.get("k", 1)):
                     continue
+                baseline = rng.random(P)
                 kw = {"lengths": lengths} if "lengths" in spec.needs else {}
                 kw |= {"greedy": greedy} if "greedy" in spec.needs else {}
+                kw |= {"baseline": baseline} if "baseline" in spec.needs else {}
                 got = run(name, r, **kw, **opts)
-                want = reference(name, r, lengths, greedy, opts).reshape(P, G)
+                want = reference(name, r, lengths, greedy, opts, baseline).reshape(P, G)
                 np.testing.assert_allclose(
                     got, want, rtol=1e-6, atol=1e-6, err_msg=f"{name} {opts} G={G} P={P} {kind}"
                 )
@@ -361,6 +418,7 @@ def test_matches_loop_reference(name, x64):
 
 
 WHITENED = ("reinforce_plus_plus_baseline", "reinforce_baseline")
+CROSS_ZERO = ("areal/liteppo", "jspo/jspo", "jspo/jspo_plus_plus")  # SPO's v̂ differs per prompt
 
 
 @pytest.mark.parametrize("name", list(SPEC))
@@ -372,11 +430,12 @@ def test_finite_on_degenerate_groups_under_jit(name):
         batches.append(np.full((3, G), 0.1))  # 0.1 is not exact in binary floating point
     kw = {"lengths": jnp.full((3, G), 5.0)} if "lengths" in spec.needs else {}
     kw |= {"greedy": jnp.array([0.0, 1.0, 0.1])} if "greedy" in spec.needs else {}
+    kw |= {"baseline": jnp.array([0.0, 1.0, 0.1])} if "baseline" in spec.needs else {}
     f = jax.jit(lambda r: spec.fn(r, **kw, **spec.options))
     for r in batches:
         a = np.asarray(f(jnp.asarray(r, dtype=jnp.float32)))
         assert a.shape == r.shape and np.isfinite(a).all(), name
-        if spec.reward_only or name.endswith(WHITENED):
+        if spec.reward_only or name.endswith(WHITENED) or name in CROSS_ZERO:
             np.testing.assert_array_equal(a, 0.0)  # all-equal batch: exactly 0
 
 
@@ -387,7 +446,7 @@ def test_specs_are_consistent():
         assert set(s.options) <= set(s.fn.__kwdefaults__), s.name
         for opt, default in s.options.items():
             assert s.fn.__kwdefaults__[opt] == default, (s.name, opt)
-    assert len({s.name for s in F.SPECS}) == len(F.SPECS) == 17
+    assert len({s.name for s in F.SPECS}) == len(F.SPECS) == 21
 
 
 def test_leading_axes_and_missing_inputs():
