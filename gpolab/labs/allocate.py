@@ -238,6 +238,13 @@ def _rank(mask: np.ndarray) -> np.ndarray:
     return np.where(mask, np.cumsum(mask, -1) - 1, -1)
 
 
+def _take(z: np.ndarray, gen: np.ndarray, k: np.ndarray, total) -> np.ndarray:
+    """Of the generated responses, the first k successes and the first total − k failures."""
+    wins = z & (_rank(z & gen) < k[..., None])
+    losses = ~z & (_rank(~z & gen) < (total - k)[..., None])
+    return gen & (wins | losses)
+
+
 def used_responses(rule: rules.Rule, G: np.ndarray, z: np.ndarray, budget: int):
     """What the rule trains on: (use mask (S, P, M), generated (S, P), global-baseline
     advantages or None).  ``allocate``: the first G_x responses; ``downsample`` (PODS): of the
@@ -252,10 +259,7 @@ def used_responses(rule: rules.Rule, G: np.ndarray, z: np.ndarray, budget: int):
         m = np.maximum(G // 2, 2)
         c = np.sum(z & gen, -1)
         k = np.clip(m // 2, np.maximum(0, m - (G - c)), np.minimum(m, c))
-        use = gen & (
-            (z & (_rank(z & gen) < k[..., None])) | (~z & (_rank(~z & gen) < (m - k)[..., None]))
-        )
-        return use, G, None
+        return _take(z, gen, k, m), G, None
     r = budget // P  # sequential: Reinforce-Ada, balanced
     n = max(r // 2, 2)
     rounds = np.arange(1, ROUNDS + 1) * r
@@ -266,11 +270,8 @@ def used_responses(rule: rules.Rule, G: np.ndarray, z: np.ndarray, budget: int):
     gen = pos < gen_n[..., None]
     c = np.sum(z & gen, -1)
     k = np.minimum(c, np.maximum(n // 2, n - (gen_n - c)))
-    use = gen & (
-        (z & (_rank(z & gen) < k[..., None])) | (~z & (_rank(~z & gen) < (n - k)[..., None]))
-    )
     adv = z - (c / gen_n)[..., None]  # A = r − (success rate of all drawn for the prompt)
-    return use, gen_n, adv
+    return _take(z, gen, k, n), gen_n, adv
 
 
 def estimate(pi, a, z, use, adv, a1, a0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
