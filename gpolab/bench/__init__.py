@@ -452,11 +452,67 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
     return rows
 
 
-def machine() -> str:
-    import jax
+# the CPU features XLA:CPU's code generation can use (vector width, bf16/int8 matrix units)
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx_vnni", "amx_tile",
+             "amx_bf16", "amx_int8", "asimd", "sve")  # fmt: skip
 
+
+def _cpuinfo() -> tuple[str, set]:
+    """(model name, feature flags) from /proc/cpuinfo; the platform's name and no flags where
+    there is none (macOS)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        text = open("/proc/cpuinfo").read()  # noqa: SIM115 (one read)
+    except OSError:
+        return model, flags
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            model = value.strip()
+        if key.strip() in ("flags", "Features"):
+            flags = set(value.split())
+            break
+    return model, flags
+
+
+def machine_info() -> dict:
+    """What two bench runs must share to be compared: the CPU model and the features XLA:CPU can
+    target, the cores this process may use, the last-level cache, the jax and jaxlib versions,
+    the backend and the engine's device layout (devices it shards seeds over; each CPU device
+    runs XLA's intra-op thread pool over every core unless ``XLA_FLAGS`` says otherwise), and
+    the environment that changes it (``XLA_FLAGS``, ``GPOLAB_CPU_DEVICES``)."""
+    import os
+
+    import jax
+    import jaxlib
+
+    from gpolab import engine
+
+    model, flags = _cpuinfo()
+    affinity = getattr(os, "sched_getaffinity", None)
     dev = jax.devices()[0]
+    return {
+        "cpu": model,
+        "cpu_flags": [f for f in CPU_FLAGS if f in flags],
+        "cores": len(affinity(0)) if affinity else os.cpu_count(),
+        "llc_mib": round(engine.cache_bytes() / 2**20, 1),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "backend": dev.platform,
+        "devices": jax.local_device_count(),
+        "device_kind": dev.device_kind,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "gpolab_cpu_devices": os.environ.get("GPOLAB_CPU_DEVICES", ""),
+    }
+
+
+def machine(info: dict | None = None) -> str:
+    """:func:`machine_info` on one line (the bench table's header)."""
+    m = info or machine_info()
+    flags = " ".join(m["cpu_flags"]) or "no listed vector flags"
+    env = "".join(f"; {k}={m[k]}" for k in ("xla_flags", "gpolab_cpu_devices") if m[k])
     return (
-        f"{platform.processor() or platform.machine()}, {jax.device_count()} x "
-        f"{dev.device_kind} ({dev.platform}), jax {jax.__version__}"
+        f"{m['cpu']} ({flags}), {m['cores']} cores, last-level cache {m['llc_mib']:g} MiB; "
+        f"jax {m['jax']}, jaxlib {m['jaxlib']}; engine: {m['devices']} x {m['device_kind']} "
+        f"({m['backend']}) devices{env}"
     )

@@ -54,8 +54,8 @@ def register(sub) -> None:
 def run(args) -> int:
     import pandas as pd
 
-    from gpolab import validate
-    from gpolab.bench import BenchConfig, machine, numba_ref, run_bench
+    from gpolab import bench, validate
+    from gpolab.bench import BenchConfig, numba_ref, run_bench
 
     cfg = BenchConfig(quick=args.quick, chunk=args.chunk)
     if args.seeds is not None:
@@ -69,14 +69,16 @@ def run(args) -> int:
     rows = run_bench(cfg, on_row=progress)
     why = numba_ref.missing()
     note = f"note: no numba peer row: {why}" if why else None
-    if args.json:
+    info = bench.machine_info()
+    if args.json:  # every row carries the machine it ran on
         for r in rows:
-            print(json.dumps({k: r.get(k) for k in {**dict.fromkeys(COLUMNS), **r}}))
+            print(json.dumps({**{k: r.get(k) for k in {**dict.fromkeys(COLUMNS), **r}},
+                              "machine": info}))  # fmt: skip
         if note:
             print(note, file=sys.stderr)
         return 0
     df = pd.DataFrame(rows).reindex(columns=COLUMNS)
-    print(f"machine: {machine()}")
+    print(f"machine: {bench.machine(info)}")
     with pd.option_context("display.width", 200, "display.max_colwidth", 60):
         print(df.to_string(index=False, float_format=lambda x: f"{x:,.3g}"))
     w1 = rows[0]

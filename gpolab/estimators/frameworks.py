@@ -526,13 +526,15 @@ def passk_training(rewards, *, lengths=None, greedy=None, k: int = 4):
 # ----------------------------------------------------------------------------- cross-prompt
 
 
-def areal_liteppo(rewards, *, lengths=None, greedy=None, eps: float = 1e-5):
+def areal_liteppo(rewards, *, lengths=None, greedy=None):
     """AReaL LitePPO reward normalization (arXiv 2508.08221's group-level mean, batch-level std):
 
         A = (r − r̄_group) / (√(Σ_batch (r − r̄_group)² / (N − 1)) + eps),   N = P·G,
 
     the std over the whole batch of the *group-centred* rewards (AReaL's ``_compute_std`` centres
-    on the mean it is given: here the group mean; ``std_unbiased=True``: N − 1), ``eps`` 1e-5.
+    on the mean it is given: here the group mean; ``std_unbiased=True``: N − 1), eps 1e-5
+    (AReaL's ``NormConfig`` default; fixed here: an option named ``eps`` would take the labs'
+    shared grpo ``eps``).
     Not TRL's ``scale_rewards="batch"``, whose std is of the raw rewards around the batch mean.
     All-equal groups give 0; an all-equal batch gives 0.  Batch-scoped.  AReaL applies it to
     per-response rewards (after its reward bias/scaling/clipping, here identity); its second,
@@ -546,7 +548,7 @@ def areal_liteppo(rewards, *, lengths=None, greedy=None, eps: float = 1e-5):
     if n == 1:
         return centred
     s = jnp.sqrt(_batch_sum(centred * centred) / (n - 1))
-    return centred / (s + eps)
+    return centred / (s + 1e-5)
 
 
 def _jspo(rewards, name: str, epsilon: float, own_out: bool):
@@ -695,7 +697,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("paper/passk-training", passk_training, min_group=4, options={"k": 4},
          source="RUCAIBox/Passk_Training code/passk_adv.py::calc_adv @ 00474d78"
          " (arXiv 2508.10751)"),
-    Spec("areal/liteppo", areal_liteppo, scope="batch", options={"eps": 1e-5}, reward_only=False,
+    Spec("areal/liteppo", areal_liteppo, scope="batch", reward_only=False,
          source="inclusionAI/AReaL areal/utils/data.py::Normalization (mean_level=group, "
          "std_level=batch) @ 4aef98d8 (LitePPO, arXiv 2508.08221)"),
     Spec("jspo/jspo", jspo, scope="batch", min_group=2, options={"epsilon": 1e-6},

@@ -126,7 +126,7 @@ def test_without_numba_no_peer_row_and_one_note_line(monkeypatch, capsys):
     sweep = {"workload": "default sweep", "seeds_per_s": 1.0, "compile_share": 0.5}
     sweep |= {"cold_s": 2.0, "rerun_s": 1.5, "warm_s": 1.0, "rerun_compile_share": 0.3}
     monkeypatch.setattr(bench, "run_bench", lambda cfg, on_row=None: [row, sweep])
-    monkeypatch.setattr(bench, "machine", lambda: "test machine")
+    monkeypatch.setattr(bench, "machine", lambda info=None: "test machine")
     from gpolab.commands import bench as command
 
     args = argparse.Namespace(quick=True, chunk=0, seeds=None, json=False)

@@ -334,7 +334,7 @@ def ref_cross(name, rewards, baseline, opts):
         x = rewards.reshape(-1)
         xc = x - np.repeat(rewards.mean(1), G)
         n = len(x)
-        return xc if n == 1 else xc / (np.sqrt((xc**2).sum() / (n - 1)) + opts.get("eps", 1e-5))
+        return xc if n == 1 else xc / (np.sqrt((xc**2).sum() / (n - 1)) + 1e-5)
     if name == "spo/spo":
         a = (rewards - baseline[:, None]).reshape(-1)
         return np.zeros_like(a) if len(a) == 1 else (a - a.mean()) / (a.std(ddof=1) + 1e-8)

@@ -346,7 +346,9 @@ def test_mc_grpo_minibatch_and_loglinear(kind, B):
 # except verl/opo, reward-only when every response has the same length
 NOT_REWARD_ONLY = {"oracle": "needs baseline", "verl/remax": "needs greedy",
                    "verl/gpg": "batch-scoped", "verl/reinforce_plus_plus_baseline": "batch-scoped",
-                   "openrlhf/reinforce_baseline": "batch-scoped", "verl/opo": ""}  # fmt: skip
+                   "openrlhf/reinforce_baseline": "batch-scoped", "verl/opo": "",
+                   "areal/liteppo": "batch-scoped", "jspo/jspo": "batch-scoped",
+                   "jspo/jspo_plus_plus": "batch-scoped", "spo/spo": "needs baseline"}  # fmt: skip
 
 
 @pytest.mark.parametrize("G", [3, 6])
