@@ -202,3 +202,17 @@ def test_full_precision_matmuls_change_nothing_on_cpu():
         jax.config.update("jax_default_matmul_precision", old)
     for a, b in zip(before, after, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_counted_cache_is_at_most_16_mib_per_core(monkeypatch):
+    """A VM that reports its socket's whole L3 (480 MiB on 2 cores) is counted 32 MiB: the auto
+    chunk is sized for the cache a core can use (issue 32); smaller caches are taken as reported."""
+    import os
+
+    for reported, cores, counted in ((480 << 20, 2, 32 << 20), (32 << 20, 2, 32 << 20),
+                                     (8 << 20, 4, 8 << 20)):  # fmt: skip
+        engine.cache_bytes.cache_clear()
+        monkeypatch.setattr(engine, "reported_cache_bytes", lambda r=reported: r)
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _, c=cores: set(range(c)))
+        assert engine.cache_bytes() == counted
+    engine.cache_bytes.cache_clear()

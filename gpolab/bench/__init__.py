@@ -495,7 +495,8 @@ def machine_info() -> dict:
         "cpu": model,
         "cpu_flags": [f for f in CPU_FLAGS if f in flags],
         "cores": len(affinity(0)) if affinity else os.cpu_count(),
-        "llc_mib": round(engine.cache_bytes() / 2**20, 1),
+        "llc_mib": round(engine.reported_cache_bytes() / 2**20, 1),
+        "cache_budget_mib": round(engine.cache_bytes() / 2**20, 1),  # what auto_chunk sizes for
         "jax": jax.__version__,
         "jaxlib": jaxlib.__version__,
         "backend": dev.platform,
@@ -512,7 +513,8 @@ def machine(info: dict | None = None) -> str:
     flags = " ".join(m["cpu_flags"]) or "no listed vector flags"
     env = "".join(f"; {k}={m[k]}" for k in ("xla_flags", "gpolab_cpu_devices") if m[k])
     return (
-        f"{m['cpu']} ({flags}), {m['cores']} cores, last-level cache {m['llc_mib']:g} MiB; "
+        f"{m['cpu']} ({flags}), {m['cores']} cores, last-level cache {m['llc_mib']:g} MiB "
+        f"(counted: {m['cache_budget_mib']:g} MiB); "
         f"jax {m['jax']}, jaxlib {m['jaxlib']}; engine: {m['devices']} x {m['device_kind']} "
         f"({m['backend']}) devices{env}"
     )
