@@ -18,6 +18,11 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
 * ``offpolicy``: ``gpolab offpolicy``'s per-seed function (token ratio, the default bandit,
   m = 8 minibatch updates, 4 step sizes vmapped): seeds/s, updates/s and the ratio to the same
   work one step size per call.
+* ``W1 profile``: W1's per-seed function cut after each step (uniforms, inverse-CDF draw, loo
+  weights, scatter-add of the scores, error and sums), each cut timed at W1's chunk: where the
+  time goes on this machine (``stage_us``, ``stage_share``).
+* ``allocate``: ``gpolab allocate``'s numpy Monte Carlo: one budget of its static results (every
+  rule on common draws) and the training runs of gpolab-sample.
 * ``train``: SGD on the log-linear bandit of theory §7 (32 prompts × 256 responses), grpo,
   G = 8, 200 steps, 4 step sizes × 64 seeds in one jit; one "seed" here is one training run.
 * ``W1-scaling-*``: W1 at growing seed counts (linear scaling, one compilation).
@@ -166,6 +171,76 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
     if "numba_s" in best:
         row.update(_numba_columns(cfg, best, n / seconds, stats))
     return row
+
+
+W1_STAGES = ("uniforms", "inverse-CDF draw", "loo weights", "scatter-add scores",
+             "error and sums")  # W1's per-seed function, cut after each step (the last: all)
+
+
+def _w1_prefix(cell, key, args):
+    """W1's per-seed function cut after the step ``cell[0]`` (``cell = (stage, BanditCell)``):
+    the calls :func:`gpolab.cells.bandit_error` makes up to there, their outputs summed into one
+    scalar so that nothing is left out of the program; the last stage is ``bandit_error``
+    itself."""
+    import jax
+    import jax.numpy as jnp
+
+    from gpolab import cells
+    from gpolab.envs import bandit
+
+    stage, bc = cell
+    if stage == W1_STAGES[-1]:
+        return cells.bandit_error(bc, key, args)
+    params, truth, eps = args
+    prompts = jnp.arange(params.num_prompts, dtype=jnp.int32)
+    dtype = params.success.dtype
+    if stage == W1_STAGES[0]:
+        return {"s": jnp.sum(jax.random.uniform(key, (params.num_prompts, bc.G), dtype=dtype))}
+    actions, rewards = bandit.sample(key, params, prompts, bc.G)
+    if stage == W1_STAGES[1]:
+        return {"s": jnp.sum(rewards) + jnp.sum(actions).astype(dtype)}
+    inputs = cells.bandit_inputs(key, params, truth, prompts, actions)
+    weights = cells.aggregate(bc, cells.cell_weights(bc, rewards, inputs, eps), inputs["lengths"])
+    if stage == W1_STAGES[2]:
+        return {"s": jnp.sum(weights) + jnp.sum(actions).astype(dtype)}
+    ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
+        params, prompts, actions, weights
+    )
+    return {"s": jnp.sum(ghat)}
+
+
+def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
+    """Where W1's time goes: W1's per-seed function cut after each step (:data:`W1_STAGES`), run
+    through the engine at W1's chunk, each cut timed in turn (the fastest of :data:`REPEATS`).
+    One row per step: ``seeds_per_s`` of the function up to it, ``stage_us`` = the step's own
+    wall time per seed on all devices (the difference of two cuts' times; within the timing
+    noise it can come out slightly negative) and ``stage_share`` = that over the whole
+    function's time per seed (the shares add up to 1)."""
+    import jax
+
+    from gpolab import cells, engine
+    from gpolab.envs import bandit
+
+    params = bandit.make(bandit.Instance(prompts=16, actions=64))
+    args = (params, bandit.exact(params), np.float32(1e-4))
+    key = jax.random.key(cfg.seed)
+    cell = cells.BanditCell(("loo",), G=16, mean_error=False)
+    mesh, n = engine.local_mesh(), cfg.seeds
+    runs = {s: (lambda s=s: engine.run(_w1_prefix, (s, cell), args, key, n, chunk, mesh=mesh))
+            for s in W1_STAGES}  # fmt: skip
+    for f in runs.values():
+        _timed(f)  # compiles
+    best = dict.fromkeys(runs, math.inf)
+    for _ in range(REPEATS):
+        for s, f in runs.items():
+            best[s] = min(best[s], _timed(f)[0])
+    total, before, rows = best[W1_STAGES[-1]], 0.0, []
+    for s in W1_STAGES:
+        rows.append({**_row(f"W1 profile: + {s}", n, best[s], None, chunk=chunk),
+                     "stage_us": 1e6 * (best[s] - before) / n,
+                     "stage_share": (best[s] - before) / total})  # fmt: skip
+        before = best[s]
+    return rows
 
 
 def _numba_columns(cfg: BenchConfig, best: dict, rate: float, stats) -> dict:
@@ -318,6 +393,31 @@ def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
                 vs_one_eta_at_a_time=one_s / all_s)  # fmt: skip
 
 
+def allocate(cfg: BenchConfig) -> list[dict]:
+    """``gpolab allocate``'s Monte Carlo, in numpy (group sizes differ per prompt and per seed,
+    and some rules read rewards between rounds): one budget (N = 256) of its static results,
+    every rule on common draws (the lab's default instance and rules; ``compile_s`` = the count
+    tables of G = 2..cap, jit-compiled once per process), and one training run set of its
+    slowest rule (gpolab-sample, which solves its design every step): steps/s over runs × steps."""
+    from gpolab.labs import allocate as lab
+    from gpolab.theory import allocation
+
+    quick = lab.Config.QUICK
+    lab_cfg = lab.Config(seeds=quick["seeds"] if cfg.quick else 2000,
+                         runs=quick["runs"] if cfg.quick else 16,
+                         steps=quick["steps"] if cfg.quick else 150, seed=cfg.seed)  # fmt: skip
+    tables_s, _ = _timed(lambda: allocation.tables(lab_cfg.estimator, lab_cfg.cap))
+    static_s, _ = _timed(lambda: lab.static_rows(lab_cfg, 256))
+    train_s, _ = _timed(lambda: lab.train_rows(lab_cfg, "gpolab-sample"))
+    steps = lab_cfg.runs * lab_cfg.steps
+    return [
+        _row(f"allocate static, N=256, {len(lab_cfg.rules)} rules on common draws (numpy)",
+             lab_cfg.seeds, static_s, tables_s),  # fmt: skip
+        _row(f"allocate training, gpolab-sample, {lab_cfg.runs} runs x {lab_cfg.steps} steps "
+             "(1 seed = 1 step)", steps, train_s, None),  # fmt: skip
+    ]
+
+
 def training(cfg: BenchConfig) -> dict:
     """Seed-runs per second of ``gpolab train``'s compiled loop (jit(vmap lr)(vmap seed)(scan))."""
     import jax
@@ -437,10 +537,14 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
     add(w1(cfg))
     if (peer := numba_row(rows[0])) is not None:
         add(peer)
+    for row in w1_profile(cfg, rows[0]["chunk"]):
+        add(row)
     add(loglinear(cfg))
     add(tree(cfg))
     add(arithmetic(cfg))
     add(offpolicy(cfg))
+    for row in allocate(cfg):
+        add(row)
     add(training(cfg))
     for n in (10_000, 100_000) if cfg.quick else (10_000, 100_000, 1_000_000):
         r = w1(cfg, n=n, numpy=False)

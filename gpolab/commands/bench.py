@@ -21,6 +21,8 @@ COLUMNS = [
     "compile_share",
     "updates_per_s",
     "vs_one_eta_at_a_time",
+    "stage_us",
+    "stage_share",
 ]
 
 
@@ -95,6 +97,11 @@ def run(args) -> int:
             f"W1 = {w1['speedup_vs_numba']:.1f}x numba ({w1['numba_seeds_per_s']:,.0f} seeds/s); "
             f"numba agrees within 4 SE: {w1['numba_agrees']}"
         )
+    cut = "W1 profile: + "
+    stages = [r for r in rows if r["workload"].startswith(cut)]
+    print("W1 profile, wall µs per seed on all devices (share): " + ", ".join(
+        f"{r['workload'][len(cut):]} {r['stage_us']:.2f} ({100 * r['stage_share']:.0f}%)"
+        for r in stages))  # fmt: skip
     sweep = rows[-1]
     print(
         f"default sweep: cold {sweep['cold_s']:.1f} s (compile {100 * sweep['compile_share']:.0f}%"

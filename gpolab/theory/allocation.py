@@ -62,15 +62,14 @@ def curves(a1, a0, p, gsq, S2, e_wz2, what: str = "mse") -> np.ndarray:
     return all_curves(a1, a0, p, gsq, S2, e_wz2)[what]
 
 
-def _pmfs(n: int, p: np.ndarray) -> np.ndarray:
-    """(..., n + 1) Bin(n, p) probabilities from log-gammas (exact at p = 0 and 1)."""
-    s = np.arange(n + 1)
-    p = np.asarray(p, np.float64)[..., None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log = (gammaln(n + 1) - gammaln(s + 1) - gammaln(n - s + 1)
-               + np.where(s > 0, s * np.log(p), 0.0)
-               + np.where(n - s > 0, (n - s) * np.log1p(-p), 0.0))  # fmt: skip
-    return np.exp(log)
+def _next_pmf(pmf: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Bin(n + 1, p) probabilities (..., n + 2) from Bin(n, p)'s (..., n + 1): b[s] = (1 − p)
+    a[s] + p a[s − 1], sums of non-negative terms (exact at p = 0 and 1)."""
+    q = p[..., None]
+    out = np.zeros(pmf.shape[:-1] + (pmf.shape[-1] + 1,))
+    out[..., :-1] = (1 - q) * pmf
+    out[..., 1:] += q * pmf
+    return out
 
 
 def all_curves(a1, a0, p, gsq, S2, e_wz2) -> dict:
@@ -80,13 +79,15 @@ def all_curves(a1, a0, p, gsq, S2, e_wz2) -> dict:
     p, gsq, S2, e_wz2 = (np.asarray(v, np.float64) for v in (p, gsq, S2, e_wz2))
     shape = np.broadcast_shapes(p.shape, gsq.shape, S2.shape, e_wz2.shape) + (a1.shape[0],)
     kap, second = np.zeros(shape), np.zeros(shape)
+    pmf = np.ones(p.shape + (1,))  # Bin(G − 2, p), then Bin(G − 1, p): one step each G
     for G in range(2, a1.shape[0]):
         t1, t0 = a1[G, :G], a0[G, :G]
-        pmf = _pmfs(G - 1, p)
+        both = t1[1:] ** 2 + t0[:-1] ** 2 - 2 * t1[:-1] * t0[1:]
+        pair = pmf @ both
+        pmf = _next_pmf(pmf, p)
         kap[..., G] = pmf @ (t1 - t0)
         diag = e_wz2 * (pmf @ t1**2) + (S2 - e_wz2) * (pmf @ t0**2)
-        both = t1[1:] ** 2 + t0[:-1] ** 2 - 2 * t1[:-1] * t0[1:]
-        second[..., G] = diag / G + (G - 1) / G * gsq * (_pmfs(G - 2, p) @ both)
+        second[..., G] = diag / G + (G - 1) / G * gsq * pair
     mse = second - 2 * kap * gsq[..., None] + gsq[..., None]
     mse[..., :2] = gsq[..., None]
     return {"mse": mse, "second_moment": second, "kappa": kap}
