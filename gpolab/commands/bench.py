@@ -32,10 +32,13 @@ def register(sub) -> None:
         help="throughput of the Monte Carlo engine, with ratios measured in the same run",
         description="Runs workload W1 (tabular bandit 16x64, G=16, loo) against the numpy "
         "reference, a numba peer (when numba is installed: pip install 'gpolab[bench]') and the "
-        "PRNG bound, plus log-linear, tree, scaling and memory workloads.",
+        "PRNG bound, a profile of W1 (where its time goes on this machine), plus log-linear, tree, "
+        "arithmetic, offpolicy, allocate, training, scaling and memory workloads.",
     )
     p.add_argument(
-        "--quick", action="store_true", help="small seed counts (about 30 s; used by the tests)"
+        "--quick",
+        action="store_true",
+        help="small seed counts (about 1.5 minutes on 2 cores; used by the tests)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object per workload")
     p.add_argument(
