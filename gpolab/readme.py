@@ -525,31 +525,35 @@ def _allocate_match_render(v: dict) -> str:
 
 
 def _allocate_train_extract(t: dict) -> dict:
+    from gpolab.engine import Z95  # deferred: jax
+
     tr = t["allocate"]["trained"]
     out = {}
     for _, r in tr.iterrows():
         ci = _f(r.get("rollouts_to_half_gap_ci", math.nan))
-        out[f"{r['rule']} half"] = (_f(r["rollouts_to_half_gap"]), ci / 1.959963984540054)
+        out[f"{r['rule']} half"] = (_f(r["rollouts_to_half_gap"]), ci / Z95)
         out[f"{r['rule']} reached"] = (_f(r["reached"]), None)
         out[f"{r['rule']} runs"] = (_f(r["runs"]), None)
         out[f"{r['rule']} final"] = (_f(r["final_gap"]), None)
-        out[f"{r['rule']} final_se"] = (_f(r["final_gap_ci"]) / 1.959963984540054, None)
+        out[f"{r['rule']} final_se"] = (_f(r["final_gap_ci"]) / Z95, None)
         out[f"{r['rule']} rollouts"] = (_f(r["rollouts"]), None)
     return out
 
 
 def _allocate_train_render(v: dict) -> str:
+    from gpolab.engine import Z95  # deferred: jax
+
     lines = ["| rule | rollouts until the gap halves (± 95%) | runs that got there | gap at the "
              "end (± 95%) | rollouts spent |", "|---|---|---|---|---|"]  # fmt: skip
     trained = {k.replace(" half", " N=0 "): 0 for k in v if k.endswith(" half")}
     for rule in _allocate_rules(trained):
         x, se = v[f"{rule} half"]
-        half = "—" if x != x else f"{_count(x)} ± {_count(1.959963984540054 * se)}" if se == se \
+        half = "—" if x != x else f"{_count(x)} ± {_count(Z95 * se)}" if se == se \
             else _count(x)  # fmt: skip
         final = _v(v, f"{rule} final")
         lines.append(f"| {rule} | {half} | {int(_v(v, rule + ' reached'))} of "
                      f"{int(_v(v, rule + ' runs'))} | {_num(final, 3)} ± "
-                     f"{_num(1.959963984540054 * _v(v, rule + ' final_se'), 2)} | "
+                     f"{_num(Z95 * _v(v, rule + ' final_se'), 2)} | "
                      f"{_count(_v(v, rule + ' rollouts'))} |")
     return "\n".join(lines)
 

@@ -120,18 +120,26 @@ def _row(workload, n, seconds, compile_s, **extra):
     }
 
 
-def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) -> dict:
+def _w1_inputs(cfg: BenchConfig, G: int = 16) -> tuple:
+    """W1's (args, key, cell): the 16 × 64 tabular bandit, loo at G, ‖e‖² per seed only (the
+    numpy reference's statistic)."""
     import jax
 
+    from gpolab import cells
+    from gpolab.envs import bandit
+
+    params = bandit.make(bandit.Instance(prompts=16, actions=64))
+    args = (params, bandit.exact(params), np.float32(1e-4))
+    return args, jax.random.key(cfg.seed), cells.BanditCell(("loo",), G=G, mean_error=False)
+
+
+def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) -> dict:
     from gpolab import cells, engine
     from gpolab.envs import bandit
 
     n = n or cfg.seeds
-    params = bandit.make(bandit.Instance(prompts=16, actions=64))
-    truth = bandit.exact(params)
-    args = (params, truth, np.float32(1e-4))
-    key = jax.random.key(cfg.seed)
-    cell = cells.BanditCell(("loo",), G=G, mean_error=False)  # the numpy reference's statistic
+    args, key, cell = _w1_inputs(cfg, G)
+    params, truth, _ = args
     seconds, compile_s, m, chunk = _timed_run(cells.bandit_error, cell, args, key, n, cfg.chunk)
     stats = engine.error_stats(m, "loo/err", "loo/sq")
     row = _row(f"W1 tabular 16x64 G={G} loo", n, seconds, compile_s, chunk=chunk,
@@ -173,6 +181,7 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
     return row
 
 
+PROFILE = "W1 profile: + "  # the profile rows' workload: PROFILE + the step
 W1_STAGES = ("uniforms", "inverse-CDF draw", "loo weights", "scatter-add scores",
              "error and sums")  # W1's per-seed function, cut after each step (the last: all)
 
@@ -194,8 +203,8 @@ def _w1_prefix(cell, key, args):
     params, truth, eps = args
     prompts = jnp.arange(params.num_prompts, dtype=jnp.int32)
     dtype = params.success.dtype
-    if stage == W1_STAGES[0]:
-        return {"s": jnp.sum(jax.random.uniform(key, (params.num_prompts, bc.G), dtype=dtype))}
+    if stage == W1_STAGES[0]:  # the PRNG bound's function, at W1's chunk
+        return _uniforms_cell(("uniforms", (params.num_prompts, bc.G)), key, None)
     actions, rewards = bandit.sample(key, params, prompts, bc.G)
     if stage == W1_STAGES[1]:
         return {"s": jnp.sum(rewards) + jnp.sum(actions).astype(dtype)}
@@ -216,15 +225,9 @@ def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
     wall time per seed on all devices (the difference of two cuts' times; within the timing
     noise it can come out slightly negative) and ``stage_share`` = that over the whole
     function's time per seed (the shares add up to 1)."""
-    import jax
+    from gpolab import engine
 
-    from gpolab import cells, engine
-    from gpolab.envs import bandit
-
-    params = bandit.make(bandit.Instance(prompts=16, actions=64))
-    args = (params, bandit.exact(params), np.float32(1e-4))
-    key = jax.random.key(cfg.seed)
-    cell = cells.BanditCell(("loo",), G=16, mean_error=False)
+    args, key, cell = _w1_inputs(cfg)
     mesh, n = engine.local_mesh(), cfg.seeds
     runs = {s: (lambda s=s: engine.run(_w1_prefix, (s, cell), args, key, n, chunk, mesh=mesh))
             for s in W1_STAGES}  # fmt: skip
@@ -236,7 +239,7 @@ def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
             best[s] = min(best[s], _timed(f)[0])
     total, before, rows = best[W1_STAGES[-1]], 0.0, []
     for s in W1_STAGES:
-        rows.append({**_row(f"W1 profile: + {s}", n, best[s], None, chunk=chunk),
+        rows.append({**_row(PROFILE + s, n, best[s], None, chunk=chunk),
                      "stage_us": 1e6 * (best[s] - before) / n,
                      "stage_share": (best[s] - before) / total})  # fmt: skip
         before = best[s]
@@ -402,10 +405,8 @@ def allocate(cfg: BenchConfig) -> list[dict]:
     from gpolab.labs import allocate as lab
     from gpolab.theory import allocation
 
-    quick = lab.Config.QUICK
-    lab_cfg = lab.Config(seeds=quick["seeds"] if cfg.quick else 2000,
-                         runs=quick["runs"] if cfg.quick else 16,
-                         steps=quick["steps"] if cfg.quick else 150, seed=cfg.seed)  # fmt: skip
+    sizes = {k: lab.Config.QUICK[k] for k in ("seeds", "runs", "steps")} if cfg.quick else {}
+    lab_cfg = lab.Config(**sizes, seed=cfg.seed)  # the lab's own (quick) sizes
     tables_s, _ = _timed(lambda: allocation.tables(lab_cfg.estimator, lab_cfg.cap))
     static_s, _ = _timed(lambda: lab.static_rows(lab_cfg, 256))
     train_s, _ = _timed(lambda: lab.train_rows(lab_cfg, "gpolab-sample"))

@@ -100,7 +100,7 @@ def run(args) -> int:
             f"W1 = {w1['speedup_vs_numba']:.1f}x numba ({w1['numba_seeds_per_s']:,.0f} seeds/s); "
             f"numba agrees within 4 SE: {w1['numba_agrees']}"
         )
-    cut = "W1 profile: + "
+    cut = bench.PROFILE
     stages = [r for r in rows if r["workload"].startswith(cut)]
     print("W1 profile, wall µs per seed on all devices (share): " + ", ".join(
         f"{r['workload'][len(cut):]} {r['stage_us']:.2f} ({100 * r['stage_share']:.0f}%)"

@@ -39,6 +39,7 @@ import numpy as np
 
 from gpolab import configs, estimators, validate
 from gpolab.configs import option
+from gpolab.engine import Z95
 from gpolab.envs import bandit
 from gpolab.estimators import allocation as rules
 from gpolab.labs import table_text
@@ -58,7 +59,6 @@ MAY_BE_NAN = {
 SPLITS = 8  # independent batches of seeds: bias² and its SE
 CHUNK = 256  # seeds per numpy chunk (memory: chunk x prompts x draws x actions booleans)
 ROUNDS = 4  # Reinforce-Ada's rounds (its script's max_rounds)
-Z95 = 1.959963984540054
 JSON = ("rule", "budget", "rollouts", "mse", "mse_se", "theory_mse", "theory_mse_se", "theory",
         "bias_sq", "bias_sq_se", "variance", "cos", "cos_se", "snr", "zero_signal", "kept",
         "reads", "source", "estimator", "n_seeds")  # fmt: skip
