@@ -480,9 +480,14 @@ def _toml_value(v) -> str:
 
 def add_flags(parser: argparse.ArgumentParser, cls) -> None:
     """One ``--field-name`` flag per config field (default None = "not typed"; values are
-    coerced by :func:`resolve`), booleans as ``--flag/--no-flag``; help shows the default."""
+    coerced by :func:`resolve`), booleans as ``--flag/--no-flag``; help shows the default: the
+    value a run uses (an instance field from the config's own default instance, which a lab may
+    set apart from the env's: allocate's skewed bandit)."""
+    made = cls() if instances(cls) else None
     for name, (owner, info) in _flat(cls).items():
         default = getattr(owner(), name)
+        if made is not None and owner is not cls:
+            default = getattr(made.instance, name, default)
         help_text = info["help"].replace("%", "%%")  # argparse formats help with %
         if info["when"]:
             when = info["when"].items()
