@@ -1,13 +1,15 @@
 """Per-prompt rollout allocation rules: who gets how many responses in a step (``gpolab allocate``).
 
 Every rule is one small function of what a trainer knows before (or while) sampling, with the
-paper it follows, what it reads and what gpolab assumed where the paper's text was not
-available (only abstracts were found for all of them; the rules follow the authors' code, read
-through the search tool, cited by file).  Arrays carry a leading seeds axis: (S, P).
+paper it follows, what it reads and what gpolab assumed: each rule follows its authors' code
+(read through the search tool, cited by repository, file and function; docs/allocate.md#ports
+lists every difference).  Arrays carry a leading seeds axis: (S, P).
 
 ``View`` is what a rule may read.  ``kind``: ``allocate`` (group sizes fixed before sampling),
-``downsample`` (generate, then train on a subset chosen by reward: PODS) or ``sequential``
-(sample in rounds until a condition holds: Reinforce-Ada); the lab draws the responses.
+``downsample`` (generate, then train on a subset chosen by reward: PODS), ``sequential``
+(sample in rounds until a condition holds: Reinforce-Ada) or ``staged`` (a first stage of
+fresh responses for every prompt, whose rewards the rule reads, then the allocation of the rest,
+trained on: GVM-RAFT's scripts); the lab draws the responses.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 from gpolab import validate
 from gpolab.theory import allocation as theory
 
-READS = ("nothing", "truth", "posterior", "last step", "history")
+READS = ("nothing", "truth", "posterior", "last step", "history", "fresh stage")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +37,10 @@ class View:
     alpha: np.ndarray  # Beta posterior of p_x from the rewards seen so far (prior Beta(1, 1))
     beta: np.ndarray
     last_c: np.ndarray  # successes of the prompt's last observed group
-    last_n: np.ndarray  # its size (0: never observed)
+    last_n: np.ndarray  # its size (0: never observed; ``staged`` rules: the fresh first stage)
+    kn_p: np.ndarray  # Knapsack RL's p̂: the last group's rate if it has >= 16 responses, else
+    # the rate of the prompt's latest 16 rewards (their reward buffer)
+    kn_count: np.ndarray  # rewards seen for the prompt (their validity: >= 8)
     streak_easy: np.ndarray  # consecutive latest observed groups all correct (GRESO)
     streak_hard: np.ndarray  # consecutive latest observed groups all wrong
     p_easy: np.ndarray  # (S,) GRESO's keep probability base for easy prompts
@@ -59,6 +64,7 @@ class Rule:
     reads: str
     source: str
     assumed: str = ""
+    estimator: str | None = None  # the rule's own estimator (None: the lab's)
 
 
 def _even(view: View, budget: int, eligible: np.ndarray) -> np.ndarray:
@@ -159,16 +165,98 @@ def gpolab_posterior(view: View, budget: int, rng) -> np.ndarray:
     return theory.greedy(curve, view.f**2, budget).astype(np.int64)
 
 
+KNAPSACK_MIN_N, KNAPSACK_MIN_BUFFER = 2, 8  # their run script: MIN_N (= NEGATIVE_N = POSITIVE_N)
+KNAPSACK_BUFFER = 16  # and REWARD_BUFFER_LENGTH, MIN_BUFFER_LENGTH
+
+
+def knapsack_value(N, p):
+    """Knapsack RL's value of N responses at success rate p: (1 − p^N − (1 − p)^N) p (1 − p)²
+    (their ``dp_core_numba``)."""
+    N, p = np.asarray(N, float), np.asarray(p, float)
+    return (1 - p**N - (1 - p) ** N) * p * (1 - p) ** 2
+
+
+def knapsack_cost(p):
+    """Their per-prompt cost (``cost_estimation = "probability"``, α = 0.9): log(0.1) /
+    log(max(p, 1 − p)) for 0 < p < 1; ∞ at p = 0, 0 at p = 1."""
+    p = np.asarray(p, float)
+    with np.errstate(divide="ignore"):
+        inner = np.log(0.1) / np.log(np.where((p > 0) & (p < 1), np.maximum(p, 1 - p), 0.5))
+    return np.where(p <= 0, np.inf, np.where(p >= 1, 0.0, inner))
+
+
+def knapsack_one(p: np.ndarray, valid: np.ndarray, budget: int, max_n: int) -> np.ndarray:
+    """One step of ``sampling_budget_by_knapsack`` (liziniu/KnapsackRL,
+    verl/trainer/ppo/exploration_utils.py) for one seed: p̂ (P,), validity (P,) bool.
+
+    As their code: min_n = 2 to every valid prompt (0 < p̂ < 1 and p̂ ∈ {0, 1} alike), n = N/P to
+    the invalid ones; if no prompt has 0 < p̂ < 1, the rest goes evenly to the p̂ = 0 prompts
+    (the invalid ones count as p̂ = 0 there: their ``success_rates`` stay 0);
+    else the DP gets only Σ int(min(max_n, cost)) when that is below the rest (the fallback),
+    and the excess goes evenly to the p̂ = 0 prompts (to the other all-equal ones if none); the
+    DP maximizes Σ value over extras k ≤ max_n − min_n, a prompt given no extra counting 0 (their
+    ``solve_by_dp``; the sequence 0, v(3), v(4), … is concave, so the greedy is the DP's optimum);
+    what the DP cannot place goes evenly to the DP's prompts.  gpolab: sizes are held to
+    ``max_n`` (the lab's cap), what would pass it is spread where there is room."""
+    P = len(p)
+    n = budget // P
+    eff = valid & (p > 0) & (p < 1)
+    zero = ~valid | (p == 0)  # their success_rates stay 0 for the invalid prompts
+    out = np.where(valid, KNAPSACK_MIN_N, n).astype(np.int64)
+    left = budget - int(out.sum())
+    if left > 0 and not eff.any():
+        out += _split(left, zero if zero.any() else np.ones(P, bool))
+    elif left > 0:
+        est = int(np.sum(np.floor(np.minimum(max_n, knapsack_cost(p[eff])))))
+        if est < left:
+            rest = zero if zero.any() else ~eff
+            out += _split(left - est, rest if rest.any() else eff)  # all-effective: gpolab's
+            left = est
+        k = np.arange(1, max_n - KNAPSACK_MIN_N + 1)
+        value = knapsack_value(k + KNAPSACK_MIN_N, p[eff][:, None])
+        curve = np.concatenate([np.zeros((eff.sum(), 1)), value], -1)
+        gains = np.diff(curve, axis=-1).ravel()
+        order = np.argsort(-gains, kind="stable")[:left]
+        extra = np.zeros(gains.shape, np.int64)
+        extra[order] = 1
+        extra = extra.reshape(eff.sum(), -1).sum(-1)
+        out[eff] += extra + _split(left - int(extra.sum()), np.ones(eff.sum(), bool))
+    over = np.maximum(out - max_n, 0)
+    out = np.minimum(out, max_n)
+    return out + _even_one(int(over.sum()), np.ones(P, bool), max_n - out)
+
+
+def _split(n: int, where: np.ndarray) -> np.ndarray:
+    """``n`` evenly over ``where`` (their loops: the first ``n mod k`` get one more)."""
+    k = max(int(where.sum()), 1)
+    return np.where(where, n // k + (np.cumsum(where) - 1 < n % k), 0).astype(np.int64)
+
+
 def knapsack(view: View, budget: int, rng) -> np.ndarray:
-    """Knapsack RL: maximize Σ_x value(N_x, p_x), value = (1 − p^N − (1 − p)^N) p (1 − p)²
-    (P(both outcomes) × their information gain), N_x ≥ 2; prompts last seen all-equal get the
-    minimum and the rollouts no solvable prompt can use are spread over them."""
+    """Knapsack RL as its authors run it (:func:`knapsack_one` per seed): p̂ from their 16-reward
+    buffer, a prompt valid once 8 rewards were seen, bounds 2…cap (their MAX_N = 128)."""
+    valid = view.kn_count >= KNAPSACK_MIN_BUFFER
+    return np.stack([knapsack_one(view.kn_p[s], valid[s], budget, view.cap)
+                     for s in range(view.shape[0])])  # fmt: skip
+
+
+def knapsack_truth(view: View, budget: int, rng) -> np.ndarray:
+    """gpolab's bound for Knapsack RL: their rule (:func:`knapsack_one`) fed the true p of every
+    prompt, all valid: what their allocation does for their own value when p̂ is exact."""
+    p = np.broadcast_to(view.p, view.shape)
+    return np.stack([knapsack_one(p[s], np.ones(view.shape[-1], bool), budget, view.cap)
+                     for s in range(view.shape[0])])  # fmt: skip
+
+
+def gpolab_knapsack_simple(view: View, budget: int, rng) -> np.ndarray:
+    """gpolab's simplified Knapsack RL (the lab's port before issue 40): their value function and
+    2…cap bounds, p̂ from the prompt's last group, no cost model or fallback: all-equal prompts
+    get the minimum and the rollouts no solvable prompt can use are spread over them."""
     p = _last_rate(view)
     solvable = (p > 0) & (p < 1)
     G = np.arange(view.cap + 1)
     q = np.where(solvable, p, 0.5)[..., None]
-    value = (1 - q**G - (1 - q) ** G) * q * (1 - q) ** 2
-    curve = np.where(solvable[..., None], -value, 0.0)
+    curve = np.where(solvable[..., None], -knapsack_value(G, q), 0.0)
     gains = -np.diff(curve[..., 2:], axis=-1)  # concave value: greedy = their DP
     extra = budget - 2 * view.shape[-1]
     flat = gains.reshape(view.shape[0], -1)
@@ -233,8 +321,10 @@ def vip(view: View, budget: int, rng) -> np.ndarray:
 
 
 def gvm(view: View, budget: int, rng) -> np.ndarray:
-    """GVM-RAFT: n_x ∝ ‖g_x‖ / √(p_x + α/p_x), α = 1e-3, n_x = 0 where p_x = 0; p_x the last
-    group's success rate, ‖g_x‖ the gradient norm (given exactly here)."""
+    """GVM-RAFT (``calc_sample_ratio``, em/stage_2_calc_sample_size.py): n_x ∝ ‖g_x‖ / √(p_x +
+    α/p_x^(β−1)), α = 1e-3, β = 2, n_x = 0 where p_x = 0; p_x the success rate of the group in
+    ``last_c``/``last_n`` (``gvm``: the fresh first stage of the step; ``gpolab-gvm-last``: the
+    prompt's last step), ‖g_x‖ the gradient norm (given exactly here)."""
     p = _last_rate(view, 0.5)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(p > 0, view.gnorm / np.sqrt(p + 1e-3 / np.where(p > 0, p, 1)), 0.0)
@@ -266,7 +356,7 @@ def reinforce_ada(view: View, budget: int, rng) -> np.ndarray:
 
 
 def _src(arxiv: str, where: str) -> str:
-    return f"arXiv {arxiv} (abstract); rule from the authors' code: {where}"
+    return f"arXiv {arxiv}; rule from the authors' code: {where}"
 
 
 RULES: dict[str, Rule] = {r.name: r for r in (
@@ -282,10 +372,21 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("gpolab", gpolab_posterior, "allocate", "posterior",
          "gpolab (theory §12): the same greedy on the posterior-expected reward-only MSE",
          "reward-only moments: score norm independent of the reward, signal share rho"),
-    Rule("knapsack", knapsack, "allocate", "last step",
-         _src("2509.25849", "sampling_budget_by_knapsack (Knapsack RL)"),
-         "p from the prompt's last group; the cost-based fallback for all-equal prompts is "
-         "replaced by an even spread"),
+    Rule("knapsack", knapsack, "allocate", "history",
+         _src("2509.25849", "liziniu/KnapsackRL verl/trainer/ppo/exploration_utils.py "
+              "sampling_budget_by_knapsack; p̂: verl/utils/dataset/rl_dataset.py "
+              "update_sample_state"),
+         "the lab's estimator (loo) instead of their GRPO (see knapsack-grpo); sizes held to "
+         "the cap"),
+    Rule("knapsack-grpo", knapsack, "allocate", "history",
+         _src("2509.25849", "as knapsack, with their estimator (ADV_ESTIMATOR = grpo)"),
+         "GRPO's ĝ estimates g/σ, not g: its MSE against g carries that scale", "grpo"),
+    Rule("gpolab-knapsack-truth", knapsack_truth, "allocate", "truth",
+         "gpolab's bound: Knapsack RL's rule (as knapsack) fed the true p",
+         "no trainer knows p: shows their allocation on their own value with p̂ exact"),
+    Rule("gpolab-knapsack-simple", gpolab_knapsack_simple, "allocate", "last step",
+         "gpolab's simplified Knapsack RL (their value and bounds only)",
+         "p from the prompt's last group; no cost model, no fallback, no reward buffer"),
     Rule("greso", greso, "allocate", "history",
          _src("2506.02177", "Infini-AI-Lab/GRESO verl/trainer/ttis/presampling_selector.py"),
          "all correct / all wrong stand for mean >= 0.98 / <= 0.11"),
@@ -293,10 +394,15 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          _src("2602.01601", "HieuNT91/VIP src/vip/allocation/bernoulli_allocation.py"),
          "p from the Beta posterior mean instead of VIP's Gaussian process over prompt "
          "embeddings; the integer optimum instead of SLSQP plus rounding"),
-    Rule("gvm", gvm, "allocate", "last step",
-         _src("2505.02391", "RLHFlow/GVM em/stage_2_calc_sample_size.py"),
-         "a RAFT rule used with the lab's estimator; the gradient norm is given exactly "
-         "(GVM measures it in a first sampling stage)"),
+    Rule("gvm", gvm, "staged", "fresh stage",
+         _src("2505.02391", "RLHFlow/GVM em/stage_2_calc_sample_size.py calc_sample_ratio, "
+              "em/run_em.sh"),
+         "half the step's rollouts measure p in a fresh first stage (their 8 + 8 per prompt), "
+         "the other half are allocated and trained on; the gradient norm is given exactly; "
+         "the lab's estimator instead of RAFT"),
+    Rule("gpolab-gvm-last", gvm, "allocate", "last step",
+         "gpolab's variant of GVM-RAFT: its rule on the prompt's last step (no first stage)",
+         "p from the last group: a prompt last seen at p = 0 gets nothing again"),
     Rule("mopps", mopps, "allocate", "posterior",
          _src("2507.04632", "thu-rllab/MoPPS recipe/ours/mopps.py (topk)"),
          "the pool is the step's prompts; half of them are selected"),

@@ -51,7 +51,7 @@ TABLES = ("results", "match", "training", "trained", "allocation")
 INSTANCES = {"bandit": bandit.Instance}
 # the lab's instance: a skewed difficulty mix (bandit.Instance defaults otherwise)
 INSTANCE = {"prompts": 64, "actions": 8, "logit_scale": 2.0, "success_a": 0.5, "success_b": 2.0}
-SCHEMA = 1
+SCHEMA = 2  # 2: faithful Knapsack RL and GVM-RAFT, own-objective columns (issue 40)
 MAY_BE_NAN = {
     "results": ("theory_mse", "theory_mse_se"),
     "trained": ("rollouts_to_half_gap", "rollouts_to_half_gap_ci"),
@@ -61,7 +61,8 @@ CHUNK = 256  # seeds per numpy chunk (memory: chunk x prompts x draws x actions 
 ROUNDS = 4  # Reinforce-Ada's rounds (its script's max_rounds)
 JSON = ("rule", "budget", "rollouts", "mse", "mse_se", "theory_mse", "theory_mse_se", "theory",
         "bias_sq", "bias_sq_se", "variance", "cos", "cos_se", "snr", "zero_signal", "kept",
-        "reads", "source", "estimator", "n_seeds")  # fmt: skip
+        "knapsack_value", "nonzero_groups", "update_cost", "reads", "source", "estimator",
+        "n_seeds")  # fmt: skip
 JSON_TABLES = {"results": JSON, "trained": None, "training": None}  # --json: every answer
 
 
@@ -298,7 +299,21 @@ def estimate(pi, a, z, use, adv, a1, a0) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def response_slots(cfg: Config, budget: int) -> int:
     """Responses drawn per prompt and seed (the most any rule can use at this budget)."""
-    return max(cfg.cap, ROUNDS * (budget // cfg.instance.prompts))
+    P = cfg.instance.prompts
+    return max(cfg.cap + stage_size(budget, P), ROUNDS * (budget // P))
+
+
+def stage_size(budget: int, P: int) -> int:
+    """GVM-RAFT's fresh first stage per prompt: half the step's rollouts (their run_em.sh
+    draws as many per prompt in stage 1 as in stage 2)."""
+    return max(budget // (2 * P), 1)
+
+
+@functools.lru_cache(maxsize=8)
+def _tables(spec: str, g_max: int) -> tuple:
+    """Count tables of ``spec`` at G ≤ ``g_max`` (:func:`gpolab.theory.allocation.tables`),
+    once per process."""
+    return theory.tables(spec, g_max)
 
 
 def oracle_curves(t: dict, a1, a0) -> dict:
@@ -308,6 +323,7 @@ def oracle_curves(t: dict, a1, a0) -> dict:
 
 def view_of(cfg: Config, env: Bandit, pi, state: dict, a1, a0, oracle) -> rules.View:
     t = env.truth(pi)
+    state = {k: v for k, v in state.items() if k != "kn_buf"}
     return rules.View(f=env.f, p=t["V"], gnorm=np.sqrt(t["gsq"]), oracle=oracle, **state,
                       a1=a1, a0=a0, cap=cfg.cap, rho=cfg.rho, estimator=cfg.estimator)  # fmt: skip
 
@@ -315,14 +331,30 @@ def view_of(cfg: Config, env: Bandit, pi, state: dict, a1, a0, oracle) -> rules.
 def fresh_state(S: int, P: int) -> dict:
     zeros = np.zeros((S, P))
     return {"alpha": np.ones((S, P)), "beta": np.ones((S, P)), "last_c": zeros, "last_n": zeros,
+            "kn_p": zeros, "kn_count": zeros, "kn_buf": np.full((S, P, rules.KNAPSACK_BUFFER),
+                                                                np.nan),
             "streak_easy": zeros, "streak_hard": zeros, "p_easy": np.full(S, 0.5),
             "p_hard": np.full(S, 0.5)}  # fmt: skip
 
 
-def observe(state: dict, c: np.ndarray, n: np.ndarray, decay: float) -> dict:
+def knapsack_buffer(buf: np.ndarray, z: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Knapsack RL's reward buffer after a group: the latest ``KNAPSACK_BUFFER`` rewards, newest
+    first (NaN: empty); the group's rewards are ``z[..., :n]`` (S, P, M)."""
+    B = buf.shape[-1]
+    j = np.arange(B)
+    last = np.clip(n[..., None] - 1 - j, 0, z.shape[-1] - 1).astype(np.int64)
+    new = np.take_along_axis(z, last, -1)  # their order: the group's rewards reversed
+    old = np.take_along_axis(buf, np.clip(j - n[..., None], 0, B - 1).astype(np.int64), -1)
+    return np.where(j < n[..., None], new, np.where(j - n[..., None] >= 0, old, np.nan))
+
+
+def observe(state: dict, c: np.ndarray, n: np.ndarray, decay: float, z=None) -> dict:
     """The rules' information after a step whose groups had c successes of n (n = 0: the prompt
     was not sampled): decayed Beta counts (MoPPS's update, prior Beta(1, 1)), the last group,
-    GRESO's streaks and its adaptive keep probabilities (targets 0.25/3 easy, 0.25·2/3 hard)."""
+    GRESO's streaks and its adaptive keep probabilities (targets 0.25/3 easy, 0.25·2/3 hard),
+    and with the rewards ``z`` (S, P, M; the group is ``z[..., :n]``) Knapsack RL's p̂: the
+    group's rate if it holds 16 rewards or more, else the rate of the latest 16 (their
+    ``update_sample_state`` with epoch and robust estimation, the run script's settings)."""
     seen = n > 0
     easy, hard = seen & (c == n), seen & (c == 0)
     out = dict(state)
@@ -338,6 +370,15 @@ def observe(state: dict, c: np.ndarray, n: np.ndarray, decay: float) -> dict:
     out["streak_hard"] = np.where(
         seen, np.where(hard, state["streak_hard"] + 1, 0), state["streak_hard"]
     )
+    if z is not None:
+        buf = knapsack_buffer(state["kn_buf"], z, n)
+        with np.errstate(invalid="ignore"):
+            recent = np.nanmean(np.where(seen[..., None], buf, 0.0), -1)
+        whole = n >= rules.KNAPSACK_BUFFER
+        rate = np.where(whole, c / np.maximum(n, 1), recent)
+        out["kn_buf"] = np.where(seen[..., None], buf, state["kn_buf"])
+        out["kn_p"] = np.where(seen, rate, state["kn_p"])
+        out["kn_count"] = state["kn_count"] + n
     groups = np.maximum(seen.sum(-1), 1)
     for name, share, target in (("p_easy", easy, 0.25 / 3), ("p_hard", hard, 0.25 * 2 / 3)):
         ratio = share.sum(-1) / groups
@@ -346,10 +387,24 @@ def observe(state: dict, c: np.ndarray, n: np.ndarray, decay: float) -> dict:
 
 
 def step(rule: rules.Rule, view: rules.View, budget: int, pi, success, a, z, rng_rule, a1, a0):
-    """One step of ``rule``: its allocation, the responses it uses, its estimate."""
-    G = rule.fn(view, budget, rng_rule)
-    G, weight = G if isinstance(G, tuple) else (G, np.ones(G.shape))
-    use, generated, adv = used_responses(rule, G, z, budget)
+    """One step of ``rule``: its allocation, the responses it uses, its estimate.  ``staged``
+    (GVM-RAFT): the first ``stage_size`` slots of every prompt are its fresh first stage, read
+    by the rule and counted in the rollouts; the allocation of the rest is trained on."""
+    if rule.estimator is not None:
+        a1, a0 = _tables(rule.estimator, a1.shape[0] - 1)[:2]
+    if rule.kind == "staged":
+        P = z.shape[1]
+        s = stage_size(budget, P)
+        first = dataclasses.replace(view, last_c=z[..., :s].sum(-1).astype(float),
+                                    last_n=np.full(view.shape, float(s)))  # fmt: skip
+        G = rule.fn(first, budget - s * P, rng_rule)
+        pos = np.arange(z.shape[-1])
+        use = (pos >= s) & (pos < s + G[..., None])
+        generated, adv, weight = s + G, None, np.ones(G.shape)
+    else:
+        G = rule.fn(view, budget, rng_rule)
+        G, weight = G if isinstance(G, tuple) else (G, np.ones(G.shape))
+        use, generated, adv = used_responses(rule, G, z, budget)
     ghat, n, c = estimate(pi, a, z, use, adv, a1, a0)
     seen = np.sum(z & (np.arange(z.shape[-1]) < generated[..., None]), -1)
     return G, weight, generated, weight[..., None] * ghat, n, c, seen
@@ -385,15 +440,21 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
     P, A = env.success.shape
     pi = env.policy(env.theta)
     t = env.truth(pi)
-    a1, a0, reasons = theory.tables(cfg.estimator, cfg.cap)
-    oracle = oracle_curves(t, a1, a0)
+    a1, a0, reasons = _tables(cfg.estimator, cfg.cap)
+    own = {r: _tables(rules.RULES[r].estimator or cfg.estimator, cfg.cap) for r in cfg.rules}
+    oracles = {
+        e: oracle_curves(t, *_tables(e, cfg.cap)[:2])
+        for e in {rules.RULES[r].estimator or cfg.estimator for r in cfg.rules}
+    }
+    oracle = oracles[cfg.estimator] if cfg.estimator in oracles else oracle_curves(t, a1, a0)
     M = response_slots(cfg, budget)
     acc = {r: _Acc(P, A) for r in cfg.rules}
     for start in range(0, cfg.seeds, CHUNK):
         S = min(CHUNK, cfg.seeds - start)
         rng = _rng(cfg, budget, start)
         _, zh = draw(rng, pi, env.success, (S, P, cfg.history))
-        state = observe(fresh_state(S, P), zh.sum(-1), np.full((S, P), cfg.history), cfg.decay)
+        state = observe(fresh_state(S, P), zh.sum(-1), np.full((S, P), cfg.history), cfg.decay,
+                        zh)  # fmt: skip
         view = view_of(cfg, env, pi, state, a1, a0, oracle)
         a, z = draw(rng, pi, env.success, (S, P, M))
         for name in cfg.rules:
@@ -401,13 +462,15 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
             G, weight, gen, ghat, n, c, _ = step(
                 rule, view, budget, pi, env.success, a, z, _rng(cfg, budget, start, name), a1, a0
             )
-            exact = exact_given(oracle, env.f, G, weight) if rule.kind == "allocate" else None
-            acc[name].add(env.f, t["g"], ghat, gen, n, c, exact, G)
+            own_oracle = oracles[rule.estimator or cfg.estimator]
+            exact = (exact_given(own_oracle, env.f, G, weight)
+                     if rule.kind in ("allocate", "staged") else None)  # fmt: skip
+            acc[name].add(env.f, t["g"], ghat, gen, n, c, exact, G, t["V"])
     rows = []
     for name in cfg.rules:
         rule = rules.RULES[name]
         row = acc[name].row(env.f, t["g"])
-        why = _theory_reason(rule, reasons, cfg.cap)
+        why = _theory_reason(rule, own[name][2], cfg.cap)
         if why:
             row["theory_mse"] = row["theory_mse_se"] = math.nan
         rows.append({"table": "results", "rule": name, "budget": budget, **row,
@@ -437,19 +500,30 @@ def _theory_reason(rule: rules.Rule, reasons: tuple, cap: int) -> str:
     return f"none: {reasons[bad[0]]}" if bad else ""
 
 
+def own_objectives(n, c, gen, p) -> dict:
+    """Each rule on the others' objectives, per seed (S,): Knapsack RL's value Σ_x value(n_x,
+    p_x) at the true p of the responses trained on, the share of the P prompts whose trained
+    group holds both outcomes (a non-zero loo or GRPO gradient) and the update cost, responses
+    trained on per response generated (PODS's saving)."""
+    value = np.where(n >= 1, rules.knapsack_value(n, p), 0.0).sum(-1)
+    mixed = np.mean((c > 0) & (c < n), -1)
+    cost = n.sum(-1) / np.maximum(gen.sum(-1), 1)
+    return {"knapsack_value": value, "nonzero_groups": mixed, "update_cost": cost}
+
+
 class _Acc:
     """Running sums over seeds of one rule's step estimates."""
 
     def __init__(self, P: int, A: int):
         self.n = 0
         self.sums = dict.fromkeys(("sq", "sq2", "cos", "cos2", "gen", "zero", "kept", "ex",
-                                   "ex2", "norm2"), 0.0)  # fmt: skip
+                                   "ex2", "norm2", "value", "mixed", "cost"), 0.0)  # fmt: skip
         self.mean = np.zeros((P, A))
         self.splits = np.zeros((SPLITS, P, A))  # sums of ĝ per independent batch of seeds
         self.split_n = np.zeros(SPLITS)
         self.G = np.zeros(P)
 
-    def add(self, f, g, ghat, gen, n, c, exact, G) -> None:
+    def add(self, f, g, ghat, gen, n, c, exact, G, p) -> None:
         fe = f[:, None] * (ghat - g)
         sq = np.sum(fe**2, (-1, -2))
         est = f[:, None] * ghat
@@ -468,6 +542,10 @@ class _Acc:
         s["zero"] += zero.sum()
         s["kept"] += np.sum(n >= 2)
         s["norm2"] += np.sum(norm**2)
+        own = own_objectives(n, c, gen, p)
+        s["value"] += own["knapsack_value"].sum()
+        s["mixed"] += own["nonzero_groups"].sum()
+        s["cost"] += own["update_cost"].sum()
         if exact is not None:
             s["ex"] += exact.sum()
             s["ex2"] += np.sum(exact**2)
@@ -518,7 +596,9 @@ class _Acc:
                 "theory_mse_se": ex_se, "bias_sq": bias_sq, "bias_sq_se": bias_sq_se,
                 "variance": variance, "cos": cos,
                 "cos_se": cos_se, "snr": snr, "zero_signal": s["zero"] / n,
-                "kept": s["kept"] / n, "n_seeds": n}  # fmt: skip
+                "kept": s["kept"] / n, "knapsack_value": s["value"] / n,
+                "nonzero_groups": s["mixed"] / n, "update_cost": s["cost"] / n,
+                "n_seeds": n}  # fmt: skip
 
 
 # ---------------------------------------------------------------- training
@@ -531,7 +611,7 @@ def train_rows(cfg: Config, name: str) -> list[dict]:
     env = Bandit.of(cfg.instance)
     P, A = env.success.shape
     R, budget = cfg.runs, cfg.train_budget
-    a1, a0, _ = theory.tables(cfg.estimator, cfg.cap)
+    a1, a0, _ = _tables(cfg.estimator, cfg.cap)
     theta = np.broadcast_to(env.theta, (R, P, A)).copy()
     state = fresh_state(R, P)
     best = env.optimum()
@@ -555,7 +635,7 @@ def train_rows(cfg: Config, name: str) -> list[dict]:
         )
         theta = theta + cfg.lr * env.f[:, None] * ghat
         rollouts = rollouts + gen.sum(-1)
-        state = observe(state, seen, gen, cfg.decay)  # every reward drawn is seen
+        state = observe(state, seen, gen, cfg.decay, z)  # every reward drawn is seen
     gaps, wins, spent = (np.stack(x) for x in (gaps, wins, spent))  # (T + 1, R)
     rows = []
     for t in range(cfg.steps + 1):
@@ -593,7 +673,7 @@ EXACT_RULES = ("uniform-gstar", "gpolab-oracle", "gpolab-sample")
 def _instance_curves(cfg: Config) -> tuple[dict, np.ndarray]:
     env = Bandit.of(cfg.instance)
     t = env.truth(env.policy(env.theta))
-    return oracle_curves(t, *theory.tables(cfg.estimator, cfg.cap)[:2]), env.f
+    return oracle_curves(t, *_tables(cfg.estimator, cfg.cap)[:2]), env.f
 
 
 def exact_mse_at(cfg: Config, rule: str, budget: float) -> float:
@@ -603,7 +683,7 @@ def exact_mse_at(cfg: Config, rule: str, budget: float) -> float:
     P = len(f)
     if rule == "gpolab-sample":
         return float(theory.sampled_design(o["second_moment"], o["kappa"], o["gsq"], f,
-                                           budget)[2])  # fmt: skip
+                                           budget).mse)  # fmt: skip
     if rule == "uniform-gstar":
         return theory.uniform_design(o["second_moment"], o["kappa"], o["gsq"], f,
                                      int(budget))[2]  # fmt: skip
