@@ -144,11 +144,15 @@ def gpolab_sample(view: View, budget: int, rng) -> tuple[np.ndarray, np.ndarray]
     """gpolab: the unbiased sampled design (theory §12): prompt x is included with probability
     π_x (independently), gets its own G_x and weight 1/π_x; (π, G) minimize the exact MSE at
     ``budget`` expected rollouts (:func:`gpolab.theory.allocation.sampled_design`, true
-    moments).  Returns (G, weight), G = 0 where a prompt is not drawn."""
+    moments; its expected rollouts are ``budget`` exactly: at the multiplier's jump the step
+    takes one side or the other at random, :class:`gpolab.theory.allocation.Design`).  Returns
+    (G, weight), G = 0 where a prompt is not drawn."""
     o = view.oracle
     S = view.shape[0]
-    pi, size, _ = theory.sampled_design(o["second_moment"], o["kappa"], o["gsq"], view.f, budget)
-    pi, size = np.broadcast_to(pi, view.shape), np.broadcast_to(size, view.shape)
+    d = theory.sampled_design(o["second_moment"], o["kappa"], o["gsq"], view.f, budget)
+    alt = (rng.random(S) < np.broadcast_to(d.q, (S,)))[:, None]
+    pi = np.where(alt, d.alt_pi, d.pi)
+    size = np.where(alt, d.alt_size, d.size)
     drawn = rng.random((S, view.shape[-1])) < pi
     return np.where(drawn, size, 0).astype(np.int64), np.where(drawn, 1 / pi, 0.0)
 

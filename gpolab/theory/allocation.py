@@ -25,13 +25,14 @@ minimizer under a budget is G_x − 1 ∝ σ_x = √(p_x(1 − p_x)).
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 from scipy.special import betaln, gammaln
 
 from gpolab.theory import exact
 
-__all__ = ["tables", "curves", "all_curves", "sampled_design", "uniform_design",
+__all__ = ["tables", "curves", "all_curves", "sampled_design", "Design", "uniform_design",
            "posterior_curves", "is_convex", "greedy", "lagrangian", "step_mse",
            "matching_budget"]  # fmt: skip
 
@@ -93,7 +94,7 @@ def all_curves(a1, a0, p, gsq, S2, e_wz2) -> dict:
     return {"mse": mse, "second_moment": second, "kappa": kap}
 
 
-def sampled_design(second, kappa, gsq, f, budget: float, iters: int = 80):
+def sampled_design(second, kappa, gsq, f, budget: float, iters: int = 80) -> Design:
     """The unbiased design of theory §12 (gpolab's): include prompt x with probability π_x, give
     it G_x responses, weight its estimate by 1/π_x (Horvitz–Thompson).  Its exact MSE is
 
@@ -101,25 +102,36 @@ def sampled_design(second, kappa, gsq, f, budget: float, iters: int = 80):
 
     separable, so for a multiplier λ each prompt takes the cheaper of (a) π_x < 1 at its own
     G*_x = argmin_G G·E‖ĝ_x(G)‖² (independent of λ: the per-prompt group size) with π_x =
-    √(f_x² E‖ĝ_x(G*_x)‖²/(λ G*_x)), and (b) π_x = 1 with G_x = argmin f_x² E‖ĝ_x(G)‖² + λG; λ is
-    bisected (geometrically) until the expected rollouts equal ``budget``.  ``second``,
-    ``kappa``: (..., P, g_max + 1) from :func:`all_curves`; ``gsq`` = ‖g_x‖² (..., P).  Returns
-    (π, G, exact MSE), each with the leading shape."""
+    √(f_x² E‖ĝ_x(G*_x)‖²/(λ G*_x)), and (b) π_x = 1 with G_x = argmin f_x² MSE_x(G) + λG (each
+    with its κ term: constant in G for loo, not for grpo); λ is bisected (geometrically) to the
+    budget.  At that λ one prompt's choice jumps (a switch between (a) and (b), or between two G
+    in (b)), so neither side of the jump spends the budget: the design takes the side above it
+    (``alt``) with probability q and the side below with 1 − q, q chosen so that the expected
+    rollouts equal ``budget`` exactly (the randomized Lagrangian: the optimum on each prompt's
+    lower convex hull).  A design contains the keep-all optimum (π = 1, the :func:`greedy` sizes
+    on the exact MSE curves, Σ G_x = ``budget``): where that is feasible and has the lower exact
+    MSE, or where the design cannot spend the budget (an MSE curve rising in G), it is returned
+    instead, so the design never loses to it.  ``second``, ``kappa``: (..., P, g_max + 1) from
+    :func:`all_curves`; ``gsq`` = ‖g_x‖² (..., P)."""
     second = np.asarray(second, np.float64)
+    kappa = np.asarray(kappa, np.float64)
+    gsq = np.asarray(gsq, np.float64)
     G = np.arange(second.shape[-1])
     valid = G >= 2
     w2 = np.asarray(f, np.float64) ** 2
     m2 = w2[:, None] * second
+    full = w2[:, None] * (second - 2 * kappa * gsq[..., None] + gsq[..., None])  # f² MSE_x(G)
     g_star = np.argmin(np.where(valid, G * m2, np.inf), -1)
     m_star = np.take_along_axis(m2, g_star[..., None], -1)[..., 0]
+    rest_a = np.take_along_axis(full - m2, g_star[..., None], -1)[..., 0]  # (a)'s κ terms
 
     def design(lam):
         lam = lam[..., None]
         with np.errstate(divide="ignore", invalid="ignore"):
             pa = np.sqrt(m_star / (lam * g_star))
-        cost_a = np.where(pa <= 1, 2 * np.sqrt(lam * g_star * m_star), np.inf)
-        gb = np.argmin(np.where(valid, m2 + lam[..., None] * G, np.inf), -1)
-        cost_b = np.take_along_axis(m2, gb[..., None], -1)[..., 0] + lam * gb
+        cost_a = np.where(pa <= 1, 2 * np.sqrt(lam * g_star * m_star) + rest_a, np.inf)
+        gb = np.argmin(np.where(valid, full + lam[..., None] * G, np.inf), -1)
+        cost_b = np.take_along_axis(full, gb[..., None], -1)[..., 0] + lam * gb
         use_a = cost_a < cost_b
         return np.where(use_a, pa, 1.0), np.where(use_a, g_star, gb)
 
@@ -130,11 +142,46 @@ def sampled_design(second, kappa, gsq, f, budget: float, iters: int = 80):
         pi, size = design(mid)
         over = np.sum(pi * size, -1) > budget
         lo, hi = np.where(over, mid, lo), np.where(over, hi, mid)
-    pi, size = design(hi)
-    kap = np.take_along_axis(np.asarray(kappa, np.float64), size[..., None], -1)[..., 0]
-    sec = np.take_along_axis(second, size[..., None], -1)[..., 0]
-    mse = np.sum(w2 * (sec / pi - 2 * kap * gsq + gsq), -1)
-    return pi, size, mse
+    (pi, size), (alt_pi, alt_size) = design(hi), design(lo)
+    below, above = np.sum(pi * size, -1), np.sum(alt_pi * alt_size, -1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.clip(np.where(above > below, (budget - below) / (above - below), 0.0), 0.0, 1.0)
+
+    def mse_of(pi, size):
+        kap = np.take_along_axis(kappa, size[..., None], -1)[..., 0]
+        sec = np.take_along_axis(second, size[..., None], -1)[..., 0]
+        return np.sum(w2 * (sec / pi - 2 * kap * gsq + gsq), -1)
+
+    mse = (1 - q) * mse_of(pi, size) + q * mse_of(alt_pi, alt_size)
+    P, top = second.shape[-2], second.shape[-1] - 1
+    if float(budget).is_integer() and 2 * P <= budget <= top * P:
+        keep = greedy(np.where(valid, full, 0.0), np.ones(P), int(budget))
+        keep_mse = np.sum(np.take_along_axis(full, keep[..., None], -1)[..., 0], -1)
+        short = (1 - q) * below + q * above < budget * (1 - 1e-12)
+        better = (keep_mse < mse) | short
+        pi, alt_pi = (np.where(better[..., None], 1.0, x) for x in (pi, alt_pi))
+        size, alt_size = (np.where(better[..., None], keep, x) for x in (size, alt_size))
+        mse, q = np.where(better, keep_mse, mse), np.where(better, 0.0, q)
+    return Design(pi, size, mse, alt_pi, alt_size, q)
+
+
+class Design(NamedTuple):
+    """A sampled design (:func:`sampled_design`): with probability 1 − q (one draw per step for
+    every prompt at once) prompt x is drawn with probability π_x and gets G_x responses, with
+    probability q π'_x and G'_x (``alt_pi``, ``alt_size``); a drawn prompt's estimate is weighted
+    1/π.  ``mse``: the exact MSE over both draws; π, G: (..., P), ``mse`` and q: (...)."""
+
+    pi: np.ndarray
+    size: np.ndarray
+    mse: np.ndarray
+    alt_pi: np.ndarray
+    alt_size: np.ndarray
+    q: np.ndarray
+
+    def rollouts(self) -> np.ndarray:
+        """The expected rollouts, Σ_x π_x G_x mixed over the two sides."""
+        return ((1 - self.q) * np.sum(self.pi * self.size, -1)
+                + self.q * np.sum(self.alt_pi * self.alt_size, -1))  # fmt: skip
 
 
 def uniform_design(second, kappa, gsq, f, budget: int) -> tuple[int, int, float]:

@@ -1,0 +1,87 @@
+"""``gpolab allocate`` (issue 40): the sampled design spends its budget and never loses to the
+keep-all optimum it contains (exact, from the count tables); the bias test of the notes has
+power and says "cannot tell" where a run is too small; the help shows the defaults a run uses."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+
+from gpolab.estimators import allocation as rules
+from gpolab.labs import allocate as lab
+from gpolab.theory import allocation as theory
+
+# the lab's default instance and a small one (16 prompts, cap 16)
+INSTANCES = {"default": {}, "small": {"prompts": 16, "cap": 16}}
+
+
+def _design(kw, estimator, budget):
+    cfg = lab.Config(estimator=estimator, **kw)
+    o, f = lab._instance_curves(cfg)
+    d = theory.sampled_design(o["second_moment"], o["kappa"], o["gsq"], f, budget)
+    keep = theory.step_mse(o["mse"], f**2, theory.greedy(o["mse"], f**2, budget))
+    return d, float(keep), cfg, o, f
+
+
+@pytest.mark.parametrize("name,estimator", [
+    ("default", "loo"), ("small", "loo"), ("small", "grpo"),
+    pytest.param("default", "grpo", marks=pytest.mark.slow),  # grpo's count tables to G = 128
+])  # fmt: skip
+def test_sampled_design_spends_its_budget_and_never_loses_to_keep_all(name, estimator):
+    """Before: 511.46 of 512 and 2047.12 of 2048 expected rollouts on the default instance, and
+    at N = 2048 an exact MSE above the keep-all greedy's (3.72020e-5 vs 3.71985e-5)."""
+    kw = INSTANCES[name]
+    P = lab.Config(**kw).instance.prompts
+    top = lab.Config(**kw).cap * P // 2
+    for budget in sorted({2 * P, 3 * P, 4 * P, 8 * P, 10 * P, 512, 2048, top} & set(
+            range(2 * P, top + 1))):  # fmt: skip
+        d, keep, *_ = _design(kw, estimator, budget)
+        assert float(d.rollouts()) == pytest.approx(budget, rel=1e-12, abs=1e-9), budget
+        assert float(d.mse) <= keep * (1 + 1e-12), (budget, float(d.mse), keep)
+        assert np.all((d.pi > 0) & (d.pi <= 1)) and np.all((d.alt_pi > 0) & (d.alt_pi <= 1))
+        assert np.all(d.size >= 2) and np.all(d.alt_size >= 2) and 0 <= float(d.q) <= 1
+
+
+def test_sampled_design_beats_keep_all_on_the_default_instance():
+    """The design contains keep-all and spends the same budget: strictly better where some
+    prompt is sampled (loo, default instance: 1.6207e-4 vs 1.6437e-4 at N = 512)."""
+    for budget in (128, 512, 2048):
+        d, keep, *_ = _design({}, "loo", budget)
+        assert float(d.mse) < keep
+
+
+def test_gpolab_sample_draws_realize_the_design():
+    """The rule's draws (one side of the jump per step, inclusion, weight 1/π): mean rollouts
+    and mean exact MSE given the allocation match the design's, within 4 Monte Carlo SE."""
+    cfg = lab.Config(prompts=16, cap=16)
+    env = lab.Bandit.of(cfg.instance)
+    pi = env.policy(env.theta)
+    a1, a0, _ = theory.tables(cfg.estimator, cfg.cap)
+    oracle = lab.oracle_curves(env.truth(pi), a1, a0)
+    S, budget = 20000, 160
+    view = lab.view_of(cfg, env, pi, lab.fresh_state(S, 16), a1, a0, oracle)
+    G, weight = rules.gpolab_sample(view, budget, np.random.default_rng(0))
+    d = theory.sampled_design(oracle["second_moment"], oracle["kappa"], oracle["gsq"], env.f,
+                              budget)  # fmt: skip
+    assert 0 < float(d.q) < 1  # the jump is randomized here
+    spent = G.sum(-1)
+    assert abs(spent.mean() - budget) < 4 * spent.std() / np.sqrt(S)
+    exact = lab.exact_given(oracle, env.f, G, weight)
+    assert abs(exact.mean() - float(d.mse)) < 4 * exact.std() / np.sqrt(S)
+
+
+def test_allocate_help_shows_the_defaults_a_run_uses():
+    """Before: --prompts 16, --actions 64, --logit-scale 1.0, --success-b 1.0 (the bandit's own
+    defaults) while a run uses the lab's skewed instance."""
+    from gpolab.commands import allocate as command
+
+    parser = argparse.ArgumentParser()
+    command.register(parser.add_subparsers())
+    sub = parser._subparsers._group_actions[0].choices["allocate"]
+    shown = {a.dest: a.help for a in sub._actions}
+    inst = lab.Config().instance
+    for name in ("prompts", "actions", "logit_scale", "success_a", "success_b"):
+        assert shown[name].endswith(f"(default: {getattr(inst, name)})"), (name, shown[name])
+    assert (inst.prompts, inst.actions, inst.logit_scale, inst.success_b) == (64, 8, 2.0, 2.0)
