@@ -25,12 +25,18 @@ rule        gradient of one response (clip = none)                         where
 
 Clipping (``token`` and ``sequence``): ``ppo`` the objective min(ρc, clip(ρ, 1 − ε, 1 + ε)c)
 (symmetric ε = ε_low), ``higher`` the same with ε_low, ε_high (DAPO's clip-higher), ``dual``
-ppo's clip and, for c < 0, the floor c·clip_c (dual-clip PPO).
+ppo's clip (symmetric ε_low) and, for c < 0, the floor c·clip_c: verl's
+``compute_policy_loss_vanilla`` at its defaults (clip_ratio_low = clip_ratio_high = 0.2,
+clip_ratio_c = 3), where the floor max(·, −A·clip_ratio_c) of the loss acts only for A < 0.  A
+token with c > 0 and 1 + ε_low < ρ is clipped by ``dual`` as by ``ppo``.  verl's GSPO loss has no
+clip_ratio_c: ``sequence/dual`` is gpolab's extension (TRL's ``delta`` at
+importance_sampling_level="sequence" gives its gradient).
 
 KL estimators (per token, d_t = log π_θ − log π_ref, on the rollouts without an IS ratio, as
-GRPO, verl and TRL add them): k1 = d, k2 = d²/2, k3 = e^(−d) + d − 1.  Their expected gradients
-on-policy (gpolab's derivation, theory §13): k1 → 0, k2 → ∇KL(π_θ‖π_ref) exactly, k3 →
-∇KL(π_ref‖π_θ) (the reverse KL's gradient).
+GRPO and verl add them; TRL 1.16.0 multiplies k3 by the ratio by default, not built): k1 = d,
+k2 = d²/2, k3 = e^(−d) + d − 1 (verl clamps d to ±20 and k3 to ±10; so does gpolab's).  Their
+expected gradients on-policy (gpolab's derivation, theory §13): k1 → 0, k2 → ∇KL(π_θ‖π_ref)
+exactly, k3 → ∇KL(π_ref‖π_θ) (the reverse KL's gradient) where the clamps do not bind.
 """
 
 from __future__ import annotations
@@ -75,10 +81,11 @@ def _sg(x):
 
 def _clipped(ratio, c, clip, eps_low, eps_high, clip_c):
     """The PPO objective of ``ratio`` (a differentiable tensor) and whether each token's
-    gradient is cut (clipped), for clip = none / ppo / higher / dual."""
+    gradient is cut (clipped), for clip = none / ppo / higher / dual (dual: ppo's symmetric clip
+    and, for c < 0, the floor clip_c·c, as verl's compute_policy_loss_vanilla)."""
     if clip == "none":
         return ratio * c, jnp.zeros(ratio.shape, bool)
-    high = eps_low if clip == "ppo" else eps_high
+    high = eps_high if clip == "higher" else eps_low  # ppo and dual: symmetric (verl's defaults)
     plain, capped = ratio * c, jnp.clip(ratio, 1 - eps_low, 1 + high) * c
     obj = jnp.minimum(plain, capped)
     cut = capped < plain
@@ -138,11 +145,14 @@ RATIOS: dict[str, Rule] = {
         Rule("none", ratio_none, "c·Σ_t s_t: no correction (on-policy REINFORCE on stale data)",
              "gpolab/estimators/offpolicy.py::ratio_none"),
         Rule("token", ratio_token, "per-token ratio ρ_t (PPO/GRPO); clip none/ppo/higher/dual",
-             VERL.format("compute_policy_loss_vanilla") + "; "
-             + TRL.format('importance_sampling_level="token"'), _CLIPPED),
-        Rule("sequence", ratio_sequence, "GSPO's sequence ratio exp(mean_t log ρ_t)",
+             VERL.format("compute_policy_loss_vanilla") + " (dual: its defaults, clip_ratio_c 3)"
+             + "; " + TRL.format('importance_sampling_level="token"'), _CLIPPED),
+        Rule("sequence", ratio_sequence, "GSPO's sequence ratio exp(mean_t log ρ_t); clip "
+             "none/ppo/higher, and dual: gpolab's extension (verl's GSPO loss has no dual clip)",
              VERL.format("compute_policy_loss_gspo") + "; "
-             + TRL.format('importance_sampling_level="sequence"'), _CLIPPED),
+             + TRL.format('importance_sampling_level="sequence"')
+             + "; clip dual: gpolab's extension (no clip_ratio_c in compute_policy_loss_gspo; "
+             "TRL's delta at the sequence level gives its gradient)", _CLIPPED),
         Rule("sis", ratio_sis, "sequential IS Π_t ρ_t (unbiased; [U] App. A's μ^(g))",
              "arXiv 2603.01162 Appendix A (g†'s SIS ratio μ^(g))"),
         Rule("cispo", ratio_cispo, "sg(clamp(ρ_t, 1−ε_low, 1+ε_high)) as a weight (CISPO)",
@@ -162,9 +172,14 @@ def kl_k2(d):
     return 0.5 * d * d
 
 
+KL_LOG_CLAMP, KL_CLAMP = 20.0, 10.0  # verl's low_var_kl: log(π_ref/π) to ±20, k3 to ±10
+
+
 def kl_k3(d):
-    """k3 = π_ref/π_θ − log(π_ref/π_θ) − 1 (Schulman's low-variance estimator; GRPO's)."""
-    return jnp.exp(-d) + d - 1
+    """k3 = π_ref/π_θ − log(π_ref/π_θ) − 1 (Schulman's low-variance estimator; GRPO's), with
+    verl's clamps (log ratio to ±20, k3 to ±10: a clamped token has no gradient)."""
+    kl = jnp.clip(-d, -KL_LOG_CLAMP, KL_LOG_CLAMP)
+    return jnp.clip(jnp.exp(kl) - kl - 1, -KL_CLAMP, KL_CLAMP)
 
 
 KLS: dict[str, Rule] = {
@@ -176,8 +191,9 @@ KLS: dict[str, Rule] = {
         Rule("k2", kl_k2, "k2 = ½ (log π/π_ref)²; expected gradient ∇KL(π‖π_ref) on-policy",
              VERL.format('kl_penalty_forward ("mse", "k2")')),
         Rule("k3", kl_k3, "k3 = π_ref/π − log(π_ref/π) − 1; expected gradient ∇KL(π_ref‖π)",
-             VERL.format('kl_penalty_forward ("low_var_kl", "k3"; clamped to ±10 there)') + "; "
-             + TRL.format("per_token_kl, beta > 0")),
+             VERL.format('kl_penalty_forward ("low_var_kl", "k3"; its clamps)') + "; "
+             + TRL.format("per_token_kl, beta > 0, use_bias_correction_kl=False; TRL's default "
+                          "True multiplies k3 by the ratio: not built")),
     )
 }  # fmt: skip
 

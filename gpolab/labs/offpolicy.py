@@ -46,7 +46,8 @@ TABLES = ("results", "updates", "scaling", "safe_reuse")
 INSTANCES = {"bandit": bandit.Instance, "arithmetic": arithmetic.Instance}
 SPLITS = 8  # independent seed batches: the standard errors of bias² and of epoch averages
 SAFE = 1.10  # "safe reuse": MSE within 10% of the on-policy update's
-SCHEMA = 3
+SCHEMA = 4  # 4: dual is ppo's symmetric clip plus the floor; KL columns in the lab's metric
+KL_ESTIMATORS = tuple(k for k in rules.KLS if k != "none")
 JSON = ("env", "policy", "advantage", "ratio", "clip", "eps_low", "eps_high", "clip_c", "kl",
         "kappa", "G", "B", "m", "eta", "staleness", "bias_sq", "bias_sq_se", "variance", "mse",
         "mse_se", "mse_fresh", "excess_mse", "excess_mse_se", "scaled_mse", "excess_scaled",
@@ -80,15 +81,16 @@ class Config:
                                     + ", ".join(rules.RATIOS))  # fmt: skip
     clip: tuple[str, ...] = option(("none", "ppo"), "comma list of clip modes for the token and "
                                    "sequence ratios: none, ppo (eps_low both sides), higher "
-                                   "(eps_low, eps_high), dual (ppo and the floor clip_c*A for "
-                                   "A < 0)")  # fmt: skip
+                                   "(eps_low, eps_high), dual (ppo, eps_low both sides, and the "
+                                   "floor clip_c*A for A < 0: verl's vanilla loss at its "
+                                   "defaults; sequence/dual is gpolab's extension)")  # fmt: skip
     eps_low: float = option(0.2, "PPO clip epsilon (clip_ratio_low / epsilon)")
     eps_high: float = option(0.28, "upper clip epsilon of clip-higher and cispo (DAPO 0.28)")
     clip_c: float = option(3.0, "dual-clip floor c > 1 (verl clip_ratio_c)")
     kl: tuple[str, ...] = option(("none",), "comma list of KL estimators in the loss: none, k1, "
                                  "k2, k3 (needs an env with exact KL: bandit)")  # fmt: skip
     kappa: tuple[float, ...] = option((0.1,), "comma list of KL coefficients (rows with a KL "
-                                      "estimator)")  # fmt: skip
+                                      "estimator)", when={"kl": KL_ESTIMATORS})  # fmt: skip
     ref_scale: float = option(0.5, "the reference policy: theta_ref = theta_old + ref_scale * z, "
                               "z ~ N(0, I) (seed: seed + 1)")  # fmt: skip
     G: int = option(8, "group size")
@@ -291,6 +293,17 @@ def surrogate(cell: Cell, env, params, theta, batch, knobs):
     return pg - kappa * kl, (kl, frac, log_ratio)
 
 
+def _metric(cell: Cell, f, theta):
+    """The lab's metric on gradients (every column: bias², MSE, the KL columns): with B = 0 the
+    sweep's, prompt x's error weighted √f_x (block x of ĝ − g is f_x (ĝ_x − g_x), so each
+    coordinate of x is divided by √f_x); with iid prompts the plain Euclidean norm."""
+    import jax.numpy as jnp
+
+    if cell.B != 0:
+        return 1.0
+    return jnp.repeat(1 / jnp.sqrt(f), theta.shape[0] // f.shape[0])
+
+
 def per_seed(cell: Cell, key, args) -> dict:
     """Errors of every update (η, k, j) of one seed; see the module docstring.  ``args`` =
     (params, θ_old, θ_ref, σ_old (P,), etas (E,), eps_low, eps_high, clip_c, κ)."""
@@ -305,8 +318,7 @@ def per_seed(cell: Cell, key, args) -> dict:
     k_roll, k_stale, k_fresh = jax.random.split(key, 3)
     f, _ = env.values(params, theta_old)
     use_kl = cell.kl != "none"
-    # the sweep's B = 0 metric: prompt x's error weighted √f_x (block x of ĝ − g is f_x (ĝ_x − g_x))
-    metric = jnp.repeat(1 / jnp.sqrt(f), theta_old.shape[0] // f.shape[0]) if cell.B == 0 else 1.0
+    metric = _metric(cell, f, theta_old)
 
     def prepare(theta_b, draw):
         """A minibatch drawn at θ_b with its weights and θ_b's (and θ_ref's) log-probs."""
@@ -366,17 +378,18 @@ def per_seed(cell: Cell, key, args) -> dict:
             if use_kl:  # the KL estimator's own gradient against the exact ∇KL
                 kl_grad = jax.grad(lambda th: surrogate(cell, env, params, th, b, knobs)[1][0])
                 est = kl_grad(theta)
-                e_kl = est - g_kl
+                e_kl = metric * (est - g_kl)  # the metric of bias_sq and mse
                 pg = ghat + kappa * est
                 out |= {
                     "e_kl": e_kl,
                     "sq_kl": jnp.sum(e_kl**2),
                     "sq_kl2": jnp.sum(e_kl**2) ** 2,
-                    "kl_grad_sq": jnp.sum(g_kl**2),
+                    "kl_grad_sq": jnp.sum((metric * g_kl) ** 2),
                 }
             # paired bias: the policy-gradient part minus the SIS update on the same minibatch
             # (SIS is unbiased for g with a baseline independent of the response, e.g. loo)
-            e_p = metric * (pg - jax.grad(sis_pg)(theta, b))
+            g_sis = jax.grad(sis_pg)(theta, b)
+            e_p = metric * (pg - g_sis)
             # the scale-free comparison (best rescaling of the update) against the main target
             t = g_dag if cell.dagger else g
             mt, mg, mf = (metric * x for x in (t, ghat, g_fresh))
@@ -384,7 +397,7 @@ def per_seed(cell: Cell, key, args) -> dict:
                 "e_g": e_g, "e_d": e_d, "ghat": ghat, "e_p": e_p,
                 "sq_g": jnp.sum(e_g**2), "sq_d": jnp.sum(e_d**2), "sq_p": jnp.sum(e_p**2),
                 "sq_g2": jnp.sum(e_g**2) ** 2, "sq_d2": jnp.sum(e_d**2) ** 2,
-                "sq_p2": jnp.sum(e_p**2) ** 2,
+                "sq_p2": jnp.sum(e_p**2) ** 2, "sq_sis": jnp.sum((metric * g_sis) ** 2),
                 "norm2": jnp.sum(ghat**2),
                 "fresh": jnp.sum((mf - mt) ** 2),
                 "cos": _cos(ghat, t),
@@ -489,6 +502,23 @@ def _stats(parts: list, name: str, sq: str, sq2: str):
         split_bias=sb, split_mse=sm)  # fmt: skip
 
 
+PAIRED_ROUNDING = 1e-5  # an RMS paired difference below this share of the SIS update's: rounding
+
+
+def _paired(sp: dict, sq_p, sq_sis) -> dict:
+    """The paired statistics with exact zeros where the rule's update is the SIS update up to
+    float rounding: where the paired difference's RMS over the seeds is at most
+    ``PAIRED_ROUNDING`` times the SIS update's (float32 rounds each operation to ~1e-7; a rule
+    that differs from SIS differs by far more: the token ratio after one step at the smallest η
+    of the lab's experiments by ~1e-3), bias², its SE and the splits' bias² are 0."""
+    zero = sq_p <= PAIRED_ROUNDING**2 * sq_sis
+    out = dict(sp)
+    for k in ("bias", "bias_se", "mse", "variance"):
+        out[k] = np.where(zero, 0.0, sp[k])
+    out["split_bias"] = np.where(zero, 0.0, sp["split_bias"])
+    return out
+
+
 def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
     """The ``updates`` and ``results`` rows of one unit (column ``table`` says which)."""
     start = time.perf_counter()
@@ -496,7 +526,7 @@ def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
     N = sum(p.n for p in parts)
     mean = lambda k: sum(p.sums[k] for p in parts) / N  # noqa: E731
     sg, sd = _stats(parts, "e_g", "sq_g", "sq_g2"), _stats(parts, "e_d", "sq_d", "sq_d2")
-    sp = _stats(parts, "e_p", "sq_p", "sq_p2")
+    sp = _paired(_stats(parts, "e_p", "sq_p", "sq_p2"), mean("sq_p"), mean("sq_sis"))
     ghat = mean("ghat")
     signal = np.sum(ghat**2, -1)
     noise = (mean("norm2") - signal) * N / (N - 1)
@@ -584,18 +614,36 @@ def _theory(cfg: Config, unit: dict, cell: Cell) -> dict:
 
 
 def _kl_theory(cfg: Config, unit: dict) -> float:
-    """The KL estimator's exact on-policy bias² ‖E ∇k − ∇KL(π_θ‖π_ref)‖² at θ_old (theory §13:
-    E∇k1 = 0, E∇k2 = ∇KL(π_θ‖π_ref), E∇k3 = ∇KL(π_ref‖π_θ); the env's exact KL)."""
+    """The KL estimator's exact on-policy bias² ‖E ∇k − ∇KL(π_θ‖π_ref)‖² at θ_old in the lab's
+    metric (:func:`_metric`): theory §13's E∇k1 = 0 and E∇k2 = ∇KL(π_θ‖π_ref) (closed forms);
+    E∇k3 (∇KL(π_ref‖π_θ) where verl's clamps do not bind) by enumerating every (prompt, action)
+    of the bandit (the one env with an exact KL) with weights f_x π(a|x)."""
     import jax
+    import jax.numpy as jnp
 
     from gpolab import envs
 
     env = envs.get(cfg.env)
     params, theta_old, theta_ref, _ = _setup(cfg, unit["policy"])
+    f, _ = env.values(params, theta_old)
     forward = jax.grad(lambda th: env.kl(params, th, theta_ref))(theta_old)
-    mean = {"k1": 0.0 * forward, "k2": forward,
-            "k3": jax.grad(lambda th: env.kl(params, theta_ref, th))(theta_old)}[unit["kl"]]
-    return float(np.sum(np.asarray(mean - forward, np.float64) ** 2))
+    if unit["kl"] in ("k1", "k2"):
+        mean = 0.0 * forward if unit["kl"] == "k1" else forward
+    else:
+        P, A = params.success.shape
+        prompts, actions = jnp.repeat(jnp.arange(P), A), jnp.tile(jnp.arange(A), P)[:, None]
+        weight = f[prompts] * jnp.exp(env.token_logp(params, theta_old, prompts, actions)[0][
+            :, 0, 0])  # constants: the expectation of the gradient, not the gradient of one
+        ref = env.token_logp(params, theta_ref, prompts, actions)[0]
+
+        def estimate(th):
+            logp, mask = env.token_logp(params, th, prompts, actions)
+            return jnp.sum(weight * rules.kl_terms(unit["kl"], logp, ref, mask)[:, 0, 0])
+
+        mean = jax.grad(estimate)(theta_old)
+    cell = Cell(cfg.env, "", "", "", "", cfg.G, batch_size(cfg), 1, (0,), int(f.shape[0]))
+    err = _metric(cell, f, theta_old) * (mean - forward)
+    return float(np.sum(np.asarray(err, np.float64) ** 2))
 
 
 def _excess(main: dict, fresh, split_fresh, sl) -> dict:

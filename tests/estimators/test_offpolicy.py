@@ -116,8 +116,15 @@ def test_token_log_probs_sum_to_the_sequence_log_prob(tiny_arith):
         ("ppo", 0.7, 1.0, 0.7),  # c > 0, ρ < 0.8: min picks ρc
         ("higher", 1.25, 1.0, 1.25),  # inside [0.8, 1.28]
         ("higher", 1.3, 1.0, 0.0),  # above 1.28
-        ("dual", 3.5, -1.0, 0.0),  # c < 0 and ρc < 3c: the floor 3c, constant
+        ("dual", 3.5, -1.0, 0.0),  # c < 0 and ρ > c_dual = 3 (ρc < 3c): the floor 3c, constant
         ("dual", 2.5, -1.0, -2.5),  # c < 0, ρ below c_dual: as ppo (unclipped)
+        # issue 40 defect 1: dual is ppo's symmetric clip (verl's defaults clip_ratio_low =
+        # clip_ratio_high = 0.2) plus the floor; c > 0 and 1.2 < ρ < 1.28 is clipped (the old
+        # rule used 1 + ε_high and gave slope 1.234)
+        ("dual", 1.234, 1.0, 0.0),
+        ("higher", 1.234, 1.0, 1.234),  # the same token under clip-higher: inside [0.8, 1.28]
+        ("dual", 1.234, -1.0, -1.234),  # c < 0, 1.2 < ρ < 3: min picks ρc, above the floor
+        ("dual", 0.7, -1.0, 0.0),  # c < 0, ρ < 0.8: clipped as ppo
         ("none", 1.3, 1.0, 1.3),
     ],
 )
@@ -181,4 +188,7 @@ def test_registry_entries_name_their_sources():
         if name != "none":
             assert rule.source
     assert "compute_policy_loss_gspo" in rules.RATIOS["sequence"].source
+    # verl's GSPO loss has no clip_ratio_c: sequence/dual is labelled gpolab's
+    assert "dual: gpolab's extension" in rules.RATIOS["sequence"].source
+    assert "gpolab's extension" in rules.RATIOS["sequence"].doc
     assert "importance_sampling_level" in rules.RATIOS["sequence"].source

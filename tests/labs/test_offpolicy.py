@@ -171,3 +171,61 @@ def test_json_rows_carry_the_issue_columns(tmp_path, capsys):
     assert (tmp_path / "o" / "offpolicy_m.png").stat().st_size > 1000
     _, table, _ = configs.split_file(tmp_path / "o" / "config.toml", "offpolicy")
     assert table["ratio"] == ["token", "sis"]
+
+
+def test_dual_is_ppo_plus_the_floor_and_its_row_says_so():
+    """Issue 40 defect 1: with the floor out of reach (clip_c = 1e6) dual is ppo exactly (the old
+    dual clipped at 1 + ε_high and gave clip-higher's rows); the row's eps_high is ε_low."""
+    cfg = _cfg(ratio=("token",), clip=("ppo", "higher", "dual"), clip_c=1e6, eta=(256.0,),
+               m=(1, 4), seeds=64)  # fmt: skip
+    res = offpolicy.run(cfg)["results"].set_index(["clip", "m"])
+    np.testing.assert_array_equal(res.loc[("dual", 4), "mse"], res.loc[("ppo", 4), "mse"])
+    assert res.loc[("dual", 4), "mse"] != res.loc[("higher", 4), "mse"]
+    assert res.loc[("dual", 4), "eps_high"] == cfg.eps_low
+    assert res.loc[("higher", 4), "eps_high"] == cfg.eps_high
+
+
+def test_kl_columns_are_in_the_metric_of_bias_sq_and_mse():
+    """Issue 40 defect 5: with B = 0 bias_sq and mse weight prompt x's coordinates by 1/√f_x
+    (the sweep's metric); the KL columns now use it too.  By hand at θ_old (m = 1, k = 0):
+    ‖∇KL‖² = Σ_i (∂KL/∂θ_i)²/f_x(i), and k1's exact bias² (E∇k1 = 0) is the same number."""
+    import jax
+
+    from gpolab import envs
+
+    cfg = _cfg(ratio=("none",), kl=("k1",), seeds=64)
+    row = offpolicy.run(cfg)["results"].iloc[0]
+    params, theta, theta_ref, _ = offpolicy._setup(cfg, "")
+    env = envs.get("bandit")
+    grad = np.asarray(jax.grad(lambda th: env.kl(params, th, theta_ref))(theta), np.float64)
+    f = np.asarray(env.values(params, theta)[0], np.float64)
+    per_prompt = np.repeat(f, grad.size // f.size)  # f = 1/4 on each of the 4 prompts
+    hand = float(np.sum(grad**2 / per_prompt))
+    assert row["kl_grad_sq"] == pytest.approx(hand, rel=1e-4)
+    assert row["kl_theory_bias_sq"] == pytest.approx(hand, rel=1e-4)
+    assert hand == pytest.approx(4 * float(np.sum(grad**2)), rel=1e-6)  # the old, plain norm: 1/4
+
+
+def test_rules_equal_to_sis_have_an_exact_zero_paired_bias():
+    """Issue 40 defect 6: at θ_old (m = 1, k = 0) every rule's update is the SIS update; the
+    uncorrected rule's paired bias² read 2.3e-17 ± 5e-19 (float rounding of ρ = 1); it is 0 with
+    SE 0.  Negative control: after one step (update 1) the uncorrected rule differs from SIS."""
+    cfg = _cfg(ratio=("none", "token"), eta=(64.0,), m=(1, 2), seeds=256)
+    tables = offpolicy.run(cfg)
+    first = tables["results"][tables["results"]["m"] == 1]
+    assert (first["bias_sq_paired"] == 0.0).all() and (first["bias_sq_paired_se"] == 0.0).all()
+    upd = tables["updates"].set_index(["ratio", "update"])
+    assert upd.loc[("none", 1), "bias_sq_paired"] > 6 * upd.loc[("none", 1), "bias_sq_paired_se"]
+
+
+def test_kappa_without_a_kl_estimator_is_one_error_before_anything_runs(tmp_path, capsys):
+    """docs/usage.md: a flag that does nothing is an error.  --kappa with kl = none is refused
+    in one line naming the flag, and no output folder is made."""
+    out = tmp_path / "o"
+    assert main(["offpolicy", "--kappa", "0.2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--kappa: not used with kl = none" in err and "Traceback" not in err
+    assert not out.exists()
+    with pytest.raises(ConfigError, match="^--kappa"):
+        configs.resolve(offpolicy.Config, typed={"kappa": (0.2,), "kl": ("none",)})
+    configs.resolve(offpolicy.Config, typed={"kappa": (0.2,), "kl": ("k2",)})  # used: fine
