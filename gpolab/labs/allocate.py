@@ -795,9 +795,54 @@ def report(cfg: Config, tables: dict) -> str:
     return "\n".join(lines)
 
 
+BIAS_SHARE = 0.01  # "unbiased": bias² below this share of the rule's own MSE (95% bound)
+BIAS_CONTROL = "gpolab-drop"  # the negative control: biased by construction (drops prompts)
+
+
+def bias_verdicts(res):
+    """Per row, what the run can say about bias² = ‖E ĝ − g‖² (``bias_sq``: pairs of
+    :data:`SPLITS` independent seed batches, jackknife SE): ``biased`` where bias² exceeds t·SE
+    (t the two-sided 95% point of Student's t with SPLITS − 1 degrees of freedom, 2.36: the SE is
+    estimated from SPLITS batches); ``unbiased`` where the upper bound max(bias², 0) + t·SE (the
+    smallest bias² this run could have missed) is below :data:`BIAS_SHARE` of the row's MSE;
+    ``cannot tell`` otherwise (the run is too small to see a bias that would matter), and for
+    every row of a budget where the negative control :data:`BIAS_CONTROL` (when run) is not
+    found biased.  NaN is never a pass."""
+    import pandas as pd
+    from scipy import stats
+
+    t = float(stats.t.ppf(0.975, SPLITS - 1))
+    b, se, mse = (res[c].to_numpy(float) for c in ("bias_sq", "bias_sq_se", "mse"))
+    with np.errstate(invalid="ignore"):
+        biased = b > t * se
+        bound = np.maximum(b, 0) + t * se
+        clear = bound <= BIAS_SHARE * mse
+    out = np.where(biased, "biased", np.where(clear, "unbiased", "cannot tell"))
+    out = pd.Series(out, index=res.index)
+    ctrl = res["rule"] == BIAS_CONTROL
+    for budget in res.loc[ctrl, "budget"]:
+        if out[ctrl & (res["budget"] == budget)].iloc[0] != "biased":
+            out[(res["budget"] == budget) & (out == "unbiased")] = "cannot tell"
+    return out
+
+
 def unbiased(res):
-    """Rows whose bias² is within 4 SE of 0 (the rules that keep every prompt in expectation)."""
-    return res[res["bias_sq"].abs() <= 4 * res["bias_sq_se"]]
+    """Rows found unbiased by :func:`bias_verdicts` (bias² significantly below
+    :data:`BIAS_SHARE` of their MSE, with the negative control found biased)."""
+    return res[bias_verdicts(res) == "unbiased"]
+
+
+def _verdict_text(cur) -> str:
+    """The bias verdicts of one budget's rows, grouped: 'biased: a, b; cannot tell: c'."""
+    v = bias_verdicts(cur)
+    parts = [f"{k}: {', '.join(cur.loc[v == k, 'rule'])}" for k in ("biased", "cannot tell")
+             if (v == k).any()]  # fmt: skip
+    ctrl = cur["rule"] == BIAS_CONTROL
+    if not ctrl.any():
+        parts.append(f"no negative control ({BIAS_CONTROL} not run)")
+    elif v[ctrl].iloc[0] != "biased":
+        parts.append(f"the negative control {BIAS_CONTROL} was not found biased")
+    return "; ".join(parts)
 
 
 def _winner(cur) -> str:
@@ -812,14 +857,16 @@ def _winner(cur) -> str:
 
 
 def notes(cfg: Config, tables: dict) -> str:
-    """Who has the lowest MSE at each budget, among every rule and among the unbiased ones (a
-    biased rule buys its MSE by leaving prompts out); the exact rollouts the gpolab designs
+    """Who has the lowest MSE at each budget, among every rule and among the ones found unbiased
+    (a biased rule buys its MSE by leaving prompts out; :func:`bias_verdicts`), with the rules
+    found biased and those the run cannot tell; the exact rollouts the gpolab designs
     need to match uniform G; the fastest training."""
     res, match, trained = tables["results"], tables["match"], tables["trained"]
     lines = []
     for budget, cur in res.groupby("budget"):
-        lines.append(f"N = {budget}: lowest MSE {_winner(cur)}; among unbiased rules "
-                     f"{_winner(unbiased(cur))}")  # fmt: skip
+        lines.append(f"N = {budget}: lowest MSE {_winner(cur)}; among rules found unbiased "
+                     f"(bias² below {BIAS_SHARE:.0%} of their MSE, 95% bound) "
+                     f"{_winner(unbiased(cur))}; {_verdict_text(cur)}")  # fmt: skip
     col = "ratio_exact" if "ratio_exact" in match else "ratio"
     for rule in ("gpolab-sample", "gpolab-oracle", "gpolab"):
         m = match[match["rule"] == rule]

@@ -85,3 +85,62 @@ def test_allocate_help_shows_the_defaults_a_run_uses():
     for name in ("prompts", "actions", "logit_scale", "success_a", "success_b"):
         assert shown[name].endswith(f"(default: {getattr(inst, name)})"), (name, shown[name])
     assert (inst.prompts, inst.actions, inst.logit_scale, inst.success_b) == (64, 8, 2.0, 2.0)
+
+
+def _res(rows):
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["rule", "budget", "bias_sq", "bias_sq_se", "mse", "mse_se"])
+
+
+def test_bias_verdicts_have_power_and_say_cannot_tell():
+    """Before: |bias²| <= 4 SE counted GRESO unbiased at N = 128 of the quick run (1.37e-6 ±
+    3.8e-7, 3.6 SE) and named it runner-up among the unbiased rules."""
+    res = _res([
+        ("greso", 128, 1.37e-6, 3.8e-7, 6.0e-4, 2e-6),  # 3.6 SE: found biased
+        ("uniform", 128, 2.0e-8, 1.0e-7, 8.0e-4, 2e-6),  # bound 2.6e-7 < 1% of MSE: unbiased
+        ("vip", 128, 2.0e-8, 5.0e-6, 8.0e-4, 2e-6),  # bound 1.2e-5 > 1% of MSE: cannot tell
+        ("knapsack", 128, -1e-7, float("nan"), 8.0e-4, 2e-6),  # NaN is never a pass
+        ("gpolab-drop", 128, 3.8e-5, 1.5e-9, 5e-5, 1e-7),  # the negative control: biased
+    ])  # fmt: skip
+    v = dict(zip(res["rule"], lab.bias_verdicts(res), strict=True))
+    assert v == {"greso": "biased", "uniform": "unbiased", "vip": "cannot tell",
+                 "knapsack": "cannot tell", "gpolab-drop": "biased"}  # fmt: skip
+    assert list(lab.unbiased(res)["rule"]) == ["uniform"]
+    # the old rule would have passed GRESO
+    assert abs(1.37e-6) <= 4 * 3.8e-7
+    # a control not found biased at that size: nothing there is called unbiased
+    weak = res.assign(bias_sq_se=np.where(res["rule"] == "gpolab-drop", 1e-4, res["bias_sq_se"]))
+    assert "unbiased" not in set(lab.bias_verdicts(weak))
+    text = lab._verdict_text(weak)
+    assert "negative control gpolab-drop was not found biased" in text
+    assert "no negative control" in lab._verdict_text(res[res["rule"] != "gpolab-drop"])
+
+
+def test_bias_test_finds_a_known_small_bias_at_the_quick_size():
+    """Power on the lab's own estimator: uniform with one prompt dropped, the one whose exact
+    bias² f_x²‖g_x‖² is nearest BIAS_SHARE of uniform's MSE (a bias that just matters), is found
+    biased at the quick run's 256 seeds, and plain uniform is found unbiased."""
+    cfg = lab.Config(prompts=16, cap=16, seeds=256)
+    env = lab.Bandit.of(cfg.instance)
+    pi = env.policy(env.theta)
+    t = env.truth(pi)
+    a1, a0, _ = theory.tables(cfg.estimator, cfg.cap)
+    S, P, g = cfg.seeds, 16, 4
+    a, z = lab.draw(np.random.default_rng(1), pi, env.success, (S, P, g))
+
+    def row(name, sizes):
+        use = np.arange(g) < sizes[..., None]
+        ghat, n, c = lab.estimate(pi, a, z, use, None, a1, a0)
+        acc = lab._Acc(P, pi.shape[-1])
+        acc.add(env.f, t["g"], ghat, sizes, n, c, None, sizes, t["V"])
+        r = acc.row(env.f, t["g"])
+        return (name, P * g, r["bias_sq"], r["bias_sq_se"], r["mse"], r["mse_se"])
+
+    G = np.full((S, P), g)
+    uniform = row("uniform", G)
+    bias = env.f**2 * t["gsq"]
+    drop = int(np.argmin(np.abs(bias - lab.BIAS_SHARE * uniform[4])))
+    assert 0.3 * lab.BIAS_SHARE < bias[drop] / uniform[4] < 3 * lab.BIAS_SHARE
+    res = _res([uniform, row("gpolab-drop", np.where(np.arange(P) == drop, 0, G))])
+    assert list(lab.bias_verdicts(res)) == ["unbiased", "biased"]
