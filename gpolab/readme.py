@@ -558,6 +558,139 @@ def _allocate_train_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+PUBLISHED = ("knapsack", "knapsack-grpo", "greso", "vip", "gvm", "mopps", "pods", "reinforce-ada")
+OWN_RULES = ("uniform", *PUBLISHED[:2], "gpolab-knapsack-truth", "gpolab-knapsack-simple",
+             *PUBLISHED[2:5], "gpolab-gvm-last", *PUBLISHED[5:])  # fmt: skip
+
+
+def _allocate_own_extract(t: dict) -> dict:
+    """Every rule on every objective: MSE ÷ uniform's (exact given the allocation where the rule
+    has it), Knapsack RL's value ÷ uniform's, groups with both outcomes, update cost, rollouts
+    spent, and the training race (rollouts to halve the gap, its SE)."""
+    from gpolab.engine import Z95  # deferred: jax
+
+    res, tr = t["allocate"]["results"], t["allocate"]["trained"]
+    score = res["theory_mse"].where(res["theory_mse"].notna(), res["mse"])
+    res = res.assign(score=score)
+    uni = res[res["rule"] == "uniform"].set_index("budget")
+    out = {}
+    for _, r in res.iterrows():
+        key, u = f"{r['rule']} N={int(r['budget'])}", uni.loc[r["budget"]]
+        out[f"{key} ratio"] = (_f(r["score"] / u["score"]), None)
+        out[f"{key} value"] = (_f(r["knapsack_value"] / u["knapsack_value"]), None)
+        out[f"{key} nonzero"] = (_f(r["nonzero_groups"]), None)
+        out[f"{key} cost"] = (_f(r["update_cost"]), None)
+        out[f"{key} rollouts"] = (_f(r["rollouts"] / r["budget"]), None)
+    for _, r in tr.iterrows():
+        ci = _f(r.get("rollouts_to_half_gap_ci", math.nan))
+        out[f"{r['rule']} half"] = (_f(r["rollouts_to_half_gap"]), ci / Z95)
+        out[f"{r['rule']} reached"] = (_f(r["reached"]), None)
+        out[f"{r['rule']} runs"] = (_f(r["runs"]), None)
+    return out
+
+
+def _allocate_budgets(v: dict) -> list[int]:
+    return sorted({int(k.split("N=")[1].split()[0]) for k in v if " N=" in k})
+
+
+def _allocate_own_render(v: dict) -> str:
+    from gpolab.estimators.allocation import AIMS
+
+    budgets = _allocate_budgets(v)
+    mid = 1024 if 1024 in budgets else budgets[-1]
+    lines = ["| rule | built for | MSE ÷ uniform's (" + ", ".join(f"N = {n}" for n in budgets)
+             + f") | Knapsack value ÷ uniform's (N = {mid}) | groups with both outcomes "
+             f"(N = {mid}) | update cost (N = {mid}) | rollouts ÷ N (N = {mid}) |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for rule in [r for r in OWN_RULES if f"{r} N={mid} ratio" in v]:
+        key = f"{rule} N={mid}"
+        ratios = ", ".join(_num(_v(v, f"{rule} N={n} ratio"), 3) for n in budgets)
+        cells = (_num(_v(v, key + " value"), 3), _share(_v(v, key + " nonzero")),
+                 _num(_v(v, key + " cost"), 3), _num(_v(v, key + " rollouts"), 3))  # fmt: skip
+        lines.append(f"| {rule} | {AIMS.get(rule, '—')} | {ratios} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _race(v: dict, rule: str, base: str = "uniform") -> str:
+    """``rule``'s rollouts to halve the gap against ``base``'s: faster, slower or inconclusive
+    (a margin inside one SE of the difference; independent runs)."""
+    from gpolab.engine import Z95  # deferred: jax
+
+    (x, se), (b, bse) = v.get(f"{rule} half", (math.nan, math.nan)), v[f"{base} half"]
+    got = f"{int(_v(v, rule + ' reached'))} of {int(_v(v, rule + ' runs'))} runs"
+    if x != x:
+        return f"never halves the gap in {int(_v(v, rule + ' runs'))} runs"
+    diff, dse = x - b, math.hypot(se, bse)
+    word = ("cannot tell (no SE: one run got there)" if dse != dse else "inconclusive (within "
+            "one SE)" if not abs(diff) > dse else "slower" if diff > 0 else "faster")  # fmt: skip
+    pm = f" ± {_count(Z95 * se)}" if se == se else ""
+    part = "" if _v(v, rule + " reached") == _v(v, rule + " runs") else ", the mean over those"
+    return (f"{_count(x)}{pm} rollouts to halve the gap ({got}{part}), {x / b:.2f}× {base}'s "
+            f"{_count(b)}: {word}")  # fmt: skip
+
+
+def _allocate_verdicts_render(v: dict) -> str:
+    """The sentences docs/allocate.md says about the published rules, each from the numbers."""
+    budgets = _allocate_budgets(v)
+    mid = 1024 if 1024 in budgets else budgets[-1]
+    ns = ", ".join(str(n) for n in budgets)
+
+    def ratios(rule, what="ratio"):
+        return ", ".join(_num(_v(v, f"{rule} N={n} {what}"), 3) for n in budgets)
+
+    rules_at = [r for r in _allocate_rules({k: 0 for k in v if k.endswith(" ratio")})]
+    by_mse = sorted(rules_at, key=lambda r: _v(v, f"{r} N={mid} ratio"))
+    trained = [r for r in rules_at if f"{r} half" in v]
+    by_train = sorted(trained, key=lambda r: (_v(v, f"{r} half") != _v(v, f"{r} half"),
+                                              _v(v, f"{r} half")))  # fmt: skip
+    lines = [f"- **Ranked by MSE** at N = {mid} (÷ uniform's, exact given the allocation where "
+             "the rule has it): " + ", ".join(f"{r} {_num(_v(v, f'{r} N={mid} ratio'), 3)}"
+                                               for r in by_mse) + ".",
+             "- **Ranked by training** (rollouts until the gap halves; rules that never get there "
+             "last): " + ", ".join(f"{r} {_count(_v(v, f'{r} half'))}"
+                                   for r in by_train) + "."]  # fmt: skip
+    say = {
+        "knapsack": lambda: (
+            f"Knapsack RL as its authors run it (`knapsack`, loo): {ratios('knapsack')}× "
+            f"uniform's MSE at N = {ns}; gpolab's old simplified port (`gpolab-knapsack-simple`) "
+            f"{ratios('gpolab-knapsack-simple')}×. On its own value Σ_x value(N_x, p_x) (true p): "
+            f"{ratios('knapsack', 'value')}× uniform's; fed the true p "
+            f"(`gpolab-knapsack-truth`) {ratios('gpolab-knapsack-truth', 'value')}×. Groups with "
+            f"both outcomes at N = {mid}: {_share(_v(v, f'knapsack N={mid} nonzero'))} "
+            f"(uniform {_share(_v(v, f'uniform N={mid} nonzero'))}, with the true p "
+            f"{_share(_v(v, f'gpolab-knapsack-truth N={mid} nonzero'))}). Training: "
+            f"{_race(v, 'knapsack')}; the simplified port {_race(v, 'gpolab-knapsack-simple')}."),
+        "knapsack-grpo": lambda: (
+            f"Knapsack RL with its own estimator (`knapsack-grpo`, GRPO): {ratios('knapsack-grpo')}"
+            f"× uniform's (loo) MSE against g (GRPO's ĝ estimates g/σ, so this MSE carries that "
+            f"scale); training {_race(v, 'knapsack-grpo')}."),
+        "gvm": lambda: (
+            f"GVM-RAFT as its scripts run it (`gvm`: a fresh first stage of N/(2P) per prompt, "
+            f"then its rule on the other half): {ratios('gvm')}× uniform's MSE at N = {ns}, "
+            f"spending {_num(_v(v, f'gvm N={mid} rollouts'), 3)}× N; training {_race(v, 'gvm')}. "
+            f"gpolab's old port on the last step (`gpolab-gvm-last`): training "
+            f"{_race(v, 'gpolab-gvm-last')}."),
+        "greso": lambda: f"GRESO: {ratios('greso')}× uniform's MSE; training {_race(v, 'greso')}.",
+        "vip": lambda: f"VIP: {ratios('vip')}× uniform's MSE; training {_race(v, 'vip')}.",
+        "mopps": lambda: (
+            f"MoPPS: {ratios('mopps')}× uniform's MSE; groups with both outcomes at N = {mid} "
+            f"{_share(_v(v, f'mopps N={mid} nonzero'))}; training {_race(v, 'mopps')}."),
+        "pods": lambda: (
+            f"PODS: {ratios('pods')}× uniform's MSE at N generated; it trains on "
+            f"{_num(_v(v, f'pods N={mid} cost'), 3)} of the responses it generates, a saving in "
+            f"update cost the lab counts as free; training {_race(v, 'pods')}."),
+        "reinforce-ada": lambda: (
+            f"Reinforce-Ada: {ratios('reinforce-ada')}× uniform's MSE while spending "
+            f"{ratios('reinforce-ada', 'rollouts')}× N rollouts; groups with both outcomes at "
+            f"N = {mid} {_share(_v(v, f'reinforce-ada N={mid} nonzero'))}; training "
+            f"{_race(v, 'reinforce-ada')} (per rollout spent)."),
+    }
+    for rule in PUBLISHED:
+        if f"{rule} N={mid} ratio" in v and "uniform half" in v:
+            lines.append("- " + say[rule]())
+    return "\n".join(lines)
+
+
 BLOCKS = {b.name: b for b in (
     Block("sweep", ("sweep",), _sweep_extract, _sweep_render, "bias_sq (no SE in the tables)"),
     Block("zoo", ("zoo",), _zoo_extract, _zoo_render,
@@ -580,6 +713,11 @@ BLOCKS = {b.name: b for b in (
           "interpolated ratios (no SE): the exact ratios (bold) are checked"),
     Block("allocate-training", ("allocate",), _allocate_train_extract, _allocate_train_render,
           "the final gap (the quick run trains fewer steps): rollouts to half the gap are checked"),
+    Block("allocate-own", ("allocate",), _allocate_own_extract, _allocate_own_render,
+          "ratios and shares (no SE): the MSEs and training rows they come from are checked in "
+          "allocate-static and allocate-training"),
+    Block("allocate-verdicts", ("allocate",), _allocate_own_extract, _allocate_verdicts_render,
+          "ratios and shares (no SE); rollouts to half the gap are checked"),
 )}  # fmt: skip
 
 

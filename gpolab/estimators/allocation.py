@@ -420,3 +420,22 @@ RULES: dict[str, Rule] = {r.name: r for r in (
 )}  # fmt: skip
 for _r in RULES.values():
     validate.choice("reads", _r.reads, READS)
+
+# what each published rule's code optimizes (its own objective; docs/allocate.md ranks every rule
+# by MSE and by training as well): the lab's columns that measure it are named after the colon
+AIMS = {
+    "knapsack": "more prompts whose group holds both outcomes: their value Σ_x value(N_x, p_x) "
+    "under a cost budget (columns knapsack_value, nonzero_groups)",
+    "knapsack-grpo": "as knapsack, with their GRPO estimator",
+    "greso": "fewer rollouts on prompts likely to give a zero-variance group again (their saving "
+    "is generation time; here the budget is refilled, column zero_signal)",
+    "vip": "the gradient variance of RLOO/GRPO plus a per-rollout cost (column mse)",
+    "gvm": "the gradient variance of the RAFT step, n ∝ ‖g‖/√(p + α/p), after a first sampling "
+    "stage (columns mse, rollouts)",
+    "mopps": "the prompts whose predicted success rate is nearest 1/2, without extra rollouts "
+    "(column nonzero_groups)",
+    "pods": "a cheaper update: generate N, train on the most informative half (column "
+    "update_cost; the lab counts update cost as free)",
+    "reinforce-ada": "no zero-signal groups: sample until both outcomes are present (columns "
+    "nonzero_groups, rollouts)",
+}

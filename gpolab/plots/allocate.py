@@ -12,8 +12,10 @@ STYLE = {  # one color per rule: gpolab's in reds and purples, the published rul
     "uniform": ("k", "o", "-"), "uniform-gstar": ("0.5", "o", "--"),
     "gpolab-oracle": ("C3", "*", "--"), "gpolab-drop": ("#e377c2", "x", ":"),
     "gpolab-sample": ("C4", "P", "-."), "gpolab": ("C3", "s", "-"),
-    "knapsack": ("C0", "^", "-"), "greso": ("C1", "v", "-"), "vip": ("C2", "D", "-"),
-    "gvm": ("C9", "<", "-"), "mopps": ("C5", ">", "-"), "pods": ("C8", "h", "-"),
+    "knapsack": ("C0", "^", "-"), "knapsack-grpo": ("C0", "^", ":"),
+    "gpolab-knapsack-truth": ("C0", "*", "--"), "gpolab-knapsack-simple": ("C0", "^", "-."),
+    "greso": ("C1", "v", "-"), "vip": ("C2", "D", "-"), "gvm": ("C9", "<", "-"),
+    "gpolab-gvm-last": ("C9", "<", "-."), "mopps": ("C5", ">", "-"), "pods": ("C8", "h", "-"),
     "reinforce-ada": ("#8c6d31", "p", "-"),
 }  # fmt: skip
 
