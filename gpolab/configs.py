@@ -140,14 +140,24 @@ def _scalar(name: str, tp, value):
         raise bad
     if isinstance(value, str):
         try:
-            return tp(value.strip())
+            out = tp(value.strip())
         except ValueError:
             raise bad from None
+        return _int64(name, out) if tp is int else out
     if tp is int and isinstance(value, int):
-        return value
+        return _int64(name, value)
     if tp is float and isinstance(value, (int, float)):
         return float(value)
     raise bad
+
+
+def _int64(name: str, value: int) -> int:
+    """``value`` where it fits a signed 64-bit integer (seeds become int64 PRNG keys, TOML
+    integers are 64-bit); one error line otherwise (never an OverflowError deep in a run)."""
+    if not -(1 << 63) <= value < (1 << 63):
+        raise ConfigError(f"{name}: got {value!r}; allowed: an integer of at most 64 bits "
+                          f"(|{name}| < 2^63)")  # fmt: skip
+    return value
 
 
 def coerce(cls, name: str, value):
@@ -314,6 +324,9 @@ def read_toml(path) -> dict:
         raise ConfigError(f"config: cannot read {str(path)!r} ({err.strerror})") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{Path(path).name}: not valid TOML ({err})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{Path(path).name}: not UTF-8 text (byte {err.start}); allowed: a "
+                          "TOML file, which is UTF-8") from None  # fmt: skip
 
 
 def split_file(path, lab: str, data: dict | None = None) -> tuple[dict, dict, dict]:
@@ -417,6 +430,20 @@ def dumps(cfg, lab: str) -> str:
         lines += [f"{f.name} = {_toml_value(getattr(cfg.instance, f.name))}"
                   for f in dataclasses.fields(cfg.instance) if used(cfg, f.name)]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+PATHS = ("out", "log", "grad_norms", "experiments")  # settings that name a file or folder
+
+
+def absolute_paths(cfg):
+    """``cfg`` with its path settings (:data:`PATHS`, where set) absolute, as a saved
+    ``config.toml`` holds them: ``--config`` from any directory reads the same files and resumes
+    the same output folder."""
+    import os
+
+    have = {f.name for f in dataclasses.fields(cfg)}
+    return replace(cfg, **{k: os.path.abspath(getattr(cfg, k)) for k in PATHS
+                           if k in have and getattr(cfg, k)})  # fmt: skip
 
 
 def aliases(cls) -> dict:

@@ -80,7 +80,14 @@ def load(path: str | Path) -> Experiment:
 
 
 def discover(directory: str | Path = DEFAULT_DIR) -> list[Experiment]:
-    return [load(p) for p in sorted(Path(directory).glob("*.toml"))]
+    """Every experiment file of ``directory``; a missing folder or one without ``*.toml`` files
+    is one error naming it."""
+    paths = sorted(Path(directory).glob("*.toml"))
+    if not paths:
+        why = "no *.toml files in it" if Path(directory).is_dir() else "no such folder"
+        raise validate.ConfigError(f"experiments: got {str(directory)!r} ({why}); allowed: a "
+                                   "folder of experiment .toml files")  # fmt: skip
+    return [load(p) for p in paths]
 
 
 def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = False):

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
+import time
 from pathlib import Path
 
 from gpolab.validate import ConfigError
 
 LOCK = ".gpolab.lock"
+# gpolab's own temporary names (:func:`atomic`, :func:`prepare`'s probe): .<name>.<pid>.<thread>.tmp
+TEMP = re.compile(r"^\.(?:.+\.(\d+)\.\d+\.tmp|probe\.(\d+))$")
+STALE_S = 60.0  # a temporary file this old whose process is gone is a killed run's leftover
 
 
 class Interrupted(Exception):
@@ -69,11 +74,42 @@ def hold(out):
         fh.truncate()
         fh.write(str(os.getpid()))
         fh.flush()
+        remove_stale(out, 0.0)  # the lock holder is the only writer here
+        remove_stale(out / "cells")  # a job array's shares write cells without the lock
         try:
             yield out
         finally:
             fh.truncate(0)
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale(folder, min_age: float = STALE_S) -> list[Path]:
+    """Remove the temporary files a killed run left in ``folder`` (SIGKILL skips the cleanup of
+    :func:`atomic`): only names of gpolab's own pattern (:data:`TEMP`) whose process no longer
+    runs and (``min_age``, default :data:`STALE_S`) that were last written that many seconds ago
+    (a job array's share on another host may be writing one).  Called by :func:`hold`, under
+    the folder's lock; returns what was removed."""
+    removed = []
+    for path in Path(folder).glob(".*") if Path(folder).is_dir() else ():
+        match = TEMP.match(path.name)
+        try:
+            old = time.time() - path.stat().st_mtime >= min_age
+            if match and old and not _running(int(match[1] or match[2])) and path.is_file():
+                path.unlink()
+                removed.append(path)
+        except OSError:  # gone meanwhile, or not ours to remove: left alone
+            continue
+    return removed
 
 
 def write_failed(path, err: OSError, field: str = "out") -> ConfigError:

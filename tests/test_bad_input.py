@@ -261,3 +261,82 @@ def test_long_cells_report_progress_and_results_do_not_change(monkeypatch):
         )
     assert m.n == 3000
     np.testing.assert_allclose(m.mean("x"), np.mean(np.asarray(direct, np.float64)), rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- issue 40, item 8
+
+
+@pytest.mark.parametrize(
+    "argv,start",
+    [(["sweep", "--seed", "1180591620717411303424"], "seed: got 1180591620717411303424; allowed: "
+      "an integer of at most 64 bits"),
+     (["groupsize", "--pool", "1000000000000"], "pool: got 1000000000000; allowed: at most "
+      "1,048,576"),
+     (["zoo", "--G", "1,4"], "G: got 1; allowed: integers >= 2"),
+     (["sweep", "--num-processes", "0"], "num-processes: not used without --coordinator"),
+     (["sweep", "--process-id", "3"], "process-id: not used without --coordinator"),
+     (["figures", "--experiments", "missing", "--replot"], "experiments: got ")],
+)  # fmt: skip
+def test_overflows_unused_flags_and_missing_folders_are_one_line(argv, start, tmp_path,
+                                                                 monkeypatch, capsys,
+                                                                 no_compute):  # fmt: skip
+    """Issue 40, item 8: these were an OverflowError, a JAX allocation error, a silent zoo with
+    G = 1 cells in its joint test, flags that did nothing and max() of an empty sequence."""
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    _one_line(capsys, f"gpolab {argv[0]}: error: {start}")
+
+
+def test_a_config_that_is_not_utf8_is_one_line(tmp_path, capsys, no_compute):
+    path = tmp_path / "bad.toml"
+    path.write_bytes(b"[sweep]\nG = [\xff\xfe]\n")
+    assert main(["sweep", "--config", str(path)]) == 2
+    _one_line(capsys, "gpolab sweep: error: bad.toml: not UTF-8 text (byte 13)")
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_the_next_run_removes_the_temporary_files_a_killed_run_left(tmp_path):
+    """SIGKILL skips atomic()'s cleanup; the next run holding the folder removes gpolab's own
+    temporary names whose process is gone, and nothing else (issue 40, item 8)."""
+    import os
+
+    from gpolab import output
+
+    dead, cells = _dead_pid(), tmp_path / "cells"
+    cells.mkdir()
+    stale = [tmp_path / f".results.csv.{dead}.7.tmp", cells / f".abc.parquet.{dead}.7.tmp",
+             tmp_path / f".probe.{dead}"]  # fmt: skip
+    kept = [tmp_path / f".results.csv.{os.getpid()}.7.tmp",  # a running process's
+            tmp_path / ".notes.tmp", tmp_path / f"x.{dead}.7.tmp", cells / "abc.parquet"]
+    for path in stale + kept:
+        path.write_text("x")
+        os.utime(path, (1, 1))  # written long ago
+    fresh = cells / f".new.parquet.{dead}.7.tmp"  # maybe a share on another host: too recent
+    fresh.write_text("x")
+    with output.hold(tmp_path):
+        pass
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in [*kept, fresh])
+
+
+def test_a_saved_config_resumes_its_folder_from_any_directory(tmp_path, monkeypatch, capsys):
+    """config.toml holds the output folder as an absolute path: `--config ../x/config.toml` from
+    elsewhere resumes it instead of computing into a new folder (issue 40, item 8)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    argv = ["--estimators", "loo", "--G", "2", "--seeds", "200", "--prompts", "3", "--actions", "4"]
+    assert main(["sweep", *argv]) == 0
+    monkeypatch.chdir(tmp_path / "b")
+    capsys.readouterr()
+    assert main(["sweep", "--config", "../a/results/sweep/config.toml"]) == 0
+    assert "1 cells already finished" in capsys.readouterr().err
+    assert not (tmp_path / "b" / "results").exists()

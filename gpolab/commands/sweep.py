@@ -8,8 +8,10 @@ from gpolab.commands import config_from_args, lab_command, run_lab
 def _distributed_flags(p) -> None:
     dist = p.add_argument_group("multi-process (jax.distributed; implies --shard)")
     dist.add_argument("--coordinator", help="host:port of process 0, e.g. 127.0.0.1:12345")
-    dist.add_argument("--num-processes", type=int, default=1, help="processes in the run")
-    dist.add_argument("--process-id", type=int, default=0, help="this process's index")
+    dist.add_argument("--num-processes", type=int, help="processes in the run (with "
+                      "--coordinator; default: 1)")  # fmt: skip
+    dist.add_argument("--process-id", type=int, help="this process's index (with --coordinator; "
+                      "default: 0)")  # fmt: skip
 
     arr = p.add_argument_group("job arrays")
     arr.add_argument("--cells", metavar="I/N", help="compute only share I of N (0 <= I < N) of "
@@ -49,8 +51,22 @@ def _share(lab, args, cfg) -> int:
     return 0
 
 
+def distributed(args) -> tuple[int, int]:
+    """(processes, this process's index) of the multi-process flags (checked by
+    :func:`gpolab.devices.init_distributed`); either without ``--coordinator`` is an error."""
+    from gpolab import validate
+
+    given = [f for f in ("num_processes", "process_id") if getattr(args, f) is not None]
+    if given and not args.coordinator:
+        raise validate.ConfigError(f"{given[0].replace('_', '-')}: not used without --coordinator "
+                                   "(a multi-process run); allowed: both or neither")  # fmt: skip
+    n = 1 if args.num_processes is None else args.num_processes
+    return n, 0 if args.process_id is None else args.process_id  # checked by init_distributed
+
+
 def _run(lab, args) -> int:
     cfg = config_from_args(lab, args)
+    processes, index = distributed(args)
     if args.cells:
         if args.coordinator:
             from gpolab.validate import ConfigError
@@ -60,7 +76,7 @@ def _run(lab, args) -> int:
     from gpolab import engine
 
     if args.coordinator:
-        engine.init_distributed(args.coordinator, args.num_processes, args.process_id)
+        engine.init_distributed(args.coordinator, processes, index)
     elif engine.init_auto_distributed() is None:  # Slurm, Open MPI, TPU pods: detected
         return run_lab(lab, args, cfg)
     import jax

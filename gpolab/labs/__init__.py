@@ -89,7 +89,8 @@ def execute(lab, cfg, *, fresh: bool = False, use_store: bool = True, stream=Non
             ) from None
         seconds = time.perf_counter() - start
         paths = output.write_tables(out, tables)
-        paths.append(output.write_text(out / "config.toml", configs.dumps(cfg, lab.NAME)))
+        saved = configs.dumps(configs.absolute_paths(cfg), lab.NAME)  # readable from anywhere
+        paths.append(output.write_text(out / "config.toml", saved))
         paths += draw(lab, out)
     return Result(tables, paths, seconds, out)
 

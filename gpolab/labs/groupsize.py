@@ -57,6 +57,8 @@ BANDIT_FIELDS = ("kind", "prompts", "actions", "logit_scale", "success_a", "succ
 ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
 
 
+MAX_POOL = 1 << 20  # prompts in a finite pool (--pool): every seed permutes all of them
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """Both checks; ``train`` picks one, and a setting of the other is an error."""
@@ -136,6 +138,9 @@ class Config:
         validate.integer("seed", self.seed, 0)
         validate.integer("instance_seed", self.instance_seed, 0)
         validate.integer("pool", self.pool, 0)
+        validate.at_most("pool", self.pool, MAX_POOL, "each seed permutes the whole pool; a "
+                         "larger pool's factor (P - B)/(P - 1) is within 0.1% of iid prompts' "
+                         "(pool = 0) for B <= 1,024 prompts per step")  # fmt: skip
         if self.seeds != 0:
             validate.seeds("seeds", self.seeds, 2)
         if "bandit" in self.envs or not self.train:

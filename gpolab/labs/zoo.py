@@ -72,11 +72,16 @@ class Config:
     def validate(self) -> None:
         for env in self.env:
             validate.choice("env", env, ENVS)
-        validate.integers("G", self.G, 1)
-        validate.integers("arithmetic_G", self.arithmetic_G, 1)
-        validate.integers("kappa_G", self.kappa_G, 1)
-        for field in ("G", "arithmetic_G", "kappa_G"):
-            validate.group_sizes(field, getattr(self, field))
+        for field in ("G", "arithmetic_G", "kappa_G"):  # snr and kappa are relative to loo,
+            sizes = getattr(self, field)  # which needs two responses (as the sweep's default)
+            validate.integers(field, sizes, 1)
+            for G in sizes:
+                if G < 2:
+                    raise validate.ConfigError(
+                        f"{field}: got {G!r}; allowed: integers >= 2 (the zoo compares every "
+                        "estimator with loo, which needs two responses per group)"
+                    )
+            validate.group_sizes(field, sizes)
         validate.integer("kappa_points", self.kappa_points, 1)
         validate.choice("policy", self.policy, sweep.POLICIES)
         if not self.estimators:
