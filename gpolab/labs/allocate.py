@@ -13,8 +13,11 @@ turns each prompt's group into ĝ_x; the step's ĝ = Σ_x f_x ĝ_x is compared w
 * ``results`` (static): at the instance's θ, after one earlier step of ``history`` responses per
   prompt (the information the rules read; the policy has not moved: no drift), per rule and
   budget: MSE, bias², variance, cos, snr, rollouts generated, the share of rollouts in
-  zero-signal groups; for rules fixing group sizes before sampling, also ``theory_mse``, the exact
-  MSE given each seed's allocation averaged over seeds (checked against the Monte Carlo).
+  zero-signal groups, and each rule on the published rules' own objectives (Knapsack RL's value
+  at the true p, the share of groups with both outcomes, the update cost: responses trained on
+  per response generated); for rules fixing group sizes before sampling (or, GVM-RAFT, after
+  its fresh first stage), also ``theory_mse``, the exact MSE given each seed's allocation
+  averaged over seeds (checked against the Monte Carlo).
 * ``match``: the rollouts each rule needs to reach uniform G's MSE at each budget (log-log
   interpolation along its own curve) and their ratio to uniform's.
 * ``training``: SGD on the bandit with each rule at ``train_budget`` rollouts per step,
@@ -788,7 +791,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 def report(cfg: Config, tables: dict) -> str:
     res = tables["results"]
     lines = [table_text(res, ("rule", "budget", "rollouts", "mse", "mse_se", "theory_mse", "cos",
-                              "snr", "zero_signal", "kept"))]  # fmt: skip
+                              "snr", "zero_signal", "kept", "knapsack_value", "nonzero_groups",
+                              "update_cost"))]  # fmt: skip
     lines += ["", table_text(tables["trained"], ("rule", "budget", "rollouts_to_half_gap",
                                                  "rollouts_to_half_gap_ci", "reached", "final_gap",
                                                  "final_gap_ci"))]  # fmt: skip
