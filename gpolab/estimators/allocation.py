@@ -411,7 +411,8 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          _src("2507.04632", "thu-rllab/MoPPS recipe/ours/mopps.py (topk)"),
          "the pool is the step's prompts; half of them are selected"),
     Rule("pods", pods, "downsample", "nothing",
-         "arXiv 2504.13818 (abstract): max-variance down-sampling",
+         "arXiv 2504.13818 (its abstract, v1-v4, read; no code found): max-variance "
+         "down-sampling, built to cut update cost",
          "keep half; for binary rewards max variance = as balanced as possible"),
     Rule("reinforce-ada", reinforce_ada, "sequential", "nothing",
          _src("2510.04996", "RLHFlow/Reinforce-Ada _generate_multi_round_adaptive_downsampling"),
