@@ -80,6 +80,24 @@ def group_sizes(field: str, values) -> None:
     at_most(field, values, MAX_G, "the estimator checks evaluate every outcome count of a group")
 
 
+MAX_TREE_LEAVES = 1 << 21  # K·M of one tree (the tree lab's chunk holds about this many leaves)
+
+
+def tree_leaves(Ks: Sequence, Ms: Sequence) -> None:
+    """Every tree K·M of the grid ``Ks`` × ``Ms`` has at most :data:`MAX_TREE_LEAVES` leaves.
+    The engine never splits a tree across its calls, and a run's time is projected from its
+    first call; a larger tree makes that one call minutes long and gigabytes large, with no
+    progress line and no Ctrl-C until it ends (issue 40), so it is refused before any compiling."""
+    for K in Ks:
+        for M in Ms:
+            if isinstance(K, int) and isinstance(M, int) and K * M > MAX_TREE_LEAVES:
+                raise ConfigError(
+                    f"K: got {K!r} with M = {M!r} ({K * M:,} leaves per tree); allowed: K*M <= "
+                    f"{MAX_TREE_LEAVES:,} leaves per tree (one tree is one call of the engine, "
+                    "which must stay short for the run's time to be projected from it)"
+                )
+
+
 def available_bytes() -> int | None:
     """Memory this process can still use: ``MemAvailable`` of /proc/meminfo (Linux), else the
     physical pages the OS reports available, else None (unknown: no memory check)."""

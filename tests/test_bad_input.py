@@ -207,11 +207,23 @@ def test_a_cell_that_cannot_fit_in_memory_is_refused_with_the_estimate(monkeypat
     assert ran == []  # refused before any seed ran
 
 
-def test_tree_with_a_huge_K_is_refused_by_memory_not_killed(monkeypatch, tmp_path, capsys):
+def test_tree_with_a_large_K_is_refused_by_memory_not_killed(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(validate, "available_bytes", lambda: 1 << 20)  # 1 MiB free
-    assert main(["tree", "--K", "100000000", "--M", "1", "--out", str(tmp_path)]) == 2
-    line = _one_line(capsys, "gpolab tree: error: memory: TreeCell K=100000000")
+    assert main(["tree", "--K", "1048576", "--M", "1", "--out", str(tmp_path)]) == 2
+    line = _one_line(capsys, "gpolab tree: error: memory: TreeCell K=1048576")
     assert "GiB" in line
+
+
+@pytest.mark.parametrize("argv", [["tree", "--K", "100000000", "--M", "1", "--seeds", "10"],
+                                  ["tree", "--K", "100000000"], ["tree", "--leaves", "4194304"],
+                                  ["sweep", "--env", "tree", "--K", "4,100000000", "--M", "1"]])
+def test_a_tree_larger_than_one_engine_call_is_refused_before_compiling(argv, tmp_path, capsys,
+                                                                        no_compute):  # fmt: skip
+    """Issue 40, item 8: K = 10^8 ran for a minute at 10-12 GB with no output and no Ctrl-C (its
+    single tree is one engine call), or was refused by time only after 59 s of that call."""
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    line = _one_line(capsys, f"gpolab {argv[0]}: error: ")
+    assert "allowed: " in line and "2,097,152" in line
 
 
 class _spy:

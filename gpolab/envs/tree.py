@@ -70,6 +70,7 @@ class Instance:
     def validate(self) -> None:
         validate.integers("K", self.K, 2)
         validate.integers("M", self.M, 1)
+        validate.tree_leaves(self.K, self.M)
         validate.choice("model", self.model, MODELS)
         validate.real("beta_a", self.beta_a, low=0.0, open_low=True)
         validate.real("beta_b", self.beta_b, low=0.0, open_low=True)

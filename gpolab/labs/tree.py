@@ -53,7 +53,7 @@ from gpolab.theory.tree import TIE_Z, rank, recommend, score  # noqa: F401  (re-
 NAME = "tree"
 TABLES = ("results", "floor")
 MODELS = tree_env.MODELS
-LEAVES_PER_CHUNK = 1 << 21  # chunk = seeds per compiled chunk, so that chunk·K·M ≲ this
+LEAVES_PER_CHUNK = validate.MAX_TREE_LEAVES  # seeds per compiled chunk: chunk·K·M ≲ this
 DEFAULT_K = (4, 16, 64, 512)
 FINITE = {"model": tree_env.FINITE_MODELS}
 LOGLINEAR_BUDGET = {"model": ("loglinear",), "mode": ("budget",)}
@@ -140,8 +140,11 @@ class Config:
         validate.real("think_len", self.think_len, low=0.0)
         validate.real("answer_len", self.answer_len, low=0.0)
         tree_env.check_overlap(self.overlap)
-        if self.leaves:
+        if self.leaves:  # checked before splits() loops over the budget's divisors
+            validate.at_most("leaves", self.leaves, validate.MAX_TREE_LEAVES, "leaves per tree")
             self.splits()  # raises when no split exists
+        else:
+            validate.tree_leaves(self.K, self.M)
 
     def splits(self) -> list[tuple[int, int]]:
         """(K, M) of every row: the grid, or the splits of the leaf budget."""
