@@ -526,8 +526,7 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
                 help=help_text,
             )  # fmt: skip
             continue
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else str(default)
-        shown = shown.replace("%", "%%")
+        shown = "; with ".join([_shown(default), *_mode_defaults(cls, name)]).replace("%", "%%")
         parser.add_argument(
             flag(name), dest=name, default=None, metavar=name.upper(),
             help=f"{help_text} (default: {shown})",
@@ -535,6 +534,21 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
     for old, new in aliases(cls).items():
         parser.add_argument(flag(old), dest=old, default=None, metavar=old.upper(),
                             help=f"deprecated: the older name of {flag(new)}")  # fmt: skip
+
+
+def _shown(v) -> str:
+    return ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def _mode_defaults(cls, name: str) -> list[str]:
+    """``name``'s defaults in the modes of ``MODES`` that change it, as help shows them
+    (``--env tree: thought-std``): the help's default is the value a run uses in every mode."""
+    out = []
+    for (field, v), extra in getattr(cls, "MODES", {}).items():
+        if name in extra.get("defaults", {}):
+            typed = flag(field) if v is True else f"{flag(field)} {_shown(v)}"
+            out.append(f"{typed}: {_shown(extra['defaults'][name])}")
+    return out
 
 
 def typed(args: argparse.Namespace, cls) -> dict:
