@@ -13,10 +13,11 @@ from gpolab.theory.tree import rank, recommend
 
 
 def tag(df) -> str:
-    """ "Beta(2, 3), thought-std, ddof 1, 20,000 seeds" from the table."""
+    """ "Beta(2, 3), thought-std, ddof 1, 20,000 seeds" from the table (a finite model: "loglinear
+    policy over 32 possible thoughts", the thought set, not the thoughts K a tree samples)."""
     row = df.iloc[0]
     model = f"Beta({row['a']:g}, {row['b']:g})" if row["model"] == "beta" else None
-    model = model or f"{int(row['thoughts'])} thoughts"
+    model = model or f"{row['model']} policy over {int(row['thoughts'])} possible thoughts"
     return f"{model}, {row['variant']}, ddof {int(row['ddof'])}, {seeds_label(df)}"
 
 
@@ -136,10 +137,13 @@ def overlap(tables: dict, path) -> Path:
     rho = np.linspace(0.0, 0.99, 100)
     plt = pyplot()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10.5, 4.2), constrained_layout=True)
-    for i, (_, r) in enumerate(df.iterrows()):
+    styles = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
+    markers = ("s", "^", "v", "D", "P", "X")
+    for i, (_, r) in enumerate(df.iterrows()):  # each split its own line style and marker:
         w = r[[f"theory_ov_{m}" for m in tree_overlap.MOMENTS]].to_numpy(np.float64)
-        ax.plot(rho, tree_overlap.cos2(w, rho, tt, c, r["trees"])[0], color=f"C{i}",
-                label=f"K={int(r['K'])}, M={int(r['M'])}")  # fmt: skip
+        y = tree_overlap.cos2(w, rho, tt, c, r["trees"])[0]  # close curves stay readable
+        ax.plot(rho, y, color=f"C{i}", ls=styles[i % len(styles)], marker=markers[i % 6],
+                markevery=(2 * i, 12), ms=5, label=f"K={int(r['K'])}, M={int(r['M'])}")  # fmt: skip
         ax.errorbar(r["overlap"], r["grad_cos2"], 2 * r["grad_cos2_se"], fmt="o", color=f"C{i}",
                     ms=4)  # fmt: skip
     ax.set(xlabel="overlap ρ of the thoughts' features", ylabel="cos² (whole-budget gradient)",
@@ -148,13 +152,22 @@ def overlap(tables: dict, path) -> Path:
     ratios = np.geomspace(1 / 64, 4, 25)
     wins = tree_overlap.winners(df, tt, c, overlaps=rho[::3], ratios=ratios)
     grid = wins.pivot(index="ratio", columns="overlap", values="M")
-    mesh = ax2.pcolormesh(grid.columns, grid.index, np.log2(grid.to_numpy()), shading="nearest",
-                          cmap="viridis")  # fmt: skip
+    leaves = int(df["leaves"].iloc[0])
+    Ms = np.unique(grid.to_numpy())  # the winning splits: one colour each (a discrete legend)
+    colors = plt.get_cmap("viridis")(np.linspace(0.0, 1.0, max(len(Ms), 2)))[: len(Ms)]
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    ax2.pcolormesh(grid.columns, grid.index, np.searchsorted(Ms, grid.to_numpy()),
+                   shading="nearest", cmap=ListedColormap(colors), vmin=-0.5,
+                   vmax=len(Ms) - 0.5)  # fmt: skip
     star = tree_overlap.boundary(wins)["rho_star"]
-    ax2.plot([star[r] for r in ratios], ratios, "w-", lw=2, label="boundary (M > 1 pays right)")
+    (line,) = ax2.plot([star[r] for r in ratios], ratios, "w-", lw=2,
+                       label="boundary (M > 1 pays right of it)")  # fmt: skip
     ax2.set(yscale="log", xlabel="overlap ρ", ylabel="L_think / L_answer",
-            title=f"best split of {int(df['leaves'].iloc[0])} leaves")  # fmt: skip
-    fig.colorbar(mesh, ax=ax2, label="log2 M of the best split")
-    ax2.legend(fontsize=8, loc="lower right")
+            title=f"best split K x M of {leaves} leaves per prompt")  # fmt: skip
+    patches = [Patch(color=col, label=f"M = {int(M)} (K = {leaves // int(M)})")
+               for M, col in zip(Ms, colors, strict=True)]  # fmt: skip
+    ax2.legend(handles=[*patches[::-1], line], fontsize=8, loc="lower right", framealpha=0.9)
     fig.suptitle(tag(df))
     return save(fig, path)

@@ -566,3 +566,28 @@ def test_old_flag_spellings_are_aliases_of_the_new_ones(tmp_path):
     assert configs.resolve(lab.Config, table=table).beta_a == 1.5
     with pytest.raises(configs.ConfigError, match="a: an older name of beta_a"):
         configs.resolve(lab.Config, typed={"a": 1.5, "beta_a": 2.0})
+
+
+def test_overlap_figure_tells_its_splits_and_its_M_apart(tmp_path, monkeypatch):
+    """Issue 40, item 8: K = 16, M = 2 and K = 32, M = 1 drew one curve over the other in the
+    same style, the best split's M had a continuous colorbar (log2 M in {0, 1, 2}), and the
+    title's "32 thoughts" (the thought set) read like the panel's 32 leaves."""
+    from gpolab.plots import tree as tree_plots
+
+    cfg = lab.Config(model="loglinear", leaves=8, seeds=200, out=str(tmp_path))
+    tables = lab.run(cfg)
+    drawn = []
+    monkeypatch.setattr(tree_plots, "save", lambda fig, path: drawn.append(fig))
+    tree_plots.overlap(tables, tmp_path / "x.png")
+    (fig,) = drawn
+    assert len(fig.axes) == 2  # no colorbar
+    left, right = fig.axes
+    curves = [ln for ln in left.get_lines() if ln.get_label().startswith("K=")]
+    assert len(curves) == 3  # 2x4, 4x2, 8x1
+    assert len({(ln.get_linestyle(), ln.get_marker()) for ln in curves}) == len(curves)
+    labels = [t.get_text() for t in right.get_legend().get_texts()]
+    assert {lb for lb in labels if lb.startswith("M = ")} <= {"M = 1 (K = 8)", "M = 2 (K = 4)",
+                                                            "M = 4 (K = 2)"}  # fmt: skip
+    assert any(lb.startswith("M = ") for lb in labels)
+    assert "possible thoughts" in fig._suptitle.get_text()
+    assert "leaves per prompt" in right.get_title()
