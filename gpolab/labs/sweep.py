@@ -316,13 +316,88 @@ def _run_state(cfg: Config, env, key) -> tuple:
 
 
 def report(cfg: Config, tables: dict) -> str:
-    return table_text(tables["results"], units.ENVS[cfg.env].report_columns(cfg))
+    """The table.  Grouped envs leave out ``seconds``: the estimators of one G run together on
+    common draws, so it is their unit's time split evenly (the run's time is printed once)."""
+    columns = units.ENVS[cfg.env].report_columns(cfg)
+    if cfg.env != "tree":
+        columns = [c for c in columns if c != "seconds"]
+    return table_text(tables["results"], columns)
+
+
+NEXT = ("next: `gpolab groupsize` measures the best G at a fixed budget of responses per step "
+        "(fewer prompts as G grows); `gpolab plan LOG` estimates it from your own rollout "
+        "log")  # fmt: skip
+REFERENCES = ("oracle",)  # estimators that read the true values: a reference, not a choice
 
 
 def notes(cfg: Config, tables: dict) -> str:
-    """Monte Carlo against the exact theory (where a row has it)."""
-    lines = agreement(tables["results"])
-    return "\n".join(["Monte Carlo vs exact finite-G theory:", *lines]) if lines else ""
+    """The reading of a negative ``bias_sq``, Monte Carlo against the exact theory (where a row
+    has it), and (grouped envs) the table's conclusion (:func:`conclusion`) and the next command."""
+    df, lines = tables["results"], []
+    negative = int((df["bias_sq"] < 0).sum()) if "bias_sq" in df else 0
+    if negative:
+        lines.append(
+            f"bias_sq = mse - variance is an unbiased estimate of the squared bias: below 0 in "
+            f"{negative} of {len(df)} rows by Monte Carlo noise (there the bias is within noise "
+            "of 0), never a negative square"
+        )
+    agree = agreement(df)
+    if agree:
+        lines += ["Monte Carlo vs exact finite-G theory:", *agree]
+        t = joint_test(df)
+        if t is not None and t["reason"] is None:
+            found = "no departure" if t["joint_p"] >= 0.05 else "a departure"
+            lines.append(f"(joint p {'>=' if t['joint_p'] >= 0.05 else '<'} 0.05: {found} from "
+                         "the exact theory detected at the 5% level)")  # fmt: skip
+    if cfg.env != "tree":
+        lines += [*conclusion(df), NEXT]
+    return "\n".join(lines)
+
+
+def conclusion(df) -> list[str]:
+    """What the table shows, in words from its numbers: the estimator with the lowest MSE at
+    each G, the scale-free ranking (``scaled_mse``: the MSE after the best rescaling; the exact
+    value where every row has it), and how the MSE moves with G.  Several policies, loss
+    aggregations or lengths: one conclusion each would not fit a line; none is drawn."""
+    if any(k in df and df[k].nunique() > 1 for k in ("policy", "loss_agg", "lengths")):
+        return []
+    rows = df[~df["estimator"].isin(REFERENCES)]
+    if rows["estimator"].nunique() < 1 or not np.isfinite(rows["mse"]).all():
+        return []
+    Gs = sorted(rows["G"].unique())
+    best = [rows[rows["G"] == G].sort_values("mse").iloc[0] for G in Gs]
+    names = {b["estimator"] for b in best}
+    if len(names) == 1:
+        top = best[0]["estimator"]
+        share = max(float(b["bias_sq"] / b["mse"]) for b in best)
+        biased = f" (biased: bias² up to {100 * share:.1f}% of its MSE; the plain MSE rewards " \
+            "shrinking an estimator, the scale-free MSE below does not)" if share > 0.01 else ""
+        lines = [f"conclusion: lowest MSE at every G: {top}{biased}"]
+    if df["estimator"].isin(REFERENCES).any():
+        lines[0] += f"; {', '.join(REFERENCES)} reads the true values: a reference, not ranked"
+    else:
+        lines = ["conclusion: lowest MSE: " + ", ".join(f"G={int(b['G'])} {b['estimator']}"
+                                                        for b in best)]  # fmt: skip
+    G = Gs[-1]
+    at = rows[rows["G"] == G].copy()
+    if at["estimator"].nunique() > 1 and "scaled_mse" in at:
+        exact = "theory_scaled_mse" in at and np.isfinite(at["theory_scaled_mse"]).all()
+        at["free"] = at["theory_scaled_mse" if exact else "scaled_mse"]
+        at = at.sort_values("free")
+        first = at.iloc[0]
+        rest = ", ".join(f"{r.estimator} {100 * (r.free / first['free'] - 1):+.1f}%"
+                         for r in at.iloc[1:].itertuples())  # fmt: skip
+        source = "exact" if exact else "Monte Carlo"
+        lines.append(f"scale-free (scaled_mse, {source}) at G={int(G)}: {first['estimator']} "
+                     f"{first['free']:.4g} lowest; {rest}")  # fmt: skip
+    ref = rows[rows["estimator"] == best[-1]["estimator"]].sort_values("G")
+    if len(ref) > 1:
+        lo, hi = ref.iloc[0], ref.iloc[-1]
+        trend = "falls" if hi["mse"] < lo["mse"] else "does not fall"
+        lines.append(f"G: {lo['estimator']}'s MSE {trend} from {lo['mse']:.4g} at G={int(lo['G'])} "
+                     f"to {hi['mse']:.4g} at G={int(hi['G'])} (more responses for the same "
+                     "prompt); this table does not price responses, so it picks no G")  # fmt: skip
+    return lines
 
 
 def figures(tables: dict) -> dict:

@@ -175,3 +175,22 @@ def test_cells_shares_are_disjoint_and_assemble_without_recomputing(tmp_path, ca
     for bad in ("2/2", "x", "1/0"):
         assert main(["sweep", *small, "--out", str(out), "--cells", bad]) == 2
         assert "cells: got" in capsys.readouterr().err
+
+
+def test_the_default_sweep_ends_with_its_conclusion_and_the_next_command(tmp_path, capsys):
+    """Issue 40, item 8: the first command ended with "joint p ... = 1; largest |z| 2.23", printed
+    negative bias_sq without a word and the same seconds for every estimator of a G."""
+    argv = ["sweep", "--G", "2,4", "--seeds", "3000", "--prompts", "3", "--actions", "4",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("estimator"))
+    assert "seconds" not in header and out.count("this run") == 1
+    df = pd.read_parquet(tmp_path / "results.parquet")
+    assert ("below 0 in" in out) == bool((df["bias_sq"] < 0).any())
+    rows = df[df["estimator"] != "oracle"]
+    top = {rows[rows["G"] == G].sort_values("mse").iloc[0]["estimator"] for G in (2, 4)}
+    (line,) = [x for x in out.splitlines() if x.startswith("conclusion: lowest MSE")]
+    assert all(name in line for name in top) and "oracle reads the true values" in line
+    assert "scale-free (scaled_mse, exact) at G=4: " in out
+    assert "next: `gpolab groupsize`" in out and "`gpolab plan LOG`" in out
