@@ -277,6 +277,7 @@ def _dynamic_render(v: dict) -> str:
 # ---- off-policy updates (docs/offpolicy.md) ---------------------------------------------------
 OFF_RULES = ("none", "token", "token/ppo", "token/dual", "sequence", "sequence/ppo",
              "sequence/dual", "sis", "cispo")  # fmt: skip
+OFF_LABELS = {"sequence/dual": "sequence/dual (gpolab's extension: verl's GSPO has no dual clip)"}
 
 
 def _rule(r) -> str:
@@ -300,6 +301,7 @@ def _offpolicy_reuse_extract(t: dict) -> dict:
             if hit:
                 out[f"{key} {kind} excess"] = (_f(r["excess_mse"]), _f(r["excess_mse_se"]))
                 out[f"{key} {kind} scaled"] = (_f(r["excess_scaled"]), _f(r["excess_scaled_se"]))
+                out[f"{key} {kind} clip"] = (_f(r["clip_frac"]), None)
     for _, r in safe.iterrows():
         key = f"{_rule(r)} eta={r['eta']:g}"
         for col in ("m", "staleness", "m_scaled", "staleness_scaled"):
@@ -314,13 +316,21 @@ def _pct(x) -> str:
     return "—" if x != x else f"{100 * x:+.1f}%".replace("-", "−")
 
 
+def _clipped(v: dict, rule: str, kind: str, etas) -> str:
+    """The share of tokens a rule clips (cispo: reweights) at each η, "—" for unclipped rules."""
+    vals = [_v(v, f"{rule} eta={e:g} {kind} clip") for e in etas]
+    if all(x == 0 or x != x for x in vals):
+        return "—"
+    return ",".join("—" if x != x else f"{100 * x:.0f}%" for x in vals)
+
+
 def _offpolicy_reuse_render(v: dict) -> str:
     etas = _off_etas(v)
     m, k = int(_v(v, "m")), int(_v(v, "k"))
     head = (" | ".join(f"m = {m}, η = {e:g}" for e in etas) + " | "
             + " | ".join(f"k = {k}, η = {e:g}" for e in etas))  # fmt: skip
-    lines = [f"| rule | {head} | safe m (η = {'/'.join(f'{e:g}' for e in etas)}) | safe k |",
-             "|---" * (3 + 2 * len(etas)) + "|"]  # fmt: skip
+    lines = [f"| rule | {head} | safe m (η = {'/'.join(f'{e:g}' for e in etas)}) | safe k | "
+             f"tokens clipped, m = {m} / k = {k} |", "|---" * (4 + 2 * len(etas)) + "|"]
     best = {}
     for kind in ("m", "k"):
         for e in etas:
@@ -348,8 +358,9 @@ def _offpolicy_reuse_render(v: dict) -> str:
         if f"{rule} eta={etas[0]:g} m excess" not in v:
             continue
         cells = [cell(rule, "m", e) for e in etas] + [cell(rule, "k", e) for e in etas]
-        lines.append(f"| {rule} | {' | '.join(cells)} | {safe(rule, 'm')} | "
-                     f"{safe(rule, 'staleness')} |")  # fmt: skip
+        clipped = " / ".join(_clipped(v, rule, kind, etas) for kind in ("m", "k"))
+        lines.append(f"| {OFF_LABELS.get(rule, rule)} | {' | '.join(cells)} | {safe(rule, 'm')} | "
+                     f"{safe(rule, 'staleness')} | {clipped} |")  # fmt: skip
     return "\n".join(lines)
 
 
