@@ -597,7 +597,9 @@ def jspo(rewards, *, lengths=None, greedy=None, epsilon: float = 1e-6):
 
 def jspo_plus_plus(rewards, *, lengths=None, greedy=None, epsilon: float = 1e-6):
     """JSPO++: :func:`jspo` with one λ and b for the whole batch (every prompt included;
-    ``compute_jspo_plus_plus_outcome_advantage``, its EMA smoothing off: ``js_smooth_coef`` 0).
+    ``compute_jspo_plus_plus_outcome_advantage``, its EMA smoothing off: ``js_smooth_coef`` 0, the
+    function's and the config's default; the authors' ``code/run_math.sh`` sets 0.99, which
+    smooths λ and b over training steps: state across steps, not modelled).
     Source: ``guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::
     compute_jspo_plus_plus_outcome_advantage`` @ 3f8539de.
     """
@@ -699,7 +701,8 @@ SPECS: tuple[Spec, ...] = (
          " (arXiv 2508.10751)"),
     Spec("areal/liteppo", areal_liteppo, scope="batch", reward_only=False,
          source="inclusionAI/AReaL areal/utils/data.py::Normalization (mean_level=group, "
-         "std_level=batch) @ 4aef98d8 (LitePPO, arXiv 2508.08221)"),
+         "std_level=batch) @ 4aef98d8 (LitePPO, arXiv 2508.08221); the example config's "
+         "second, token-level adv_norm pass is not modelled"),
     Spec("jspo/jspo", jspo, scope="batch", min_group=2, options={"epsilon": 1e-6},
          reward_only=False,
          source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
@@ -707,8 +710,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("jspo/jspo_plus_plus", jspo_plus_plus, scope="batch", min_group=2,
          options={"epsilon": 1e-6}, reward_only=False,
          source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
-         "compute_jspo_plus_plus_outcome_advantage @ 3f8539de (James-Stein baselines)"),
+         "compute_jspo_plus_plus_outcome_advantage @ 3f8539de (James-Stein baselines); "
+         "js_smooth_coef 0, the code's default (the authors' run_math.sh: 0.99, not modelled)"),
     Spec("spo/spo", spo, needs=("baseline",), scope="batch", reward_only=False,
          source="verl-project/verl-recipe spo/spo_ray_trainer.py::RayPPOTrainer.fit @ 550d42f5 "
-         "(arXiv 2509.13232); the tracker's value is the given baseline"),
+         "(arXiv 2509.13232); the tracker's value is the given baseline (the labs: the exact "
+         "V(x), a perfect tracker; SPO's train.sh runs one response per prompt)"),
 )  # fmt: skip
