@@ -632,8 +632,12 @@ def _race(v: dict, rule: str, base: str = "uniform") -> str:
     if x != x:
         return f"never halves the gap in {int(_v(v, rule + ' runs'))} runs"
     diff, dse = x - b, math.hypot(se, bse)
-    word = ("cannot tell (no SE: one run got there)" if dse != dse else "inconclusive (within "
-            "one SE)" if not abs(diff) > dse else "slower" if diff > 0 else "faster")  # fmt: skip
+    z = abs(diff) / dse if dse > 0 else math.nan
+    way = "slower" if diff > 0 else "faster"
+    word = ("cannot tell (no SE: one run got there)" if z != z else
+            f"inconclusive ({z:.1f} SE)" if z <= 1 else
+            f"{way} by {z:.1f} SE (not beyond 2 SE)" if z <= 2 else
+            f"{way} by {z:.1f} SE")  # fmt: skip
     pm = f" ± {_count(Z95 * se)}" if se == se else ""
     part = "" if _v(v, rule + " reached") == _v(v, rule + " runs") else ", the mean over those"
     return (f"{_count(x)}{pm} rollouts to halve the gap ({got}{part}), {x / b:.2f}× {base}'s "
@@ -654,12 +658,13 @@ def _allocate_verdicts_render(v: dict) -> str:
     trained = [r for r in rules_at if f"{r} half" in v]
     by_train = sorted(trained, key=lambda r: (_v(v, f"{r} half") != _v(v, f"{r} half"),
                                               _v(v, f"{r} half")))  # fmt: skip
+    mse_rank = ", ".join(f"{r} {_num(_v(v, f'{r} N={mid} ratio'), 3)}" for r in by_mse)
+    train_rank = ", ".join(f"{r} {_count(_v(v, f'{r} half'))}" for r in by_train)
     lines = [f"- **Ranked by MSE** at N = {mid} (÷ uniform's, exact given the allocation where "
-             "the rule has it): " + ", ".join(f"{r} {_num(_v(v, f'{r} N={mid} ratio'), 3)}"
-                                               for r in by_mse) + ".",
-             "- **Ranked by training** (rollouts until the gap halves; rules that never get there "
-             "last): " + ", ".join(f"{r} {_count(_v(v, f'{r} half'))}"
-                                   for r in by_train) + "."]  # fmt: skip
+             "the rule has it; every rule at the rollouts it generates, update cost counted as "
+             f"free, so PODS's saving does not enter): {mse_rank}.",
+             "- **Ranked by training** (rollouts until the gap halves, update cost counted as "
+             f"free; rules that never get there last): {train_rank}."]  # fmt: skip
     say = {
         "knapsack": lambda: (
             f"Knapsack RL as its authors run it (`knapsack`, loo): {ratios('knapsack')}× "
@@ -693,8 +698,8 @@ def _allocate_verdicts_render(v: dict) -> str:
         "reinforce-ada": lambda: (
             f"Reinforce-Ada: {ratios('reinforce-ada')}× uniform's MSE while spending "
             f"{ratios('reinforce-ada', 'rollouts')}× N rollouts; groups with both outcomes at "
-            f"N = {mid} {_share(_v(v, f'reinforce-ada N={mid} nonzero'))}; training "
-            f"{_race(v, 'reinforce-ada')} (per rollout spent)."),
+            f"N = {mid} {_share(_v(v, f'reinforce-ada N={mid} nonzero'))}; training, per "
+            f"rollout spent: {_race(v, 'reinforce-ada')}."),
     }
     for rule in PUBLISHED:
         if f"{rule} N={mid} ratio" in v and "uniform half" in v:
