@@ -424,3 +424,12 @@ def test_csv_empty_cells(tmp_path):
     assert np.allclose(rollouts.groups(log)["proxy_mean"], [2.5, 1.0])
     path.write_text("prompt,reward\na,1\na,\n")
     _raises(path, r"'reward' at line 3 is nan; allowed: a finite number")
+
+
+def test_footprint_is_the_logs_text_size_times_the_factor(tmp_path):
+    f = _frame().rename(columns={"correct": "reward"})
+    f.to_csv(tmp_path / "t.csv", index=False)
+    f.to_parquet(tmp_path / "t.parquet")
+    size = (tmp_path / "t.csv").stat().st_size
+    assert rollouts.footprint(tmp_path / "t.csv") == rollouts.READ_FACTOR * size
+    assert rollouts.footprint(tmp_path / "t.parquet") > 0

@@ -35,7 +35,15 @@ import pandas as pd
 
 from gpolab import configs, estimators, rollouts, validate
 from gpolab.configs import option
-from gpolab.labs.plan_report import POOLED, need_text, pooled, report, summary_json  # noqa: F401
+from gpolab.labs.plan_report import (  # noqa: F401
+    MAX_G,
+    POOLED,
+    need_text,
+    pooled,
+    report,
+    report_sizes,
+    summary_json,
+)
 from gpolab.plots import plan as plots
 from gpolab.theory import difficulty, graded, gstar
 
@@ -43,6 +51,7 @@ NAME = "plan"
 TABLES = ("summary", "curve", "kappa", "groups")
 FORMATS = ("auto", "trl", "verl", "table")
 GRADED_LEVELS = 10  # at most this many distinct reward values: a Dirichlet-multinomial fit
+MAX_DRAWS = 100_000  # 25x the default: the bands' Monte Carlo error is already small
 DEFAULT_ESTIMATORS = ("grpo", "loo", "mean", "nemo/grpo", "verl/grpo_passk",
                       "paper/passk-training")  # fmt: skip
 
@@ -89,9 +98,10 @@ class Config:
         "the next steps (gpolab's reward-only allocation, theory §12)",
     )
     allocate_estimator: str = option("loo", "the estimator the allocation is for (reward-only "
-                                     "registry entry)")  # fmt: skip
+                                     "registry entry)", when={"allocate": (True,)})  # fmt: skip
     allocate_rho: float = option(0.0, "signal share of the allocation's reward-only model "
-                                 "(0: allocation by p(1-p))")  # fmt: skip
+                                 "(0: allocation by p(1-p))",
+                                 when={"allocate": (True,)})  # fmt: skip
     out: str = option("results/plan", "output folder (report.md, tables, plan.png)", key=False)
 
     def replace(self, **changes) -> Config:
@@ -112,11 +122,15 @@ class Config:
             raise validate.ConfigError(f"grad_norms: {self.grad_norms!r} is not a file")
         validate.integer("window", self.window, 0)
         validate.integers("G", self.G, 2)
-        if max(self.G) > 4096:
-            raise validate.ConfigError(f"G: got {max(self.G)}; allowed: integers in [2, 4096]")
+        validate.at_most("G", list(self.G), MAX_G, "the curve table covers G = 2..256, and "
+                         "kappa's exact cost grows as G^2")  # fmt: skip
         validate.real("target", self.target, 0.0, 1.0, open_low=True)
         validate.integer("N", self.N, 0)
         validate.integer("draws", self.draws, 10)
+        validate.at_most("draws", self.draws, MAX_DRAWS, "the 95% bands' Monte Carlo error is "
+                         "already far below their width")  # fmt: skip
+        validate.memory("draws", self.draws, draws_bytes(self.draws), "the intervals' draws")
+        validate.integer("seed", self.seed, 0, (1 << 63) - 1)
         if not self.estimators:
             raise validate.ConfigError("estimators: got an empty list; allowed: one or more")
         for spec in self.estimators:
@@ -126,6 +140,12 @@ class Config:
 
             allocate.check_estimator("allocate_estimator", self.allocate_estimator)
             validate.real("allocate_rho", self.allocate_rho, low=0.0, high=1.0)
+
+
+def draws_bytes(draws: int) -> float:
+    """Peak bytes of the intervals' draws: about 8 float64 arrays of draws x (MAX_G + 1) in the
+    degenerate curve's products (the log's size does not enter: the check sums by group size)."""
+    return 8.0 * 8 * draws * (MAX_G + 1)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -139,8 +159,12 @@ def _read(path, fmt, reward, proxy, length, stamp):
 
 
 def load(cfg: Config):
-    """The log (read once per process while the files are unchanged); errors name the file."""
+    """The log (read once per process while the files are unchanged); errors name the file.
+    A log too large for the memory available is refused first, with its estimate."""
     stamp = _stamp(cfg.log)
+    need = rollouts.footprint(cfg.log, None if cfg.format == "auto" else cfg.format)
+    validate.memory("log", cfg.log, need, f"about {rollouts.READ_FACTOR}x its size as text, "
+                    "to read it and sum its groups")  # fmt: skip
     return _read(cfg.log, cfg.format, cfg.reward_column, cfg.proxy_column, cfg.length_column,
                  stamp)  # fmt: skip
 
@@ -266,12 +290,19 @@ def trainer_text(run: dict) -> str:
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{summary, curve, kappa, groups}``: one summary row per window and a pooled one."""
     cfg.validate()
-    cfg, trainer = with_callback_files(cfg)
+    named, (cfg, trainer) = cfg, with_callback_files(cfg)
     log = binarized(cfg, load(cfg))
+    for name, col in ((named.proxy_column, "proxy"), (named.length_column, "length")):
+        if name and not log.frame[col].notna().any():  # a column the user named: no value
+            raise validate.ConfigError(
+                f"{col}_column: {name!r} has no value in {cfg.log!r} (every row is empty or "
+                "NaN); allowed: a column with numbers"
+            )
     norms = read_norms(cfg.grad_norms) if cfg.grad_norms else None
     groups = rollouts.groups(log)
     levels = rollouts.binary_levels(log)
     groups = _windows(groups, cfg.window)
+    check_groups(cfg, groups)
     summary, curve = [], []
     for window, sub in _by_window(groups):
         row, rows = analyze_window(cfg, sub, levels, window, log.frame)
@@ -288,6 +319,24 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     if progress is not None:
         progress.update(1, f"{len(groups):,} groups")
     return {"summary": summary, "curve": pd.DataFrame(curve), "kappa": kappa, "groups": groups}
+
+
+def check_groups(cfg: Config, groups) -> None:
+    """A fit needs two groups in the log and in each window: say what the log lacks."""
+    for window, sub in _by_window(groups):
+        if len(sub) >= 2:
+            continue
+        what = (f"{len(sub)} group ({int(sub['n'].sum())} responses to 1 prompt)" if len(sub)
+                else "no group")  # fmt: skip
+        if window == POOLED:
+            raise validate.ConfigError(
+                f"log: {cfg.log!r} has {what}; plan needs at least 2 groups of >= 2 responses "
+                "(one prompt at 2 steps, or 2 prompts) to fit how success varies"
+            )
+        raise validate.ConfigError(
+            f"window: got {cfg.window}; window {window} of the log has {what}; allowed: a "
+            "window holding at least 2 groups (or 0: the whole log pooled)"
+        )
 
 
 def _windows(groups, window: int):
@@ -331,11 +380,13 @@ def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dic
     }
     per_step = len(groups) / base["steps"]
     budget = cfg.N or int(round(per_step * G))
-    grid = list(range(2, 257))
+    grid = list(range(2, MAX_G + 1))
     if levels is None:
         rows = frame[frame["group"].isin(groups["group"])]
         return _graded_window(cfg, rows, groups, base, grid, budget)
     c = groups["successes"].to_numpy()
+    if c.sum() in (0, n.sum()):
+        return _boundary_window(cfg, groups, base, levels, grid, budget)
     prompt = groups["prompt"].to_numpy()  # a prompt's groups share its p: clustered SEs
     fit = difficulty.fit(c, n, clusters=prompt)
     check = difficulty.logged_check(c, n, fit, draws=cfg.draws, seed=cfg.seed, clusters=prompt)
@@ -351,7 +402,40 @@ def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dic
            **_check_columns(check), "fit_chi2": counts["chi2"], "fit_df": counts["df"],
            "fit_p": counts["p_value"], "target": cfg.target, "budget": budget,
            "G_needed": difficulty.g_needed(fit, cfg.target, grid)}  # fmt: skip
+    if base["prompts"] == 1:
+        row["fit_reason"] = (
+            "one prompt: the Beta fit describes how its success rate varies across steps, "
+            "not a spread of difficulty across prompts, and has no standard errors (they need "
+            ">= 2 prompts)"
+        )
     return row, _curve_rows(curve, window, budget)
+
+
+def _boundary_window(cfg: Config, groups, base, levels, grid, budget: int) -> tuple[dict, list]:
+    """Every response succeeded (or every one failed): p-hat = 1 (0) at the boundary, no Beta
+    fit.  What the log still says (gpolab's bound): with no failure in n responses that are
+    independent given their prompts' p, P(none | mean p) = prod p_i <= (mean p)^n, so at 95%
+    the mean success rate is >= 0.05^(1/n); and E[p^G] >= (mean p)^G (Jensen), so the degenerate
+    fraction at G is >= 0.05^(G/n) (the curve's ``lo``; ``hi`` = 1, ``predicted`` NaN)."""
+    total = int(groups["n"].sum())
+    passed = bool(groups["successes"].sum() > 0)
+    bound = 0.05 ** (1.0 / total)
+    lo = bound ** np.asarray(grid, float)
+    why = (f"every one of the {total:,} responses {'succeeded' if passed else 'failed'} "
+           f"(p-hat = {int(passed)} at the boundary): no prompt varies, so there is no spread "
+           "of difficulty to fit (a, b, kappa and the fit checks need at least one success "
+           "and one failure)")  # fmt: skip
+    row = {**base, "rewards": "binary", "low": levels[0], "high": levels[1],
+           "success_rate": float(passed), "a": math.nan, "b": math.nan, "a_se": math.nan,
+           "b_se": math.nan, "fit_reason": why, "mean_p": float(passed),
+           "mean_p_lo": bound if passed else 0.0, "mean_p_hi": 1.0 if passed else 1.0 - bound,
+           "logged_groups": len(groups), "logged_measured": 1.0, "logged_measured_se": 0.0,
+           "target": cfg.target, "budget": budget, "G_needed": None,
+           "G_needed_min": next((G for G, v in zip(grid, lo, strict=True) if v <= cfg.target),
+                                None)}  # fmt: skip
+    curve = pd.DataFrame({"G": grid, "predicted": math.nan, "lo": lo, "hi": 1.0,
+                          "dapo_draws": math.nan})  # fmt: skip
+    return row, _curve_rows(curve, base["window"], budget)
 
 
 def _check_columns(check: dict) -> dict:
@@ -403,12 +487,12 @@ def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[
 def kappa_table(cfg: Config, whole: dict):
     """κ of each estimator averaged over the pooled fit, at ``cfg.G`` ∪ {the log's G}."""
     cols = ["estimator", "G", "kappa_mean", "kappa_p10", "kappa_p50", "kappa_p90", "reason"]
-    if whole.get("rewards") != "binary":
+    if whole.get("rewards") != "binary" or not math.isfinite(whole["a"]):
         return pd.DataFrame(columns=cols)
     rows = []
     for name in cfg.estimators:
         spec = estimators.bound(name)  # resolved once for every G
-        for G in sorted({*cfg.G, whole["G"]}):
+        for G in report_sizes(cfg, whole["G"]):
             if G >= estimators.minimum_G(spec):
                 k = difficulty.kappa_mix(spec, G, whole["a"], whole["b"])
                 rows.append({"estimator": name, "G": G, **{c: k.get(c) for c in cols[2:]}})
@@ -421,6 +505,10 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
     f = log.frame
     if levels is None:
         return {**none, "gstar_reason": "G* needs binary rewards (the loo MSE law per prompt)"}
+    if f["reward"].nunique() < 2:
+        return {**none, "gstar_reason": "undefined: every group is all-equal, so no group of "
+                "this log carries a gradient signal (loo's gradient is 0 on each) and the "
+                "prompts' gradient variance c1 has nothing to be estimated from"}  # fmt: skip
     if not f["proxy"].notna().any():
         return {
             **none,
@@ -477,11 +565,13 @@ def allocation_table(cfg: Config, tables: dict):
     from gpolab.theory import allocation as theory
 
     p = pooled(tables)
-    if p.get("rewards") != "binary" or not np.isfinite(p.get("a", np.nan)):
+    if p.get("rewards") != "binary":
         raise validate.ConfigError(
             "allocate: needs binary rewards and a difficulty fit (give --success-threshold for "
             "a graded log)"
         )
+    if p.get("a") is None:
+        raise validate.ConfigError(f"allocate: needs a difficulty fit, and {p['fit_reason']}")
     g = tables["groups"]
     per = g.groupby("prompt", sort=True).agg(groups=("n", "size"), responses=("n", "sum"),
                                              successes=("successes", "sum"))  # fmt: skip

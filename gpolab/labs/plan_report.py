@@ -9,6 +9,13 @@ import math
 from gpolab.labs import json_value, table_text
 
 POOLED = "all"  # the window of the whole log
+MAX_G = 256  # the curve's grid is 2..MAX_G; larger G: kappa's exact cost grows as G^2
+
+
+def report_sizes(cfg, G: int) -> list[int]:
+    """The G of the kappa table and the report: ``cfg.G`` and the log's G, within the curve's
+    grid (a log whose G is above MAX_G is reported up to MAX_G)."""
+    return sorted(g for g in {*cfg.G, int(G)} if g <= MAX_G)
 
 
 def pooled(tables: dict) -> dict:
@@ -24,7 +31,7 @@ def summary_json(cfg, tables: dict) -> dict:
     """The whole log as one JSON object (pooled), per-window detail nested under ``windows``."""
     p = pooled(tables)
     curve = tables["curve"]
-    at = curve[(curve["window"] == POOLED) & curve["G"].isin(sorted({*cfg.G, p["G"]}))]
+    at = curve[(curve["window"] == POOLED) & curve["G"].isin(report_sizes(cfg, p["G"]))]
 
     def by_G(col):
         return {str(int(g)): json_value(v) for g, v in zip(at["G"], at[col], strict=True)}
@@ -43,6 +50,7 @@ def summary_json(cfg, tables: dict) -> dict:
         "predicted_degenerate_frac": by_G("predicted"),
         "dapo_draws_per_kept_group": by_G("dapo_draws"),
         "G_needed": p.get("G_needed"), "G_needed_text": need_text(p), "target": p["target"],
+        "G_needed_min": p.get("G_needed_min"), "fit_reason": p.get("fit_reason"),
         "se_method": p.get("se_method"), "logged_degenerate_se": p.get("logged_measured_se"),
         "kappa": kappa,
         "gstar": p.get("gstar"), "gstar_lo": p.get("gstar_lo"), "gstar_hi": p.get("gstar_hi"),
@@ -99,10 +107,25 @@ def _difficulty_text(p: dict) -> list[str]:
             _se_text(p),
             "(pass/fail rewards logged with other values: --success-threshold T binarizes them)",
         ]
+    head = f"rewards {p['low']:g}/{p['high']:g}; success rate {p['success_rate']:.3g}"
+    if not _finite(p.get("a")):  # all-pass or all-fail: p-hat at the boundary, no fit
+        n, passed = p["responses"], p["mean_p"] == 1
+        bound = (f"at least {p['mean_p_lo']:.4g} (no failure in {n:,} responses: "
+                 f"0.05^(1/{n}))" if passed else f"at most {p['mean_p_hi']:.4g} (no success in "
+                 f"{n:,} responses: 1 - 0.05^(1/{n}))")  # fmt: skip
+        return [
+            "## Difficulty (no beta-binomial fit)",
+            f"{head}; {p['fit_reason']}",
+            f"mean success rate {bound} at 95% (gpolab's bound, valid however difficulty "
+            "varies across prompts)",
+            f"degenerate groups in the log: {p['logged_measured']:.4g} (every group all-equal)",
+        ]
+    no_se = p.get("se_method") or "no standard error"
     return [
         "## Difficulty (beta-binomial fit of per-prompt success rates)",
-        f"rewards {p['low']:g}/{p['high']:g}; success rate {p['success_rate']:.3g}; "
-        f"p ~ Beta(a = {p['a']:.3g} ± {p['a_se']:.2g}, b = {p['b']:.3g} ± {p['b_se']:.2g}), "
+        *([f"note: {p['fit_reason']}"] if p.get("fit_reason") else []),
+        f"{head}; p ~ Beta(a = {p['a']:.3g} ± {_num(p['a_se'], '.2g', no_se)}, "
+        f"b = {p['b']:.3g} ± {_num(p['b_se'], '.2g', no_se)}), "
         f"mean {p['mean_p']:.3g}, 10/50/90%: {p['p10']:.3g} / {p['p50']:.3g} / {p['p90']:.3g}",
         f"degenerate groups in the log: {p['logged_measured']:.4g} ± {p['logged_measured_se']:.2g}"
         f", predicted by the fit at the logged sizes {p['logged_predicted']:.4g} ± "
@@ -127,31 +150,55 @@ def _se_text(p: dict) -> str:
 
 
 def _fit_check_text(p: dict) -> str:
-    """The goodness of fit of the whole count histogram: the real check of the Beta model."""
+    """The goodness of fit of the whole count histogram: the real check of the Beta model.
+    The test: Pearson's chi-square of the groups' success counts against the beta-binomial
+    (:func:`gpolab.theory.difficulty.count_check`); read at the conventional 5% level."""
     if p.get("fit_p") is None:
-        return "fit check: too few count cells for a chi-square test of the Beta model"
-    verdict = ("the Beta model describes the log" if p["fit_p"] >= 1e-3 else
-               "the Beta model MISSES the log (e.g. a mass of impossible or trivial prompts): "
-               "the curves below are a smooth approximation, read them with care")  # fmt: skip
+        return ("goodness-of-fit test of the beta-binomial model: n/a (too few count cells for "
+                "a chi-square test)")  # fmt: skip
+    q = p["fit_p"]
+    if q >= 0.05:
+        verdict = ("not rejected at the conventional 5% level (the log is consistent with the "
+                   "model; that does not prove the model right)")  # fmt: skip
+    elif q >= 1e-3:
+        verdict = ("rejected at the conventional 5% level (not at 0.1%): the model misses some "
+                   "of the log's shape; read the curves below as an approximation")  # fmt: skip
+    else:
+        verdict = ("rejected at the 0.1% level: the Beta model MISSES the log (e.g. a mass of "
+                   "impossible or trivial prompts): the curves below are a smooth "
+                   "approximation, read them with care")  # fmt: skip
     caveat = ("; it counts every group as independent, so with prompts repeated across steps "
               "its p is too small" if str(p.get("se_method", "")).startswith("cluster")
               else "")  # fmt: skip
     return (
-        f"fit check (chi-square of the count histogram): X2 = {p['fit_chi2']:.1f} on "
-        f"{p['fit_df']} df, p = {p['fit_p']:.2g}: {verdict}{caveat}"
+        f"goodness-of-fit test of the beta-binomial model (Pearson chi-square of the groups' "
+        f"success counts): X2 = {p['fit_chi2']:.1f} on {p['fit_df']} df, p = {q:.2g}; "
+        f"{verdict}{caveat}"
     )
 
 
 def _curve_text(cfg, tables: dict, p: dict) -> list[str]:
     curve = tables["curve"]
-    at = curve[(curve["window"] == POOLED) & curve["G"].isin(sorted({*cfg.G, p["G"]}))]
-    return ["## Degenerate groups and DAPO cost by G " + (
-                "(estimated from the log's own groups)" if _empirical(p) else
-                "(exact under the fit)"),
+    at = curve[(curve["window"] == POOLED) & curve["G"].isin(report_sizes(cfg, p["G"]))]
+    how = ("(estimated from the log's own groups)" if _empirical(p) else
+           "(exact under the fit)" if p["rewards"] != "binary" or _finite(p.get("a")) else
+           "(no fit: lo is a 95% lower bound, hi = 1)")  # fmt: skip
+    return ["## Degenerate groups and DAPO cost by G " + how,
             f"{need_text(p)}; split table at N = {p['budget']} responses per step (B = N/G "
-            "prompts)" + power_text(curve, p),
+            "prompts" + _split_note(at, p["budget"]) + ")" + power_text(curve, p),
             "```", table_text(at, ["G", "predicted", "lo", "hi", "dapo_draws", "B",
                                    "informative_groups"]), "```"]  # fmt: skip
+
+
+def _split_note(at, budget: int) -> str:
+    """Why B and informative_groups are n/a where they are: G does not divide N."""
+    off = [int(g) for g in at["G"] if budget % int(g)]
+    if not off:
+        return ""
+    return (
+        f"; B and informative_groups are n/a where G does not divide N = {budget}: "
+        f"G = {', '.join(map(str, off))}"
+    )
 
 
 def power_text(curve, p: dict) -> str:
@@ -176,8 +223,7 @@ def power_text(curve, p: dict) -> str:
             f"{p['groups']:,}) would narrow the band at G = {need} to about ±{t / 2:g}"
             if _finite(width) else "")  # fmt: skip
     top = f"{g_hi}" if g_hi is not None else f"more than {int(c['G'].max())}"
-    return (f". The log cannot pin this G: its 95% band allows any G from {g_lo} to {top}"
-            + more)
+    return f". The log cannot pin this G: its 95% band allows any G from {g_lo} to {top}" + more
 
 
 def _empirical(p: dict) -> bool:
@@ -188,10 +234,17 @@ def need_text(p: dict) -> str:
     """The headline G: the smallest G under the target, said within the range of G where the
     curve has a number (a model-free estimate stops at the log's smallest group)."""
     need, t = p.get("G_needed"), p["target"]
+    if p.get("rewards") == "binary" and not _finite(p.get("a")):  # all-pass or all-fail
+        least = p.get("G_needed_min")
+        return (f"G under the target: undefined (every group of the log is all-equal, so it "
+                f"cannot say how fast the degenerate fraction falls with G); at 95% the fraction "
+                f"is at least 0.05^(G/{p['responses']}) (the curve's lo), so "
+                + (f"no G below {least} keeps it <= {t:g}" if least is not None else
+                   f"no G <= {MAX_G} keeps it <= {t:g}"))  # fmt: skip
     if not _empirical(p):
         if need is not None:
             return f"smallest G with degenerate fraction <= {t:g}: {need}"
-        return f"no G <= 256 keeps the degenerate fraction <= {t:g}"
+        return f"no G <= {MAX_G} keeps the degenerate fraction <= {t:g}"
     top = p["G_max_estimated"]
     scope = (f"estimated without a model from the log's groups, so only for G <= {top}; "
              f"beyond {top} the log cannot say")  # fmt: skip
@@ -204,7 +257,10 @@ def _kappa_text(tables: dict, G: int) -> list[str]:
     """Mean κ by estimator × G, and κ at the fit's 10/50/90% difficulties at the log's G."""
     k = tables["kappa"]
     if k.empty:
-        return ["## kappa", "kappa (count-table theory) needs binary rewards: not computed"]
+        return [
+            "## kappa",
+            "kappa (count-table theory) needs binary rewards and a difficulty fit: not computed",
+        ]
     wide = k.pivot(index="estimator", columns="G", values="kappa_mean")
     wide = wide.reindex(list(dict.fromkeys(k["estimator"])))
     wide.columns = [f"G={g}" for g in wide.columns]
@@ -219,6 +275,11 @@ def _kappa_text(tables: dict, G: int) -> list[str]:
 
 def _finite(x) -> bool:
     return x is not None and math.isfinite(float(x))
+
+
+def _num(x, spec: str, why: str) -> str:
+    """``x`` formatted, or "n/a (why)" where it is missing or not finite."""
+    return format(float(x), spec) if _finite(x) else f"n/a ({why})"
 
 
 def recommendation(p: dict) -> str:
@@ -243,9 +304,11 @@ def recommendation(p: dict) -> str:
                 "while more steps over the same prompts help only until each prompt's gradient "
                 "is known")  # fmt: skip
     if _finite(c1):
-        return (f"{head}: the prompt variance c1 = {c1:.3g} is not above 0 at all, so no "
-                "amount of this log pins G* (a lower bound: "
-                f"{lo if lo is not None else 'none'}); log more steps with score norms")
+        return (
+            f"{head}: the prompt variance c1 = {c1:.3g} is not above 0 at all, so no "
+            "amount of this log pins G* (a lower bound: "
+            f"{lo if lo is not None else 'none'}); log more steps with score norms"
+        )
     return f"{head}: {p.get('gstar_reason')}"
 
 

@@ -29,9 +29,10 @@ def _difficulty(ax, tables: dict, p: dict) -> None:
     counts = np.bincount(at["successes"].astype(int), minlength=n + 1) / max(len(at), 1)
     x = np.arange(n + 1) / n
     ax.bar(x, counts, width=0.8 / n, color="0.65", label=f"log ({len(at):,} groups of {n})")
-    fit = stats.betabinom.pmf(np.arange(n + 1), n, p["a"], p["b"])
-    ax.plot(x, fit, "o-", color="C3", ms=3,
-            label=f"Beta({p['a']:.2g}, {p['b']:.2g}) fit")  # fmt: skip
+    if np.isfinite(p["a"]):  # all-pass or all-fail logs have no fit
+        fit = stats.betabinom.pmf(np.arange(n + 1), n, p["a"], p["b"])
+        ax.plot(x, fit, "o-", color="C3", ms=3,
+                label=f"Beta({p['a']:.2g}, {p['b']:.2g}) fit")  # fmt: skip
     ax.set_xlabel("success rate c/n of a group")
     ax.set_ylabel("share of groups")
     ax.set_title("difficulty: log vs beta-binomial fit", fontsize=9)
@@ -43,7 +44,10 @@ def _degenerate(ax, tables: dict, p: dict) -> None:
     note saying why it is flat: a model-free curve of continuous rewards is 0 at every G it
     covers and unknown beyond the log's smallest group)."""
     c = tables["curve"]
-    c = c[(c["window"] == "all") & np.isfinite(c["predicted"].astype(float))]
+    c = c[c["window"] == "all"]
+    if c["predicted"].isna().all() and c["lo"].notna().any():  # all-pass or all-fail: no fit
+        ax.plot(c["G"], c["lo"], "--", color="C0", label="95% lower bound (no fit)")
+    c = c[np.isfinite(c["predicted"].astype(float))]
     empirical = str(p.get("model", "")).startswith("empirical")
     label = "estimated from the log's groups" if empirical else "predicted (exact under the fit)"
     ax.plot(c["G"], c["predicted"], "o-" if len(c) < 20 else "-", ms=3, color="C0", label=label)
@@ -75,7 +79,8 @@ def _degenerate(ax, tables: dict, p: dict) -> None:
 def _kappa(ax, tables: dict) -> None:
     k = tables["kappa"]
     if k.empty:
-        ax.text(0.5, 0.5, "kappa needs binary rewards", ha="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "kappa needs binary rewards\nand a difficulty fit", ha="center",
+                transform=ax.transAxes)  # fmt: skip
         ax.set_axis_off()
         return
     for name, sub in k.groupby("estimator", sort=False):

@@ -372,11 +372,11 @@ def logged_check(successes, trials, fit: BetaFit, *, draws: int = 2000, seed: in
     mass of impossible prompts)."""
     c, n = check_counts(successes, trials)
     flat = ((c == 0) | (c == n)).astype(np.float64)
-    a, b = _ab_draws(fit, draws, seed)
-    per_draw = degenerate_fraction(a[:, None], b[:, None], n[None])
-    if not fit.has_interval:
-        per_draw = per_draw[:1]
-    return _check_result(flat, degenerate_fraction(fit.a, fit.b, n), per_draw, clusters)
+    a, b = _ab_draws(fit, draws if fit.has_interval else 1, seed)
+    # each draw's mean over the groups, by distinct size (memory: draws x sizes, not x groups)
+    sizes, counts = np.unique(n, return_counts=True)
+    per_draw = degenerate_fraction(a[:, None], b[:, None], sizes[None]) @ (counts / n.size)
+    return _check_result(flat, degenerate_fraction(fit.a, fit.b, n), per_draw[:, None], clusters)
 
 
 def count_check(successes, trials, fit: BetaFit, *, min_expected: float = 5.0) -> dict:

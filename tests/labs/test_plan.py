@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from gpolab import cli
+from gpolab.commands import plan as plan_cmd
 from gpolab.labs import plan
 from gpolab.theory import difficulty
 from gpolab.validate import ConfigError
@@ -363,12 +364,11 @@ def test_cli_plan_reads_framework_folders(tmp_path, capsys, fmt):
 
 
 def test_plan_checks_figures_dir_before_computing(tmp_path, capsys, monkeypatch):
-    from gpolab import labs
 
     log = beta_log(tmp_path / "log.csv", groups=50)
     blocker = tmp_path / "figs"
     blocker.write_text("")
-    monkeypatch.setattr(labs, "execute", lambda *a, **k: pytest.fail("computed"))
+    monkeypatch.setattr(plan, "run", lambda *a, **k: pytest.fail("computed"))
     argv = ["plan", str(log), "--out", str(tmp_path / "out"), "--figures-dir", str(blocker)]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -406,3 +406,183 @@ def test_the_recommendation_line(p, start):
     from gpolab.labs import plan_report
 
     assert plan_report.recommendation(p).startswith(start)
+
+
+# ----------------------------------------------------------------------------- issue 40
+
+
+def one_prompt_log(path, *, groups=20, G=8, p=0.4, seed=0):
+    """Every group asks the same prompt, one group per step."""
+    rng = np.random.default_rng(seed)
+    z = rng.random((groups, G)) < p
+    pd.DataFrame({"step": np.repeat(np.arange(groups), G), "prompt": "q",
+                  "reward": z.ravel().astype(float)}).to_csv(path, index=False)  # fmt: skip
+    return path
+
+
+def _plan(tmp_path, log, *flags, out="out"):
+    return cli.main(["plan", str(log), "--out", str(tmp_path / out), "--draws", "100", *flags])
+
+
+@pytest.mark.parametrize("flags", [(), ("--allocate",)])
+def test_plan_on_one_prompt_gives_a_report_with_na_fields(tmp_path, capsys, flags):
+    """issue 40 defect 4: a one-prompt log crashed (a_se = b_se = NaN formatted), with and
+    without --allocate, after writing tables; now a report, the SEs "n/a (why)"."""
+    log = one_prompt_log(tmp_path / "log.csv")
+    assert _plan(tmp_path, log, *flags) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "one prompt:" in report and "± n/a (none: 1 prompt" in report
+    assert ("## Allocation" in report) == bool(flags)
+    p = json.loads((tmp_path / "out" / "plan.json").read_text())
+    assert p["prompts"] == 1 and p["a_se"] is None
+
+
+def test_plan_errors_come_before_any_file(tmp_path, capsys):
+    """issue 40 defects 4 and 8: --allocate on a graded or continuous log wrote report.md and
+    12 files before its error; the one-group log's error was in internal terms."""
+    graded = beta_log(tmp_path / "g.csv", groups=60, levels=(0.0, 0.5))
+    rng = np.random.default_rng(0)
+    pd.read_csv(graded).assign(reward=rng.integers(0, 3, 480) / 2).to_csv(graded, index=False)
+    cont = tmp_path / "c.csv"
+    pd.read_csv(graded).assign(reward=rng.random(480)).to_csv(cont, index=False)
+    for log in (graded, cont):
+        assert _plan(tmp_path, log, "--allocate") == 2
+        assert "allocate: needs binary rewards" in capsys.readouterr().err
+        assert not (tmp_path / "out").exists()
+    one = tmp_path / "one.csv"
+    pd.read_csv(graded).head(8).to_csv(one, index=False)
+    assert _plan(tmp_path, one) == 2
+    err = capsys.readouterr().err
+    assert "has 1 group (8 responses to 1 prompt); plan needs at least 2 groups" in err, err
+    assert "shapes" not in err and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("level", [1.0, 0.0])
+def test_plan_all_pass_and_all_fail_logs_give_a_report(tmp_path, capsys, level):
+    """issue 40 defect 8: all-pass crashed after writing 10 tables, all-fail in scipy.  Now
+    p-hat at the boundary, no fit, the curve's lo = 0.05^(G/n) (gpolab's 95% bound), G* and the
+    G under the target undefined with the reason."""
+    log = tmp_path / "log.csv"
+    beta_log(log, groups=50)
+    pd.read_csv(log).assign(reward=level).to_csv(log, index=False)
+    assert _plan(tmp_path, log, "--target", "0.5") == 0
+    out = tmp_path / "out"
+    report = (out / "report.md").read_text()
+    least = int(np.ceil(400 * np.log(0.5) / np.log(0.05)))  # 0.05^(G/400) <= 0.5: G >= 93
+    assert f"p-hat = {int(level)} at the boundary" in report
+    assert "G under the target: undefined" in report and f"no G below {least} keeps" in report
+    assert "G* (the MSE-optimal group size)\nnot estimated: undefined: every group" in report
+    p = json.loads((out / "plan.json").read_text())
+    assert p["a"] is None and p["kappa"] == {} and p["G_needed"] is None
+    curve = pd.read_csv(out / "curve.csv")
+    assert curve["lo"].to_numpy() == pytest.approx(0.05 ** (curve["G"].to_numpy() / 400))
+    assert p["G_needed_min"] == least == 93
+    assert _plan(tmp_path, log, "--allocate", out="o2") == 2
+    assert "allocate: needs a difficulty fit" in capsys.readouterr().err
+
+
+def test_plan_replaces_an_earlier_runs_outputs_as_a_whole(tmp_path, capsys):
+    """issue 40 defect 8: a run into a folder with an earlier run's files left them beside its
+    own (allocation.* of an --allocate run, or old report/plan.json after a crash)."""
+    log = beta_log(tmp_path / "log.csv", groups=100)
+    assert _plan(tmp_path, log, "--allocate") == 0
+    out = tmp_path / "out"
+    assert (out / "allocation.csv").exists() and (out / "allocation.json").exists()
+    assert _plan(tmp_path, log) == 0
+    assert not list(out.glob("allocation.*")) and not (out / plan_cmd.STAGE).exists()
+    assert "## Allocation" not in (out / "report.md").read_text()
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
+        n for n in plan_cmd.OUTPUTS if not n.startswith("allocation")
+    )
+
+
+def test_plan_config_runs_from_another_folder(tmp_path, capsys, monkeypatch):
+    """issue 40 defect 8: config.toml kept the log's path relative to the first run's folder."""
+    monkeypatch.chdir(tmp_path)
+    beta_log(tmp_path / "log.csv", groups=100)
+    assert cli.main(["plan", "log.csv", "--out", "first", "--draws", "100"]) == 0
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    argv = ["plan", "--config", "../first/config.toml", "--out", "again"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / "elsewhere" / "again" / "report.md").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["--seed", "-1"], "seed: got -1"),
+        (["--log", "OTHER"], "log: given twice"),
+        (["--no-allocate", "--allocate-rho", "0.5"], "--allocate-rho: not used with allocate"),
+        (["--draws", "100000000"], "draws: got 100000000; allowed: at most 100,000"),
+        (["--G", "1000"], "G: got 1000; allowed: at most 256"),
+        (["--proxy-column", "empty"], "proxy_column: 'empty' has no value"),
+        (["--length-column", "empty"], "length_column: 'empty' has no value"),
+    ],
+)
+def test_plan_refuses_bad_flags_in_one_line(tmp_path, capsys, flags, words):
+    """issue 40 defect 8: a traceback (seed -1), flags accepted silently (the second log, a
+    flag --no-allocate ignores, an all-NaN proxy column) and sizes taking minutes and GBs."""
+    log = beta_log(tmp_path / "log.csv", groups=50)
+    pd.read_csv(log).assign(empty=np.nan).to_csv(log, index=False)
+    flags = [str(beta_log(tmp_path / "o.csv", groups=50)) if f == "OTHER" else f for f in flags]
+    assert _plan(tmp_path, log, *flags) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_plan_refuses_a_log_too_large_for_memory_with_its_estimate(tmp_path, capsys, monkeypatch):
+    """issue 40 defect 8: a 2M-row log was killed by the kernel with no message.  The check
+    sees the available memory as less than the log's estimate."""
+    from gpolab import rollouts, validate
+
+    log = beta_log(tmp_path / "log.csv", groups=50)
+    monkeypatch.setattr(validate, "available_bytes", lambda: 1 << 30)
+    monkeypatch.setattr(rollouts, "READ_FACTOR", 1 << 20)
+    assert _plan(tmp_path, log) == 2
+    err = capsys.readouterr().err
+    need = rollouts.READ_FACTOR * log.stat().st_size
+    assert f"log: got {str(log)!r}; needs about {validate.gib(need)} of memory" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_logged_check_sums_by_group_size_not_by_group():
+    """The check's predicted SE (spread over draws of the mean over groups) is the same whether
+    the mean runs over groups or, weighted, over distinct sizes (what bounds plan's memory)."""
+    rng = np.random.default_rng(3)
+    n = rng.choice([4, 8, 8, 16], 400)
+    c = rng.binomial(n, rng.beta(A, B, n.size))
+    fit = difficulty.fit(c, n)
+    got = difficulty.logged_check(c, n, fit, draws=300, seed=1)
+    a, b = difficulty.draws(fit, 300, seed=1)
+    per_draw = difficulty.degenerate_fraction(a[:, None], b[:, None], n[None]).mean(axis=1)
+    assert got["predicted_se"] == pytest.approx(float(np.std(per_draw)), rel=1e-10)
+
+
+def test_the_split_table_says_why_B_is_na():
+    """issue 40 defect 8: --N 7 left B and informative_groups NaN without a reason."""
+    from gpolab.labs.plan_report import _split_note
+
+    at = pd.DataFrame({"G": [2, 4, 7, 8]})
+    assert _split_note(at, 7) == ("; B and informative_groups are n/a where G does not divide "
+                                  "N = 7: G = 2, 4, 8")  # fmt: skip
+    assert _split_note(at.iloc[[2]], 7) == ""
+
+
+@pytest.mark.parametrize(
+    "q, words",
+    [
+        (0.0055, "p = 0.0055; rejected at the conventional 5% level (not at 0.1%)"),
+        (0.3, "p = 0.3; not rejected at the conventional 5% level"),
+        (1e-5, "p = 1e-05; rejected at the 0.1% level: the Beta model MISSES the log"),
+    ],
+)
+def test_the_fit_check_states_its_test_and_reading(q, words):
+    """issue 40 defect 8: "p = 0.0055: the Beta model describes the log" (the code's cut-off
+    was 1e-3): the test is named and read at the conventional 5% level."""
+    from gpolab.labs.plan_report import _fit_check_text
+
+    text = _fit_check_text({"fit_p": q, "fit_chi2": 20.0, "fit_df": 5, "se_method": "x"})
+    assert text.startswith("goodness-of-fit test of the beta-binomial model (Pearson chi-square")
+    assert words in text and "describes the log" not in text
