@@ -560,12 +560,15 @@ READ_FACTOR = 16  # peak bytes held per byte of log (gpolab plan: 2M rows, 35 MB
 
 def footprint(path, format=None) -> int:
     """Bytes a read of the log (and plan's analysis of it) holds at its peak, estimated before
-    reading: READ_FACTOR times its text size (CSV/jsonl on disk; parquet uncompressed)."""
+    reading: READ_FACTOR times its text size (CSV/jsonl on disk; parquet: the uncompressed
+    columns but a TRL log's completions, which no reader loads)."""
     total = 0
     for f in _scan(path, format)[1]:
-        if f.suffix == ".parquet":
+        if f.suffix == ".parquet":  # the columns read: a TRL log's completion text is not
             md = _parquet(f).metadata
-            total += sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+            total += sum(c.total_uncompressed_size for i in range(md.num_row_groups)
+                         for c in map(md.row_group(i).column, range(md.num_columns))
+                         if c.path_in_schema != "completion")  # fmt: skip
         else:
             total += f.stat().st_size
     return READ_FACTOR * total

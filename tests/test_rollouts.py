@@ -432,4 +432,6 @@ def test_footprint_is_the_logs_text_size_times_the_factor(tmp_path):
     f.to_parquet(tmp_path / "t.parquet")
     size = (tmp_path / "t.csv").stat().st_size
     assert rollouts.footprint(tmp_path / "t.csv") == rollouts.READ_FACTOR * size
-    assert rollouts.footprint(tmp_path / "t.parquet") > 0
+    small = rollouts.footprint(tmp_path / "t.parquet")
+    f.assign(completion="x" * 1000).to_parquet(tmp_path / "t.parquet")  # not read: not counted
+    assert 0 < small == rollouts.footprint(tmp_path / "t.parquet")
