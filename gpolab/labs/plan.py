@@ -85,12 +85,12 @@ class Config:
         "as logged; more than two values are then graded)",
     )
     window: int = option(0, "steps per window (0: the whole log pooled only)")
-    G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64, 128, 256), "group sizes reported by G "
-                                "(the curve table has every G in 2..256)")  # fmt: skip
+    G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64, 128, 256), "group sizes reported by G, "
+                                "at most 256 (the curve table has every G in 2..256)")  # fmt: skip
     target: float = option(0.1, "degenerate-group fraction to stay under")
     N: int = option(0, "responses per step N = B*G for the split table (0: the log's)")
     estimators: tuple[str, ...] = option(DEFAULT_ESTIMATORS, "estimator specs of the kappa table")
-    draws: int = option(4000, "parametric draws of the fit for the intervals")
+    draws: int = option(4000, "parametric draws of the fit for the intervals (at most 100,000)")
     seed: int = option(0, "seed of the intervals' draws and bootstraps")
     allocate: bool = option(
         False,
