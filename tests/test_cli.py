@@ -169,3 +169,16 @@ def test_top_level_help_imports_no_lab_and_no_jax():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_docs_wrap_wide_code_blocks():
+    """Issue 40, item 9: wide code blocks were cut off on the right of the docs site; the site
+    loads a stylesheet that wraps them (``mkdocs build --strict`` builds it)."""
+    import yaml
+
+    root = Path(__file__).parents[1]
+    site = yaml.safe_load((root / "mkdocs.yml").read_text().replace("!!python", "#"))
+    assert "stylesheets/extra.css" in site["extra_css"]
+    css = (root / "docs" / "stylesheets" / "extra.css").read_text()
+    rule = css[css.index(".md-typeset pre > code") :].split("}")[0]
+    assert "white-space: pre-wrap" in rule and "overflow-wrap: anywhere" in rule
