@@ -151,9 +151,18 @@ def _scalar(name: str, tp, value):
     raise bad
 
 
+SEEDS = ("seed", "instance_seed")  # PRNG seeds: JAX keeps a seed's low 32 bits
+
+
 def _int64(name: str, value: int) -> int:
-    """``value`` where it fits a signed 64-bit integer (seeds become int64 PRNG keys, TOML
-    integers are 64-bit); one error line otherwise (never an OverflowError deep in a run)."""
+    """``value`` where it fits a signed 64-bit integer (TOML integers are 64-bit), and a seed
+    (:data:`SEEDS`) where it fits 32 bits: ``jax.random.key(2**32 + 7)`` is ``key(7)``, so a
+    larger seed would silently repeat another seed's draws.  One error line otherwise (never an
+    OverflowError deep in a run)."""
+    if name in SEEDS and value >= 1 << 32:
+        raise ConfigError(f"{name}: got {value!r}; allowed: an integer below 2^32 = "
+                          f"{1 << 32:,} (JAX keeps a seed's low 32 bits: {name} {value} would "
+                          f"repeat the draws of {value % (1 << 32)})")  # fmt: skip
     if not -(1 << 63) <= value < (1 << 63):
         raise ConfigError(f"{name}: got {value!r}; allowed: an integer of at most 64 bits "
                           f"(|{name}| < 2^63)")  # fmt: skip

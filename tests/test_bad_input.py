@@ -281,7 +281,12 @@ def test_long_cells_report_progress_and_results_do_not_change(monkeypatch):
 @pytest.mark.parametrize(
     "argv,start",
     [(["sweep", "--seed", "1180591620717411303424"], "seed: got 1180591620717411303424; allowed: "
-      "an integer of at most 64 bits"),
+      "an integer below 2^32"),
+     (["zoo", "--instance-seed", str(2**32 + 7)], "instance_seed: got 4294967303; allowed: an "
+      "integer below 2^32 = 4,294,967,296 (JAX keeps a seed's low 32 bits: instance_seed "
+      "4294967303 would repeat the draws of 7)"),
+     (["sweep", "--prompts", str(2**64)], "prompts: got 18446744073709551616; allowed: an "
+      "integer of at most 64 bits"),
      (["groupsize", "--pool", "1000000000000"], "pool: got 1000000000000; allowed: at most "
       "1,048,576"),
      (["zoo", "--G", "1,4"], "G: got 1; allowed: integers >= 2"),
