@@ -373,11 +373,11 @@ def conclusion(df) -> list[str]:
         biased = f" (biased: bias² up to {100 * share:.1f}% of its MSE; the plain MSE rewards " \
             "shrinking an estimator, the scale-free MSE below does not)" if share > 0.01 else ""
         lines = [f"conclusion: lowest MSE at every G: {top}{biased}"]
-    if df["estimator"].isin(REFERENCES).any():
-        lines[0] += f"; {', '.join(REFERENCES)} reads the true values: a reference, not ranked"
     else:
         lines = ["conclusion: lowest MSE: " + ", ".join(f"G={int(b['G'])} {b['estimator']}"
                                                         for b in best)]  # fmt: skip
+    if df["estimator"].isin(REFERENCES).any():
+        lines[0] += f"; {', '.join(REFERENCES)} reads the true values: a reference, not ranked"
     G = Gs[-1]
     at = rows[rows["G"] == G].copy()
     if at["estimator"].nunique() > 1 and "scaled_mse" in at:

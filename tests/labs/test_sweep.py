@@ -194,3 +194,10 @@ def test_the_default_sweep_ends_with_its_conclusion_and_the_next_command(tmp_pat
     assert all(name in line for name in top) and "oracle reads the true values" in line
     assert "scale-free (scaled_mse, exact) at G=4: " in out
     assert "next: `gpolab groupsize`" in out and "`gpolab plan LOG`" in out
+    from gpolab.labs import sweep
+
+    mixed = df[df["estimator"].isin(["loo", "grpo"]) | (df["estimator"] == "oracle")].copy()
+    mixed.loc[(mixed["estimator"] == "loo") & (mixed["G"] == 2), "mse"] = 1e-9  # G=2: loo best
+    mixed.loc[(mixed["estimator"] == "grpo") & (mixed["G"] == 4), "mse"] = 1e-9  # G=4: grpo
+    (first, *_) = sweep.conclusion(mixed)
+    assert first.startswith("conclusion: lowest MSE: G=2 loo, G=4 grpo; oracle reads")
