@@ -383,7 +383,8 @@ def conclusion(df) -> list[str]:
     if at["estimator"].nunique() > 1 and "scaled_mse" in at:
         exact = "theory_scaled_mse" in at and np.isfinite(at["theory_scaled_mse"]).all()
         at["free"] = at["theory_scaled_mse" if exact else "scaled_mse"]
-        at = at.sort_values("free")
+        at = at[np.isfinite(at["free"])].sort_values("free")
+    if at["estimator"].nunique() > 1 and "free" in at:
         first = at.iloc[0]
         rest = ", ".join(f"{r.estimator} {100 * (r.free / first['free'] - 1):+.1f}%"
                          for r in at.iloc[1:].itertuples())  # fmt: skip
