@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import re
 import sys
 import tomllib
@@ -448,8 +449,6 @@ def absolute_paths(cfg):
     """``cfg`` with its path settings (:data:`PATHS`, where set) absolute, as a saved
     ``config.toml`` holds them: ``--config`` from any directory reads the same files and resumes
     the same output folder."""
-    import os
-
     have = {f.name for f in dataclasses.fields(cfg)}
     return replace(cfg, **{k: os.path.abspath(getattr(cfg, k)) for k in PATHS
                            if k in have and getattr(cfg, k)})  # fmt: skip

@@ -600,15 +600,17 @@ def _allocate_own_extract(t: dict) -> dict:
     return out
 
 
-def _allocate_budgets(v: dict) -> list[int]:
-    return sorted({int(k.split("N=")[1].split()[0]) for k in v if " N=" in k})
+def _allocate_budgets(v: dict) -> tuple[list[int], int]:
+    """The budgets of the allocate blocks' values and the one the single-budget columns show
+    (1024, else the largest)."""
+    budgets = sorted({int(k.split("N=")[1].split()[0]) for k in v if " N=" in k})
+    return budgets, 1024 if 1024 in budgets else budgets[-1]
 
 
 def _allocate_own_render(v: dict) -> str:
     from gpolab.estimators.allocation import AIMS
 
-    budgets = _allocate_budgets(v)
-    mid = 1024 if 1024 in budgets else budgets[-1]
+    budgets, mid = _allocate_budgets(v)
     lines = ["| rule | built for | MSE ÷ uniform's (" + ", ".join(f"N = {n}" for n in budgets)
              + f") | Knapsack value ÷ uniform's (N = {mid}) | groups with both outcomes "
              f"(N = {mid}) | update cost (N = {mid}) | rollouts ÷ N (N = {mid}) |",
@@ -646,14 +648,13 @@ def _race(v: dict, rule: str, base: str = "uniform") -> str:
 
 def _allocate_verdicts_render(v: dict) -> str:
     """The sentences docs/allocate.md says about the published rules, each from the numbers."""
-    budgets = _allocate_budgets(v)
-    mid = 1024 if 1024 in budgets else budgets[-1]
+    budgets, mid = _allocate_budgets(v)
     ns = ", ".join(str(n) for n in budgets)
 
     def ratios(rule, what="ratio"):
         return ", ".join(_num(_v(v, f"{rule} N={n} {what}"), 3) for n in budgets)
 
-    rules_at = [r for r in _allocate_rules({k: 0 for k in v if k.endswith(" ratio")})]
+    rules_at = _allocate_rules({k: 0 for k in v if k.endswith(" ratio")})
     by_mse = sorted(rules_at, key=lambda r: _v(v, f"{r} N={mid} ratio"))
     trained = [r for r in rules_at if f"{r} half" in v]
     by_train = sorted(trained, key=lambda r: (_v(v, f"{r} half") != _v(v, f"{r} half"),

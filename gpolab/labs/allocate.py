@@ -838,9 +838,10 @@ def unbiased(res):
     return res[bias_verdicts(res) == "unbiased"]
 
 
-def _verdict_text(cur) -> str:
-    """The bias verdicts of one budget's rows, grouped: 'biased: a, b; cannot tell: c'."""
-    v = bias_verdicts(cur)
+def _verdict_text(cur, v=None) -> str:
+    """The bias verdicts of one budget's rows (``v``: :func:`bias_verdicts` of ``cur``, computed
+    here when not given), grouped: 'biased: a, b; cannot tell: c'."""
+    v = bias_verdicts(cur) if v is None else v
     parts = [f"{k}: {', '.join(cur.loc[v == k, 'rule'])}" for k in ("biased", "cannot tell")
              if (v == k).any()]  # fmt: skip
     ctrl = cur["rule"] == BIAS_CONTROL
@@ -870,11 +871,12 @@ def notes(cfg: Config, tables: dict) -> str:
     res, match, trained = tables["results"], tables["match"], tables["trained"]
     lines = []
     for budget, cur in res.groupby("budget"):
-        fair = unbiased(cur)
+        verdicts = bias_verdicts(cur)
+        fair = cur[verdicts == "unbiased"]
         best = _winner(fair) if len(fair) else "none (too few seeds to tell: raise --seeds)"
         lines.append(f"N = {budget}: lowest MSE {_winner(cur)}; among rules found unbiased "
                      f"(bias² below {BIAS_SHARE:.1%} of their MSE, 95% bound) {best}; "
-                     f"{_verdict_text(cur)}")  # fmt: skip
+                     f"{_verdict_text(cur, verdicts)}")  # fmt: skip
     col = "ratio_exact" if "ratio_exact" in match else "ratio"
     for rule in ("gpolab-sample", "gpolab-oracle", "gpolab"):
         m = match[match["rule"] == rule]

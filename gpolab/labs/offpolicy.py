@@ -513,9 +513,8 @@ def _paired(sp: dict, sq_p, sq_sis) -> dict:
     of the lab's experiments by ~1e-3), bias², its SE and the splits' bias² are 0."""
     zero = sq_p <= PAIRED_ROUNDING**2 * sq_sis
     out = dict(sp)
-    for k in ("bias", "bias_se", "mse", "variance"):
+    for k in ("bias", "bias_se", "mse", "variance", "split_bias"):
         out[k] = np.where(zero, 0.0, sp[k])
-    out["split_bias"] = np.where(zero, 0.0, sp["split_bias"])
     return out
 
 
