@@ -45,6 +45,7 @@ import numpy as np
 from scipy.stats import binom
 
 from gpolab import validate
+from gpolab.theory import count_cache
 from gpolab.theory import mse as closed
 from gpolab.theory.mse import target_sq
 
@@ -137,6 +138,12 @@ def _same(a: np.ndarray, b: np.ndarray, dtype: str) -> bool:
     return a.shape == b.shape and bool(np.all(np.abs(a - b) <= tol))
 
 
+def _copies(n: int, G: int) -> int:
+    """How many copies of one group :func:`_defect` evaluates: the canonical shape's n rows while
+    cheap (no new compilation), else 1."""
+    return n if n * n * G <= 2**22 else 1
+
+
 def _defect(run: Callable, rewards: np.ndarray, out: np.ndarray, dtype: str) -> str:
     """Why ``out`` = run(rewards) admits no count table ('' when it does).  Every check runs for
     every function, gpolab's own entries included: they decide whether a table exists (callers
@@ -149,7 +156,7 @@ def _defect(run: Callable, rewards: np.ndarray, out: np.ndarray, dtype: str) -> 
         return "returned non-finite advantages on a binary group"
     n, G = rewards.shape
     coupled = "is batch-scoped (a group's advantages change with the other groups in the batch)"
-    rows = n if n * n * G <= 2**22 else 1  # copies fill the canonical shape while cheap
+    rows = _copies(n, G)
     for c in range(n):
         alone = run(np.repeat(rewards[c : c + 1], rows, axis=0))
         if not _same(alone, np.broadcast_to(out[c], alone.shape), dtype):
@@ -175,10 +182,18 @@ def count_table(fn: Callable, G: int, *, name: str = "estimator", strict: bool =
     invariance (columns permuted) and equal advantages for equal rewards of one group.  Every
     check evaluates a batch of the same shape: one compilation (two at G > 160).  A failure raises
     :class:`~gpolab.validate.ConfigError` naming ``name``; with ``strict=False`` it returns a
-    NaN table with ``ok=False`` and the reason instead.
+    NaN table with ``ok=False`` and the reason instead.  A table that passes is kept on disk,
+    keyed by ``fn``'s traced computation and loaded, verified, instead of compiled again in
+    later processes (:mod:`gpolab.theory.count_cache`; ``GPOLAB_COUNT_CACHE=""`` turns it off).
     """
     validate.integer("G", G, 1)
     rewards = canonical_groups(G)
+    with _precision() as dtype:  # every shape fn is evaluated on: the canonical one, one copy
+        shapes = [rewards] if _copies(G + 1, G) > 1 else [rewards, rewards[:1]]
+        key = count_cache.key(fn, shapes, dtype, __file__)
+    cached = count_cache.load(key, G)
+    if cached is not None:
+        return Table(*cached, G, name, dtype=dtype)
     try:
         with _precision() as dtype:
             run = _runner(fn, dtype)
@@ -193,7 +208,9 @@ def count_table(fn: Callable, G: int, *, name: str = "estimator", strict: bool =
             raise validate.ConfigError(f"estimator {name!r}: {reason}; no exact count theory")
         nan = np.full(G, np.nan)
         return Table(nan, nan, G, name, ok=False, reason=reason, dtype=dtype)
-    return Table(out[1:, 0].copy(), out[:G, G - 1].copy(), G, name, dtype=dtype)
+    table = Table(out[1:, 0].copy(), out[:G, G - 1].copy(), G, name, dtype=dtype)
+    count_cache.store(key, table.a1, table.a0)
+    return table
 
 
 def registry_table(
@@ -209,7 +226,8 @@ def registry_table(
     env's response length when every response has the same one (then an estimator that needs
     only lengths is reward-only, if group-scoped).  Every check runs for every entry; the result
     (table or reason) of a built-in entry is cached per process (a user's function may be
-    re-registered: never cached)."""
+    re-registered: never cached), a table on disk as :func:`count_table` says (keyed by the
+    traced computation: a re-registered function with other code misses)."""
     from gpolab import estimators  # deferred: jax, as in canonical_groups
 
     entry, _ = estimators.bind(spec, shared)
