@@ -2,7 +2,7 @@
 
 The public API is re-exported here lazily (importing ``gpolab`` does not import jax)::
 
-    from gpolab import estimators, engine, theory, labs, SweepConfig, run_sweep
+    from gpolab import estimators, engine, theory, SweepConfig, run_sweep
     from gpolab.estimators import grpo_advantages, loo_advantages
     from gpolab import REGISTRY, register      # REGISTRY["verl/grpo"](rewards, ...)
 """
@@ -16,18 +16,16 @@ __version__ = "0.1.0"
 _MODULES = (
     "estimators",
     "engine",
-    "cells",
     "envs",
     "theory",
-    "plots",
     "validate",
     "configs",
     "labs",
-    "train",
+    "runner",
 )
 _NAMES = {
-    "SweepConfig": "gpolab.labs.sweep",
-    "run_sweep": "gpolab.labs.sweep",
+    "SweepConfig": "gpolab.labs.sweep.lab",
+    "run_sweep": "gpolab.labs.sweep.lab",
     "ConfigError": "gpolab.validate",
     "advantages": "gpolab.estimators",
     "estimate_gradient": "gpolab.estimators",

@@ -24,7 +24,7 @@ three things of each block:
 
 The claims ledger's blocks (``<!-- claims:begin … -->``, the full ledger in docs/claims.md, and
 ``claims-summary``, the README's summary: each claim and its verdict) are generated the same way,
-from the claims lab's table (:mod:`gpolab.labs.claims_report`): ``python -m gpolab.readme``
+from the claims lab's table (:mod:`gpolab.labs.claims.report`): ``python -m gpolab.readme``
 regenerates them with the tables, ``gpolab claims --readme FILE …`` from the run it just made.
 """
 
@@ -39,10 +39,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from gpolab import configs, experiments, labs, validate
-from gpolab.labs import claims_report
-from gpolab.output import write_text
-from gpolab.store import digest
+from gpolab import configs, validate
+from gpolab.labs.claims import report as claims_report
+from gpolab.runner import experiments, labs
+from gpolab.runner.output import write_text
+from gpolab.runner.store import digest
 
 Z_MAX = 5.0  # |z| of a stored Monte Carlo value against the quick run
 EXACT_RTOL = 1e-5  # exact values: float32 theory paths, never the last bit
@@ -160,7 +161,7 @@ KAPPA_P = (0.05, 0.5, 0.95)
 
 
 def _kappa_extract(t: dict) -> dict:
-    from gpolab.labs.zoo import kappa_summary  # defers jax
+    from gpolab.labs.zoo.lab import kappa_summary  # defers jax
 
     rows = kappa_summary(t["zoo"]["kappa"], 8, KAPPA_P)
     return {f"{r['estimators']} | p={p:g}": (r[f"p={p:g}"], 0.0) for r in rows for p in KAPPA_P}
@@ -366,7 +367,7 @@ def _offpolicy_reuse_render(v: dict) -> str:
 
 def _offpolicy_tokens_extract(t: dict) -> dict:
     res, upd = t["offpolicy_tokens"]["results"], t["offpolicy_tokens"]["updates"]
-    from gpolab.labs import offpolicy
+    from gpolab.labs.offpolicy import lab as offpolicy
 
     m = int(res["m"].max())
     out = {"m": (float(m), 0.0)}
@@ -468,7 +469,7 @@ def _share(x) -> str:
 
 
 def _allocate_rules(v: dict) -> list[str]:
-    from gpolab.estimators.allocation import RULES
+    from gpolab.labs.allocate.rules import RULES
 
     return [r for r in RULES if any(k.startswith(r + " N=") for k in v)]
 
@@ -608,7 +609,7 @@ def _allocate_budgets(v: dict) -> tuple[list[int], int]:
 
 
 def _allocate_own_render(v: dict) -> str:
-    from gpolab.estimators.allocation import AIMS
+    from gpolab.labs.allocate.rules import AIMS
 
     budgets, mid = _allocate_budgets(v)
     lines = ["| rule | built for | MSE ÷ uniform's (" + ", ".join(f"N = {n}" for n in budgets)

@@ -3,7 +3,8 @@ import os
 import jax
 import pytest
 
-# the tests never serialize XLA executables into a persistent cache: `gpolab.cli.main` enables
+# the tests never serialize XLA executables into a persistent cache: `gpolab.runner.cli.main`
+# enables
 # one unless GPOLAB_CACHE_DIR is empty, and jax decides once per process whether the cache is
 # used (its first compilation), so a test that sets a cache folder cannot turn it on for the
 # tests after it.  (A full-suite run segfaulted inside jax's executable.serialize() while a

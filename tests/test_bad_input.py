@@ -12,8 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab import configs, engine, progress, store, validate
-from gpolab.cli import COMMANDS, main
+from gpolab import configs, engine, validate
+from gpolab.engine import progress
+from gpolab.runner import store
+from gpolab.runner.cli import commands, main
+
+COMMANDS = tuple(commands())
 
 
 def _one_line(capsys, start: str) -> str:
@@ -88,7 +92,7 @@ def _cells(mse, mse_se, n_seeds):
      ([1.0, 0.5, np.inf], [0.1, 0.1, np.nan], [100] * 3, "non-finite Monte Carlo MSE")],
 )  # fmt: skip
 def test_a_nan_joint_p_is_reported_with_its_reason_never_as_a_pass(mse, mse_se, n_seeds, why):
-    from gpolab.labs import sweep
+    from gpolab.labs.sweep import lab as sweep
 
     t = sweep.joint_test(_cells(mse, mse_se, n_seeds), ("estimator",))
     assert math.isnan(t["joint_p"]) and why in t["reason"]  # was min(1, nan) = 1: a pass
@@ -100,7 +104,7 @@ def test_a_nan_joint_p_is_reported_with_its_reason_never_as_a_pass(mse, mse_se, 
 
 
 def test_a_diverged_chi2_run_gives_nan_ks_with_a_note():
-    from gpolab.labs import chi2
+    from gpolab.labs.chi2 import lab as chi2
     from gpolab.theory.chi2 import WeightedChi2
 
     law = WeightedChi2(np.array([1.0, 0.5]))
@@ -145,7 +149,7 @@ def test_an_empty_out_is_an_error_not_the_current_directory(out, tmp_path, capsy
 
 
 def test_figures_only_empty_is_an_error_not_every_experiment(tmp_path, capsys, monkeypatch):
-    from gpolab import experiments
+    from gpolab.runner import experiments
 
     monkeypatch.setattr(experiments, "run", lambda *a, **k: pytest.fail("computed"))
     assert main(["figures", "--only", "", "--out", str(tmp_path)]) == 2
@@ -325,7 +329,7 @@ def test_the_next_run_removes_the_temporary_files_a_killed_run_left(tmp_path):
     temporary names whose process is gone, and nothing else (issue 40, item 8)."""
     import os
 
-    from gpolab import output
+    from gpolab.runner import output
 
     dead, cells = _dead_pid(), tmp_path / "cells"
     cells.mkdir()

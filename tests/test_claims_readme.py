@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from gpolab import readme as docs_blocks
-from gpolab.cli import main
-from gpolab.labs import claims
+from gpolab.labs.claims import lab as claims
+from gpolab.runner.cli import main
 
 LEDGER_PAGE = Path(__file__).parents[1] / "docs" / "claims.md"
 LEDGER = claims.load(claims.LEDGER)

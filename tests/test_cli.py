@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpolab.cli import main
-from gpolab.labs.sweep import SweepConfig
+from gpolab.labs.sweep.lab import SweepConfig
+from gpolab.runner.cli import main
 
 EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.toml"))
 REQUIRED = [
@@ -164,8 +164,8 @@ def test_top_level_help_imports_no_lab_and_no_jax():
     import sys
 
     code = (
-        "import sys; from gpolab.cli import build_parser; p = build_parser(['--help']); "
-        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('gpolab.labs.')))"
+        "import sys; from gpolab.runner.cli import build_parser; p = build_parser(['--help']); "
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('gpolab.runner.labs.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

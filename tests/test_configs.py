@@ -12,7 +12,10 @@ import pytest
 
 from gpolab import configs
 from gpolab.configs import option
-from gpolab.labs import plan, plancheck, sweep, zoo
+from gpolab.labs.plan import lab as plan
+from gpolab.labs.plancheck import lab as plancheck
+from gpolab.labs.sweep import lab as sweep
+from gpolab.labs.zoo import lab as zoo
 
 
 @pytest.fixture(autouse=True)
@@ -115,8 +118,8 @@ def test_renamed_lab_flags_keep_the_old_spelling_with_a_note(cls, argv, field, v
 
 
 def test_figures_out_is_the_results_root_and_the_old_spellings_say_so(capsys):
-    from gpolab.cli import build_parser
-    from gpolab.commands import figures
+    from gpolab.runner.cli import build_parser
+    from gpolab.runner.commands import figures
 
     def folders(*argv):
         return figures.folders(build_parser(["figures"]).parse_args(["figures", *argv]))

@@ -11,20 +11,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab import output
-from gpolab.labs import (
-    allocate,
-    chi2,
-    curvature,
-    groupsize,
-    offpolicy,
-    plan,
-    stdnorm,
-    sweep,
-    tree,  # fmt: skip
-    zoo,
-)
-from gpolab.store import Store
+from gpolab.labs.allocate import lab as allocate
+from gpolab.labs.chi2 import lab as chi2
+from gpolab.labs.curvature import lab as curvature
+from gpolab.labs.groupsize import lab as groupsize
+from gpolab.labs.offpolicy import lab as offpolicy
+from gpolab.labs.plan import lab as plan
+from gpolab.labs.stdnorm import lab as stdnorm
+from gpolab.labs.sweep import lab as sweep
+from gpolab.labs.tree import lab as tree
+from gpolab.labs.zoo import lab as zoo
+from gpolab.runner import output
+from gpolab.runner.store import Store
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
 HEADING = re.compile(r"^### (\w+/\w+)\s*$", re.M)
@@ -162,7 +160,7 @@ def test_plan_columns_are_documented(kind, tmp_path):
 
 
 def test_bench_columns_are_documented():
-    from gpolab.commands import bench
+    from gpolab.runner.commands import bench
 
     missing = [c for c in bench.COLUMNS if c not in DOCS["bench/bench"]]
     assert not missing, f"bench/bench: columns not in docs/tables.md: {missing}"
@@ -177,7 +175,7 @@ def test_an_undocumented_column_is_caught():
 
 def test_page_parses():
     """Every section lists columns; the provenance section is the store's own list."""
-    from gpolab.store import PROVENANCE
+    from gpolab.runner.store import PROVENANCE
 
     assert all(DOCS.values()), [k for k, v in DOCS.items() if not v]
     assert set(PROVENANCE) <= DOCS["shared/provenance"]

@@ -5,8 +5,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpolab import cells, engine
+from gpolab import engine
 from gpolab.envs import bandit
+from gpolab.labs.sweep import cells
 
 
 def setup():

@@ -5,10 +5,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpolab import engine, experiments, labs
-from gpolab.cli import main
-from gpolab.labs.sweep import SweepConfig, cells, run_sweep
-from gpolab.store import PROVENANCE, Store
+from gpolab import engine
+from gpolab.labs.sweep.lab import SweepConfig, cells, run_sweep
+from gpolab.runner import experiments, labs
+from gpolab.runner.cli import main
+from gpolab.runner.store import PROVENANCE, Store
 from gpolab.validate import ConfigError
 
 SHIPPED = sorted(experiments.DEFAULT_DIR.glob("*.toml"))
@@ -18,7 +19,7 @@ SHIPPED = sorted(experiments.DEFAULT_DIR.glob("*.toml"))
 def test_every_shipped_experiment_loads(path):
     exp = experiments.load(path)  # validates the full and the quick config
     assert exp.name == path.stem
-    assert exp.lab in labs.LABS
+    assert exp.lab in labs.names()
     full, quick = exp.config(quick=False), exp.config(quick=True)
     sizes = [n for n, v in labs.get(exp.lab).Config.QUICK.items() if isinstance(v, int)]
     assert all(getattr(quick, n) <= getattr(full, n) for n in sizes)  # seeds, thetas, ...

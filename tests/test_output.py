@@ -1,4 +1,5 @@
-"""gpolab.output: folders checked before any computation, one run per folder, atomic writes."""
+"""gpolab.runner.output: folders checked before any computation, one run per folder, atomic
+writes."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import pandas as pd
 import pytest
 
-from gpolab import output
+from gpolab.runner import output
 from gpolab.validate import ConfigError
 
 

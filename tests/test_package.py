@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import gpolab
-from gpolab import cli
+from gpolab.runner import cli
 
 ROOT = Path(__file__).parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gpolab.estimators import aggregation, allocation, offpolicy, registry
+from gpolab.estimators import aggregation, offpolicy, registry
+from gpolab.labs.allocate import rules as allocation
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 COLUMNS = ("entry", "authors' code", "their code", "gpolab", "differences", "depends")

@@ -88,7 +88,7 @@ def test_update_regenerates_a_files_claims_blocks(tmp_path, monkeypatch):
     """`python -m gpolab.readme` also rewrites claims blocks, from the claims lab's table."""
     import pandas as pd
 
-    from gpolab.labs import claims_report
+    from gpolab.labs.claims import report as claims_report
 
     row = {"id": "A", "claim": "a | b", "verdict": "partly", "sizes": "full"}
     monkeypatch.setattr(readme, "_claims_tables", lambda root: {"claims": pd.DataFrame([row])})

@@ -14,7 +14,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from gpolab.store import PROVENANCE
+from gpolab.runner.store import PROVENANCE
 
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
@@ -22,7 +22,8 @@ EIGHT_DEVICES = textwrap.dedent(
     """
     import json, jax, numpy as np
     jax.config.update("jax_num_cpu_devices", 8)
-    from gpolab import cells, engine
+    from gpolab import engine
+    from gpolab.labs.sweep import cells
     from gpolab.envs import bandit
     assert jax.device_count() == 8
     params = bandit.make(0, prompts=4, actions=8)
@@ -74,7 +75,7 @@ def free_port() -> int:
 
 SWEEP = [
     "-m",
-    "gpolab.cli",
+    "gpolab.runner.cli",
     "sweep",
     "--estimators",
     "loo,mean,grpo",

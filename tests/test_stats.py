@@ -1,4 +1,4 @@
-"""gpolab.stats: the labs' shared statistics over result tables."""
+"""gpolab.engine.stats: the labs' shared statistics over result tables."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from gpolab import stats
+from gpolab.engine import stats
 
 
 def cells(mse, se, theory=None):

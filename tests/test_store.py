@@ -1,12 +1,13 @@
-"""gpolab.store: keys, the config hash, and resume (single cells, units of several cells, job-array
+"""gpolab.runner.store: keys, the config hash, and resume (single cells, units of several cells,
+job-array
 shares, multi-process agreement, interruption)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpolab import store as st
-from gpolab.labs import tree
+from gpolab.labs.tree import lab as tree
+from gpolab.runner import store as st
 
 
 def test_cell_key_is_the_digest_labs_have_always_stored():

@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab import configs, envs, train
+from gpolab import configs, envs
 from gpolab import estimators as est
-from gpolab.cli import main
+from gpolab.engine import train
 from gpolab.envs import loglinear as ll
-from gpolab.labs import stdnorm
-from gpolab.store import Store
+from gpolab.labs.stdnorm import lab as stdnorm
+from gpolab.runner.cli import main
+from gpolab.runner.store import Store
 from gpolab.validate import ConfigError
 
 ENV = envs.get("loglinear")

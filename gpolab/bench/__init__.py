@@ -125,8 +125,8 @@ def _w1_inputs(cfg: BenchConfig, G: int = 16) -> tuple:
     numpy reference's statistic)."""
     import jax
 
-    from gpolab import cells
     from gpolab.envs import bandit
+    from gpolab.labs.sweep import cells
 
     params = bandit.make(bandit.Instance(prompts=16, actions=64))
     args = (params, bandit.exact(params), np.float32(1e-4))
@@ -134,8 +134,9 @@ def _w1_inputs(cfg: BenchConfig, G: int = 16) -> tuple:
 
 
 def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) -> dict:
-    from gpolab import cells, engine
+    from gpolab import engine
     from gpolab.envs import bandit
+    from gpolab.labs.sweep import cells
 
     n = n or cfg.seeds
     args, key, cell = _w1_inputs(cfg, G)
@@ -188,14 +189,15 @@ W1_STAGES = ("uniforms", "inverse-CDF draw", "loo weights", "scatter-add scores"
 
 def _w1_prefix(cell, key, args):
     """W1's per-seed function cut after the step ``cell[0]`` (``cell = (stage, BanditCell)``):
-    the calls :func:`gpolab.cells.bandit_error` makes up to there, their outputs summed into one
+    the calls :func:`gpolab.labs.sweep.cells.bandit_error` makes up to there, their outputs summed
+    into one
     scalar so that nothing is left out of the program; the last stage is ``bandit_error``
     itself."""
     import jax
     import jax.numpy as jnp
 
-    from gpolab import cells
     from gpolab.envs import bandit
+    from gpolab.labs.sweep import cells
 
     stage, bc = cell
     if stage == W1_STAGES[-1]:
@@ -318,8 +320,8 @@ def numba_row(w1_row: dict) -> dict | None:
 def loglinear(cfg: BenchConfig) -> dict:
     import jax
 
-    from gpolab import cells
     from gpolab.envs import bandit
+    from gpolab.labs.sweep import cells
 
     params = bandit.make(0, prompts=16, actions=64, kind="loglinear", dim=8)
     args = (params, bandit.exact(params), np.float32(1e-4))
@@ -334,8 +336,8 @@ def loglinear(cfg: BenchConfig) -> dict:
 def tree(cfg: BenchConfig) -> dict:
     import jax
 
-    from gpolab import cells
     from gpolab.envs import tree as tree_env
+    from gpolab.labs.sweep import cells
 
     params = tree_env.make_beta(2.0, 3.0)
     args = (params, tree_env.exact(params), np.float32(1e-4))
@@ -349,9 +351,9 @@ def tree(cfg: BenchConfig) -> dict:
 def arithmetic(cfg: BenchConfig) -> dict:
     import jax
 
-    from gpolab import cells
     from gpolab.envs import arithmetic as env
-    from gpolab.labs.sweep import SweepConfig, arithmetic_chunk, make_setup
+    from gpolab.labs.sweep import cells
+    from gpolab.labs.sweep.lab import SweepConfig, arithmetic_chunk, make_setup
 
     sweep = SweepConfig(env="arithmetic", instance=env.Instance(policy=("instruct",)))
     args, _ = make_setup(sweep)("instruct")
@@ -380,7 +382,7 @@ def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
     executable; ``vs_one_eta_at_a_time`` = the same work run one step size per call over it."""
     import jax
 
-    from gpolab.labs import offpolicy as lab
+    from gpolab.labs.offpolicy import lab
 
     cfg_lab = lab.Config(ratio=("token",), clip=("none",), eta=tuple(16.0 * 2.0**i for i in
                          range(etas)), m=(8,), staleness=(0,))  # fmt: skip
@@ -402,7 +404,7 @@ def allocate(cfg: BenchConfig) -> list[dict]:
     every rule on common draws (the lab's default instance and rules; ``compile_s`` = the count
     tables of G = 2..cap, jit-compiled once per process), and one training run set of its
     slowest rule (gpolab-sample, which solves its design every step): steps/s over runs × steps."""
-    from gpolab.labs import allocate as lab
+    from gpolab.labs.allocate import lab
     from gpolab.theory import allocation
 
     sizes = {k: lab.Config.QUICK[k] for k in ("seeds", "runs", "steps")} if cfg.quick else {}
@@ -423,7 +425,8 @@ def training(cfg: BenchConfig) -> dict:
     """Seed-runs per second of ``gpolab train``'s compiled loop (jit(vmap lr)(vmap seed)(scan))."""
     import jax
 
-    from gpolab import envs, train
+    from gpolab import envs
+    from gpolab.engine import train
     from gpolab.envs import loglinear
 
     params = loglinear.make(cfg.seed)
@@ -460,8 +463,9 @@ def rss_subprocess(n: int, G: int = 64, chunk: int = 0) -> dict:
 
 SWEEP_TIMES = """
 import json, sys, time, jax
-from gpolab import cli, engine
-from gpolab.labs.sweep import SweepConfig, run_sweep
+from gpolab import engine
+from gpolab.runner import cli
+from gpolab.labs.sweep.lab import SweepConfig, run_sweep
 cli.use_cpu_cores()  # as `gpolab sweep` starts
 cli.enable_compilation_cache()  # GPOLAB_CACHE_DIR: a fresh, empty directory
 cfg = SweepConfig(out=sys.argv[1], seeds=int(sys.argv[2]))
@@ -488,7 +492,7 @@ def default_sweep(cfg: BenchConfig) -> dict:
     import os
     import tempfile
 
-    from gpolab.labs.sweep import SweepConfig
+    from gpolab.labs.sweep.lab import SweepConfig
 
     seeds = 2_000 if cfg.quick else SweepConfig.seeds
     with tempfile.TemporaryDirectory() as tmp:

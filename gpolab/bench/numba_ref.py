@@ -1,6 +1,7 @@
 """A numba implementation of workload W1: a compiled peer of the engine in ``gpolab bench``.
 
-The same statistic as :mod:`gpolab.bench.numpy_ref` and ``gpolab.cells.bandit_error`` with
+The same statistic as :mod:`gpolab.bench.numpy_ref` and ``gpolab.labs.sweep.cells.bandit_error``
+with
 ``BanditCell(("loo",), G, mean_error=False)``: per seed, every prompt x gets G responses, each one
 (action, reward) pair drawn with one uniform by a binary-search inverse CDF over the 2A joint
 outcomes; leave-one-out advantages; the per-seed error Σ_x f(x) ‖ĝ_x − g_x‖² with

@@ -7,10 +7,11 @@ import jax
 import numpy as np
 import pytest
 
-from gpolab import bench, cells, engine
+from gpolab import bench, engine
 from gpolab.bench import numba_ref, numpy_ref
-from gpolab.cli import main
 from gpolab.envs import bandit
+from gpolab.labs.sweep import cells
+from gpolab.runner.cli import main
 from gpolab.theory import mse as theory
 
 KEYS = {
@@ -136,7 +137,7 @@ def test_without_numba_no_peer_row_and_one_note_line(monkeypatch, capsys):
     sweep |= {"cold_s": 2.0, "rerun_s": 1.5, "warm_s": 1.0, "rerun_compile_share": 0.3}
     monkeypatch.setattr(bench, "run_bench", lambda cfg, on_row=None: [row, sweep])
     monkeypatch.setattr(bench, "machine", lambda info=None: "test machine")
-    from gpolab.commands import bench as command
+    from gpolab.runner.commands import bench as command
 
     args = argparse.Namespace(quick=True, chunk=0, seeds=None, json=False)
     assert command.run(args) == 0

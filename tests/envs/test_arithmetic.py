@@ -182,7 +182,7 @@ def test_batched_gradient_estimates_equal_one_at_a_time(filler_setup):
 def _paired(cell, key, args):
     """The arithmetic cell plus per-seed paired differences of ‖ĝ − g‖² (common random numbers:
     every estimator of a seed sees the same questions and answers)."""
-    from gpolab import cells
+    from gpolab.labs.sweep import cells
 
     out = cells.arithmetic_error(cell, key, args)
     out["vanilla-loo"] = out["vanilla"]["sq"] - out["loo"]["sq"]
@@ -196,8 +196,9 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators():
     4 SE (MC and the S2 error of the formula) of the exact formula; the Monte Carlo ordering
     vanilla > loo > oracle from paired per-seed differences on common random numbers, each
     difference > 3 of its own SE and within 4 SE of the exact difference."""
-    from gpolab import cells, engine
-    from gpolab.labs import sweep
+    from gpolab import engine
+    from gpolab.labs.sweep import cells
+    from gpolab.labs.sweep import lab as sweep
 
     cfg = sweep.SweepConfig(
         env="arithmetic",

@@ -8,7 +8,7 @@ import pytest
 
 from gpolab import validate
 from gpolab.envs import arithmetic as ar
-from gpolab.labs import sweep
+from gpolab.labs.sweep import lab as sweep
 from gpolab.theory import arithmetic_terms as terms_mod
 
 TARGETS = {"weak": 0.1, "strong": 0.3}

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from gpolab import cells, configs, engine, estimators
+from gpolab import configs, engine, estimators
 from gpolab.envs import tree
-from gpolab.labs import sweep
+from gpolab.labs.sweep import cells
+from gpolab.labs.sweep import lab as sweep
 from gpolab.theory import tree as theory_tree
 from gpolab.validate import ConfigError
 

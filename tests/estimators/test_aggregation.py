@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from gpolab import estimators, validate
-from gpolab.cells import BanditCell, bandit_error
 from gpolab.envs import bandit
-from gpolab.labs import sweep
+from gpolab.labs.sweep import lab as sweep
+from gpolab.labs.sweep.cells import BanditCell, bandit_error
 from gpolab.theory import aggregation
 
 MODES = estimators.LOSS_AGG_MODES

@@ -42,8 +42,8 @@ def test_a_bound_spec_is_not_parsed_again(monkeypatch):
 
 
 def test_sweep_units_carry_bound_specs_and_rows_name_them_as_given():
-    from gpolab.labs import sweep
-    from gpolab.units import ENVS
+    from gpolab.labs.sweep import lab as sweep
+    from gpolab.labs.sweep.units import ENVS
 
     cfg = sweep.Config(estimators=("loo", "grpo[scale=none]"), G=(2, 4))
     units = list(ENVS["bandit"].units(cfg, sweep._row_ids(cfg), set(range(4))))

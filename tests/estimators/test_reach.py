@@ -6,12 +6,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gpolab import envs, train
+from gpolab import envs
 from gpolab import estimators as est
-from gpolab.cli import main
-from gpolab.commands import estimators as command
+from gpolab.engine import train
 from gpolab.envs import loglinear as ll
-from gpolab.labs import chi2, stdnorm
+from gpolab.labs.chi2 import lab as chi2
+from gpolab.labs.stdnorm import lab as stdnorm
+from gpolab.runner.cli import main
+from gpolab.runner.commands import estimators as command
 from gpolab.theory import chi2 as chi2_theory
 from gpolab.validate import ConfigError
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpolab import estimators
-from gpolab.cli import main
+from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
 

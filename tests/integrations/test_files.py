@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab.cli import main
 from gpolab.estimators import loo_advantages
 from gpolab.integrations import files
-from gpolab.labs import plan
+from gpolab.labs.plan import lab as plan
+from gpolab.runner.cli import main
 
 
 def test_loo_advantages_and_batch_rows():
@@ -76,9 +76,9 @@ def test_verl_logger_on_a_verl_dump_gives_what_plan_reads_from_the_dump(tmp_path
     and rewards as ``gpolab plan`` reads from the dump itself, and the same pooled fit."""
     import json as js
 
-    from gpolab import rollouts
     from gpolab.integrations.verl import PlanLogger
-    from gpolab.rollout_writers import write_verl
+    from gpolab.labs.plan import rollouts
+    from gpolab.labs.plan.rollout_writers import write_verl
     from gpolab.validate import ConfigError
 
     rng = np.random.default_rng(1)

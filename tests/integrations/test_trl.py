@@ -86,7 +86,7 @@ def test_callback_rewards_equal_what_trl_logged(run):
 
 
 def test_plan_on_the_output_folder_recommends_a_G_with_a_finite_interval(run, tmp_path):
-    from gpolab.cli import main
+    from gpolab.runner.cli import main
 
     out, _, _ = run
     assert main(["plan", str(out), "--out", str(tmp_path / "plan"), "--quick"]) == 0

@@ -13,9 +13,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from gpolab import cli
-from gpolab.estimators import allocation as rules
-from gpolab.labs import allocate as lab
+from gpolab.labs.allocate import lab, rules
+from gpolab.runner import cli
 from gpolab.theory import allocation as theory
 
 SMALL = dict(prompts=8, actions=4, budget=(16, 40), cap=16, seeds=3000, history=4, runs=5,

@@ -9,8 +9,7 @@ import argparse
 import numpy as np
 import pytest
 
-from gpolab.estimators import allocation as rules
-from gpolab.labs import allocate as lab
+from gpolab.labs.allocate import lab, rules
 from gpolab.theory import allocation as theory
 
 # the lab's default instance and a small one (16 prompts, cap 16)
@@ -75,7 +74,7 @@ def test_gpolab_sample_draws_realize_the_design():
 def test_allocate_help_shows_the_defaults_a_run_uses():
     """Before: --prompts 16, --actions 64, --logit-scale 1.0, --success-b 1.0 (the bandit's own
     defaults) while a run uses the lab's skewed instance."""
-    from gpolab.commands import allocate as command
+    from gpolab.labs import allocate as command
 
     parser = argparse.ArgumentParser()
     command.register(parser.add_subparsers())

@@ -14,12 +14,14 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from gpolab import configs, engine, labs, output, train
-from gpolab.cli import main
+from gpolab import configs, engine
+from gpolab.engine import train
 from gpolab.envs import gaussian
-from gpolab.labs import chi2
-from gpolab.plots import chi2 as plots
-from gpolab.store import Store
+from gpolab.labs.chi2 import lab as chi2
+from gpolab.labs.chi2 import plots
+from gpolab.runner import labs, output
+from gpolab.runner.cli import main
+from gpolab.runner.store import Store
 from gpolab.theory import chi2 as theory
 from gpolab.validate import ConfigError
 

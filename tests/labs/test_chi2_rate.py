@@ -4,9 +4,9 @@ cells and their store keys, bad input, the tables' G column and the rate figure.
 import numpy as np
 import pytest
 
-from gpolab import labs, output
-from gpolab.cli import main
-from gpolab.labs import chi2
+from gpolab.labs.chi2 import lab as chi2
+from gpolab.runner import labs, output
+from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
 SMALL = dict(estimator=("loo", "oracle"), seeds=64, n=(20, 50))

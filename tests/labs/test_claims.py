@@ -14,8 +14,10 @@ import pandas as pd
 import pytest
 
 from gpolab import readme as docs_blocks
-from gpolab.cli import main
-from gpolab.labs import claims, claims_report, claims_stats
+from gpolab.labs.claims import lab as claims
+from gpolab.labs.claims import report as claims_report
+from gpolab.labs.claims import stats as claims_stats
+from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
 
@@ -206,7 +208,7 @@ def test_the_shipped_experiments_are_found_from_any_working_directory(tmp_path, 
     import tomllib
     from pathlib import Path
 
-    from gpolab import experiments
+    from gpolab.runner import experiments
 
     monkeypatch.chdir(tmp_path)
     cfg = claims.Config(results=str(tmp_path / "r"), out=str(tmp_path / "o"))

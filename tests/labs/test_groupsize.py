@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab import configs, engine, estimators, labs, output, validate
-from gpolab.cli import main
+from gpolab import configs, engine, estimators, validate
 from gpolab.envs import bandit
-from gpolab.labs import groupsize
-from gpolab.labs import groupsize_pool as pools
-from gpolab.store import Store
+from gpolab.labs.groupsize import lab as groupsize
+from gpolab.labs.groupsize import pool as pools
+from gpolab.runner import labs, output
+from gpolab.runner.cli import main
+from gpolab.runner.store import Store
 from gpolab.theory import groupsize as theory
 from gpolab.theory import mse as theory_mse
 
@@ -304,7 +305,7 @@ def test_cli_config_quick_then_flags_and_mode_checks():
 
 
 def test_cli_reports_config_errors_before_tracing(capsys):
-    from gpolab.cli import main
+    from gpolab.runner.cli import main
 
     assert main(["groupsize", "--N", "256,100", "--seeds", "1"]) == 2
     assert "seeds:" in capsys.readouterr().err

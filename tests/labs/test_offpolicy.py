@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from gpolab import configs
-from gpolab.cli import main
-from gpolab.labs import offpolicy, sweep
+from gpolab.labs.offpolicy import lab as offpolicy
+from gpolab.labs.sweep import lab as sweep
+from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
 SMALL = dict(prompts=4, actions=8, G=8, seeds=4096, m=(1,), staleness=(0,), eta=(1.0,))

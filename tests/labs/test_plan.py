@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab import cli
-from gpolab.commands import plan as plan_cmd
-from gpolab.labs import plan
+from gpolab.labs import plan as plan_cmd
+from gpolab.labs.plan import lab as plan
+from gpolab.runner import cli
 from gpolab.theory import difficulty
 from gpolab.validate import ConfigError
 
@@ -274,7 +274,7 @@ def test_plan_on_continuous_rewards_says_what_its_table_shows(tmp_path):
     """Continuous rewards: no two equal, so the model-free all-equal fraction is 0 at every G up
     to the log's group size and unknown beyond; the headline says G = 2 meets the target within
     that range (not "no G <= 256"), and the figure's middle panel shows the zeros."""
-    from gpolab.plots import plan as plots
+    from gpolab.labs.plan import plots
 
     rng = np.random.default_rng(4)
     log = tmp_path / "log.csv"
@@ -347,7 +347,7 @@ def test_plancheck_recovers_the_bandit_truth_from_every_format(tmp_path, capsys)
 
 @pytest.mark.parametrize("fmt", ["trl", "verl"])
 def test_cli_plan_reads_framework_folders(tmp_path, capsys, fmt):
-    from gpolab import rollouts
+    from gpolab.labs.plan import rollouts
 
     f = pd.read_csv(beta_log(tmp_path / "log.csv", groups=200))
     f = f.assign(completion="y", output="y", gts="0", correct=f["reward"], score=f["reward"])
@@ -378,7 +378,7 @@ def test_plan_checks_figures_dir_before_computing(tmp_path, capsys, monkeypatch)
 def test_the_report_says_when_the_log_cannot_pin_the_headline_G():
     """The band allows G from 8 to 256 at target 0.1: the headline says so and how many
     groups would narrow it ((width/target)² times the log's); a tight band says nothing."""
-    from gpolab.labs import plan_report
+    from gpolab.labs.plan import report as plan_report
 
     G = np.array([2, 4, 8, 10, 16, 21, 32, 64, 128, 256])
     pred = 1.0 / G
@@ -403,7 +403,7 @@ def test_the_report_says_when_the_log_cannot_pin_the_headline_G():
      ({"gstar": None, "gstar_reason": "no proxy"}, "the log cannot decide G*: no proxy")],
 )  # fmt: skip
 def test_the_recommendation_line(p, start):
-    from gpolab.labs import plan_report
+    from gpolab.labs.plan import report as plan_report
 
     assert plan_report.recommendation(p).startswith(start)
 
@@ -535,7 +535,8 @@ def test_plan_refuses_bad_flags_in_one_line(tmp_path, capsys, flags, words):
 def test_plan_refuses_a_log_too_large_for_memory_with_its_estimate(tmp_path, capsys, monkeypatch):
     """issue 40 defect 8: a 2M-row log was killed by the kernel with no message.  The check
     sees the available memory as less than the log's estimate."""
-    from gpolab import rollouts, validate
+    from gpolab import validate
+    from gpolab.labs.plan import rollouts
 
     log = beta_log(tmp_path / "log.csv", groups=50)
     monkeypatch.setattr(validate, "available_bytes", lambda: 1 << 30)
@@ -562,7 +563,7 @@ def test_logged_check_sums_by_group_size_not_by_group():
 
 def test_the_split_table_says_why_B_is_na():
     """issue 40 defect 8: --N 7 left B and informative_groups NaN without a reason."""
-    from gpolab.labs.plan_report import _split_note
+    from gpolab.labs.plan.report import _split_note
 
     at = pd.DataFrame({"G": [2, 4, 7, 8]})
     assert _split_note(at, 7) == ("; B and informative_groups are n/a where G does not divide "
@@ -581,7 +582,7 @@ def test_the_split_table_says_why_B_is_na():
 def test_the_fit_check_states_its_test_and_reading(q, words):
     """issue 40 defect 8: "p = 0.0055: the Beta model describes the log" (the code's cut-off
     was 1e-3): the test is named and read at the conventional 5% level."""
-    from gpolab.labs.plan_report import _fit_check_text
+    from gpolab.labs.plan.report import _fit_check_text
 
     text = _fit_check_text({"fit_p": q, "fit_chi2": 20.0, "fit_df": 5, "se_method": "x"})
     assert text.startswith("goodness-of-fit test of the beta-binomial model (Pearson chi-square")

@@ -1,4 +1,4 @@
-"""Simulated rollout logs (gpolab.labs.plancheck) against their truth: exact enumeration, direct
+"""Simulated rollout logs (gpolab.labs.plancheck.lab) against their truth: exact enumeration, direct
 numpy computations and Monte Carlo standard errors (fixed seeds)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpolab.envs import arithmetic, bandit
-from gpolab.labs import plancheck as pc
+from gpolab.labs.plancheck import lab as pc
 from gpolab.validate import ConfigError
 
 COLUMNS = ["step", "prompt", "prompt_id", "reward", "proxy", "length", "completion"]

@@ -2,14 +2,14 @@
 (checked before computing, locked, atomic), Ctrl-C, the resolved config.toml."""
 
 import dataclasses
-import importlib
 import os
 
 import pandas as pd
 import pytest
 
-from gpolab import configs, engine, labs, output
-from gpolab.cli import main
+from gpolab import configs, engine
+from gpolab.runner import labs, output
+from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
 SMALL = ["--estimators", "loo,grpo", "--G", "2,4", "--seeds", "300", "--prompts", "3",
@@ -17,14 +17,8 @@ SMALL = ["--estimators", "loo,grpo", "--G", "2,4", "--seeds", "300", "--prompts"
 
 
 def protocol_labs():
-    """Every lab module on the protocol (all of them once the redesign is complete)."""
-    found = []
-    for name in labs.LABS:
-        try:
-            found.append(importlib.import_module(f"gpolab.labs.{name}"))
-        except ModuleNotFoundError:
-            continue
-    return found
+    """Every lab module (each lab folder's ``lab.py``), found by listing the labs package."""
+    return [labs.get(name) for name in labs.names()]
 
 
 def _other(value, default=None):
@@ -92,7 +86,7 @@ def test_quick_cli_keeps_every_typed_flag(tmp_path, capsys):
 
 
 def test_figure_titles_come_from_the_seeds_actually_run(tmp_path, monkeypatch):
-    from gpolab.plots import sweep as plots
+    from gpolab.labs.sweep import plots
 
     titles = []
     monkeypatch.setattr(plots, "mse_vs_G", lambda df, path, title=None: titles.append(title))
@@ -174,7 +168,7 @@ def test_atomic_writes_leave_the_old_file_or_the_new_one(tmp_path):
 
 
 def test_ctrl_c_is_one_line_with_the_cells_kept_and_how_to_resume(tmp_path, capsys, monkeypatch):
-    from gpolab.labs import sweep
+    from gpolab.labs.sweep import lab as sweep
 
     real, calls = sweep.run_sweep, []
 
@@ -204,10 +198,10 @@ def test_replot_redraws_from_saved_tables_without_computing(tmp_path, monkeypatc
     argv = ["figures", "--quick", "--only", "tree_mse_heatmap", "--figures-dir",
             str(tmp_path / "f"), "--out", str(tmp_path / "r")]  # fmt: skip
     monkeypatch.setattr(
-        "gpolab.labs.sweep.Config.QUICK", {"seeds": 300, "K": (2,), "M": (1, 2)}, raising=True
+        "gpolab.labs.sweep.lab.Config.QUICK", {"seeds": 300, "K": (2,), "M": (1, 2)}, raising=True
     )
     exp_quick = {"seeds": 300, "K": [2], "M": [1, 2]}
-    from gpolab import experiments
+    from gpolab.runner import experiments
 
     real_load = experiments.load
     monkeypatch.setattr(

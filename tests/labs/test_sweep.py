@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab import cells, engine
-from gpolab.cli import main
+from gpolab import engine
 from gpolab.envs import bandit, tree
-from gpolab.labs.sweep import SweepConfig, run_sweep
+from gpolab.labs.sweep import cells
+from gpolab.labs.sweep.lab import SweepConfig, run_sweep
+from gpolab.runner.cli import main
 from gpolab.theory import exact as ex
 from gpolab.theory import mse as closed
 from gpolab.theory import tree as theory_tree
@@ -146,8 +147,8 @@ def test_tree_sweep_eps0_ddof0_against_exact_formulas():
 def test_cells_shares_are_disjoint_and_assemble_without_recomputing(tmp_path, capsys):
     """`--cells i/n` job-array shares: whole units, disjoint, covering every cell; a final run
     without --cells assembles the same table as one run, computing nothing."""
-    from gpolab.cli import main
-    from gpolab.labs import sweep
+    from gpolab.labs.sweep import lab as sweep
+    from gpolab.runner.cli import main
 
     small = ["--estimators", "loo,grpo", "--G", "2,4,8", "--seeds", "200", "--prompts", "3",
              "--actions", "4"]  # fmt: skip
@@ -194,7 +195,7 @@ def test_the_default_sweep_ends_with_its_conclusion_and_the_next_command(tmp_pat
     assert all(name in line for name in top) and "oracle reads the true values" in line
     assert "scale-free (scaled_mse, exact) at G=4: " in out
     assert "next: `gpolab groupsize`" in out and "`gpolab plan LOG`" in out
-    from gpolab.labs import sweep
+    from gpolab.labs.sweep import lab as sweep
 
     mixed = df[df["estimator"].isin(["loo", "grpo"]) | (df["estimator"] == "oracle")].copy()
     mixed.loc[(mixed["estimator"] == "loo") & (mixed["G"] == 2), "mse"] = 1e-9  # G=2: loo best

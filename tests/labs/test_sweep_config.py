@@ -10,7 +10,7 @@ import pytest
 
 from gpolab import configs, validate
 from gpolab.envs import arithmetic, bandit, tree
-from gpolab.labs import sweep
+from gpolab.labs.sweep import lab as sweep
 
 
 def test_config_is_the_grid_plus_one_instance():

@@ -1,4 +1,5 @@
-"""Tree branching lab (issue 6, gpolab/labs/tree.py): estimator identities, samplers, closed forms
+"""Tree branching lab (issue 6, gpolab/labs/tree/lab.py): estimator identities, samplers, closed
+forms
 vs Monte Carlo, CLI, the lab protocol (modes, cache keys, figures from saved tables).
 
 Tolerances come from Monte Carlo standard errors (4 SE) of per-seed scalars; fixed seeds.
@@ -15,10 +16,12 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from gpolab import cells, configs, engine, estimators, labs
-from gpolab.cli import main
+from gpolab import configs, engine, estimators
 from gpolab.envs import tree
-from gpolab.labs import tree as lab
+from gpolab.labs.sweep import cells
+from gpolab.labs.tree import lab
+from gpolab.runner import labs
+from gpolab.runner.cli import main
 from gpolab.theory import tree as theory
 
 
@@ -298,7 +301,7 @@ def test_a_config_file_entry_the_mode_does_not_use_names_the_file(tmp_path, caps
 
 
 def test_irrelevant_settings_reuse_cells_and_relevant_ones_recompute(tmp_path, monkeypatch):
-    from gpolab.store import Store
+    from gpolab.runner.store import Store
 
     computed, real = [], engine.run
     monkeypatch.setattr(
@@ -347,7 +350,7 @@ def test_quick_keeps_every_typed_flag_end_to_end(tmp_path, capsys):
 
 def test_sweep_tree_cells_are_the_lab_cells():
     """One tree Monte Carlo: a sweep env=tree cell gives the tree lab's numbers."""
-    from gpolab.labs import sweep
+    from gpolab.labs.sweep import lab as sweep
 
     cfg = sweep.Config(env="tree", K=(3,), M=(2,), seeds=300, chunk=256, eps=1e-4)
     swept = sweep.run_sweep(cfg).iloc[0]
@@ -374,7 +377,7 @@ def test_figures_are_drawn_from_saved_tables_only(tmp_path, monkeypatch):
     for name, value in {"a": 2.0, "b": 3.0, "variant": "thought-std", "ddof": 1, "eps": 0.0,
                         "model": "beta", "n_seeds": 64, "budget": 0}.items():  # fmt: skip
         assert df[name].eq(value).all(), name
-    from gpolab.plots import tree as plots
+    from gpolab.labs.tree import plots
 
     assert plots.tag(df) == "Beta(2, 3), thought-std, ddof 1, 64 seeds"  # titles from the data
 
@@ -572,7 +575,7 @@ def test_overlap_figure_tells_its_splits_and_its_M_apart(tmp_path, monkeypatch):
     """Issue 40, item 8: K = 16, M = 2 and K = 32, M = 1 drew one curve over the other in the
     same style, the best split's M had a continuous colorbar (log2 M in {0, 1, 2}), and the
     title's "32 thoughts" (the thought set) read like the panel's 32 leaves."""
-    from gpolab.plots import tree as tree_plots
+    from gpolab.labs.tree import plots as tree_plots
 
     cfg = lab.Config(model="loglinear", leaves=8, seeds=200, out=str(tmp_path))
     tables = lab.run(cfg)

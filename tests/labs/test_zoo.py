@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from gpolab import estimators
-from gpolab.labs import zoo
-from gpolab.labs.sweep import Config as SweepConfig
-from gpolab.labs.sweep import run_sweep
+from gpolab.labs.sweep.lab import Config as SweepConfig
+from gpolab.labs.sweep.lab import run_sweep
+from gpolab.labs.zoo import lab as zoo
 
 
 def half_loo(rewards):

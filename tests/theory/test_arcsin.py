@@ -9,8 +9,8 @@ import pytest
 from scipy import integrate
 
 from gpolab import estimators
-from gpolab.labs import stdnorm
-from gpolab.labs import stdnorm_arcsin as regime
+from gpolab.labs.stdnorm import arcsin as regime
+from gpolab.labs.stdnorm import lab as stdnorm
 from gpolab.theory import arcsin as theory
 from gpolab.validate import ConfigError
 

@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gpolab import cells, engine, estimators, validate
+from gpolab import engine, estimators, validate
 from gpolab.envs import bandit
-from gpolab.labs.sweep import Config, cell_keys, run_sweep
+from gpolab.labs.sweep import cells
+from gpolab.labs.sweep.lab import Config, cell_keys, run_sweep
 from gpolab.theory import dynamic
 from gpolab.theory import exact as ex
 

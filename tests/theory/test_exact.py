@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from gpolab import cells, engine, estimators, validate
+from gpolab import engine, estimators, validate
 from gpolab.envs import bandit
+from gpolab.labs.sweep import cells
 from gpolab.theory import exact as ex
 from gpolab.theory import mse as th
 

@@ -12,7 +12,8 @@ import pytest
 
 from gpolab import engine, validate
 from gpolab.envs import bandit
-from gpolab.labs import groupsize, groupsize_pool
+from gpolab.labs.groupsize import lab as groupsize
+from gpolab.labs.groupsize import pool as groupsize_pool
 from gpolab.theory import groupsize as theory
 
 

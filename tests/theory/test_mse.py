@@ -4,8 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-from gpolab import cells, engine
+from gpolab import engine
 from gpolab.envs import bandit
+from gpolab.labs.sweep import cells
 from gpolab.theory import mse as theory
 
 EXACT = ("vanilla", "oracle", "loo", "mean", "ustat")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpolab import estimators
-from gpolab.labs import sweep
+from gpolab.labs.sweep import lab as sweep
 
 SEEDS = 20_000
 SMALL = {"prompts": 4, "actions": 8}  # a small bandit: ~25 s a G on one core

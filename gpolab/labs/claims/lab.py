@@ -1,0 +1,336 @@
+"""The claims lab (``gpolab claims``): the ledger of every claim gpolab tests, with its statistic,
+its pre-stated acceptance rules and the verdict, computed from the experiments' saved tables.
+
+The ledger is declarative (``ledger.toml`` beside this module): per claim an id, the paper
+and where in it, the claim in one sentence, the experiment (``experiments/<name>.toml``) whose
+saved tables test it, a statistic (a function of :data:`STATISTICS`) and its rules
+(``"name op number"``; op one of ``< <= > >= ==``).  A statistic returns, for every quantity a
+rule reads, its value and its standard error (``se``; 0 for an exact or count-valued quantity,
+e.g. an exact-theory number, a count of settings or a test's p-value, which is the test).  A rule
+whose value is within one SE of its threshold is *inconclusive*; a NaN value or SE is never a
+pass (inconclusive, with the reason).  Verdict: every rule passes → ``reproduced``; some pass and
+some fail → ``partly``; some fail and none pass → ``not reproduced``; none fails but some are
+inconclusive → ``inconclusive``; ``testable = false`` → ``not testable here`` with its reason.
+Each rule's margin (value − threshold, in SEs, positive when it holds) is in the table.  An
+experiment whose tables are missing is run first (resumably; ``--quick`` at its quick sizes,
+into ``<results>/<name>-quick``); saved tables are never recomputed.  ``quick = "why"`` in a
+ledger entry says why the quick sizes cannot decide the claim (its quick verdict may then differ
+from the full one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+import re
+from pathlib import Path
+from typing import ClassVar
+
+from gpolab import configs, validate
+from gpolab.configs import option
+from gpolab.engine import stats
+from gpolab.labs.claims import stats as claims_stats
+from gpolab.labs.claims.report import PAPERS, VERDICTS, markdown, report  # noqa: F401 (protocol)
+from gpolab.runner import experiments, labs, output
+
+NAME = "claims"
+TABLES = ("claims",)
+LEDGER = Path(__file__).with_name("ledger.toml")
+OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
+_ratio = claims_stats.ratio_and_se  # a ratio and its delta-method SE
+RULE = re.compile(r"^\s*([A-Za-z_0-9]+)\s*(<=|>=|==|<|>)\s*([A-Za-z_0-9.+-]+)\s*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Where the ledger, the experiments and their saved tables are."""
+
+    LAB: ClassVar[str] = NAME
+    QUICK: ClassVar[dict] = {"sizes": "quick"}
+
+    sizes: str = option(
+        "full", "full or quick: which saved tables to read (quick: those of `gpolab figures "
+        "--quick`); missing ones are computed at these sizes")  # fmt: skip
+    only: str = option("", "comma list of claim ids (default: all)")
+    ledger: str = option(str(LEDGER), "the ledger TOML", key=False)
+    experiments: str = option("", "folder of the experiment TOMLs (default: those shipped with "
+                              "gpolab, found from any working directory)", key=False)  # fmt: skip
+    results: str = option("results", "results root (as `gpolab figures --results`)", key=False)
+    out: str = option("results/claims", "output folder (claims table, config.toml)", key=False)
+
+    def replace(self, **changes) -> Config:
+        return configs.replace(self, **changes)
+
+    def validate(self) -> None:
+        validate.choice("sizes", self.sizes, ("full", "quick"))
+        claims = load(self.ledger)
+        ids = [c["id"] for c in claims]
+        for i in ids_of(self.only):
+            validate.choice("only", i, ids)
+        folder = self.experiment_dir()
+        if not folder.is_dir():
+            raise validate.ConfigError(
+                f"experiments: got {str(folder)!r}; allowed: a folder of experiment TOMLs"
+            )
+        known = {p.stem for p in folder.glob("*.toml")}
+        for c in claims:
+            if c["experiment"] not in known:
+                raise validate.ConfigError(
+                    f"{Path(self.ledger).name}: claim {c['id']}: experiment: got "
+                    f"{c['experiment']!r}; allowed: one of {folder}/*.toml"
+                )
+
+    def experiment_dir(self) -> Path:
+        """``--experiments``, or the experiments shipped with gpolab (any working directory)."""
+        return Path(self.experiments) if self.experiments else experiments.DEFAULT_DIR
+
+
+FIELDS = {"id": str, "paper": str, "where": str, "claim": str, "experiment": str,
+          "statistic": str, "rules": list, "testable": bool, "reason": str,
+          "quick": str, "quote": str}  # fmt: skip
+
+
+def load(path) -> list[dict]:
+    """The ledger's claims, each checked (fields, paper, statistic, rule syntax)."""
+    data = configs.read_toml(Path(path))
+    claims = data.get("claim", [])
+    name = Path(path).name
+    if not claims:
+        raise validate.ConfigError(f"{name}: claim: no [[claim]] entries")
+    for i, c in enumerate(claims):
+        where = f"{name}: claim {c.get('id', i)}"
+        for key, value in c.items():
+            if key not in FIELDS or not isinstance(value, FIELDS[key]):
+                allowed = ", ".join(f"{k} ({t.__name__})" for k, t in FIELDS.items())
+                raise validate.ConfigError(f"{where}: {key}: got {value!r}; allowed: {allowed}")
+        for key in ("id", "paper", "claim", "experiment", "statistic"):
+            if key not in c:
+                raise validate.ConfigError(f"{where}: {key}: missing")
+        validate.choice(f"{where}: paper", c["paper"], PAPERS)
+        validate.choice(f"{where}: statistic", c["statistic"], STATISTICS)
+        for rule in c.get("rules", []):
+            if not RULE.match(rule):
+                raise validate.ConfigError(
+                    f"{where}: rules: got {rule!r}; allowed: 'name op number', op in < <= > >= =="
+                )
+        if c.get("testable", True) and not c.get("rules"):
+            raise validate.ConfigError(f"{where}: rules: a testable claim needs at least one")
+    return claims
+
+
+def cells(cfg: Config) -> int:
+    return len(selected(cfg))
+
+
+def ids_of(only: str) -> tuple[str, ...]:
+    """The claim ids of ``--only`` (empty: all), parsed by the one comma-list parser."""
+    return configs.coerce_list("only", only) if only else ()
+
+
+def selected(cfg: Config) -> list[dict]:
+    claims, only = load(cfg.ledger), ids_of(cfg.only)
+    return [c for c in claims if not only or c["id"] in only]
+
+
+def outcome(rule: str, values: dict, se: dict) -> tuple[str, float, str]:
+    """One rule on the statistic's values and SEs: (``pass`` / ``fail`` / ``inconclusive``, the
+    margin value − threshold in SEs (positive when the rule holds; ±inf when exact), a note).
+
+    Exact (SE 0): the comparison decides.  Otherwise a value within one SE of its threshold is
+    inconclusive (``==`` with an SE can only fail or be inconclusive).  A missing or NaN value or
+    SE is inconclusive, never a pass."""
+    name, op, number = RULE.match(rule).groups()
+    value = values.get(name)
+    target = values.get(number) if number in values else float(number)
+    s = math.hypot(se.get(name, math.nan), se.get(number, math.nan) if number in values else 0.0)
+    if value is None or target is None or math.isnan(float(value)) or math.isnan(float(target)):
+        return "inconclusive", math.nan, f"{name} is not measured (NaN)"
+    value, target = float(value), float(target)
+    if op == "==":  # exact values equal up to rounding (a float statistic never by its last bit)
+        holds = abs(value - target) <= 1e-12 * max(1.0, abs(value), abs(target))
+    else:
+        holds = bool(OPS[op](value, target))
+    if math.isnan(s):
+        return "inconclusive", math.nan, f"{name} has no standard error"
+    d = {">": value - target, ">=": value - target, "<": target - value, "<=": target - value,
+         "==": -abs(value - target)}[op]  # fmt: skip
+    if s == 0:
+        return ("pass" if holds else "fail"), (math.inf if holds else -math.inf), "exact"
+    margin = d / s
+    if abs(d) <= s or (op == "==" and holds):
+        return "inconclusive", margin, "within one SE"
+    return ("pass" if holds else "fail"), margin, ""
+
+
+def check(rule: str, values: dict, se: dict | None = None) -> bool | None:
+    """One rule: True (passes), False (fails), None (inconclusive: NaN, no SE, within one SE).
+    Without ``se`` every value is taken as exact."""
+    se = se if se is not None else dict.fromkeys(values, 0.0)
+    state = outcome(rule, values, se)[0]
+    return {"pass": True, "fail": False}.get(state)
+
+
+def verdict(claim: dict, values: dict | None, se: dict | None = None) -> str:
+    if values is None:
+        return "not run"
+    if not claim.get("testable", True):
+        return "not testable here"
+    results = [check(r, values, se) for r in claim["rules"]]
+    if all(r is True for r in results):
+        return "reproduced"
+    if any(r is False for r in results):
+        return "partly" if any(r is True for r in results) else "not reproduced"
+    return "inconclusive"
+
+
+def margin_text(rule: str, values: dict, se: dict) -> str:
+    """``rule: value (margin)``: the margin in SEs, "exact" for SE 0, the reason when NaN."""
+    state, margin, note = outcome(rule, values, se)
+    name = RULE.match(rule).group(1)
+    value = values.get(name)
+    shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+    if note == "exact":
+        how = "exact, holds" if state == "pass" else "exact, fails"
+    elif math.isnan(margin):
+        how = note
+    else:
+        how = f"{margin:+.1f} SE" + (", inconclusive" if state == "inconclusive" else "")
+    return f"{rule}: {shown} ({how})"
+
+
+def tables_of(cfg: Config, name: str, cache: dict) -> dict:
+    """The saved tables of experiment ``name`` (computed first when missing)."""
+    if name not in cache:
+        exp = experiments.load(cfg.experiment_dir() / f"{name}.toml")
+        quick = cfg.sizes == "quick"
+        folder = Path(exp.config(quick, cfg.results).out)
+        lab = labs.get(exp.lab)
+        if not all((folder / f"{t}.parquet").exists() for t in lab.TABLES):
+            experiments.run(exp, cfg.results, quick=quick)
+        cache[name] = output.read_tables(folder, lab.TABLES)
+    return cache[name]
+
+
+def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
+    """``{"claims": one row per claim}``: values, verdict and the reason in one line."""
+    import json
+
+    import pandas as pd
+
+    cfg.validate()
+    cache: dict = {}
+    rows = []
+    for c in selected(cfg):
+        values, se, detail = measure(cfg, c, cache)
+        v = verdict(c, values, se)
+        rules = c.get("rules", [])
+        failed = [r for r in rules if values and check(r, values, se) is False]
+        unsure = [r for r in rules if values and check(r, values, se) is None]
+        reason = detail + (f"; fails: {', '.join(failed)}" if failed else "")
+        reason += f"; inconclusive: {', '.join(unsure)}" if unsure else ""
+        margins = "; ".join(margin_text(r, values, se) for r in rules) if values else ""
+        if v == "not testable here":
+            reason = c.get("reason", "") + (f" (measured: {detail})" if detail else "")
+        rows.append({"id": c["id"], "paper": PAPERS[c["paper"]], "where": c.get("where", ""),
+                     "claim": c["claim"], "quote": c.get("quote", ""),
+                     "experiment": c["experiment"],
+                     "statistic": c["statistic"], "rules": "; ".join(c.get("rules", [])),
+                     "values": json.dumps(values, default=float),
+                     "se": json.dumps(se, default=float), "margins": margins, "verdict": v,
+                     "reason": reason, "quick": c.get("quick", ""),
+                     "sizes": cfg.sizes})  # fmt: skip
+        if progress is not None:
+            progress.update(1, f"{c['id']}: {v}")
+    return {"claims": pd.DataFrame(rows)}
+
+
+def measure(cfg: Config, claim: dict, cache: dict) -> tuple[dict | None, dict, str]:
+    """The claim's statistic on its experiment's saved tables: (values, SEs, detail); (None, {},
+    why) when the tables lack what it reads (e.g. saved by an older gpolab: rerun it)."""
+    tables = tables_of(cfg, claim["experiment"], cache)
+    try:
+        values = STATISTICS[claim["statistic"]](tables)
+    except (KeyError, IndexError, ValueError, TypeError) as e:
+        return None, {}, (f"the saved tables of {claim['experiment']} lack what this statistic "
+                          f"reads ({type(e).__name__}: {e}); rerun `gpolab figures --only "
+                          f"{claim['experiment']}`")  # fmt: skip
+    detail, se = values.pop("detail", ""), values.pop("se", {})
+    return values, se, detail
+
+
+def figures(tables: dict) -> dict:
+    return {}
+
+
+# ------------------------------------------------------------------ statistics (saved tables)
+# Each returns its values, ``se`` (one SE per ruled quantity: 0 when exact or count-valued) and a
+# one-line ``detail``.
+
+
+def _joint(rows, by=("estimator",)) -> tuple[float, float]:
+    """(joint p, largest |z|) of :func:`gpolab.engine.stats.joint_test`; NaN when no row has exact
+    theory (no test is no pass)."""
+    t = stats.joint_test(rows, by)
+    return (math.nan, math.nan) if t is None else (t["joint_p"], t["max_abs_z"])
+
+
+def oracle_match(t: dict) -> dict:
+    df = t["results"]
+    Gmax = int(df["G"].max())
+    at = df[df["G"] == Gmax].set_index("estimator")
+    ratio, ratio_se = _ratio(at.loc["loo", "mse"], at.loc["loo", "mse_se"],
+                             at.loc["oracle", "mse"], at.loc["oracle", "mse_se"])  # fmt: skip
+    joint, zmax = _joint(df)
+    return {"loo_over_oracle_at_max_G": ratio, "joint_p": joint, "max_abs_z": zmax,
+            "se": {"loo_over_oracle_at_max_G": ratio_se, "joint_p": 0.0, "max_abs_z": 0.0},
+            "detail": f"loo/oracle = {ratio:.3f} ± {ratio_se:.3f} at G = {Gmax}; exact theory vs "
+                      f"Monte Carlo: joint p = {joint:.2g} (Bonferroni over estimators of Σ_G z²; "
+                      f"a p-value is its own test: SE 0), largest |z| {zmax:.2f}; "
+                      f"{int(df['n_seeds'].min()):,} seeds"}  # fmt: skip
+
+
+def arithmetic_ordering(t: dict) -> dict:
+    """Fig. 4's observation 1 over the paper's group sizes (G >= 4): a (policy, G) cell violates
+    "vanilla has the largest MSE" unless vanilla is above both loo and the oracle by 2 SE of the
+    difference (a count: SE 0); and the exact theory's joint test over every cell."""
+    import numpy as np
+
+    df = t["results"]
+    paper = df[df["G"] >= 4]
+    bad, cells = 0, 0
+    for _, sub in paper.groupby(["policy", "G"]):
+        m = sub.set_index("estimator")
+        cells += 1
+        for lo in ("loo", "oracle"):
+            gap = m.loc["vanilla", "mse"] - m.loc[lo, "mse"]
+            bad += gap <= 2 * np.hypot(m.loc["vanilla", "mse_se"], m.loc[lo, "mse_se"])
+    joint, zmax = _joint(df, ("policy", "estimator"))
+    Gs = ", ".join(str(int(g)) for g in sorted(set(paper["G"])))
+    return {"ordering_violations": int(bad), "joint_p": joint,
+            "se": {"ordering_violations": 0.0, "joint_p": 0.0},
+            "detail": f"{int(bad)} of {2 * cells} gaps (policy × G = {Gs} × loo, oracle) where "
+                      f"vanilla's MSE is not above by 2 SE; exact theory (every G) joint p = "
+                      f"{joint:.2g}, largest |z| {zmax:.2f}"}  # fmt: skip
+
+
+def zoo_theory(t: dict) -> dict:
+    df = t["results"]
+    out, parts = {}, []
+    for env, rows in df.groupby("env"):
+        joint, zmax = _joint(rows)
+        out[f"joint_p_{env}"] = joint
+        parts.append(f"{env}: joint p = {joint:.2g}, largest |z| {zmax:.2f} "
+                     f"({int(rows['theory_mse'].notna().sum())} cells)")  # fmt: skip
+    return {**out, "se": dict.fromkeys(out, 0.0), "detail": "; ".join(parts)}
+
+
+_OWN = (oracle_match, arithmetic_ordering, zoo_theory)  # the joint tests against exact theory
+_STATS = ("strength_order", "strength_family", "tree_branching", "mean_baseline",
+          "gain_fades", "group_size_gain", "normalization_direction",
+          "groupsize_argmin", "not_measured", "train_optimum", "chi2_law", "tree_floor",
+          "tree_decay", "curvature_bounds", "stdnorm_gain", "kappa_values",
+          "plan_recovery", "oracle_close", "no_filler_flip", "ustat_identity", "chi2_rate",
+          "chi2_prompt_only", "pool_argmin", "tree_overlap_boundary", "arcsin_direction",
+          "lemma11_ratio", "offpolicy_order")  # fmt: skip
+STATISTICS = {f.__name__: f for f in (*_OWN, *(getattr(claims_stats, n) for n in _STATS))}

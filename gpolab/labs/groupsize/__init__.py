@@ -1,0 +1,24 @@
+"""``gpolab groupsize``: the group-size lab (:mod:`gpolab.labs.groupsize.lab`), fixed θ or
+``--train``; ``--quick`` sizes and the default ``--out`` follow the mode (``Config.MODES``)."""
+
+from __future__ import annotations
+
+from gpolab.runner.commands import lab_command
+
+# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+EXAMPLES = (
+    'gpolab groupsize --quick',
+    'gpolab groupsize --N 256,1024 --seeds 5000',
+    'gpolab groupsize --train --env bandit --quick',
+)
+
+register = lab_command(
+    "groupsize",
+    help="optimal group size G at a fixed budget N = B*G (2603.01162 Thm 7)",
+    description="Fixed theta (default): Monte Carlo MSE of the leave-one-out mini-batch "
+    "gradient over every divisor G of N on the bandit, against the exact fixed-N MSE and its "
+    "minimiser 1 + sqrt(C3/c1) (the paper: sqrt(c3/c1)).  --train: final suboptimality gap of "
+    "SGD with N responses per step over many seeds, per G, N and step schedule, on the bandit "
+    "and the arithmetic surrogate.  Writes results, summary and curve tables (parquet and "
+    "csv), config.toml and groupsize_mse.png / groupsize_train.png to --out.",
+)

@@ -1,0 +1,554 @@
+"""The group-size lab: the best G at a fixed per-step budget N = B·G (theory §4, [U] arXiv
+2603.01162 Thm 7), two checks of the prediction of :mod:`gpolab.theory.groupsize`:
+
+* fixed θ (default) — the Monte Carlo MSE of the loo mini-batch gradient (B = N/G iid prompts,
+  G responses each) over every divisor G ≥ 2 of N, against the exact [c1·G + C2 + C3/(G − 1)]/N;
+* ``train = true`` (``--train``) — SGD (:func:`gpolab.engine.train.ascend`) with N responses per
+step,
+  many seeds, the final suboptimality gap J* − J(θ_n) per G, for each env, N and step schedule.
+
+Both use one sampler, :func:`minibatch_gradient`, over the env contract
+:class:`gpolab.envs.Env` (prompt draws, one response per slot, Σ_i w_i W_i, J) of the registered
+bandit and arithmetic surrogate.  A step always draws N slots: slot i answers prompt
+``draws[i // G]``, so the first B = N/G of N iid prompt draws get one group each.  Shapes depend
+on N only: G, the step size and the schedule are traced, and one compilation per (env, N) serves
+every G.
+Seed i uses ``fold_in(key, i)`` (through :mod:`gpolab.engine`); step t of a run uses
+``fold_in(seed key, t)``.
+
+Every row (one per (N, G), or per (env, N, schedule, G) in training) is one store cell whose key
+holds exactly the settings its numbers depend on; the rows carry the constants c1, C2, C3, so the
+summary (best G per N) and the theory curve are computed from the table alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gpolab import configs, engine, envs, validate
+from gpolab.configs import borrow, option
+from gpolab.engine import train
+from gpolab.envs import Env, arithmetic, bandit
+from gpolab.labs.groupsize import pool as pools
+from gpolab.labs.groupsize.summary import fixed_summary, theory_curve, train_summary
+from gpolab.runner.store import cell_key, resume
+from gpolab.theory import groupsize as theory
+
+NAME = "groupsize"
+TABLES = ("results", "summary", "curve")
+ENVS = ("bandit", "arithmetic")
+SCHEDULES = ("constant", "decay")
+POLICIES = ("base", "instruct", "icl")
+SEEDS = {False: 20_000, True: 256}  # seeds = 0: Monte Carlo seeds (fixed θ) / SGD runs (train)
+TRAIN_OUT = "results/groupsize-train"  # the --train output folder unless one is given
+FIXED = {"train": (False,)}
+TRAIN = {"train": (True,)}
+ON_BANDIT = {"env": ("bandit", "both")}  # the fixed-θ check always runs on the bandit
+ON_BANDIT_TRAIN = {"train": (True,), "env": ("bandit", "both")}
+ON_ARITH_TRAIN = {"train": (True,), "env": ("arithmetic", "both")}
+BANDIT_FIELDS = ("kind", "prompts", "actions", "logit_scale", "success_a", "success_b")
+ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
+
+
+MAX_POOL = 1 << 20  # prompts in a finite pool (--pool): every seed permutes all of them
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Both checks; ``train`` picks one, and a setting of the other is an error."""
+
+    LAB: ClassVar[str] = NAME
+    QUICK: ClassVar[dict] = {"seeds": 2000}  # --quick of the fixed-θ check (under a minute)
+    MODES: ClassVar[dict] = {
+        ("train", True): {
+            "defaults": {"out": TRAIN_OUT},
+            "quick": {  # --quick with --train (under a minute on 2 CPU cores)
+                "seeds": 64,
+                "bandit_N": (64,),
+                "bandit_steps": 60,
+                "arithmetic_N": (16,),
+                "arithmetic_steps": 20,
+                "questions": 100,
+                "truth_samples": 32,
+            },
+        }
+    }
+
+    train: bool = option(False, "run the SGD training check (default: the fixed-theta MSE check)")
+    N: tuple[int, ...] = option((256, 1024, 4096), "comma list of per-step budgets N = B*G "
+                                "(every divisor G >= 2 is measured)", when=FIXED)  # fmt: skip
+    seeds: int = option(0, "Monte Carlo seeds per cell (fixed theta; 0: 20,000) or SGD runs per "
+                        "cell (--train; 0: 256)")  # fmt: skip
+    chunk: int = option(0, "seeds per compiled chunk (0: sized to the CPU cache; results do not "
+                        "depend on it)", when=FIXED, key=False)  # fmt: skip
+    seed: int = option(0, "master PRNG seed; seed i uses fold_in(key, i)")
+    pool: int = option(0, "finite prompt pool: P prompts drawn once from f, a step takes B = N/G "
+                       "of them without replacement, reshuffled every epoch (0: iid prompts from "
+                       "f every step)")  # fmt: skip
+    env: str = option("both", "bandit, arithmetic or both", when=TRAIN)
+    schedules: tuple[str, ...] = option(
+        SCHEDULES, "comma list of constant, decay (eta_t = eta0 / (1 + t/tau))", when=TRAIN
+    )
+    bandit_N: tuple[int, ...] = option((64, 256), "comma list of budgets N per step",
+                                       when=ON_BANDIT_TRAIN)  # fmt: skip
+    bandit_steps: int = option(100, "SGD steps", when=ON_BANDIT_TRAIN)
+    bandit_eta_constant: float = option(32.0, "constant step size", when=ON_BANDIT_TRAIN)
+    bandit_eta_decay: float = option(64.0, "eta0 of the decaying schedule", when=ON_BANDIT_TRAIN)
+    bandit_tau: float = option(20.0, "tau of the decaying schedule", when=ON_BANDIT_TRAIN)
+    arithmetic_N: tuple[int, ...] = option((32, 128), "comma list of budgets N per step",
+                                           when=ON_ARITH_TRAIN)  # fmt: skip
+    arithmetic_steps: int = option(50, "SGD steps", when=ON_ARITH_TRAIN)
+    arithmetic_eta_constant: float = option(0.5, "constant step size", when=ON_ARITH_TRAIN)
+    arithmetic_eta_decay: float = option(2.0, "eta0 of the decaying schedule", when=ON_ARITH_TRAIN)
+    arithmetic_tau: float = option(10.0, "tau of the decaying schedule", when=ON_ARITH_TRAIN)
+    questions: int = borrow(arithmetic.Instance, "questions", when=ON_ARITH_TRAIN,
+                            prefix="arithmetic (bare, no filler): ")  # fmt: skip
+    hidden: int = borrow(arithmetic.Instance, "hidden", when=ON_ARITH_TRAIN)
+    policy: str = option("base", "starting policy base, instruct or icl", when=ON_ARITH_TRAIN)
+    truth_samples: int = borrow(arithmetic.Instance, "truth_samples", when=ON_ARITH_TRAIN)
+    instance_seed: int = borrow(bandit.Instance, "instance_seed")
+    kind: str = borrow(bandit.Instance, "kind", when=ON_BANDIT, prefix="bandit: ")
+    prompts: int = borrow(bandit.Instance, "prompts", when=ON_BANDIT, prefix="bandit: ")
+    actions: int = borrow(bandit.Instance, "actions", when=ON_BANDIT, prefix="bandit: ")
+    logit_scale: float = borrow(bandit.Instance, "logit_scale", when=ON_BANDIT, prefix="bandit: ")
+    success_a: float = borrow(bandit.Instance, "success_a", when=ON_BANDIT, prefix="bandit: ")
+    success_b: float = borrow(bandit.Instance, "success_b", when=ON_BANDIT, prefix="bandit: ")
+    out: str = option("results/groupsize", f"output folder (--train: {TRAIN_OUT})", key=False)
+
+    def replace(self, **changes) -> Config:
+        return configs.replace(self, **changes)
+
+    @property
+    def n_seeds(self) -> int:
+        """The seeds (fixed θ) or SGD runs (train) per cell: ``seeds``, or the mode's default."""
+        return self.seeds or SEEDS[self.train]
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        return ENVS if self.env == "both" else (self.env,)
+
+    def validate(self) -> None:
+        """Plain-Python checks before anything is traced."""
+        validate.integer("seed", self.seed, 0)
+        validate.integer("instance_seed", self.instance_seed, 0)
+        validate.integer("pool", self.pool, 0)
+        validate.at_most("pool", self.pool, MAX_POOL, "each seed permutes the whole pool; a "
+                         "larger pool's factor (P - B)/(P - 1) is within 0.1% of iid prompts' "
+                         "(pool = 0) for B <= 1,024 prompts per step")  # fmt: skip
+        if self.seeds != 0:
+            validate.seeds("seeds", self.seeds, 2)
+        if "bandit" in self.envs or not self.train:
+            bandit_instance(self).validate()
+        if not self.train:
+            validate.integers("N", self.N, 2)
+            for N in self.N:
+                theory.check_budget(N)
+            validate.integer("chunk", self.chunk, 0)
+            return
+        validate.choice("env", self.env, (*ENVS, "both"))
+        if not self.schedules:
+            raise validate.ConfigError(
+                f"schedules: got an empty list; allowed: {', '.join(SCHEDULES)}"
+            )
+        for s in self.schedules:
+            validate.choice("schedules", s, SCHEDULES)
+        for env in self.envs:
+            validate.integers(f"{env}_N", getattr(self, f"{env}_N"), 4)
+            for N in getattr(self, f"{env}_N"):
+                theory.check_budget(N, field=f"{env}_N")
+            validate.integer(f"{env}_steps", getattr(self, f"{env}_steps"), 1)
+            for name in (f"{env}_eta_constant", f"{env}_eta_decay", f"{env}_tau"):
+                validate.real(name, getattr(self, name), low=0.0, open_low=True)
+        if "arithmetic" in self.envs:
+            validate.integer("questions", self.questions, 1)
+            validate.integer("hidden", self.hidden, 1)
+            validate.choice("policy", self.policy, POLICIES)
+            validate.integer("truth_samples", self.truth_samples, 2)
+
+
+# ---------------------------------------------------------------- one mini-batch gradient
+
+
+def loo_advantages_slots(rewards: jax.Array, G) -> jax.Array:
+    """Leave-one-out advantages of N slots grouped as ``i // G`` (G may be traced):
+
+        A_i = Z_i − (Σ_{k in group(i), k ≠ i} Z_k) / (G − 1)      [2603.01162, eq. 4]
+
+    the same numbers as :func:`gpolab.estimators.loo_advantages` on ``rewards.reshape(-1, G)``.
+    """
+    n = rewards.shape[0]
+    group = jnp.arange(n) // G
+    sums = jax.ops.segment_sum(rewards, group, num_segments=n)[group]
+    return rewards - (sums - rewards) / (G - 1)
+
+
+def minibatch_gradient(env: Env, key: jax.Array, params, theta: jax.Array, N: int, G,
+                       pool: pools.PoolDraw | None = None):  # fmt: skip
+    """ĝ = (1/B) Σ_b (1/G) Σ_g A_bg W_bg with B = N/G iid prompts (or, with ``pool``, B distinct
+    prompts of the pool, :func:`~gpolab.labs.groupsize.pool.epoch_draws`) and loo advantages.
+
+    N is static (it sets the shapes); G is a traced integer dividing N.  Returns (ĝ (D,),
+    rewards (N,)).
+    """
+    k_prompts, k_responses = jax.random.split(key)
+    if pool is None:
+        draws = env.sample_prompts(k_prompts, params, N)
+    else:
+        draws = pools.epoch_draws(pool, N, G)
+    prompts = draws[jnp.arange(N) // G]  # slot i answers the (i // G)-th draw; B = N/G used
+    responses, rewards = env.sample(k_responses, params, theta, prompts, 1)
+    adv = loo_advantages_slots(rewards[:, 0], G)
+    return env.gradient(params, theta, prompts, responses, (adv / N)[:, None]), rewards[:, 0]
+
+
+# ---------------------------------------------------------------- fixed-θ Monte Carlo
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedCell:
+    env: Env
+    N: int
+
+
+def fixed_error(cell: FixedCell, key: jax.Array, args) -> dict:
+    """Per-seed error of the mini-batch loo gradient.  ``args = (params, theta, g, G)``, or with
+    a pool ``(params, theta, g, G, (pool, ḡ_pool))``: then also the error against ḡ_pool."""
+    params, theta, g, G, *pool = args
+    draw = pools.pool_draw(pool[0][0], key, 0) if pool else None
+    ghat, _ = minibatch_gradient(cell.env, key, params, theta, cell.N, G, draw)
+    err = ghat - g
+    out = {"err": err, "sq": jnp.sum(err**2)}
+    if pool:
+        out.update(err_pool=ghat - pool[0][1], sq_pool=jnp.sum((ghat - pool[0][1]) ** 2))
+    return out
+
+
+def fixed_row(cfg: Config, setup: Callable, key: jax.Array, N: int, G: int) -> dict:
+    """One (N, G) cell: Monte Carlo MSE with a 95% CI next to the exact value."""
+    ctx = setup("bandit")
+    args = (ctx.params, ctx.theta0, ctx.truth.g, jnp.int32(G))
+    if cfg.pool:
+        ps = setup(("bandit", cfg.pool))
+        args = (*args, (ps.pool, ps.g))
+    m = engine.run(fixed_error, FixedCell(ctx.env, N), args, key, cfg.n_seeds, cfg.chunk)
+    s = engine.error_stats(m)
+    extra = {}
+    if cfg.pool:
+        pool_stats = engine.error_stats(m, "err_pool", "sq_pool")
+        extra = pools.fixed_columns(ps, pool_stats, N, G, cfg.pool)
+    return {
+        "env": "bandit",
+        "N": N,
+        "G": G,
+        "B": N // G,
+        "n_seeds": m.n,
+        "mse": s.mse,
+        "mse_se": s.mse_se,
+        "mse_ci_low": s.mse_ci_low,
+        "mse_ci_high": s.mse_ci_high,
+        "bias_sq": s.bias_sq,
+        "theory_mse": theory.fixed_n_mse(ctx.constants, N, G),
+        **dataclasses.asdict(ctx.constants),
+        **extra,
+    }
+
+
+# ---------------------------------------------------------------- training
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainCell:
+    env: Env
+    N: int
+    steps: int
+
+
+def sgd_direction(env: Env, params, N: int, G, key: jax.Array, theta: jax.Array, t, *,
+                  pool=None, seed_key=None):  # fmt: skip
+    """:func:`gpolab.engine.train.ascend`'s direction: the mini-batch loo gradient ĝ_t (no aux);
+    with
+    ``pool`` (prompt ids) step t's batch comes from the pool (permutations of ``seed_key``)."""
+    draw = pools.pool_draw(pool, seed_key, t)
+    return minibatch_gradient(env, key, params, theta, N, G, draw)[0], None
+
+
+def decaying_step(eta0, tau, t, aux):
+    """η_t = η0 / (1 + t/τ) (τ = ∞: the constant η0)."""
+    return eta0 / (1.0 + t / tau)
+
+
+def train_run(cell: TrainCell, key: jax.Array, args) -> dict:
+    """One SGD run: θ ← θ + η_t ĝ_t, η_t = η0 / (1 + t/τ) (τ = ∞: constant), step t drawing with
+    ``fold_in(key, t)``.
+
+    ``args = (params, theta0, G, eta0, tau, j_star)``, or with a pool ``(..., (pool, pool
+    params, J*_pool))``; returns the final gap J* − J(θ_n), J(θ_n) and with a pool the gap on it.
+    """
+    params, theta0, G, eta0, tau, j_star, *pool = args
+    pool_ids = pool[0][0] if pool else None
+    theta, _, _ = train.ascend(
+        functools.partial(sgd_direction, cell.env, params, cell.N, G, pool=pool_ids, seed_key=key),
+        theta0,
+        key,
+        jnp.arange(cell.steps),
+        lr=functools.partial(decaying_step, eta0, tau),
+    )
+    value = cell.env.value(params, theta)
+    out = {"gap": j_star - value, "value": value}
+    if pool:
+        out["gap_pool"] = pool[0][2] - cell.env.value(pool[0][1], theta)
+    return out
+
+
+def make_instance(cfg: Config, name: str):
+    """The instance (:class:`gpolab.envs.Env` params) of env ``name``: the bandit, or the
+    questions and the pre-trained policy of the arithmetic surrogate."""
+    if name == "bandit":
+        return bandit.make(bandit_instance(cfg))
+    questions = arithmetic.make_questions(cfg.instance_seed, cfg.questions)
+    policy = arithmetic.pretrain(
+        questions,
+        seed=cfg.instance_seed,
+        hidden=cfg.hidden,
+        targets={cfg.policy: arithmetic.POLICIES[cfg.policy]},
+    )[cfg.policy]
+    truth_key = jax.random.fold_in(jax.random.key(cfg.instance_seed), 1)
+    return arithmetic.ArithmeticInstance(policy, questions, truth_key, cfg.truth_samples)
+
+
+def bandit_instance(cfg: Config) -> bandit.Instance:
+    """The bandit of ``cfg`` (its settings, as in ``gpolab sweep``)."""
+    return bandit.Instance(instance_seed=cfg.instance_seed,
+                           **{f: getattr(cfg, f) for f in BANDIT_FIELDS})  # fmt: skip
+
+
+class Setup(NamedTuple):
+    """One env of a run, built once: the env, its instance, θ0, J*, J(θ0), the exact truth at θ0
+    and the constants c1, C2, C3 of the prediction."""
+
+    env: Env
+    params: object
+    theta0: jax.Array
+    j_star: float
+    j0: float
+    truth: object
+    constants: theory.Constants
+
+
+def make_setup(cfg: Config, name: str) -> Setup:
+    """The :class:`Setup` of env ``name`` (the registered env and :func:`make_instance`)."""
+    env = envs.get(name)
+    params = make_instance(cfg, name)
+    theta0 = env.init(params)
+    truth = jax.jit(env.exact)(params, theta0)
+    j0 = float(env.value(params, theta0))
+    return Setup(env, params, theta0, env.optimum(params), j0, truth, theory.constants(truth))
+
+
+def schedule_tau(schedule: str, tau: float) -> float:
+    return math.inf if schedule == "constant" else tau
+
+
+def train_gaps(env: Env, params, theta0, j_star: float, N: int, G: int, steps: int, eta: float,
+               tau: float, key: jax.Array, seeds: int, pool=None):  # fmt: skip
+    """Final gaps (seeds,) of ``seeds`` SGD runs: jit(vmap over seeds)(lax.scan over steps);
+    with ``pool`` (a :class:`~gpolab.labs.groupsize.pool.PoolSetup`) (gaps, gaps on the pool)."""
+    f = jnp.result_type(float)
+    args = (
+        params,
+        theta0,
+        jnp.int32(G),
+        jnp.asarray(eta, f),
+        jnp.asarray(tau, f),
+        jnp.asarray(j_star, f),
+    )
+    if pool is not None:
+        args = (*args, (pool.pool, pool.params, jnp.asarray(pool.j_star, f)))
+    out = engine.per_seed(train_run, TrainCell(env, N, steps), key, args, np.arange(seeds))
+    gaps = np.asarray(out["gap"], dtype=np.float64)
+    return gaps if pool is None else (gaps, np.asarray(out["gap_pool"], dtype=np.float64))
+
+
+def train_setting(cfg: Config, env: str, schedule: str) -> dict:
+    """The SGD settings of one (env, schedule): steps, η0 and τ (∞ for the constant step)."""
+    return {
+        "steps": getattr(cfg, f"{env}_steps"),
+        "eta0": getattr(cfg, f"{env}_eta_{schedule}"),
+        "tau": schedule_tau(schedule, getattr(cfg, f"{env}_tau")),
+    }
+
+
+def train_row(cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, schedule: str,
+              G: int) -> dict:  # fmt: skip
+    """One (env, N, schedule, G) cell: the final gap over seeds (mean, 95% CI, quartiles)."""
+    ctx = setup(env)
+    sgd = train_setting(cfg, env, schedule)
+    ps = setup((env, cfg.pool)) if cfg.pool else None
+    gaps = train_gaps(ctx.env, ctx.params, ctx.theta0, ctx.j_star, N, G, sgd["steps"],
+                      sgd["eta0"], sgd["tau"], key, cfg.n_seeds, ps)  # fmt: skip
+    if ps is not None:
+        gaps, gaps_pool = gaps
+        extra = pools.train_columns(ps, gaps_pool, N, G, cfg.pool, sgd["steps"])
+    mean, se = float(gaps.mean()), float(gaps.std(ddof=1) / np.sqrt(gaps.size))
+    q25, q50, q75 = np.quantile(gaps, [0.25, 0.5, 0.75])
+    return {
+        "env": env,
+        "N": N,
+        "schedule": schedule,
+        "G": G,
+        "B": N // G,
+        **sgd,
+        "n_seeds": int(gaps.size),
+        "gap": mean,
+        "gap_se": se,
+        "gap_ci_low": mean - engine.Z95 * se,
+        "gap_ci_high": mean + engine.Z95 * se,
+        "gap_q25": float(q25),
+        "gap_median": float(q50),
+        "gap_q75": float(q75),
+        "gap0": ctx.j_star - ctx.j0,
+        "theory_mse": theory.fixed_n_mse(ctx.constants, N, G),
+        **dataclasses.asdict(ctx.constants),
+        **(extra if ps is not None else {}),
+    }
+
+
+# ---------------------------------------------------------------- cells and the lab protocol
+
+
+def row_ids(cfg: Config) -> list[dict]:
+    """One id per table row, in table order: (N, G), or (env, N, schedule, G) in training."""
+    if not cfg.train:
+        return [{"N": N, "G": G} for N in cfg.N for G in pools.row_ids(N, cfg.pool)]
+    return [
+        {"env": env, "N": N, "schedule": s, "G": G}
+        for env in cfg.envs
+        for N in getattr(cfg, f"{env}_N")
+        for s in cfg.schedules
+        for G in pools.row_ids(N, cfg.pool)
+    ]
+
+
+def row_settings(cfg: Config, rid: dict) -> dict:
+    """Every setting the numbers of row ``rid`` depend on besides its id: the seeds actually
+    run, the PRNG seed, the instance of its env and, in training, its steps, η0 and τ."""
+    env = rid.get("env", "bandit")
+    fields = BANDIT_FIELDS if env == "bandit" else ARITH_FIELDS
+    settings = {
+        "train": cfg.train,
+        "seeds": cfg.n_seeds,
+        "seed": cfg.seed,
+        "instance_seed": cfg.instance_seed,
+        **{f: getattr(cfg, f) for f in fields},
+    }
+    if cfg.train:
+        settings.update(train_setting(cfg, env, rid["schedule"]))
+    if cfg.pool:  # absent without a pool: those keys stay as they were
+        settings["pool"] = cfg.pool
+    return settings
+
+
+def cell_keys(cfg: Config) -> list[str]:
+    """Store key of every row: its id and :func:`row_settings` (not the other grid values, the
+    other env's settings, the output folder or the chunk size)."""
+    return [cell_key(NAME, settings=row_settings(cfg, rid), row=rid) for rid in row_ids(cfg)]
+
+
+def cells(cfg: Config) -> int:
+    return len(row_ids(cfg))
+
+
+def _setup(cfg: Config) -> Callable:
+    """``setup(env) -> Setup`` and ``setup((env, P)) -> PoolSetup``, built once each and only
+    when a cell is computed."""
+
+    @functools.cache
+    def setup(name):
+        if isinstance(name, str):
+            return make_setup(cfg, name)
+        ctx = setup(name[0])
+        return pools.make_pool_setup(ctx.env, ctx.params, ctx.theta0, ctx.truth.g, name[1],
+                                     cfg.instance_seed)  # fmt: skip
+
+    return setup
+
+
+def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
+    """``{"results": one row per cell, "summary": best G per N (per env, N, schedule in
+    training) next to the prediction, "curve": the exact MSE over continuous G (fixed θ)}``;
+    resumable per cell through ``store``.  The env (bandit instance, pre-trained arithmetic
+    policy) is built only if a cell is missing."""
+    cfg.validate()
+    key = jax.random.key(cfg.seed) if key is None else key
+    ids = row_ids(cfg)
+    setup = _setup(cfg)
+    compute_row = train_row if cfg.train else fixed_row
+
+    def compute(i: int) -> list[dict]:
+        start = time.perf_counter()
+        row = compute_row(cfg, setup, key, **ids[i])
+        settings = {k: v for k, v in row_settings(cfg, ids[i]).items() if k != "seeds"}
+        return [{**row, **settings, "seconds": time.perf_counter() - start}]
+
+    df = resume(
+        store,
+        cell_keys(cfg),
+        compute,
+        config_hash=pools.config_hash(cfg),  # no output folder or chunk (or pool = 0)
+        on_skip=None if progress is None else progress.skip,
+        on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
+    )
+    summary = train_summary(df) if cfg.train else fixed_summary(df)
+    return {"results": df, "summary": summary, "curve": theory_curve(df, cfg.train)}
+
+
+def label(row: dict) -> str:
+    if "gap" in row:
+        return f"{row['env']} N={row['N']} {row['schedule']} G={row['G']}: gap={row['gap']:.4g}"
+    return f"N={row['N']} G={row['G']}: mse={row['mse']:.4g} (exact {row['theory_mse']:.4g})"
+
+
+# ---------------------------------------------------------------- report and figures
+
+COLUMNS = {
+    False: ["N", "G", "B", "mse", "mse_ci_low", "mse_ci_high", "theory_mse", "seconds"],
+    True: ["env", "N", "schedule", "G", "gap", "gap_ci_low", "gap_ci_high", "gap_median",
+           "theory_mse", "seconds"],
+}  # fmt: skip
+
+
+def report(cfg: Config, tables: dict) -> str:
+    from gpolab.runner.labs import table_text
+
+    return table_text(tables["results"], COLUMNS[cfg.train])
+
+
+def notes(cfg: Config, tables: dict) -> str:
+    """Per N (and env, schedule): the empirical best G against the prediction."""
+    lines = []
+    for s in tables["summary"].to_dict(orient="records"):
+        where = f"{s['env']} N={s['N']} {s['schedule']}" if cfg.train else f"N={s['N']}"
+        lines.append(
+            f"{where}: empirical best G {s['empirical_best_G']} (tied within CI: {s['tied_G']}); "
+            f"predicted best divisor {s['predicted_best_G']}, G* = 1 + sqrt(C3/c1) = "
+            f"{s['g_star_exact']:.3f} ± {s['g_star_se']:.3f}, paper sqrt(c3/c1) = "
+            f"{s['g_star_paper']:.3f}"
+        )
+    return "\n".join(lines)
+
+
+def figures(tables: dict) -> dict:
+    """MSE vs G at fixed N (fixed θ) or the final gap vs G (training)."""
+    from gpolab.labs.groupsize import plots
+
+    if "gap" in tables["results"]:
+        return {"groupsize_train.png": plots.train_figure}
+    return {"groupsize_mse.png": plots.fixed_figure}

@@ -1,0 +1,24 @@
+"""``gpolab offpolicy``: the off-policy lab (:mod:`gpolab.labs.offpolicy.lab`), the practical GRPO
+update (minibatch reuse, importance ratios, clipping, KL penalties, stale rollouts) against the
+exact gradient."""
+
+from __future__ import annotations
+
+from gpolab.runner.commands import lab_command
+
+# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+EXAMPLES = (
+    'gpolab offpolicy --quick',
+    'gpolab offpolicy --ratio token,sis --clip none,ppo,dual --eta 1,2,4 --m 1,4,16',
+    'gpolab offpolicy --kl k1,k2,k3 --kappa 0.1 --ratio token --clip none --quick',
+)
+
+register = lab_command(
+    "offpolicy",
+    help="off-policy updates: minibatch reuse, ratio rules, clipping, KL, staleness",
+    description="Rollouts drawn at theta_old, updated m times (Algorithm 2 of arXiv 2603.01162) "
+    "or k policy versions late, with each ratio rule (none, token, sequence/GSPO, sis, cispo), "
+    "clip mode and KL estimator: bias^2, variance, MSE, cos and snr of every update against the "
+    "exact gradient at the theta where it is applied.  Writes the results, updates, scaling and "
+    "safe_reuse tables, config.toml and figures to --out.",
+)

@@ -1,0 +1,324 @@
+"""The ``gpolab plan`` report: the markdown text and the JSON summary of its tables
+(:mod:`gpolab.labs.plan.lab`; its ``report`` and ``summary_json`` are these).  ``cfg`` is the
+lab's ``Config``."""
+
+from __future__ import annotations
+
+import math
+
+from gpolab.runner.labs import json_value, table_text
+
+POOLED = "all"  # the window of the whole log
+MAX_G = 256  # the curve's grid is 2..MAX_G; larger G: kappa's exact cost grows as G^2
+
+
+def report_sizes(cfg, G: int) -> list[int]:
+    """The G of the kappa table and the report: ``cfg.G`` and the log's G, within the curve's
+    grid (a log whose G is above MAX_G is reported up to MAX_G)."""
+    return sorted(g for g in {*cfg.G, int(G)} if g <= MAX_G)
+
+
+def pooled(tables: dict) -> dict:
+    s = tables["summary"]
+    return _clean(s[s["window"] == POOLED].iloc[0].to_dict())
+
+
+def _clean(d: dict) -> dict:
+    return {k: json_value(v) for k, v in d.items()}
+
+
+def summary_json(cfg, tables: dict) -> dict:
+    """The whole log as one JSON object (pooled), per-window detail nested under ``windows``."""
+    p = pooled(tables)
+    curve = tables["curve"]
+    at = curve[(curve["window"] == POOLED) & curve["G"].isin(report_sizes(cfg, p["G"]))]
+
+    def by_G(col):
+        return {str(int(g)): json_value(v) for g, v in zip(at["G"], at[col], strict=True)}
+
+    kappa = {}
+    for rec in tables["kappa"].to_dict(orient="records"):
+        kappa.setdefault(rec["estimator"], {})[str(int(rec["G"]))] = json_value(rec["kappa_mean"])
+    s = tables["summary"]
+    return {
+        "format": p["format"], "reward": p["reward"], "rewards": p["rewards"],
+        "steps": p["steps"], "prompts": p["prompts"], "groups": p["groups"], "G": p["G"],
+        "a": p.get("a"), "b": p.get("b"), "a_se": p.get("a_se"), "b_se": p.get("b_se"),
+        "logged_degenerate_frac": p.get("logged_measured"),
+        "logged_degenerate_predicted": p.get("logged_predicted"),
+        "logged_degenerate_z": p.get("logged_z"),
+        "predicted_degenerate_frac": by_G("predicted"),
+        "dapo_draws_per_kept_group": by_G("dapo_draws"),
+        "G_needed": p.get("G_needed"), "G_needed_text": need_text(p), "target": p["target"],
+        "G_needed_min": p.get("G_needed_min"), "fit_reason": p.get("fit_reason"),
+        "se_method": p.get("se_method"), "logged_degenerate_se": p.get("logged_measured_se"),
+        "kappa": kappa,
+        "gstar": p.get("gstar"), "gstar_lo": p.get("gstar_lo"), "gstar_hi": p.get("gstar_hi"),
+        "gstar_reason": p.get("gstar_reason"),
+        "notes": p.get("notes") or "",
+        "windows": [_clean(r) for r in s[s["window"] != POOLED].to_dict(orient="records")],
+    }  # fmt: skip
+
+
+def report(cfg, tables: dict) -> str:
+    """The markdown report."""
+    p = pooled(tables)
+    lines = [
+        f"# gpolab plan: {p.get('log_path') or cfg.log}",
+        "",
+        f"{p['format']} log, reward = {p['reward']}; {p['steps']} steps, {p['groups']:,} "
+        f"groups ({p['prompts']:,} distinct prompts), G = {p['G']}"
+        + (f" (sizes {p['G_min']}..{p['G_max']})" if p["G_min"] != p["G_max"] else ""),
+    ]
+    if p.get("notes"):
+        lines.append(f"notes: {p['notes']}")
+    if p.get("trainer"):
+        lines.append(p["trainer"])
+    lines += [
+        "",
+        "## Recommendation",
+        recommendation(p),
+        "",
+        *_difficulty_text(p),
+        "",
+        *_curve_text(cfg, tables, p),
+        "",
+        *_kappa_text(tables, p["G"]),
+        "",
+        "## G* (the MSE-optimal group size)",
+        _gstar_text(p),
+    ]
+    s = tables["summary"]
+    if (s["window"] != POOLED).any():
+        cols = ["window", "groups", "G", "a", "b", "mean_p", "logged_measured",
+                "logged_predicted", "logged_z", "G_needed"]  # fmt: skip
+        lines += ["", "## Per window", "```", table_text(s, cols), "```"]
+    return "\n".join(lines)
+
+
+def _difficulty_text(p: dict) -> list[str]:
+    if p["rewards"] != "binary":
+        se = p.get("logged_measured_se")
+        return [
+            "## Difficulty",
+            f"graded rewards ({p.get('model')}); mean reward "
+            f"{p['mean_reward']:.3g}; zero-std groups in the log: {p['logged_measured']:.3g}"
+            + (f" ± {se:.2g}" if se is not None else ""),
+            _se_text(p),
+            "(pass/fail rewards logged with other values: --success-threshold T binarizes them)",
+        ]
+    head = f"rewards {p['low']:g}/{p['high']:g}; success rate {p['success_rate']:.3g}"
+    if not _finite(p.get("a")):  # all-pass or all-fail: p-hat at the boundary, no fit
+        n, passed = p["responses"], p["mean_p"] == 1
+        bound = (f"at least {p['mean_p_lo']:.4g} (no failure in {n:,} responses: "
+                 f"0.05^(1/{n}))" if passed else f"at most {p['mean_p_hi']:.4g} (no success in "
+                 f"{n:,} responses: 1 - 0.05^(1/{n}))")  # fmt: skip
+        return [
+            "## Difficulty (no beta-binomial fit)",
+            f"{head}; {p['fit_reason']}",
+            f"mean success rate {bound} at 95% (gpolab's bound, valid however difficulty "
+            "varies across prompts)",
+            f"degenerate groups in the log: {p['logged_measured']:.4g} (every group all-equal)",
+        ]
+    no_se = p.get("se_method") or "no standard error"
+    return [
+        "## Difficulty (beta-binomial fit of per-prompt success rates)",
+        *([f"note: {p['fit_reason']}"] if p.get("fit_reason") else []),
+        f"{head}; p ~ Beta(a = {p['a']:.3g} ± {_num(p['a_se'], '.2g', no_se)}, "
+        f"b = {p['b']:.3g} ± {_num(p['b_se'], '.2g', no_se)}), "
+        f"mean {p['mean_p']:.3g}, 10/50/90%: {p['p10']:.3g} / {p['p50']:.3g} / {p['p90']:.3g}",
+        f"degenerate groups in the log: {p['logged_measured']:.4g} ± {p['logged_measured_se']:.2g}"
+        f", predicted by the fit at the logged sizes {p['logged_predicted']:.4g} ± "
+        f"{p['logged_predicted_se']:.2g} (z = {p['logged_z']:.2f}; maximum likelihood nearly "
+        "reproduces this fraction even when the model is wrong, so it checks little)",
+        _fit_check_text(p),
+        _se_text(p),
+    ]
+
+
+def _se_text(p: dict) -> str:
+    """How the standard errors and intervals treat prompts seen in more than one group."""
+    method = p.get("se_method")
+    if method is None:
+        return ("standard errors: cluster-robust by prompt for the zero-std fraction (no model "
+                "fit for these rewards)")  # fmt: skip
+    if method.startswith("cluster"):
+        return (f"standard errors and intervals: {method}: a prompt drawn at several steps keeps "
+                "its difficulty, so its groups are not independent (sandwich covariance "
+                "clustered by prompt)")  # fmt: skip
+    return f"standard errors and intervals: {method}"
+
+
+def _fit_check_text(p: dict) -> str:
+    """The goodness of fit of the whole count histogram: the real check of the Beta model.
+    The test: Pearson's chi-square of the groups' success counts against the beta-binomial
+    (:func:`gpolab.theory.difficulty.count_check`); read at the conventional 5% level."""
+    if p.get("fit_p") is None:
+        return ("goodness-of-fit test of the beta-binomial model: n/a (too few count cells for "
+                "a chi-square test)")  # fmt: skip
+    q = p["fit_p"]
+    if q >= 0.05:
+        verdict = ("not rejected at the conventional 5% level (the log is consistent with the "
+                   "model; that does not prove the model right)")  # fmt: skip
+    elif q >= 1e-3:
+        verdict = ("rejected at the conventional 5% level (not at 0.1%): the model misses some "
+                   "of the log's shape; read the curves below as an approximation")  # fmt: skip
+    else:
+        verdict = ("rejected at the 0.1% level: the Beta model MISSES the log (e.g. a mass of "
+                   "impossible or trivial prompts): the curves below are a smooth "
+                   "approximation, read them with care")  # fmt: skip
+    caveat = ("; it counts every group as independent, so with prompts repeated across steps "
+              "its p is too small" if str(p.get("se_method", "")).startswith("cluster")
+              else "")  # fmt: skip
+    return (
+        f"goodness-of-fit test of the beta-binomial model (Pearson chi-square of the groups' "
+        f"success counts): X2 = {p['fit_chi2']:.1f} on {p['fit_df']} df, p = {q:.2g}; "
+        f"{verdict}{caveat}"
+    )
+
+
+def _curve_text(cfg, tables: dict, p: dict) -> list[str]:
+    curve = tables["curve"]
+    at = curve[(curve["window"] == POOLED) & curve["G"].isin(report_sizes(cfg, p["G"]))]
+    how = ("(estimated from the log's own groups)" if _empirical(p) else
+           "(exact under the fit)" if p["rewards"] != "binary" or _finite(p.get("a")) else
+           "(no fit: lo is a 95% lower bound, hi = 1)")  # fmt: skip
+    return ["## Degenerate groups and DAPO cost by G " + how,
+            f"{need_text(p)}; split table at N = {p['budget']} responses per step (B = N/G "
+            "prompts" + _split_note(at, p["budget"]) + ")" + power_text(curve, p),
+            "```", table_text(at, ["G", "predicted", "lo", "hi", "dapo_draws", "B",
+                                   "informative_groups"]), "```"]  # fmt: skip
+
+
+def _split_note(at, budget: int) -> str:
+    """Why B and informative_groups are n/a where they are: G does not divide N."""
+    off = [int(g) for g in at["G"] if budget % int(g)]
+    if not off:
+        return ""
+    return (
+        f"; B and informative_groups are n/a where G does not divide N = {budget}: "
+        f"G = {', '.join(map(str, off))}"
+    )
+
+
+def power_text(curve, p: dict) -> str:
+    """When the fit's 95% band leaves the headline G open (the smallest G whose upper band is
+    under the target is more than twice the smallest whose lower band is, or none is), say so:
+    the range of G the log allows and about how many groups would pin it (the band's width at
+    the headline G falls like 1/√groups; asking for a half-width of half the target; gpolab's
+    rule of thumb).  Else nothing."""
+    c = curve[curve["window"] == POOLED].sort_values("G")
+    t, need = p["target"], p.get("G_needed")
+    if c.empty or need is None or not {"lo", "hi"} <= set(c):
+        return ""
+    low = c.loc[c["lo"] <= t, "G"]
+    high = c.loc[c["hi"] <= t, "G"]
+    g_lo = int(low.iloc[0]) if len(low) else None
+    g_hi = int(high.iloc[0]) if len(high) else None
+    if g_lo is None or (g_hi is not None and g_hi <= 2 * g_lo):
+        return ""
+    row = c[c["G"] == need]
+    width = float(row["hi"].iloc[0] - row["lo"].iloc[0]) if len(row) else math.nan
+    more = (f"; about {math.ceil(p['groups'] * (width / t) ** 2):,} groups (now "
+            f"{p['groups']:,}) would narrow the band at G = {need} to about ±{t / 2:g}"
+            if _finite(width) else "")  # fmt: skip
+    top = f"{g_hi}" if g_hi is not None else f"more than {int(c['G'].max())}"
+    return f". The log cannot pin this G: its 95% band allows any G from {g_lo} to {top}" + more
+
+
+def _empirical(p: dict) -> bool:
+    return str(p.get("model", "")).startswith("empirical")
+
+
+def need_text(p: dict) -> str:
+    """The headline G: the smallest G under the target, said within the range of G where the
+    curve has a number (a model-free estimate stops at the log's smallest group)."""
+    need, t = p.get("G_needed"), p["target"]
+    if p.get("rewards") == "binary" and not _finite(p.get("a")):  # all-pass or all-fail
+        least = p.get("G_needed_min")
+        return (f"G under the target: undefined (every group of the log is all-equal, so it "
+                f"cannot say how fast the degenerate fraction falls with G); at 95% the fraction "
+                f"is at least 0.05^(G/{p['responses']}) (the curve's lo), so "
+                + (f"no G below {least} keeps it <= {t:g}" if least is not None else
+                   f"no G <= {MAX_G} keeps it <= {t:g}"))  # fmt: skip
+    if not _empirical(p):
+        if need is not None:
+            return f"smallest G with degenerate fraction <= {t:g}: {need}"
+        return f"no G <= {MAX_G} keeps the degenerate fraction <= {t:g}"
+    top = p["G_max_estimated"]
+    scope = (f"estimated without a model from the log's groups, so only for G <= {top}; "
+             f"beyond {top} the log cannot say")  # fmt: skip
+    if need is not None:
+        return f"smallest G with degenerate fraction <= {t:g}: {need} ({scope})"
+    return f"no G <= {top} keeps the degenerate fraction <= {t:g} ({scope})"
+
+
+def _kappa_text(tables: dict, G: int) -> list[str]:
+    """Mean κ by estimator × G, and κ at the fit's 10/50/90% difficulties at the log's G."""
+    k = tables["kappa"]
+    if k.empty:
+        return [
+            "## kappa",
+            "kappa (count-table theory) needs binary rewards and a difficulty fit: not computed",
+        ]
+    wide = k.pivot(index="estimator", columns="G", values="kappa_mean")
+    wide = wide.reindex(list(dict.fromkeys(k["estimator"])))
+    wide.columns = [f"G={g}" for g in wide.columns]
+    at = k[k["G"] == G]
+    return ["## kappa: each estimator's weight at this run's difficulty mix",
+            "E[g_hat | p] = kappa_G(p) g_x (loo = 1): mean over the fitted Beta by G", "```",
+            table_text(wide.reset_index(), ["estimator", *wide.columns]), "```",
+            f"at the log's G = {G}, at the fit's 10/50/90% difficulties:", "```",
+            table_text(at, ["estimator", "kappa_p10", "kappa_p50", "kappa_p90"]),
+            "```"]  # fmt: skip
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(float(x))
+
+
+def _num(x, spec: str, why: str) -> str:
+    """``x`` formatted, or "n/a (why)" where it is missing or not finite."""
+    return format(float(x), spec) if _finite(x) else f"n/a ({why})"
+
+
+def recommendation(p: dict) -> str:
+    """One line first: "use G = …" with G*'s interval when the log decides it; else why not and
+    how much more log would: the cluster bootstrap's SE of c1 falls like 1/√(information), so
+    resolving c1 above 0 at 95% takes (1.96/z)² times this log's, z = c1/SE (gpolab's rule of
+    thumb; with few prompts the information is the number of prompts, not of steps)."""
+    g, lo, hi = p.get("gstar"), p.get("gstar_lo"), p.get("gstar_hi")
+    if g is not None and _finite(hi):
+        return (f"use G = {max(2, round(g))} (G* = {g:.3g}, 95% interval {lo:.3g} .. {hi:.3g}; "
+                f"from {p.get('gstar_proxy_groups', 0):,} groups with score norms and "
+                f"{p.get('gstar_norm_rows', 0):,} gradient-norm rows)")  # fmt: skip
+    c1, se = p.get("gstar_c1"), p.get("gstar_c1_se")
+    head = "the log cannot decide G*"
+    if _finite(c1) and _finite(se) and se > 0 and c1 > 0:
+        factor = (1.96 * se / c1) ** 2
+        n = p.get("prompts") or 0
+        return (f"{head}: c1 = {c1:.3g} ± {se:.2g} (the prompts' gradient variance) is not "
+                f"resolved above 0 (G* >= {lo:.3g}); about {factor:.1f}x this log's information "
+                f"would resolve it: the interval resamples whole prompts, so more distinct "
+                f"prompts (here {n:,}; ~{math.ceil(factor * n):,}) with score norms shrink it, "
+                "while more steps over the same prompts help only until each prompt's gradient "
+                "is known")  # fmt: skip
+    if _finite(c1):
+        return (
+            f"{head}: the prompt variance c1 = {c1:.3g} is not above 0 at all, so no "
+            "amount of this log pins G* (a lower bound: "
+            f"{lo if lo is not None else 'none'}); log more steps with score norms"
+        )
+    return f"{head}: {p.get('gstar_reason')}"
+
+
+def _gstar_text(p: dict) -> str:
+    if p.get("gstar") is None:
+        return f"not estimated: {p.get('gstar_reason')}"
+    terms = ", ".join(f"{k[6:]} = {p[k]:.4g}" for k in ("gstar_c1", "gstar_C2", "gstar_C3")
+                      if p.get(k) is not None)  # fmt: skip
+    return (
+        f"G* = 1 + sqrt(C3/c1) = {p['gstar']:.3g} (95% {p['gstar_lo']:.3g} .. "
+        f"{p['gstar_hi']:.3g}; {terms}; gpolab's estimate from the proxy column and the "
+        "gradient norms, assuming the loo estimator's MSE law)"
+    )

@@ -1,0 +1,14 @@
+"""``gpolab stdnorm``: the std-normalization lab under its own name (same as ``gpolab train``)."""
+
+from __future__ import annotations
+
+from gpolab.labs.train import DESCRIPTION, HELP
+from gpolab.runner.commands import lab_command
+
+# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+EXAMPLES = (
+    'gpolab stdnorm --quick',
+    'gpolab stdnorm --estimators grpo,loo --quick',
+)
+
+register = lab_command("stdnorm", help=f"{HELP} (= gpolab train)", description=DESCRIPTION)

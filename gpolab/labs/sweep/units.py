@@ -1,0 +1,482 @@
+"""What the sweep computes on each env: one small object per env (:func:`get`) with the same
+methods, so :mod:`gpolab.labs.sweep.lab` never asks which env it runs.
+
+An env object turns the sweep's config (its grid and ``cfg.instance``, the env's
+:class:`Instance`) into row ids, compiled units ``(rows, context, cell)`` of
+:mod:`gpolab.labs.sweep.cells`, the instance and its truth (``setup``), and the rows of a finished
+unit:
+the env's own columns, the Monte Carlo statistics and the exact theory where it exists.  The
+bandit and the arithmetic surrogate share the grouped rows (one group of G responses per
+prompt); the tree has its own (K thoughts × M continuations).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+import sys
+
+import jax
+import numpy as np
+
+from gpolab import engine, estimators, validate
+from gpolab.envs import arithmetic, bandit, tree
+from gpolab.labs.sweep import cells
+from gpolab.theory import aggregation, dynamic, exact
+from gpolab.theory import mse as theory_mse
+from gpolab.theory import tree as theory_tree
+
+OPTIONS = ("scale", "ddof", "eps")
+DEFAULT_AGG = estimators.DEFAULT_LOSS_AGG
+# the arithmetic surrogate's chunk on CPU: its compilation (~4 s) outweighs what the engine's
+# chunk probe could save at a sweep's few thousand seeds; 32 was the fastest of 4…32 seeds per
+# chunk.  On an accelerator 32 seeds would leave it idle: there the chunk is automatic.
+ARITHMETIC_CHUNK = 32
+
+
+def check_common(cfg) -> None:
+    """The settings every env reads (seeds, seed, chunk, ddof, eps) and the env's instance."""
+    validate.seeds("seeds", cfg.seeds, 1)
+    validate.integer("chunk", cfg.chunk, 0)
+    validate.integer("seed", cfg.seed, 0)
+    validate.choice("ddof", cfg.ddof, (0, 1))
+    validate.real("eps", cfg.eps, low=0.0)
+    cfg.instance.validate()
+
+
+def shared_options(cfg) -> dict:
+    return {o: getattr(cfg, o) for o in OPTIONS}
+
+
+def mode_id(mode: str) -> dict:
+    """A row id's loss_agg entry: absent for the default mode (its stored cells stay valid)."""
+    return {} if mode == DEFAULT_AGG else {"loss_agg": mode}
+
+
+def stats_row(stats) -> dict:
+    return {"mse": stats.mse, "mse_se": stats.mse_se, "mse_ci_low": stats.mse_ci_low,
+            "mse_ci_high": stats.mse_ci_high, "variance": stats.variance,
+            "bias_sq": stats.bias_sq}  # fmt: skip
+
+
+def best_scale(m, name: str, target_sq: float) -> dict:
+    """The scale-invariant score (theory §11, applied to gradients): the MSE after the best single
+    rescaling c* = E[ĝ·g]/E‖ĝ‖², ``scaled_mse`` = ‖g‖² − E[ĝ·g]²/E‖ĝ‖² (same averaging as
+    ``mse``).  Shrinking ĝ toward 0 does not lower it, so it ranks directions, not step sizes."""
+    dot, norm2 = float(m.mean(f"{name}/dot")), float(m.mean(f"{name}/norm2"))
+    if norm2 <= 0:
+        return {"best_scale": math.nan, "scaled_mse": target_sq}
+    return {"best_scale": dot / norm2, "scaled_mse": target_sq - dot**2 / norm2}
+
+
+class Grouped:
+    """Envs with groups of G responses per prompt (the bandit, the arithmetic surrogate)."""
+
+    name = ""
+    ESTIMATORS = ("vanilla", "oracle", "loo", "mean", "grpo")
+    REPORT: tuple[str, ...] = ()
+
+    def validate(self, cfg) -> None:
+        check_common(cfg)
+        validate.group_sizes("G", cfg.G)
+        for mode in cfg.loss_agg:
+            estimators.check_loss_agg(mode)
+        validate.integer("norm_length", cfg.norm_length, 0)
+        for spec in self.specs(cfg).values():
+            for G in cfg.G:
+                estimators.check_estimator(
+                    spec, G, scale=cfg.scale, ddof=cfg.ddof, eps=cfg.eps, field="G"
+                )
+                estimators.check_callable(spec, G)
+
+    def specs(self, cfg) -> dict:
+        """Each estimator spec of ``cfg`` resolved once (:class:`gpolab.estimators.Bound`): the
+        cells, the theory and the aggregation take these, never the string again."""
+        return {name: estimators.bound(name) for name in cfg.estimators}
+
+    def contexts(self, cfg) -> tuple:
+        return (None,)
+
+    def row_ids(self, cfg) -> list[dict]:
+        """(policy,) loss_agg, estimator, G: one id per row, in table order."""
+        return [{**({"policy": c} if c else {}), "estimator": e, "G": G, **mode_id(m)}
+                for c in self.contexts(cfg) for m in cfg.loss_agg for e in cfg.estimators
+                for G in cfg.G]  # fmt: skip
+
+    def bound(self, cfg, rid: dict) -> dict:
+        """Of ``scale, ddof, eps`` those the row's estimator reads, as bound."""
+        return self.bounds(cfg, [rid])[0]
+
+    def bounds(self, cfg, ids: list[dict]) -> list[dict]:
+        """:meth:`bound` of every row of ``ids`` (each spec resolved once)."""
+        specs, shared = self.specs(cfg), shared_options(cfg)
+        return [estimators.bind(specs[rid["estimator"]], shared)[1] for rid in ids]
+
+    def norm_length(self, cfg) -> float:
+        """L_norm of seq-mean-token-sum-norm: ``cfg.norm_length`` or the longest response."""
+        return float(cfg.norm_length or cfg.instance.longest_response())
+
+    def units(self, cfg, ids: list[dict], pending: set[int]):
+        """Per (policy,) loss_agg, G: the pending estimators, drawn on common random numbers
+        (computing a subset changes nothing)."""
+        specs = self.specs(cfg)
+        for context, mode in itertools.product(self.contexts(cfg), cfg.loss_agg):
+            for G in cfg.G:
+                rows = [i for i in sorted(pending) if ids[i]["G"] == G
+                        and ids[i].get("policy") == context
+                        and ids[i].get("loss_agg", DEFAULT_AGG) == mode]  # fmt: skip
+                if rows:
+                    names = tuple(specs[ids[i]["estimator"]] for i in rows)
+                    yield rows, context, self.cell(cfg, names, G, mode)
+
+    def prepare(self, cfg, cell, truth):
+        return cell
+
+    def unit_key(self, key, context, cell):
+        """Every G (and policy) draws from its own stream (:func:`gpolab.engine.cell_key`)."""
+        return engine.cell_key(key, self.name, *((context,) if context else ()), cell.G)
+
+    def chunk(self, cfg) -> int:
+        return engine.AUTO
+
+    def response_length(self, cfg, params):
+        return 1
+
+    def B(self, cfg):
+        """The mini-batch of the theory (None: one group per prompt)."""
+        return None
+
+    def batch(self, cfg):
+        """The row's ``B`` column."""
+        return None
+
+    def columns(self, cfg, truth, context) -> dict:
+        """The env's own columns of a row."""
+        return {"env": self.name}
+
+    def rows(self, cfg, cell, m, truth, context, params) -> list[dict]:
+        """Rows of one unit; ``theory_mse_se`` is the standard error the theory carries where
+        its inputs are Monte Carlo (the arithmetic surrogate's S2)."""
+        B, shared = self.B(cfg), shared_options(cfg)
+        length = self.response_length(cfg, params) if cfg.instance.lengths == "one" else None
+        target_sq = theory_mse.target_sq(truth, B)
+        out = []
+        for name in cell.estimators:  # bound specs (:meth:`specs`); rows name them as given
+            stats = engine.error_stats(m, err=f"{name}/err", sq=f"{name}/sq")
+            out.append({
+                **self.columns(cfg, truth, context), "estimator": str(name), "variant": cfg.scale,
+                "G": cell.G, "K": None, "M": None, "B": self.batch(cfg), "n_seeds": m.n,
+                **stats_row(stats),
+                "cos": float(m.mean(f"{name}/cos")), "target_sq": target_sq,
+                **best_scale(m, name, target_sq),
+                "degenerate_frac": float(m.mean("degenerate")),
+                "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
+                **exact.theory_columns(truth, name, cell.G, B, length, **shared),
+                "theory_first_order": theory_mse.mse(truth, "oracle", cell.G, B),
+                **self.aggregation_columns(cfg, cell, name, truth, params, B, shared),
+                **self.extra_columns(cfg, cell, m, truth, name),
+            })  # fmt: skip
+        return out
+
+    def aggregation_columns(self, cfg, cell, name, truth, params, B, shared) -> dict:
+        """``loss_agg`` and ``lengths``; under a mode other than seq-mean-token-sum the
+        count-table theory is NaN (the bandit adds the exact bias² of
+        :mod:`gpolab.theory.aggregation`)."""
+        mode = getattr(cell, "loss_agg", DEFAULT_AGG)  # dynamic cells: the default
+        out = {"loss_agg": mode, "lengths": cfg.instance.lengths}
+        if mode == DEFAULT_AGG:
+            return out
+        nan, why = math.nan, "none: no exact theory of loss aggregation on this env"
+        return out | {"theory_mse": nan, "theory_mse_se": nan, "theory_best_scale": nan,
+                      "theory_scaled_mse": nan, "theory_bias_sq": nan, "theory": why}  # fmt: skip
+
+    def extra_columns(self, cfg, cell, m, truth, name) -> dict:
+        return {}
+
+    def report_columns(self, cfg) -> list[str]:
+        cols = list(self.REPORT)
+        if cfg.loss_agg != (DEFAULT_AGG,) or cfg.instance.lengths != "one":
+            cols = ["loss_agg", "lengths", *cols, "cos", "scaled_mse"]
+        return cols
+
+    def label(self, row: dict) -> str:
+        policy = f"{row['policy']} " if row.get("policy") else ""
+        mode = row.get("loss_agg", DEFAULT_AGG)
+        mode = "" if mode == DEFAULT_AGG else f" {mode}"
+        return f"{policy}{row['estimator']}{mode} G={row['G']}: mse={row['mse']:.4g}"
+
+    def finish(self, cfg, df) -> None:
+        """After the table is read: nothing (dynamic sampling warns about its cap)."""
+
+
+class Bandit(Grouped):
+    name = "bandit"
+    REPORT = ("estimator", "G", "mse", "mse_ci_low", "mse_ci_high", "theory_mse", "bias_sq",
+              "degenerate_frac", "seconds")  # fmt: skip
+
+    def validate(self, cfg) -> None:
+        super().validate(cfg)
+        if cfg.instance.dynamic_sampling and tuple(cfg.loss_agg) != (DEFAULT_AGG,):
+            raise validate.ConfigError(f"loss_agg: got {','.join(cfg.loss_agg)}; allowed with "
+                              f"dynamic_sampling: {DEFAULT_AGG} only")  # fmt: skip
+
+    def setup(self, cfg):
+        params = bandit.make(cfg.instance)
+        truth = bandit.exact(params)
+        return lambda _: ((params, truth), truth)
+
+    def cell(self, cfg, names, G, mode):
+        inst = cfg.instance
+        if inst.dynamic_sampling:
+            return cells.DynamicBanditCell(names, G, inst.B, inst.max_draws, 1, cfg.scale,
+                                           cfg.ddof)  # fmt: skip
+        return cells.BanditCell(names, G, inst.B, cfg.scale, cfg.ddof, True, mode,
+                                norm_length=self.norm_length(cfg))  # fmt: skip
+
+    def error(self, cfg):
+        return cells.dynamic_bandit_error if cfg.instance.dynamic_sampling else cells.bandit_error
+
+    def prepare(self, cfg, cell, truth):
+        """A dynamic cell gets ``plain_B`` = round(exact E[groups drawn per step]) (at least 1,
+        at most every drawn group): plain sampling at the same mean responses per step."""
+        if not cfg.instance.dynamic_sampling:
+            return cell
+        d = dynamic.draws(dynamic.nondegenerate_prob(truth, cell.G), cell.B, cell.max_draws)
+        plain_B = min(max(1, round(d.batches * cell.B)), cell.B * cell.max_draws)
+        return dataclasses.replace(cell, plain_B=plain_B)
+
+    def B(self, cfg):
+        return cfg.instance.B or None
+
+    def batch(self, cfg):
+        return cfg.instance.B
+
+    def columns(self, cfg, truth, context) -> dict:
+        return {"env": self.name, "kind": cfg.instance.kind}
+
+    def aggregation_columns(self, cfg, cell, name, truth, params, B, shared) -> dict:
+        out = super().aggregation_columns(cfg, cell, name, truth, params, B, shared)
+        if out["loss_agg"] != DEFAULT_AGG:
+            bias, how = aggregation.bias_sq(params, truth, name, cell.G, cell.loss_agg, B,
+                                            cell.norm_length, **shared)  # fmt: skip
+            out |= {"theory_bias_sq": bias, "theory": how}
+        return out
+
+    def extra_columns(self, cfg, cell, m, truth, name) -> dict:
+        if not cfg.instance.dynamic_sampling:
+            return {}
+        return dynamic_columns(cfg, cell, m, truth, name)
+
+    def report_columns(self, cfg) -> list[str]:
+        if not cfg.instance.dynamic_sampling:
+            return super().report_columns(cfg)
+        return ["estimator", "G", "mse", "theory_mse", "degenerate_frac", "draws_per_kept_group",
+                "theory_draws_per_kept_group", dynamic.LOOP_COLUMN, dynamic.RATE_COLUMN,
+                "responses_per_step", "plain_B", "plain_mse", "scaled_mse", "plain_scaled_mse",
+                "cos", "plain_cos"]  # fmt: skip
+
+    def finish(self, cfg, df) -> None:
+        if cfg.instance.dynamic_sampling:
+            cap_warning(df)
+
+
+def dynamic_columns(cfg, cell, m, truth, name: str) -> dict:
+    """A dynamic-sampling row's own columns, overriding the plain-sampling theory: measured draws
+    (groups drawn / groups kept, a ratio of means with its delta-method CI), responses per step,
+    the capped-step fraction, the exact theory of :mod:`gpolab.theory.dynamic` and plain sampling
+    with ``plain_B`` groups on the same draws (``plain_*``, its exact MSE ``theory_plain_mse``)."""
+    drawn, kept, n = float(m.mean("drawn")), float(m.mean("kept")), m.n
+    ratio = drawn / kept if kept > 0 else math.nan
+    cov = (float(m.mean("drawn_kept")) - drawn * kept) * n / max(n - 1, 1)
+    var = m.var("drawn") - 2 * ratio * cov + ratio**2 * m.var("kept")
+    ratio_se = math.sqrt(max(var, 0.0) / n) / kept if kept > 0 else math.nan
+    plain = engine.error_stats(m, err=f"plain/{name}/err", sq=f"plain/{name}/sq")
+    target_sq = theory_mse.target_sq(truth, cell.B)
+    shared = shared_options(cfg)
+    th = dynamic.columns(truth, name, cell.G, cell.B, cell.max_draws, **shared)
+    table = exact.registry_table(name, cell.G, strict=False, length=1, **shared)
+    return {
+        "dynamic_sampling": True,
+        "draws_per_kept_group": ratio,
+        "draws_per_kept_group_ci_low": ratio - engine.Z95 * ratio_se,
+        "draws_per_kept_group_ci_high": ratio + engine.Z95 * ratio_se,
+        "kept_groups": kept,
+        "responses_per_step": drawn * cell.G,
+        "cap_reached_frac": float(m.mean("capped")),
+        **{k: v for k, v in th.items() if not k.startswith("theory_dyn_")},
+        "theory": "dynamic sampling (gpolab)" if table.ok else f"none: {table.reason}",
+        "theory_mse": th["theory_dyn_mse"],
+        "theory_mse_se": 0.0,
+        "theory_bias_sq": th["theory_dyn_bias_sq"],
+        "theory_scaled_mse": th["theory_dyn_scaled_mse"],
+        "theory_kappa": th["theory_dyn_kappa"],
+        "plain_B": cell.plain_B,
+        "plain_mse": plain.mse,
+        "plain_mse_se": plain.mse_se,
+        "plain_cos": float(m.mean(f"plain/{name}/cos")),
+        "plain_scaled_mse": best_scale(m, f"plain/{name}", target_sq)["scaled_mse"],
+        "theory_plain_mse": exact.mse(truth, table, cell.G, cell.plain_B),
+    }
+
+
+def cap_warning(df) -> None:
+    """One stderr line naming the settings where the cap was reached (verl raises there)."""
+    hit = df[df["cap_reached_frac"] > 0].drop_duplicates("G")
+    if hit.empty:
+        return
+    worst = hit.loc[hit["cap_reached_frac"].idxmax()]
+    Gs = ",".join(map(str, hit["G"]))
+    print(
+        f"warning: dynamic sampling reached max_draws={int(worst['max_draws'])} generation "
+        f"batches with fewer than B={int(worst['B'])} kept groups at G={Gs} "
+        f"(up to {worst['cap_reached_frac']:.2%} of steps at G={int(worst['G'])}); verl raises "
+        "ValueError there, gpolab trained on the groups it kept",
+        file=sys.stderr,
+    )
+
+
+class Arithmetic(Grouped):
+    """Cells do not depend on the policy (its weights are traced), so each G compiles once
+    for every policy."""
+
+    name = "arithmetic"
+    REPORT = ("policy", "estimator", "G", "mse", "mse_ci_low", "mse_ci_high", "theory_mse",
+              "theory_mse_se", "theory_first_order", "degenerate_frac", "seconds")  # fmt: skip
+
+    def contexts(self, cfg) -> tuple:
+        return cfg.instance.policy
+
+    def setup(self, cfg):
+        """Pre-training (all policies) once, the truth of a policy once, when first needed."""
+        inst = cfg.instance
+        policies = functools.cache(lambda: arithmetic.make(inst))
+        truth_of = jax.jit(arithmetic.exact)
+
+        @functools.cache
+        def arithmetic_setup(policy):
+            a = policies()[policy]
+            truth = truth_of(a)
+            return (a.policy, truth, a.questions), truth
+
+        return arithmetic_setup
+
+    def cell(self, cfg, names, G, mode):
+        return cells.ArithmeticCell(names, G, cfg.instance.per_seed, cfg.scale, cfg.ddof, mode,
+                                    norm_length=self.norm_length(cfg),
+                                    lengths=cfg.instance.lengths)  # fmt: skip
+
+    def error(self, cfg):
+        return cells.arithmetic_error
+
+    def chunk(self, cfg) -> int:
+        """:data:`ARITHMETIC_CHUNK` on CPU, the engine's automatic chunk on an accelerator."""
+        return ARITHMETIC_CHUNK if jax.default_backend() == "cpu" else 0
+
+    def response_length(self, cfg, params):
+        return arithmetic.response_length(params)
+
+    def columns(self, cfg, truth, context) -> dict:
+        return {"env": self.name, "kind": f"filler{cfg.instance.filler}", "policy": context}
+
+
+class Tree:
+    """K thoughts × M continuations; the tree lab's cell (same settings, same numbers as
+    ``gpolab tree``); the estimators are the tree's variants."""
+
+    name = "tree"
+    ESTIMATORS = ("thought-std",)
+    REPORT = ["variant", "K", "M", "mse", "mse_group", "variance", "corr", "degenerate_frac",
+              "theory_degenerate_frac", "seconds"]  # fmt: skip
+
+    def validate(self, cfg) -> None:
+        check_common(cfg)
+        for v in cfg.estimators:
+            validate.choice("estimators", v, estimators.TREE_VARIANTS)
+
+    def bounds(self, cfg, ids: list[dict]) -> list[dict]:
+        return [self.bound(cfg, rid) for rid in ids]
+
+    def row_ids(self, cfg) -> list[dict]:
+        inst = cfg.instance
+        return [{"variant": v, "K": K, "M": M} for v in cfg.estimators for K in inst.K
+                for M in inst.M]  # fmt: skip
+
+    def bound(self, cfg, rid: dict) -> dict:
+        """mean-only has no std, so no eps; ddof still sets the group target."""
+        reads = ("ddof",) if rid["variant"] == "mean-only" else ("ddof", "eps")
+        return {o: getattr(cfg, o) for o in reads}
+
+    def setup(self, cfg):
+        params = tree.make(cfg.instance)
+        truth = tree.exact(params)
+        return lambda _: ((params, truth), truth)
+
+    def units(self, cfg, ids: list[dict], pending: set[int]):
+        inst = cfg.instance
+        for i in sorted(pending):
+            K, M, variant = ids[i]["K"], ids[i]["M"], ids[i]["variant"]
+            yield [i], None, cells.tree_cell(K, M, variant, cfg.ddof, model=inst.model,
+                                             a=inst.beta_a, b=inst.beta_b)  # fmt: skip
+
+    def prepare(self, cfg, cell, truth):
+        return cell
+
+    def error(self, cfg):
+        return cells.tree_error
+
+    def chunk(self, cfg) -> int:
+        return engine.AUTO
+
+    def unit_key(self, key, context, cell):
+        """``gpolab tree``'s stream for the same (K, M) (its variants share draws)."""
+        return engine.cell_key(key, "tree", cell.K, cell.M)
+
+    def rows(self, cfg, cell, m, truth, context, params) -> list[dict]:
+        stats = engine.error_stats(m)
+        cond_var = float(m.mean("cond_var"))
+        cov = float(m.mean("at") - m.mean("a") * m.mean("t"))
+        va = float(m.mean("aa") - m.mean("a") ** 2)
+        vt = float(m.mean("tt") - m.mean("t") ** 2)
+        return [{
+            "env": "tree", "kind": cfg.instance.model, "estimator": "tree",
+            "variant": cell.variant, "G": None, "K": cell.K, "M": cell.M, "B": None,
+            "n_seeds": m.n, **stats_row(stats),
+            "variance": cond_var,  # E[Var(Â_k | thoughts)]
+            "bias_sq": stats.mse - cond_var,  # E[(E[Â_k | thoughts] − A_k)²]
+            "mse_group": float(m.mean("sq_group")),
+            "corr": cov / math.sqrt(va * vt) if va > 0 and vt > 0 else math.nan,
+            "leaves": cell.K * cell.M,
+            "degenerate_frac": float(m.mean("degenerate")),
+            "theory_degenerate_frac": theory_tree.degenerate_prob(params, cell.K, cell.M),
+            "theory_mse": math.nan,
+        }]  # fmt: skip
+
+    def report_columns(self, cfg) -> list[str]:
+        return list(self.REPORT)
+
+    def label(self, row: dict) -> str:
+        return f"{row['variant']} K={row['K']} M={row['M']}: mse={row['mse']:.4g}"
+
+    def finish(self, cfg, df) -> None:
+        """Nothing to add."""
+
+
+ENVS = {"bandit": Bandit(), "tree": Tree(), "arithmetic": Arithmetic()}
+
+
+def get(name: str):
+    """The sweep's object of env ``name``; an unknown name's object only validates (one error
+    naming the allowed envs)."""
+    return ENVS.get(name, UNKNOWN)
+
+
+class Unknown:
+    """Not an env: ``validate`` says which are."""
+
+    def validate(self, cfg) -> None:
+        validate.choice("env", cfg.env, tuple(ENVS))
+
+
+UNKNOWN = Unknown()

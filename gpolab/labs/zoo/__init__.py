@@ -1,0 +1,22 @@
+"""``gpolab zoo``: the estimator zoo lab (:mod:`gpolab.labs.zoo.lab`)."""
+
+from __future__ import annotations
+
+from gpolab.runner.commands import lab_command
+
+# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+EXAMPLES = (
+    'gpolab zoo --quick',
+    'gpolab zoo --estimators grpo,loo,trl/grpo --G 4,8 --quick',
+)
+
+register = lab_command(
+    "zoo",
+    help="every registered estimator x G on the bandit and the arithmetic surrogate, and kappa",
+    description="Runs every estimator of the registry (gpolab's, verl, TRL, OpenRLHF, NeMo-RL, "
+    "pass@k training, or --estimators) at each G on the bandit and the arithmetic surrogate "
+    "against the exact gradient: MSE, bias^2, cosine, the scale-invariant snr, degenerate "
+    "share, exact finite-G theory; and kappa_G(p), the weight each reward-only estimator gives "
+    "a prompt of difficulty p.  Writes the results and kappa tables, config.toml, zoo.png and "
+    "kappa.png to --out.",
+)

@@ -1,0 +1,148 @@
+"""Running labs: find them (:func:`names`, :func:`get`), run one into its output folder
+(:func:`execute`), draw its figures from saved tables (:func:`draw`), print its rows
+(:func:`records`).  What a lab is: :mod:`gpolab.labs`.
+
+:func:`execute` runs a lab into its output folder the same way for the CLI and for
+``gpolab figures``: folder checked and locked before any computation, cells resumed from the
+store, tables, resolved ``config.toml`` and figures written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import pkgutil
+import shutil
+import time
+from pathlib import Path
+
+from gpolab import configs
+from gpolab.runner import output
+
+
+def folders() -> dict[str, Path]:
+    """{name: folder} of every package on :mod:`gpolab.labs`'s ``__path__`` (found by listing it:
+    the runner names no lab, and a folder added there is found)."""
+    path = importlib.import_module("gpolab.labs").__path__
+    return {m.name: Path(m.module_finder.path) / m.name
+            for m in sorted(pkgutil.iter_modules(path), key=lambda m: m.name)
+            if m.ispkg and not m.name.startswith("_")}  # fmt: skip
+
+
+def names() -> tuple[str, ...]:
+    """Every lab: a folder of :func:`folders` with a ``lab.py`` (``gpolab train`` is a command
+    folder of the stdnorm and group-size labs, not a lab of its own)."""
+    return tuple(name for name, folder in folders().items() if (folder / "lab.py").exists())
+
+
+def get(name: str):
+    """The lab module ``name`` (``gpolab.labs.<name>.lab``)."""
+    from gpolab import validate
+
+    validate.choice("lab", name, names())
+    return importlib.import_module(f"gpolab.labs.{name}.lab")
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    tables: dict
+    paths: list  # tables, config.toml and figures written
+    seconds: float  # wall time of this run (cells resumed from the store cost ~0)
+    out: Path
+
+
+def execute(lab, cfg, *, fresh: bool = False, use_store: bool = True, stream=None) -> Result:
+    """Run ``lab`` with the validated ``cfg`` into ``cfg.out`` (see the module docstring).
+    Ctrl-C raises :class:`gpolab.runner.output.Interrupted` saying how many cells are kept."""
+    import jax
+
+    from gpolab.engine.progress import Progress
+    from gpolab.runner.store import Store
+
+    with output.hold(cfg.out) as out:
+        store = Store(out) if use_store else None
+        if fresh and store is not None:
+            store.clear()
+        start = time.perf_counter()
+        try:
+            with Progress(lab.cells(cfg), lab.NAME, stream=stream) as progress:
+                tables = lab.run(
+                    cfg, jax.random.key(getattr(cfg, "seed", 0)), store=store, progress=progress
+                )
+        except KeyboardInterrupt:
+            kept = store.count() if store is not None else 0
+            raise output.Interrupted(
+                f"interrupted: {kept} finished cells kept in {out}; run the same command again "
+                "to resume (--fresh starts over)"
+            ) from None
+        seconds = time.perf_counter() - start
+        paths = output.write_tables(out, tables)
+        saved = configs.dumps(configs.absolute_paths(cfg), lab.NAME)  # readable from anywhere
+        paths.append(output.write_text(out / "config.toml", saved))
+        paths += draw(lab, out)
+    return Result(tables, paths, seconds, out)
+
+
+def draw(lab, out, into=None, names=None) -> list[Path]:
+    """Draw ``lab``'s figures from the tables saved in ``out`` (into ``into``, default ``out``);
+    ``names`` = {figure file: target file name} picks and renames."""
+    tables = output.read_tables(out, lab.TABLES)
+    found = lab.figures(tables)
+    names = names or {n: n for n in found}
+    into = Path(into or out)
+    paths = []
+    for name, target in names.items():
+        if name not in found:
+            from gpolab.validate import ConfigError
+
+            raise ConfigError(
+                f"figures: {name!r} is not drawn from these results; allowed: {', '.join(found)}"
+            )
+        paths.append(found[name](tables, into / target))
+    return paths
+
+
+def copy_figures(paths, into) -> None:
+    into = Path(into)
+    into.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        if Path(path).suffix == ".png":
+            with output.atomic(into / Path(path).name) as tmp:
+                shutil.copyfile(path, tmp)
+
+
+def json_value(v):
+    """One table value as strict JSON: NaN/None/NA → None, ±inf → "inf"/"-inf" (strict JSON has
+    no Infinity), numpy scalars → Python."""
+    import pandas as pd
+
+    v = v.item() if hasattr(v, "item") else v
+    if not isinstance(v, (list, tuple, dict, str)) and pd.isna(v):
+        return None
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
+
+
+def records(lab, tables) -> list[dict]:
+    """The main table's rows as strict-JSON dicts (:func:`json_value`).  A lab whose answer
+    spans tables names them in ``JSON_TABLES`` ({table: columns or None for all}); each row
+    then says its ``table``."""
+    spec = getattr(lab, "JSON_TABLES", {lab.TABLES[0]: getattr(lab, "JSON", None)})
+    out = []
+    for name, columns in spec.items():
+        df = tables[name]
+        cols = [c for c in (columns or df.columns) if c in df.columns]
+        tag = {"table": name} if len(spec) > 1 else {}
+        out += [{**tag, **{k: json_value(v) for k, v in rec.items()}}
+                for rec in df[cols].to_dict(orient="records")]  # fmt: skip
+    return out
+
+
+def table_text(df, columns) -> str:
+    import pandas as pd
+
+    cols = [c for c in columns if c in df.columns]
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        return df[cols].to_string(index=False, float_format="%.4g")

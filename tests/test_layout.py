@@ -1,0 +1,191 @@
+"""The layout's promises (docs/layout.md): a lab is one folder, found by listing the labs package;
+the library (envs, estimators, theory, engine) never imports a lab or the runner; no import
+cycle between gpolab's modules."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import gpolab
+from gpolab import labs
+from gpolab.runner import cli
+from gpolab.runner import labs as runner_labs
+
+PACKAGE = Path(gpolab.__file__).parent
+LIBRARY = ("envs", "estimators", "theory", "engine")
+ABOVE_LIBRARY = ("gpolab.labs", "gpolab.runner", "gpolab.integrations", "gpolab.bench")
+
+
+def _modules() -> dict[str, Path]:
+    """{dotted module name: file} of every module of the package."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(name: str, path: Path, known) -> set[str]:
+    """The gpolab modules ``name`` imports (at any depth of its code), each resolved to a module
+    of ``known`` (``from gpolab.x import y`` is module ``gpolab.x.y`` when that is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        else:
+            continue
+        for target in targets:
+            if target.startswith("gpolab"):
+                while target not in known and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in known and target != name:
+                    found.add(target)
+    return found
+
+
+def test_the_library_never_imports_a_lab_or_the_runner():
+    known = _modules()
+    bad = []
+    for name, path in known.items():
+        if name.split(".")[1:2] and name.split(".")[1] in LIBRARY:
+            up = [m for m in _imports(name, path, known) if m.startswith(ABOVE_LIBRARY)]
+            bad += [f"{name} -> {m}" for m in up]
+    assert not bad, bad
+
+
+def test_no_import_cycle_at_module_top():
+    """Imports at module top (run when a module loads) form no cycle; an import deferred into a
+    function is not a load-time edge."""
+    known = _modules()
+    edges = {}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text())
+        top = ast.Module(body=[n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)],
+                         type_ignores=[])  # fmt: skip
+        edges[name] = set()
+        for node in top.body:
+            mod = node.module if isinstance(node, ast.ImportFrom) else None
+            names = [a.name for a in node.names]
+            targets = [f"{mod}.{n}" for n in names] + [mod] if mod else names
+            for target in targets:
+                if target and target.startswith("gpolab"):
+                    while target not in known and "." in target:
+                        target = target.rsplit(".", 1)[0]
+                    if target in known and target != name and not name.startswith(target + "."):
+                        edges[name].add(target)
+    state: dict[str, int] = {}
+
+    def visit(node, trail):
+        state[node] = 1
+        for nxt in edges.get(node, ()):
+            if state.get(nxt) == 1:
+                raise AssertionError(" -> ".join([*trail[trail.index(nxt):], nxt]))
+            if nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_labs_are_found_by_listing_the_package():
+    """Every folder of gpolab/labs is a lab and a command; no hand-kept list names them."""
+    folders = sorted(p.name for p in (PACKAGE / "labs").iterdir() if (p / "__init__.py").exists())
+    assert list(runner_labs.folders()) == folders
+    assert set(folders) <= set(cli.commands())
+    assert list(runner_labs.names()) == [f for f in folders if f != "train"]
+    for name in runner_labs.names():
+        assert runner_labs.get(name).NAME == name
+
+
+THROWAWAY = {
+    "__init__.py": '''
+        """``gpolab scratch``: a throw-away lab (tests/test_layout.py)."""
+        from gpolab.runner.commands import lab_command
+
+        EXAMPLES = ("gpolab scratch --quick", "gpolab scratch --n 3")
+        register = lab_command("scratch", help="a throw-away lab", description="Counts to n.")
+        ''',
+    "lab.py": '''
+        import dataclasses
+
+        import pandas as pd
+
+        from gpolab import configs
+        from gpolab.configs import option
+
+        NAME = "scratch"
+        TABLES = ("results",)
+
+
+        @dataclasses.dataclass(frozen=True)
+        class Config:
+            n: int = option(5, "how many rows")
+            seed: int = option(0, "unused", key=False)
+            out: str = option("results/scratch", "output folder", key=False)
+            QUICK = {"n": 2}
+
+            def validate(self):
+                from gpolab import validate
+
+                validate.integer("n", self.n, 1, 100)
+
+            replace = configs.replace
+
+
+        def cells(cfg):
+            return 1
+
+
+        def run(cfg, key, *, store=None, progress=None):
+            return {"results": pd.DataFrame({"i": range(cfg.n)})}
+
+
+        def figures(tables):
+            return {}
+
+
+        def report(cfg, tables):
+            return tables["results"].to_string(index=False)
+        ''',
+}
+
+
+@pytest.fixture
+def scratch_lab(tmp_path, monkeypatch):
+    """A lab folder ``scratch`` in a temporary directory on the labs package's path."""
+    root = tmp_path / "labs_extra"
+    folder = root / "scratch"
+    folder.mkdir(parents=True)
+    for name, text in THROWAWAY.items():
+        (folder / name).write_text(textwrap.dedent(text).lstrip())
+    monkeypatch.setattr(labs, "__path__", [*labs.__path__, str(root)])
+    yield folder
+    for name in [m for m in sys.modules if m.startswith("gpolab.labs.scratch")]:
+        del sys.modules[name]
+
+
+def test_a_lab_is_one_folder(scratch_lab, tmp_path, capsys):
+    """A folder with ``__init__.py`` (its command) and ``lab.py`` is in ``gpolab --help`` with
+    its examples, runs, and is a lab an experiment file may name: nothing else was edited."""
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "scratch" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["scratch", "--help"])
+    help_text = capsys.readouterr().out
+    assert help_text.rstrip().endswith("gpolab scratch --quick\n  gpolab scratch --n 3")
+    assert "--n" in help_text
+    assert "scratch" in runner_labs.names()
+    out = tmp_path / "out"
+    assert cli.main(["scratch", "--n", "3", "--out", str(out)]) == 0
+    assert (out / "results.parquet").exists() and (out / "config.toml").exists()
