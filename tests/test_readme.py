@@ -1,17 +1,38 @@
 """The generated result tables of README.md and docs/*.md stay true: each block is in exactly one
 file, its text is what its stored values render to, its config is today's, and its values agree
-with today's quick run (gpolab/readme.py)."""
+with today's quick run (tools/readme.py, a repository tool: `python -m tools.readme`)."""
 
+import ast
 import math
 from pathlib import Path
 
 import pytest
 
-from gpolab import readme
 from gpolab.validate import ConfigError
+from tools import readme
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = [p for p in readme.files(ROOT) if p.is_file()]  # README.md and every docs page
+
+
+def test_the_docs_tool_is_no_part_of_the_package():
+    """The generated blocks are written by a repository tool: gpolab has no readme module, no
+    module of it imports the tool, and the package installs gpolab alone."""
+    import tomllib
+
+    package = ROOT / "gpolab"
+    assert not (package / "readme.py").exists()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not any(n == "tools" or n.startswith("tools.") for n in names), path
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["tool"]["setuptools"]["packages"]["find"]["include"] == ["gpolab*"]
 
 
 def test_compare_passes_within_the_standard_error_and_exact_to_rounding():
@@ -85,16 +106,14 @@ def test_a_block_in_two_files_or_an_unknown_block_is_one_error(tmp_path):
 
 
 def test_update_regenerates_a_files_claims_blocks(tmp_path, monkeypatch):
-    """`python -m gpolab.readme` also rewrites claims blocks, from the claims lab's table."""
+    """`python -m tools.readme` also rewrites claims blocks, from the claims lab's table."""
     import pandas as pd
-
-    from gpolab.labs.claims import report as claims_report
 
     row = {"id": "A", "claim": "a | b", "verdict": "partly", "sizes": "full"}
     monkeypatch.setattr(readme, "_claims_tables", lambda root: {"claims": pd.DataFrame([row])})
     page = tmp_path / "page.md"
     kind = "claims-summary"
-    page.write_text(f"x\n{claims_report.begin(kind)}\nOLD\n{claims_report.end(kind)}\ny\n")
+    page.write_text(f"x\n{readme.claims_begin(kind)}\nOLD\n{readme.claims_end(kind)}\ny\n")
     assert readme.update(page, tmp_path) == [kind]
     text = page.read_text()
     assert "OLD" not in text and "| A | a \\| b | **partly** |" in text
@@ -108,6 +127,6 @@ def test_update_regenerates_a_files_claims_blocks(tmp_path, monkeypatch):
 def test_readme_tables_agree_with_todays_quick_run(quick_results):
     problems = {k: v for k, v in readme.check(FILES, quick_results).items() if v}
     assert not problems, (
-        f"generated tables are stale on today's code (regenerate: python -m gpolab.readme):\n"
+        f"generated tables are stale on today's code (regenerate: python -m tools.readme):\n"
         f"{problems}"
     )

@@ -13,12 +13,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpolab import readme as docs_blocks
 from gpolab.labs.claims import lab as claims
 from gpolab.labs.claims import report as claims_report
 from gpolab.labs.claims import stats as claims_stats
+from gpolab.runner import output
 from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
+from tools import readme as docs_blocks
 
 
 def test_the_shipped_ledger_validates_and_covers_the_three_papers():
@@ -142,7 +143,7 @@ def test_the_ledger_page_and_the_readme_summary_are_the_ledger_in_order():
     root = Path(__file__).parents[2]
     ledger = claims.load(claims.LEDGER)
     for path, cells in ((root / "docs" / "claims.md", 6), (root / "README.md", 3)):
-        m = claims_report.BLOCK.search(path.read_text())
+        m = docs_blocks.CLAIMS_BLOCK.search(path.read_text())
         rows = [
             r for r in m["body"].splitlines() if r.startswith("| ") and not r.startswith("| id")
         ]
@@ -160,7 +161,8 @@ def test_the_ledger_page_and_the_readme_summary_are_the_ledger_in_order():
 def test_claims_end_to_end_a_true_and_a_false_claim(tmp_path, capsys):
     """Two small sweeps: loo/oracle ≈ G/(G − 1) is 1.14 at G = 8 (the rule ≤ 1.3 holds) and 1.5 at
     G = 3 (it fails): the same rule gives "reproduced" on the first and "not reproduced" on the
-    second; the README block and --json carry both, with the margins in SE."""
+    second; --json and the README blocks written from its table (`python -m tools.readme`) carry
+    both, with the margins in SE.  The command writes no README: --readme is no flag of it."""
     exp = tmp_path / "experiments"
     exp.mkdir()
     for name, G in (("small_G8", "[8]"), ("small_G3", "[3]")):
@@ -177,12 +179,14 @@ def test_claims_end_to_end_a_true_and_a_false_claim(tmp_path, capsys):
     readme, page = tmp_path / "README.md", tmp_path / "claims.md"
     for path, kind in ((readme, "claims-summary"), (page, "claims")):
         path.write_text(
-            f"intro\n{claims_report.begin(kind)}\nSTALE\n{claims_report.end(kind)}\nend\n"
+            f"intro\n{docs_blocks.claims_begin(kind)}\nSTALE\n{docs_blocks.claims_end(kind)}\nend\n"
         )
     argv = ["claims", "--ledger", str(ledger), "--experiments", str(exp), "--results",
             str(tmp_path / "results"), "--out", str(tmp_path / "out")]  # fmt: skip
-    assert main([*argv, "--readme", str(readme), str(page)]) == 0
+    assert main(argv) == 0
+    tables = output.read_tables(tmp_path / "out", claims.TABLES)
     for path in (readme, page):
+        docs_blocks.write_claims(tables, path)
         text = path.read_text()
         assert text.startswith("intro\n") and text.endswith("end\n") and "STALE" not in text
         assert docs_blocks.claims_verdicts(path) == {
@@ -197,8 +201,14 @@ def test_claims_end_to_end_a_true_and_a_false_claim(tmp_path, capsys):
     assert main([*argv, "--json"]) == 0
     out = capsys.readouterr().out
     assert '"verdict": "reproduced"' in out and '"verdict": "not reproduced"' in out
-    assert main([*argv, "--readme", str(tmp_path / "nope.md")]) == 2
-    assert "has no claims markers" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="has no claims markers"):
+        docs_blocks.write_claims(tables, tmp_path / "nope.md")
+    before = readme.read_text()
+    with pytest.raises(SystemExit) as stop:  # no such flag: the command writes no file
+        main([*argv, "--readme", str(readme)])
+    assert stop.value.code == 2
+    assert "unrecognized arguments: --readme" in capsys.readouterr().err
+    assert readme.read_text() == before
 
 
 def test_the_shipped_experiments_are_found_from_any_working_directory(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpolab.runner.commands import lab_command
 
-# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+# shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
     'gpolab allocate --quick',
     'gpolab allocate --rules uniform,gpolab,knapsack --budget 256,512 --seeds 4000',

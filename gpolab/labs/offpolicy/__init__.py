@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpolab.runner.commands import lab_command
 
-# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+# shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
     'gpolab offpolicy --quick',
     'gpolab offpolicy --ratio token,sis --clip none,ppo,dual --eta 1,2,4 --m 1,4,16',

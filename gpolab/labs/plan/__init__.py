@@ -12,7 +12,7 @@ from gpolab import configs, validate
 from gpolab.runner import labs, output
 from gpolab.runner.commands import config_from_args, lab_command
 
-# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+# shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
     'gpolab plan completions.parquet',
     'gpolab plan --log rollouts/ --format verl --G 8',

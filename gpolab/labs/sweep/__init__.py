@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpolab.runner.commands import config_from_args, lab_command, run_lab
 
-# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+# shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
     'gpolab sweep --quick',
     'gpolab sweep --estimators loo,grpo,verl/grpo --G 4,8,16 --seeds 20000 --out results/mine',

@@ -8,7 +8,7 @@ from gpolab import configs
 from gpolab.runner.commands import lab_command, run_lab
 from gpolab.validate import ConfigError
 
-# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+# shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
     'gpolab train --quick',
     'gpolab train --estimators grpo,loo --G 8 --quick',

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpolab.runner.commands import lab_command
 
-# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+# shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
     'gpolab zoo --quick',
     'gpolab zoo --estimators grpo,loo,trl/grpo --G 4,8 --quick',

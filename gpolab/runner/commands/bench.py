@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+# shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
     'gpolab bench --quick',
     'gpolab bench --json',

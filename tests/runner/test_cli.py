@@ -10,7 +10,7 @@ import pytest
 from gpolab.labs.sweep.lab import SweepConfig
 from gpolab.runner.cli import main
 
-EXPERIMENTS = sorted((Path(__file__).parents[1] / "experiments").glob("*.toml"))
+EXPERIMENTS = sorted((Path(__file__).parents[2] / "experiments").glob("*.toml"))
 REQUIRED = [
     "env",
     "estimator",
@@ -176,7 +176,7 @@ def test_the_docs_wrap_wide_code_blocks():
     loads a stylesheet that wraps them (``mkdocs build --strict`` builds it)."""
     import yaml
 
-    root = Path(__file__).parents[1]
+    root = Path(__file__).parents[2]
     site = yaml.safe_load((root / "mkdocs.yml").read_text().replace("!!python", "#"))
     assert "stylesheets/extra.css" in site["extra_css"]
     css = (root / "docs" / "stylesheets" / "extra.css").read_text()

@@ -1,0 +1,145 @@
+"""Measure the package's layout: modules, import edges, imports against the layering, import
+cycles, modules loose at the package root, lines.  ``python -m tools.layout [ROOT]`` prints the
+numbers docs/layout.md records.
+
+Layers, bottom up: the ground (gpolab/__init__.py, validate, configs), the library (envs,
+estimators, theory; then engine), integrations, then labs and the runner (with bench, the
+runner's ``gpolab bench``), then the docs tools.  An import from a lower layer into a higher one
+runs against the layering, and so does an import between two library packages that import each
+other.  A tree from before the redesign is measured with its modules placed where they went
+(:data:`BEFORE`).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+# a module's layer by its first package under gpolab/ (a module at the root: its own name)
+LAYERS = {
+    "__init__": 0, "validate": 0, "configs": 0,
+    "envs": 1, "estimators": 1, "theory": 1, "engine": 2,
+    "integrations": 3, "labs": 4, "runner": 4, "bench": 4, "readme": 5,
+}  # fmt: skip
+# the root modules of the layout before the redesign (commit 6e0a7f7): the layer they went to
+BEFORE = {
+    "devices": "engine", "stats": "engine", "progress": "engine", "train": "engine",
+    "cells": "labs", "units": "labs", "rollouts": "labs", "rollout_groups": "labs",
+    "rollout_writers": "labs", "plots": "labs", "cli": "runner", "output": "runner",
+    "store": "runner", "experiments": "runner", "commands": "runner",
+}  # fmt: skip
+LIBRARY = ("envs", "estimators", "theory", "engine")
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """{dotted name: file} of every module under ``root``/gpolab."""
+    out = {}
+    for path in sorted((root / "gpolab").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def edges(known: dict[str, Path], top_only: bool = False) -> set[tuple[str, str]]:
+    """(importer, imported) pairs between gpolab's modules; ``top_only``: module-top imports."""
+    found = set()
+    for name, path in known.items():
+        tree = ast.parse(path.read_text())
+        nodes = tree.body if top_only else list(ast.walk(tree))
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            else:
+                continue
+            for target in targets:
+                if not target.startswith("gpolab"):
+                    continue
+                while target not in known and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target in known and target != name and not name.startswith(target + "."):
+                    found.add((name, target))
+    return found
+
+
+def _part(name: str) -> str:
+    parts = name.split(".")
+    if name == "gpolab.estimators.allocation":  # before: allocate's rules, in the library
+        return "labs"
+    return BEFORE.get(parts[1], parts[1]) if len(parts) > 1 else "__init__"
+
+
+def _layer(name: str) -> int:
+    return LAYERS.get(_part(name), 4)
+
+
+def against_layering(pairs) -> list[tuple[str, str]]:
+    """Imports from a lower layer into a higher one, and imports between the library packages
+    that close a loop at package level (estimators <-> theory)."""
+    up = [(a, b) for a, b in pairs if _layer(b) > _layer(a)]
+    packages = {(_part(a), _part(b)) for a, b in pairs if _part(a) in LIBRARY and _part(b) in LIBRARY
+                and _part(a) != _part(b)}  # fmt: skip
+    loops = [(a, b) for a, b in pairs if (_part(b), _part(a)) in packages
+             and _part(a) in LIBRARY and _part(b) in LIBRARY and _part(a) != _part(b)]  # fmt: skip
+    return sorted(set(up) | set(loops))
+
+
+def cycles(pairs) -> int:
+    """Strongly connected components with more than one module (Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for a, b in pairs:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, stack, on, count = {}, {}, [], set(), 0
+    sys.setrecursionlimit(10000)
+
+    def visit(v):
+        nonlocal count
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            size = 0
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                size += 1
+                if w == v:
+                    break
+            count += size > 1
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return count
+
+
+def measure(root: Path) -> dict:
+    known = modules(root)
+    pairs = edges(known)
+    loose = [p.name for p in (root / "gpolab").glob("*.py") if p.name != "__init__.py"]
+    return {
+        "modules": len(known),
+        "import edges": len(pairs),
+        "imports against the layering": len(against_layering(pairs)),
+        "import cycles (module top)": cycles(edges(known, top_only=True)),
+        "modules loose at the package root (besides __init__.py)": len(loose),
+        "lines of gpolab/": sum(len(p.read_text().splitlines()) for p in known.values()),
+    }
+
+
+if __name__ == "__main__":
+    root = Path(next((a for a in sys.argv[1:] if not a.startswith("-")), "."))
+    for key, value in measure(root).items():
+        print(f"{key}: {value}")
+    if "--list" in sys.argv:
+        for a, b in against_layering(edges(modules(root))):
+            print("  against:", a, "->", b)
