@@ -189,3 +189,11 @@ def test_a_lab_is_one_folder(scratch_lab, tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.main(["scratch", "--n", "3", "--out", str(out)]) == 0
     assert (out / "results.parquet").exists() and (out / "config.toml").exists()
+
+
+def test_every_folder_of_the_package_is_a_package():
+    """A folder of .py files without ``__init__.py`` imports (a namespace package) but is left
+    out by setuptools' package finder and by the API reference: every one has its own."""
+    folders = {p.parent for p in PACKAGE.rglob("*.py")}
+    missing = sorted(str(f.relative_to(PACKAGE)) for f in folders if not (f / "__init__.py").exists())
+    assert not missing, missing
