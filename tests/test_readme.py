@@ -103,6 +103,7 @@ def test_a_block_in_two_files_or_an_unknown_block_is_one_error(tmp_path):
     with pytest.raises(ConfigError, match="table:nope: allowed: sweep"):
         readme.blocks_of([b])
     assert readme.main([str(b)]) == 2  # the command says so in one line, before computing
+    assert readme.main([str(tmp_path / "missing.md")]) == 2  # was a traceback
 
 
 def test_update_regenerates_a_files_claims_blocks(tmp_path, monkeypatch):
