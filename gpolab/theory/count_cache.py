@@ -13,8 +13,8 @@ the backend, the matmul precision and ``XLA_FLAGS``.  Verified on load: the file
 key, compared with the one this process traced, and a SHA-256 of key and arrays; the arrays
 must have shape (G,) and be finite float64.  A missing, unreadable, corrupt, tampered or stale
 file is a miss: the table is built again and the file replaced, never trusted.  A function JAX
-cannot trace (numpy inside), or one with effects (callbacks), is never cached; nor is a table
-that fails a check (``ok=False``).
+cannot trace (numpy inside), or one that calls back into Python (callbacks: the trace does not
+show their code), is never cached; nor is a table that fails a check (``ok=False``).
 
 Where: ``GPOLAB_COUNT_CACHE`` (empty: off); else ``count-tables`` beside the CLI's XLA cache
 ``GPOLAB_CACHE_DIR`` (off when that is empty), by default ``~/.cache/gpolab/count-tables``.
@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -84,12 +85,18 @@ def key(fn, inputs, dtype: str, code: str) -> str | None:
     try:
         for x in inputs:
             traced = jax.make_jaxpr(fn)(jnp.asarray(x, dtype))
-            if traced.effects:
+            text = str(traced)
+            if traced.effects or _OPAQUE.search(text):
                 return None
-            parts += [_digest(x), str(traced), *(_digest(c) for c in traced.consts)]
+            parts += [_digest(x), text, *(_digest(c) for c in traced.consts)]
     except Exception:  # untraceable, or the estimator's own error: count_table reports it
         return None
     return "\n".join(parts)
+
+
+# Python the jaxpr does not show: a callback's function (printed by name, its address masked),
+# or any other object printed with an address
+_OPAQUE = re.compile(r"callback|0x[0-9a-fA-FX]{4}")
 
 
 def _path(key: str) -> Path | None:
