@@ -44,8 +44,11 @@ def directory() -> Path | None:
     if "GPOLAB_COUNT_CACHE" in env:
         folder = env["GPOLAB_COUNT_CACHE"]
         return Path(folder).expanduser() if folder else None
-    xla = env.get("GPOLAB_CACHE_DIR", str(Path.home() / ".cache" / "gpolab" / "xla"))
-    return Path(xla).expanduser().parent / "count-tables" if xla else None
+    xla = env.get("GPOLAB_CACHE_DIR", "~/.cache/gpolab/xla")  # the CLI's default
+    try:
+        return Path(xla).expanduser().parent / "count-tables" if xla else None
+    except RuntimeError:  # no home folder to expand
+        return None
 
 
 @functools.cache
@@ -75,21 +78,22 @@ def _setting() -> str:
 def key(fn, inputs, dtype: str, code: str) -> str | None:
     """The key of tabulating ``fn`` on ``inputs`` (the arrays, one per shape, it is evaluated
     on) in precision ``dtype`` by the code in file ``code``; None when the cache is off or
-    ``fn`` cannot be cached (no trace, effects).  Call it in the precision of the tabulation."""
+    ``fn`` cannot be cached (no trace, effects, callbacks).  Call it in the tabulation's
+    precision."""
     if directory() is None:
         return None
     import jax
     import jax.numpy as jnp
 
-    parts = [FORMAT, _setting(), f"precision {dtype}", _source(code), _source(__file__)]
     try:
+        parts = [FORMAT, _setting(), f"precision {dtype}", _source(code), _source(__file__)]
         for x in inputs:
             traced = jax.make_jaxpr(fn)(jnp.asarray(x, dtype))
             text = str(traced)
             if traced.effects or _OPAQUE.search(text):
                 return None
             parts += [_digest(x), text, *(_digest(c) for c in traced.consts)]
-    except Exception:  # untraceable, or the estimator's own error: count_table reports it
+    except Exception:  # untraceable, the estimator's own error (count_table reports it), ...
         return None
     return "\n".join(parts)
 
