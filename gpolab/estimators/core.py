@@ -27,6 +27,7 @@ all three. All-equal groups always give advantage exactly 0, also with ``eps=0``
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -71,6 +72,19 @@ def as_rewards(rewards) -> jax.Array:
     return x if jnp.issubdtype(x.dtype, jnp.floating) else x.astype(jnp.result_type(float))
 
 
+def _group_axis(x: jax.Array) -> None:
+    """Trace-time check (static shapes) of a group axis: rank ≥ 1 and G = x.shape[-1] ≥ 1."""
+    chex.assert_axis_dimension_gteq(x, -1, 1)
+
+
+def _check_scores(weights: jax.Array, scores: jax.Array) -> None:
+    """Trace-time check of per-sample weights ``[..., G]`` against scores ``[..., G, D]``."""
+    _group_axis(weights)
+    chex.assert_rank(scores, weights.ndim + 1)
+    chex.assert_axis_dimension(scores, -2, weights.shape[-1])
+    chex.assert_type([weights, scores], float)
+
+
 def _need_pairs(G: int, name: str) -> None:
     """ConfigError (at trace time: G is static) for a leave-one-out rule at G < 2."""
     if G < 2:
@@ -104,14 +118,32 @@ def _standardize(centred: jax.Array, s: jax.Array, eps, flat_groups: jax.Array) 
 
 
 def degenerate(rewards: jax.Array) -> jax.Array:
-    """True for groups whose rewards are all equal (no signal); shape ``rewards.shape[:-1]``."""
+    """True for groups whose rewards are all equal (no signal).
+
+    Args:
+      rewards: [..., G] rewards (any dtype) of one group per leading index, G ≥ 1.
+
+    Returns:
+      [...] bool, True where the group's rewards are all equal.
+    """
     rewards = jnp.asarray(rewards)
+    _group_axis(rewards)
     return jnp.max(rewards, axis=-1) == jnp.min(rewards, axis=-1)
 
 
 def vanilla_advantages(rewards: jax.Array) -> jax.Array:
-    """REINFORCE without baseline: A_g = Z_g.  Unbiased for g_x.  [U]"""
-    return as_rewards(rewards)
+    """REINFORCE without baseline: A_g = Z_g.  Unbiased for g_x.  [U]
+
+    Args:
+      rewards: [..., G] rewards of one group per leading index, G ≥ 1 (bool and integer
+        rewards become the default float).
+
+    Returns:
+      [..., G] float advantages.
+    """
+    rewards = as_rewards(rewards)
+    _group_axis(rewards)
+    return rewards
 
 
 def oracle_advantages(rewards: jax.Array, baseline: jax.Array) -> jax.Array:
@@ -119,9 +151,21 @@ def oracle_advantages(rewards: jax.Array, baseline: jax.Array) -> jax.Array:
 
     Unbiased; its MSE tr Σ_oracle / G is the first-order limit every estimator is compared with.
     [U] (its oracle policy gradient)
+
+    Args:
+      rewards: [..., G] rewards of one group per leading index, G ≥ 1.
+      baseline: [...] V(x) of each group (cast to the rewards' dtype; broadcastable to
+        ``rewards.shape[:-1]``, same rank).
+
+    Returns:
+      [..., G] float advantages.
     """
     rewards = as_rewards(rewards)
-    return rewards - jnp.expand_dims(jnp.asarray(baseline, rewards.dtype), -1)
+    baseline = jnp.asarray(baseline, rewards.dtype)
+    _group_axis(rewards)
+    chex.assert_rank(baseline, rewards.ndim - 1)
+    chex.assert_is_broadcastable(baseline.shape, rewards.shape[:-1])
+    return rewards - jnp.expand_dims(baseline, -1)
 
 
 def loo_advantages(rewards: jax.Array) -> jax.Array:
@@ -129,8 +173,15 @@ def loo_advantages(rewards: jax.Array) -> jax.Array:
 
     A_g = Z_g − (Σ_{k≠g} Z_k)/(G − 1) = G/(G − 1) · (Z_g − Z̄).  Unbiased for g_x.  [U]
     G = 1 has no leave-one-out set: ``ConfigError`` (raised while tracing; G is static).
+
+    Args:
+      rewards: [..., G] rewards of one group per leading index, G ≥ 2.
+
+    Returns:
+      [..., G] float advantages, exactly 0 on all-equal groups.
     """
     rewards = as_rewards(rewards)
+    _group_axis(rewards)
     G = rewards.shape[-1]
     _need_pairs(G, "loo_advantages")
     total = jnp.sum(rewards, axis=-1, keepdims=True)
@@ -147,8 +198,15 @@ def mean_advantages(rewards: jax.Array) -> jax.Array:
     """Group mean including self (Dr.GRPO): A_g = Z_g − Z̄ = (G − 1)/G · A_g^loo.
 
     Biased: E ĝ = (1 − 1/G) g_x, i.e. bias −g_x/G.  [U, §3]
+
+    Args:
+      rewards: [..., G] rewards of one group per leading index, G ≥ 1.
+
+    Returns:
+      [..., G] float advantages, exactly 0 on all-equal groups.
     """
     rewards = as_rewards(rewards)
+    _group_axis(rewards)
     return _zero_if_degenerate(rewards, rewards - _group_mean(rewards))
 
 
@@ -162,8 +220,19 @@ def grpo_advantages(
     ``ddof`` 1 is torch's default (TRL, verl, OpenRLHF); 0 is the population std.
     Groups whose rewards are all equal get exactly 0.  For binary Z and G → ∞,
     E ĝ → g_x / √(V(1 − V)) = ∇ 2 arcsin √V(x) (gpolab's derivation).  [U]
+
+    Args:
+      rewards: [..., G] rewards of one group per leading index, G ≥ 1.
+      scale: ``"group"``, ``"batch"`` or ``"none"`` (static).
+      ddof: 0 or 1 (static).
+      eps: [] the constant added to the std (a Python float or a traced scalar).
+
+    Returns:
+      [..., G] float advantages.
     """
     rewards = as_rewards(rewards)
+    _group_axis(rewards)
+    chex.assert_rank(eps, 0)
     centred = rewards - _group_mean(rewards)
     if scale == "none":
         return centred
@@ -180,8 +249,16 @@ def policy_gradient(adv: jax.Array, scores: jax.Array) -> jax.Array:
     """ĝ = (1/G) Σ_g A_g W_g from advantages ``[..., G]`` and scores W ``[..., G, D]``.
 
     Equal to ∇_θ (1/G) Σ_g stop_gradient(A_g) log π_θ(Y_g|x), the trainers' surrogate.  [U]
+
+    Args:
+      adv: [..., G] float advantages of one group per leading index.
+      scores: [..., G, D] float scores W_g = ∇_θ log π_θ(Y_g | x).
+
+    Returns:
+      [..., D] the gradient estimate of each group.
     """
     adv, scores = jnp.asarray(adv), jnp.asarray(scores)
+    _check_scores(adv, scores)
     return jnp.einsum("...g,...gd->...d", adv, scores) / adv.shape[-1]
 
 
@@ -193,8 +270,15 @@ def ustat_weights(rewards: jax.Array) -> jax.Array:
     Σ_{i<j} (Z_i − Z_j)(W_i − W_j) = Σ_i W_i (Σ_{j>i} (Z_i − Z_j) − Σ_{j<i} (Z_j − Z_i)).
     The result equals the leave-one-out weights A^loo/G exactly, which the tests check.
     G = 1 has no pair: ``ConfigError`` (raised while tracing).
+
+    Args:
+      rewards: [..., G] rewards of one group per leading index, G ≥ 2.
+
+    Returns:
+      [..., G] float weights c_g.
     """
     rewards = as_rewards(rewards)
+    _group_axis(rewards)
     G = rewards.shape[-1]
     _need_pairs(G, "ustat_weights")
     dz = jnp.expand_dims(rewards, -1) - jnp.expand_dims(rewards, -2)  # [..., i, j] = Z_i − Z_j
@@ -203,8 +287,18 @@ def ustat_weights(rewards: jax.Array) -> jax.Array:
 
 
 def ustat_gradient(rewards: jax.Array, scores: jax.Array) -> jax.Array:
-    """The U-statistic gradient ``[..., D]`` from rewards ``[..., G]``, scores ``[..., G, D]``."""
-    return jnp.einsum("...g,...gd->...d", ustat_weights(rewards), jnp.asarray(scores))
+    """The U-statistic gradient ĝ_U = Σ_g c_g W_g (:func:`ustat_weights`).
+
+    Args:
+      rewards: [..., G] rewards of one group per leading index, G ≥ 2.
+      scores: [..., G, D] float scores W_g.
+
+    Returns:
+      [..., D] the gradient estimate of each group.
+    """
+    weights, scores = ustat_weights(rewards), jnp.asarray(scores)
+    _check_scores(weights, scores)
+    return jnp.einsum("...g,...gd->...d", weights, scores)
 
 
 def tree_advantages(
@@ -225,8 +319,21 @@ def tree_advantages(
       ``mean-only``:   Â_k = V̂_k − mean_i V̂_i
     With M = 1 and ``thought-std`` this is :func:`grpo_advantages` bit for bit.  Degenerate
     trees (all V̂ equal) give 0.
+
+    Args:
+      rewards: [..., K, M] rewards of one tree per leading index: K thoughts, M continuations
+        each, K ≥ 1 and M ≥ 1.
+      variant: ``"thought-std"``, ``"leaf-std"`` or ``"mean-only"`` (static).
+      ddof: 0 or 1 (static).
+      eps: [] the constant added to the std.
+
+    Returns:
+      [..., K] float thought-level advantages.
     """
     rewards = as_rewards(rewards)
+    chex.assert_axis_dimension_gteq(rewards, -2, 1)
+    _group_axis(rewards)
+    chex.assert_rank(eps, 0)
     values = jnp.mean(rewards, axis=-1)
     if variant == "thought-std":
         return grpo_advantages(values, scale="group", ddof=ddof, eps=eps)
