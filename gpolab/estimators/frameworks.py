@@ -11,6 +11,7 @@ leading axes are independent batches.  ``lengths`` ``(P, G)`` are response lengt
 own names and defaults and must be static Python values under ``jax.jit``.  The result is
 ``(P, G)``: per response the advantage every one of its tokens gets (the frameworks broadcast a
 scalar over the response mask; for token-whitened schemes the value is still one per response).
+A function's ``Args:`` leave out the inputs it does not read (``lengths``, ``greedy``).
 
 Sources read (the ``source`` of each :data:`SPECS` entry names file and function):
 
@@ -44,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -86,11 +88,14 @@ ORLHF = (
 
 
 def _need_group_axis(rewards: jax.Array, name: str, batch: bool = False) -> None:
+    """The rewards' shape (ConfigError, the registry's message) and float dtype (chex, at trace
+    time: the registry converts bool and integer rewards before they get here)."""
     if rewards.ndim < (2 if batch else 1) or rewards.shape[-1] < 1:
         want = "(..., P, G)" if batch else "(..., G)"
         raise validate.ConfigError(
             f"{name}: rewards shape {rewards.shape}; expected {want} with G >= 1"
         )
+    chex.assert_type(rewards, float)
 
 
 def _need(x, like: jax.Array, name: str, field: str, shape: tuple) -> jax.Array:
@@ -144,6 +149,13 @@ def verl_grpo(
     verl's std is a float32 ``torch.tensor(1.0)``, so its float64 value is r/1.00000095, 5e-8
     relative from ours).  All-equal group: 0.
     Source: ``compute_grpo_outcome_advantage`` (verl 0.9.1 and b178a3cd).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+      epsilon, norm_adv_by_std_in_grpo: verl's options (static Python values).
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "verl/grpo")
     if rewards.shape[-1] == 1:
@@ -173,6 +185,13 @@ def verl_grpo_vectorized(
     input dtype.
     Source: ``compute_grpo_vectorized_outcome_advantage`` + ``verl/utils/groupwise.py::
     group_mean_std`` (verl b178a3cd; compared with 0.9.1 too).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+      epsilon, norm_adv_by_std_in_grpo: verl's options (static Python values).
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "verl/grpo_vectorized")
     G = rewards.shape[-1]
@@ -191,6 +210,12 @@ def verl_rloo(rewards, *, lengths=None, greedy=None):
 
     Singleton group: the loop leaves the score untouched, A = r (``verl/rloo_vectorized`` gives
     0 there).  All-equal: 0.  Source: ``compute_rloo_outcome_advantage`` (verl 0.9.1 and b178a3cd).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "verl/rloo")
     G = rewards.shape[-1]
@@ -204,6 +229,12 @@ def verl_rloo_vectorized(rewards, *, lengths=None, greedy=None):
 
     Equal to ``verl/rloo`` for G ≥ 2; singleton groups get 0 (the loop version returns r).
     Source: ``compute_rloo_vectorized_outcome_advantage`` (verl 0.9.1 and b178a3cd).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "verl/rloo_vectorized")
     G = rewards.shape[-1]
@@ -238,6 +269,13 @@ def verl_reinforce_plus_plus_baseline(rewards, *, lengths=None, greedy=None):
     a single token (N = 1); ours is finite.  ``epsilon`` in verl's signature is unused.
     Source: ``compute_reinforce_plus_plus_baseline_outcome_advantage`` + ``verl/utils/
     torch_functional.py::masked_whiten/masked_var/masked_mean`` (verl 0.9.1 and b178a3cd).
+
+    Args:
+      rewards: [..., P, G] float rewards, a batch of P groups per leading index, G ≥ 1.
+      lengths: [..., P, G] response lengths in tokens (cast to the rewards' dtype).
+
+    Returns:
+      [..., P, G] advantages.
     """
     name = "verl/reinforce_plus_plus_baseline"
     _need_group_axis(rewards, name, batch=True)
@@ -253,6 +291,13 @@ def verl_opo(rewards, *, lengths=None, greedy=None):
     Singleton group: b = 0, A = r.  All-equal group: 0.  A group whose lengths sum to 0 is 0/0
     in verl; ours falls back to the plain mean there.  Source: ``compute_opo_outcome_advantage``
     (verl 0.9.1 and b178a3cd).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+      lengths: [..., G] response lengths in tokens (cast to the rewards' dtype).
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "verl/opo")
     lengths = _need(lengths, rewards, "verl/opo", "lengths", rewards.shape)
@@ -273,6 +318,13 @@ def verl_gpg(rewards, *, lengths=None, greedy=None, f_norm: float = 1.0):
     ``alpha`` keyword of verl's function is overwritten, so it is not an option; ``f_norm``
     (default 1.0) is.  Singleton: mean 0, A = α r/f_norm.  All-equal group: 0.
     Source: ``compute_gpg_outcome_advantage`` (verl 0.9.1 and b178a3cd).
+
+    Args:
+      rewards: [..., P, G] float rewards, a batch of P groups per leading index, G ≥ 1.
+      f_norm: verl's divisor (static).
+
+    Returns:
+      [..., P, G] advantages.
     """
     _need_group_axis(rewards, "verl/gpg", batch=True)
     B = rewards.shape[-2] * rewards.shape[-1]
@@ -293,6 +345,13 @@ def verl_grpo_passk(
     (verl reads it from ``config``).  Ties at the top give r_max − r_2nd = 0, so which index
     torch.topk picks does not matter.  All-equal: 0.  G < 2 raises (as verl does).
     Source: ``compute_grpo_passk_outcome_advantage`` (verl 0.9.1 and b178a3cd).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 2.
+      epsilon, norm_adv_by_std_in_grpo: verl's options (static Python values).
+
+    Returns:
+      [..., G] advantages. One non-zero entry per group at most.
     """
     _need_group_axis(rewards, "verl/grpo_passk")
     G = rewards.shape[-1]
@@ -313,6 +372,13 @@ def verl_remax(rewards, *, lengths=None, greedy=None):
     Token-level: returns are the reverse cumulative sum of the token rewards (the outcome reward
     sits on the last token, so every token's return is r) minus ``reward_baselines``.
     Source: ``compute_remax_outcome_advantage`` (verl 0.9.1 and b178a3cd).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+      greedy: [...] the greedy response's reward of each group.
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "verl/remax")
     greedy = _need(greedy, rewards, "verl/remax", "greedy", rewards.shape[:-1])
@@ -331,6 +397,14 @@ def trl_grpo(rewards, *, lengths=None, greedy=None, scale_rewards="group"):
     (TRL's ``num_generations == 1`` branch); a batch of one reward has s = 0.  All-equal group: 0.
     (``multi_objective_aggregation="sum_then_normalize"``, the default, single reward.)
     Source: ``trl/trainer/grpo_trainer.py::_generate_and_score_completions`` (TRL f2cd5771).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index ([..., P, G], the batch, for
+        ``scale_rewards="batch"``), G ≥ 1.
+      scale_rewards: ``group``/``True``, ``batch`` or ``none``/``False`` (static).
+
+    Returns:
+      [..., G] advantages.
     """
     scale = {True: "group", False: "none"}.get(scale_rewards, scale_rewards)
     if scale not in ("group", "batch", "none"):
@@ -361,6 +435,14 @@ def trl_rloo(rewards, *, lengths=None, greedy=None, normalize_advantages: bool =
     TRL (ddof 1), which its ``nan_to_num`` turns into 0; ours is 0.  Rewards are taken as given:
     TRL subtracts ``beta``·KL (default beta 0.05) and applies ``reward_clip_range`` before this.
     Source: ``trl/trainer/rloo_trainer.py::_generate_and_score_completions`` (TRL f2cd5771).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index ([..., P, G] for
+        ``normalize_advantages=True``), G ≥ 1.
+      normalize_advantages: whiten over the batch (static).
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "trl/rloo", batch=normalize_advantages)
     G = rewards.shape[-1]
@@ -383,6 +465,12 @@ def openrlhf_group_norm(rewards, *, lengths=None, greedy=None):
     Not whitened afterwards.  OpenRLHF asserts n_samples_per_prompt > 1 (G = 1 would be NaN from
     the ddof-1 std); ours returns 0 for G = 1.  All-equal: 0.
     Source: ``experience_maker.py::compute_advantages_and_returns`` (OpenRLHF v0.11.0).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "openrlhf/group_norm")
     if rewards.shape[-1] == 1:
@@ -395,6 +483,12 @@ def openrlhf_rloo(rewards, *, lengths=None, greedy=None):
 
     G = 1 is asserted away by OpenRLHF (0/0 = NaN); ours returns 0.  All-equal: 0.
     Source: ``experience_maker.py::compute_advantages_and_returns`` (OpenRLHF v0.11.0).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "openrlhf/rloo")
     G = rewards.shape[-1]
@@ -413,6 +507,14 @@ def openrlhf_reinforce_baseline(rewards, *, lengths=None, greedy=None, no_std_no
     length-dependent: an all-equal group gets −m·rsqrt(...), not 0.  G = 1 asserted away by
     OpenRLHF; ours: a = 0.  KL-in-reward and reward clipping are outside this function.
     Source: ``experience_maker.py::compute_advantages_and_returns`` (OpenRLHF v0.11.0).
+
+    Args:
+      rewards: [..., P, G] float rewards, a batch of P groups per leading index, G ≥ 1.
+      lengths: [..., P, G] response lengths in tokens (cast to the rewards' dtype).
+      no_std_norm: skip the division (static).
+
+    Returns:
+      [..., P, G] advantages.
     """
     name = "openrlhf/reinforce_baseline"
     _need_group_axis(rewards, name, batch=True)
@@ -431,6 +533,12 @@ def openrlhf_dr_grpo(rewards, *, lengths=None, greedy=None):
 
     G = 1 asserted away by OpenRLHF; ours gives 0 (r − r).  All-equal: 0.
     Source: ``experience_maker.py::compute_advantages_and_returns`` (OpenRLHF v0.11.0).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "openrlhf/dr_grpo")
     return _centre(rewards)
@@ -459,6 +567,13 @@ def nemo_grpo(
     leave rounding noise there for non-binary rewards, which 1/(s + 1e-6) then amplifies).
     Source: ``nemo_rl/algorithms/utils.py::calculate_baseline_and_std_per_prompt`` +
     ``nemo_rl/algorithms/advantage_estimator.py::GRPOAdvantageEstimator`` (NeMo-RL 7ea279ab).
+
+    Args:
+      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
+      normalize_rewards, use_leave_one_out_baseline: NeMo-RL's options (static).
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "nemo/grpo")
     G = rewards.shape[-1]
@@ -509,6 +624,13 @@ def passk_training(rewards, *, lengths=None, greedy=None, k: int = 4):
     GRPO with the population std + 1e-6.  The code has no default k; 4 is gpolab's (so the
     spec's ``min_group`` is 4: in general it is k).
     Source: ``RUCAIBox/Passk_Training code/passk_adv.py::calc_adv`` @ 00474d78.
+
+    Args:
+      rewards: [..., G] float rewards (binary: 0 or 1) of one group per leading index.
+      k: the k of pass@k, 1 ≤ k ≤ G (static).
+
+    Returns:
+      [..., G] advantages.
     """
     _need_group_axis(rewards, "paper/passk-training")
     n = rewards.shape[-1]
@@ -541,6 +663,12 @@ def areal_liteppo(rewards, *, lengths=None, greedy=None):
     token-weighted ``adv_norm`` pass of the example config is not modelled.
     Source: ``inclusionAI/AReaL areal/utils/data.py::Normalization`` (mean_level="group",
     std_level="batch") and ``examples/math/gsm8k_liteppo.yaml`` @ 4aef98d8.
+
+    Args:
+      rewards: [..., P, G] float rewards, a batch of P groups per leading index, G ≥ 1.
+
+    Returns:
+      [..., P, G] advantages.
     """
     _need_group_axis(rewards, "areal/liteppo", batch=True)
     centred = _centre(rewards)
@@ -591,6 +719,13 @@ def jspo(rewards, *, lengths=None, greedy=None, epsilon: float = 1e-6):
     No std division.  An all-equal group in a varied batch gets λ(r − b), not 0.  Batch-scoped.
     Source: ``guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::
     compute_jspo_outcome_advantage`` @ 3f8539de.
+
+    Args:
+      rewards: [..., P, G] float rewards, a batch of P groups per leading index, G ≥ 2.
+      epsilon: the constant in λ's denominator (static).
+
+    Returns:
+      [..., P, G] advantages.
     """
     return _jspo(rewards, "jspo/jspo", epsilon, own_out=True)
 
@@ -602,6 +737,13 @@ def jspo_plus_plus(rewards, *, lengths=None, greedy=None, epsilon: float = 1e-6)
     smooths λ and b over training steps: state across steps, not modelled).
     Source: ``guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::
     compute_jspo_plus_plus_outcome_advantage`` @ 3f8539de.
+
+    Args:
+      rewards: [..., P, G] float rewards, a batch of P groups per leading index, G ≥ 2.
+      epsilon: the constant in λ's denominator (static).
+
+    Returns:
+      [..., P, G] advantages.
     """
     return _jspo(rewards, "jspo/jspo_plus_plus", epsilon, own_out=False)
 
@@ -618,6 +760,13 @@ def spo(rewards, *, baseline, lengths=None, greedy=None):
     prioritized prompt sampling (∝ √(v̂(1 − v̂)) + 0.05) are not modelled.  A batch of one
     response: 0.  Batch-scoped.
     Source: ``verl-project/verl-recipe spo/spo_ray_trainer.py::RayPPOTrainer.fit`` @ 550d42f5.
+
+    Args:
+      rewards: [..., P, G] float rewards, a batch of P groups per leading index, G ≥ 1.
+      baseline: [..., P] the tracker's value v̂(x) of each prompt.
+
+    Returns:
+      [..., P, G] advantages.
     """
     _need_group_axis(rewards, "spo/spo", batch=True)
     v = _need(baseline, rewards, "spo/spo", "baseline", rewards.shape[:-1])
