@@ -71,6 +71,14 @@ def check_loss_agg(mode: str, field: str = "loss_agg") -> None:
     validate.choice(field, mode, LOSS_AGG_MODES)
 
 
+def _check_lengths(lengths: jax.Array, norm_length) -> None:
+    """Trace-time checks: float lengths with at least one (non-empty) batch axis, scalar L_norm."""
+    chex.assert_type(lengths, float)
+    chex.assert_axis_dimension_gteq(lengths, -1, 1)
+    if norm_length is not None:
+        chex.assert_rank(norm_length, 0)
+
+
 def loss_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.Array:
     """Weights c_i (same shape as ``lengths``) of ``mode`` over a batch: ∇loss = −Σ_i c_i A_i W_i.
 
@@ -82,9 +90,17 @@ def loss_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.Arra
     ``norm_length``: L_norm, a constant (verl ``loss_scale_factor``, TRL ``max_completion_length``);
     None = the batch's longest response (the padded width of a tensor padded to the batch max).
     See verl/trainer/ppo/core_algos.py::agg_loss and trl/trainer/grpo_trainer.py::_compute_loss.
+
+    Args:
+      mode: one of :data:`LOSS_AGG_MODES` (static).
+      lengths: [...] float response lengths in tokens, every axis the batch (e.g. [P, G]).
+      norm_length: [] L_norm, or None.
+
+    Returns:
+      [...] float weights c_i, the shape of ``lengths``.
     """
     check_loss_agg(mode, "mode")
-    chex.assert_type(lengths, float)
+    _check_lengths(lengths, norm_length)
     n = lengths.size
     if mode == "token-mean":
         return jnp.broadcast_to(1.0 / jnp.sum(lengths), lengths.shape)
@@ -99,9 +115,18 @@ def loss_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.Arra
 def relative_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.Array:
     """N · c_i: the factor by which ``mode`` multiplies each response's weight in gpolab's
     seq-mean-token-sum estimate ĝ = (1/N) Σ_i A_i W_i (1 for that mode, 1/L_i for
-    seq-mean-token-mean, N/Σ L for token-mean, 1/L_norm for seq-mean-token-sum-norm)."""
+    seq-mean-token-mean, N/Σ L for token-mean, 1/L_norm for seq-mean-token-sum-norm).
+
+    Args:
+      mode: one of :data:`LOSS_AGG_MODES` (static).
+      lengths: [...] float response lengths in tokens, every axis the batch (e.g. [P, G]).
+      norm_length: [] L_norm, or None.
+
+    Returns:
+      [...] float factors N·c_i, the shape of ``lengths``.
+    """
     check_loss_agg(mode, "mode")
-    chex.assert_type(lengths, float)
+    _check_lengths(lengths, norm_length)
     if mode == "token-mean":
         return jnp.broadcast_to(lengths.size / jnp.sum(lengths), lengths.shape)
     if mode == "seq-mean-token-sum":

@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -215,7 +216,25 @@ def rule_clips(ratio: str) -> tuple[str, ...]:
 def objective(ratio, clip, logp, old, c, mask, eps_low, eps_high, clip_c):
     """(per-token objective (..., G, T), clipped-token flags): Σ mask·objective has gradient
     Σ_g Σ_t (the rule's weight) s_t.  ``c`` is (..., G); ``clip`` one of ``rule_clips(ratio)``
-    (the ``weight`` of cispo and the ``none`` of unclipped rules are the same call)."""
+    (the ``weight`` of cispo and the ``none`` of unclipped rules are the same call).
+
+    Args:
+      ratio: a name of :data:`RATIOS` (static).
+      clip: one of ``rule_clips(ratio)`` (static).
+      logp: [..., G, T] float log π_θ of every token.
+      old: [..., G, T] float log π_old of every token.
+      c: [..., G] float gradient weight of each response.
+      mask: [..., G, T] float, 1 on the response's tokens, 0 on padding.
+      eps_low, eps_high, clip_c: [] the clip constants ε_low, ε_high and verl's clip_ratio_c.
+
+    Returns:
+      ([..., G, T] float objective, [..., G, T] bool clipped-token flags).
+    """
+    _check_tokens(logp, old, mask)
+    chex.assert_rank(c, logp.ndim - 1)
+    chex.assert_equal_shape_prefix([logp, c], c.ndim)
+    chex.assert_type(c, float)
+    chex.assert_rank([eps_low, eps_high, clip_c], 0)
     fn = RATIOS[ratio].fn
     clip = "none" if clip == "weight" else clip
     obj, cut = fn(logp, old, c[..., None], mask, clip, eps_low, eps_high, clip_c)
@@ -223,5 +242,23 @@ def objective(ratio, clip, logp, old, c, mask, eps_low, eps_high, clip_c):
 
 
 def kl_terms(kl: str, logp, ref, mask):
-    """Per-token KL estimator values (..., G, T) of ``kl`` at d = logp − ref, masked."""
+    """Per-token KL estimator values of ``kl`` at d = logp − ref, masked.
+
+    Args:
+      kl: a name of :data:`KLS` (static).
+      logp: [..., G, T] float log π_θ of every token.
+      ref: [..., G, T] float log π_ref of every token.
+      mask: [..., G, T] float, 1 on the response's tokens, 0 on padding.
+
+    Returns:
+      [..., G, T] float KL estimates, 0 on padding.
+    """
+    _check_tokens(logp, ref, mask)
     return KLS[kl].fn(logp - ref) * mask
+
+
+def _check_tokens(logp: jax.Array, other: jax.Array, mask: jax.Array) -> None:
+    """Trace-time checks of per-token arrays [..., G, T]: same shape, rank ≥ 2, float."""
+    chex.assert_equal_shape([logp, other, mask])
+    chex.assert_axis_dimension_gteq(logp, -2, 1)
+    chex.assert_type([logp, other, mask], float)
