@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from gpolab import engine
-from gpolab.labs.sweep.lab import SweepConfig, cells, run_sweep
+from gpolab.labs.sweep.lab import Config as Sweep
+from gpolab.labs.sweep.lab import cells, run_sweep
 from gpolab.runner import experiments, labs
 from gpolab.runner.cli import main
 from gpolab.runner.store import PROVENANCE, Store
@@ -29,8 +30,8 @@ def test_every_shipped_experiment_loads(path):
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("[sweep]\nG = [2]\n", "lab: got None; allowed: sweep, "),
-        ('lab = "movie"\n', "lab: got 'movie'; allowed: sweep, "),
+        ("[sweep]\nG = [2]\n", "lab: got None; allowed: allocate, chi2, "),
+        ('lab = "movie"\n', "lab: got 'movie'; allowed: allocate, chi2, "),
         ('lab = "sweep"\ncolour = "red"\n[sweep]\n', "colour: unknown key; allowed: lab, "),
         ('lab = "sweep"\n[sweep]\nGG = [2]\n', "[sweep] GG: unknown field"),
         ('lab = "sweep"\n[sweep]\nG = [1]\nestimators = ["loo"]\n', "G (for loo): got 1"),
@@ -50,8 +51,8 @@ def test_bad_experiment_files_name_file_and_field(tmp_path, text, message):
     assert message in str(err.value)
 
 
-def small_config(out) -> SweepConfig:
-    return SweepConfig(
+def small_config(out) -> Sweep:
+    return Sweep(
         estimators=("loo", "mean"),
         G=(2, 3, 5),
         seeds=1500,
@@ -139,7 +140,7 @@ def test_figures_rejects_unknown_name(capsys):
 
 
 def test_tree_mean_only_cells_ignore_eps(tmp_path):
-    cfg = SweepConfig(env="tree", K=(2,), M=(1, 2), estimators=("mean-only", "thought-std"),
+    cfg = Sweep(env="tree", K=(2,), M=(1, 2), estimators=("mean-only", "thought-std"),
                       seeds=300, out=str(tmp_path))  # fmt: skip
     run_sweep(cfg, store=Store(tmp_path))
     computed = []

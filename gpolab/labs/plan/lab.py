@@ -37,11 +37,14 @@ import pandas as pd
 from gpolab import configs, estimators, validate
 from gpolab.configs import option
 from gpolab.labs.plan import plots, rollouts
-from gpolab.labs.plan.report import (
+from gpolab.labs.plan.report import (  # noqa: F401  (the lab's report and JSON summary)
     MAX_G,
     POOLED,
+    need_text,
     pooled,
+    report,
     report_sizes,
+    summary_json,
 )
 from gpolab.theory import difficulty, graded, gstar
 
@@ -54,13 +57,11 @@ DEFAULT_ESTIMATORS = ("grpo", "loo", "mean", "nemo/grpo", "verl/grpo_passk",
                       "paper/passk-training")  # fmt: skip
 
 
-@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(configs.Config):
     """What ``gpolab plan`` reads and which answers it gives."""
 
     LAB: ClassVar[str] = NAME
-    ALIASES: ClassVar[dict] = {"budget": "N"}  # deprecated: --budget (one release)
     QUICK: ClassVar[dict] = {"draws": 500}
 
     log: str = option("", "the rollout log: a file or a folder (TRL completions parquet, verl "
@@ -101,9 +102,6 @@ class Config:
                                  "(0: allocation by p(1-p))",
                                  when={"allocate": (True,)})  # fmt: skip
     out: str = option("results/plan", "output folder (report.md, tables, plan.png)", key=False)
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         if not self.log:
