@@ -188,9 +188,9 @@ def count_table(fn: Callable, G: int, *, name: str = "estimator", strict: bool =
     """
     validate.integer("G", G, 1)
     rewards = canonical_groups(G)
-    with _precision() as dtype:  # every shape fn is evaluated on: the canonical one, one copy
-        shapes = [rewards] if _copies(G + 1, G) > 1 else [rewards, rewards[:1]]
-        key = count_cache.key(fn, shapes, dtype, __file__)
+    with _precision() as dtype:  # one input per shape fn is evaluated on (_defect's copies)
+        inputs = [rewards] if _copies(G + 1, G) > 1 else [rewards, rewards[:1]]
+        key = count_cache.key(fn, inputs, dtype, __file__)
     cached = count_cache.load(key, G)
     if cached is not None:
         return Table(*cached, G, name, dtype=dtype)
