@@ -10,6 +10,10 @@ import pytest
 # tests after it.  (A full-suite run segfaulted inside jax's executable.serialize() while a
 # later test wrote to the folder an earlier test had set.)
 os.environ.setdefault("GPOLAB_CACHE_DIR", "")
+# the exact-theory count tables, by contrast, come from the per-machine cache
+# (gpolab.theory.count_cache: keyed by the estimator's traced computation, verified on load), so
+# each test process and each CLI subprocess skips rebuilding them (~9 s and 84 compilations)
+os.environ.setdefault("GPOLAB_COUNT_CACHE", os.path.expanduser("~/.cache/gpolab/count-tables"))
 jax.config.update("jax_enable_compilation_cache", False)
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -40,8 +44,12 @@ def _release_executables():
 
 @pytest.fixture(scope="session")
 def quick_results(tmp_path_factory):
-    """One results root for the tests that read experiments' quick tables (the README checks):
-    each experiment is computed once per session, on first use.  Tests that use it carry
-    ``@pytest.mark.xdist_group("quick-results")`` so that, under ``--dist loadgroup``, one
-    worker runs them all (two workers would race for the same folder's lock)."""
-    return tmp_path_factory.mktemp("quick-results")
+    """One set of quick runs (:class:`tools.readme.QuickRuns` under one session folder) for the
+    tests that read experiments' quick tables, the generated tables' check and the claims
+    ledger's: each experiment runs once per session, on first use, whichever test asks first.
+    Tests that use it carry ``@pytest.mark.xdist_group("quick-results")`` so that, under
+    ``--dist loadgroup``, one worker runs them all (two workers would each run every experiment:
+    a session fixture is per worker)."""
+    from tools.readme import QuickRuns  # the docs tool: imported only by the tests that use it
+
+    return QuickRuns(tmp_path_factory.mktemp("quick-results"))

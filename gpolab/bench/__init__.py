@@ -353,9 +353,9 @@ def arithmetic(cfg: BenchConfig) -> dict:
 
     from gpolab.envs import arithmetic as env
     from gpolab.labs.sweep import cells
-    from gpolab.labs.sweep.lab import SweepConfig, arithmetic_chunk, make_setup
+    from gpolab.labs.sweep.lab import Config, arithmetic_chunk, make_setup
 
-    sweep = SweepConfig(env="arithmetic", instance=env.Instance(policy=("instruct",)))
+    sweep = Config(env="arithmetic", instance=env.Instance(policy=("instruct",)))
     args, _ = make_setup(sweep)("instruct")
     cell = cells.ArithmeticCell(sweep.estimators, G=16, Q=sweep.instance.per_seed)
     n = 256 if cfg.quick else 2048
@@ -465,10 +465,10 @@ SWEEP_TIMES = """
 import json, sys, time, jax
 from gpolab import engine
 from gpolab.runner import cli
-from gpolab.labs.sweep.lab import SweepConfig, run_sweep
+from gpolab.labs.sweep.lab import Config, run_sweep
 cli.use_cpu_cores()  # as `gpolab sweep` starts
 cli.enable_compilation_cache()  # GPOLAB_CACHE_DIR: a fresh, empty directory
-cfg = SweepConfig(out=sys.argv[1], seeds=int(sys.argv[2]))
+cfg = Config(out=sys.argv[1], seeds=int(sys.argv[2]))
 times = []
 for clear in (False, True, False):  # cold; from the disk cache; warm
     if clear:
@@ -492,11 +492,12 @@ def default_sweep(cfg: BenchConfig) -> dict:
     import os
     import tempfile
 
-    from gpolab.labs.sweep.lab import SweepConfig
+    from gpolab.labs.sweep import lab as sweep
 
-    seeds = 2_000 if cfg.quick else SweepConfig.seeds
+    seeds = 2_000 if cfg.quick else sweep.Config.seeds
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "GPOLAB_CACHE_DIR": os.path.join(tmp, "xla")}
+        env = {**os.environ, "GPOLAB_CACHE_DIR": os.path.join(tmp, "xla"),
+               "GPOLAB_COUNT_CACHE": os.path.join(tmp, "count-tables")}  # cold: no tables either
         out = subprocess.run(
             [sys.executable, "-c", SWEEP_TIMES, os.path.join(tmp, "out"), str(seeds)],
             capture_output=True,
