@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 
 from gpolab import configs, engine, estimators, validate
 from gpolab.configs import option
@@ -139,8 +140,11 @@ def arithmetic_chunk() -> int:
 
 
 def _bandit_rows(cfg, cell, m, truth, policy, params) -> list[dict]:
-    """The grouped rows of one unit (:meth:`gpolab.labs.sweep.units.Grouped.rows`)."""
-    return units.ENVS[cfg.env].rows(cfg, cell, m, truth, policy, params)
+    """The grouped rows of one unit: its Monte Carlo rows joined with the theory of its keys."""
+    env = units.ENVS[cfg.env]
+    mc = pd.DataFrame(env.monte_carlo(cfg, cell, m, truth, policy))
+    theory = env.theory(cfg, mc[list(env.KEYS)], lambda _: ((params,), truth))
+    return units.join(mc, theory, env.KEYS, env.COLUMNS).to_dict(orient="records")
 
 
 def _row_ids(cfg: Config) -> list[dict]:
@@ -283,27 +287,32 @@ def run_sweep(
 
 
 def _computer(cfg: Config, plan: dict, settings: list[dict], key) -> Callable:
-    """``compute(unit)`` of :func:`gpolab.runner.store.resume`: one engine run of the unit's cell,
-    one
-    row list per cell of the unit.  The instance, its truth and the key are built at the first
-    unit computed (never when every cell is stored)."""
+    """``compute(unit)`` of :func:`gpolab.runner.store.resume`: one row list per cell of the
+    unit, its Monte Carlo row (one engine run of the unit's cell,
+    :meth:`gpolab.labs.sweep.units.Grouped.monte_carlo`) joined on its keys with the theory
+    table (:meth:`gpolab.labs.sweep.units.Grouped.theory`, every key of the grid, computed from
+    the config and the truth alone).  The instance, its truth, the theory table and the key are
+    built at the first unit computed (never when every cell is stored)."""
     env = units.ENVS[cfg.env]
     state = functools.cache(lambda: _run_state(cfg, env, key))
+    theory = functools.cache(lambda: env.theory(cfg, env.grid(cfg), state()[0]))
 
     def compute(unit: list[int]) -> list[list[dict]]:
         setup, key, eps, fn, chunk, mesh = state()
+        exact = theory()
         start = time.perf_counter()
         context, cell = plan[tuple(unit)]
         args, truth = setup(context)
         cell = env.prepare(cfg, cell, truth)
         m = engine.run(fn, cell, (*args, eps), env.unit_key(key, context, cell), cfg.seeds,
                        chunk, mesh=mesh)  # fmt: skip
-        new = env.rows(cfg, cell, m, truth, context, args[0])
+        mc = env.monte_carlo(cfg, cell, m, truth, context)
         wall = time.perf_counter() - start
-        for i, row in zip(unit, new, strict=True):
+        for i, row in zip(unit, mc, strict=True):
             row.update({k: v for k, v in settings[i].items() if k not in row})
-            row["seconds"] = wall / len(new)
-        return [[row] for row in new]
+            row["seconds"] = wall / len(mc)
+        rows = units.join(pd.DataFrame(mc), exact, env.KEYS, env.COLUMNS)
+        return [[row] for row in rows.to_dict(orient="records")]
 
     return compute
 

@@ -1,13 +1,14 @@
-"""What the sweep computes on each env: one small object per env (:func:`get`) with the same
+"""What the sweep computes on each env: one small object per env (:data:`ENVS`) with the same
 methods, so :mod:`gpolab.labs.sweep.lab` never asks which env it runs.
 
 An env object turns the sweep's config (its grid and ``cfg.instance``, the env's
-:class:`Instance`) into row ids, compiled units ``(rows, context, cell)`` of
-:mod:`gpolab.labs.sweep.cells`, the instance and its truth (``setup``), and the rows of a finished
-unit:
-the env's own columns, the Monte Carlo statistics and the exact theory where it exists.  The
-bandit and the arithmetic surrogate share the grouped rows (one group of G responses per
-prompt); the tree has its own (K thoughts × M continuations).
+:class:`Instance`) into the table's keys (:meth:`Grouped.grid`, the store's row ids), compiled
+units ``(rows, context, cell)`` of :mod:`gpolab.labs.sweep.cells`, the instance and its truth
+(``setup``), and two tables on the same keys (:data:`Grouped.KEYS`): the Monte Carlo rows of a
+finished unit (:meth:`Grouped.monte_carlo`, from the engine's moments) and the exact theory of
+every key (:meth:`Grouped.theory`, from the truth only).  :func:`join` merges them into the
+result rows.  The bandit and the arithmetic surrogate share the grouped rows (one group of G
+responses per prompt); the tree has its own (K thoughts × M continuations).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 
 import jax
 import numpy as np
+import pandas as pd
 
 from gpolab import engine, estimators, validate
 from gpolab.envs import arithmetic, bandit, tree
@@ -71,12 +73,44 @@ def best_scale(m, name: str, target_sq: float) -> dict:
     return {"best_scale": dot / norm2, "scaled_mse": target_sq - dot**2 / norm2}
 
 
+STATS = ("mse", "mse_se", "mse_ci_low", "mse_ci_high", "variance", "bias_sq")
+# a result row's columns, Monte Carlo and theory interleaved as the table shows them; the settings
+# and ``seconds`` follow (the store adds its provenance after them)
+GROUPED_COLUMNS = (
+    "env", "kind", "policy", "estimator", "variant", "G", "K", "M", "B", "n_seeds", *STATS, "cos",
+    "target_sq", "best_scale", "scaled_mse", "degenerate_frac", "mean_V", "theory_best_scale",
+    "theory_scaled_mse", "theory", "theory_mse", "theory_mse_se", "theory_bias_sq",
+    "theory_first_order", "loss_agg", "lengths",
+    # dynamic sampling
+    "dynamic_sampling", "draws_per_kept_group", "draws_per_kept_group_ci_low",
+    "draws_per_kept_group_ci_high", "kept_groups", "responses_per_step", "cap_reached_frac",
+    "theory_draws_per_kept_group", dynamic.RATE_COLUMN, dynamic.LOOP_COLUMN,
+    "theory_cap_reached_frac", "theory_kept_groups", "theory_responses_per_step", "theory_kappa",
+    "plain_B", "plain_mse", "plain_mse_se", "plain_cos", "plain_scaled_mse", "theory_plain_mse",
+)  # fmt: skip
+TREE_COLUMNS = ("env", "kind", "estimator", "variant", "G", "K", "M", "B", "n_seeds", *STATS,
+                "mse_group", "corr", "leaves", "degenerate_frac", "theory_degenerate_frac",
+                "theory_mse")  # fmt: skip
+
+
+def join(mc: pd.DataFrame, theory: pd.DataFrame, keys, columns) -> pd.DataFrame:
+    """The Monte Carlo table ``mc`` and the theory table joined on ``keys`` (every Monte Carlo
+    row has one theory row; a key the grid repeats has the same theory), in the order of
+    ``columns``, then ``mc``'s other columns."""
+    theory = theory.drop_duplicates(list(keys))
+    df = mc.merge(theory, on=list(keys), how="left", validate="many_to_one")
+    first = [c for c in columns if c in df]
+    return df[first + [c for c in df if c not in first]]
+
+
 class Grouped:
     """Envs with groups of G responses per prompt (the bandit, the arithmetic surrogate)."""
 
     name = ""
     ESTIMATORS = ("vanilla", "oracle", "loo", "mean", "grpo")
     REPORT: tuple[str, ...] = ()
+    KEYS: tuple[str, ...] = ("estimator", "G", "loss_agg")
+    COLUMNS = GROUPED_COLUMNS
 
     def validate(self, cfg) -> None:
         check_common(cfg)
@@ -156,11 +190,11 @@ class Grouped:
         """The env's own columns of a row."""
         return {"env": self.name}
 
-    def rows(self, cfg, cell, m, truth, context, params) -> list[dict]:
-        """Rows of one unit; ``theory_mse_se`` is the standard error the theory carries where
-        its inputs are Monte Carlo (the arithmetic surrogate's S2)."""
-        B, shared = self.B(cfg), shared_options(cfg)
-        length = self.response_length(cfg, params) if cfg.instance.lengths == "one" else None
+    def monte_carlo(self, cfg, cell, m, truth, context) -> list[dict]:
+        """The Monte Carlo rows of one unit (one per estimator of ``cell``), from the engine's
+        moments ``m``: the keys (:data:`KEYS`), the env's columns and the statistics."""
+        B = self.B(cfg)
+        mode = getattr(cell, "loss_agg", DEFAULT_AGG)  # dynamic cells: the default
         target_sq = theory_mse.target_sq(truth, B)
         out = []
         for name in cell.estimators:  # bound specs (:meth:`specs`); rows name them as given
@@ -172,25 +206,45 @@ class Grouped:
                 "cos": float(m.mean(f"{name}/cos")), "target_sq": target_sq,
                 **best_scale(m, name, target_sq),
                 "degenerate_frac": float(m.mean("degenerate")),
-                "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
-                **exact.theory_columns(truth, name, cell.G, B, length, **shared),
-                "theory_first_order": theory_mse.mse(truth, "oracle", cell.G, B),
-                **self.aggregation_columns(cfg, cell, name, truth, params, B, shared),
+                "loss_agg": mode, "lengths": cfg.instance.lengths,
                 **self.extra_columns(cfg, cell, m, truth, name),
             })  # fmt: skip
         return out
 
-    def aggregation_columns(self, cfg, cell, name, truth, params, B, shared) -> dict:
-        """``loss_agg`` and ``lengths``; under a mode other than seq-mean-token-sum the
-        count-table theory is NaN (the bandit adds the exact bias² of
-        :mod:`gpolab.theory.aggregation`)."""
-        mode = getattr(cell, "loss_agg", DEFAULT_AGG)  # dynamic cells: the default
-        out = {"loss_agg": mode, "lengths": cfg.instance.lengths}
-        if mode == DEFAULT_AGG:
-            return out
+    def grid(self, cfg) -> pd.DataFrame:
+        """The table's keys (:data:`KEYS`), one row per result row, in table order."""
+        return pd.DataFrame([{**rid, "loss_agg": rid.get("loss_agg", DEFAULT_AGG)}
+                             for rid in self.row_ids(cfg)], columns=self.KEYS)  # fmt: skip
+
+    def theory(self, cfg, grid: pd.DataFrame, setup) -> pd.DataFrame:
+        """The exact columns of every key of ``grid``, from the truth of ``setup(policy)``:
+        the finite-G theory of :func:`gpolab.theory.exact.theory_columns` (``theory_mse_se``:
+        the standard error it carries where its inputs are Monte Carlo, the arithmetic
+        surrogate's S2), the first-order MSE, and the theory of the key's loss aggregation.
+        The count tables are one per G (their shape), so the theory is computed key by key."""
+        specs, B, shared = self.specs(cfg), self.B(cfg), shared_options(cfg)
+        rows = []
+        for key in grid.to_dict(orient="records"):
+            (params, *_), truth = setup(key.get("policy"))
+            spec, G = specs[key["estimator"]], key["G"]
+            length = self.response_length(cfg, params) if cfg.instance.lengths == "one" else None
+            row = {**key, "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
+                   **exact.theory_columns(truth, spec, G, B, length, **shared),
+                   "theory_first_order": theory_mse.mse(truth, "oracle", G, B)}  # fmt: skip
+            if key["loss_agg"] != DEFAULT_AGG:
+                row |= self.aggregation_theory(cfg, params, truth, spec, G, key["loss_agg"], B)
+            rows.append(row | self.extra_theory(cfg, truth, spec, G))
+        return pd.DataFrame(rows)
+
+    def aggregation_theory(self, cfg, params, truth, spec, G, mode, B) -> dict:
+        """Under a loss aggregation other than seq-mean-token-sum the count-table theory is NaN
+        (the bandit adds the exact bias² of :mod:`gpolab.theory.aggregation`)."""
         nan, why = math.nan, "none: no exact theory of loss aggregation on this env"
-        return out | {"theory_mse": nan, "theory_mse_se": nan, "theory_best_scale": nan,
-                      "theory_scaled_mse": nan, "theory_bias_sq": nan, "theory": why}  # fmt: skip
+        return {"theory_mse": nan, "theory_mse_se": nan, "theory_best_scale": nan,
+                "theory_scaled_mse": nan, "theory_bias_sq": nan, "theory": why}  # fmt: skip
+
+    def extra_theory(self, cfg, truth, spec, G) -> dict:
+        return {}
 
     def extra_columns(self, cfg, cell, m, truth, name) -> dict:
         return {}
@@ -243,9 +297,7 @@ class Bandit(Grouped):
         at most every drawn group): plain sampling at the same mean responses per step."""
         if not cfg.instance.dynamic_sampling:
             return cell
-        d = dynamic.draws(dynamic.nondegenerate_prob(truth, cell.G), cell.B, cell.max_draws)
-        plain_B = min(max(1, round(d.batches * cell.B)), cell.B * cell.max_draws)
-        return dataclasses.replace(cell, plain_B=plain_B)
+        return dataclasses.replace(cell, plain_B=plain_B(truth, cell.G, cell.B, cell.max_draws))
 
     def B(self, cfg):
         return cfg.instance.B or None
@@ -256,18 +308,21 @@ class Bandit(Grouped):
     def columns(self, cfg, truth, context) -> dict:
         return {"env": self.name, "kind": cfg.instance.kind}
 
-    def aggregation_columns(self, cfg, cell, name, truth, params, B, shared) -> dict:
-        out = super().aggregation_columns(cfg, cell, name, truth, params, B, shared)
-        if out["loss_agg"] != DEFAULT_AGG:
-            bias, how = aggregation.bias_sq(params, truth, name, cell.G, cell.loss_agg, B,
-                                            cell.norm_length, **shared)  # fmt: skip
-            out |= {"theory_bias_sq": bias, "theory": how}
-        return out
+    def aggregation_theory(self, cfg, params, truth, spec, G, mode, B) -> dict:
+        out = super().aggregation_theory(cfg, params, truth, spec, G, mode, B)
+        bias, how = aggregation.bias_sq(params, truth, spec, G, mode, B, self.norm_length(cfg),
+                                        **shared_options(cfg))  # fmt: skip
+        return out | {"theory_bias_sq": bias, "theory": how}
 
     def extra_columns(self, cfg, cell, m, truth, name) -> dict:
         if not cfg.instance.dynamic_sampling:
             return {}
-        return dynamic_columns(cfg, cell, m, truth, name)
+        return dynamic_columns(cell, m, truth, name)
+
+    def extra_theory(self, cfg, truth, spec, G) -> dict:
+        if not cfg.instance.dynamic_sampling:
+            return {}
+        return dynamic_theory(cfg, truth, spec, G)
 
     def report_columns(self, cfg) -> list[str]:
         if not cfg.instance.dynamic_sampling:
@@ -282,11 +337,17 @@ class Bandit(Grouped):
             cap_warning(df)
 
 
-def dynamic_columns(cfg, cell, m, truth, name: str) -> dict:
-    """A dynamic-sampling row's own columns, overriding the plain-sampling theory: measured draws
-    (groups drawn / groups kept, a ratio of means with its delta-method CI), responses per step,
-    the capped-step fraction, the exact theory of :mod:`gpolab.theory.dynamic` and plain sampling
-    with ``plain_B`` groups on the same draws (``plain_*``, its exact MSE ``theory_plain_mse``)."""
+def plain_B(truth, G: int, B: int, max_draws: int) -> int:
+    """round(exact E[groups drawn per step]) (at least 1, at most every drawn group): the groups
+    of plain sampling at the same mean responses per step as dynamic sampling."""
+    d = dynamic.draws(dynamic.nondegenerate_prob(truth, G), B, max_draws)
+    return min(max(1, round(d.batches * B)), B * max_draws)
+
+
+def dynamic_columns(cell, m, truth, name: str) -> dict:
+    """A dynamic-sampling row's Monte Carlo columns: measured draws (groups drawn / groups kept,
+    a ratio of means with its delta-method CI), responses per step, the capped-step fraction and
+    plain sampling with ``plain_B`` groups on the same draws (``plain_*``)."""
     drawn, kept, n = float(m.mean("drawn")), float(m.mean("kept")), m.n
     ratio = drawn / kept if kept > 0 else math.nan
     cov = (float(m.mean("drawn_kept")) - drawn * kept) * n / max(n - 1, 1)
@@ -294,9 +355,6 @@ def dynamic_columns(cfg, cell, m, truth, name: str) -> dict:
     ratio_se = math.sqrt(max(var, 0.0) / n) / kept if kept > 0 else math.nan
     plain = engine.error_stats(m, err=f"plain/{name}/err", sq=f"plain/{name}/sq")
     target_sq = theory_mse.target_sq(truth, cell.B)
-    shared = shared_options(cfg)
-    th = dynamic.columns(truth, name, cell.G, cell.B, cell.max_draws, **shared)
-    table = exact.registry_table(name, cell.G, strict=False, length=1, **shared)
     return {
         "dynamic_sampling": True,
         "draws_per_kept_group": ratio,
@@ -305,6 +363,22 @@ def dynamic_columns(cfg, cell, m, truth, name: str) -> dict:
         "kept_groups": kept,
         "responses_per_step": drawn * cell.G,
         "cap_reached_frac": float(m.mean("capped")),
+        "plain_B": cell.plain_B,
+        "plain_mse": plain.mse,
+        "plain_mse_se": plain.mse_se,
+        "plain_cos": float(m.mean(f"plain/{name}/cos")),
+        "plain_scaled_mse": best_scale(m, f"plain/{name}", target_sq)["scaled_mse"],
+    }
+
+
+def dynamic_theory(cfg, truth, spec, G: int) -> dict:
+    """A dynamic-sampling key's exact columns, overriding the plain-sampling theory: the theory
+    of :mod:`gpolab.theory.dynamic` and the exact MSE of plain sampling with :func:`plain_B`
+    groups (``theory_plain_mse``)."""
+    inst, shared = cfg.instance, shared_options(cfg)
+    th = dynamic.columns(truth, spec, G, inst.B, inst.max_draws, **shared)
+    table = exact.registry_table(spec, G, strict=False, length=1, **shared)
+    return {
         **{k: v for k, v in th.items() if not k.startswith("theory_dyn_")},
         "theory": "dynamic sampling (gpolab)" if table.ok else f"none: {table.reason}",
         "theory_mse": th["theory_dyn_mse"],
@@ -312,12 +386,7 @@ def dynamic_columns(cfg, cell, m, truth, name: str) -> dict:
         "theory_bias_sq": th["theory_dyn_bias_sq"],
         "theory_scaled_mse": th["theory_dyn_scaled_mse"],
         "theory_kappa": th["theory_dyn_kappa"],
-        "plain_B": cell.plain_B,
-        "plain_mse": plain.mse,
-        "plain_mse_se": plain.mse_se,
-        "plain_cos": float(m.mean(f"plain/{name}/cos")),
-        "plain_scaled_mse": best_scale(m, f"plain/{name}", target_sq)["scaled_mse"],
-        "theory_plain_mse": exact.mse(truth, table, cell.G, cell.plain_B),
+        "theory_plain_mse": exact.mse(truth, table, G, plain_B(truth, G, inst.B, inst.max_draws)),
     }
 
 
@@ -344,6 +413,7 @@ class Arithmetic(Grouped):
     name = "arithmetic"
     REPORT = ("policy", "estimator", "G", "mse", "mse_ci_low", "mse_ci_high", "theory_mse",
               "theory_mse_se", "theory_first_order", "degenerate_frac", "seconds")  # fmt: skip
+    KEYS = ("policy", *Grouped.KEYS)
 
     def contexts(self, cfg) -> tuple:
         return cfg.instance.policy
@@ -389,6 +459,8 @@ class Tree:
     ESTIMATORS = ("thought-std",)
     REPORT = ["variant", "K", "M", "mse", "mse_group", "variance", "corr", "degenerate_frac",
               "theory_degenerate_frac", "seconds"]  # fmt: skip
+    KEYS = ("variant", "K", "M")
+    COLUMNS = TREE_COLUMNS
 
     def validate(self, cfg) -> None:
         check_common(cfg)
@@ -433,7 +505,17 @@ class Tree:
         """``gpolab tree``'s stream for the same (K, M) (its variants share draws)."""
         return engine.cell_key(key, "tree", cell.K, cell.M)
 
-    def rows(self, cfg, cell, m, truth, context, params) -> list[dict]:
+    def grid(self, cfg) -> pd.DataFrame:
+        return pd.DataFrame(self.row_ids(cfg), columns=self.KEYS)
+
+    def theory(self, cfg, grid: pd.DataFrame, setup) -> pd.DataFrame:
+        """P(all K thought values are equal) of every (K, M) (the exact MSE is the tree lab's)."""
+        (params, _), _ = setup(None)
+        keys = grid.to_dict(orient="records")
+        return pd.DataFrame([{**k, "theory_degenerate_frac": theory_tree.degenerate_prob(
+            params, k["K"], k["M"]), "theory_mse": math.nan} for k in keys])  # fmt: skip
+
+    def monte_carlo(self, cfg, cell, m, truth, context) -> list[dict]:
         stats = engine.error_stats(m)
         cond_var = float(m.mean("cond_var"))
         cov = float(m.mean("at") - m.mean("a") * m.mean("t"))
@@ -449,8 +531,6 @@ class Tree:
             "corr": cov / math.sqrt(va * vt) if va > 0 and vt > 0 else math.nan,
             "leaves": cell.K * cell.M,
             "degenerate_frac": float(m.mean("degenerate")),
-            "theory_degenerate_frac": theory_tree.degenerate_prob(params, cell.K, cell.M),
-            "theory_mse": math.nan,
         }]  # fmt: skip
 
     def report_columns(self, cfg) -> list[str]:
