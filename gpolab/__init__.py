@@ -2,7 +2,8 @@
 
 The public API is re-exported here lazily (importing ``gpolab`` does not import jax)::
 
-    from gpolab import estimators, engine, theory, SweepConfig, run_sweep
+    from gpolab import estimators, engine, theory, run_sweep
+    from gpolab.labs.sweep.lab import Config  # the sweep's settings: run_sweep(Config(G=(4,)))
     from gpolab.estimators import grpo_advantages, loo_advantages
     from gpolab import REGISTRY, register      # REGISTRY["verl/grpo"](rewards, ...)
 """
@@ -24,7 +25,6 @@ _MODULES = (
     "runner",
 )
 _NAMES = {
-    "SweepConfig": "gpolab.labs.sweep.lab",
     "run_sweep": "gpolab.labs.sweep.lab",
     "ConfigError": "gpolab.validate",
     "advantages": "gpolab.estimators",

@@ -1,6 +1,8 @@
 """Lab configurations: one frozen dataclass per lab is the single source of defaults; TOML files,
 ``--quick`` and command-line flags only override it, through this one mechanism.
 
+Every lab's ``Config`` and every env's ``Instance`` is a frozen dataclass deriving from
+:class:`Config` (``replace``; class data ``LAB``, ``QUICK``, ``MODES``, ``INSTANCES``).
 A field is declared with :func:`option` (default, help text, the modes that use it, whether its
 value changes any number).  Values are coerced by the field's annotation: ``int``, ``float``,
 ``str``, ``bool`` and ``tuple[...]`` grids written as lists or comma lists (``"2,4,8"``).
@@ -24,7 +26,6 @@ import json
 import math
 import os
 import re
-import sys
 import tomllib
 import typing
 from pathlib import Path
@@ -32,6 +33,19 @@ from pathlib import Path
 from gpolab.validate import ConfigError
 
 EXPERIMENT_KEYS = ("lab", "title", "figures")  # top-level keys of a config / experiment file
+
+
+class Config:
+    """Base of every settings class: each lab's ``Config`` and each env's ``Instance``, a frozen
+    dataclass of :func:`option` fields (the base adds no field, so equality, hashing and
+    pytree-ness stay the subclass's).  Class data a lab's config declares: ``LAB`` (its name),
+    ``QUICK`` (the sizes ``--quick`` uses) and, where it has them, ``MODES`` (per-mode defaults
+    and quick sizes, :func:`resolve`) and ``INSTANCES`` (an env's settings, :func:`instances`);
+    and ``validate()``, which raises one :class:`ConfigError` naming the field."""
+
+    def replace(self, **changes) -> typing.Self:
+        """A copy with ``changes`` coerced by their fields' types (:func:`replace`)."""
+        return replace(self, **changes)
 
 
 def option(default, help: str, *, when: dict | None = None, key: bool = True):
@@ -170,10 +184,15 @@ def _int64(name: str, value: int) -> int:
     return value
 
 
+def unknown(cls, name: str) -> ConfigError:
+    """The error for a setting ``cls`` does not have (a misspelt or a removed name)."""
+    return ConfigError(f"{name}: unknown field; allowed: {', '.join(_flat(cls))}")
+
+
 def coerce(cls, name: str, value):
     """``value`` (from TOML or a flag) as the type of field ``name``; one-line error otherwise."""
     if name not in _flat(cls):
-        raise ConfigError(f"{name}: unknown field; allowed: {', '.join(_flat(cls))}")
+        raise unknown(cls, name)
     tp = _hints(_flat(cls)[name][0])[name]
     if typing.get_origin(tp) is not tuple:
         return _scalar(name, tp, value)
@@ -217,14 +236,13 @@ def replace(cfg, **changes):
     (``prompts``) changes ``cfg.instance``; a new selector value (``env``) starts from that
     env's default instance; a field the selected env's instance lacks is an error."""
     cls, spec = type(cfg), instances(type(cfg))
-    changes = aliased(cls, changes)
     own_names = {f.name for f in dataclasses.fields(cls)}
     own = {k: v if k == "instance" else coerce(cls, k, v) for k, v in changes.items()
            if k in own_names}  # fmt: skip
     rest = {k: v for k, v in changes.items() if k not in own_names}
     for k in rest:
         if k not in _flat(cls):
-            raise ConfigError(f"{k}: unknown field; allowed: {', '.join(_flat(cls))}")
+            raise unknown(cls, k)
     if spec is None or (not rest and "instance" in own):
         return dataclasses.replace(cfg, **own, **{k: coerce(cls, k, v) for k, v in rest.items()})
     selector, classes = spec
@@ -261,8 +279,8 @@ def check_instance_names(cls, chosen, names, label=lambda n: n) -> None:
 
 
 def init(cfg, kw: dict) -> None:
-    """A frozen config's ``__init__`` accepting its instance's fields flat (``prompts=4``, the
-    form before envs owned their instances): own fields set as given (defaults for the rest),
+    """A frozen config's ``__init__`` accepting its instance's fields flat (``prompts=4``, as
+    flags and file keys name them): own fields set as given (defaults for the rest),
     the instance built from the selected env's defaults and the flat fields."""
     cls = type(cfg)
     selector, classes = instances(cls)
@@ -274,12 +292,13 @@ def init(cfg, kw: dict) -> None:
     icls = classes.get(getattr(cfg, selector))
     inst = kw.get("instance")
     flat = {k: v for k, v in kw.items() if k not in own}
+    for k in flat:
+        if icls is None or k not in _flat(cls):
+            raise unknown(cls, k)
     if icls is not None:
         check_instance_names(cls, getattr(cfg, selector), flat)
         inst = inst if isinstance(inst, icls) else icls()
         inst = dataclasses.replace(inst, **flat)
-    elif flat:
-        raise ConfigError(f"{next(iter(flat))}: unknown field; allowed: {', '.join(_flat(cls))}")
     object.__setattr__(cfg, "instance", inst)
 
 
@@ -383,7 +402,7 @@ def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source
     entries name ``source`` (the file) and its table."""
     lab = getattr(cls, "LAB", cls.__name__)
     name = Path(source).name if source else ""
-    typed, table = aliased(cls, typed or {}, flag), aliased(cls, inline(table or {}))
+    typed, table = dict(typed or {}), inline(table or {})
     mode_defaults, mode_quick = {}, {}
     for (field, value), extra in getattr(cls, "MODES", {}).items():
         if coerce(cls, field, typed.get(field, table.get(field, getattr(cls(), field)))) == value:
@@ -454,50 +473,6 @@ def absolute_paths(cfg):
                            if k in have and getattr(cfg, k)})  # fmt: skip
 
 
-def aliases(cls) -> dict:
-    """Deprecated names (old → new) of ``cls``: its ``ALIASES`` and, for a config holding an
-    env's instance, each Instance class's ``ALIASES`` (an instance field renamed by its env)
-    where the old name is not a setting itself."""
-    out = dict(getattr(cls, "ALIASES", {}))
-    spec = instances(cls)
-    for icls in spec[1].values() if spec is not None else ():
-        out |= {o: n for o, n in getattr(icls, "ALIASES", {}).items() if o not in _flat(cls)}
-    return out
-
-
-_NOTED: set[str] = set()  # old names already noted in this process
-
-
-def aliased(cls, changes: dict, form=str) -> dict:
-    """``changes`` with deprecated names (:func:`aliases`: old → new) under their new names; the
-    first use of an old name in the process prints one note on stderr naming both as ``form``
-    writes them (:func:`flag` for flags, the key itself in files and keywords)."""
-    out = dict(changes)
-    for old, new in aliases(cls).items():
-        if old in out:
-            if new in out:
-                raise ConfigError(f"{old}: an older name of {new}; allowed: one of them")
-            out[new] = out.pop(old)
-            if old not in _NOTED:
-                _NOTED.add(old)
-                print(f"note: {form(old)} is deprecated; use {form(new)} (same meaning)",
-                      file=sys.stderr)  # fmt: skip
-    return out
-
-
-def old_keywords(cls):
-    """Class decorator of a plain config dataclass: its constructor also takes the deprecated
-    keywords of ``ALIASES`` (``zoo.Config(envs=...)``), with :func:`aliased`'s note."""
-    init = cls.__init__
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kw) -> None:
-        init(self, *args, **aliased(cls, kw))
-
-    cls.__init__ = __init__
-    return cls
-
-
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -539,9 +514,6 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
             flag(name), dest=name, default=None, metavar=name.upper(),
             help=f"{help_text} (default: {shown})",
         )  # fmt: skip
-    for old, new in aliases(cls).items():
-        parser.add_argument(flag(old), dest=old, default=None, metavar=old.upper(),
-                            help=f"deprecated: the older name of {flag(new)}")  # fmt: skip
 
 
 def _shown(v) -> str:
@@ -561,6 +533,4 @@ def _mode_defaults(cls, name: str) -> list[str]:
 
 def typed(args: argparse.Namespace, cls) -> dict:
     """The config fields whose flags the user typed."""
-    names = [*_flat(cls), *aliases(cls)]
-    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-    return aliased(cls, given, flag)
+    return {n: getattr(args, n) for n in _flat(cls) if getattr(args, n, None) is not None}

@@ -1,133 +1,132 @@
-"""gpolab.configs directly: deprecated names (a config's ``ALIASES`` and an env Instance's) are
-read under their new names from flags, file keys (flat or in the env's subtable) and keywords,
-with one note per old name per process on stderr."""
+"""gpolab.configs directly: one base for every settings class (each lab's ``Config``, each env's
+``Instance``), and the names the one-release deprecation layer accepted are gone: each is one
+error naming it (CHANGELOG.md lists each with its replacement)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-from typing import ClassVar
+import importlib
+import pkgutil
 
 import pytest
 
+import gpolab.envs
 from gpolab import configs
-from gpolab.configs import option
-from gpolab.labs.plan import lab as plan
-from gpolab.labs.plancheck import lab as plancheck
+from gpolab.envs import bandit, tree
 from gpolab.labs.sweep import lab as sweep
 from gpolab.labs.zoo import lab as zoo
+from gpolab.runner import labs
+from gpolab.runner.cli import build_parser, main
 
 
-@pytest.fixture(autouse=True)
-def fresh_notes(monkeypatch):
-    monkeypatch.setattr(configs, "_NOTED", set())
+def settings_classes() -> list[type]:
+    """Every lab's Config and every env's Instance."""
+    found = [labs.get(name).Config for name in labs.names()]
+    for info in pkgutil.iter_modules(gpolab.envs.__path__):
+        module = importlib.import_module(f"gpolab.envs.{info.name}")
+        if dataclasses.is_dataclass(getattr(module, "Instance", None)):
+            found.append(module.Instance)
+    return found
 
 
-def parse(cls, argv):
-    parser = argparse.ArgumentParser()
-    configs.add_flags(parser, cls)
-    return configs.typed(parser.parse_args(argv), cls)
+def test_every_settings_class_has_the_one_base_and_no_replace_of_its_own():
+    classes = settings_classes()
+    assert len(classes) >= 17  # 12 labs and 5 envs at the time of writing
+    for cls in classes:
+        assert issubclass(cls, configs.Config), cls
+        assert "replace" not in vars(cls), f"{cls.__module__}.{cls.__name__} copies replace"
+        assert cls.__dataclass_params__.frozen, cls
 
 
-def test_an_old_flag_is_read_under_its_new_name_with_one_note(capsys):
-    for _ in range(2):
-        typed = parse(sweep.Config, ["--env", "tree", "--variants", "leaf-std"])
-        cfg = configs.resolve(sweep.Config, typed=typed)
-        assert cfg.estimators == ("leaf-std",)
+def test_the_base_adds_no_field_and_keeps_equality_and_hashing():
+    assert not dataclasses.is_dataclass(configs.Config)  # a plain base: the fields are the class's
+    a, b = bandit.Instance(), bandit.Instance()
+    assert a == b and hash(a) == hash(b) and a != tree.Instance()
+
+
+def test_replace_coerces_by_the_field_type_and_names_an_unknown_field():
+    inst = bandit.Instance().replace(prompts="3", B="2")
+    assert (inst.prompts, inst.B) == (3, 2) and isinstance(inst, bandit.Instance)
+    cfg = sweep.Config().replace(G="2,4", env="tree", K="2")
+    assert cfg.G == (2, 4) and cfg.instance == tree.Instance(K=(2,))
+    with pytest.raises(configs.ConfigError, match="^prompt: unknown field; allowed: env, "):
+        sweep.Config().replace(prompt=3)
+
+
+REMOVED = [  # (lab, old name, new name): the one-release spellings, removed
+    ("sweep", "variants", "estimators"),
+    ("chi2", "env_seed", "instance_seed"),
+    ("tree", "a", "beta_a"),
+    ("tree", "b", "beta_b"),
+    ("tree", "budget", "leaves"),
+    ("plan", "budget", "N"),
+    ("zoo", "envs", "env"),
+    ("plancheck", "envs", "env"),
+]
+
+
+@pytest.mark.parametrize("lab,old,new", REMOVED)
+def test_a_removed_name_is_one_error_naming_it_in_every_form(lab, old, new, tmp_path, capsys):
+    cls = labs.get(lab).Config
+    assert new in configs.names(cls) and old not in configs.names(cls)
+    unknown = f"^{old}: unknown field; allowed: "
+    with pytest.raises(configs.ConfigError, match=unknown):  # typed flags
+        configs.resolve(cls, typed={old: "8"})
+    path = tmp_path / "old.toml"
+    path.write_text(f'lab = "{lab}"\n[{lab}]\n{old} = 8\n')
+    _, table, _ = configs.split_file(path, lab)
+    with pytest.raises(configs.ConfigError, match=rf"^old.toml \[{lab}\] {old}: unknown field"):
+        configs.resolve(cls, table=table, source=str(path))
+    with pytest.raises(configs.ConfigError, match=unknown):
+        cls().replace(**{old: 8})
+    flag = configs.flag(old)
+    log = [str(tmp_path)] if lab == "plan" else []  # plan's positional rollout log
+    with pytest.raises(SystemExit) as exit_:
+        main([lab, *log, flag, "8", "--out", str(tmp_path / "out")])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert err == "note: --variants is deprecated; use --estimators (same meaning)\n"
+    assert f"unrecognized arguments: {flag} 8" in err and "deprecated" not in err
+    assert not (tmp_path / "out").exists()
 
 
-def test_an_old_file_key_names_the_key_form(capsys):
-    cfg = configs.resolve(sweep.Config, table={"env": "tree", "variants": ["mean-only"]})
-    assert cfg.estimators == ("mean-only",)
-    assert (
-        capsys.readouterr().err == "note: variants is deprecated; use estimators (same meaning)\n"
-    )
-    sweep.Config(env="tree", variants=("leaf-std",))  # keywords: noted once already
-    assert capsys.readouterr().err == ""
+def test_a_removed_keyword_is_an_error_naming_it():
+    with pytest.raises(configs.ConfigError, match="^variants: unknown field; allowed: "):
+        sweep.Config(env="tree", variants=("leaf-std",))
+    with pytest.raises(TypeError, match="envs"):
+        zoo.Config(envs=("bandit",))
 
 
-def test_old_and_new_name_together_is_one_error():
-    with pytest.raises(configs.ConfigError, match="variants: an older name of estimators"):
-        configs.resolve(sweep.Config, typed={"env": "tree", "variants": "leaf-std",
-                                             "estimators": "mean-only"})  # fmt: skip
+def test_lab_flags_are_not_abbreviated():
+    """``--a`` was tree's old name of --beta-a; with argparse's prefix matching it would now
+    silently set --answer-len.  A lab's flags match only in full."""
+    parser = build_parser(["tree"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["tree", "--a", "3"])
+    assert parser.parse_args(["tree", "--answer-len", "3"]).answer_len == "3"
 
 
-@dataclasses.dataclass(frozen=True)
-class Dummy:
-    """An env Instance whose fields ``a``, ``b`` were renamed."""
-
-    ALIASES: ClassVar[dict] = {"a": "beta_a", "b": "beta_b"}
-    beta_a: float = option(1.0, "first shape")
-    beta_b: float = option(2.0, "second shape")
-
-    def validate(self) -> None:
-        pass
-
-
-@dataclasses.dataclass(frozen=True, init=False)
-class Lab:
-    LAB: ClassVar[str] = "dummylab"
-    QUICK: ClassVar[dict] = {}
-    INSTANCES: ClassVar[tuple] = ("env", {"dummy": Dummy})
-    env: str = option("dummy", "the env")
-    seeds: int = option(10, "seeds")
-    instance: Dummy = option(None, "the env's settings")
-
-    def __init__(self, **kw) -> None:
-        configs.init(self, configs.aliased(type(self), kw))
-
-    def replace(self, **changes) -> Lab:
-        return configs.replace(self, **changes)
-
-    def validate(self) -> None:
-        pass
-
-
-def test_instance_aliases_from_flags_file_subtable_flat_keys_and_keywords(capsys):
-    assert configs.aliases(Lab) == {"a": "beta_a", "b": "beta_b"}
-    cfg = configs.resolve(Lab, typed=parse(Lab, ["--a", "3", "--beta-b", "4"]))
-    assert cfg.instance == Dummy(3.0, 4.0)
-    assert capsys.readouterr().err == "note: --a is deprecated; use --beta-a (same meaning)\n"
-    cfg = configs.resolve(Lab, table={"seeds": 5, "dummy": {"b": 6}})  # the subtable
-    assert (cfg.seeds, cfg.instance) == (5, Dummy(1.0, 6.0))
-    assert capsys.readouterr().err == "note: b is deprecated; use beta_b (same meaning)\n"
-    assert configs.resolve(Lab, table={"a": 7}).instance == Dummy(7.0, 2.0)  # flat key
-    assert Lab(a=8).instance == Dummy(8.0, 2.0) == Lab().replace(a=8).instance
-    assert capsys.readouterr().err == ""  # each old name noted once per process
-
-
-@pytest.mark.parametrize(
-    "cls,argv,field,value,note",
-    [
-        (zoo.Config, ["--envs", "bandit"], "env", ("bandit",), "--envs is deprecated; use --env"),
-        (plancheck.Config, ["--envs", "arithmetic"], "env", ("arithmetic",),
-         "--envs is deprecated; use --env"),
-        (plan.Config, ["--log", ".", "--budget", "512"], "N", 512,
-         "--budget is deprecated; use --N"),
-    ],
-)  # fmt: skip
-def test_renamed_lab_flags_keep_the_old_spelling_with_a_note(cls, argv, field, value, note, capsys):
-    cfg = configs.resolve(cls, typed=parse(cls, argv))
-    assert getattr(cfg, field) == value
-    assert capsys.readouterr().err == f"note: {note} (same meaning)\n"
-    old = argv[-2].lstrip("-")
-    assert getattr(cls(**{old: value}), field) == value  # the old keyword, noted once already
-    assert capsys.readouterr().err == ""
-
-
-def test_figures_out_is_the_results_root_and_the_old_spellings_say_so(capsys):
-    from gpolab.runner.cli import build_parser
+def test_figures_out_is_the_results_root_and_results_is_gone(capsys):
     from gpolab.runner.commands import figures
 
     def folders(*argv):
         return figures.folders(build_parser(["figures"]).parse_args(["figures", *argv]))
 
-    assert folders() == ("results", "figures", [])
-    assert folders("--out", "r", "--figures-dir", "f") == ("r", "f", [])
-    assert folders("--out", "r") == ("r", "figures", [figures.OUT_NOTE])
-    note = "note: --results is deprecated; use --out (same meaning)"
-    assert folders("--results", "r", "--figures-dir", "f") == ("r", "f", [note])
-    with pytest.raises(configs.ConfigError, match="results: an older name of out"):
-        folders("--results", "r", "--out", "s")
+    assert folders() == ("results", "figures")
+    assert folders("--out", "r") == ("r", "figures")
+    assert folders("--out", "r", "--figures-dir", "f") == ("r", "f")
+    with pytest.raises(SystemExit):
+        folders("--results", "r")
+    assert "unrecognized arguments: --results r" in capsys.readouterr().err
+
+
+def test_no_module_forwards_attributes_or_keeps_old_names():
+    import gpolab
+
+    with pytest.raises(AttributeError, match="SweepConfig"):
+        gpolab.SweepConfig  # noqa: B018
+    assert not hasattr(sweep, "SweepConfig")
+    with pytest.raises(AttributeError):
+        sweep.Config().prompts  # noqa: B018  (the instance's field: cfg.instance.prompts)
+    assert sweep.Config().instance.prompts == bandit.Instance().prompts
+    for name in ("aliases", "aliased", "old_keywords"):
+        assert not hasattr(configs, name), name

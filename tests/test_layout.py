@@ -128,7 +128,7 @@ THROWAWAY = {
 
 
         @dataclasses.dataclass(frozen=True)
-        class Config:
+        class Config(configs.Config):
             n: int = option(5, "how many rows")
             seed: int = option(0, "unused", key=False)
             out: str = option("results/scratch", "output folder", key=False)
@@ -138,8 +138,6 @@ THROWAWAY = {
                 from gpolab import validate
 
                 validate.integer("n", self.n, 1, 100)
-
-            replace = configs.replace
 
 
         def cells(cfg):

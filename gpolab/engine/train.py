@@ -31,8 +31,8 @@ vanilla             Z                                     (1/N) Σ_x g_x
 
 Any registry spec trains at a finite G when it needs nothing the environments lack (``oracle``
 gets the exact V(x)); at G = ∞ when its entry records its limit (``Entry.limit``: the rows above,
-``oracle`` and ``ustat``).  :func:`why_not` says why a spec does not train.  ``grpo-batch`` is a
-deprecated spelling of ``grpo[scale=batch]`` (a note on stderr; stored results keep its name).
+``oracle`` and ``ustat``).  :func:`why_not` says why a spec does not train.  Stored results name
+``grpo[scale=batch]`` ``grpo-batch``, its spelling before specs (:data:`STORED_NAMES`).
 σ_x = √sigma2_x, p_x = V_x; σ_pool² = mean_x σ_x² + Var_x(p_x) is the G → ∞ limit of the pooled
 batch variance.
 "REINFORCE" below means the unnormalized estimators (limit ∇J: mean, loo, vanilla).
@@ -47,7 +47,6 @@ prompts and equal σ_x it *is* exact GRPO (the control of theory §7).
 from __future__ import annotations
 
 import dataclasses
-import sys
 from functools import partial
 
 import jax
@@ -60,30 +59,21 @@ from gpolab import engine, validate
 from gpolab import estimators as est
 from gpolab.envs import Env
 
-ALIASES = {"grpo-batch": "grpo[scale=batch]"}  # deprecated spellings (one release) → spec
+STORED_NAMES = {"grpo[scale=batch]": "grpo-batch"}  # spec → its name in stored keys and tables
 OPTIMIZERS = ("sgd", "adam")
 STEP_RULES = ("constant", "curvature")
 EXACT = 0  # G = 0 stands for the exact-gradient mode (G = ∞)
-_NOTED: set[str] = set()  # deprecated spellings already noted in this process
-
-
-def estimator_spec(name: str) -> str:
-    """The registry spec a training estimator name stands for: a deprecated alias
-    (:data:`ALIASES`) with a note on stderr, once per process; any other name unchanged."""
-    if name not in ALIASES:
-        return name
-    if name not in _NOTED:
-        _NOTED.add(name)
-        print(f"gpolab: estimator {name!r} is deprecated and will be removed; use "
-              f"{ALIASES[name]!r} (same numbers)", file=sys.stderr)  # fmt: skip
-    return ALIASES[name]
 
 
 def stored_name(spec: str) -> str:
-    """The name runs of ``spec`` are stored under: its deprecated alias when it has one (results
-    stored before the spec spelling keep their keys), else ``spec``."""
-    canon = est.canonical(spec)
-    return next((alias for alias, target in ALIASES.items() if target == canon), spec)
+    """The name runs of ``spec`` are stored under (:data:`STORED_NAMES`: results stored before
+    the spec spelling keep their keys), else ``spec``."""
+    return STORED_NAMES.get(est.canonical(spec), spec)
+
+
+def spec_of(name: str) -> str:
+    """The registry spec of a stored estimator name (the inverse of :func:`stored_name`)."""
+    return {v: k for k, v in STORED_NAMES.items()}.get(name, name)
 
 
 def why_not(spec: str, G: int | None = None) -> str:
@@ -109,9 +99,6 @@ class Run:
     steps: int = 500
     ddof: int = 1
     step: str = "constant"  # STEP_RULES: η, or η / s(θ_t) (oracle 1/L_t)
-
-    def __post_init__(self):
-        object.__setattr__(self, "estimator", estimator_spec(self.estimator))
 
     def validate(self) -> None:
         reason = why_not(self.estimator, self.G)  # an unknown name: ConfigError listing names

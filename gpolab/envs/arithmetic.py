@@ -355,7 +355,7 @@ NAME = "arithmetic"
 
 
 @dataclasses.dataclass(frozen=True)
-class Instance:
+class Instance(configs.Config):
     """The surrogate's settings: its questions, the pre-trained policies (one per strength) and
     how a seed samples them (``per_seed`` questions, one group each)."""
 
@@ -377,9 +377,6 @@ class Instance:
                                 "of S2")  # fmt: skip
     instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
     lengths: str = option("one", "response lengths: one, generated (arithmetic: up to <eos>)")
-
-    def replace(self, **changes) -> Instance:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         for name in self.policy:

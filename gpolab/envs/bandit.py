@@ -76,7 +76,7 @@ DYNAMIC = {"dynamic_sampling": (True,)}
 
 
 @dataclasses.dataclass(frozen=True)
-class Instance:
+class Instance(configs.Config):
     """The bandit's settings: the instance :func:`make` draws and how the sweep samples it
     (one group per prompt or ``B`` iid prompts, DAPO dynamic sampling)."""
 
@@ -99,9 +99,6 @@ class Instance:
                                     "prompts; needs B >= 1")  # fmt: skip
     max_draws: int = option(8, "cap on generation batches per step (verl max_num_gen_batches)",
                             when=DYNAMIC)  # fmt: skip
-
-    def replace(self, **changes) -> Instance:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         check_instance(self.kind, self.prompts, self.actions, self.dim, self.logit_scale,

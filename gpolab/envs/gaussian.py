@@ -55,7 +55,7 @@ class GaussianParams:
 
 
 @dataclasses.dataclass(frozen=True)
-class Instance:
+class Instance(configs.Config):
     """The Gaussian env's settings (:func:`make` draws the instance from ``instance_seed``)."""
 
     prompts: int = option(4, "number of prompts P (>= rank)")
@@ -68,9 +68,6 @@ class Instance:
     eig_max: float = option(1.5, "largest eigenvalue of the features' second moment")
     theta_scale: float = option(0.5, "scale of the optimum theta")
     instance_seed: int = option(0, "seed of the instance")
-
-    def replace(self, **changes) -> Instance:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         check_instance(self.prompts, self.dim, self.rank or self.dim, self.s, self.h_min,

@@ -80,7 +80,7 @@ class LogLinearTruth:
 
 
 @dataclasses.dataclass(frozen=True)
-class Instance:
+class Instance(configs.Config):
     """The log-linear env's settings (:func:`make` draws the instance from ``instance_seed``)."""
 
     prompts: int = option(32, "number of prompts N")
@@ -94,9 +94,6 @@ class Instance:
     equal: bool = option(False, "every prompt the same (success fraction p_equal)")
     p_equal: float = option(0.2, "success fraction of every prompt with equal")
     instance_seed: int = option(0, "seed of the instance")
-
-    def replace(self, **changes) -> Instance:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         check_instance(self.prompts, self.responses, self.block, self.bound, self.rho,

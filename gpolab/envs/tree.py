@@ -38,14 +38,11 @@ MODELS = ("beta", "finite", "loglinear")
 FINITE_MODELS = ("finite", "loglinear")  # finite thought sets (a softmax over thoughts)
 
 
-@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
-class Instance:
+class Instance(configs.Config):
     """The tree's settings: its thought model and the (K, M) grid of thoughts × continuations
     (shapes: every (K, M) is one compiled cell)."""
 
-    # deprecated spellings (one release): --a/--b read as a pair with the bandit's --B
-    ALIASES: ClassVar[dict] = {"a": "beta_a", "b": "beta_b"}
     # the names stored cell keys (and result columns) were written with
     STORED_NAMES: ClassVar[dict] = {"beta_a": "a", "beta_b": "b"}
 
@@ -63,9 +60,6 @@ class Instance:
     instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
     K: tuple[int, ...] = option((2, 4, 8, 16), "comma list of thought counts (>= 2)")
     M: tuple[int, ...] = option((1, 2, 4, 8), "comma list of continuations per thought (>= 1)")
-
-    def replace(self, **changes) -> Instance:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         validate.integers("K", self.K, 2)

@@ -5,9 +5,10 @@ only, no JAX: ``register`` from :func:`gpolab.runner.commands.lab_command`, ``EX
 listing this package, so a new lab is one folder (plus its docs page and experiment file).  Its
 ``lab.py`` has
 
-* ``NAME`` and ``Config``: a frozen dataclass of :func:`gpolab.configs.option` fields, the single
-  source of defaults, with ``QUICK`` (the sizes ``--quick`` uses) and a plain-Python
-  ``validate()`` that names the field and what is allowed;
+* ``NAME`` and ``Config``: a frozen dataclass of :func:`gpolab.configs.option` fields on the
+  base :class:`gpolab.configs.Config` (``replace``), the single source of defaults, with
+  ``QUICK`` (the sizes ``--quick`` uses) and a plain-Python ``validate()`` that names the field
+  and what is allowed;
 * ``TABLES``: the names of the tables ``run`` returns (the first is the main one);
 * ``cells(cfg) -> int`` (progress) and ``run(cfg, key, *, store=None, progress=None)`` returning
   ``{name: DataFrame}`` tidy tables, one row per cell and every setting that produced it a column

@@ -43,16 +43,15 @@ def test_exact_directions():
     np.testing.assert_allclose(train.pooled_sigma(truth), pooled, rtol=1e-5)
 
 
-def test_grpo_batch_is_a_deprecated_alias_of_the_registry_spec(capsys, monkeypatch):
-    """grpo-batch → grpo[scale=batch]: a note on stderr (once), the same run and stored name."""
-    monkeypatch.setattr(train, "_NOTED", set())
-    run = train.Run("grpo-batch", 4)
-    assert run == train.Run("grpo[scale=batch]", 4) and run.estimator == "grpo[scale=batch]"
-    assert "deprecated" in capsys.readouterr().err
-    train.Run("grpo-batch", 8)
-    assert capsys.readouterr().err == ""  # once per process
+def test_grpo_batch_is_gone_as_input_and_stays_the_stored_name():
+    """grpo-batch (removed; CHANGELOG: grpo[scale=batch]) is one error naming it; runs of
+    grpo[scale=batch] keep the stored name grpo-batch, so keys written before stay found."""
+    with pytest.raises(ConfigError, match="^estimator: got 'grpo-batch'; allowed: "):
+        train.Run("grpo-batch", 4).validate()
+    run = train.Run("grpo[scale=batch]", 4)
     assert train.stored_name(run.estimator) == "grpo-batch"  # keys written before stay found
-    assert train.stored_name("grpo") == "grpo"
+    assert train.spec_of("grpo-batch") == run.estimator
+    assert train.stored_name("grpo") == "grpo" == train.spec_of("grpo")
     truth = ll.exact(small(rho=0.4), ll.init_theta(small(rho=0.4)))
     np.testing.assert_allclose(
         train.exact_direction(run.estimator, truth, 1e-4),

@@ -200,7 +200,7 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators():
     from gpolab.labs.sweep import cells
     from gpolab.labs.sweep import lab as sweep
 
-    cfg = sweep.SweepConfig(
+    cfg = sweep.Config(
         env="arithmetic",
         policy=("base", "icl"),
         estimators=("vanilla", "loo", "oracle", "mean"),

@@ -47,7 +47,7 @@ def test_make_of_an_instance_is_the_older_keyword_form():
     assert same(bandit.make(b), bandit.make(7, **kw))
     assert same(tree.make(tree.Instance(model="finite", thoughts=6, instance_seed=2)),
                 tree.make_finite(2, 6))  # fmt: skip
-    assert same(tree.make(tree.Instance(a=3.0)), tree.make_beta(3.0, 3.0))
+    assert same(tree.make(tree.Instance(beta_a=3.0)), tree.make_beta(3.0, 3.0))
     assert same(loglinear.make(loglinear.Instance(prompts=4, instance_seed=3)),
                 loglinear.make(3, prompts=4))  # fmt: skip
     assert same(gaussian.make(gaussian.Instance(prompts=5, rank=2, instance_seed=1)),

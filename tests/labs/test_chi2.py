@@ -533,11 +533,12 @@ def test_grpo_only_settings_without_grpo_are_an_error(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_env_seed_is_a_deprecated_name_of_instance_seed():
-    """--env-seed (one release) is --instance-seed, the name every other lab uses: same config,
-    same stored keys (written under env_seed); the column is instance_seed."""
-    old = configs.resolve(chi2.Config, typed={"env_seed": 2})
-    assert old == configs.resolve(chi2.Config, typed={"instance_seed": 2})
-    assert old.instance_seed == 2
-    assert chi2.cell_keys(old) != chi2.cell_keys(chi2.Config())
-    assert "instance_seed" in chi2.row_settings(old, "loo")
+def test_env_seed_is_gone_and_instance_seed_keeps_the_stored_keys():
+    """--env-seed (removed; CHANGELOG) is one error naming it; --instance-seed, the name every
+    other lab uses, keeps the stored keys (written under env_seed); the column is instance_seed."""
+    with pytest.raises(configs.ConfigError, match="^env_seed: unknown field; allowed: "):
+        configs.resolve(chi2.Config, typed={"env_seed": 2})
+    cfg = configs.resolve(chi2.Config, typed={"instance_seed": 2})
+    assert cfg.instance_seed == 2
+    assert chi2.cell_keys(cfg) != chi2.cell_keys(chi2.Config())
+    assert "instance_seed" in chi2.row_settings(cfg, "loo")

@@ -13,7 +13,7 @@ import pytest
 from gpolab import engine
 from gpolab.envs import bandit, tree
 from gpolab.labs.sweep import cells
-from gpolab.labs.sweep.lab import SweepConfig, run_sweep
+from gpolab.labs.sweep.lab import Config, run_sweep
 from gpolab.runner.cli import main
 from gpolab.theory import exact as ex
 from gpolab.theory import mse as closed
@@ -101,7 +101,7 @@ def test_batch_scale_cell_equals_numpy_on_the_same_draws(ddof):
 def test_batch_scale_sweep_matches_an_independent_numpy_monte_carlo():
     """``scale="batch"`` through run_sweep against a numpy Monte Carlo with its own draws (numpy's
     generator: action from π, reward Bernoulli(p)): means within 4 combined SE."""
-    cfg = SweepConfig(estimators=("grpo",), G=(4,), scale="batch", ddof=1, eps=1e-2, seeds=20_000,
+    cfg = Config(estimators=("grpo",), G=(4,), scale="batch", ddof=1, eps=1e-2, seeds=20_000,
                       prompts=4, actions=8)  # fmt: skip
     (row,) = run_sweep(cfg).to_dict(orient="records")
     assert row["theory"].startswith("none") and row["variant"] == "batch"
@@ -128,8 +128,8 @@ def test_tree_sweep_eps0_ddof0_against_exact_formulas():
     """env=tree with eps = 0 and ddof = 0: MSE and the degenerate share within 4 SE of the exact
     beta-binomial formulas (gpolab/theory/tree.py) at that ddof, which for thought-std differ
     from the ddof-1 formulas by more than 8 SE (a ddof the cell ignored would fail)."""
-    cfg = SweepConfig(env="tree", K=(4, 8), M=(2, 4), variants=("thought-std", "leaf-std",
-                      "mean-only"), ddof=0, eps=0.0, seeds=10_000)  # fmt: skip
+    cfg = Config(env="tree", K=(4, 8), M=(2, 4), estimators=("thought-std", "leaf-std",
+                 "mean-only"), ddof=0, eps=0.0, seeds=10_000)  # fmt: skip
     df = run_sweep(cfg)
     law = theory_tree.thought_law(tree.make_beta(cfg.instance.beta_a, cfg.instance.beta_b))
     for r in df.to_dict(orient="records"):

@@ -22,11 +22,13 @@ def test_config_is_the_grid_plus_one_instance():
     assert sweep.Config(env="tree").estimators == ("thought-std",)
 
 
-def test_flat_keywords_and_the_older_variants_build_the_instance():
+def test_flat_keywords_build_the_instance():
     cfg = sweep.Config(prompts=3, actions=4)
-    assert cfg.instance == bandit.Instance(prompts=3, actions=4) and cfg.prompts == 3
-    t = sweep.Config(env="tree", variants=("leaf-std",), K=(2,))
+    assert cfg.instance == bandit.Instance(prompts=3, actions=4) and cfg.instance.prompts == 3
+    t = sweep.Config(env="tree", estimators=("leaf-std",), K=(2,))
     assert t.estimators == ("leaf-std",) and t.instance.K == (2,)
+    with pytest.raises(validate.ConfigError, match="^variants: unknown field"):  # removed name
+        sweep.Config(env="tree", variants=("leaf-std",))
     with pytest.raises(validate.ConfigError, match="prompts: not used with env = tree"):
         sweep.Config(env="tree", prompts=3)
     assert cfg.replace(env="tree").instance == tree.Instance()

@@ -18,7 +18,7 @@ CONFIGS = {
                            G=(4,)),
     "tree": dict(env="tree"),
     "tree_finite": dict(env="tree", model="finite", thoughts=8, K=(4,), M=(2,),
-                        variants=("mean-only", "leaf-std")),
+                        estimators=("mean-only", "leaf-std")),
     "arithmetic": dict(env="arithmetic"),
     "arithmetic_gen": dict(env="arithmetic", lengths="generated", loss_agg=("token-mean",),
                            G=(4,), policy=("icl",), filler=16),

@@ -558,17 +558,16 @@ def test_cells_draw_from_their_own_key_stream_shared_by_variants():
     assert other.query("K == 2 and M == 1")["mse"].iloc[0] != row["mse"]
 
 
-def test_old_flag_spellings_are_aliases_of_the_new_ones(tmp_path):
-    """--a, --b and --budget (one release): the same config as --beta-a, --beta-b, --leaves, also
-    in a config file; both spellings at once is one error naming them."""
-    old = configs.resolve(lab.Config, typed={"a": 1.5, "b": 2.5, "budget": 8})
-    new = configs.resolve(lab.Config, typed={"beta_a": 1.5, "beta_b": 2.5, "leaves": 8})
-    assert old == new and lab.cell_keys(old) == lab.cell_keys(new)
-    (tmp_path / "old.toml").write_text('lab = "tree"\n[tree]\na = 1.5\nbudget = 8\n')
+def test_old_flag_spellings_are_one_error_naming_them(tmp_path):
+    """--a, --b and --budget (removed; CHANGELOG: --beta-a, --beta-b, --leaves): one error naming
+    the old name, from flags and from a config file."""
+    for old in ("a", "b", "budget"):
+        with pytest.raises(configs.ConfigError, match=f"^{old}: unknown field; allowed: "):
+            configs.resolve(lab.Config, typed={old: 8})
+    (tmp_path / "old.toml").write_text('lab = "tree"\n[tree]\na = 1.5\n')
     _, table, _ = configs.split_file(tmp_path / "old.toml", "tree")
-    assert configs.resolve(lab.Config, table=table).beta_a == 1.5
-    with pytest.raises(configs.ConfigError, match="a: an older name of beta_a"):
-        configs.resolve(lab.Config, typed={"a": 1.5, "beta_a": 2.0})
+    with pytest.raises(configs.ConfigError, match=r"old.toml \[tree\] a: unknown field"):
+        configs.resolve(lab.Config, table=table, source=str(tmp_path / "old.toml"))
 
 
 def test_overlap_figure_tells_its_splits_and_its_M_apart(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpolab.labs.sweep.lab import SweepConfig
+from gpolab.labs.sweep.lab import Config as Sweep
 from gpolab.runner.cli import main
 
 EXPERIMENTS = sorted((Path(__file__).parents[2] / "experiments").glob("*.toml"))
@@ -145,7 +145,7 @@ def test_config_file_errors_are_one_line_naming_file_table_field(text, message, 
 
 
 def test_replace_does_not_mutate():
-    base = SweepConfig()
+    base = Sweep()
     snapshot = dataclasses.asdict(base)
     new = base.replace(G="2,4", estimators="loo")
     assert new.G == (2, 4) and new.estimators == ("loo",)

@@ -70,7 +70,7 @@ JSON_TABLES = {"results": JSON, "trained": None, "training": None}  # --json: ev
 
 
 @dataclasses.dataclass(frozen=True, init=False)
-class Config:
+class Config(configs.Config):
     """The allocation grid and ``instance``, the bandit's own settings (flags name its fields
     flat: ``--prompts 32``; in a file its subtable ``[allocate.bandit]``).  Tuples are grids."""
 
@@ -107,9 +107,6 @@ class Config:
         if "instance" not in kw:
             kw = {**INSTANCE, **kw}
         configs.init(self, kw)
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         """Plain-Python checks before anything is drawn (each names the field)."""

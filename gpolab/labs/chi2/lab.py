@@ -86,9 +86,8 @@ MONTE_CARLO = {"estimator": _Reading(
 )}  # fmt: skip
 
 
-@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(configs.Config):
     """Every setting of a ``gpolab chi2`` run.
 
     The defaults were chosen so the whole run (five estimators, 4,096 seeds, n up to 10⁴) takes
@@ -99,7 +98,6 @@ class Config:
 
     LAB: ClassVar[str] = NAME
     QUICK: ClassVar[dict] = {"seeds": 512}  # experiments/chi2.toml's [quick] also cuts n
-    ALIASES: ClassVar[dict] = {"env_seed": "instance_seed"}  # deprecated: --env-seed
 
     estimator: tuple[str, ...] = option(DEFAULT, "comma list of estimator specs with a limit law "
                                         "(group-scoped, needing at most V(x)), or all")  # fmt: skip
@@ -132,9 +130,6 @@ class Config:
         if tuple(self.estimator) == ("all",):
             found = [n for n, e in estimators.REGISTRY.items() if not e.user]
             object.__setattr__(self, "estimator", tuple(n for n in found if not theory.why_not(n)))
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         """Plain-Python checks (ConfigError naming the field) before anything is traced."""

@@ -43,7 +43,7 @@ RULE = re.compile(r"^\s*([A-Za-z_0-9]+)\s*(<=|>=|==|<|>)\s*([A-Za-z_0-9.+-]+)\s*
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(configs.Config):
     """Where the ledger, the experiments and their saved tables are."""
 
     LAB: ClassVar[str] = NAME
@@ -56,11 +56,8 @@ class Config:
     ledger: str = option(str(LEDGER), "the ledger TOML", key=False)
     experiments: str = option("", "folder of the experiment TOMLs (default: those shipped with "
                               "gpolab, found from any working directory)", key=False)  # fmt: skip
-    results: str = option("results", "results root (as `gpolab figures --results`)", key=False)
+    results: str = option("results", "results root (as `gpolab figures --out`)", key=False)
     out: str = option("results/claims", "output folder (claims table, config.toml)", key=False)
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         validate.choice("sizes", self.sizes, ("full", "quick"))

@@ -36,7 +36,7 @@ QUANTITIES = {
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(configs.Config):
     """Everything a curvature run needs (flags of ``gpolab curvature``)."""
 
     LAB: ClassVar[str] = NAME
@@ -53,9 +53,6 @@ class Config:
     seed: int = option(0, "PRNG seed (instance: seed; theta draws: seed + 1)")
     out: str = option("results/curvature", "output folder (tables, config.toml, figure)",
                       key=False)  # fmt: skip
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         validate.integer("thetas", self.thetas, 1)

@@ -62,7 +62,7 @@ ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
 MAX_POOL = 1 << 20  # prompts in a finite pool (--pool): every seed permutes all of them
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(configs.Config):
     """Both checks; ``train`` picks one, and a setting of the other is an error."""
 
     LAB: ClassVar[str] = NAME
@@ -122,9 +122,6 @@ class Config:
     success_a: float = borrow(bandit.Instance, "success_a", when=ON_BANDIT, prefix="bandit: ")
     success_b: float = borrow(bandit.Instance, "success_b", when=ON_BANDIT, prefix="bandit: ")
     out: str = option("results/groupsize", f"output folder (--train: {TRAIN_OUT})", key=False)
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     @property
     def n_seeds(self) -> int:

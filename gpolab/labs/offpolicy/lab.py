@@ -58,7 +58,7 @@ JSON = ("env", "policy", "advantage", "ratio", "clip", "eps_low", "eps_high", "c
 
 
 @dataclasses.dataclass(frozen=True, init=False)
-class Config:
+class Config(configs.Config):
     """The off-policy grid and ``instance``, the env's own settings (flags name its fields flat:
     ``--prompts 8``; in a file its subtable ``[offpolicy.bandit]``).  Tuples are grids."""
 
@@ -112,9 +112,6 @@ class Config:
 
     def __init__(self, **kw) -> None:
         configs.init(self, kw)
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         """Plain-Python checks before anything is traced (each names the field)."""

@@ -278,14 +278,12 @@ PROXY = "score_norm"  # the proxy's column name in every written log (a TRL/verl
 REWARD = "correctness"  # the TRL reward function's name
 
 
-@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(configs.Config):
     """Logs simulated from the surrogates, written as TRL and verl write them and as a table,
     read back by ``gpolab plan``; what it recovers against the truth they were drawn from."""
 
     LAB: typing.ClassVar[str] = NAME
-    ALIASES: typing.ClassVar[dict] = {"envs": "env"}  # deprecated: --envs (one release)
     QUICK: typing.ClassVar[dict] = {"steps": 15, "norm_steps": 60, "arithmetic_steps": 8,
                                     "arithmetic_norm_steps": 40, "draws": 500}  # fmt: skip
 
@@ -304,9 +302,6 @@ class Config:
     draws: int = option(4000, "plan's parametric draws for the intervals")
     seed: int = option(0, "seed of the instances, the logs and the intervals")
     out: str = option("results/plancheck", "output folder (logs/, tables, figure)", key=False)
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         for env in self.env:

@@ -123,7 +123,7 @@ def unnormalized(methods) -> list[str]:
     from gpolab.engine import train
 
     def limit(spec: str) -> str:
-        entry, options = estimators.bind(train.ALIASES.get(spec, spec))
+        entry, options = estimators.bind(train.spec_of(spec))
         return entry.limit_for(options)
 
     return [m for m in set(methods) if limit(m) == "gradient"]

@@ -80,7 +80,7 @@ CURVES = ("J", "sigma_bar", "sigma_max", "sigma_eff", "cos", "gbar", "zero_frac"
 
 
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(configs.Config):
     """Everything a training run needs (flags of ``gpolab train``)."""
 
     LAB: ClassVar[str] = NAME
@@ -153,9 +153,6 @@ class Config:
                                  when=ARCSIN)  # fmt: skip
     seed: int = option(0, "master PRNG seed (instance and training keys)")
     out: str = option("results/train", "output folder (tables, config.toml, figures)", key=False)
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         if self.env in GROUPSIZE_ENVS:
@@ -303,7 +300,7 @@ def unit_settings(cfg: Config, unit: Unit) -> dict:
         **{k: getattr(cfg, k) for k in INSTANCE},
         "rho": unit.rho,
         "control": unit.control,
-        "estimator": train.stored_name(run.estimator),  # keys stored under an alias stay found
+        "estimator": train.stored_name(run.estimator),  # keys stored before specs stay found
         "G": run.G,
         "optimizer": run.optimizer,
         "steps": run.steps,

@@ -48,7 +48,7 @@ OPTIONS = units.OPTIONS
 
 
 @dataclasses.dataclass(frozen=True, init=False)
-class Config:
+class Config(configs.Config):
     """The sweep's grid and ``instance``, the env's own settings (:class:`gpolab.envs.bandit.
     Instance`, ...; flags and file keys name its fields flat: ``--prompts 32``; in a file its
     subtable ``[sweep.bandit]``).  Tuples are grids; every combination is one cell."""
@@ -56,7 +56,6 @@ class Config:
     LAB: ClassVar[str] = NAME
     QUICK: ClassVar[dict] = {"seeds": 4000}
     INSTANCES: ClassVar[tuple] = ("env", INSTANCES)
-    ALIASES: ClassVar[dict] = {"variants": "estimators"}  # deprecated: --variants (trees)
     MODES: ClassVar[dict] = {("env", "tree"): {"defaults": {"estimators": units.Tree.ESTIMATORS}}}
 
     env: str = option("bandit", "bandit (softmax contextual bandit), tree (K thoughts x M "
@@ -93,30 +92,13 @@ class Config:
     )
 
     def __init__(self, **kw) -> None:
-        """Keywords: the fields above, or the instance's fields flat (``prompts=4``); the tree's
-        ``variants`` are its ``estimators``."""
-        kw = configs.aliased(type(self), kw)
+        """Keywords: the fields above, or the instance's fields flat (``prompts=4``)."""
         if "estimators" not in kw:
             kw["estimators"] = units.ENVS.get(kw.get("env"), units.Grouped).ESTIMATORS
         configs.init(self, kw)
 
-    def __getattr__(self, name: str):  # deprecated: cfg.prompts reads cfg.instance.prompts
-        if name.startswith("__") or name == "instance":
-            raise AttributeError(name)
-        name = getattr(type(self.instance), "ALIASES", {}).get(name, name)  # cfg.a: beta_a
-        try:
-            return getattr(self.instance, name)
-        except AttributeError:
-            raise AttributeError(f"Config has no setting {name!r}") from None
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
-
     def validate(self) -> None:
         units.ENVS.get(self.env, units.UNKNOWN).validate(self)
-
-
-SweepConfig = Config  # the name gpolab has exported since issue 1
 
 
 def cells(cfg: Config) -> int:

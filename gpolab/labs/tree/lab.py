@@ -77,16 +77,12 @@ OVERLAP_KEYS = ("overlap", "trees", "grad_cos2", "grad_cos2_se", "theory_grad_co
 JSON = (*JSON_KEYS, *GRAD_KEYS, *COST_KEYS, *OVERLAP_KEYS)  # those in the table
 
 
-@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(configs.Config):
     """Everything ``gpolab tree`` needs; the single source of defaults."""
 
     LAB: ClassVar[str] = NAME
     QUICK: ClassVar[dict] = {"seeds": 1000, "M": (1, 4, 64)}
-    # deprecated spellings (one release): --a/--b beside --B read as a pair; --budget meant
-    # leaves here but responses per step in plan
-    ALIASES: ClassVar[dict] = {"a": "beta_a", "b": "beta_b", "budget": "leaves"}
 
     beta_a: float = borrow(tree_env.Instance, "beta_a")
     beta_b: float = borrow(tree_env.Instance, "beta_b")
@@ -117,9 +113,6 @@ class Config:
     @property
     def mode(self) -> str:
         return "budget" if self.leaves else "grid"
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         validate.real("beta_a", self.beta_a, low=0.0, open_low=True)

@@ -35,13 +35,11 @@ REFERENCE = "loo"  # the snr ranking's reference: unbiased, defined at every G >
 ARITH = {"env": ("arithmetic",)}
 
 
-@configs.old_keywords
 @dataclasses.dataclass(frozen=True)
-class Config:
+class Config(configs.Config):
     """Everything a zoo run needs; bandit and arithmetic settings as in ``gpolab sweep``."""
 
     LAB: ClassVar[str] = NAME
-    ALIASES: ClassVar[dict] = {"envs": "env"}  # deprecated: --envs (one release)
     QUICK: ClassVar[dict] = {"seeds": 4000, "arithmetic_seeds": 64, "G": (2, 4, 8, 16),
                              "arithmetic_G": (4, 8), "questions": 100}  # fmt: skip
 
@@ -65,9 +63,6 @@ class Config:
     seed: int = option(0, "master PRNG seed")
     instance_seed: int = borrow(bandit.Instance, "instance_seed")
     out: str = option("results/zoo", "output folder (tables, config.toml, figures)", key=False)
-
-    def replace(self, **changes) -> Config:
-        return configs.replace(self, **changes)
 
     def validate(self) -> None:
         for env in self.env:

@@ -25,7 +25,9 @@ def lab_command(name: str, command: str | None = None, *, help: str, description
 
     def register(sub) -> None:
         lab = importlib.import_module(f"gpolab.labs.{name}.lab")
-        p = sub.add_parser(command or name, help=help, description=description)
+        # no abbreviations: a removed flag must be an error, not a prefix of another (--a of
+        # --answer-len)
+        p = sub.add_parser(command or name, help=help, description=description, allow_abbrev=False)
         common = p.add_argument_group("every lab")
         common.add_argument("--config", help=f"TOML file with a [{name}] table; flags override it")
         common.add_argument(

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-
-# shown at the end of --help (each is parsed, and a lab's resolved, by tests/test_help_examples.py)
+# shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
     'gpolab figures --quick',
     'gpolab figures --only bandit_mse_vs_G,tree_mse_heatmap',
     'gpolab figures --replot',
 )
-
-# one release: --out named the figure folder and --results the results root
-OUT_NOTE = ("note: figures --out now names the results folder; PNGs go to --figures-dir "
-            "(default figures)")  # fmt: skip
 
 
 def register(sub) -> None:
@@ -38,7 +32,6 @@ def register(sub) -> None:
         help="results root; each experiment keeps its cells in <out>/<name> (default: results)",
     )
     p.add_argument("--figures-dir", default=None, help="where the PNGs go (default: figures)")
-    p.add_argument("--results", default=None, help="deprecated: the older name of --out")
     p.add_argument(
         "--experiments",
         default=None,
@@ -48,19 +41,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def folders(args) -> tuple[str, str, list[str]]:
-    """(results root, figure folder, notes of the renamed flags) of the flags; the notes are
-    printed once the input is valid (bad input is one error line)."""
-    from gpolab.validate import ConfigError
-
-    if args.results is not None:
-        if args.out is not None:
-            raise ConfigError("results: an older name of out; allowed: one of them (--out is "
-                              "the results root, --figures-dir the PNGs' folder)")  # fmt: skip
-        note = "note: --results is deprecated; use --out (same meaning)"
-        return args.results, args.figures_dir or "figures", [note]
-    notes = [OUT_NOTE] if args.out is not None and args.figures_dir is None else []
-    return args.out or "results", args.figures_dir or "figures", notes
+def folders(args) -> tuple[str, str]:
+    """(results root, figure folder) of the flags."""
+    return args.out or "results", args.figures_dir or "figures"
 
 
 def run(args) -> int:
@@ -69,7 +52,7 @@ def run(args) -> int:
     from gpolab import configs, validate
     from gpolab.runner import experiments, output
 
-    results_root, figures_dir, notes = folders(args)
+    results_root, figures_dir = folders(args)
     found = experiments.discover(args.experiments or experiments.DEFAULT_DIR)
     names = [e.name for e in found]
     if args.only is not None:  # `--only ''` is an empty selection, not "all"
@@ -79,8 +62,6 @@ def run(args) -> int:
         found = [e for e in found if e.name in wanted]
     output.prepare(results_root)
     output.prepare(figures_dir, "figures_dir")
-    for note in notes:
-        print(note, file=sys.stderr)
     timings = []
     for exp in found:
         if args.replot:
