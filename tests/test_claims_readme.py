@@ -325,11 +325,12 @@ def test_every_statistic_has_a_negative_control():
     assert not tested & NO_RULES
 
 
-def quick_run(root: Path):
-    """`gpolab claims --quick` on today's code, from scratch (the session's quick results, shared
-    with the README tables' check)."""
+def quick_run(runs: docs_blocks.QuickRuns):
+    """`gpolab claims --quick` on today's code, on the session's quick runs (shared with the
+    generated tables' check: an experiment either check ran is read, the others computed)."""
     import pandas as pd
 
+    root = runs.root
     cfg = claims.Config(sizes="quick", results=str(root), out=str(root / "claims-out"))
     assert main(["claims", "--quick", "--results", cfg.results, "--out", cfg.out, "--json"]) == 0
     return cfg, pd.read_parquet(Path(cfg.out) / "claims.parquet").set_index("id")

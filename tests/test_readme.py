@@ -123,6 +123,49 @@ def test_update_regenerates_a_files_claims_blocks(tmp_path, monkeypatch):
         readme.claims_verdicts(tmp_path / "missing.md")
 
 
+def test_one_set_of_quick_runs_runs_each_experiment_once(tmp_path, monkeypatch):
+    """The slow checks share :class:`readme.QuickRuns`: an experiment several blocks read (the
+    five allocate blocks) runs once; tables a run saved under today's config (the claims check's
+    `gpolab claims --quick` on the same root) are read, not recomputed; another config's reruns;
+    the default sweep, whose quick config is bandit_mse_vs_G's, is that experiment's run."""
+    import pandas as pd
+
+    from gpolab import configs
+    from gpolab.runner import labs, output
+
+    calls = []
+
+    def execute(lab, cfg, **kw):
+        calls.append(Path(cfg.out).name)
+        return labs.Result({t: pd.DataFrame({"x": [len(calls)]}) for t in lab.TABLES}, [], 0.0,
+                           Path(cfg.out))  # fmt: skip
+
+    monkeypatch.setattr(labs, "execute", execute)
+    runs = readme.QuickRuns(tmp_path)
+    for name in ("allocate", "allocate", "allocate"):
+        assert runs.tables(name)["results"]["x"].tolist() == [1]
+    assert calls == ["allocate-quick"]
+
+    cfg, lab = runs.experiment("zoo")
+    assert cfg.out == str(tmp_path / "zoo-quick")
+    Path(cfg.out).mkdir()
+    output.write_tables(cfg.out, {t: pd.DataFrame({"x": [7]}) for t in lab.TABLES})
+    (Path(cfg.out) / "config.toml").write_text(configs.dumps(configs.absolute_paths(cfg), "zoo"))
+    assert runs.tables("zoo")["results"]["x"].tolist() == [7] and len(calls) == 1  # read
+    plan, lab = runs.experiment("plan_check")
+    Path(plan.out).mkdir()
+    output.write_tables(plan.out, {t: pd.DataFrame({"x": [7]}) for t in lab.TABLES})
+    (Path(plan.out) / "config.toml").write_text(configs.dumps(configs.absolute_paths(cfg), "zoo"))
+    assert runs.tables("plan_check")["results"]["x"].tolist() == [2]  # another config: rerun
+    assert calls == ["allocate-quick", "plan_check-quick"]
+
+    sweep, bandit = runs.experiment("sweep")[0], runs.experiment("bandit_mse_vs_G")[0]
+    assert sweep == bandit and sweep.out == str(tmp_path / "bandit_mse_vs_G-quick")
+    assert readme._experiment("sweep", True, tmp_path)[0] == sweep.replace(
+        out=str(tmp_path / "sweep-quick")
+    )  # the same config under another folder: one run serves both names
+
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("quick-results")
 def test_readme_tables_agree_with_todays_quick_run(quick_results):

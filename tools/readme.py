@@ -47,7 +47,7 @@ from pathlib import Path
 from gpolab import configs, validate
 from gpolab.labs.claims import report as claims_report
 from gpolab.runner import experiments, labs
-from gpolab.runner.output import write_text
+from gpolab.runner.output import read_tables, write_text
 from gpolab.runner.store import digest
 
 Z_MAX = 5.0  # |z| of a stored Monte Carlo value against the quick run
@@ -755,11 +755,14 @@ def _experiment(name: str, quick: bool, root: Path):
     return exp.config(quick, root), labs.get(exp.lab)
 
 
+def _settings(cfg) -> dict:
+    """A lab config's fields, its output folder left out."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "out"}
+
+
 def config_hash(name: str) -> str:
     """A hash of experiment ``name``'s full-size config, its output folder left out."""
-    cfg, _ = _experiment(name, False, Path("results"))
-    fields = dataclasses.fields(cfg)
-    return digest({f.name: getattr(cfg, f.name) for f in fields if f.name != "out"})
+    return digest(_settings(_experiment(name, False, Path("results"))[0]))
 
 
 def tables(names, quick: bool, root: str | Path = "results") -> dict:
@@ -770,6 +773,48 @@ def tables(names, quick: bool, root: str | Path = "results") -> dict:
         cfg, lab = _experiment(name, quick, Path(root))
         out[name] = labs.execute(lab, cfg, stream=sys.stderr).tables
     return out
+
+
+class QuickRuns:
+    """One set of quick runs under ``root`` for the slow checks: each experiment's quick tables,
+    computed at most once (the generated tables' check and the claims ledger's check,
+    ``gpolab claims --quick --results ROOT``, read the same runs, in either order).
+
+    An experiment runs into ``<root>/<name>-quick``, where the claims lab reads it; tables saved
+    there whose ``config.toml`` is today's config are read, not recomputed.  An experiment that
+    is no file (``sweep``, the default `gpolab sweep`) whose settings equal a shipped experiment
+    file's is that file's run (the same config: the same seeds, the same tables)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self._tables: dict[str, dict] = {}
+
+    def experiment(self, name: str):
+        """(quick lab config, lab) of experiment ``name`` (see the class docstring)."""
+        cfg, lab = _experiment(name, True, self.root)
+        if not (experiments.DEFAULT_DIR / f"{name}.toml").is_file():
+            for path in sorted(experiments.DEFAULT_DIR.glob("*.toml")):
+                other, other_lab = _experiment(path.stem, True, self.root)
+                if other_lab is lab and _settings(other) == _settings(cfg):
+                    return other, lab
+        return cfg, lab
+
+    def tables(self, name: str) -> dict:
+        """Experiment ``name``'s quick tables (run once; resumed per cell from its store)."""
+        cfg, lab = self.experiment(name)
+        if cfg.out not in self._tables:
+            out = Path(cfg.out)
+            saved = out / "config.toml"
+            today = configs.dumps(configs.absolute_paths(cfg), lab.NAME)
+            if (saved.is_file() and saved.read_text() == today
+                    and all((out / f"{t}.parquet").is_file() for t in lab.TABLES)):  # fmt: skip
+                self._tables[cfg.out] = read_tables(out, lab.TABLES)
+            else:
+                self._tables[cfg.out] = labs.execute(lab, cfg, stream=sys.stderr).tables
+                import jax
+
+                jax.clear_caches()  # as `gpolab figures`: one process, many experiments
+        return self._tables[cfg.out]
 
 
 # ---- the files' blocks ------------------------------------------------------------------------
@@ -930,16 +975,18 @@ def compare(stored: dict, fresh: dict) -> list[str]:
     return bad
 
 
-def check(paths, root: str | Path = "results") -> dict[str, list[str]]:
+def check(paths, runs: QuickRuns | str | Path = "results") -> dict[str, list[str]]:
     """Per block, what is stale (empty lists: all true on today's code); ``paths``: the files
-    that hold the blocks (every block in exactly one of them)."""
+    that hold the blocks (every block in exactly one of them); ``runs``: the quick runs (or
+    their root), each experiment run once however many blocks read it."""
     found = blocks_of([paths] if isinstance(paths, str | Path) else paths)
+    runs = runs if isinstance(runs, QuickRuns) else QuickRuns(runs)
     problems = {}
     for name, block in BLOCKS.items():
         if name not in found:
             problems[name] = ["block missing from every file"]
             continue
-        fresh = block.extract(tables(block.experiments, True, root))
+        fresh = block.extract({e: runs.tables(e) for e in block.experiments})
         problems[name] = stale(block, found[name], fresh)
     return problems
 
