@@ -120,7 +120,7 @@ def test_a_diverged_chi2_run_gives_nan_ks_with_a_note():
 
 def test_a_budget_with_one_split_says_so_instead_of_distinguishable(tmp_path, capsys):
     """K·M = 7 with K >= 2 has one split (7 x 1): no runner-up to be distinguishable from."""
-    assert main(["tree", "--budget", "7", "--seeds", "200", "--out", str(tmp_path)]) == 0
+    assert main(["tree", "--leaves", "7", "--seeds", "200", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "only one candidate at this budget" in out
     assert "distinguishable from the runner-up" not in out and "runner-up K=" not in out

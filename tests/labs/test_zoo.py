@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpolab import estimators
-from gpolab.labs.sweep.lab import Config as SweepConfig
+from gpolab.labs.sweep.lab import Config as Sweep
 from gpolab.labs.sweep.lab import run_sweep
 from gpolab.labs.zoo import lab as zoo
 
@@ -169,8 +169,8 @@ def test_framework_theory_matches_monte_carlo_on_the_arithmetic_surrogate(tmp_pa
     """Exact count-table theory of framework estimators vs Monte Carlo on the arithmetic
     surrogate, whose S2 is itself a Monte Carlo estimate: |MC − theory| < 4 combined SE."""
     specs = ("grpo", "nemo/grpo", "verl/grpo_passk", "paper/passk-training[k=2]", "verl/opo")
-    cfg = SweepConfig(env="arithmetic", estimators=specs, G=(4,), seeds=600, policy=("instruct",),
-                      questions=60, truth_samples=128, out=str(tmp_path))  # fmt: skip
+    cfg = Sweep(env="arithmetic", estimators=specs, G=(4,), seeds=600, policy=("instruct",),
+                questions=60, truth_samples=128, out=str(tmp_path))  # fmt: skip
     df = run_sweep(cfg).set_index("estimator")
     for spec in specs:
         row = df.loc[spec]
