@@ -1,7 +1,6 @@
 """``gpolab bench``: throughput of the engine, as ratios measured in one run.
 
 Workloads (all through the real engine, :func:`gpolab.engine.run`):
-
 * ``W1``: tabular softmax bandit, 16 prompts × 64 actions, G = 16, loo, squared error per seed
   against the exact gradient; compared with the numpy reference (:mod:`gpolab.bench.numpy_ref`,
   same statistic, checked equal within standard error) and with the PRNG bound (a per-seed
@@ -41,13 +40,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
+import jax
+import jax.numpy as jnp
+import jaxlib
 import numpy as np
+
+from gpolab import engine, envs
+from gpolab.engine import train
+from gpolab.envs import arithmetic as arithmetic_env
+from gpolab.envs import bandit
+from gpolab.envs import loglinear as loglinear_env
+from gpolab.envs import tree as tree_env
+from gpolab.labs.allocate import lab as allocate_lab
+from gpolab.labs.offpolicy import lab as offpolicy_lab
+from gpolab.labs.sweep import cells
+from gpolab.labs.sweep import lab as sweep_lab
+from gpolab.theory import allocation
 
 RNG_CHUNKS = (1024, 4096, 8192)  # chunks the PRNG bound is timed at (the fastest counts)
 REPEATS = 3  # W1 and its numpy reference, timed in turn: the fastest of 3 each (shared CPUs vary)
@@ -77,8 +93,6 @@ def peak_rss_mb() -> float:
 
 def _timed(f):
     """(seconds, result) of one call of ``f`` (its arrays ready)."""
-    import jax
-
     start = time.perf_counter()
     out = jax.block_until_ready(f())
     return time.perf_counter() - start, out
@@ -88,8 +102,6 @@ def _timed_run(fn, cell, args, key, n, chunk, one_device=False):
     """(seconds, compile seconds, Moments, chunk) of a steady-state run: compiled, then timed;
     on every device of the process (the engine's default) or on one.  Compile seconds = the
     chunk probe + the first one-call run − the same run again (the executable that then runs)."""
-    from gpolab import engine
-
     mesh = None if one_device else engine.local_mesh()
     start = time.perf_counter()
     chunk = chunk or engine.auto_chunk(fn, cell, key, args, mesh)
@@ -102,9 +114,6 @@ def _timed_run(fn, cell, args, key, n, chunk, one_device=False):
 
 def _uniforms_cell(cell, key, args):
     """PRNG bound: draw the workload's uniforms for one seed and nothing else."""
-    import jax
-    import jax.numpy as jnp
-
     return {"s": jnp.sum(jax.random.uniform(key, cell[1]))}
 
 
@@ -123,21 +132,12 @@ def _row(workload, n, seconds, compile_s, **extra):
 def _w1_inputs(cfg: BenchConfig, G: int = 16) -> tuple:
     """W1's (args, key, cell): the 16 × 64 tabular bandit, loo at G, ‖e‖² per seed only (the
     numpy reference's statistic)."""
-    import jax
-
-    from gpolab.envs import bandit
-    from gpolab.labs.sweep import cells
-
     params = bandit.make(bandit.Instance(prompts=16, actions=64))
     args = (params, bandit.exact(params), np.float32(1e-4))
     return args, jax.random.key(cfg.seed), cells.BanditCell(("loo",), G=G, mean_error=False)
 
 
 def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) -> dict:
-    from gpolab import engine
-    from gpolab.envs import bandit
-    from gpolab.labs.sweep import cells
-
     n = n or cfg.seeds
     args, key, cell = _w1_inputs(cfg, G)
     params, truth, _ = args
@@ -189,16 +189,9 @@ W1_STAGES = ("uniforms", "inverse-CDF draw", "loo weights", "scatter-add scores"
 
 def _w1_prefix(cell, key, args):
     """W1's per-seed function cut after the step ``cell[0]`` (``cell = (stage, BanditCell)``):
-    the calls :func:`gpolab.labs.sweep.cells.bandit_error` makes up to there, their outputs summed
-    into one
-    scalar so that nothing is left out of the program; the last stage is ``bandit_error``
-    itself."""
-    import jax
-    import jax.numpy as jnp
-
-    from gpolab.envs import bandit
-    from gpolab.labs.sweep import cells
-
+    the calls :func:`gpolab.labs.sweep.cells.bandit_error` makes up to there, their outputs
+    summed into one scalar so that nothing is left out of the program; the last stage is
+    ``bandit_error`` itself."""
     stage, bc = cell
     if stage == W1_STAGES[-1]:
         return cells.bandit_error(bc, key, args)
@@ -227,8 +220,6 @@ def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
     wall time per seed on all devices (the difference of two cuts' times; within the timing
     noise it can come out slightly negative) and ``stage_share`` = that over the whole
     function's time per seed (the shares add up to 1)."""
-    from gpolab import engine
-
     args, key, cell = _w1_inputs(cfg)
     mesh, n = engine.local_mesh(), cfg.seeds
     runs = {s: (lambda s=s: engine.run(_w1_prefix, (s, cell), args, key, n, chunk, mesh=mesh))
@@ -318,11 +309,6 @@ def numba_row(w1_row: dict) -> dict | None:
 
 
 def loglinear(cfg: BenchConfig) -> dict:
-    import jax
-
-    from gpolab.envs import bandit
-    from gpolab.labs.sweep import cells
-
     params = bandit.make(0, prompts=16, actions=64, kind="loglinear", dim=8)
     args = (params, bandit.exact(params), np.float32(1e-4))
     cell = cells.BanditCell(("vanilla", "oracle", "loo", "mean", "grpo"), G=16)
@@ -334,11 +320,6 @@ def loglinear(cfg: BenchConfig) -> dict:
 
 
 def tree(cfg: BenchConfig) -> dict:
-    import jax
-
-    from gpolab.envs import tree as tree_env
-    from gpolab.labs.sweep import cells
-
     params = tree_env.make_beta(2.0, 3.0)
     args = (params, tree_env.exact(params), np.float32(1e-4))
     n = cfg.seeds // 2
@@ -349,14 +330,9 @@ def tree(cfg: BenchConfig) -> dict:
 
 
 def arithmetic(cfg: BenchConfig) -> dict:
-    import jax
-
-    from gpolab.envs import arithmetic as env
-    from gpolab.labs.sweep import cells
-    from gpolab.labs.sweep.lab import Config, arithmetic_chunk, make_setup
-
-    sweep = Config(env="arithmetic", instance=env.Instance(policy=("instruct",)))
-    args, _ = make_setup(sweep)("instruct")
+    instance = arithmetic_env.Instance(policy=("instruct",))
+    sweep = sweep_lab.Config(env="arithmetic", instance=instance)
+    args, _ = sweep_lab.make_setup(sweep)("instruct")
     cell = cells.ArithmeticCell(sweep.estimators, G=16, Q=sweep.instance.per_seed)
     n = 256 if cfg.quick else 2048
     seconds, compile_s, _, chunk = _timed_run(
@@ -365,7 +341,7 @@ def arithmetic(cfg: BenchConfig) -> dict:
         (*args, np.float32(sweep.eps)),
         jax.random.key(cfg.seed),
         n,
-        arithmetic_chunk(),
+        sweep_lab.arithmetic_chunk(),
     )
     return _row(
         "arithmetic surrogate G=16, 8 questions/seed, 5 estimators",
@@ -380,19 +356,18 @@ def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
     """``gpolab offpolicy``'s per-seed function: the token rule on the default bandit (16 × 64,
     every prompt a group of G = 8), m = 8 minibatch updates, ``etas`` step sizes vmapped in one
     executable; ``vs_one_eta_at_a_time`` = the same work run one step size per call over it."""
-    import jax
-
-    from gpolab.labs.offpolicy import lab
-
-    cfg_lab = lab.Config(ratio=("token",), clip=("none",), eta=tuple(16.0 * 2.0**i for i in
-                         range(etas)), m=(8,), staleness=(0,))  # fmt: skip
-    unit = {"policy": "", **lab.rule_ids(cfg_lab)[0]}
+    cfg_lab = offpolicy_lab.Config(ratio=("token",), clip=("none",), m=(8,), staleness=(0,),
+                                   eta=tuple(16.0 * 2.0**i for i in range(etas)))  # fmt: skip
+    unit = {"policy": "", **offpolicy_lab.rule_ids(cfg_lab)[0]}
     n = 1024 if cfg.quick else 8192
     key = jax.random.key(cfg.seed)
-    cell, args = lab.inputs(cfg_lab, unit)
-    all_s, compile_s, _, chunk = _timed_run(lab.per_seed, cell, args, key, n, 0)
-    one_s = sum(_timed_run(lab.per_seed, cell, lab.inputs(cfg_lab, unit, cfg_lab.eta[i:i + 1])[1],
-                           key, n, chunk)[0] for i in range(etas))  # fmt: skip
+    cell, args = offpolicy_lab.inputs(cfg_lab, unit)
+    all_s, compile_s, _, chunk = _timed_run(offpolicy_lab.per_seed, cell, args, key, n, 0)
+    one_s = sum(
+        _timed_run(offpolicy_lab.per_seed, cell, offpolicy_lab.inputs(cfg_lab, unit, (eta,))[1],
+                   key, n, chunk)[0]
+        for eta in cfg_lab.eta
+    )  # fmt: skip
     return _row(f"offpolicy token bandit 16x64 G=8, m=8, {etas} step sizes", n, all_s, compile_s,
                 chunk=chunk, updates_per_s=n * 8 * etas / all_s,
                 vs_one_eta_at_a_time=one_s / all_s)  # fmt: skip
@@ -404,14 +379,12 @@ def allocate(cfg: BenchConfig) -> list[dict]:
     every rule on common draws (the lab's default instance and rules; ``compile_s`` = the count
     tables of G = 2..cap, jit-compiled once per process), and one training run set of its
     slowest rule (gpolab-sample, which solves its design every step): steps/s over runs × steps."""
-    from gpolab.labs.allocate import lab
-    from gpolab.theory import allocation
-
-    sizes = {k: lab.Config.QUICK[k] for k in ("seeds", "runs", "steps")} if cfg.quick else {}
-    lab_cfg = lab.Config(**sizes, seed=cfg.seed)  # the lab's own (quick) sizes
+    quick = allocate_lab.Config.QUICK
+    sizes = {k: quick[k] for k in ("seeds", "runs", "steps")} if cfg.quick else {}
+    lab_cfg = allocate_lab.Config(**sizes, seed=cfg.seed)  # the lab's own (quick) sizes
     tables_s, _ = _timed(lambda: allocation.tables(lab_cfg.estimator, lab_cfg.cap))
-    static_s, _ = _timed(lambda: lab.static_rows(lab_cfg, 256))
-    train_s, _ = _timed(lambda: lab.train_rows(lab_cfg, "gpolab-sample"))
+    static_s, _ = _timed(lambda: allocate_lab.static_rows(lab_cfg, 256))
+    train_s, _ = _timed(lambda: allocate_lab.train_rows(lab_cfg, "gpolab-sample"))
     steps = lab_cfg.runs * lab_cfg.steps
     return [
         _row(f"allocate static, N=256, {len(lab_cfg.rules)} rules on common draws (numpy)",
@@ -423,13 +396,7 @@ def allocate(cfg: BenchConfig) -> list[dict]:
 
 def training(cfg: BenchConfig) -> dict:
     """Seed-runs per second of ``gpolab train``'s compiled loop (jit(vmap lr)(vmap seed)(scan))."""
-    import jax
-
-    from gpolab import envs
-    from gpolab.engine import train
-    from gpolab.envs import loglinear
-
-    params = loglinear.make(cfg.seed)
+    params = loglinear_env.make(cfg.seed)
     env, run = envs.get("loglinear"), train.Run("grpo", 8, steps=200)
     lrs, seeds = np.geomspace(1.0, 100.0, 4), 16 if cfg.quick else 64
     key = jax.random.key(cfg.seed)
@@ -451,7 +418,7 @@ def rss_subprocess(n: int, G: int = 64, chunk: int = 0) -> dict:
     """W1 at group size G for n seeds in a fresh interpreter; its peak RSS is the memory bound."""
     code = (
         "import json, sys; from gpolab.bench import BenchConfig, w1, peak_rss_mb;"
-        "from gpolab import cli; cli.use_cpu_cores();"
+        "from gpolab.runner import cli; cli.use_cpu_cores();"
         f"r = w1(BenchConfig(chunk={chunk}), G={G}, n={n}, numpy=False);"
         "r['peak_rss_mb'] = peak_rss_mb(); print(json.dumps(r))"
     )
@@ -489,12 +456,7 @@ def default_sweep(cfg: BenchConfig) -> dict:
     ``compile_s`` = cold − warm; ``compile_share`` = compile_s / cold; ``rerun_compile_share`` =
     (re-run − warm) / re-run.
     """
-    import os
-    import tempfile
-
-    from gpolab.labs.sweep import lab as sweep
-
-    seeds = 2_000 if cfg.quick else sweep.Config.seeds
+    seeds = 2_000 if cfg.quick else sweep_lab.Config.seeds
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "GPOLAB_CACHE_DIR": os.path.join(tmp, "xla"),
                "GPOLAB_COUNT_CACHE": os.path.join(tmp, "count-tables")}  # cold: no tables either
@@ -523,8 +485,6 @@ def default_sweep(cfg: BenchConfig) -> dict:
 
 
 def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
-    import jax
-
     jax.config.update("jax_enable_compilation_cache", False)  # compile_s is cold compilation
     if cfg.quick:
         cfg = dataclasses.replace(
@@ -591,13 +551,6 @@ def machine_info() -> dict:
     the backend and the engine's device layout (devices it shards seeds over; each CPU device
     runs XLA's intra-op thread pool over every core unless ``XLA_FLAGS`` says otherwise), and
     the environment that changes it (``XLA_FLAGS``, ``GPOLAB_CPU_DEVICES``)."""
-    import os
-
-    import jax
-    import jaxlib
-
-    from gpolab import engine
-
     model, flags = _cpuinfo()
     affinity = getattr(os, "sched_getaffinity", None)
     dev = jax.devices()[0]
