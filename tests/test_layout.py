@@ -87,7 +87,7 @@ def test_no_import_cycle_at_module_top():
         state[node] = 1
         for nxt in edges.get(node, ()):
             if state.get(nxt) == 1:
-                raise AssertionError(" -> ".join([*trail[trail.index(nxt):], nxt]))
+                raise AssertionError(" -> ".join([*trail[trail.index(nxt) :], nxt]))
             if nxt not in state:
                 visit(nxt, [*trail, nxt])
         state[node] = 2
@@ -115,7 +115,7 @@ THROWAWAY = {
         EXAMPLES = ("gpolab scratch --quick", "gpolab scratch --n 3")
         register = lab_command("scratch", help="a throw-away lab", description="Counts to n.")
         ''',
-    "lab.py": '''
+    "lab.py": """
         import dataclasses
 
         import pandas as pd
@@ -154,7 +154,7 @@ THROWAWAY = {
 
         def report(cfg, tables):
             return tables["results"].to_string(index=False)
-        ''',
+        """,
 }
 
 
@@ -193,5 +193,7 @@ def test_every_folder_of_the_package_is_a_package():
     """A folder of .py files without ``__init__.py`` imports (a namespace package) but is left
     out by setuptools' package finder and by the API reference: every one has its own."""
     folders = {p.parent for p in PACKAGE.rglob("*.py")}
-    missing = sorted(str(f.relative_to(PACKAGE)) for f in folders if not (f / "__init__.py").exists())
+    missing = sorted(
+        str(f.relative_to(PACKAGE)) for f in folders if not (f / "__init__.py").exists()
+    )
     assert not missing, missing

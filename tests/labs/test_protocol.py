@@ -21,6 +21,20 @@ def protocol_labs():
     return [labs.get(name) for name in labs.names()]
 
 
+def _same(a, b) -> bool:
+    """Equal values, a NaN setting (plan's success_threshold: "not set") equal to itself."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
+def _inputs(lab, tmp_path) -> dict:
+    """The settings a lab cannot default: the user's log of ``gpolab plan`` (an existing file)."""
+    if "log" not in configs.names(lab.Config):
+        return {}
+    log = tmp_path / "completions.parquet"
+    log.touch()
+    return {"log": str(log)}
+
+
 def _other(value, default=None):
     """A value of the same type that differs from ``value`` (``default``, the field's default,
     for a one-name list: list entries are distinct, so ("grpo", "grpo") is no value)."""
@@ -40,8 +54,8 @@ def _other(value, default=None):
 
 
 @pytest.mark.parametrize("lab", protocol_labs(), ids=lambda m: m.NAME)
-def test_a_typed_flag_wins_over_quick_and_the_config_file(lab):
-    cls = lab.Config
+def test_a_typed_flag_wins_over_quick_and_the_config_file(lab, tmp_path):
+    cls, inputs = lab.Config, _inputs(lab, tmp_path)
     assert cls.QUICK, "every lab has quick sizes"
     for name, quick_value in cls.QUICK.items():
         default = getattr(cls(), name)
@@ -49,23 +63,31 @@ def test_a_typed_flag_wins_over_quick_and_the_config_file(lab):
         other = _other(typed_value, default)
         file_value = other if other != quick_value else quick_value
         cfg = configs.resolve(
-            cls, typed={name: typed_value}, table={name: file_value}, quick=cls.QUICK
+            cls, typed={name: typed_value, **inputs}, table={name: file_value}, quick=cls.QUICK
         )
         assert getattr(cfg, name) == typed_value, name
         # untyped: quick sizes beat the file, the file beats the defaults
-        cfg = configs.resolve(cls, table={name: file_value}, quick=cls.QUICK)
+        cfg = configs.resolve(cls, typed=inputs, table={name: file_value}, quick=cls.QUICK)
         assert getattr(cfg, name) == quick_value
-        assert getattr(configs.resolve(cls, table={name: file_value}), name) == file_value
+        assert (
+            getattr(configs.resolve(cls, typed=inputs, table={name: file_value}), name)
+            == file_value
+        )
 
 
 @pytest.mark.parametrize("lab", protocol_labs(), ids=lambda m: m.NAME)
 def test_defaults_and_quick_sizes_validate_and_round_trip_through_toml(lab, tmp_path):
+    inputs = _inputs(lab, tmp_path)
     for quick in ({}, lab.Config.QUICK):
-        cfg = configs.resolve(lab.Config, quick=quick)
+        cfg = configs.resolve(lab.Config, typed=inputs, quick=quick)
         path = tmp_path / "config.toml"
         path.write_text(configs.dumps(cfg, lab.NAME))
         _, table, _ = configs.split_file(path, lab.NAME)
-        assert configs.resolve(lab.Config, table=table) == cfg
+        back = configs.resolve(lab.Config, table=table)
+        assert configs.dumps(back, lab.NAME) == configs.dumps(cfg, lab.NAME)  # NaN == NaN there
+        assert all(
+            _same(getattr(back, f.name), getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+        )
 
 
 def test_quick_cli_keeps_every_typed_flag(tmp_path, capsys):
