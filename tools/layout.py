@@ -20,7 +20,7 @@ from pathlib import Path
 LAYERS = {
     "__init__": 0, "validate": 0, "configs": 0,
     "envs": 1, "estimators": 1, "theory": 1, "engine": 2,
-    "integrations": 3, "labs": 4, "runner": 4, "bench": 4, "readme": 5,
+    "integrations": 3, "labs": 4, "runner": 4, "bench": 4, "readme": 5,  # gpolab/readme.py: before
 }  # fmt: skip
 # the root modules of the layout before the redesign (commit 6e0a7f7): the layer they went to
 BEFORE = {
@@ -79,10 +79,10 @@ def against_layering(pairs) -> list[tuple[str, str]]:
     """Imports from a lower layer into a higher one, and imports between the library packages
     that close a loop at package level (estimators <-> theory)."""
     up = [(a, b) for a, b in pairs if _layer(b) > _layer(a)]
-    packages = {(_part(a), _part(b)) for a, b in pairs if _part(a) in LIBRARY and _part(b) in LIBRARY
-                and _part(a) != _part(b)}  # fmt: skip
-    loops = [(a, b) for a, b in pairs if (_part(b), _part(a)) in packages
-             and _part(a) in LIBRARY and _part(b) in LIBRARY and _part(a) != _part(b)]  # fmt: skip
+    across = [(a, b) for a, b in pairs
+              if _part(a) in LIBRARY and _part(b) in LIBRARY and _part(a) != _part(b)]  # fmt: skip
+    packages = {(_part(a), _part(b)) for a, b in across}
+    loops = [(a, b) for a, b in across if (_part(b), _part(a)) in packages]
     return sorted(set(up) | set(loops))
 
 
