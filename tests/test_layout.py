@@ -4,7 +4,6 @@ cycle between gpolab's modules."""
 
 from __future__ import annotations
 
-import ast
 import sys
 import textwrap
 from pathlib import Path
@@ -15,86 +14,38 @@ import gpolab
 from gpolab import labs
 from gpolab.runner import cli
 from gpolab.runner import labs as runner_labs
+from tools import layout
 
 PACKAGE = Path(gpolab.__file__).parent
-LIBRARY = ("envs", "estimators", "theory", "engine")
-ABOVE_LIBRARY = ("gpolab.labs", "gpolab.runner", "gpolab.integrations", "gpolab.bench")
-
-
-def _modules() -> dict[str, Path]:
-    """{dotted module name: file} of every module of the package."""
-    out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        out[name] = path
-    return out
-
-
-def _imports(name: str, path: Path, known) -> set[str]:
-    """The gpolab modules ``name`` imports (at any depth of its code), each resolved to a module
-    of ``known`` (``from gpolab.x import y`` is module ``gpolab.x.y`` when that is a module)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
-        else:
-            continue
-        for target in targets:
-            if target.startswith("gpolab"):
-                while target not in known and "." in target:
-                    target = target.rsplit(".", 1)[0]
-                if target in known and target != name:
-                    found.add(target)
-    return found
+ROOT = PACKAGE.parent
 
 
 def test_the_library_never_imports_a_lab_or_the_runner():
-    known = _modules()
-    bad = []
-    for name, path in known.items():
-        if name.split(".")[1:2] and name.split(".")[1] in LIBRARY:
-            up = [m for m in _imports(name, path, known) if m.startswith(ABOVE_LIBRARY)]
-            bad += [f"{name} -> {m}" for m in up]
-    assert not bad, bad
+    """No import (at any depth of a module's code) runs from a lower layer to a higher one, and
+    no two library packages import each other (tools/layout.py's rule)."""
+    assert not layout.against_layering(layout.edges(layout.modules(ROOT)))
+
+
+def test_the_rule_catches_an_upward_import():
+    """Negative control: an engine module importing a lab, or theory and estimators importing
+    each other, is flagged."""
+    pairs = {("gpolab.engine.stats", "gpolab.labs.sweep.lab"),
+             ("gpolab.theory.exact", "gpolab.estimators.core"),
+             ("gpolab.estimators.core", "gpolab.theory.mse")}  # fmt: skip
+    assert len(layout.against_layering(pairs)) == 3
+    assert layout.cycles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == 1
 
 
 def test_no_import_cycle_at_module_top():
     """Imports at module top (run when a module loads) form no cycle; an import deferred into a
     function is not a load-time edge."""
-    known = _modules()
-    edges = {}
-    for name, path in known.items():
-        tree = ast.parse(path.read_text())
-        top = ast.Module(body=[n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)],
-                         type_ignores=[])  # fmt: skip
-        edges[name] = set()
-        for node in top.body:
-            mod = node.module if isinstance(node, ast.ImportFrom) else None
-            names = [a.name for a in node.names]
-            targets = [f"{mod}.{n}" for n in names] + [mod] if mod else names
-            for target in targets:
-                if target and target.startswith("gpolab"):
-                    while target not in known and "." in target:
-                        target = target.rsplit(".", 1)[0]
-                    if target in known and target != name and not name.startswith(target + "."):
-                        edges[name].add(target)
-    state: dict[str, int] = {}
+    assert layout.cycles(layout.edges(layout.modules(ROOT), top_only=True)) == 0
 
-    def visit(node, trail):
-        state[node] = 1
-        for nxt in edges.get(node, ()):
-            if state.get(nxt) == 1:
-                raise AssertionError(" -> ".join([*trail[trail.index(nxt) :], nxt]))
-            if nxt not in state:
-                visit(nxt, [*trail, nxt])
-        state[node] = 2
 
-    for node in sorted(edges):
-        if node not in state:
-            visit(node, [node])
+def test_the_layout_page_shows_todays_numbers():
+    """docs/layout.md's before/now table is today's (``python -m tools.layout --write``)."""
+    text = layout.DOC.read_text()
+    assert layout.written(text, ROOT) == text, "run: python -m tools.layout --write"
 
 
 def test_labs_are_found_by_listing_the_package():

@@ -1,6 +1,7 @@
 """Measure the package's layout: modules, import edges, imports against the layering, import
-cycles, modules loose at the package root, lines.  ``python -m tools.layout [ROOT]`` prints the
-numbers docs/layout.md records.
+cycles, modules loose at the package root, lines.  ``python -m tools.layout [ROOT]`` prints them;
+``python -m tools.layout --write`` rewrites the block of docs/layout.md between its markers, which
+tests/test_layout.py checks is current.
 
 Layers, bottom up: the ground (gpolab/__init__.py, validate, configs), the library (envs,
 estimators, theory; then engine), integrations, then labs and the runner (with bench, the
@@ -136,8 +137,35 @@ def measure(root: Path) -> dict:
     }
 
 
+# measured with this module on `git archive 6e0a7f7` (the last commit before the redesign)
+BEFORE_NUMBERS = {
+    "modules": 106, "import edges": 361, "imports against the layering": 1,
+    "import cycles (module top)": 0, "modules loose at the package root (besides __init__.py)": 17,
+    "lines of gpolab/": 25234,
+}  # fmt: skip
+DOC = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
+BEGIN, END = "<!-- layout:begin (python -m tools.layout --write) -->", "<!-- layout:end -->"
+
+
+def block(root: Path) -> str:
+    """The markdown table docs/layout.md shows: each number before the redesign and now."""
+    now = measure(root)
+    rows = [f"| {k} | {BEFORE_NUMBERS[k]:,} | {v:,} |" for k, v in now.items()]
+    return "\n".join(["| measure | before (6e0a7f7) | now |", "|---|---:|---:|", *rows])
+
+
+def written(text: str, root: Path) -> str:
+    """``text`` (docs/layout.md) with its block replaced by today's."""
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{block(root)}\n{END}{tail}"
+
+
 if __name__ == "__main__":
     root = Path(next((a for a in sys.argv[1:] if not a.startswith("-")), "."))
+    if "--write" in sys.argv:
+        DOC.write_text(written(DOC.read_text(), root))
+        sys.exit(0)
     for key, value in measure(root).items():
         print(f"{key}: {value}")
     if "--list" in sys.argv:
