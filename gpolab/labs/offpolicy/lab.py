@@ -36,14 +36,17 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 from flax import struct
 
 from gpolab import configs, engine, envs, estimators, validate
 from gpolab.configs import option
 from gpolab.envs import arithmetic, bandit
 from gpolab.estimators import offpolicy as rules
+from gpolab.labs.offpolicy import plots
 from gpolab.runner.labs import table_text
 from gpolab.runner.store import PROVENANCE, cell_key, config_hash, resume
+from gpolab.theory import exact
 
 NAME = "offpolicy"
 TABLES = ("results", "updates", "scaling", "safe_reuse")
@@ -119,8 +122,6 @@ class Config(configs.Config):
 
     def validate(self) -> None:
         """Plain-Python checks before anything is traced (each names the field)."""
-        from gpolab import envs
-
         validate.choice("env", self.env, tuple(INSTANCES))
         self.instance.validate()
         env = envs.get(self.env)
@@ -519,11 +520,6 @@ def _instance(inst):
 @functools.cache
 def _setup(cfg: Config, policy: str):
     """(params, θ_old, θ_ref, σ_old) of one policy (built once per run)."""
-    import jax
-    import jax.numpy as jnp
-
-    from gpolab import envs
-
     env = envs.get(cfg.env)
     params = _instance(cfg.instance)[policy]
     theta_old = env.init(params)
@@ -550,8 +546,6 @@ def inputs(cfg: Config, unit: dict, etas=None) -> tuple:
 
 def _moments(cfg: Config, unit: dict, key):
     """One engine run per split: the list of :class:`gpolab.engine.Moments`."""
-    import jax
-
     cell, args = inputs(cfg, unit)
     sizes = np.diff(np.linspace(0, cfg.seeds, SPLITS + 1).round().astype(int))
     return cell, [engine.run(per_seed, cell, args, jax.random.fold_in(key, s), int(n), cfg.chunk)
@@ -665,8 +659,6 @@ def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
 
 @functools.cache
 def _truth(cfg: Config, policy: str):
-    from gpolab import envs
-
     params, theta_old, _, _ = _setup(cfg, policy)
     return envs.get(cfg.env).exact(params, theta_old)
 
@@ -675,8 +667,6 @@ def _theory(cfg: Config, unit: dict, cell: Cell) -> dict:
     """The on-policy update's exact MSE against g (:func:`gpolab.theory.exact.theory_columns`:
     closed form or count table) for the rows at θ_old (staleness 0, first update), with no KL
     term; ``theory`` names the formula or why there is none."""
-    from gpolab.theory import exact
-
     if unit["kl"] != "none":
         kl = {"kl_theory_bias_sq": _kl_theory(cfg, unit)}
         if unit["kappa"] > 0:
@@ -846,8 +836,6 @@ def _kl_epoch(k: dict, sl) -> dict:
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{results, updates, scaling, safe_reuse}``; each (policy, rule) is one unit of work,
     resumed from ``store``.  All units of a policy draw from the same key (paired rules)."""
-    import jax
-
     cfg.validate()
     key = jax.random.key(cfg.seed) if key is None else key
     todo = units(cfg)
@@ -933,8 +921,6 @@ def scaling(updates, results):
       ``slope_eta_high`` over the two largest (the growth at the largest steps);
     * ``slope_lag``: one update's bias² in its lag k + j (lag ≥ 1) at the smallest η whose lags
       resolve at least three points (``lag_eta``)."""
-    import pandas as pd
-
     rows = []
     for key, g in _groups(results, RULE):
         rec = dict(zip([k for k in RULE if k in results], key if isinstance(key, tuple) else (key,),
@@ -973,8 +959,6 @@ def safe_reuse(results):
     best rescaling (``*_scaled``: a clipped update shrinks, which lowers its MSE without making
     its direction better).  ``*_status``: "inconclusive" when a deciding margin is inside one SE
     (from the seed splits; the rows are paired)."""
-    import pandas as pd
-
     keys = [k for k in RULE + ["eta"] if k in results]
     rows = []
     for key, g in _groups(results, keys):
@@ -1039,8 +1023,6 @@ def winners(results):
     the MSEs of different rules sit at different θ, their excesses do not, and a clipped update's
     smaller MSE is partly its smaller step), and whether its lead over the runner-up exceeds one
     SE; its excess by plain MSE beside it."""
-    import pandas as pd
-
     df = results[results["staleness"] == results["staleness"].min()]
     keys = [k for k in ("policy", "advantage", "kl", "kappa", "eta", "m") if k in df]
     rows = []
@@ -1069,8 +1051,6 @@ def winners(results):
 rule_name = rules.rule_name
 
 def figures(tables: dict) -> dict:
-    from gpolab.labs.offpolicy import plots
-
     out = {"offpolicy_m.png": plots.reuse_figure}
     if tables["results"]["staleness"].nunique() > 1:
         out["offpolicy_staleness.png"] = plots.staleness_figure
