@@ -56,8 +56,9 @@ def option(default, help: str, *, when: dict | None = None, key: bool = True):
     return dataclasses.field(default=default, metadata=meta)
 
 
-def borrow(cls, name: str, *, when: dict | None = None, default=dataclasses.MISSING,
-           prefix: str = ""):  # fmt: skip
+def borrow(
+    cls, name: str, *, when: dict | None = None, default=dataclasses.MISSING, prefix: str = ""
+):
     """A lab's field declared by an env's :class:`Instance` field ``name`` (its default and help,
     so a setting is declared once): ``default`` where the lab's differs, ``prefix`` before the
     help (e.g. "bandit: "), ``when`` as in :func:`option`."""
@@ -175,12 +176,15 @@ def _int64(name: str, value: int) -> int:
     larger seed would silently repeat another seed's draws.  One error line otherwise (never an
     OverflowError deep in a run)."""
     if name in SEEDS and value >= 1 << 32:
-        raise ConfigError(f"{name}: got {value!r}; allowed: an integer below 2^32 = "
-                          f"{1 << 32:,} (JAX keeps a seed's low 32 bits: {name} {value} would "
-                          f"repeat the draws of {value % (1 << 32)})")  # fmt: skip
+        raise ConfigError(
+            f"{name}: got {value!r}; allowed: an integer below 2^32 = "
+            f"{1 << 32:,} (JAX keeps a seed's low 32 bits: {name} {value} would "
+            f"repeat the draws of {value % (1 << 32)})"
+        )
     if not -(1 << 63) <= value < (1 << 63):
-        raise ConfigError(f"{name}: got {value!r}; allowed: an integer of at most 64 bits "
-                          f"(|{name}| < 2^63)")  # fmt: skip
+        raise ConfigError(
+            f"{name}: got {value!r}; allowed: an integer of at most 64 bits (|{name}| < 2^63)"
+        )
     return value
 
 
@@ -237,8 +241,9 @@ def replace(cfg, **changes):
     env's default instance; a field the selected env's instance lacks is an error."""
     cls, spec = type(cfg), instances(type(cfg))
     own_names = {f.name for f in dataclasses.fields(cls)}
-    own = {k: v if k == "instance" else coerce(cls, k, v) for k, v in changes.items()
-           if k in own_names}  # fmt: skip
+    own = {
+        k: v if k == "instance" else coerce(cls, k, v) for k, v in changes.items() if k in own_names
+    }
     rest = {k: v for k, v in changes.items() if k not in own_names}
     for k in rest:
         if k not in _flat(cls):
@@ -274,8 +279,10 @@ def check_instance_names(cls, chosen, names, label=lambda n: n) -> None:
     for name in names:
         if name in _flat(cls) and name not in mine and _flat(cls)[name][0] is not cls:
             need = " or ".join(meta(cls, name)["when"][selector])
-            raise ConfigError(f"{label(name)}: not used with {selector} = {chosen}; it applies "
-                              f"only when {selector} is {need}")  # fmt: skip
+            raise ConfigError(
+                f"{label(name)}: not used with {selector} = {chosen}; it applies "
+                f"only when {selector} is {need}"
+            )
 
 
 def init(cfg, kw: dict) -> None:
@@ -354,8 +361,10 @@ def read_toml(path) -> dict:
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{Path(path).name}: not valid TOML ({err})") from None
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{Path(path).name}: not UTF-8 text (byte {err.start}); allowed: a "
-                          "TOML file, which is UTF-8") from None  # fmt: skip
+        raise ConfigError(
+            f"{Path(path).name}: not UTF-8 text (byte {err.start}); allowed: a "
+            "TOML file, which is UTF-8"
+        ) from None
 
 
 def split_file(path, lab: str, data: dict | None = None) -> tuple[dict, dict, dict]:
@@ -456,8 +465,11 @@ def dumps(cfg, lab: str) -> str:
     spec = instances(type(cfg))
     if spec is not None and cfg.instance is not None:
         lines += ["", f"[{lab}.{getattr(cfg, spec[0])}]"]
-        lines += [f"{f.name} = {_toml_value(getattr(cfg.instance, f.name))}"
-                  for f in dataclasses.fields(cfg.instance) if used(cfg, f.name)]  # fmt: skip
+        lines += [
+            f"{f.name} = {_toml_value(getattr(cfg.instance, f.name))}"
+            for f in dataclasses.fields(cfg.instance)
+            if used(cfg, f.name)
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -469,8 +481,9 @@ def absolute_paths(cfg):
     ``config.toml`` holds them: ``--config`` from any directory reads the same files and resumes
     the same output folder."""
     have = {f.name for f in dataclasses.fields(cfg)}
-    return replace(cfg, **{k: os.path.abspath(getattr(cfg, k)) for k in PATHS
-                           if k in have and getattr(cfg, k)})  # fmt: skip
+    return replace(
+        cfg, **{k: os.path.abspath(getattr(cfg, k)) for k in PATHS if k in have and getattr(cfg, k)}
+    )
 
 
 def _toml_value(v) -> str:
@@ -505,15 +518,21 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
             help_text += "]"
         if isinstance(default, bool):
             parser.add_argument(
-                flag(name), dest=name, action=argparse.BooleanOptionalAction, default=None,
+                flag(name),
+                dest=name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
                 help=help_text,
-            )  # fmt: skip
+            )
             continue
         shown = "; with ".join([_shown(default), *_mode_defaults(cls, name)]).replace("%", "%%")
         parser.add_argument(
-            flag(name), dest=name, default=None, metavar=name.upper(),
+            flag(name),
+            dest=name,
+            default=None,
+            metavar=name.upper(),
             help=f"{help_text} (default: {shown})",
-        )  # fmt: skip
+        )
 
 
 def _shown(v) -> str:

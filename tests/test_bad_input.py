@@ -50,20 +50,28 @@ def test_every_command_renders_its_help(command, capsys):
 
 
 @pytest.mark.parametrize(
-    "value,elem,twice", [("loo,loo", str, "'loo'"), ("4,4", int, "4"), ([2, 4, 2], int, "2"),
-                         ("0.5, 0.50", float, "0.5")],
-)  # fmt: skip
+    "value,elem,twice",
+    [
+        ("loo,loo", str, "'loo'"),
+        ("4,4", int, "4"),
+        ([2, 4, 2], int, "2"),
+        ("0.5, 0.50", float, "0.5"),
+    ],
+)
 def test_a_list_entry_given_twice_is_an_error_naming_it(value, elem, twice):
-    with pytest.raises(validate.ConfigError, match=f"lists {twice} twice; allowed: a list of "
-                       "distinct"):  # fmt: skip
+    with pytest.raises(
+        validate.ConfigError, match=f"lists {twice} twice; allowed: a list of distinct"
+    ):
         configs.coerce_list("G", value, elem)
     assert configs.coerce_list("G", "2,4", int) == (2, 4)
 
 
-@pytest.mark.parametrize("argv,field", [(["--estimators", "loo,loo"], "estimators"),
-                                        (["--G", "4,4"], "G")])  # fmt: skip
-def test_duplicate_flags_are_one_line_before_any_computation(argv, field, capsys, tmp_path,
-                                                             no_compute):  # fmt: skip
+@pytest.mark.parametrize(
+    "argv,field", [(["--estimators", "loo,loo"], "estimators"), (["--G", "4,4"], "G")]
+)
+def test_duplicate_flags_are_one_line_before_any_computation(
+    argv, field, capsys, tmp_path, no_compute
+):
     assert main(["sweep", *argv, "--out", str(tmp_path)]) == 2
     _one_line(capsys, f"gpolab sweep: error: {field}: got ")
 
@@ -88,9 +96,11 @@ def _cells(mse, mse_se, n_seeds):
 
 @pytest.mark.parametrize(
     "mse,mse_se,n_seeds,why",
-    [([1.0, 0.5, 1.0], [np.nan] * 3, [1] * 3, "fewer than 2 seeds"),  # --seeds 1
-     ([1.0, 0.5, np.inf], [0.1, 0.1, np.nan], [100] * 3, "non-finite Monte Carlo MSE")],
-)  # fmt: skip
+    [
+        ([1.0, 0.5, 1.0], [np.nan] * 3, [1] * 3, "fewer than 2 seeds"),  # --seeds 1
+        ([1.0, 0.5, np.inf], [0.1, 0.1, np.nan], [100] * 3, "non-finite Monte Carlo MSE"),
+    ],
+)
 def test_a_nan_joint_p_is_reported_with_its_reason_never_as_a_pass(mse, mse_se, n_seeds, why):
     from gpolab.labs.sweep import lab as sweep
 
@@ -140,8 +150,9 @@ def test_figures_dir_is_checked_before_any_computation(tmp_path, capsys, no_comp
 
 
 @pytest.mark.parametrize("out", ["", "  "])
-def test_an_empty_out_is_an_error_not_the_current_directory(out, tmp_path, capsys, monkeypatch,
-                                                            no_compute):  # fmt: skip
+def test_an_empty_out_is_an_error_not_the_current_directory(
+    out, tmp_path, capsys, monkeypatch, no_compute
+):
     monkeypatch.chdir(tmp_path)
     assert main(["tree", "--quick", "--out", out]) == 2
     _one_line(capsys, "gpolab tree: error: out: got ")
@@ -186,13 +197,16 @@ def test_a_full_disk_during_a_run_is_one_line(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize(
     "argv,start",
-    [(["sweep", "--G", "1000000"], "G: got 1000000; allowed: at most 8,192"),
-     (["sweep", "--seeds", "99999999999999"], "seeds: got 99999999999999; allowed: at most"),
-     (["tree", "--seeds", str(2**33)], "seeds: got "),
-     (["chi2", "--G", "100000"], "G: got 100000")],
-)  # fmt: skip
-def test_absurd_sizes_are_one_line_before_any_computation(argv, start, tmp_path, capsys,
-                                                          no_compute):  # fmt: skip
+    [
+        (["sweep", "--G", "1000000"], "G: got 1000000; allowed: at most 8,192"),
+        (["sweep", "--seeds", "99999999999999"], "seeds: got 99999999999999; allowed: at most"),
+        (["tree", "--seeds", str(2**33)], "seeds: got "),
+        (["chi2", "--G", "100000"], "G: got 100000"),
+    ],
+)
+def test_absurd_sizes_are_one_line_before_any_computation(
+    argv, start, tmp_path, capsys, no_compute
+):
     assert main([*argv, "--out", str(tmp_path)]) == 2
     _one_line(capsys, f"gpolab {argv[0]}: error: {start}")
 
@@ -205,8 +219,11 @@ def test_a_cell_that_cannot_fit_in_memory_is_refused_with_the_estimate(monkeypat
     monkeypatch.setattr(engine, "memory_limit", lambda: 1000)
     ran = []
     monkeypatch.setattr(engine, "_chunk_moments", _spy(engine._chunk_moments, ran))
-    with pytest.raises(validate.ConfigError, match=r"memory: .* needs about .* GiB .* allowed: "
-                       r"at most the 0.0 GiB available"):  # fmt: skip
+    with pytest.raises(
+        validate.ConfigError,
+        match=r"memory: .* needs about .* GiB .* allowed: "
+        r"at most the 0.0 GiB available",
+    ):
         engine.run(_uniform, None, (), jax.random.key(0), 100, chunk=8, mesh=None)
     assert ran == []  # refused before any seed ran
 
@@ -218,11 +235,18 @@ def test_tree_with_a_large_K_is_refused_by_memory_not_killed(monkeypatch, tmp_pa
     assert "GiB" in line
 
 
-@pytest.mark.parametrize("argv", [["tree", "--K", "100000000", "--M", "1", "--seeds", "10"],
-                                  ["tree", "--K", "100000000"], ["tree", "--leaves", "4194304"],
-                                  ["sweep", "--env", "tree", "--K", "4,100000000", "--M", "1"]])
-def test_a_tree_larger_than_one_engine_call_is_refused_before_compiling(argv, tmp_path, capsys,
-                                                                        no_compute):  # fmt: skip
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tree", "--K", "100000000", "--M", "1", "--seeds", "10"],
+        ["tree", "--K", "100000000"],
+        ["tree", "--leaves", "4194304"],
+        ["sweep", "--env", "tree", "--K", "4,100000000", "--M", "1"],
+    ],
+)
+def test_a_tree_larger_than_one_engine_call_is_refused_before_compiling(
+    argv, tmp_path, capsys, no_compute
+):
     """Issue 40, item 8: K = 10^8 ran for a minute at 10-12 GB with no output and no Ctrl-C (its
     single tree is one engine call), or was refused by time only after 59 s of that call."""
     assert main([*argv, "--out", str(tmp_path)]) == 2
@@ -246,15 +270,29 @@ def test_an_endless_cell_is_refused_after_its_first_sub_chunk(monkeypatch):
     monkeypatch.setattr(progress, "MAX_SECONDS", 1e-9)
     ran = []
     monkeypatch.setattr(engine, "_chunk_moments", _spy(engine._chunk_moments, ran))
-    with pytest.raises(validate.ConfigError, match=r"seeds: got 100,000; one cell would take "
-                       r"about .*measured on its first 8\); allowed: cells under"):  # fmt: skip
+    with pytest.raises(
+        validate.ConfigError,
+        match=r"seeds: got 100,000; one cell would take "
+        r"about .*measured on its first 8\); allowed: cells under",
+    ):
         engine.run(_uniform, None, (), jax.random.key(0), 100_000, chunk=8, mesh=None)
     assert len(ran) == 1
 
 
 def test_max_hours_flag_refuses_a_long_cell_in_one_line(tmp_path, capsys):
-    argv = ["tree", "--K", "4", "--M", "1", "--seeds", "100000", "--max-hours", "1e-12",
-            "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "tree",
+        "--K",
+        "4",
+        "--M",
+        "1",
+        "--seeds",
+        "100000",
+        "--max-hours",
+        "1e-12",
+        "--out",
+        str(tmp_path),
+    ]
     try:
         assert main(argv) == 2
     finally:
@@ -284,23 +322,34 @@ def test_long_cells_report_progress_and_results_do_not_change(monkeypatch):
 
 @pytest.mark.parametrize(
     "argv,start",
-    [(["sweep", "--seed", "1180591620717411303424"], "seed: got 1180591620717411303424; allowed: "
-      "an integer below 2^32"),
-     (["zoo", "--instance-seed", str(2**32 + 7)], "instance_seed: got 4294967303; allowed: an "
-      "integer below 2^32 = 4,294,967,296 (JAX keeps a seed's low 32 bits: instance_seed "
-      "4294967303 would repeat the draws of 7)"),
-     (["sweep", "--prompts", str(2**64)], "prompts: got 18446744073709551616; allowed: an "
-      "integer of at most 64 bits"),
-     (["groupsize", "--pool", "1000000000000"], "pool: got 1000000000000; allowed: at most "
-      "1,048,576"),
-     (["zoo", "--G", "1,4"], "G: got 1; allowed: integers >= 2"),
-     (["sweep", "--num-processes", "0"], "num-processes: not used without --coordinator"),
-     (["sweep", "--process-id", "3"], "process-id: not used without --coordinator"),
-     (["figures", "--experiments", "missing", "--replot"], "experiments: got ")],
-)  # fmt: skip
-def test_overflows_unused_flags_and_missing_folders_are_one_line(argv, start, tmp_path,
-                                                                 monkeypatch, capsys,
-                                                                 no_compute):  # fmt: skip
+    [
+        (
+            ["sweep", "--seed", "1180591620717411303424"],
+            "seed: got 1180591620717411303424; allowed: an integer below 2^32",
+        ),
+        (
+            ["zoo", "--instance-seed", str(2**32 + 7)],
+            "instance_seed: got 4294967303; allowed: an "
+            "integer below 2^32 = 4,294,967,296 (JAX keeps a seed's low 32 bits: instance_seed "
+            "4294967303 would repeat the draws of 7)",
+        ),
+        (
+            ["sweep", "--prompts", str(2**64)],
+            "prompts: got 18446744073709551616; allowed: an integer of at most 64 bits",
+        ),
+        (
+            ["groupsize", "--pool", "1000000000000"],
+            "pool: got 1000000000000; allowed: at most 1,048,576",
+        ),
+        (["zoo", "--G", "1,4"], "G: got 1; allowed: integers >= 2"),
+        (["sweep", "--num-processes", "0"], "num-processes: not used without --coordinator"),
+        (["sweep", "--process-id", "3"], "process-id: not used without --coordinator"),
+        (["figures", "--experiments", "missing", "--replot"], "experiments: got "),
+    ],
+)
+def test_overflows_unused_flags_and_missing_folders_are_one_line(
+    argv, start, tmp_path, monkeypatch, capsys, no_compute
+):
     """Issue 40, item 8: these were an OverflowError, a JAX allocation error, a silent zoo with
     G = 1 cells in its joint test, flags that did nothing and max() of an empty sequence."""
     monkeypatch.chdir(tmp_path)
@@ -333,10 +382,17 @@ def test_the_next_run_removes_the_temporary_files_a_killed_run_left(tmp_path):
 
     dead, cells = _dead_pid(), tmp_path / "cells"
     cells.mkdir()
-    stale = [tmp_path / f".results.csv.{dead}.7.tmp", cells / f".abc.parquet.{dead}.7.tmp",
-             tmp_path / f".probe.{dead}"]  # fmt: skip
-    kept = [tmp_path / f".results.csv.{os.getpid()}.7.tmp",  # a running process's
-            tmp_path / ".notes.tmp", tmp_path / f"x.{dead}.7.tmp", cells / "abc.parquet"]
+    stale = [
+        tmp_path / f".results.csv.{dead}.7.tmp",
+        cells / f".abc.parquet.{dead}.7.tmp",
+        tmp_path / f".probe.{dead}",
+    ]
+    kept = [
+        tmp_path / f".results.csv.{os.getpid()}.7.tmp",  # a running process's
+        tmp_path / ".notes.tmp",
+        tmp_path / f"x.{dead}.7.tmp",
+        cells / "abc.parquet",
+    ]
     for path in stale + kept:
         path.write_text("x")
         os.utime(path, (1, 1))  # written long ago

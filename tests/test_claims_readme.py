@@ -70,8 +70,9 @@ def _loo_far_from_oracle(df):
     import pandas as pd
 
     last = df[df["G"] == df["G"].max()]
-    df = pd.concat([df, *(last.assign(G=G) for G in (8, 32, 64) if G not in set(df["G"]))],
-                   ignore_index=True)  # fmt: skip
+    df = pd.concat(
+        [df, *(last.assign(G=G) for G in (8, 32, 64) if G not in set(df["G"]))], ignore_index=True
+    )
     for (policy, G), sub in df.groupby(["policy", "G"]):
         oracle = sub.loc[sub["estimator"] == "oracle", "mse"].iloc[0]
         df.loc[_rows(df, policy=policy, G=G, estimator="loo"), "mse"] = 2 * oracle
@@ -116,8 +117,7 @@ def _chi2_off(df):
 
 
 def _floor_off(df):
-    exact = np.where(np.isfinite(df["theory_variance"]), df["theory_variance"],
-                     df["theory_floor"])  # fmt: skip
+    exact = np.where(np.isfinite(df["theory_variance"]), df["theory_variance"], df["theory_floor"])
     df["variance"] = 2 * exact
     df["variance_se"] = 1e-3 * exact
     return df
@@ -140,8 +140,11 @@ def _gain(fn):
 
 
 def _exact_rows(g, comparison):
-    return (~np.isfinite(g["G"]) & ~g["control"].astype(bool)
-            & g["comparison"].str.startswith(comparison)).to_numpy()  # fmt: skip
+    return (
+        ~np.isfinite(g["G"])
+        & ~g["control"].astype(bool)
+        & g["comparison"].str.startswith(comparison)
+    ).to_numpy()
 
 
 def _stdnorm_off(g):  # half the predicted gain, twice the norm ratio, tuned gain 0.8 ± 0.005
@@ -166,8 +169,11 @@ def _gain_at_small_G(g):
     import pandas as pd
 
     def sampled_rows(g):
-        return (np.isfinite(g["G"]) & g["comparison"].str.startswith("admissible")
-                & (g["setting"] == "rho=0")).to_numpy()  # fmt: skip
+        return (
+            np.isfinite(g["G"])
+            & g["comparison"].str.startswith("admissible")
+            & (g["setting"] == "rho=0")
+        ).to_numpy()
 
     sampled = sampled_rows(g)
     if g.loc[sampled, "G"].nunique() == 1:
@@ -185,8 +191,9 @@ def _normalization_free(df):  # grpo's MSE equal to loo's, half its snr
         grpo = _rows(df, env=env, estimator="grpo")
         for G in set(df.loc[grpo, "G"]):
             at = grpo & (df["G"] == G).to_numpy()
-            df.loc[at, ["mse", "mse_se"]] = df.loc[loo & (df["G"] == G).to_numpy(),
-                                                   ["mse", "mse_se"]].to_numpy()  # fmt: skip
+            df.loc[at, ["mse", "mse_se"]] = df.loc[
+                loo & (df["G"] == G).to_numpy(), ["mse", "mse_se"]
+            ].to_numpy()
             df.loc[at, "theory_snr_vs_loo"] = 0.5
     return df
 
@@ -274,8 +281,9 @@ def _offpolicy_linear(t):
     for df, steps in ((res, "m"), (upd, "lag")):
         tok = _rows(df, ratio="token")
         eta = df.loc[tok, "eta"]
-        df.loc[tok, "bias_sq_paired"] = 1e-4 * eta * df.loc[tok, steps] * np.maximum(
-            eta / knee, 1.0) ** 2
+        df.loc[tok, "bias_sq_paired"] = (
+            1e-4 * eta * df.loc[tok, steps] * np.maximum(eta / knee, 1.0) ** 2
+        )
         df.loc[tok, "bias_sq_paired_se"] = 1e-9
     sis = _rows(res, ratio="sis")
     res.loc[sis, "bias_sq"] = 10 * res.loc[sis, "bias_sq_se"]
@@ -341,10 +349,12 @@ def stale_verdicts(table) -> list[str]:
     quick sizes cannot decide them."""
     readme = docs_blocks.claims_verdicts(LEDGER_PAGE)
     assert set(readme) == {c["id"] for c in LEDGER}, "regenerate the claims blocks"
-    return [f"{i}: shipped {readme[i]!r}, `gpolab claims --quick` {table.loc[i, 'verdict']!r} "
-            f"({table.loc[i, 'reason']})"
-            for i in readme
-            if table.loc[i, "verdict"] != readme[i] and not table.loc[i, "quick"]]  # fmt: skip
+    return [
+        f"{i}: shipped {readme[i]!r}, `gpolab claims --quick` {table.loc[i, 'verdict']!r} "
+        f"({table.loc[i, 'reason']})"
+        for i in readme
+        if table.loc[i, "verdict"] != readme[i] and not table.loc[i, "quick"]
+    ]
 
 
 def rules_without_se(table) -> list[str]:
@@ -370,8 +380,9 @@ def failed_negative_controls(cfg) -> list[str]:
         se = values.pop("se")
         v = claims.verdict(claim, values, se)
         if v != "not reproduced":
-            out.append(f"{i}: {v}: " + "; ".join(claims.margin_text(r, values, se)
-                                                 for r in claim["rules"]))  # fmt: skip
+            out.append(
+                f"{i}: {v}: " + "; ".join(claims.margin_text(r, values, se) for r in claim["rules"])
+            )
     return out
 
 

@@ -41,8 +41,12 @@ def test_the_readme_fits_one_screen_of_reading_and_keeps_its_two_commands():
 
 
 def test_no_reference_to_a_design_document():
-    files = [ROOT / "README.md", *DOCS.glob("*.md"), *(ROOT / "gpolab").rglob("*.py"),
-             *(ROOT / "gpolab").rglob("*.toml")]  # fmt: skip
+    files = [
+        ROOT / "README.md",
+        *DOCS.glob("*.md"),
+        *(ROOT / "gpolab").rglob("*.py"),
+        *(ROOT / "gpolab").rglob("*.toml"),
+    ]
     assert not [str(f.relative_to(ROOT)) for f in files if "DESIGN" in f.read_text()]
 
 

@@ -89,31 +89,75 @@ def assert_documented(lab_name: str, tables: dict[str, list[str]]) -> None:
 # (lab, settings): configs are built inside the tests, so a renamed setting fails its case only
 RUNS = {
     "sweep-bandit": (sweep, dict(estimators=("loo", "grpo"), G=(2, 4), seeds=200)),
-    "sweep-dynamic": (sweep, dict(estimators=("loo",), G=(4,), B=2, seeds=100,
-                                  dynamic_sampling=True)),
+    "sweep-dynamic": (
+        sweep,
+        dict(estimators=("loo",), G=(4,), B=2, seeds=100, dynamic_sampling=True),
+    ),
     "sweep-tree": (sweep, dict(env="tree", K=(2,), M=(2,), seeds=100)),
     "groupsize": (groupsize, dict(N=(8,), seeds=200)),
     "curvature": (curvature, dict(thetas=4, prompts=4, block=2)),
-    "offpolicy": (offpolicy, dict(prompts=3, actions=4, seeds=32, eta=(2.0, 8.0), m=(1, 2),
-                                  staleness=(0, 1), ratio=("token", "cispo"), clip=("dual",),
-                                  kl=("none", "k2"))),
-    "allocate": (allocate, dict(prompts=8, actions=4, budget=(16,), cap=16, seeds=32, runs=5,
-                                steps=4, train_budget=16)),
-}  # fmt: skip
+    "offpolicy": (
+        offpolicy,
+        dict(
+            prompts=3,
+            actions=4,
+            seeds=32,
+            eta=(2.0, 8.0),
+            m=(1, 2),
+            staleness=(0, 1),
+            ratio=("token", "cispo"),
+            clip=("dual",),
+            kl=("none", "k2"),
+        ),
+    ),
+    "allocate": (
+        allocate,
+        dict(
+            prompts=8, actions=4, budget=(16,), cap=16, seeds=32, runs=5, steps=4, train_budget=16
+        ),
+    ),
+}
 SLOW_RUNS = {
-    "zoo": (zoo, dict(env=("bandit",), estimators=("loo", "grpo"), G=(2,), seeds=100,
-                      kappa_G=(4,), kappa_points=3)),
+    "zoo": (
+        zoo,
+        dict(
+            env=("bandit",),
+            estimators=("loo", "grpo"),
+            G=(2,),
+            seeds=100,
+            kappa_G=(4,),
+            kappa_points=3,
+        ),
+    ),
     "tree-budget-finite": (tree, dict(leaves=8, seeds=200, model="finite", thoughts=8)),
-    "tree-budget-loglinear": (tree, dict(leaves=8, seeds=200, model="loglinear", thoughts=8,
-                                         overlap=0.5)),
+    "tree-budget-loglinear": (
+        tree,
+        dict(leaves=8, seeds=200, model="loglinear", thoughts=8, overlap=0.5),
+    ),
     "chi2": (chi2, dict(estimator=("loo",), seeds=16, n=(10,), chunk=16)),
-    "chi2-paired": (chi2, dict(estimator=("loo", "oracle"), G=(4, 8), paired=True, seeds=16,
-                               n=(10,), chunk=16)),
-    "stdnorm-arcsin": (stdnorm, dict(regimes=("arcsin",), arcsin_G=(2, 4), arcsin_draws=20,
-                                     prompts=4)),
-    "stdnorm": (stdnorm, dict(regimes=("admissible",), adm_steps=5, adm_seeds=2, gain_G=(2,),
-                              G=(2,), rho=(0.0,), control=False, bias_seeds=16, prompts=4)),
-}  # fmt: skip
+    "chi2-paired": (
+        chi2,
+        dict(estimator=("loo", "oracle"), G=(4, 8), paired=True, seeds=16, n=(10,), chunk=16),
+    ),
+    "stdnorm-arcsin": (
+        stdnorm,
+        dict(regimes=("arcsin",), arcsin_G=(2, 4), arcsin_draws=20, prompts=4),
+    ),
+    "stdnorm": (
+        stdnorm,
+        dict(
+            regimes=("admissible",),
+            adm_steps=5,
+            adm_seeds=2,
+            gain_G=(2,),
+            G=(2,),
+            rho=(0.0,),
+            control=False,
+            bias_seeds=16,
+            prompts=4,
+        ),
+    ),
+}
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
@@ -139,10 +183,16 @@ def test_plan_columns_are_documented(kind, tmp_path):
     p = rng.beta(1.0, 1.5, prompts)
     half = 0.5 * (kind == "graded")
     rows = [
-        {"step": s, "prompt": f"q{x}", "reward": float(rng.random() < p[x]) + half * (g == 0),
-         "proxy": float(rng.gamma(2.0))}
-        for s in range(steps) for x in range(prompts) for g in range(G)
-    ]  # fmt: skip
+        {
+            "step": s,
+            "prompt": f"q{x}",
+            "reward": float(rng.random() < p[x]) + half * (g == 0),
+            "proxy": float(rng.gamma(2.0)),
+        }
+        for s in range(steps)
+        for x in range(prompts)
+        for g in range(G)
+    ]
     log = tmp_path / "log.csv"
     pd.DataFrame(rows).to_csv(log, index=False)
     norms = tmp_path / "norms.csv"
@@ -150,9 +200,16 @@ def test_plan_columns_are_documented(kind, tmp_path):
     pd.DataFrame({"batch": batch, "grad_norm": 1.0 + 1.0 / batch + 0.01 * np.arange(6)}).to_csv(
         norms, index=False
     )
-    cfg = plan.Config(log=str(log), format="table", proxy_column="proxy", window=2, G=(2, 4),
-                      draws=10, estimators=("loo", "grpo"),
-                      grad_norms=str(norms) if kind == "binary" else "")  # fmt: skip
+    cfg = plan.Config(
+        log=str(log),
+        format="table",
+        proxy_column="proxy",
+        window=2,
+        G=(2, 4),
+        draws=10,
+        estimators=("loo", "grpo"),
+        grad_norms=str(norms) if kind == "binary" else "",
+    )
     tables = saved(plan, cfg, tmp_path / "out")
     assert_documented(plan.NAME, tables)
     expect = {"binary": "gstar_c1", "binary-no-norms": "gstar_C3_hi", "graded": "model"}[kind]

@@ -120,7 +120,8 @@ def test_every_published_allocation_and_offpolicy_rule_has_a_port_row(page, rule
     if rows is None:
         pytest.skip(f"docs/{page} has no '## Ports' section yet")
     missing = [
-        k for k, r in rules.items()
+        k
+        for k, r in rules.items()
         if _published(r.source) and k not in rows and k.removeprefix("kl ") not in rows
-    ]  # fmt: skip
+    ]
     assert not missing, f"docs/{page} § Ports has no row for {missing}"

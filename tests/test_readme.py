@@ -137,8 +137,9 @@ def test_one_set_of_quick_runs_runs_each_experiment_once(tmp_path, monkeypatch):
 
     def execute(lab, cfg, **kw):
         calls.append(Path(cfg.out).name)
-        return labs.Result({t: pd.DataFrame({"x": [len(calls)]}) for t in lab.TABLES}, [], 0.0,
-                           Path(cfg.out))  # fmt: skip
+        return labs.Result(
+            {t: pd.DataFrame({"x": [len(calls)]}) for t in lab.TABLES}, [], 0.0, Path(cfg.out)
+        )
 
     monkeypatch.setattr(labs, "execute", execute)
     runs = readme.QuickRuns(tmp_path)

@@ -19,17 +19,37 @@ from pathlib import Path
 
 # a module's layer by its first package under gpolab/ (a module at the root: its own name)
 LAYERS = {
-    "__init__": 0, "validate": 0, "configs": 0,
-    "envs": 1, "estimators": 1, "theory": 1, "engine": 2,
-    "integrations": 3, "labs": 4, "runner": 4, "bench": 4, "readme": 5,  # gpolab/readme.py: before
-}  # fmt: skip
+    "__init__": 0,
+    "validate": 0,
+    "configs": 0,
+    "envs": 1,
+    "estimators": 1,
+    "theory": 1,
+    "engine": 2,
+    "integrations": 3,
+    "labs": 4,
+    "runner": 4,
+    "bench": 4,
+    "readme": 5,  # gpolab/readme.py: before
+}
 # the root modules of the layout before the redesign (commit 6e0a7f7): the layer they went to
 BEFORE = {
-    "devices": "engine", "stats": "engine", "progress": "engine", "train": "engine",
-    "cells": "labs", "units": "labs", "rollouts": "labs", "rollout_groups": "labs",
-    "rollout_writers": "labs", "plots": "labs", "cli": "runner", "output": "runner",
-    "store": "runner", "experiments": "runner", "commands": "runner",
-}  # fmt: skip
+    "devices": "engine",
+    "stats": "engine",
+    "progress": "engine",
+    "train": "engine",
+    "cells": "labs",
+    "units": "labs",
+    "rollouts": "labs",
+    "rollout_groups": "labs",
+    "rollout_writers": "labs",
+    "plots": "labs",
+    "cli": "runner",
+    "output": "runner",
+    "store": "runner",
+    "experiments": "runner",
+    "commands": "runner",
+}
 LIBRARY = ("envs", "estimators", "theory", "engine")
 
 
@@ -80,8 +100,11 @@ def against_layering(pairs) -> list[tuple[str, str]]:
     """Imports from a lower layer into a higher one, and imports between the library packages
     that close a loop at package level (estimators <-> theory)."""
     up = [(a, b) for a, b in pairs if _layer(b) > _layer(a)]
-    across = [(a, b) for a, b in pairs
-              if _part(a) in LIBRARY and _part(b) in LIBRARY and _part(a) != _part(b)]  # fmt: skip
+    across = [
+        (a, b)
+        for a, b in pairs
+        if _part(a) in LIBRARY and _part(b) in LIBRARY and _part(a) != _part(b)
+    ]
     packages = {(_part(a), _part(b)) for a, b in across}
     loops = [(a, b) for a, b in across if (_part(b), _part(a)) in packages]
     return sorted(set(up) | set(loops))
@@ -139,10 +162,13 @@ def measure(root: Path) -> dict:
 
 # measured with this module on `git archive 6e0a7f7` (the last commit before the redesign)
 BEFORE_NUMBERS = {
-    "modules": 106, "import edges": 361, "imports against the layering": 1,
-    "import cycles (module top)": 0, "modules loose at the package root (besides __init__.py)": 17,
+    "modules": 106,
+    "import edges": 361,
+    "imports against the layering": 1,
+    "import cycles (module top)": 0,
+    "modules loose at the package root (besides __init__.py)": 17,
     "lines of gpolab/": 25234,
-}  # fmt: skip
+}
 DOC = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
 BEGIN, END = "<!-- layout:begin (python -m tools.layout --write) -->", "<!-- layout:end -->"
 

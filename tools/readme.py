@@ -99,8 +99,16 @@ def _f(x) -> float:
 
 
 # ---- the default sweep's excerpt ---------------------------------------------------------------
-SWEEP_ROWS = (("vanilla", 8), ("oracle", 8), ("loo", 2), ("loo", 8), ("loo", 64), ("mean", 2),
-              ("grpo", 8), ("grpo", 64))  # fmt: skip
+SWEEP_ROWS = (
+    ("vanilla", 8),
+    ("oracle", 8),
+    ("loo", 2),
+    ("loo", 8),
+    ("loo", 64),
+    ("mean", 2),
+    ("grpo", 8),
+    ("grpo", 64),
+)
 
 
 def _sweep_extract(t: dict) -> dict:
@@ -111,17 +119,22 @@ def _sweep_extract(t: dict) -> dict:
             continue  # the quick run may lack a G
         r, k = _one(df, estimator=est, G=G), f"{est} G={G}"
         se = _f(r["mse_se"])
-        out |= {f"{k} mse": (_f(r["mse"]), se), f"{k} ci_low": (_f(r["mse_ci_low"]), se),
-                f"{k} ci_high": (_f(r["mse_ci_high"]), se),
-                f"{k} theory_mse": (_f(r["theory_mse"]), 0.0),
-                f"{k} bias_sq": (_f(r["bias_sq"]), None),
-                f"{k} theory_bias_sq": (_f(r["theory_bias_sq"]), 0.0)}  # fmt: skip
+        out |= {
+            f"{k} mse": (_f(r["mse"]), se),
+            f"{k} ci_low": (_f(r["mse_ci_low"]), se),
+            f"{k} ci_high": (_f(r["mse_ci_high"]), se),
+            f"{k} theory_mse": (_f(r["theory_mse"]), 0.0),
+            f"{k} bias_sq": (_f(r["bias_sq"]), None),
+            f"{k} theory_bias_sq": (_f(r["theory_bias_sq"]), 0.0),
+        }
     return out
 
 
 def _sweep_render(v: dict) -> str:
-    lines = ["| estimator | G | mse | 95% CI | theory_mse | bias_sq (exact) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| estimator | G | mse | 95% CI | theory_mse | bias_sq (exact) |",
+        "|---|---|---|---|---|---|",
+    ]
     for est, G in SWEEP_ROWS:
         k = f"{est} G={G}"
         lines.append(
@@ -138,17 +151,22 @@ def _zoo_extract(t: dict) -> dict:
     for env in ("bandit", "arithmetic"):
         for r in _rows(df, env=env, G=8).to_dict("records"):
             k = f"{env} {r['estimator']}"
-            out |= {f"{k} mse": (_f(r["mse"]), _f(r["mse_se"]) if env == "bandit" else None),
-                    f"{k} theory_mse": (_f(r["theory_mse"]), 0.0 if env == "bandit" else None),
-                    f"{k} snr_vs_loo": (_f(r["snr_vs_loo"]), None)}  # fmt: skip
+            out |= {
+                f"{k} mse": (_f(r["mse"]), _f(r["mse_se"]) if env == "bandit" else None),
+                f"{k} theory_mse": (_f(r["theory_mse"]), 0.0 if env == "bandit" else None),
+                f"{k} snr_vs_loo": (_f(r["snr_vs_loo"]), None),
+            }
     return out
 
 
 def _zoo_render(v: dict) -> str:
     names = list(dict.fromkeys(k.split()[1] for k in v if k.startswith("bandit ")))
     names.sort(key=lambda n: -_v(v, f"bandit {n} snr_vs_loo"))
-    lines = ["| estimator | bandit mse (exact) | bandit snr / loo | arithmetic mse (exact) | "
-             "arithmetic snr / loo |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| estimator | bandit mse (exact) | bandit snr / loo | arithmetic mse (exact) | "
+        "arithmetic snr / loo |",
+        "|---|---|---|---|---|",
+    ]
     rows: dict[str, list] = {}  # estimators whose shown numbers agree share a row
     for n in names:
         cells = [
@@ -173,8 +191,10 @@ def _kappa_extract(t: dict) -> dict:
 
 
 def _kappa_render(v: dict) -> str:
-    lines = ["| estimators | " + " | ".join(f"p = {p:g}" for p in KAPPA_P) + " |",
-             "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| estimators | " + " | ".join(f"p = {p:g}" for p in KAPPA_P) + " |",
+        "|---|---|---|---|",
+    ]
     for fam in dict.fromkeys(k.split(" | ")[0] for k in v):
         vals = " | ".join(_num(_v(v, f"{fam} | p={p:g}"), 3) for p in KAPPA_P)
         lines.append(f"| {fam.replace(' = ', ', ')} | {vals} |")
@@ -182,9 +202,15 @@ def _kappa_render(v: dict) -> str:
 
 
 # ---- plan on simulated logs --------------------------------------------------------------------
-PLAN_ROWS = (("mean difficulty", None), ("degenerate fraction", 2), ("degenerate fraction", 8),
-             ("degenerate fraction", 32), ("degenerate fraction", 128),
-             ("logged degenerate fraction", 8), ("G*", None))  # fmt: skip
+PLAN_ROWS = (
+    ("mean difficulty", None),
+    ("degenerate fraction", 2),
+    ("degenerate fraction", 8),
+    ("degenerate fraction", 32),
+    ("degenerate fraction", 128),
+    ("logged degenerate fraction", 8),
+    ("G*", None),
+)
 
 
 def _plan_extract(t: dict) -> dict:
@@ -198,20 +224,29 @@ def _plan_extract(t: dict) -> dict:
                 continue
             r, k = rows.iloc[0], f"{env} {q} G={G}"
             se = (_f(r["hi"]) - _f(r["lo"])) / (2 * 1.959964)  # SE from the 95% interval
-            out |= {f"{k} truth": (_f(r["truth"]), 0.0), f"{k} recovered": (_f(r["recovered"]), se),
-                    f"{k} lo": (_f(r["lo"]), se), f"{k} hi": (_f(r["hi"]), se)}  # fmt: skip
+            out |= {
+                f"{k} truth": (_f(r["truth"]), 0.0),
+                f"{k} recovered": (_f(r["recovered"]), se),
+                f"{k} lo": (_f(r["lo"]), se),
+                f"{k} hi": (_f(r["hi"]), se),
+            }
     return out
 
 
 def _plan_render(v: dict) -> str:
-    lines = ["| quantity | G | bandit truth | bandit recovered [95%] | arithmetic truth | "
-             "arithmetic recovered [95%] |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| quantity | G | bandit truth | bandit recovered [95%] | arithmetic truth | "
+        "arithmetic recovered [95%] |",
+        "|---|---|---|---|---|---|",
+    ]
     for q, G in PLAN_ROWS:
         cells = []
         for env in ("bandit", "arithmetic"):
             k = f"{env} {q} G={G}"
-            cells.append(f"{_num(_v(v, k + ' truth'))} | {_num(_v(v, k + ' recovered'))} "
-                         f"[{_num(_v(v, k + ' lo'))}, {_num(_v(v, k + ' hi'))}]")  # fmt: skip
+            cells.append(
+                f"{_num(_v(v, k + ' truth'))} | {_num(_v(v, k + ' recovered'))} "
+                f"[{_num(_v(v, k + ' lo'))}, {_num(_v(v, k + ' hi'))}]"
+            )
         lines.append(f"| {q} | {'' if G is None else G} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
@@ -233,8 +268,10 @@ def _loss_extract(t: dict) -> dict:
 def _loss_render(v: dict) -> str:
     Gs = sorted({int(k.split("G=")[1].split()[0]) for k in v})
     gs = " / ".join(map(str, Gs))
-    lines = [f"| mode | lengths longer-when-wrong, G = {gs} | lengths independent, G = {gs} |",
-             "|---|---|---|"]  # fmt: skip
+    lines = [
+        f"| mode | lengths longer-when-wrong, G = {gs} | lengths independent, G = {gs} |",
+        "|---|---|---|",
+    ]
     for m in LOSS_MODES:
         cells = [" / ".join(f"{_v(v, f'{e} {m} G={G} cos'):.3f}" for G in Gs) for e in LOSS_EXPS]
         lines.append(f"| {m} (grpo) | {' | '.join(cells)} |")
@@ -253,36 +290,52 @@ def _dynamic_extract(t: dict) -> dict:
         se = (_f(r["draws_per_kept_group_ci_high"]) - _f(r["draws_per_kept_group_ci_low"])) / (
             2 * 1.959964
         )
-        out |= {f"{k} degenerate": (_f(r["degenerate_frac"]), None),
-                f"{k} draws": (_f(r["draws_per_kept_group"]), se),
-                f"{k} theory_draws": (_f(r["theory_draws_per_kept_group"]), 0.0),
-                f"{k} uncapped": (_f(r[dynamic.LOOP_COLUMN]), 0.0),
-                f"{k} rate": (_f(r[dynamic.RATE_COLUMN]), 0.0),
-                f"{k} cos": (_f(r["cos"]), None), f"{k} plain_cos": (_f(r["plain_cos"]), None),
-                f"{k} mse": (_f(r["mse"]), _f(r["mse_se"])),
-                f"{k} plain_mse": (_f(r["plain_mse"]), _f(r["plain_mse_se"]))}  # fmt: skip
+        out |= {
+            f"{k} degenerate": (_f(r["degenerate_frac"]), None),
+            f"{k} draws": (_f(r["draws_per_kept_group"]), se),
+            f"{k} theory_draws": (_f(r["theory_draws_per_kept_group"]), 0.0),
+            f"{k} uncapped": (_f(r[dynamic.LOOP_COLUMN]), 0.0),
+            f"{k} rate": (_f(r[dynamic.RATE_COLUMN]), 0.0),
+            f"{k} cos": (_f(r["cos"]), None),
+            f"{k} plain_cos": (_f(r["plain_cos"]), None),
+            f"{k} mse": (_f(r["mse"]), _f(r["mse_se"])),
+            f"{k} plain_mse": (_f(r["plain_mse"]), _f(r["plain_mse_se"])),
+        }
     return out
 
 
 def _dynamic_render(v: dict) -> str:
     Gs = sorted({int(k.split("G=")[1].split()[0]) for k in v})
-    lines = ["| G | degenerate | groups drawn per kept (measured / exact / uncapped loop / 1/q) | "
-             "loo cos: dynamic / plain | grpo cos: dynamic / plain |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| G | degenerate | groups drawn per kept (measured / exact / uncapped loop / 1/q) | "
+        "loo cos: dynamic / plain | grpo cos: dynamic / plain |",
+        "|---|---|---|---|---|",
+    ]
     for G in Gs:
         k = f"loo G={G}"
         draws = " / ".join(
             f"{_v(v, k + s):.2f}" for s in (" draws", " theory_draws", " uncapped", " rate")
         )
-        cos = [f"{_v(v, f'{e} G={G} cos'):.3f} / {_v(v, f'{e} G={G} plain_cos'):.3f}"
-               for e in ("loo", "grpo")]  # fmt: skip
+        cos = [
+            f"{_v(v, f'{e} G={G} cos'):.3f} / {_v(v, f'{e} G={G} plain_cos'):.3f}"
+            for e in ("loo", "grpo")
+        ]
         lines.append(f"| {G} | {_v(v, k + ' degenerate'):.2f} | {draws} | {' | '.join(cos)} |")
     return "\n".join(lines)
 
 
 # ---- off-policy updates (docs/offpolicy.md) ---------------------------------------------------
-OFF_RULES = ("none", "token", "token/ppo", "token/dual", "sequence", "sequence/ppo",
-             "sequence/dual", "sis", "cispo")  # fmt: skip
+OFF_RULES = (
+    "none",
+    "token",
+    "token/ppo",
+    "token/dual",
+    "sequence",
+    "sequence/ppo",
+    "sequence/dual",
+    "sis",
+    "cispo",
+)
 OFF_LABELS = {"sequence/dual": "sequence/dual (gpolab's extension: verl's GSPO has no dual clip)"}
 
 
@@ -302,8 +355,10 @@ def _offpolicy_reuse_extract(t: dict) -> dict:
     out = {"m": (float(m), 0.0), "k": (float(k), 0.0)}
     for _, r in res.iterrows():
         key = f"{_rule(r)} eta={r['eta']:g}"
-        for kind, hit in (("m", r["staleness"] == 0 and r["m"] == m),
-                          ("k", r["m"] == 1 and r["staleness"] == k)):  # fmt: skip
+        for kind, hit in (
+            ("m", r["staleness"] == 0 and r["m"] == m),
+            ("k", r["m"] == 1 and r["staleness"] == k),
+        ):
             if hit:
                 out[f"{key} {kind} excess"] = (_f(r["excess_mse"]), _f(r["excess_mse_se"]))
                 out[f"{key} {kind} scaled"] = (_f(r["excess_scaled"]), _f(r["excess_scaled_se"]))
@@ -313,8 +368,10 @@ def _offpolicy_reuse_extract(t: dict) -> dict:
         for col in ("m", "staleness", "m_scaled", "staleness_scaled"):
             val = r[f"safe_{col}"]
             out[f"{key} safe_{col}"] = (math.nan if val is None or val != val else float(val), None)
-            out[f"{key} safe_{col} unsure"] = (float(r[f"safe_{col}_status"] == "inconclusive"),
-                                               None)  # fmt: skip
+            out[f"{key} safe_{col} unsure"] = (
+                float(r[f"safe_{col}_status"] == "inconclusive"),
+                None,
+            )
     return out
 
 
@@ -333,10 +390,16 @@ def _clipped(v: dict, rule: str, kind: str, etas) -> str:
 def _offpolicy_reuse_render(v: dict) -> str:
     etas = _off_etas(v)
     m, k = int(_v(v, "m")), int(_v(v, "k"))
-    head = (" | ".join(f"m = {m}, η = {e:g}" for e in etas) + " | "
-            + " | ".join(f"k = {k}, η = {e:g}" for e in etas))  # fmt: skip
-    lines = [f"| rule | {head} | safe m (η = {'/'.join(f'{e:g}' for e in etas)}) | safe k | "
-             f"tokens clipped, m = {m} / k = {k} |", "|---" * (4 + 2 * len(etas)) + "|"]
+    head = (
+        " | ".join(f"m = {m}, η = {e:g}" for e in etas)
+        + " | "
+        + " | ".join(f"k = {k}, η = {e:g}" for e in etas)
+    )
+    lines = [
+        f"| rule | {head} | safe m (η = {'/'.join(f'{e:g}' for e in etas)}) | safe k | "
+        f"tokens clipped, m = {m} / k = {k} |",
+        "|---" * (4 + 2 * len(etas)) + "|",
+    ]
     best = {}
     for kind in ("m", "k"):
         for e in etas:
@@ -365,8 +428,10 @@ def _offpolicy_reuse_render(v: dict) -> str:
             continue
         cells = [cell(rule, "m", e) for e in etas] + [cell(rule, "k", e) for e in etas]
         clipped = " / ".join(_clipped(v, rule, kind, etas) for kind in ("m", "k"))
-        lines.append(f"| {OFF_LABELS.get(rule, rule)} | {' | '.join(cells)} | {safe(rule, 'm')} | "
-                     f"{safe(rule, 'staleness')} | {clipped} |")  # fmt: skip
+        lines.append(
+            f"| {OFF_LABELS.get(rule, rule)} | {' | '.join(cells)} | {safe(rule, 'm')} | "
+            f"{safe(rule, 'staleness')} | {clipped} |"
+        )
     return "\n".join(lines)
 
 
@@ -399,22 +464,33 @@ def _pm(v: dict, key: str, digits: int = 3) -> str:
 def _offpolicy_tokens_render(v: dict) -> str:
     m = int(_v(v, "m"))
     rules = [r for r in ("none", "token", "sis") if f"{r} slope_eta" in v]
-    lines = [f"| rule | η | paired bias² (m = {m}) | bias² vs g (m = {m}) | MSE (m = {m}) | "
-             "excess MSE |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"| rule | η | paired bias² (m = {m}) | bias² vs g (m = {m}) | MSE (m = {m}) | "
+        "excess MSE |",
+        "|---|---|---|---|---|---|",
+    ]
     for rule in rules:
         for e in _off_etas({k: 0 for k in v if k.startswith(rule + " eta=")}):
             key = f"{rule} eta={e:g}"
             paired = "(the control)" if rule == "sis" else _pm(v, key + " paired")
-            lines.append(f"| {rule} | {e:g} | {paired} | {_pm(v, key + ' bias')} "
-                         f"| {_pm(v, key + ' mse')} | {_pct(_v(v, key + ' excess'))} |")
-    lines += ["", "| rule | slope of bias² in η: smallest three η | largest two | all | slope in "
-              "the lag k + j (at η) |", "|---|---|---|---|---|"]  # fmt: skip
+            lines.append(
+                f"| {rule} | {e:g} | {paired} | {_pm(v, key + ' bias')} "
+                f"| {_pm(v, key + ' mse')} | {_pct(_v(v, key + ' excess'))} |"
+            )
+    lines += [
+        "",
+        "| rule | slope of bias² in η: smallest three η | largest two | all | slope in "
+        "the lag k + j (at η) |",
+        "|---|---|---|---|---|",
+    ]
     for rule in rules:
         if rule == "sis":
             continue  # the control
-        lines.append(f"| {rule} | {_pm(v, rule + ' slope_eta_low', 3)} | "
-                     f"{_pm(v, rule + ' slope_eta_high', 3)} | {_pm(v, rule + ' slope_eta', 3)} "
-                     f"| {_pm(v, rule + ' slope_lag', 3)} ({_num(_v(v, rule + ' lag_eta'))}) |")
+        lines.append(
+            f"| {rule} | {_pm(v, rule + ' slope_eta_low', 3)} | "
+            f"{_pm(v, rule + ' slope_eta_high', 3)} | {_pm(v, rule + ' slope_eta', 3)} "
+            f"| {_pm(v, rule + ' slope_lag', 3)} ({_num(_v(v, rule + ' lag_eta'))}) |"
+        )
     return "\n".join(lines)
 
 
@@ -433,17 +509,26 @@ def _offpolicy_kl_extract(t: dict) -> dict:
 
 def _offpolicy_kl_render(v: dict) -> str:
     ms = sorted({int(k.split("m=")[1].split()[0]) for k in v})
-    lines = ["| estimator | exact bias²/‖∇KL‖², m = 1 | "
-             + " | ".join(f"bias²/‖∇KL‖², m = {m}" for m in ms) + " | "
-             + " | ".join(f"MSE/‖∇KL‖², m = {m}" for m in ms) + " |",
-             "|---" * (2 + 2 * len(ms)) + "|"]  # fmt: skip
+    lines = [
+        "| estimator | exact bias²/‖∇KL‖², m = 1 | "
+        + " | ".join(f"bias²/‖∇KL‖², m = {m}" for m in ms)
+        + " | "
+        + " | ".join(f"MSE/‖∇KL‖², m = {m}" for m in ms)
+        + " |",
+        "|---" * (2 + 2 * len(ms)) + "|",
+    ]
     for kl in ("k1", "k2", "k3"):
         if f"{kl} m={ms[0]} rel_bias" not in v:
             continue
-        lines.append(f"| {kl} | {_num(_v(v, f'{kl} m=1 exact'))} | "
-                     + " | ".join(_pm(v, f"{kl} m={m} rel_bias") for m in ms) + " | "
-                     + " | ".join(_pm(v, f"{kl} m={m} rel_mse") for m in ms) + " |")
+        lines.append(
+            f"| {kl} | {_num(_v(v, f'{kl} m=1 exact'))} | "
+            + " | ".join(_pm(v, f"{kl} m={m} rel_bias") for m in ms)
+            + " | "
+            + " | ".join(_pm(v, f"{kl} m={m} rel_mse") for m in ms)
+            + " |"
+        )
     return "\n".join(lines)
+
 
 # ---- per-prompt allocation (docs/allocate.md) ------------------------------------------------
 
@@ -484,10 +569,13 @@ def _allocate_static_render(v: dict) -> str:
     for n in ALLOC_BUDGETS:
         if not any(f" N={n} " in k for k in v):
             continue
-        lines += [f"**N = {n}** ({n // 64} per prompt on average):", "",
-                  "| rule | rollouts | MSE (×1e-5) | exact MSE given the allocation (×1e-5) | "
-                  "bias² (×1e-7) | cos(ĝ, g) | zero-signal rollouts | prompts kept |",
-                  "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            f"**N = {n}** ({n // 64} per prompt on average):",
+            "",
+            "| rule | rollouts | MSE (×1e-5) | exact MSE given the allocation (×1e-5) | "
+            "bias² (×1e-7) | cos(ĝ, g) | zero-signal rollouts | prompts kept |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for rule in _allocate_rules(v):
             key = f"{rule} N={n}"
             if f"{key} mse" not in v:
@@ -497,10 +585,12 @@ def _allocate_static_render(v: dict) -> str:
                 x, se = v[f"{key} {name}"]
                 return _pm({"x": [x * k, None if se is None else se * k]}, "x", 3)
 
-            lines.append(f"| {rule} | {_num(_v(v, key + ' rollouts'))} | {scaled('mse', 1e5)} | "
-                         f"{scaled('theory', 1e5)} | {scaled('bias', 1e7)} | "
-                         f"{_pm(v, key + ' cos', 3)} | {_share(_v(v, key + ' zero'))} | "
-                         f"{_num(_v(v, key + ' kept'), 3)} |")
+            lines.append(
+                f"| {rule} | {_num(_v(v, key + ' rollouts'))} | {scaled('mse', 1e5)} | "
+                f"{scaled('theory', 1e5)} | {scaled('bias', 1e7)} | "
+                f"{_pm(v, key + ' cos', 3)} | {_share(_v(v, key + ' zero'))} | "
+                f"{_num(_v(v, key + ' kept'), 3)} |"
+            )
         lines.append("")
     return "\n".join(lines).rstrip()
 
@@ -520,8 +610,10 @@ def _allocate_match_extract(t: dict) -> dict:
 
 def _allocate_match_render(v: dict) -> str:
     budgets = sorted({int(k.split("N=")[1].split()[0]) for k in v})
-    lines = ["| rule | " + " | ".join(f"N = {n}" for n in budgets) + " |",
-             "|---" * (1 + len(budgets)) + "|"]  # fmt: skip
+    lines = [
+        "| rule | " + " | ".join(f"N = {n}" for n in budgets) + " |",
+        "|---" * (1 + len(budgets)) + "|",
+    ]
     for rule in _allocate_rules(v):
         if rule == "uniform":
             continue
@@ -533,8 +625,13 @@ def _allocate_match_render(v: dict) -> str:
         lines.append(f"| {rule} | " + " | ".join(cells) + " |")
     star = [r for r in ("gpolab-oracle", "gpolab-sample") if f"{r} N={budgets[0]} gstar" in v]
     if star:
-        lines += ["", "Against uniform G* (the best B prompts × G = N/B, exact) instead of "
-                  "uniform G:", "", lines[0], lines[1]]  # fmt: skip
+        lines += [
+            "",
+            "Against uniform G* (the best B prompts × G = N/B, exact) instead of uniform G:",
+            "",
+            lines[0],
+            lines[1],
+        ]
         for rule in star:
             cells = [f"**{_num(_v(v, f'{rule} N={n} gstar'), 3)}**" for n in budgets]
             lines.append(f"| {rule} | " + " | ".join(cells) + " |")
@@ -560,24 +657,35 @@ def _allocate_train_extract(t: dict) -> dict:
 def _allocate_train_render(v: dict) -> str:
     from gpolab.engine import Z95  # deferred: jax
 
-    lines = ["| rule | rollouts until the gap halves (± 95%) | runs that got there | gap at the "
-             "end (± 95%) | rollouts spent |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| rule | rollouts until the gap halves (± 95%) | runs that got there | gap at the "
+        "end (± 95%) | rollouts spent |",
+        "|---|---|---|---|---|",
+    ]
     trained = {k.replace(" half", " N=0 "): 0 for k in v if k.endswith(" half")}
     for rule in _allocate_rules(trained):
         x, se = v[f"{rule} half"]
-        half = "—" if x != x else f"{_count(x)} ± {_count(Z95 * se)}" if se == se \
-            else _count(x)  # fmt: skip
+        half = "—" if x != x else f"{_count(x)} ± {_count(Z95 * se)}" if se == se else _count(x)
         final = _v(v, f"{rule} final")
-        lines.append(f"| {rule} | {half} | {int(_v(v, rule + ' reached'))} of "
-                     f"{int(_v(v, rule + ' runs'))} | {_num(final, 3)} ± "
-                     f"{_num(Z95 * _v(v, rule + ' final_se'), 2)} | "
-                     f"{_count(_v(v, rule + ' rollouts'))} |")
+        lines.append(
+            f"| {rule} | {half} | {int(_v(v, rule + ' reached'))} of "
+            f"{int(_v(v, rule + ' runs'))} | {_num(final, 3)} ± "
+            f"{_num(Z95 * _v(v, rule + ' final_se'), 2)} | "
+            f"{_count(_v(v, rule + ' rollouts'))} |"
+        )
     return "\n".join(lines)
 
 
 PUBLISHED = ("knapsack", "knapsack-grpo", "greso", "vip", "gvm", "mopps", "pods", "reinforce-ada")
-OWN_RULES = ("uniform", *PUBLISHED[:2], "gpolab-knapsack-truth", "gpolab-knapsack-simple",
-             *PUBLISHED[2:5], "gpolab-gvm-last", *PUBLISHED[5:])  # fmt: skip
+OWN_RULES = (
+    "uniform",
+    *PUBLISHED[:2],
+    "gpolab-knapsack-truth",
+    "gpolab-knapsack-simple",
+    *PUBLISHED[2:5],
+    "gpolab-gvm-last",
+    *PUBLISHED[5:],
+)
 
 
 def _allocate_own_extract(t: dict) -> dict:
@@ -617,15 +725,22 @@ def _allocate_own_render(v: dict) -> str:
     from gpolab.labs.allocate.rules import AIMS
 
     budgets, mid = _allocate_budgets(v)
-    lines = ["| rule | built for | MSE ÷ uniform's (" + ", ".join(f"N = {n}" for n in budgets)
-             + f") | Knapsack value ÷ uniform's (N = {mid}) | groups with both outcomes "
-             f"(N = {mid}) | update cost (N = {mid}) | rollouts ÷ N (N = {mid}) |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| rule | built for | MSE ÷ uniform's ("
+        + ", ".join(f"N = {n}" for n in budgets)
+        + f") | Knapsack value ÷ uniform's (N = {mid}) | groups with both outcomes "
+        f"(N = {mid}) | update cost (N = {mid}) | rollouts ÷ N (N = {mid}) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for rule in [r for r in OWN_RULES if f"{r} N={mid} ratio" in v]:
         key = f"{rule} N={mid}"
         ratios = ", ".join(_num(_v(v, f"{rule} N={n} ratio"), 3) for n in budgets)
-        cells = (_num(_v(v, key + " value"), 3), _share(_v(v, key + " nonzero")),
-                 _num(_v(v, key + " cost"), 3), _num(_v(v, key + " rollouts"), 3))  # fmt: skip
+        cells = (
+            _num(_v(v, key + " value"), 3),
+            _share(_v(v, key + " nonzero")),
+            _num(_v(v, key + " cost"), 3),
+            _num(_v(v, key + " rollouts"), 3),
+        )
         lines.append(f"| {rule} | {AIMS.get(rule, '—')} | {ratios} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -642,14 +757,21 @@ def _race(v: dict, rule: str, base: str = "uniform") -> str:
     diff, dse = x - b, math.hypot(se, bse)
     z = abs(diff) / dse if dse > 0 else math.nan
     way = "slower" if diff > 0 else "faster"
-    word = ("cannot tell (no SE: one run got there)" if z != z else
-            f"inconclusive ({z:.1f} SE)" if z <= 1 else
-            f"{way} by {z:.1f} SE (not beyond 2 SE)" if z <= 2 else
-            f"{way} by {z:.1f} SE")  # fmt: skip
+    word = (
+        "cannot tell (no SE: one run got there)"
+        if z != z
+        else f"inconclusive ({z:.1f} SE)"
+        if z <= 1
+        else f"{way} by {z:.1f} SE (not beyond 2 SE)"
+        if z <= 2
+        else f"{way} by {z:.1f} SE"
+    )
     pm = f" ± {_count(Z95 * se)}" if se == se else ""
     part = "" if _v(v, rule + " reached") == _v(v, rule + " runs") else ", the mean over those"
-    return (f"{_count(x)}{pm} rollouts to halve the gap ({got}{part}), {x / b:.2f}× {base}'s "
-            f"{_count(b)}: {word}")  # fmt: skip
+    return (
+        f"{_count(x)}{pm} rollouts to halve the gap ({got}{part}), {x / b:.2f}× {base}'s "
+        f"{_count(b)}: {word}"
+    )
 
 
 def _allocate_verdicts_render(v: dict) -> str:
@@ -663,15 +785,18 @@ def _allocate_verdicts_render(v: dict) -> str:
     rules_at = _allocate_rules({k: 0 for k in v if k.endswith(" ratio")})
     by_mse = sorted(rules_at, key=lambda r: _v(v, f"{r} N={mid} ratio"))
     trained = [r for r in rules_at if f"{r} half" in v]
-    by_train = sorted(trained, key=lambda r: (_v(v, f"{r} half") != _v(v, f"{r} half"),
-                                              _v(v, f"{r} half")))  # fmt: skip
+    by_train = sorted(
+        trained, key=lambda r: (_v(v, f"{r} half") != _v(v, f"{r} half"), _v(v, f"{r} half"))
+    )
     mse_rank = ", ".join(f"{r} {_num(_v(v, f'{r} N={mid} ratio'), 3)}" for r in by_mse)
     train_rank = ", ".join(f"{r} {_count(_v(v, f'{r} half'))}" for r in by_train)
-    lines = [f"- **Ranked by MSE** at N = {mid} (÷ uniform's, exact given the allocation where "
-             "the rule has it; every rule at the rollouts it generates, update cost counted as "
-             f"free, so PODS's saving does not enter): {mse_rank}.",
-             "- **Ranked by training** (rollouts until the gap halves, update cost counted as "
-             f"free; rules that never get there last): {train_rank}."]  # fmt: skip
+    lines = [
+        f"- **Ranked by MSE** at N = {mid} (÷ uniform's, exact given the allocation where "
+        "the rule has it; every rule at the rollouts it generates, update cost counted as "
+        f"free, so PODS's saving does not enter): {mse_rank}.",
+        "- **Ranked by training** (rollouts until the gap halves, update cost counted as "
+        f"free; rules that never get there last): {train_rank}.",
+    ]
     say = {
         "knapsack": lambda: (
             f"Knapsack RL as its authors run it (`knapsack`, loo): {ratios('knapsack')}× "
@@ -682,31 +807,37 @@ def _allocate_verdicts_render(v: dict) -> str:
             f"both outcomes at N = {mid}: {_share(_v(v, f'knapsack N={mid} nonzero'))} "
             f"(uniform {_share(_v(v, f'uniform N={mid} nonzero'))}, with the true p "
             f"{_share(_v(v, f'gpolab-knapsack-truth N={mid} nonzero'))}). Training: "
-            f"{_race(v, 'knapsack')}; the simplified port {_race(v, 'gpolab-knapsack-simple')}."),
+            f"{_race(v, 'knapsack')}; the simplified port {_race(v, 'gpolab-knapsack-simple')}."
+        ),
         "knapsack-grpo": lambda: (
             f"Knapsack RL with its own estimator (`knapsack-grpo`, GRPO): {ratios('knapsack-grpo')}"
             f"× uniform's (loo) MSE against g (GRPO's ĝ estimates g/σ, so this MSE carries that "
-            f"scale); training {_race(v, 'knapsack-grpo')}."),
+            f"scale); training {_race(v, 'knapsack-grpo')}."
+        ),
         "gvm": lambda: (
             f"GVM-RAFT as its scripts run it (`gvm`: a fresh first stage of N/(2P) per prompt, "
             f"then its rule on the other half): {ratios('gvm')}× uniform's MSE at N = {ns}, "
             f"spending {_num(_v(v, f'gvm N={mid} rollouts'), 3)}× N; training {_race(v, 'gvm')}. "
             f"gpolab's old port on the last step (`gpolab-gvm-last`): training "
-            f"{_race(v, 'gpolab-gvm-last')}."),
+            f"{_race(v, 'gpolab-gvm-last')}."
+        ),
         "greso": lambda: f"GRESO: {ratios('greso')}× uniform's MSE; training {_race(v, 'greso')}.",
         "vip": lambda: f"VIP: {ratios('vip')}× uniform's MSE; training {_race(v, 'vip')}.",
         "mopps": lambda: (
             f"MoPPS: {ratios('mopps')}× uniform's MSE; groups with both outcomes at N = {mid} "
-            f"{_share(_v(v, f'mopps N={mid} nonzero'))}; training {_race(v, 'mopps')}."),
+            f"{_share(_v(v, f'mopps N={mid} nonzero'))}; training {_race(v, 'mopps')}."
+        ),
         "pods": lambda: (
             f"PODS: {ratios('pods')}× uniform's MSE at N generated; it trains on "
             f"{_num(_v(v, f'pods N={mid} cost'), 3)} of the responses it generates, a saving in "
-            f"update cost the lab counts as free; training {_race(v, 'pods')}."),
+            f"update cost the lab counts as free; training {_race(v, 'pods')}."
+        ),
         "reinforce-ada": lambda: (
             f"Reinforce-Ada: {ratios('reinforce-ada')}× uniform's MSE while spending "
             f"{ratios('reinforce-ada', 'rollouts')}× N rollouts; groups with both outcomes at "
             f"N = {mid} {_share(_v(v, f'reinforce-ada N={mid} nonzero'))}; training, per "
-            f"rollout spent: {_race(v, 'reinforce-ada')}."),
+            f"rollout spent: {_race(v, 'reinforce-ada')}."
+        ),
     }
     for rule in PUBLISHED:
         if f"{rule} N={mid} ratio" in v and "uniform half" in v:
@@ -714,34 +845,95 @@ def _allocate_verdicts_render(v: dict) -> str:
     return "\n".join(lines)
 
 
-BLOCKS = {b.name: b for b in (
-    Block("sweep", ("sweep",), _sweep_extract, _sweep_render, "bias_sq (no SE in the tables)"),
-    Block("zoo", ("zoo",), _zoo_extract, _zoo_render,
-          "snr / loo (no SE); arithmetic columns (the quick run uses 100 questions, not 500)"),
-    Block("kappa", ("zoo",), _kappa_extract, _kappa_render),
-    Block("plan-check", ("plan_check",), _plan_extract, _plan_render),  # SE: 95% half-width/1.96
-    Block("loss-agg", LOSS_EXPS, _loss_extract, _loss_render,
-          "cos (no SE): its MSE is checked instead"),
-    Block("dynamic", ("dynamic_sampling",), _dynamic_extract, _dynamic_render,
-          "cos and degenerate share (no SE): the MSEs are checked instead"),
-    Block("offpolicy-reuse", ("offpolicy_reuse",), _offpolicy_reuse_extract,
-          _offpolicy_reuse_render, "safe m and k (no SE): the excesses are checked instead"),
-    Block("offpolicy-tokens", ("offpolicy_tokens",), _offpolicy_tokens_extract,
-          _offpolicy_tokens_render, "the η at which the lag slope is read (no SE)"),
-    Block("offpolicy-kl", ("offpolicy_kl",), _offpolicy_kl_extract, _offpolicy_kl_render,
-          "MSE ratios (no SE): the bias ratios are checked instead"),
-    Block("allocate-static", ("allocate",), _allocate_static_extract, _allocate_static_render,
-          "rollouts, zero-signal share and prompts kept (no SE): the MSEs are checked instead"),
-    Block("allocate-match", ("allocate",), _allocate_match_extract, _allocate_match_render,
-          "interpolated ratios (no SE): the exact ratios (bold) are checked"),
-    Block("allocate-training", ("allocate",), _allocate_train_extract, _allocate_train_render,
-          "the final gap (the quick run trains fewer steps): rollouts to half the gap are checked"),
-    Block("allocate-own", ("allocate",), _allocate_own_extract, _allocate_own_render,
-          "ratios and shares (no SE): the MSEs and training rows they come from are checked in "
-          "allocate-static and allocate-training"),
-    Block("allocate-verdicts", ("allocate",), _allocate_own_extract, _allocate_verdicts_render,
-          "ratios and shares (no SE); rollouts to half the gap are checked"),
-)}  # fmt: skip
+BLOCKS = {
+    b.name: b
+    for b in (
+        Block("sweep", ("sweep",), _sweep_extract, _sweep_render, "bias_sq (no SE in the tables)"),
+        Block(
+            "zoo",
+            ("zoo",),
+            _zoo_extract,
+            _zoo_render,
+            "snr / loo (no SE); arithmetic columns (the quick run uses 100 questions, not 500)",
+        ),
+        Block("kappa", ("zoo",), _kappa_extract, _kappa_render),
+        Block(
+            "plan-check", ("plan_check",), _plan_extract, _plan_render
+        ),  # SE: 95% half-width/1.96
+        Block(
+            "loss-agg",
+            LOSS_EXPS,
+            _loss_extract,
+            _loss_render,
+            "cos (no SE): its MSE is checked instead",
+        ),
+        Block(
+            "dynamic",
+            ("dynamic_sampling",),
+            _dynamic_extract,
+            _dynamic_render,
+            "cos and degenerate share (no SE): the MSEs are checked instead",
+        ),
+        Block(
+            "offpolicy-reuse",
+            ("offpolicy_reuse",),
+            _offpolicy_reuse_extract,
+            _offpolicy_reuse_render,
+            "safe m and k (no SE): the excesses are checked instead",
+        ),
+        Block(
+            "offpolicy-tokens",
+            ("offpolicy_tokens",),
+            _offpolicy_tokens_extract,
+            _offpolicy_tokens_render,
+            "the η at which the lag slope is read (no SE)",
+        ),
+        Block(
+            "offpolicy-kl",
+            ("offpolicy_kl",),
+            _offpolicy_kl_extract,
+            _offpolicy_kl_render,
+            "MSE ratios (no SE): the bias ratios are checked instead",
+        ),
+        Block(
+            "allocate-static",
+            ("allocate",),
+            _allocate_static_extract,
+            _allocate_static_render,
+            "rollouts, zero-signal share and prompts kept (no SE): the MSEs are checked instead",
+        ),
+        Block(
+            "allocate-match",
+            ("allocate",),
+            _allocate_match_extract,
+            _allocate_match_render,
+            "interpolated ratios (no SE): the exact ratios (bold) are checked",
+        ),
+        Block(
+            "allocate-training",
+            ("allocate",),
+            _allocate_train_extract,
+            _allocate_train_render,
+            "the final gap (the quick run trains fewer steps): rollouts to half the gap are "
+            "checked",
+        ),
+        Block(
+            "allocate-own",
+            ("allocate",),
+            _allocate_own_extract,
+            _allocate_own_render,
+            "ratios and shares (no SE): the MSEs and training rows they come from are checked in "
+            "allocate-static and allocate-training",
+        ),
+        Block(
+            "allocate-verdicts",
+            ("allocate",),
+            _allocate_own_extract,
+            _allocate_verdicts_render,
+            "ratios and shares (no SE); rollouts to half the gap are checked",
+        ),
+    )
+}
 
 
 # ---- experiments, hashes, tables ---------------------------------------------------------------
@@ -806,8 +998,11 @@ class QuickRuns:
             out = Path(cfg.out)
             saved = out / "config.toml"
             today = configs.dumps(configs.absolute_paths(cfg), lab.NAME)
-            if (saved.is_file() and saved.read_text() == today
-                    and all((out / f"{t}.parquet").is_file() for t in lab.TABLES)):  # fmt: skip
+            if (
+                saved.is_file()
+                and saved.read_text() == today
+                and all((out / f"{t}.parquet").is_file() for t in lab.TABLES)
+            ):
                 self._tables[cfg.out] = read_tables(out, lab.TABLES)
             else:
                 self._tables[cfg.out] = labs.execute(lab, cfg, stream=sys.stderr).tables
@@ -836,8 +1031,10 @@ def _head(block: Block) -> str:
 def _text(block: Block, values: dict) -> str:
     body = block.render(values)
     vals = json.dumps({k: list(v) for k, v in values.items()}, allow_nan=True)
-    return (f"<!-- table:{block.name} begin: {_head(block)} -->\n{body}\n"
-            f"<!-- values {vals} -->\n<!-- table:{block.name} end -->")  # fmt: skip
+    return (
+        f"<!-- table:{block.name} begin: {_head(block)} -->\n{body}\n"
+        f"<!-- values {vals} -->\n<!-- table:{block.name} end -->"
+    )
 
 
 def blocks_in(text: str, where: str = "text") -> dict[str, dict]:
@@ -848,9 +1045,12 @@ def blocks_in(text: str, where: str = "text") -> dict[str, dict]:
             raise validate.ConfigError(f"{where}: table:{m['name']}: allowed: {', '.join(BLOCKS)}")
         if m["name"] in found:
             raise validate.ConfigError(f"{where}: table:{m['name']}: given twice")
-        found[m["name"]] = {"head": m["head"], "body": m["body"].rstrip("\n"),
-                            "values": {k: tuple(v) for k, v in json.loads(m["values"]).items()},
-                            "span": m.span()}  # fmt: skip
+        found[m["name"]] = {
+            "head": m["head"],
+            "body": m["body"].rstrip("\n"),
+            "values": {k: tuple(v) for k, v in json.loads(m["values"]).items()},
+            "span": m.span(),
+        }
     return found
 
 
@@ -872,8 +1072,11 @@ def blocks_of(paths) -> dict[str, dict]:
 
 # ---- the claims ledger's blocks ---------------------------------------------------------------
 CLAIMS = {"claims": claims_report.markdown, "claims-summary": claims_report.summary}  # kind: text
-CLAIMS_BLOCK = re.compile(r"<!-- (?P<kind>claims|claims-summary):begin(?P<head>[^\n]*?)-->\n"
-                          r"(?P<body>.*?)\n?<!-- (?P=kind):end -->", re.S)  # fmt: skip
+CLAIMS_BLOCK = re.compile(
+    r"<!-- (?P<kind>claims|claims-summary):begin(?P<head>[^\n]*?)-->\n"
+    r"(?P<body>.*?)\n?<!-- (?P=kind):end -->",
+    re.S,
+)
 CLAIMS_ROW = re.compile(r"^\| (\S+) \|.*?\| \*\*([^*]+)\*\* \|")  # a claim's id, verdict
 
 
@@ -893,6 +1096,7 @@ def claims_kinds(text: str) -> list[str]:
 
 def claims_replace(text: str, tables: dict) -> str:
     """``text`` with every claims block regenerated from the claims lab's table."""
+
     def block(m) -> str:
         return f"{claims_begin(m['kind'])}\n{CLAIMS[m['kind']](tables)}\n{claims_end(m['kind'])}"
 
@@ -913,8 +1117,12 @@ def claims_text(path) -> str:
 
 def claims_verdicts(path) -> dict:
     """``{claim id: verdict}`` of a file's generated claims blocks (ledger or summary)."""
-    return {r.group(1): r.group(2) for m in CLAIMS_BLOCK.finditer(claims_text(path))
-            for r in map(CLAIMS_ROW.match, m["body"].splitlines()) if r}  # fmt: skip
+    return {
+        r.group(1): r.group(2)
+        for m in CLAIMS_BLOCK.finditer(claims_text(path))
+        for r in map(CLAIMS_ROW.match, m["body"].splitlines())
+        if r
+    }
 
 
 def write_claims(tables: dict, path) -> None:

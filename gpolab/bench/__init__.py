@@ -143,8 +143,15 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
     params, truth, _ = args
     seconds, compile_s, m, chunk = _timed_run(cells.bandit_error, cell, args, key, n, cfg.chunk)
     stats = engine.error_stats(m, "loo/err", "loo/sq")
-    row = _row(f"W1 tabular 16x64 G={G} loo", n, seconds, compile_s, chunk=chunk,
-               mse=stats.mse, mse_se=stats.mse_se)  # fmt: skip
+    row = _row(
+        f"W1 tabular 16x64 G={G} loo",
+        n,
+        seconds,
+        compile_s,
+        chunk=chunk,
+        mse=stats.mse,
+        mse_se=stats.mse_se,
+    )
     if not numpy:
         return row
     rng_cell = ("uniforms", (16, G))  # one uniform per response
@@ -183,8 +190,13 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
 
 
 PROFILE = "W1 profile: + "  # the profile rows' workload: PROFILE + the step
-W1_STAGES = ("uniforms", "inverse-CDF draw", "loo weights", "scatter-add scores",
-             "error and sums")  # W1's per-seed function, cut after each step (the last: all)
+W1_STAGES = (
+    "uniforms",
+    "inverse-CDF draw",
+    "loo weights",
+    "scatter-add scores",
+    "error and sums",
+)  # W1's per-seed function, cut after each step (the last: all)
 
 
 def _w1_prefix(cell, key, args):
@@ -222,8 +234,10 @@ def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
     function's time per seed (the shares add up to 1)."""
     args, key, cell = _w1_inputs(cfg)
     mesh, n = engine.local_mesh(), cfg.seeds
-    runs = {s: (lambda s=s: engine.run(_w1_prefix, (s, cell), args, key, n, chunk, mesh=mesh))
-            for s in W1_STAGES}  # fmt: skip
+    runs = {
+        s: (lambda s=s: engine.run(_w1_prefix, (s, cell), args, key, n, chunk, mesh=mesh))
+        for s in W1_STAGES
+    }
     for f in runs.values():
         _timed(f)  # compiles
     best = dict.fromkeys(runs, math.inf)
@@ -232,9 +246,13 @@ def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
             best[s] = min(best[s], _timed(f)[0])
     total, before, rows = best[W1_STAGES[-1]], 0.0, []
     for s in W1_STAGES:
-        rows.append({**_row(PROFILE + s, n, best[s], None, chunk=chunk),
-                     "stage_us": 1e6 * (best[s] - before) / n,
-                     "stage_share": (best[s] - before) / total})  # fmt: skip
+        rows.append(
+            {
+                **_row(PROFILE + s, n, best[s], None, chunk=chunk),
+                "stage_us": 1e6 * (best[s] - before) / n,
+                "stage_share": (best[s] - before) / total,
+            }
+        )
         before = best[s]
     return rows
 
@@ -356,21 +374,38 @@ def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
     """``gpolab offpolicy``'s per-seed function: the token rule on the default bandit (16 × 64,
     every prompt a group of G = 8), m = 8 minibatch updates, ``etas`` step sizes vmapped in one
     executable; ``vs_one_eta_at_a_time`` = the same work run one step size per call over it."""
-    cfg_lab = offpolicy_lab.Config(ratio=("token",), clip=("none",), m=(8,), staleness=(0,),
-                                   eta=tuple(16.0 * 2.0**i for i in range(etas)))  # fmt: skip
+    cfg_lab = offpolicy_lab.Config(
+        ratio=("token",),
+        clip=("none",),
+        m=(8,),
+        staleness=(0,),
+        eta=tuple(16.0 * 2.0**i for i in range(etas)),
+    )
     unit = {"policy": "", **offpolicy_lab.rule_ids(cfg_lab)[0]}
     n = 1024 if cfg.quick else 8192
     key = jax.random.key(cfg.seed)
     cell, args = offpolicy_lab.inputs(cfg_lab, unit)
     all_s, compile_s, _, chunk = _timed_run(offpolicy_lab.per_seed, cell, args, key, n, 0)
     one_s = sum(
-        _timed_run(offpolicy_lab.per_seed, cell, offpolicy_lab.inputs(cfg_lab, unit, (eta,))[1],
-                   key, n, chunk)[0]
+        _timed_run(
+            offpolicy_lab.per_seed,
+            cell,
+            offpolicy_lab.inputs(cfg_lab, unit, (eta,))[1],
+            key,
+            n,
+            chunk,
+        )[0]
         for eta in cfg_lab.eta
-    )  # fmt: skip
-    return _row(f"offpolicy token bandit 16x64 G=8, m=8, {etas} step sizes", n, all_s, compile_s,
-                chunk=chunk, updates_per_s=n * 8 * etas / all_s,
-                vs_one_eta_at_a_time=one_s / all_s)  # fmt: skip
+    )
+    return _row(
+        f"offpolicy token bandit 16x64 G=8, m=8, {etas} step sizes",
+        n,
+        all_s,
+        compile_s,
+        chunk=chunk,
+        updates_per_s=n * 8 * etas / all_s,
+        vs_one_eta_at_a_time=one_s / all_s,
+    )
 
 
 def allocate(cfg: BenchConfig) -> list[dict]:
@@ -387,10 +422,19 @@ def allocate(cfg: BenchConfig) -> list[dict]:
     train_s, _ = _timed(lambda: allocate_lab.train_rows(lab_cfg, "gpolab-sample"))
     steps = lab_cfg.runs * lab_cfg.steps
     return [
-        _row(f"allocate static, N=256, {len(lab_cfg.rules)} rules on common draws (numpy)",
-             lab_cfg.seeds, static_s, tables_s),  # fmt: skip
-        _row(f"allocate training, gpolab-sample, {lab_cfg.runs} runs x {lab_cfg.steps} steps "
-             "(1 seed = 1 step)", steps, train_s, None),  # fmt: skip
+        _row(
+            f"allocate static, N=256, {len(lab_cfg.rules)} rules on common draws (numpy)",
+            lab_cfg.seeds,
+            static_s,
+            tables_s,
+        ),
+        _row(
+            f"allocate training, gpolab-sample, {lab_cfg.runs} runs x {lab_cfg.steps} steps "
+            "(1 seed = 1 step)",
+            steps,
+            train_s,
+            None,
+        ),
     ]
 
 
@@ -458,8 +502,11 @@ def default_sweep(cfg: BenchConfig) -> dict:
     """
     seeds = 2_000 if cfg.quick else sweep_lab.Config.seeds
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "GPOLAB_CACHE_DIR": os.path.join(tmp, "xla"),
-               "GPOLAB_COUNT_CACHE": os.path.join(tmp, "count-tables")}  # cold: no tables either
+        env = {
+            **os.environ,
+            "GPOLAB_CACHE_DIR": os.path.join(tmp, "xla"),
+            "GPOLAB_COUNT_CACHE": os.path.join(tmp, "count-tables"),
+        }  # cold: no tables either
         out = subprocess.run(
             [sys.executable, "-c", SWEEP_TIMES, os.path.join(tmp, "out"), str(seeds)],
             capture_output=True,
@@ -523,8 +570,19 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
 
 
 # the CPU features XLA:CPU's code generation can use (vector width, bf16/int8 matrix units)
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "avx_vnni", "amx_tile",
-             "amx_bf16", "amx_int8", "asimd", "sve")  # fmt: skip
+CPU_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+)
 
 
 def _cpuinfo() -> tuple[str, set]:

@@ -147,8 +147,10 @@ def _sub_chunk(fn: Callable, cell, key: jax.Array, args, idx: jax.Array, ok: jax
         x = jnp.where(ok[:, None], x, 0).reshape((parts, -1) + x.shape[1:])
         return jnp.sum(x, axis=1), (jnp.sum(x * x, axis=1) if scalars else None)
 
-    return {group: moments(jnp.concatenate(xs, axis=1), group[1] == "scalars")
-            for group, xs in _pack(out, idx.shape[0]).items()}  # fmt: skip
+    return {
+        group: moments(jnp.concatenate(xs, axis=1), group[1] == "scalars")
+        for group, xs in _pack(out, idx.shape[0]).items()
+    }
 
 
 def _group(dtype, per_seed_shape: tuple) -> tuple:

@@ -12,8 +12,16 @@ import numpy as np
 
 from gpolab import validate
 
-__all__ = ["full_precision", "use_cpu_devices", "local_mesh", "seed_mesh", "init_distributed",
-           "CLUSTERS", "detect_cluster", "init_auto_distributed"]  # fmt: skip
+__all__ = [
+    "full_precision",
+    "use_cpu_devices",
+    "local_mesh",
+    "seed_mesh",
+    "init_distributed",
+    "CLUSTERS",
+    "detect_cluster",
+    "init_auto_distributed",
+]
 
 
 def _shard(a: np.ndarray, mesh: jax.sharding.Mesh) -> jax.Array:
@@ -78,9 +86,11 @@ def init_distributed(coordinator: str, num_processes: int, process_id: int) -> N
 
 # environment variables by which a cluster manager announces a multi-process launch, and the
 # variable holding the number of processes; jax.distributed.initialize() reads the rest itself
-CLUSTERS = {"Slurm": ("SLURM_JOB_ID", "SLURM_STEP_NUM_TASKS"),
-            "Open MPI": ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
-            "Cloud TPU pod": ("TPU_WORKER_HOSTNAMES", None)}  # fmt: skip
+CLUSTERS = {
+    "Slurm": ("SLURM_JOB_ID", "SLURM_STEP_NUM_TASKS"),
+    "Open MPI": ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"),
+    "Cloud TPU pod": ("TPU_WORKER_HOSTNAMES", None),
+}
 
 
 def detect_cluster(environ=None) -> str | None:

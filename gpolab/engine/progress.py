@@ -96,8 +96,10 @@ class Clock:
             return
         self.last = now
         p = _ACTIVE[-1]
-        text = (f"cell {p.done + 1}/{p.total}: {done:,}/{self.total:,} seeds, "
-                f"{duration(elapsed)} elapsed, about {duration(left)} left")  # fmt: skip
+        text = (
+            f"cell {p.done + 1}/{p.total}: {done:,}/{self.total:,} seeds, "
+            f"{duration(elapsed)} elapsed, about {duration(left)} left"
+        )
         if p.bar is not None:
             p.bar.set_postfix_str(text, refresh=True)
         else:

@@ -33,13 +33,25 @@ def joint_test(rows, by=("policy", "estimator")) -> dict | None:
     p = chi2.sf(per["sum"], per["count"])
     bad = ~np.isfinite(z2.to_numpy())
     if bad.any():  # a NaN is never a pass: no p-value where a cell has no finite z
-        return {"cells": len(rows), "groups": len(per), "min_p": math.nan, "worst": None,
-                "joint_p": math.nan, "max_abs_z": math.nan,
-                "reason": f"{int(bad.sum())} of {len(rows)} cells have no finite z "
-                          f"({_no_z_reason(rows[bad])})"}  # fmt: skip
-    return {"cells": len(rows), "groups": len(per), "min_p": float(np.min(p)),
-            "worst": per.index[int(np.argmin(p))], "joint_p": min(1.0, len(per) * float(np.min(p))),
-            "max_abs_z": float(np.sqrt(z2.max())), "reason": None}  # fmt: skip
+        return {
+            "cells": len(rows),
+            "groups": len(per),
+            "min_p": math.nan,
+            "worst": None,
+            "joint_p": math.nan,
+            "max_abs_z": math.nan,
+            "reason": f"{int(bad.sum())} of {len(rows)} cells have no finite z "
+            f"({_no_z_reason(rows[bad])})",
+        }
+    return {
+        "cells": len(rows),
+        "groups": len(per),
+        "min_p": float(np.min(p)),
+        "worst": per.index[int(np.argmin(p))],
+        "joint_p": min(1.0, len(per) * float(np.min(p))),
+        "max_abs_z": float(np.sqrt(z2.max())),
+        "reason": None,
+    }
 
 
 def _no_z_reason(rows) -> str:

@@ -42,7 +42,7 @@ from gpolab.envs.questions import (  # noqa: F401  (re-exported: arithmetic.enco
     Questions,
     encode,
     make_questions,
-)  # fmt: skip
+)
 from gpolab.envs.sampling import inverse_cdf
 
 
@@ -359,30 +359,41 @@ class Instance(configs.Config):
     """The surrogate's settings: its questions, the pre-trained policies (one per strength) and
     how a seed samples them (``per_seed`` questions, one group each)."""
 
-    policy: tuple[str, ...] = option(tuple(POLICIES), "comma list of base, instruct, icl (mean V "
-                                     "0.15 / 0.40 / 0.65)")  # fmt: skip
+    policy: tuple[str, ...] = option(
+        tuple(POLICIES), "comma list of base, instruct, icl (mean V 0.15 / 0.40 / 0.65)"
+    )
     questions: int = option(500, "number of questions (seeded generator, 5 categories)")
     per_seed: int = option(8, "questions per seed, one group each (row: mean per-question MSE)")
     filler: int = option(64, "chain-of-thought filler tokens before each answer")
-    strength: tuple[float, ...] = option(tuple(POLICIES.values()), "mean V(x) at which "
-                                         "pre-training snapshots base, instruct, icl (3 "
-                                         "increasing values in (0, 1))")  # fmt: skip
+    strength: tuple[float, ...] = option(
+        tuple(POLICIES.values()),
+        "mean V(x) at which "
+        "pre-training snapshots base, instruct, icl (3 "
+        "increasing values in (0, 1))",
+    )
     filler_sharpen: float = option(
         0.0,
         "weight of the filler entropy in the pre-training loss (> 0: stronger policies "
         "reason with lower-entropy filler)",
     )
     hidden: int = option(32, "GRU width")
-    truth_samples: int = option(256, "sampled sequences per question for the Monte Carlo part "
-                                "of S2")  # fmt: skip
+    truth_samples: int = option(
+        256, "sampled sequences per question for the Monte Carlo part of S2"
+    )
     instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
     lengths: str = option("one", "response lengths: one, generated (arithmetic: up to <eos>)")
 
     def validate(self) -> None:
         for name in self.policy:
             validate.choice("policy", name, tuple(POLICIES))
-        for field, low in (("questions", 1), ("per_seed", 1), ("filler", 0), ("hidden", 1),
-                           ("truth_samples", 2), ("instance_seed", 0)):  # fmt: skip
+        for field, low in (
+            ("questions", 1),
+            ("per_seed", 1),
+            ("filler", 0),
+            ("hidden", 1),
+            ("truth_samples", 2),
+            ("instance_seed", 0),
+        ):
             validate.integer(field, getattr(self, field), low)
         validate.real("filler_sharpen", self.filler_sharpen, low=0.0)
         validate.choice("lengths", self.lengths, ("one", "generated"))
@@ -408,12 +419,18 @@ def make(inst: Instance) -> dict[str, ArithmeticInstance]:
     part of :func:`exact`, one :class:`ArithmeticInstance` per policy (pre-training is the
     slow part: call once)."""
     questions = make_questions(inst.instance_seed, inst.questions)
-    policies = pretrain(questions, seed=inst.instance_seed, hidden=inst.hidden, filler=inst.filler,
-                        targets=dict(zip(POLICIES, inst.strength, strict=True)),
-                        filler_sharpen=inst.filler_sharpen)  # fmt: skip
+    policies = pretrain(
+        questions,
+        seed=inst.instance_seed,
+        hidden=inst.hidden,
+        filler=inst.filler,
+        targets=dict(zip(POLICIES, inst.strength, strict=True)),
+        filler_sharpen=inst.filler_sharpen,
+    )
     key = jax.random.fold_in(jax.random.key(inst.instance_seed), 1)
-    return {p: ArithmeticInstance(policies[p], questions, key, inst.truth_samples)
-            for p in inst.policy}  # fmt: skip
+    return {
+        p: ArithmeticInstance(policies[p], questions, key, inst.truth_samples) for p in inst.policy
+    }
 
 
 def pretrain(
@@ -629,5 +646,15 @@ def values(instance: ArithmeticInstance, theta: jax.Array) -> jax.Array:
     return jnp.full(V.shape, 1.0 / V.shape[0], V.dtype), V
 
 
-ENV = Env("arithmetic", init_theta, value, exact_at, sample_prompts, sample_at, gradient, optimum,
-          token_logp=token_logp, values=values)  # fmt: skip
+ENV = Env(
+    "arithmetic",
+    init_theta,
+    value,
+    exact_at,
+    sample_prompts,
+    sample_at,
+    gradient,
+    optimum,
+    token_logp=token_logp,
+    values=values,
+)

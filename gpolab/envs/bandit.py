@@ -88,21 +88,34 @@ class Instance(configs.Config):
     success_a: float = option(0.5, "success probabilities ~ Beta(success_a, success_b)")
     success_b: float = option(1.0, "success probabilities ~ Beta(success_a, success_b)")
     instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
-    lengths: str = option("one", "response lengths: one, independent, longer-when-wrong, "
-                          "longer-when-right (bandit)")  # fmt: skip
+    lengths: str = option(
+        "one", "response lengths: one, independent, longer-when-wrong, longer-when-right (bandit)"
+    )
     length_min: int = option(50, "shortest response (tokens)")
     length_max: int = option(1000, "longest response (tokens)")
-    B: int = option(0, "0 = one group for every prompt (mean per-prompt MSE); b > 0 = b iid "
-                    "prompts")  # fmt: skip
-    dynamic_sampling: bool = option(False, "DAPO dynamic sampling (verl filter_groups): keep the "
-                                    "first B groups with unequal rewards, drawing batches of B "
-                                    "prompts; needs B >= 1")  # fmt: skip
-    max_draws: int = option(8, "cap on generation batches per step (verl max_num_gen_batches)",
-                            when=DYNAMIC)  # fmt: skip
+    B: int = option(
+        0, "0 = one group for every prompt (mean per-prompt MSE); b > 0 = b iid prompts"
+    )
+    dynamic_sampling: bool = option(
+        False,
+        "DAPO dynamic sampling (verl filter_groups): keep the "
+        "first B groups with unequal rewards, drawing batches of B "
+        "prompts; needs B >= 1",
+    )
+    max_draws: int = option(
+        8, "cap on generation batches per step (verl max_num_gen_batches)", when=DYNAMIC
+    )
 
     def validate(self) -> None:
-        check_instance(self.kind, self.prompts, self.actions, self.dim, self.logit_scale,
-                       self.success_a, self.success_b)  # fmt: skip
+        check_instance(
+            self.kind,
+            self.prompts,
+            self.actions,
+            self.dim,
+            self.logit_scale,
+            self.success_a,
+            self.success_b,
+        )
         validate.integer("instance_seed", self.instance_seed, 0)
         check_lengths(self.lengths, self.length_min, self.length_max)
         validate.integer("B", self.B, 0)
@@ -122,8 +135,18 @@ def make(inst: Instance | jax.Array | int = 0, **settings) -> BanditParams:
     """The bandit of ``inst`` (an :class:`Instance`; its ``instance_seed`` draws it).  The older
     form ``make(key, prompts=..., ...)`` (a key or seed and keywords) gives the same instance."""
     if isinstance(inst, Instance):
-        names = ("prompts", "actions", "kind", "dim", "logit_scale", "success_a", "success_b",
-                 "lengths", "length_min", "length_max")  # fmt: skip
+        names = (
+            "prompts",
+            "actions",
+            "kind",
+            "dim",
+            "logit_scale",
+            "success_a",
+            "success_b",
+            "lengths",
+            "length_min",
+            "length_max",
+        )
         return draw(inst.instance_seed, **{n: getattr(inst, n) for n in names})
     return draw(inst, **settings)
 
@@ -468,5 +491,16 @@ def kl(params: BanditParams, theta: jax.Array, theta_ref: jax.Array) -> jax.Arra
     return params.prompt_probs @ jnp.sum(jnp.exp(logp) * (logp - log_ref), axis=-1)
 
 
-ENV = Env("bandit", init_theta, value, exact_at, sample_prompts, sample_at, gradient, optimum,
-          token_logp=token_logp, values=values, kl=kl)  # fmt: skip
+ENV = Env(
+    "bandit",
+    init_theta,
+    value,
+    exact_at,
+    sample_prompts,
+    sample_at,
+    gradient,
+    optimum,
+    token_logp=token_logp,
+    values=values,
+    kl=kl,
+)

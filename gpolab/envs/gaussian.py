@@ -70,8 +70,17 @@ class Instance(configs.Config):
     instance_seed: int = option(0, "seed of the instance")
 
     def validate(self) -> None:
-        check_instance(self.prompts, self.dim, self.rank or self.dim, self.s, self.h_min,
-                       self.h_max, self.eig_min, self.eig_max, self.theta_scale)  # fmt: skip
+        check_instance(
+            self.prompts,
+            self.dim,
+            self.rank or self.dim,
+            self.s,
+            self.h_min,
+            self.h_max,
+            self.eig_min,
+            self.eig_max,
+            self.theta_scale,
+        )
         validate.integer("instance_seed", self.instance_seed, 0)
 
 

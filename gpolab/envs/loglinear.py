@@ -96,8 +96,17 @@ class Instance(configs.Config):
     instance_seed: int = option(0, "seed of the instance")
 
     def validate(self) -> None:
-        check_instance(self.prompts, self.responses, self.block, self.bound, self.rho,
-                       self.p_low, self.p_high, self.align, self.p_equal)  # fmt: skip
+        check_instance(
+            self.prompts,
+            self.responses,
+            self.block,
+            self.bound,
+            self.rho,
+            self.p_low,
+            self.p_high,
+            self.align,
+            self.p_equal,
+        )
         validate.integer("instance_seed", self.instance_seed, 0)
 
 

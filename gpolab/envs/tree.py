@@ -46,17 +46,24 @@ class Instance(configs.Config):
     # the names stored cell keys (and result columns) were written with
     STORED_NAMES: ClassVar[dict] = {"beta_a": "a", "beta_b": "b"}
 
-    model: str = option("beta", "thought values: beta (p ~ Beta(a, b)), finite (softmax "
-                        "thought policy) or loglinear (finite thoughts, features that share a "
-                        "component: --overlap)")  # fmt: skip
+    model: str = option(
+        "beta",
+        "thought values: beta (p ~ Beta(a, b)), finite (softmax "
+        "thought policy) or loglinear (finite thoughts, features that share a "
+        "component: --overlap)",
+    )
     beta_a: float = option(2.0, "thought values p ~ Beta(beta_a, beta_b): beta_a")
     beta_b: float = option(3.0, "thought values p ~ Beta(beta_a, beta_b): beta_b")
-    thoughts: int = option(32, "finite model: number of distinct thoughts",
-                           when={"model": FINITE_MODELS})  # fmt: skip
-    overlap: float = option(0.0, "loglinear model: overlap rho in [0, 1) of the thoughts' "
-                            "features (0: orthogonal, the finite model; -> 1: thoughts on the "
-                            "same side of the average alike)",
-                            when={"model": ("loglinear",)})  # fmt: skip
+    thoughts: int = option(
+        32, "finite model: number of distinct thoughts", when={"model": FINITE_MODELS}
+    )
+    overlap: float = option(
+        0.0,
+        "loglinear model: overlap rho in [0, 1) of the thoughts' "
+        "features (0: orthogonal, the finite model; -> 1: thoughts on the "
+        "same side of the average alike)",
+        when={"model": ("loglinear",)},
+    )
     instance_seed: int = option(0, "seed of the random bandit / thought set / questions")
     K: tuple[int, ...] = option((2, 4, 8, 16), "comma list of thought counts (>= 2)")
     M: tuple[int, ...] = option((1, 2, 4, 8), "comma list of continuations per thought (>= 1)")

@@ -47,8 +47,14 @@ import jax.numpy as jnp
 
 from gpolab import validate
 
-__all__ = ["LOSS_AGG_MODES", "DEFAULT_LOSS_AGG", "TRL_LOSS_TYPES", "loss_weights",
-           "relative_weights", "check_loss_agg"]  # fmt: skip
+__all__ = [
+    "LOSS_AGG_MODES",
+    "DEFAULT_LOSS_AGG",
+    "TRL_LOSS_TYPES",
+    "loss_weights",
+    "relative_weights",
+    "check_loss_agg",
+]
 
 LOSS_AGG_MODES = (
     "token-mean",

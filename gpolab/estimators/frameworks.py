@@ -808,61 +808,146 @@ class Spec:
 _EPS_NORM = {"epsilon": 1e-6, "norm_adv_by_std_in_grpo": True}
 
 SPECS: tuple[Spec, ...] = (
-    Spec("verl/grpo", verl_grpo, options=dict(_EPS_NORM),
-         source=VERL.format("compute_grpo_outcome_advantage")),
-    Spec("verl/grpo_vectorized", verl_grpo_vectorized, options=dict(_EPS_NORM),
-         source="volcengine/verl verl/trainer/ppo/core_algos.py::"
-         "compute_grpo_vectorized_outcome_advantage + verl/utils/groupwise.py::group_mean_std"
-         " @ b178a3cd (v0.7.0-125), outputs compared; verl 0.9.1 has no variance floor"),
+    Spec(
+        "verl/grpo",
+        verl_grpo,
+        options=dict(_EPS_NORM),
+        source=VERL.format("compute_grpo_outcome_advantage"),
+    ),
+    Spec(
+        "verl/grpo_vectorized",
+        verl_grpo_vectorized,
+        options=dict(_EPS_NORM),
+        source="volcengine/verl verl/trainer/ppo/core_algos.py::"
+        "compute_grpo_vectorized_outcome_advantage + verl/utils/groupwise.py::group_mean_std"
+        " @ b178a3cd (v0.7.0-125), outputs compared; verl 0.9.1 has no variance floor",
+    ),
     Spec("verl/rloo", verl_rloo, source=VERL.format("compute_rloo_outcome_advantage")),
-    Spec("verl/rloo_vectorized", verl_rloo_vectorized,
-         source=VERL.format("compute_rloo_vectorized_outcome_advantage")),
-    Spec("verl/reinforce_plus_plus_baseline", verl_reinforce_plus_plus_baseline,
-         needs=("lengths",), scope="batch", reward_only=False,
-         source=VERL.format("compute_reinforce_plus_plus_baseline_outcome_advantage")
-         + " + verl/utils/torch_functional.py::masked_whiten"),
-    Spec("verl/opo", verl_opo, needs=("lengths",), reward_only=False,
-         source=VERL.format("compute_opo_outcome_advantage")),
-    Spec("verl/gpg", verl_gpg, scope="batch", options={"f_norm": 1.0}, reward_only=False,
-         source=VERL.format("compute_gpg_outcome_advantage")),
-    Spec("verl/grpo_passk", verl_grpo_passk, min_group=2, options=dict(_EPS_NORM),
-         source=VERL.format("compute_grpo_passk_outcome_advantage")),
-    Spec("verl/remax", verl_remax, needs=("greedy",), reward_only=False,
-         source=VERL.format("compute_remax_outcome_advantage")),
-    Spec("trl/grpo", trl_grpo, options={"scale_rewards": "group"},
-         batch_when={"scale_rewards": ("batch",)}, source=TRL.format("grpo_trainer.py")),
-    Spec("trl/rloo", trl_rloo, options={"normalize_advantages": False},
-         batch_when={"normalize_advantages": (True,)}, source=TRL.format("rloo_trainer.py")),
-    Spec("openrlhf/group_norm", openrlhf_group_norm, min_group=2,
-         source=ORLHF.format("group_norm")),
+    Spec(
+        "verl/rloo_vectorized",
+        verl_rloo_vectorized,
+        source=VERL.format("compute_rloo_vectorized_outcome_advantage"),
+    ),
+    Spec(
+        "verl/reinforce_plus_plus_baseline",
+        verl_reinforce_plus_plus_baseline,
+        needs=("lengths",),
+        scope="batch",
+        reward_only=False,
+        source=VERL.format("compute_reinforce_plus_plus_baseline_outcome_advantage")
+        + " + verl/utils/torch_functional.py::masked_whiten",
+    ),
+    Spec(
+        "verl/opo",
+        verl_opo,
+        needs=("lengths",),
+        reward_only=False,
+        source=VERL.format("compute_opo_outcome_advantage"),
+    ),
+    Spec(
+        "verl/gpg",
+        verl_gpg,
+        scope="batch",
+        options={"f_norm": 1.0},
+        reward_only=False,
+        source=VERL.format("compute_gpg_outcome_advantage"),
+    ),
+    Spec(
+        "verl/grpo_passk",
+        verl_grpo_passk,
+        min_group=2,
+        options=dict(_EPS_NORM),
+        source=VERL.format("compute_grpo_passk_outcome_advantage"),
+    ),
+    Spec(
+        "verl/remax",
+        verl_remax,
+        needs=("greedy",),
+        reward_only=False,
+        source=VERL.format("compute_remax_outcome_advantage"),
+    ),
+    Spec(
+        "trl/grpo",
+        trl_grpo,
+        options={"scale_rewards": "group"},
+        batch_when={"scale_rewards": ("batch",)},
+        source=TRL.format("grpo_trainer.py"),
+    ),
+    Spec(
+        "trl/rloo",
+        trl_rloo,
+        options={"normalize_advantages": False},
+        batch_when={"normalize_advantages": (True,)},
+        source=TRL.format("rloo_trainer.py"),
+    ),
+    Spec(
+        "openrlhf/group_norm", openrlhf_group_norm, min_group=2, source=ORLHF.format("group_norm")
+    ),
     Spec("openrlhf/rloo", openrlhf_rloo, min_group=2, source=ORLHF.format("rloo")),
-    Spec("openrlhf/reinforce_baseline", openrlhf_reinforce_baseline, needs=("lengths",),
-         scope="batch", min_group=2, options={"no_std_norm": False}, reward_only=False,
-         source=ORLHF.format("reinforce_baseline")),
+    Spec(
+        "openrlhf/reinforce_baseline",
+        openrlhf_reinforce_baseline,
+        needs=("lengths",),
+        scope="batch",
+        min_group=2,
+        options={"no_std_norm": False},
+        reward_only=False,
+        source=ORLHF.format("reinforce_baseline"),
+    ),
     Spec("openrlhf/dr_grpo", openrlhf_dr_grpo, min_group=2, source=ORLHF.format("dr_grpo")),
-    Spec("nemo/grpo", nemo_grpo,
-         options={"normalize_rewards": True, "use_leave_one_out_baseline": True},
-         source="NVIDIA-NeMo/RL nemo_rl/algorithms/utils.py::calculate_baseline_and_std_per_prompt"
-         " + nemo_rl/algorithms/advantage_estimator.py::GRPOAdvantageEstimator.compute_advantage"
-         " @ 7ea279ab (v0.1.0-1338)"),
-    Spec("paper/passk-training", passk_training, min_group=4, options={"k": 4},
-         source="RUCAIBox/Passk_Training code/passk_adv.py::calc_adv @ 00474d78"
-         " (arXiv 2508.10751)"),
-    Spec("areal/liteppo", areal_liteppo, scope="batch", reward_only=False,
-         source="inclusionAI/AReaL areal/utils/data.py::Normalization (mean_level=group, "
-         "std_level=batch) @ 4aef98d8 (LitePPO, arXiv 2508.08221); the example config's "
-         "second, token-level adv_norm pass is not modelled"),
-    Spec("jspo/jspo", jspo, scope="batch", min_group=2, options={"epsilon": 1e-6},
-         reward_only=False,
-         source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
-         "compute_jspo_outcome_advantage @ 3f8539de (James-Stein baselines)"),
-    Spec("jspo/jspo_plus_plus", jspo_plus_plus, scope="batch", min_group=2,
-         options={"epsilon": 1e-6}, reward_only=False,
-         source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
-         "compute_jspo_plus_plus_outcome_advantage @ 3f8539de (James-Stein baselines); "
-         "js_smooth_coef 0, the code's default (the authors' run_math.sh: 0.99, not modelled)"),
-    Spec("spo/spo", spo, needs=("baseline",), scope="batch", reward_only=False,
-         source="verl-project/verl-recipe spo/spo_ray_trainer.py::RayPPOTrainer.fit @ 550d42f5 "
-         "(arXiv 2509.13232); the tracker's value is the given baseline (the labs: the exact "
-         "V(x), a perfect tracker; SPO's train.sh runs one response per prompt)"),
-)  # fmt: skip
+    Spec(
+        "nemo/grpo",
+        nemo_grpo,
+        options={"normalize_rewards": True, "use_leave_one_out_baseline": True},
+        source="NVIDIA-NeMo/RL nemo_rl/algorithms/utils.py::calculate_baseline_and_std_per_prompt"
+        " + nemo_rl/algorithms/advantage_estimator.py::GRPOAdvantageEstimator.compute_advantage"
+        " @ 7ea279ab (v0.1.0-1338)",
+    ),
+    Spec(
+        "paper/passk-training",
+        passk_training,
+        min_group=4,
+        options={"k": 4},
+        source="RUCAIBox/Passk_Training code/passk_adv.py::calc_adv @ 00474d78 (arXiv 2508.10751)",
+    ),
+    Spec(
+        "areal/liteppo",
+        areal_liteppo,
+        scope="batch",
+        reward_only=False,
+        source="inclusionAI/AReaL areal/utils/data.py::Normalization (mean_level=group, "
+        "std_level=batch) @ 4aef98d8 (LitePPO, arXiv 2508.08221); the example config's "
+        "second, token-level adv_norm pass is not modelled",
+    ),
+    Spec(
+        "jspo/jspo",
+        jspo,
+        scope="batch",
+        min_group=2,
+        options={"epsilon": 1e-6},
+        reward_only=False,
+        source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
+        "compute_jspo_outcome_advantage @ 3f8539de (James-Stein baselines)",
+    ),
+    Spec(
+        "jspo/jspo_plus_plus",
+        jspo_plus_plus,
+        scope="batch",
+        min_group=2,
+        options={"epsilon": 1e-6},
+        reward_only=False,
+        source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
+        "compute_jspo_plus_plus_outcome_advantage @ 3f8539de (James-Stein baselines); "
+        "js_smooth_coef 0, the code's default (the authors' run_math.sh: 0.99, not modelled)",
+    ),
+    Spec(
+        "spo/spo",
+        spo,
+        needs=("baseline",),
+        scope="batch",
+        reward_only=False,
+        source="verl-project/verl-recipe spo/spo_ray_trainer.py::RayPPOTrainer.fit @ 550d42f5 "
+        "(arXiv 2509.13232); the tracker's value is the given baseline (the labs: the exact "
+        "V(x), a perfect tracker; SPO's train.sh runs one response per prompt)",
+    ),
+)

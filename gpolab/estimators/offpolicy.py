@@ -143,24 +143,50 @@ _CLIPPED = CLIPS
 RATIOS: dict[str, Rule] = {
     r.name: r
     for r in (
-        Rule("none", ratio_none, "c·Σ_t s_t: no correction (on-policy REINFORCE on stale data)",
-             "gpolab/estimators/offpolicy.py::ratio_none"),
-        Rule("token", ratio_token, "per-token ratio ρ_t (PPO/GRPO); clip none/ppo/higher/dual",
-             VERL.format("compute_policy_loss_vanilla") + " (dual: its defaults, clip_ratio_c 3)"
-             + "; " + TRL.format('importance_sampling_level="token"'), _CLIPPED),
-        Rule("sequence", ratio_sequence, "GSPO's sequence ratio exp(mean_t log ρ_t); clip "
-             "none/ppo/higher, and dual: gpolab's extension (verl's GSPO loss has no dual clip)",
-             VERL.format("compute_policy_loss_gspo") + "; "
-             + TRL.format('importance_sampling_level="sequence"')
-             + "; clip dual: gpolab's extension (no clip_ratio_c in compute_policy_loss_gspo; "
-             "TRL's delta at the sequence level gives its gradient)", _CLIPPED),
-        Rule("sis", ratio_sis, "sequential IS Π_t ρ_t (unbiased; [U] App. A's μ^(g))",
-             "arXiv 2603.01162 Appendix A (g†'s SIS ratio μ^(g))"),
-        Rule("cispo", ratio_cispo, "sg(clamp(ρ_t, 1−ε_low, 1+ε_high)) as a weight (CISPO)",
-             VERL.format("compute_policy_loss_cispo")
-             + " (TRL's loss_type='cispo' clamps at max=epsilon_high instead)", ("weight",)),
+        Rule(
+            "none",
+            ratio_none,
+            "c·Σ_t s_t: no correction (on-policy REINFORCE on stale data)",
+            "gpolab/estimators/offpolicy.py::ratio_none",
+        ),
+        Rule(
+            "token",
+            ratio_token,
+            "per-token ratio ρ_t (PPO/GRPO); clip none/ppo/higher/dual",
+            VERL.format("compute_policy_loss_vanilla")
+            + " (dual: its defaults, clip_ratio_c 3)"
+            + "; "
+            + TRL.format('importance_sampling_level="token"'),
+            _CLIPPED,
+        ),
+        Rule(
+            "sequence",
+            ratio_sequence,
+            "GSPO's sequence ratio exp(mean_t log ρ_t); clip "
+            "none/ppo/higher, and dual: gpolab's extension (verl's GSPO loss has no dual clip)",
+            VERL.format("compute_policy_loss_gspo")
+            + "; "
+            + TRL.format('importance_sampling_level="sequence"')
+            + "; clip dual: gpolab's extension (no clip_ratio_c in compute_policy_loss_gspo; "
+            "TRL's delta at the sequence level gives its gradient)",
+            _CLIPPED,
+        ),
+        Rule(
+            "sis",
+            ratio_sis,
+            "sequential IS Π_t ρ_t (unbiased; [U] App. A's μ^(g))",
+            "arXiv 2603.01162 Appendix A (g†'s SIS ratio μ^(g))",
+        ),
+        Rule(
+            "cispo",
+            ratio_cispo,
+            "sg(clamp(ρ_t, 1−ε_low, 1+ε_high)) as a weight (CISPO)",
+            VERL.format("compute_policy_loss_cispo")
+            + " (TRL's loss_type='cispo' clamps at max=epsilon_high instead)",
+            ("weight",),
+        ),
     )
-}  # fmt: skip
+}
 
 
 def kl_k1(d):
@@ -187,16 +213,31 @@ KLS: dict[str, Rule] = {
     r.name: r
     for r in (
         Rule("none", jnp.zeros_like, "no KL term", "gpolab (the loss has no KL term)"),
-        Rule("k1", kl_k1, "k1 = log π/π_ref; expected gradient 0 on-policy",
-             VERL.format('kl_penalty_forward ("kl", "k1")')),
-        Rule("k2", kl_k2, "k2 = ½ (log π/π_ref)²; expected gradient ∇KL(π‖π_ref) on-policy",
-             VERL.format('kl_penalty_forward ("mse", "k2")')),
-        Rule("k3", kl_k3, "k3 = π_ref/π − log(π_ref/π) − 1; expected gradient ∇KL(π_ref‖π)",
-             VERL.format('kl_penalty_forward ("low_var_kl", "k3"; its clamps)') + "; "
-             + TRL.format("per_token_kl, beta > 0, use_bias_correction_kl=False; TRL's default "
-                          "True multiplies k3 by the ratio: not built")),
+        Rule(
+            "k1",
+            kl_k1,
+            "k1 = log π/π_ref; expected gradient 0 on-policy",
+            VERL.format('kl_penalty_forward ("kl", "k1")'),
+        ),
+        Rule(
+            "k2",
+            kl_k2,
+            "k2 = ½ (log π/π_ref)²; expected gradient ∇KL(π‖π_ref) on-policy",
+            VERL.format('kl_penalty_forward ("mse", "k2")'),
+        ),
+        Rule(
+            "k3",
+            kl_k3,
+            "k3 = π_ref/π − log(π_ref/π) − 1; expected gradient ∇KL(π_ref‖π)",
+            VERL.format('kl_penalty_forward ("low_var_kl", "k3"; its clamps)')
+            + "; "
+            + TRL.format(
+                "per_token_kl, beta > 0, use_bias_correction_kl=False; TRL's default "
+                "True multiplies k3 by the ratio: not built"
+            ),
+        ),
     )
-}  # fmt: skip
+}
 
 
 def rule_name(row) -> str:

@@ -178,8 +178,20 @@ def register(
         }
     if reward_only is None:
         reward_only = scope == "group" and not needs
-    entry = Entry(name, fn, tuple(needs), dict(options), min_group, scope, source, reward_only,
-                  weights, dict(batch_when or {}), user, limit)  # fmt: skip
+    entry = Entry(
+        name,
+        fn,
+        tuple(needs),
+        dict(options),
+        min_group,
+        scope,
+        source,
+        reward_only,
+        weights,
+        dict(batch_when or {}),
+        user,
+        limit,
+    )
     REGISTRY[name] = entry
     return entry
 
@@ -291,8 +303,9 @@ def canonical(spec: str | Bound) -> str:
 def _canonical(name: str, options: dict) -> str:
     if not options:
         return name
-    text = ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
-                    for k, v in sorted(options.items()))  # fmt: skip
+    text = ",".join(
+        f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in sorted(options.items())
+    )
     return f"{name}[{text}]"
 
 
@@ -355,8 +368,11 @@ def check_callable(spec: str, G: int) -> None:
 
     entry, options = bind(spec)
     canon = binary_groups(G, np.float32)
-    inputs = {"lengths": np.ones_like(canon), "greedy": np.zeros(G + 1, np.float32),
-              "baseline": np.full(G + 1, 0.5, np.float32)}  # fmt: skip
+    inputs = {
+        "lengths": np.ones_like(canon),
+        "greedy": np.zeros(G + 1, np.float32),
+        "baseline": np.full(G + 1, 0.5, np.float32),
+    }
     given = {k: v for k, v in inputs.items() if k in entry.needs}
     call = lambda r: entry(r, **given, **options)  # noqa: E731
     try:
@@ -431,12 +447,26 @@ for _name, _fn, _kw in (
     ("oracle", core.oracle_advantages, dict(source="oracle_advantages, V(x) known [U]")),
     ("loo", core.loo_advantages, dict(min_group=2, source="loo_advantages (RLOO) [U]")),
     ("mean", core.mean_advantages, dict(source="mean_advantages (group mean incl. self)")),
-    ("grpo", core.grpo_advantages, dict(min_group=2, batch_when={"scale": ("batch",)},
-                                        limit=_grpo_limit,
-                                        source="grpo_advantages (std-normalized; TRL defaults)")),
-    ("ustat", core.loo_advantages, dict(min_group=2, weights=core.ustat_weights,
-                                        source="ustat_weights (pairwise U-statistic kernel) [U]")),
-):  # fmt: skip
+    (
+        "grpo",
+        core.grpo_advantages,
+        dict(
+            min_group=2,
+            batch_when={"scale": ("batch",)},
+            limit=_grpo_limit,
+            source="grpo_advantages (std-normalized; TRL defaults)",
+        ),
+    ),
+    (
+        "ustat",
+        core.loo_advantages,
+        dict(
+            min_group=2,
+            weights=core.ustat_weights,
+            source="ustat_weights (pairwise U-statistic kernel) [U]",
+        ),
+    ),
+):
     _kw = {"limit": "gradient", **_kw}  # unbiased, or (mean) a bias that vanishes as G → ∞
     register(_name, _fn, **{**_kw, "source": _OWN + _kw["source"]}, user=False)
 ESTIMATORS = tuple(REGISTRY)  # gpolab's own entries, in registration order

@@ -32,8 +32,11 @@ def batch_norms(group_grads: np.ndarray, sizes) -> list[tuple[int, float]]:
     A per-group vector is (1/G) Σ_g A_g ∇ log π(y_g), so a row is ‖ĝ_B‖ of the plain
     leave-one-out estimate over B groups, E‖ĝ_B‖² = ‖g‖² + T/B."""
     n = len(group_grads)
-    return [(int(B), float(np.linalg.norm(group_grads[i:i + B].mean(0))))
-            for B in sizes for i in range(0, n - B + 1, B)]  # fmt: skip
+    return [
+        (int(B), float(np.linalg.norm(group_grads[i : i + B].mean(0))))
+        for B in sizes
+        for i in range(0, n - B + 1, B)
+    ]
 
 
 class Writer:
@@ -52,9 +55,16 @@ class Writer:
         """One step's groups: ``prompts`` (n,), ``rewards`` and ``proxy`` (n, G) (NaN: not
         measured)."""
         for x, z, q in zip(prompts, rewards, proxy, strict=True):
-            self.rows += [{"step": int(step), "prompt": str(x), "group": self._groups,
-                           "reward": float(r), "proxy": float(p)}
-                          for r, p in zip(z, q, strict=True)]  # fmt: skip
+            self.rows += [
+                {
+                    "step": int(step),
+                    "prompt": str(x),
+                    "group": self._groups,
+                    "reward": float(r),
+                    "proxy": float(p),
+                }
+                for r, p in zip(z, q, strict=True)
+            ]
             self._groups += 1
 
     def add_norms(self, step: int, pairs) -> None:
@@ -70,14 +80,19 @@ class Writer:
         import pandas as pd
 
         pd.DataFrame(self.rows, columns=["step", "prompt", "group", "reward", "proxy"]).to_parquet(
-            self.dir / ROLLOUTS, index=False)
+            self.dir / ROLLOUTS, index=False
+        )
         pd.DataFrame(self.norms, columns=["step", "batch", "grad_norm"]).to_csv(
-            self.dir / NORMS, index=False)
+            self.dir / NORMS, index=False
+        )
 
     def write_run(self) -> None:
         """``run.json``: the settings and the seconds so far (small)."""
-        run = {**self.settings, "seconds": self.seconds,
-               "overhead": self.seconds["hook"] / max(self.seconds["train"], 1e-9)}
+        run = {
+            **self.settings,
+            "seconds": self.seconds,
+            "overhead": self.seconds["hook"] / max(self.seconds["train"], 1e-9),
+        }
         (self.dir / RUN).write_text(json.dumps(run, indent=1, default=str))
 
 

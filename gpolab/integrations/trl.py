@@ -34,10 +34,22 @@ from gpolab.estimators import loo_advantages
 from gpolab.integrations.files import Writer, batch_norms
 
 FLUSH_EVERY = 20  # rewrite the files every this many trainer logs (and at the end)
-SETTINGS = ("loss_type", "scale_rewards", "num_generations", "per_device_train_batch_size",
-            "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
-            "beta", "epsilon", "epsilon_high", "importance_sampling_level", "max_completion_length",
-            "temperature", "learning_rate")  # fmt: skip
+SETTINGS = (
+    "loss_type",
+    "scale_rewards",
+    "num_generations",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "steps_per_generation",
+    "generation_batch_size",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "importance_sampling_level",
+    "max_completion_length",
+    "temperature",
+    "learning_rate",
+)
 
 
 def settings_of(trainer) -> dict:
@@ -103,7 +115,7 @@ class PlanCallback(TrainerCallback):
             for j in range(k):
                 W = self.scores(output, range(j * G, (j + 1) * G))
                 proxy[j] = np.sum(W * W, axis=1)
-                A = np.asarray(loo_advantages(rewards[j * G:(j + 1) * G]), np.float64)
+                A = np.asarray(loo_advantages(rewards[j * G : (j + 1) * G]), np.float64)
                 grads.append(A @ W / G)
             if k >= 2:
                 self.writer.add_norms(step, batch_norms(np.stack(grads), self.sizes))
@@ -162,7 +174,7 @@ class PlanCallback(TrainerCallback):
         def logp(p, x, m):
             e = torch.nn.functional.embedding(x, p[emb])[None]
             logits = functional_call(model, (p, buffers), (), {"inputs_embeds": e}).logits
-            lp = logits[0, P - 1:-1].float().log_softmax(-1).gather(-1, x[P:, None])[:, 0]
+            lp = logits[0, P - 1 : -1].float().log_softmax(-1).gather(-1, x[P:, None])[:, 0]
             return (lp * m).sum()
 
         g = vmap(grad(logp), in_dims=(None, 0, 0))(params, ids, mask)
@@ -175,11 +187,17 @@ class PlanCallback(TrainerCallback):
         params = [p for p in model.parameters() if p.requires_grad]
         out = []
         for x, m in zip(ids, mask, strict=True):
-            logits = model(input_ids=x[None]).logits[0, P - 1:-1].float()
+            logits = model(input_ids=x[None]).logits[0, P - 1 : -1].float()
             logp = (logits.log_softmax(-1).gather(-1, x[P:, None])[:, 0] * m).sum()
             grads = torch.autograd.grad(logp, params, allow_unused=True)
-            out.append(torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
-                                  for g, p in zip(grads, params, strict=True)]))  # fmt: skip
+            out.append(
+                torch.cat(
+                    [
+                        (g if g is not None else torch.zeros_like(p)).reshape(-1)
+                        for g, p in zip(grads, params, strict=True)
+                    ]
+                )
+            )
         return torch.stack(out).double().cpu().numpy()
 
     # ------------------------------------------------------------------ trainer events
@@ -202,7 +220,8 @@ class PlanCallback(TrainerCallback):
             self.writer.write_rows()
         self.writer.seconds["hook"] += time.perf_counter() - begin
         if self._start is not None:
-            self.writer.seconds["train"] = time.perf_counter() - self._start - \
-                self.writer.seconds["hook"]  # fmt: skip
+            self.writer.seconds["train"] = (
+                time.perf_counter() - self._start - self.writer.seconds["hook"]
+            )
         if main:
             self.writer.write_run()

@@ -44,14 +44,16 @@ class PlanLogger:
         if not (len(scores) == len(keys) == len(q) == n) or n == 0:
             raise validate.ConfigError(
                 f"log_generations: got {n} inputs, {len(scores)} scores, {len(keys)} uids, "
-                f"{len(q)} proxies; allowed: one of each per response, at least one")
+                f"{len(q)} proxies; allowed: one of each per response, at least one"
+            )
         validate.finite_array("scores", scores)
         order = {}
         for i, k in enumerate(keys):
             order.setdefault(k, []).append(i)
         idx = list(order.values())
-        self.writer.add_groups(step, [inputs[ix[0]] for ix in idx], [scores[ix] for ix in idx],
-                               [q[ix] for ix in idx])  # fmt: skip
+        self.writer.add_groups(
+            step, [inputs[ix[0]] for ix in idx], [scores[ix] for ix in idx], [q[ix] for ix in idx]
+        )
 
     def log_group_gradients(self, step: int, group_grads) -> None:
         """Per-group vectors (n_groups, D), (1/G) Σ_g A_loo,g ∇θ log πθ(y_g): norm rows at B = 1,

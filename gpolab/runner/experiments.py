@@ -30,8 +30,9 @@ from gpolab.runner import labs
 # repository's ``experiments/``), so an installed gpolab finds them from any working directory;
 # the repository's folder where the link is missing (a checkout without symbolic links)
 SHIPPED = Path(__file__).resolve().parents[1] / "shipped_experiments"
-DEFAULT_DIR = (SHIPPED if SHIPPED.is_dir() else Path(__file__).resolve().parents[2] / "experiments"
-               ).resolve()  # fmt: skip
+DEFAULT_DIR = (
+    SHIPPED if SHIPPED.is_dir() else Path(__file__).resolve().parents[2] / "experiments"
+).resolve()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,8 +87,10 @@ def discover(directory: str | Path = DEFAULT_DIR) -> list[Experiment]:
     paths = sorted(Path(directory).glob("*.toml"))
     if not paths:
         why = "no *.toml files in it" if Path(directory).is_dir() else "no such folder"
-        raise validate.ConfigError(f"experiments: got {str(directory)!r} ({why}); allowed: a "
-                                   "folder of experiment .toml files")  # fmt: skip
+        raise validate.ConfigError(
+            f"experiments: got {str(directory)!r} ({why}); allowed: a "
+            "folder of experiment .toml files"
+        )
     return [load(p) for p in paths]
 
 

@@ -25,9 +25,11 @@ def folders() -> dict[str, Path]:
     """{name: folder} of every package on :mod:`gpolab.labs`'s ``__path__`` (found by listing it:
     the runner names no lab, and a folder added there is found)."""
     path = importlib.import_module("gpolab.labs").__path__
-    return {m.name: Path(m.module_finder.path) / m.name
-            for m in sorted(pkgutil.iter_modules(path), key=lambda m: m.name)
-            if m.ispkg and not m.name.startswith("_")}  # fmt: skip
+    return {
+        m.name: Path(m.module_finder.path) / m.name
+        for m in sorted(pkgutil.iter_modules(path), key=lambda m: m.name)
+        if m.ispkg and not m.name.startswith("_")
+    }
 
 
 def names() -> tuple[str, ...]:
@@ -135,8 +137,10 @@ def records(lab, tables) -> list[dict]:
         df = tables[name]
         cols = [c for c in (columns or df.columns) if c in df.columns]
         tag = {"table": name} if len(spec) > 1 else {}
-        out += [{**tag, **{k: json_value(v) for k, v in rec.items()}}
-                for rec in df[cols].to_dict(orient="records")]  # fmt: skip
+        out += [
+            {**tag, **{k: json_value(v) for k, v in rec.items()}}
+            for rec in df[cols].to_dict(orient="records")
+        ]
     return out
 
 

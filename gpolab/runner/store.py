@@ -112,8 +112,18 @@ def config_hash(cfg) -> str:
     return digest(configs.key_settings(cfg))
 
 
-def resume(store, keys, compute, *, config_hash: str = "", on_skip=None, on_unit=None,
-           group=None, share=None, agree=None):  # fmt: skip
+def resume(
+    store,
+    keys,
+    compute,
+    *,
+    config_hash: str = "",
+    on_skip=None,
+    on_unit=None,
+    group=None,
+    share=None,
+    agree=None,
+):
     """The rows of every cell ``i`` (store key ``keys[i]``), in order, as one DataFrame: read
     back where ``store`` has them, else computed and written to the store as soon as their unit
     is done, so an interrupted run keeps every finished unit.  ``store=None`` computes

@@ -77,8 +77,16 @@ def terms(spec: str, G: int, truth, **shared) -> tuple | str:
     return expected_table_terms(table, G, np.asarray(truth.V, np.float64))
 
 
-def bias_sq(params, truth, spec: str, G: int, mode: str, B: int | None = None,
-            norm_length: float | None = None, **shared) -> tuple[float, str]:  # fmt: skip
+def bias_sq(
+    params,
+    truth,
+    spec: str,
+    G: int,
+    mode: str,
+    B: int | None = None,
+    norm_length: float | None = None,
+    **shared,
+) -> tuple[float, str]:
     """(bias², how) of ``spec`` under ``mode`` against the sequence-level gradient g:
     Σ_x f(x) ‖E ĝ_x − g_x‖² (``B`` None/0, as the sweep's per-prompt MSE) or ‖Σ_x f_x E ĝ_x − g‖²
     (B iid prompts).  NaN and the reason where there is no closed form."""
@@ -111,8 +119,9 @@ def enumerate_expected(params, spec: str, G: int, mode: str, norm_length=None, *
         prob = np.prod(np.take_along_axis(probs, idx, axis=1))
         actions, rewards = idx >> 1, (idx & 1).astype(np.float64)
         lengths = np.take_along_axis(L, actions, axis=1)
-        adv = estimators.advantages(spec, jnp.asarray(rewards), baseline=V,
-                                    lengths=jnp.asarray(lengths), **shared)  # fmt: skip
+        adv = estimators.advantages(
+            spec, jnp.asarray(rewards), baseline=V, lengths=jnp.asarray(lengths), **shared
+        )
         r = estimators.relative_weights(mode, jnp.asarray(lengths), norm_length=norm_length)
         c = np.asarray(adv, np.float64) * np.asarray(r, np.float64) / G
         total += prob * np.einsum("pg,pgd->pd", c, W[np.arange(P)[:, None], actions])

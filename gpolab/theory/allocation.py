@@ -32,9 +32,20 @@ from scipy.special import betaln, gammaln
 
 from gpolab.theory import exact
 
-__all__ = ["tables", "curves", "all_curves", "sampled_design", "Design", "uniform_design",
-           "posterior_curves", "is_convex", "greedy", "lagrangian", "step_mse",
-           "matching_budget"]  # fmt: skip
+__all__ = [
+    "tables",
+    "curves",
+    "all_curves",
+    "sampled_design",
+    "Design",
+    "uniform_design",
+    "posterior_curves",
+    "is_convex",
+    "greedy",
+    "lagrangian",
+    "step_mse",
+    "matching_budget",
+]
 
 
 @functools.lru_cache(maxsize=64)
@@ -180,8 +191,9 @@ class Design(NamedTuple):
 
     def rollouts(self) -> np.ndarray:
         """The expected rollouts, Σ_x π_x G_x mixed over the two sides."""
-        return ((1 - self.q) * np.sum(self.pi * self.size, -1)
-                + self.q * np.sum(self.alt_pi * self.alt_size, -1))  # fmt: skip
+        return (1 - self.q) * np.sum(self.pi * self.size, -1) + self.q * np.sum(
+            self.alt_pi * self.alt_size, -1
+        )
 
 
 def uniform_design(second, kappa, gsq, f, budget: int) -> tuple[int, int, float]:
@@ -222,8 +234,10 @@ def posterior_curves(a1, a0, alpha, beta, rho: float = 0.0) -> np.ndarray:
     out[..., :2] = (rho * s1)[..., None]
     for G in range(2, a1.shape[0]):
         t1, t0 = a1[G, :G], a0[G, :G]
-        diag = (_beta_binomial(G - 1, alpha, beta, 1, 0) @ t1**2
-                + _beta_binomial(G - 1, alpha, beta, 0, 1) @ t0**2) / G  # fmt: skip
+        diag = (
+            _beta_binomial(G - 1, alpha, beta, 1, 0) @ t1**2
+            + _beta_binomial(G - 1, alpha, beta, 0, 1) @ t0**2
+        ) / G
         both = t1[1:] ** 2 + t0[:-1] ** 2 - 2 * t1[:-1] * t0[1:]
         cross = (G - 1) / G * rho * (_beta_binomial(G - 2, alpha, beta, 1, 1) @ both)
         kappa_gsq = rho * (_beta_binomial(G - 1, alpha, beta, 1, 1) @ (t1 - t0))
@@ -290,8 +304,12 @@ def lagrangian(curve: np.ndarray, weights: np.ndarray, budget: int, iters: int =
         gain = np.where((out >= 2) & (nxt > out), gain, -np.inf)
         best = np.argmax(gain, axis=-1)
         add = (left > 0) & np.isfinite(np.max(gain, axis=-1))
-        np.put_along_axis(out, best[..., None], np.take_along_axis(out, best[..., None], -1)
-                          + add[..., None], axis=-1)  # fmt: skip
+        np.put_along_axis(
+            out,
+            best[..., None],
+            np.take_along_axis(out, best[..., None], -1) + add[..., None],
+            axis=-1,
+        )
         left = left - add
     return out
 
@@ -299,8 +317,9 @@ def lagrangian(curve: np.ndarray, weights: np.ndarray, budget: int, iters: int =
 def step_mse(curve: np.ndarray, weights: np.ndarray, G: np.ndarray) -> np.ndarray:
     """Σ_x w_x curve[x, G_x] for allocations G (..., P) (w = f²: the step's exact MSE)."""
     G = np.asarray(G)
-    picked = np.take_along_axis(np.broadcast_to(curve, G.shape + curve.shape[-1:]),
-                                G[..., None], axis=-1)[..., 0]  # fmt: skip
+    picked = np.take_along_axis(
+        np.broadcast_to(curve, G.shape + curve.shape[-1:]), G[..., None], axis=-1
+    )[..., 0]
     return np.sum(np.asarray(weights) * picked, axis=-1)
 
 

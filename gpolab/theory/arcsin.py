@@ -43,8 +43,11 @@ class Problem:
     @classmethod
     def of(cls, params) -> Problem:
         """From :class:`gpolab.envs.loglinear.LogLinearParams`."""
-        return cls(np.asarray(params.u, np.float64), np.asarray(params.reward, np.float64),
-                   float(params.rho))  # fmt: skip
+        return cls(
+            np.asarray(params.u, np.float64),
+            np.asarray(params.reward, np.float64),
+            float(params.rho),
+        )
 
     @property
     def dim(self) -> int:
@@ -151,10 +154,14 @@ def direction_row(pb: Problem, theta, G: int) -> dict:
     g = pb.to_global(st["c"])
     m = (weight(G, st)[:, None] * g).mean(0)
     target = (weight("arcsin", st)[:, None] * g).mean(0)
-    return dict(G=G, cos_arcsin=cosine(m, target), rel_err=float(np.linalg.norm(m - target) /
-                np.linalg.norm(target)), cos_plain=cosine(m, g.mean(0)),  # fmt: skip
-                cos_target_plain=cosine(target, g.mean(0)), norm_ratio=float(
-                    np.linalg.norm(m) / np.linalg.norm(target)))  # fmt: skip
+    return dict(
+        G=G,
+        cos_arcsin=cosine(m, target),
+        rel_err=float(np.linalg.norm(m - target) / np.linalg.norm(target)),
+        cos_plain=cosine(m, g.mean(0)),
+        cos_target_plain=cosine(target, g.mean(0)),
+        norm_ratio=float(np.linalg.norm(m) / np.linalg.norm(target)),
+    )
 
 
 def difference_table(G: int, V) -> exact.Table:
@@ -185,6 +192,4 @@ def lemma11_exact(pb: Problem, theta, G: int) -> float:
     s = np.arange(G, dtype=np.float64)
     inv = 1.0 / np.sqrt(st["sigma2"])[:, None]
     ustat = exact.Table((G - 1 - s) / (G - 1) * inv, -s / (G - 1) * inv, G, name="ustat-std")
-    return _batch_second(pb, st, difference_table(G, st["V"]), G) / _batch_second(
-        pb, st, ustat, G
-    )
+    return _batch_second(pb, st, difference_table(G, st["V"]), G) / _batch_second(pb, st, ustat, G)

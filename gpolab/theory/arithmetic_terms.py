@@ -86,12 +86,20 @@ def split(t: dict) -> dict[str, float]:
 
 
 COLUMNS = (
-    ("V", "V"), ("sigma2", "σ²"), ("filler", "E‖W_f‖²"), ("core_z1", "E[‖W_c‖² ∣ Z=1]"),
-    ("core_z0", "E[‖W_c‖² ∣ Z=0]"), ("gsq", "‖g_x‖²"), ("vanilla", "G·vanilla"),
-    ("vanilla_filler", "= V·E‖W_f‖²"), ("vanilla_core", "+ E[‖W_c‖²Z]"), ("oracle", "G·oracle"),
-    ("oracle_filler", "= σ²·E‖W_f‖²"), ("oracle_core_z1", "+ Z=1 decoded"),
+    ("V", "V"),
+    ("sigma2", "σ²"),
+    ("filler", "E‖W_f‖²"),
+    ("core_z1", "E[‖W_c‖² ∣ Z=1]"),
+    ("core_z0", "E[‖W_c‖² ∣ Z=0]"),
+    ("gsq", "‖g_x‖²"),
+    ("vanilla", "G·vanilla"),
+    ("vanilla_filler", "= V·E‖W_f‖²"),
+    ("vanilla_core", "+ E[‖W_c‖²Z]"),
+    ("oracle", "G·oracle"),
+    ("oracle_filler", "= σ²·E‖W_f‖²"),
+    ("oracle_core_z1", "+ Z=1 decoded"),
     ("oracle_core_z0", "+ Z=0 decoded"),
-)  # fmt: skip
+)
 
 
 def markdown(rows: dict[str, dict]) -> str:

@@ -127,8 +127,9 @@ def _fit(c: np.ndarray, n: np.ndarray, clusters=None) -> BetaFit:
     start = np.log([m * s, (1 - m) * s])
     pairs, w = np.unique(np.stack([c, n]), axis=1, return_counts=True)  # the likelihood's
     uc, un = pairs  # sufficient statistic: how many groups have each (c, n)
-    res = optimize.minimize(lambda x: -loglik(x, uc, un, w), start, method="L-BFGS-B",
-                            bounds=[(-10, np.log(1e6))] * 2)  # fmt: skip
+    res = optimize.minimize(
+        lambda x: -loglik(x, uc, un, w), start, method="L-BFGS-B", bounds=[(-10, np.log(1e6))] * 2
+    )
     a, b = np.exp(res.x)
     cov = _covariance(res.x, uc, un, w)
     method = "observed information (groups independent)"
@@ -137,8 +138,16 @@ def _fit(c: np.ndarray, n: np.ndarray, clusters=None) -> BetaFit:
     # delta method from log(a), log(b) to a, b
     diag = np.diag(cov)
     se = np.where(diag >= 0, np.sqrt(np.abs(diag)), np.nan)  # NaN: information not definite
-    return BetaFit(float(a), float(b), float(a * se[0]), float(b * se[1]), int(c.size),
-                   float(-res.fun), _as_tuple(cov), method)  # fmt: skip
+    return BetaFit(
+        float(a),
+        float(b),
+        float(a * se[0]),
+        float(b * se[1]),
+        int(c.size),
+        float(-res.fun),
+        _as_tuple(cov),
+        method,
+    )
 
 
 def scores(a: float, b: float, c, n) -> np.ndarray:
@@ -168,8 +177,9 @@ def _cluster_robust(cov, per_group, clusters) -> tuple[np.ndarray, str]:
     if C == N:
         return cov, "observed information (every prompt in one group: independent)"
     if C < 2 or not _positive_definite(cov):
-        return np.full_like(cov, np.nan), (f"none: {C} prompt(s) in {N} groups; a "
-                                           "cluster-robust SE needs >= 2 prompts")  # fmt: skip
+        return np.full_like(cov, np.nan), (
+            f"none: {C} prompt(s) in {N} groups; a cluster-robust SE needs >= 2 prompts"
+        )
     meat, _ = cluster_meat(per_group(), clusters)
     few = "; few prompts: the SE is itself noisy" if C < 30 else ""
     return cov @ meat @ cov, f"cluster-robust by prompt ({C} prompts, {N} groups{few})"
@@ -319,9 +329,17 @@ def degenerate_curve(fit: BetaFit, G, *, level: float = 0.95, draws: int = 4000,
     flat_d, inform_d = _fractions(a[:, None], b[:, None], G[None])
     lo, hi = _band(flat_d, level)
     i_lo, i_hi = _band(inform_d, level)
-    return pd.DataFrame({"G": G.astype(np.int64), "predicted": predicted, "lo": lo, "hi": hi,
-                         "dapo_draws": _inverse(informative), "dapo_lo": _inverse(i_hi),
-                         "dapo_hi": _inverse(i_lo)})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "G": G.astype(np.int64),
+            "predicted": predicted,
+            "lo": lo,
+            "hi": hi,
+            "dapo_draws": _inverse(informative),
+            "dapo_lo": _inverse(i_hi),
+            "dapo_hi": _inverse(i_lo),
+        }
+    )
 
 
 def _z(measured: float, se_m: float, predicted: float, se_p: float) -> float:
@@ -333,8 +351,9 @@ def _z(measured: float, se_m: float, predicted: float, se_p: float) -> float:
     return 0.0 if diff == 0 else float(np.copysign(np.inf, diff))
 
 
-def _check_result(flat: np.ndarray, per_group: np.ndarray, per_draw: np.ndarray,
-                  clusters=None) -> dict:  # fmt: skip
+def _check_result(
+    flat: np.ndarray, per_group: np.ndarray, per_draw: np.ndarray, clusters=None
+) -> dict:
     """The check's numbers from the flat indicators, the fit's per-group probabilities at the
     point and (draws, groups) at the draws; ``clusters``: :func:`mean_se`."""
     N = flat.size
@@ -342,9 +361,14 @@ def _check_result(flat: np.ndarray, per_group: np.ndarray, per_draw: np.ndarray,
     se_m = mean_se(flat, clusters)
     se_null = float(np.sqrt(np.sum(per_group * (1 - per_group))) / N)
     se_p = float(np.std(per_draw.mean(axis=1))) if per_draw.shape[0] > 1 else 0.0
-    return {"groups": int(N), "measured": measured, "measured_se": se_m,
-            "predicted": predicted, "predicted_se": se_p,
-            "z": _z(measured, max(se_m, se_null), predicted, se_p)}  # fmt: skip
+    return {
+        "groups": int(N),
+        "measured": measured,
+        "measured_se": se_m,
+        "predicted": predicted,
+        "predicted_se": se_p,
+        "z": _z(measured, max(se_m, se_null), predicted, se_p),
+    }
 
 
 def mean_se(x, clusters=None) -> float:
@@ -358,8 +382,9 @@ def mean_se(x, clusters=None) -> float:
     return float(np.sqrt(cluster_meat((x - m)[:, None], clusters)[0][0, 0]) / N)
 
 
-def logged_check(successes, trials, fit: BetaFit, *, draws: int = 2000, seed: int = 0,
-                 clusters=None) -> dict:  # fmt: skip
+def logged_check(
+    successes, trials, fit: BetaFit, *, draws: int = 2000, seed: int = 0, clusters=None
+) -> dict:
     """The fit's check: the logged fraction of flat groups (c ∈ {0, n}) against its prediction.
 
     ``measured`` = mean 1{c_i ∈ {0, n_i}} with binomial SE √(m(1 − m)/N) (cluster-robust by
@@ -456,9 +481,14 @@ def kappa_mix(spec: str, G: int, a: float, b: float, **shared) -> dict:
     d = np.asarray(table.a1, np.float64) - np.asarray(table.a0, np.float64)
     quantiles = stats.beta.ppf([0.1, 0.5, 0.9], a, b)
     k_q = exact.kappa(table, G, quantiles)
-    out = {"kappa_mean": float(d @ _beta_binomial_pmf(G - 1, a, b)),
-           "kappa_p10": float(k_q[0]), "kappa_p50": float(k_q[1]), "kappa_p90": float(k_q[2]),
-           "share_hard": _share_hard(d, G, a, b, 0.2), "reason": None}  # fmt: skip
+    out = {
+        "kappa_mean": float(d @ _beta_binomial_pmf(G - 1, a, b)),
+        "kappa_p10": float(k_q[0]),
+        "kappa_p50": float(k_q[1]),
+        "kappa_p90": float(k_q[2]),
+        "share_hard": _share_hard(d, G, a, b, 0.2),
+        "reason": None,
+    }
     return out
 
 

@@ -426,9 +426,13 @@ def theory_columns(
     out = {"theory_best_scale": scaled["best_scale"], "theory_scaled_mse": scaled["scaled_mse"]}
     name = str(spec)  # a bound spec's name as given
     if name in closed.PER_PROMPT:
-        return {**out, "theory": "closed form", "theory_mse": closed.mse(truth, name, G, B),
-                "theory_mse_se": closed.mse_se(truth, name, G, B),
-                "theory_bias_sq": closed.bias_sq(truth, name, G, B)}  # fmt: skip
+        return {
+            **out,
+            "theory": "closed form",
+            "theory_mse": closed.mse(truth, name, G, B),
+            "theory_mse_se": closed.mse_se(truth, name, G, B),
+            "theory_bias_sq": closed.bias_sq(truth, name, G, B),
+        }
     return {
         **out,
         "theory": "count table" if table.ok else f"none: {table.reason}",

@@ -80,8 +80,10 @@ def _dm_covariance(log_alpha, x: np.ndarray) -> np.ndarray:
     log α: H_log = diag(α) H diag(α) + diag(α ∘ ∂ℓ/∂α)."""
     al = np.exp(log_alpha)
     n = x.sum(1)
-    H = np.full((al.size, al.size), np.sum(special.polygamma(1, al.sum()) -
-                                           special.polygamma(1, n + al.sum())))  # fmt: skip
+    H = np.full(
+        (al.size, al.size),
+        np.sum(special.polygamma(1, al.sum()) - special.polygamma(1, n + al.sum())),
+    )
     H += np.diag(np.sum(special.polygamma(1, x + al) - special.polygamma(1, al), axis=0))
     grad = _dm_loglik_grad(log_alpha, x)[1]  # already in log α
     H_log = al[:, None] * H * al[None, :] + np.diag(grad)
@@ -105,20 +107,38 @@ def fit_graded(counts, clusters=None) -> DirichletFit:
     v = max(float(np.mean(rate.var(0) / np.maximum(m * (1 - m), 1e-9))), 1e-4)
     start = np.log(m / m.sum() * max(1 / v - 1, 0.1))
     bounds = [(-10, np.log(1e6))] * x.shape[1]
-    res = optimize.minimize(lambda t: tuple(-u for u in _dm_loglik_grad(t, x)), start, jac=True,
-                            method="L-BFGS-B", bounds=bounds)  # fmt: skip
+    res = optimize.minimize(
+        lambda t: tuple(-u for u in _dm_loglik_grad(t, x)),
+        start,
+        jac=True,
+        method="L-BFGS-B",
+        bounds=bounds,
+    )
     al = np.exp(res.x)
     cov = _dm_covariance(res.x, x)
     method = "observed information (groups independent)"
     if clusters is not None:
         a0, n = al.sum(), x.sum(1, keepdims=True)
-        per_group = lambda: al * (special.digamma(a0) - special.digamma(n + a0)  # noqa: E731
-                                  + special.digamma(x + al) - special.digamma(al))  # fmt: skip
+        per_group = lambda: (  # noqa: E731
+            al
+            * (
+                special.digamma(a0)
+                - special.digamma(n + a0)
+                + special.digamma(x + al)
+                - special.digamma(al)
+            )
+        )
         cov, method = _cluster_robust(cov, per_group, clusters)
     diag = np.diag(cov)
     se = np.where(diag >= 0, al * np.sqrt(np.abs(diag)), np.nan)
-    return DirichletFit(tuple(map(float, al)), tuple(map(float, se)), int(x.shape[0]),
-                        float(-res.fun), _as_tuple(cov), method)  # fmt: skip
+    return DirichletFit(
+        tuple(map(float, al)),
+        tuple(map(float, se)),
+        int(x.shape[0]),
+        float(-res.fun),
+        _as_tuple(cov),
+        method,
+    )
 
 
 def degenerate_fraction_graded(alpha, G) -> np.ndarray:
@@ -131,8 +151,9 @@ def degenerate_fraction_graded(alpha, G) -> np.ndarray:
     return np.where(G[..., 0] == 1, 1.0, np.clip(out, 0.0, 1.0))  # G = 1: flat, exactly
 
 
-def logged_check_graded(counts, fit: DirichletFit, *, draws: int = 2000, seed: int = 0,
-                        clusters=None) -> dict:  # fmt: skip
+def logged_check_graded(
+    counts, fit: DirichletFit, *, draws: int = 2000, seed: int = 0, clusters=None
+) -> dict:
     """:func:`logged_check` for graded rewards: measured = fraction of groups whose responses
     all got one value, predicted = mean over the groups of Σ_v E[p_v^{n_i}] at each group's size
     (:func:`degenerate_fraction_graded`), its SE over draws of log α ~ N(log α̂, cov)."""

@@ -95,16 +95,38 @@ def _g_star(c1: float, C3: float) -> float:
     return 1.0 + float(np.sqrt(max(C3, 0.0) / c1)) if c1 > 0 else float("inf")
 
 
-_GSTAR_KEYS = ("gstar", "gstar_lo", "gstar_hi", "c1", "C2", "C3", "g_sq", "T", "s", "a",
-               "c1_se", "C3_se")  # fmt: skip
+_GSTAR_KEYS = (
+    "gstar",
+    "gstar_lo",
+    "gstar_hi",
+    "c1",
+    "C2",
+    "C3",
+    "g_sq",
+    "T",
+    "s",
+    "a",
+    "c1_se",
+    "C3_se",
+)
 
 
 def _no_gstar(reason: str, **known) -> dict:
     return {**dict.fromkeys(_GSTAR_KEYS, _NAN), "gstar": None, **known, "reason": reason}
 
 
-def gstar(rewards, proxy, group, norms, G: int, *, level: float = 0.95, boot: int = 2000,
-          seed: int = 0, clusters=None) -> dict:  # fmt: skip
+def gstar(
+    rewards,
+    proxy,
+    group,
+    norms,
+    G: int,
+    *,
+    level: float = 0.95,
+    boot: int = 2000,
+    seed: int = 0,
+    clusters=None,
+) -> dict:
     """MSE-optimal group size G* = 1 + √(C3/c1) of the loo estimator at a fixed budget N = B·G
     (theory §3; the recovery of c1 and C3 from a run's log is gpolab's derivation).
 
@@ -133,22 +155,36 @@ def gstar(rewards, proxy, group, norms, G: int, *, level: float = 0.95, boot: in
     s, a = float(s_x.mean()), float(a_x.mean())
     rows, sizes = _norm_rows(norms) if norms is not None else ([], np.zeros(0))
     if sizes.size < 2:
-        return _no_gstar("gradient norms at >= 2 batch sizes (>= 2 steps each) are needed for "
-                         "c1; C3 lies in [s, 2s] (gstar_bounds)", s=s, a=a)  # fmt: skip
+        return _no_gstar(
+            "gradient norms at >= 2 batch sizes (>= 2 steps each) are needed for "
+            "c1; C3 lies in [s, 2s] (gstar_bounds)",
+            s=s,
+            a=a,
+        )
     var = np.array([max(r.var(ddof=1), 1e-12 * r.mean() ** 2, 1e-300) / r.size for r in rows])
     g_sq, T = _line(np.array([r.mean() for r in rows]), var, sizes)
     point = constants_from_proxy(s, a, g_sq, T, G)
     cl = None if clusters is None else _group_clusters(rewards, proxy, group, clusters)
     reps = _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, cl)
     lo, hi = _band(reps[:, 0], level)
-    out = {**point, "g_sq": g_sq, "T": T, "s": s, "a": a, "c1_se": float(reps[:, 1].std()),
-           "C3_se": float(reps[:, 2].std()), "gstar_lo": float(lo),
-           "gstar_hi": float(hi)}  # fmt: skip
+    out = {
+        **point,
+        "g_sq": g_sq,
+        "T": T,
+        "s": s,
+        "a": a,
+        "c1_se": float(reps[:, 1].std()),
+        "C3_se": float(reps[:, 2].std()),
+        "gstar_lo": float(lo),
+        "gstar_hi": float(hi),
+    }
     c1_lo = float(_band(reps[:, 1], level)[0])
     if point["c1"] <= 0 or c1_lo <= 0:
-        why = (f"c1 = {point['c1']:.3g} (prompt variance of the gradient) is not resolved "
-               f"above 0 (its {level:.0%} interval reaches {c1_lo:.3g}): G* has no upper "
-               "bound")  # fmt: skip
+        why = (
+            f"c1 = {point['c1']:.3g} (prompt variance of the gradient) is not resolved "
+            f"above 0 (its {level:.0%} interval reaches {c1_lo:.3g}): G* has no upper "
+            "bound"
+        )
         return {**out, "gstar": None, "gstar_hi": float("inf"), "reason": why}
     return {**out, "gstar": _g_star(point["c1"], point["C3"]), "reason": None}
 
@@ -199,6 +235,14 @@ def gstar_bounds(rewards, proxy, group) -> dict:
         nan = dict.fromkeys(("s", "a", "C3_lo", "C3_hi", "C2_lo", "C2_hi"), _NAN)
         return {**nan, "gstar": None, "reason": "no group with >= 3 responses"}
     s, a = float(s_x.mean()), float(a_x.mean())
-    return {"s": s, "a": a, "C3_lo": s, "C3_hi": 2 * s, "C2_lo": max(a - s, 0.0), "C2_hi": a,
-            "gstar": None, "reason": "c1 (the prompts' gradient variance) needs gradient norms "
-            "at >= 2 batch sizes; rewards and the proxy give only C2 and C3 bounds"}  # fmt: skip
+    return {
+        "s": s,
+        "a": a,
+        "C3_lo": s,
+        "C3_hi": 2 * s,
+        "C2_lo": max(a - s, 0.0),
+        "C2_hi": a,
+        "gstar": None,
+        "reason": "c1 (the prompts' gradient variance) needs gradient norms "
+        "at >= 2 batch sizes; rewards and the proxy give only C2 and C3 bounds",
+    }

@@ -402,11 +402,17 @@ def rank(df):
     sc = score(rho, df["M"], df["think_len"].to_numpy(), df["answer_len"].to_numpy())
     with np.errstate(invalid="ignore"):
         sc_se = np.where(np.isfinite(sc), 2 * sc * rho_se / np.abs(rho), np.nan)
-    df = df.assign(score_corr=rho, score_source=np.where(exact, "exact", "monte carlo"),
-                   rescaled_mse=1 - rho**2, score=sc, score_se=sc_se)  # fmt: skip
+    df = df.assign(
+        score_corr=rho,
+        score_source=np.where(exact, "exact", "monte carlo"),
+        rescaled_mse=1 - rho**2,
+        score=sc,
+        score_se=sc_se,
+    )
     if "grad_dot" in df:
-        df = df.assign(grad_score=df["cost"] * df["grad_variance"] * df["grad_norm2"]
-                       / df["grad_dot"] ** 2)  # fmt: skip
+        df = df.assign(
+            grad_score=df["cost"] * df["grad_variance"] * df["grad_norm2"] / df["grad_dot"] ** 2
+        )
     return flag(df)
 
 
@@ -433,9 +439,10 @@ def _flags(group):
     tie = (gap <= noise) & (np.arange(len(sc)) != best)
     rec = np.arange(len(sc)) == best
     alone = len(sc) == 1  # one split only: nothing to be distinguishable from
-    return pd.DataFrame({"recommended": rec, "tie": tie,
-                         "distinguishable": not alone and not tie.any()},
-                        index=group.index)  # fmt: skip
+    return pd.DataFrame(
+        {"recommended": rec, "tie": tie, "distinguishable": not alone and not tie.any()},
+        index=group.index,
+    )
 
 
 def recommend(df) -> dict:

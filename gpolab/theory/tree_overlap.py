@@ -112,8 +112,9 @@ def _pair_tables(pmf1: np.ndarray, K: int, M: int, variant: str, ddof: int, eps:
     return a1, a11, a12
 
 
-def gradient_moments(params, K: int, M: int, variant: str = "thought-std", ddof: int = 1,
-                     eps: float = 0.0):  # fmt: skip
+def gradient_moments(
+    params, K: int, M: int, variant: str = "thought-std", ddof: int = 1, eps: float = 0.0
+):
     """Exact (mean (T,), second moment (T, T)) of ĝ₀ = (1/K) Σ_k Â_k e_{t_k} for finite
     thoughts (module docstring), or None past the exact grid."""
     if K > 2 and ((K - 2) * M + 1) * ((K - 2) * M * M + 1) > EXACT_GRID:
@@ -127,8 +128,9 @@ def gradient_moments(params, K: int, M: int, variant: str = "thought-std", ddof:
     return mean, second
 
 
-def moments(params, K: int, M: int, variant: str = "thought-std", ddof: int = 1,
-            eps: float = 0.0) -> np.ndarray:  # fmt: skip
+def moments(
+    params, K: int, M: int, variant: str = "thought-std", ddof: int = 1, eps: float = 0.0
+) -> np.ndarray:
     """The exact w (6,) of :data:`MOMENTS` (NaNs past the exact grid)."""
     found = gradient_moments(params, K, M, variant, ddof, eps)
     if found is NO_MOMENTS:
@@ -176,8 +178,11 @@ def cos2_se(w, cov, n_seeds: int, rho: float, tt: float, c: float, n: float) -> 
 
 def covariance_columns() -> list[tuple[str, int, int]]:
     """(column, i, j) of the stored upper triangle of the per-seed moments' covariance."""
-    return [(f"ov_cov_{MOMENTS[i]}_{MOMENTS[j]}", i, j)
-            for i in range(len(MOMENTS)) for j in range(i, len(MOMENTS))]  # fmt: skip
+    return [
+        (f"ov_cov_{MOMENTS[i]}_{MOMENTS[j]}", i, j)
+        for i in range(len(MOMENTS))
+        for j in range(i, len(MOMENTS))
+    ]
 
 
 def covariance(row) -> np.ndarray:
@@ -203,10 +208,17 @@ def budget_columns(df, tt: float, c: float):
     exact = df[[f"theory_ov_{m}" for m in MOMENTS]].to_numpy(np.float64)
     mc, mc_mse = cos2(w, rho, tt, c, n.to_numpy())
     th, th_mse = cos2(exact, rho, tt, c, n.to_numpy())
-    se = [cos2_se(w[i], covariance(r), int(r["n_seeds"]), rho[i], tt, c, n.iloc[i])
-          for i, (_, r) in enumerate(df.iterrows())]  # fmt: skip
-    return df.assign(trees=n, grad_cos2=mc, grad_cos2_se=se, theory_grad_cos2=th,
-                     grad_budget_mse=np.where(np.isnan(th_mse), mc_mse, th_mse))  # fmt: skip
+    se = [
+        cos2_se(w[i], covariance(r), int(r["n_seeds"]), rho[i], tt, c, n.iloc[i])
+        for i, (_, r) in enumerate(df.iterrows())
+    ]
+    return df.assign(
+        trees=n,
+        grad_cos2=mc,
+        grad_cos2_se=se,
+        theory_grad_cos2=th,
+        grad_budget_mse=np.where(np.isnan(th_mse), mc_mse, th_mse),
+    )
 
 
 def rank(df, tt: float, c: float):
@@ -225,8 +237,29 @@ def rank(df, tt: float, c: float):
 
 # ----------------------------------------------------------------------------- the boundary
 
-OVERLAPS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
-            0.75, 0.8, 0.85, 0.9, 0.95, 0.99)  # fmt: skip
+OVERLAPS = (
+    0.0,
+    0.05,
+    0.1,
+    0.15,
+    0.2,
+    0.25,
+    0.3,
+    0.35,
+    0.4,
+    0.45,
+    0.5,
+    0.55,
+    0.6,
+    0.65,
+    0.7,
+    0.75,
+    0.8,
+    0.85,
+    0.9,
+    0.95,
+    0.99,
+)
 THINK_RATIOS = (0.0, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # L_think / L_answer
 
 
@@ -247,16 +280,31 @@ def winners(df, tt: float, c: float, overlaps=OVERLAPS, ratios=THINK_RATIOS, z: 
         n = tokens(leaves, r, 1.0) / (K * (r + M))
         for rho in overlaps:
             c2 = cos2(w, rho, tt, c, n)[0]
-            se = np.zeros(len(df)) if exact else np.array(
-                [cos2_se(w[i], covariance(row), int(row["n_seeds"]), rho, tt, c, n[i])
-                 for i, (_, row) in enumerate(df.iterrows())])  # fmt: skip
+            se = (
+                np.zeros(len(df))
+                if exact
+                else np.array(
+                    [
+                        cos2_se(w[i], covariance(row), int(row["n_seeds"]), rho, tt, c, n[i])
+                        for i, (_, row) in enumerate(df.iterrows())
+                    ]
+                )
+            )
             best = int(np.nanargmax(c2))
             near = c2[best] - c2 <= z * np.sqrt(se**2 + se[best] ** 2)
             other = near & ((M > 1) != (M[best] > 1))
             pays = "tie" if other.any() else ("tree" if M[best] > 1 else "flat")
-            out.append(dict(ratio=r, overlap=rho, K=int(K[best]), M=int(M[best]),
-                            cos2=float(c2[best]), source="exact" if exact else "monte carlo",
-                            pays=pays))  # fmt: skip
+            out.append(
+                dict(
+                    ratio=r,
+                    overlap=rho,
+                    K=int(K[best]),
+                    M=int(M[best]),
+                    cos2=float(c2[best]),
+                    source="exact" if exact else "monte carlo",
+                    pays=pays,
+                )
+            )
     return pd.DataFrame(out)
 
 

@@ -74,11 +74,10 @@ def test_bench_quick_end_to_end(capsys):
         if "n_seeds" in r and r.get("seeds_per_s"):
             assert r["seeds_per_s"] > 0 and r["n_seeds"] >= 1
     stages = [r for r in rows if r["workload"].startswith("W1 profile: + ")]
-    assert [r["workload"][len("W1 profile: + "):] for r in stages] == list(bench.W1_STAGES)
+    assert [r["workload"][len("W1 profile: + ") :] for r in stages] == list(bench.W1_STAGES)
     assert all(r["chunk"] == w1["chunk"] and r["n_seeds"] == 20_000 for r in stages)
     np.testing.assert_allclose(sum(r["stage_share"] for r in stages), 1.0)  # telescoping cuts
-    np.testing.assert_allclose(sum(r["stage_us"] for r in stages),
-                               1e6 / stages[-1]["seeds_per_s"])  # fmt: skip
+    np.testing.assert_allclose(sum(r["stage_us"] for r in stages), 1e6 / stages[-1]["seeds_per_s"])
     static, trained = [r for r in rows if r["workload"].startswith("allocate")]
     assert static["n_seeds"] == 256 and static["compile_s"] > 0  # the lab's quick seeds
     assert trained["n_seeds"] == 5 * 60 and trained["seeds_per_s"] > 0

@@ -174,8 +174,9 @@ def test_mse_confidence_interval_covers_at_its_nominal_rate():
     args = (MU, jnp.float32(SD))
     covered = 0
     for r in range(reps):
-        m = engine.run(gaussian, "g", args, jax.random.fold_in(jax.random.key(31), r), n,
-                       chunk=512, mesh=None)  # fmt: skip
+        m = engine.run(
+            gaussian, "g", args, jax.random.fold_in(jax.random.key(31), r), n, chunk=512, mesh=None
+        )
         s = engine.error_stats(m)
         covered += s.mse_ci_low < mse_true < s.mse_ci_high
     rate = covered / reps
@@ -210,8 +211,11 @@ def test_the_counted_cache_is_at_most_16_mib_per_core(monkeypatch):
     chunk is sized for the cache a core can use (issue 32); smaller caches are taken as reported."""
     import os
 
-    for reported, cores, counted in ((480 << 20, 2, 32 << 20), (32 << 20, 2, 32 << 20),
-                                     (8 << 20, 4, 8 << 20)):  # fmt: skip
+    for reported, cores, counted in (
+        (480 << 20, 2, 32 << 20),
+        (32 << 20, 2, 32 << 20),
+        (8 << 20, 4, 8 << 20),
+    ):
         engine.cache_bytes.cache_clear()
         monkeypatch.setattr(engine, "reported_cache_bytes", lambda r=reported: r)
         monkeypatch.setattr(os, "sched_getaffinity", lambda _, c=cores: set(range(c)))

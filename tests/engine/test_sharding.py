@@ -113,7 +113,7 @@ def _two_processes(args, out):
             stderr=subprocess.PIPE,
             text=True,
             env=ENV,
-        )  # fmt: skip
+        )
         for i in range(2)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -167,8 +167,13 @@ def test_two_processes_resume_from_the_store(tmp_path):
     two = pd.read_parquet(tmp_path / "two" / "results.parquet")
     kept = two[two["G"] == 2].reset_index(drop=True)
     assert list(kept["finished_at"]) == list(first["finished_at"])  # read back, not recomputed
-    single = subprocess.run([sys.executable, *SWEEP, "--out", str(tmp_path / "one")],
-                            capture_output=True, text=True, env=ENV, timeout=300)  # fmt: skip
+    single = subprocess.run(
+        [sys.executable, *SWEEP, "--out", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     assert single.returncode == 0, single.stderr[-2000:]
     drop = ["seconds", *PROVENANCE]
     one = pd.read_parquet(tmp_path / "one" / "results.parquet").drop(columns=drop, errors="ignore")

@@ -12,9 +12,18 @@ from gpolab.engine import stats
 
 def cells(mse, se, theory=None):
     n = len(mse)
-    return pd.DataFrame({"env": ["bandit"] * n, "estimator": ["loo"] * n, "G": range(2, 2 + n),
-                         "mse": mse, "mse_se": se, "theory_mse": theory or [1.0] * n,
-                         "theory_mse_se": [0.0] * n, "n_seeds": [100] * n})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "env": ["bandit"] * n,
+            "estimator": ["loo"] * n,
+            "G": range(2, 2 + n),
+            "mse": mse,
+            "mse_se": se,
+            "theory_mse": theory or [1.0] * n,
+            "theory_mse_se": [0.0] * n,
+            "n_seeds": [100] * n,
+        }
+    )
 
 
 def test_joint_test_is_a_chi2_of_the_cells_z():
@@ -33,6 +42,11 @@ def test_a_cell_without_a_finite_z_is_nan_with_its_reason_never_a_pass():
 
 
 def test_families_merge_estimators_with_the_same_kappa_curve():
-    k = pd.DataFrame({"estimator": ["a", "a", "b", "b", "c", "c"], "G": [8] * 6,
-                      "kappa": [1.0, 2.0, 1.0, 2.0 * (1 + 1e-5), 1.0, 3.0]})  # fmt: skip
+    k = pd.DataFrame(
+        {
+            "estimator": ["a", "a", "b", "b", "c", "c"],
+            "G": [8] * 6,
+            "kappa": [1.0, 2.0, 1.0, 2.0 * (1 + 1e-5), 1.0, 3.0],
+        }
+    )
     assert [names for names, _ in stats.families(k)] == [["a", "b"], ["c"]]

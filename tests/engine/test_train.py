@@ -415,9 +415,19 @@ def test_cache_keys_hold_exactly_the_settings_a_unit_reads(tmp_path):
     admissible seeds only the sampled runs.  Resumed tables equal computed ones."""
     cfg = configs.resolve(
         stdnorm.Config,
-        typed=dict(regimes="admissible", prompts=2, adm_steps=4, adm_seeds=2, gain_G="2",
-                   G="2", rho="0", control=False, bias_seeds=2, out=str(tmp_path)),
-    )  # fmt: skip
+        typed=dict(
+            regimes="admissible",
+            prompts=2,
+            adm_steps=4,
+            adm_seeds=2,
+            gain_G="2",
+            G="2",
+            rho="0",
+            control=False,
+            bias_seeds=2,
+            out=str(tmp_path),
+        ),
+    )
     store = Store(tmp_path)
 
     def computed(**changes):

@@ -217,16 +217,31 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators():
         args, truth = setup(policy)
         for G in cfg.G:
             cell = cells.ArithmeticCell(cfg.estimators, G, cfg.per_seed)
-            m = engine.run(_paired, cell, (*args, np.float32(cfg.eps)), jax.random.key(G),
-                           cfg.seeds, sweep.ARITHMETIC_CHUNK)  # fmt: skip
+            m = engine.run(
+                _paired,
+                cell,
+                (*args, np.float32(cfg.eps)),
+                jax.random.key(G),
+                cfg.seeds,
+                sweep.ARITHMETIC_CHUNK,
+            )
             sub = pd.DataFrame(sweep._bandit_rows(cfg, cell, m, truth, policy, args[0]))
             rows.append(sub)
             sub = sub.set_index("estimator")
             for hi, lo in (("vanilla", "loo"), ("loo", "oracle")):
                 exact = sub.loc[hi, "theory_mse"] - sub.loc[lo, "theory_mse"]
                 exact_se = np.hypot(sub.loc[hi, "theory_mse_se"], sub.loc[lo, "theory_mse_se"])
-                diffs.append((policy, G, f"{hi}-{lo}", float(m.mean(f"{hi}-{lo}")),
-                              m.se(f"{hi}-{lo}"), exact, exact_se))  # fmt: skip
+                diffs.append(
+                    (
+                        policy,
+                        G,
+                        f"{hi}-{lo}",
+                        float(m.mean(f"{hi}-{lo}")),
+                        m.se(f"{hi}-{lo}"),
+                        exact,
+                        exact_se,
+                    )
+                )
     df = pd.concat(rows)
     assert len(df) == 2 * 4 * 2 and set(df["policy"]) == {"base", "icl"}
     tol = 4 * np.hypot(df["mse_se"], df["theory_mse_se"])

@@ -102,7 +102,11 @@ def test_sweep_strength_options_default_keys_and_validation():
     settings = sweep.row_settings(changed, rid)
     assert settings["strength"] == (0.7, 0.85, 0.95) and settings["filler_sharpen"] == 1.0
     assert sweep.cell_keys(changed) != sweep.cell_keys(default)
-    for bad in ({"strength": (0.5, 0.4, 0.9)}, {"strength": (0.2, 0.5)},
-                {"strength": (0.2, 0.5, 1.2)}, {"filler_sharpen": -1.0}):  # fmt: skip
+    for bad in (
+        {"strength": (0.5, 0.4, 0.9)},
+        {"strength": (0.2, 0.5)},
+        {"strength": (0.2, 0.5, 1.2)},
+        {"filler_sharpen": -1.0},
+    ):
         with pytest.raises(validate.ConfigError):
             default.replace(**bad).validate()

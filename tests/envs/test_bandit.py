@@ -164,8 +164,14 @@ def test_float64_mode_draws_the_same_instance():
     0.0711 vs 0.0662 at the same ``--instance-seed``)."""
     from gpolab.theory import mse as th
 
-    make = lambda: bandit.make(7, prompts=5, actions=9, kind="loglinear", dim=4,  # noqa: E731
-                               lengths="independent")  # fmt: skip
+    make = lambda: bandit.make(  # noqa: E731
+        7,
+        prompts=5,
+        actions=9,
+        kind="loglinear",
+        dim=4,
+        lengths="independent",
+    )
     p32, p64 = _both_precisions(make)
     _assert_same_instance(p32, p64)
     assert np.asarray(p64.success).dtype == np.float64
@@ -185,6 +191,8 @@ def test_float64_mode_draws_the_same_instance_in_the_other_envs(env):
     questions and the Gaussian env drew the same one already)."""
     from gpolab.envs import loglinear, tree
 
-    make = {"tree-finite": lambda: tree.make_finite(5, 16),
-            "loglinear": lambda: loglinear.make(5, prompts=4, responses=256)}[env]  # fmt: skip
+    make = {
+        "tree-finite": lambda: tree.make_finite(5, 16),
+        "loglinear": lambda: loglinear.make(5, prompts=4, responses=256),
+    }[env]
     _assert_same_instance(*_both_precisions(make))

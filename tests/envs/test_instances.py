@@ -15,15 +15,19 @@ from gpolab.envs import arithmetic, bandit, gaussian, loglinear, tree
 
 MODULES = (bandit, tree, arithmetic, loglinear, gaussian)
 BAD = {  # one bad value per env: the field the error must name
-    bandit: ("actions", 1), tree: ("K", (1,)), arithmetic: ("strength", (0.5, 0.4, 0.6)),
-    loglinear: ("rho", 2.0), gaussian: ("h_min", 0.0),
-}  # fmt: skip
+    bandit: ("actions", 1),
+    tree: ("K", (1,)),
+    arithmetic: ("strength", (0.5, 0.4, 0.6)),
+    loglinear: ("rho", 2.0),
+    gaussian: ("h_min", 0.0),
+}
 
 
 def same(a, b) -> bool:
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y))
-                                      for x, y in zip(la, lb, strict=True))  # fmt: skip
+    return len(la) == len(lb) and all(
+        np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(la, lb, strict=True)
+    )
 
 
 @pytest.mark.parametrize("env", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
@@ -41,27 +45,34 @@ def test_instance_defaults_validate_and_a_bad_value_names_its_field(env):
 
 
 def test_make_of_an_instance_is_the_older_keyword_form():
-    b = bandit.Instance(prompts=3, actions=5, kind="loglinear", dim=4, lengths="independent",
-                        instance_seed=7)  # fmt: skip
+    b = bandit.Instance(
+        prompts=3, actions=5, kind="loglinear", dim=4, lengths="independent", instance_seed=7
+    )
     kw = {f: getattr(b, f) for f in ("prompts", "actions", "kind", "dim", "lengths")}
     assert same(bandit.make(b), bandit.make(7, **kw))
-    assert same(tree.make(tree.Instance(model="finite", thoughts=6, instance_seed=2)),
-                tree.make_finite(2, 6))  # fmt: skip
+    assert same(
+        tree.make(tree.Instance(model="finite", thoughts=6, instance_seed=2)),
+        tree.make_finite(2, 6),
+    )
     assert same(tree.make(tree.Instance(beta_a=3.0)), tree.make_beta(3.0, 3.0))
-    assert same(loglinear.make(loglinear.Instance(prompts=4, instance_seed=3)),
-                loglinear.make(3, prompts=4))  # fmt: skip
-    assert same(gaussian.make(gaussian.Instance(prompts=5, rank=2, instance_seed=1)),
-                gaussian.make(1, prompts=5, rank=2))  # fmt: skip
+    assert same(
+        loglinear.make(loglinear.Instance(prompts=4, instance_seed=3)), loglinear.make(3, prompts=4)
+    )
+    assert same(
+        gaussian.make(gaussian.Instance(prompts=5, rank=2, instance_seed=1)),
+        gaussian.make(1, prompts=5, rank=2),
+    )
 
 
 def test_exact_takes_the_params_alone():
     assert float(bandit.exact(bandit.make(bandit.Instance(prompts=2, actions=3))).c1) >= 0
     assert float(tree.exact(tree.make(tree.Instance())).mean) == pytest.approx(0.4)
-    inst = arithmetic.Instance(policy=("base",), questions=12, hidden=8, filler=2,
-                               truth_samples=8)  # fmt: skip
+    inst = arithmetic.Instance(policy=("base",), questions=12, hidden=8, filler=2, truth_samples=8)
     a = arithmetic.make(inst)["base"]
-    assert same(arithmetic.exact(a), arithmetic.exact(a.truth_key, a.policy, a.questions,
-                                                      samples=a.truth_samples))  # fmt: skip
+    assert same(
+        arithmetic.exact(a),
+        arithmetic.exact(a.truth_key, a.policy, a.questions, samples=a.truth_samples),
+    )
 
 
 def test_instance_replace_coerces_like_a_flag():

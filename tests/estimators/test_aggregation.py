@@ -73,14 +73,20 @@ def test_trl_mapping_and_bad_mode():
         c = np.asarray(estimators.loss_weights(mode, jnp.asarray(lengths), norm_length=norm))
         np.testing.assert_allclose(grad, c[:, None] * mask, rtol=1e-6, err_msg=loss_type)
     # the four closed forms, N = 6, Σ L = 19, L_norm = 8
-    want = {"grpo": 1 / (6 * lengths), "bnpo": np.full(6, 1 / 19), "dapo": np.full(6, 1 / 19),
-            "dr_grpo": np.full(6, 1 / 48)}  # fmt: skip
+    want = {
+        "grpo": 1 / (6 * lengths),
+        "bnpo": np.full(6, 1 / 19),
+        "dapo": np.full(6, 1 / 19),
+        "dr_grpo": np.full(6, 1 / 48),
+    }
     for loss_type, mode in estimators.TRL_LOSS_TYPES.items():
         norm = T if mode == "seq-mean-token-sum-norm" else None
         got = estimators.loss_weights(mode, jnp.asarray(lengths), norm_length=norm)
         np.testing.assert_allclose(np.asarray(got), want[loss_type], rtol=1e-6)
-    msg = ("mode: got 'sum'; allowed: token-mean, seq-mean-token-sum, seq-mean-token-mean, "
-           "seq-mean-token-sum-norm")  # fmt: skip
+    msg = (
+        "mode: got 'sum'; allowed: token-mean, seq-mean-token-sum, seq-mean-token-mean, "
+        "seq-mean-token-sum-norm"
+    )
     for fn in (estimators.loss_weights, estimators.relative_weights):
         with pytest.raises(validate.ConfigError) as err:
             fn("sum", jnp.ones((2, 2)))
@@ -88,12 +94,14 @@ def test_trl_mapping_and_bad_mode():
 
 
 def test_length_models():
-    params = bandit.make(0, prompts=3, actions=5, lengths="longer-when-wrong", length_min=10,
-                         length_max=110)  # fmt: skip
+    params = bandit.make(
+        0, prompts=3, actions=5, lengths="longer-when-wrong", length_min=10, length_max=110
+    )
     p = np.asarray(params.success)
     np.testing.assert_array_equal(np.asarray(params.lengths), np.round(10 + 100 * (1 - p)))
-    right = bandit.make(0, prompts=3, actions=5, lengths="longer-when-right", length_min=10,
-                        length_max=110)  # fmt: skip
+    right = bandit.make(
+        0, prompts=3, actions=5, lengths="longer-when-right", length_min=10, length_max=110
+    )
     np.testing.assert_array_equal(np.asarray(right.lengths), np.round(10 + 100 * p))
     ind = np.asarray(bandit.make(0, prompts=30, actions=50, lengths="independent").lengths)
     assert ind.min() >= 50 and ind.max() <= 1000 and np.all(ind == np.round(ind))
@@ -151,8 +159,9 @@ def test_token_mean_enumeration_vs_monte_carlo(G):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", aggregation.CLOSED)
 def test_closed_form_vs_monte_carlo(mode):
-    params = bandit.make(3, prompts=3, actions=4, lengths="longer-when-wrong", length_min=2,
-                         length_max=20)  # fmt: skip
+    params = bandit.make(
+        3, prompts=3, actions=4, lengths="longer-when-wrong", length_min=2, length_max=20
+    )
     truth, G = bandit.exact(params), 4
     h = aggregation.action_factors(mode, bandit.lengths_of(params), 10.0)
     for spec in ("oracle", "loo", "mean", "grpo"):
@@ -172,8 +181,9 @@ def test_default_rows_bit_identical():
     # pinned from the sweep before lengths and loss aggregation existed (commit 604f50f), re-pinned
     # when the engine packed its per-seed outputs before reducing them (float32 sums in another
     # order: 3 of these 6 numbers moved by <= 1e-7 relative, as float32 rounding does)
-    cfg = sweep.Config(seeds=300, G=(4,), estimators=("loo", "grpo", "verl/opo"), prompts=4,
-                       actions=6)  # fmt: skip
+    cfg = sweep.Config(
+        seeds=300, G=(4,), estimators=("loo", "grpo", "verl/opo"), prompts=4, actions=6
+    )
     df = sweep.run_sweep(cfg)
     assert df["mse"].tolist() == [0.040449304580688475, 0.08416844685872396, 0.023299237887064617]
     assert df["cos"].tolist() == [0.5047822570800782, 0.5012568664550782, 0.5050605773925781]
@@ -184,8 +194,15 @@ def test_default_rows_bit_identical():
 
 
 def test_sweep_modes_rows():
-    cfg = sweep.Config(seeds=200, G=(4,), estimators=("loo", "verl/opo"), prompts=4, actions=6,
-                       loss_agg=MODES, lengths="longer-when-wrong")  # fmt: skip
+    cfg = sweep.Config(
+        seeds=200,
+        G=(4,),
+        estimators=("loo", "verl/opo"),
+        prompts=4,
+        actions=6,
+        loss_agg=MODES,
+        lengths="longer-when-wrong",
+    )
     df = sweep.run_sweep(cfg)
     assert len(df) == 2 * len(MODES) and set(df["loss_agg"]) == set(MODES)
     loo = df[df["estimator"] == "loo"].set_index("loss_agg")
@@ -212,9 +229,16 @@ def test_arithmetic_loss_agg_with_generated_lengths():
     """On the arithmetic surrogate every mode runs with generated lengths (verl/opo reads them):
     finite rows, the default mode keeps its exact theory, token-mean shrinks the estimate
     (~1/L̄: a step size, so its MSE drops toward ‖g‖²)."""
-    cfg = sweep.Config(env="arithmetic", estimators=("loo", "verl/opo"), G=(4,), seeds=32,
-                       policy=("instruct",), loss_agg=("seq-mean-token-sum", "token-mean",
-                       "seq-mean-token-mean"), lengths="generated", out="unused")  # fmt: skip
+    cfg = sweep.Config(
+        env="arithmetic",
+        estimators=("loo", "verl/opo"),
+        G=(4,),
+        seeds=32,
+        policy=("instruct",),
+        loss_agg=("seq-mean-token-sum", "token-mean", "seq-mean-token-mean"),
+        lengths="generated",
+        out="unused",
+    )
     df = sweep.run(cfg)["results"]
     assert set(df["loss_agg"]) == set(cfg.loss_agg) and (df["lengths"] == "generated").all()
     assert np.isfinite(df["mse"]).all() and np.isfinite(df["cos"]).all()

@@ -10,8 +10,7 @@ from gpolab import estimators
 from gpolab.estimators import registry
 from gpolab.theory import exact
 
-SPECS = ("loo", "grpo", "trl/grpo[scale_rewards=batch]", "grpo[eps=0.001, scale=none]",
-         "verl/grpo")  # fmt: skip
+SPECS = ("loo", "grpo", "trl/grpo[scale_rewards=batch]", "grpo[eps=0.001, scale=none]", "verl/grpo")
 SHARED = {"scale": "group", "ddof": 1, "eps": 1e-4}
 
 
@@ -25,8 +24,9 @@ def test_a_bound_spec_answers_as_its_string(spec):
     assert estimators.bind(b, SHARED) == estimators.bind(spec, SHARED)
     assert estimators.minimum_G(b) == estimators.minimum_G(spec)
     rewards = np.array([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 0.0]], np.float32)
-    np.testing.assert_array_equal(estimators.advantages(b, rewards),
-                                  estimators.advantages(spec, rewards))  # fmt: skip
+    np.testing.assert_array_equal(
+        estimators.advantages(b, rewards), estimators.advantages(spec, rewards)
+    )
     tb = exact.registry_table(b, 4, strict=False, **SHARED)
     ts = exact.registry_table(spec, 4, strict=False, **SHARED)
     assert (tb.ok, tb.reason, tb.name) == (ts.ok, ts.reason, ts.name)

@@ -228,9 +228,11 @@ def test_loo_and_ustat_with_one_response_raise_a_config_error():
 
 def _needs(entry, rewards):
     P = rewards.shape[0]
-    given = {"lengths": np.full(rewards.shape, 3.0, rewards.dtype),
-             "greedy": np.linspace(0, 1, P).astype(rewards.dtype),
-             "baseline": np.linspace(0.2, 0.8, P).astype(rewards.dtype)}  # fmt: skip
+    given = {
+        "lengths": np.full(rewards.shape, 3.0, rewards.dtype),
+        "greedy": np.linspace(0, 1, P).astype(rewards.dtype),
+        "baseline": np.linspace(0.2, 0.8, P).astype(rewards.dtype),
+    }
     return {k: v for k, v in given.items() if k in entry.needs}
 
 
@@ -256,12 +258,22 @@ def test_every_registry_estimator_keeps_the_input_dtype_under_x64(name, x64):
 def test_core_functions_keep_float64_under_x64(x64):
     z = jnp.asarray(DTYPE_REWARDS)
     W = jnp.ones((3, 5, 2), jnp.float64)
-    outs = [est.vanilla_advantages(z), est.oracle_advantages(z, jnp.full(3, 0.5)),
-            est.loo_advantages(z), est.mean_advantages(z), est.ustat_weights(z),
-            est.ustat_gradient(z, W), est.policy_gradient(est.loo_advantages(z), W),
-            est.tree_advantages(z.reshape(3, 5, 1))]  # fmt: skip
-    outs += [est.grpo_advantages(z, scale=s, ddof=d, eps=e)
-             for s in est.SCALES for d in (0, 1) for e in (0.0, 1e-4)]  # fmt: skip
+    outs = [
+        est.vanilla_advantages(z),
+        est.oracle_advantages(z, jnp.full(3, 0.5)),
+        est.loo_advantages(z),
+        est.mean_advantages(z),
+        est.ustat_weights(z),
+        est.ustat_gradient(z, W),
+        est.policy_gradient(est.loo_advantages(z), W),
+        est.tree_advantages(z.reshape(3, 5, 1)),
+    ]
+    outs += [
+        est.grpo_advantages(z, scale=s, ddof=d, eps=e)
+        for s in est.SCALES
+        for d in (0, 1)
+        for e in (0.0, 1e-4)
+    ]
     outs += [est.tree_advantages(jnp.stack([z, z], 1), variant=v) for v in est.TREE_VARIANTS]
     assert [o.dtype for o in outs] == [jnp.float64] * len(outs)
     # and float64 carries digits float32 cannot: 1 + 1e-12 is not 1
@@ -300,8 +312,9 @@ def test_core_functions_accept_python_lists():
     for got, want in pairs:
         np.testing.assert_array_equal(got, want)
     # integer lists are rewards too (the default float), not integer advantages
-    np.testing.assert_allclose(est.loo_advantages([[1, 0, 0, 1]]), [[2 / 3, -2 / 3, -2 / 3, 2 / 3]],
-                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        est.loo_advantages([[1, 0, 0, 1]]), [[2 / 3, -2 / 3, -2 / 3, 2 / 3]], rtol=1e-6
+    )
     assert est.vanilla_advantages([[1, 0]]).dtype == jnp.float32
 
 

@@ -40,8 +40,9 @@ def test_every_rule_is_the_on_policy_gradient_at_theta_old(env_name, tiny_arith)
     """At θ = θ_old every ρ_t = 1, so every rule's gradient is Σ_g c_g Σ_t s_t, the env's own
     on-policy gradient with weights c (float rounding only)."""
     env = envs.get(env_name)
-    params = bandit.make(bandit.Instance(prompts=4, actions=6)) if env_name == "bandit" \
-        else tiny_arith  # fmt: skip
+    params = (
+        bandit.make(bandit.Instance(prompts=4, actions=6)) if env_name == "bandit" else tiny_arith
+    )
     theta = env.init(params)
     prompts, responses, rewards = _draws(env, params, theta)
     c = estimators.gradient_weights("loo", rewards)
@@ -51,8 +52,9 @@ def test_every_rule_is_the_on_policy_gradient_at_theta_old(env_name, tiny_arith)
     logp = lambda th: env.token_logp(params, th, prompts, responses)[0]  # noqa: E731
     for ratio, clip in CASES:
         got = np.asarray(_grad(ratio, clip, logp, theta, old, c, mask))
-        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6 * np.abs(want).max(),
-                                   err_msg=f"{ratio}/{clip}")  # fmt: skip
+        np.testing.assert_allclose(
+            got, want, rtol=2e-4, atol=2e-6 * np.abs(want).max(), err_msg=f"{ratio}/{clip}"
+        )
 
 
 def test_one_token_responses_make_token_sequence_and_sis_equal():
@@ -65,8 +67,10 @@ def test_one_token_responses_make_token_sequence_and_sis_equal():
     old, mask = env.token_logp(params, theta_old, prompts, responses)
     theta = theta_old + 0.3 * jax.random.normal(jax.random.key(1), theta_old.shape)
     logp = lambda th: env.token_logp(params, th, prompts, responses)[0]  # noqa: E731
-    g = {r: np.asarray(_grad(r, "none", logp, theta, old, c, mask)) for r in ("token", "sequence",
-                                                                           "sis")}  # fmt: skip
+    g = {
+        r: np.asarray(_grad(r, "none", logp, theta, old, c, mask))
+        for r in ("token", "sequence", "sis")
+    }
     np.testing.assert_allclose(g["sequence"], g["token"], rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(g["sis"], g["token"], rtol=1e-5, atol=1e-7)
     none = np.asarray(_grad("none", "none", logp, theta, old, c, mask))
@@ -97,9 +101,12 @@ def test_token_log_probs_sum_to_the_sequence_log_prob(tiny_arith):
     prompts, responses, _ = _draws(env, params, theta)
     logp, mask = env.token_logp(params, theta, prompts, responses)
     feats = params.questions.features[prompts][:, None, :]
-    whole = arithmetic.log_prob(params.policy.weights, params.policy,
-                                jnp.broadcast_to(feats, responses.shape[:2] + feats.shape[-1:]),
-                                responses)  # fmt: skip
+    whole = arithmetic.log_prob(
+        params.policy.weights,
+        params.policy,
+        jnp.broadcast_to(feats, responses.shape[:2] + feats.shape[-1:]),
+        responses,
+    )
     np.testing.assert_allclose(np.sum(logp * mask, -1), whole, rtol=1e-5, atol=1e-5)
 
 
@@ -146,8 +153,9 @@ def test_cispo_reweights_without_cutting():
     l = jnp.log(jnp.array([[2.0, 0.5]]))
 
     def obj(l):
-        return jnp.sum(rules.objective("cispo", "weight", l, old, jnp.ones(1), mask, 0.2, 0.28,
-                                       3.0)[0])  # fmt: skip
+        return jnp.sum(
+            rules.objective("cispo", "weight", l, old, jnp.ones(1), mask, 0.2, 0.28, 3.0)[0]
+        )
 
     np.testing.assert_allclose(jax.grad(obj)(l), [[1.28, 0.8]], rtol=1e-6)
 

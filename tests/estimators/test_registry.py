@@ -78,9 +78,10 @@ def test_register_from_python():
     assert entry.options == {"clip": 1.5} and entry.reward_only and entry.user
     r = binary_groups(4)
     np.testing.assert_allclose(
-        np.asarray(estimators.REGISTRY["test/clipped"](r, clip=0.5)), np.clip(
-            (r - r.mean(-1, keepdims=True)) / (r.std(-1, keepdims=True) + 1e-3), -0.5, 0.5
-        ), rtol=1e-6)  # fmt: skip
+        np.asarray(estimators.REGISTRY["test/clipped"](r, clip=0.5)),
+        np.clip((r - r.mean(-1, keepdims=True)) / (r.std(-1, keepdims=True) + 1e-3), -0.5, 0.5),
+        rtol=1e-6,
+    )
     estimators.check_callable("test/clipped[clip=0.5]", 4)
 
 
@@ -113,8 +114,22 @@ def test_user_estimator_from_the_cli(tmp_path, monkeypatch, capsys):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "out"
-    argv = ["sweep", "--estimators", "loo,myest:half_loo", "--G", "4", "--seeds", "2000",
-            "--prompts", "4", "--actions", "8", "--out", str(out), "--json"]  # fmt: skip
+    argv = [
+        "sweep",
+        "--estimators",
+        "loo,myest:half_loo",
+        "--G",
+        "4",
+        "--seeds",
+        "2000",
+        "--prompts",
+        "4",
+        "--actions",
+        "8",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(argv) == 0
     import pandas as pd
 
@@ -141,7 +156,8 @@ def test_estimators_command_lists_the_registry(capsys):
     from gpolab.estimators import offpolicy
 
     assert {f"ratio/{n}" for n in offpolicy.RATIOS} | {f"kl/{n}" for n in offpolicy.KLS} <= set(
-        by_name)  # fmt: skip
+        by_name
+    )
     assert by_name["ratio/token"]["clips"] == ["none", "ppo", "higher", "dual"]
     assert main(["estimators", "verl/nope"]) == 2
     err = capsys.readouterr().err
@@ -155,8 +171,9 @@ def test_all_equal_groups_give_exactly_zero_under_jit():
     import jax
     import jax.numpy as jnp
 
-    names = [n for n, e in estimators.REGISTRY.items()
-             if e.reward_only and not e.user and n != "vanilla"]  # fmt: skip
+    names = [
+        n for n, e in estimators.REGISTRY.items() if e.reward_only and not e.user and n != "vanilla"
+    ]
     for name in names:
         fn = jax.jit(lambda r, name=name: estimators.REGISTRY[name](r))
         for G in (G for G in (2, 3, 6, 7, 12) if G >= estimators.minimum_G(name)):

@@ -27,30 +27,65 @@ def arr(*shape, dtype=f32):
 CORE = [
     ("degenerate", core.degenerate, (arr(2, 3, 4),), (2, 3), (arr(),)),
     ("vanilla", core.vanilla_advantages, (arr(2, 3, 4),), (2, 3, 4), (arr(),)),
-    ("oracle", core.oracle_advantages, (arr(2, 3, 4), arr(2, 3)), (2, 3, 4),
-     (arr(2, 3, 4), arr(2))),  # baseline of the wrong rank
+    (
+        "oracle",
+        core.oracle_advantages,
+        (arr(2, 3, 4), arr(2, 3)),
+        (2, 3, 4),
+        (arr(2, 3, 4), arr(2)),
+    ),  # baseline of the wrong rank
     ("loo", core.loo_advantages, (arr(2, 3, 4),), (2, 3, 4), (arr(),)),
     ("mean", core.mean_advantages, (arr(2, 3, 4),), (2, 3, 4), (arr(),)),
     ("grpo", core.grpo_advantages, (arr(2, 3, 4),), (2, 3, 4), (arr(),)),
-    ("policy_gradient", core.policy_gradient, (arr(2, 3, 4), arr(2, 3, 4, 5)), (2, 3, 5),
-     (arr(2, 3, 4), arr(2, 3, 4))),  # scores without their D axis
+    (
+        "policy_gradient",
+        core.policy_gradient,
+        (arr(2, 3, 4), arr(2, 3, 4, 5)),
+        (2, 3, 5),
+        (arr(2, 3, 4), arr(2, 3, 4)),
+    ),  # scores without their D axis
     ("ustat_weights", core.ustat_weights, (arr(2, 3, 4),), (2, 3, 4), (arr(),)),
-    ("ustat_gradient", core.ustat_gradient, (arr(2, 3, 4), arr(2, 3, 4, 5)), (2, 3, 5),
-     (arr(2, 3, 4), arr(2, 3, 5, 4))),  # scores [..., D, G]
+    (
+        "ustat_gradient",
+        core.ustat_gradient,
+        (arr(2, 3, 4), arr(2, 3, 4, 5)),
+        (2, 3, 5),
+        (arr(2, 3, 4), arr(2, 3, 5, 4)),
+    ),  # scores [..., D, G]
     ("tree", core.tree_advantages, (arr(2, 3, 4, 2),), (2, 3, 4), (arr(4),)),
-]  # fmt: skip
+]
 
 _T = (arr(2, 3, 4, 5), arr(2, 3, 4, 5), arr(2, 3, 4), arr(2, 3, 4, 5), 0.2, 0.28, 3.0)
 OTHERS = [
-    ("loss_weights", lambda x: aggregation.loss_weights("token-mean", x), (arr(2, 3, 4),),
-     (2, 3, 4), (arr(),)),
-    ("relative_weights", lambda x: aggregation.relative_weights("seq-mean-token-mean", x),
-     (arr(2, 3, 4),), (2, 3, 4), (arr(),)),
-    ("objective", lambda *a: offpolicy.objective("token", "ppo", *a)[0], _T, (2, 3, 4, 5),
-     (_T[0], _T[1], arr(2, 3), *_T[3:])),  # c without its G axis
-    ("kl_terms", lambda *a: offpolicy.kl_terms("k3", *a), _T[:2] + _T[3:4], (2, 3, 4, 5),
-     (arr(5), arr(5), arr(5))),  # no G axis
-]  # fmt: skip
+    (
+        "loss_weights",
+        lambda x: aggregation.loss_weights("token-mean", x),
+        (arr(2, 3, 4),),
+        (2, 3, 4),
+        (arr(),),
+    ),
+    (
+        "relative_weights",
+        lambda x: aggregation.relative_weights("seq-mean-token-mean", x),
+        (arr(2, 3, 4),),
+        (2, 3, 4),
+        (arr(),),
+    ),
+    (
+        "objective",
+        lambda *a: offpolicy.objective("token", "ppo", *a)[0],
+        _T,
+        (2, 3, 4, 5),
+        (_T[0], _T[1], arr(2, 3), *_T[3:]),
+    ),  # c without its G axis
+    (
+        "kl_terms",
+        lambda *a: offpolicy.kl_terms("k3", *a),
+        _T[:2] + _T[3:4],
+        (2, 3, 4, 5),
+        (arr(5), arr(5), arr(5)),
+    ),  # no G axis
+]
 
 
 def _framework_case(spec):

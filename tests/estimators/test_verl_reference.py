@@ -25,18 +25,31 @@ import pytest
 # (rewards (P, G), lengths (P, G) in tokens, greedy reward (P,)): binary, all-equal, continuous,
 # ties at the top, a group whose ddof-1 variance 3e-7 is below epsilon = 1e-6, singletons.
 CASES = (
-    ([[1, 0, 0, 1], [1, 1, 1, 1], [0.25, 0.5, 2.0, -1.0]],
-     [[3, 1, 4, 2], [2, 2, 5, 1], [1, 6, 2, 3]], [1, 0, 0.5]),
+    (
+        [[1, 0, 0, 1], [1, 1, 1, 1], [0.25, 0.5, 2.0, -1.0]],
+        [[3, 1, 4, 2], [2, 2, 5, 1], [1, 6, 2, 3]],
+        [1, 0, 0.5],
+    ),
     ([[0, 1], [0, 0], [3, -1]], [[2, 5], [1, 1], [4, 3]], [0, 1, 1]),
-    ([[0.7, 0.7, 0.1, 0.3, -0.2], [0.0, 0.001, 0.0, 0.001, 0.0]],
-     [[2, 3, 1, 1, 4], [1, 2, 3, 4, 5]], [0.7, 0.0]),
+    (
+        [[0.7, 0.7, 0.1, 0.3, -0.2], [0.0, 0.001, 0.0, 0.001, 0.0]],
+        [[2, 3, 1, 1, 4], [1, 2, 3, 4, 5]],
+        [0.7, 0.0],
+    ),
     ([[2.0], [-3.0], [0.5]], [[1], [4], [2]], [1, 0, 0.5]),
-)  # fmt: skip
+)
 
 NAMES = (
-    "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus_baseline",
-    "opo", "gpg", "grpo_passk", "remax",
-)  # fmt: skip
+    "grpo",
+    "grpo_vectorized",
+    "rloo",
+    "rloo_vectorized",
+    "reinforce_plus_plus_baseline",
+    "opo",
+    "gpg",
+    "grpo_passk",
+    "remax",
+)
 
 
 def verl_advantages(core_algos, name, rewards, lengths, greedy, dtype):
@@ -296,8 +309,11 @@ def _gpolab(name, rewards, lengths, greedy, dtype):
     from gpolab.estimators import registry
 
     entry = registry.get(f"verl/{name}")
-    kw = {k: jnp.asarray(v, dtype) for k, v in (("lengths", lengths), ("greedy", greedy))
-          if k in entry.needs}  # fmt: skip
+    kw = {
+        k: jnp.asarray(v, dtype)
+        for k, v in (("lengths", lengths), ("greedy", greedy))
+        if k in entry.needs
+    }
     return np.asarray(entry(jnp.asarray(rewards, dtype), **kw), dtype=np.float64)
 
 
@@ -333,10 +349,10 @@ def test_b178a3cd_difference_is_the_variance_floor(x64):
     d = r - r.mean()
     var = np.sum(d * d) / (len(r) - 1)
     assert var < 1e-6
-    np.testing.assert_allclose(VERL_091["grpo_vectorized"][2][1], d / (np.sqrt(var) + 1e-6),
-                               rtol=2e-6)  # fmt: skip
-    np.testing.assert_allclose(VERL_B178A3CD["grpo_vectorized"][2][1], d / (1e-3 + 1e-6),
-                               rtol=2e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        VERL_091["grpo_vectorized"][2][1], d / (np.sqrt(var) + 1e-6), rtol=2e-6
+    )
+    np.testing.assert_allclose(VERL_B178A3CD["grpo_vectorized"][2][1], d / (1e-3 + 1e-6), rtol=2e-6)
 
 
 def _random_batch(rng, P, G, kind):

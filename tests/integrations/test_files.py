@@ -31,8 +31,16 @@ def _hooked_run(root, steps=30, groups=8, G=4, measured=3, seed=0):
     """A run folder as a hook writes it: every group's rewards, the proxy on ``measured`` groups
     per step (NaN elsewhere), gradient norms at B = 1, 2 and the trainer's settings."""
     rng = np.random.default_rng(seed)
-    w = files.Writer(root, {"loss_type": "dapo", "scale_rewards": "group", "num_generations": G,
-                            "beta": 0.0, "trl_version": "test"})  # fmt: skip
+    w = files.Writer(
+        root,
+        {
+            "loss_type": "dapo",
+            "scale_rewards": "group",
+            "num_generations": G,
+            "beta": 0.0,
+            "trl_version": "test",
+        },
+    )
     p = rng.beta(1.0, 1.5, groups)
     for s in range(1, steps + 1):
         z = (rng.random((groups, G)) < p[:, None]).astype(float)
@@ -51,8 +59,7 @@ def test_plan_reads_a_hooked_run_folder_and_says_what_the_trainer_followed(tmp_p
     assert found["log"].name == files.ROLLOUTS and found["norms"] is not None
     assert json.loads((run / files.FOLDER / files.RUN).read_text())["overhead"] == 0.05
     cfg, trainer = plan.with_callback_files(plan.Config(log=str(run)))
-    assert (cfg.format, cfg.proxy_column, cfg.grad_norms) == ("table", "proxy",
-                                                             str(found["norms"]))  # fmt: skip
+    assert (cfg.format, cfg.proxy_column, cfg.grad_norms) == ("table", "proxy", str(found["norms"]))
     assert trainer["loss_type"] == "dapo"
     assert main(["plan", str(run), "--out", str(tmp_path / "out"), "--quick"]) == 0
     text = (tmp_path / "out" / "report.md").read_text()
@@ -83,17 +90,27 @@ def test_verl_logger_on_a_verl_dump_gives_what_plan_reads_from_the_dump(tmp_path
 
     rng = np.random.default_rng(1)
     p = rng.beta(1.0, 1.5, 6)
-    rows = [{"step": s, "prompt": f"q{x}", "output": "o", "gts": "g",
-             "score": float(rng.random() < p[x])}
-            for s in (1, 2, 3) for x in range(6) for _ in range(4)]  # fmt: skip
+    rows = [
+        {
+            "step": s,
+            "prompt": f"q{x}",
+            "output": "o",
+            "gts": "g",
+            "score": float(rng.random() < p[x]),
+        }
+        for s in (1, 2, 3)
+        for x in range(6)
+        for _ in range(4)
+    ]
     dump = tmp_path / "dump"
     write_verl(dump, pd.DataFrame(rows))
     logger = PlanLogger(tmp_path / "run", {"adv_estimator": "grpo"})
     for f in sorted(dump.glob("*.jsonl")):
         recs = [js.loads(line) for line in f.read_text().splitlines()]
         uids = [f"{r['step']}-{r['input']}" for r in recs]
-        logger.log_generations(recs[0]["step"], [r["input"] for r in recs],
-                               [r["score"] for r in recs], uids=uids)  # fmt: skip
+        logger.log_generations(
+            recs[0]["step"], [r["input"] for r in recs], [r["score"] for r in recs], uids=uids
+        )
     logger.log_group_gradients(3, rng.normal(size=(6, 5)))
     logger.flush()
     a = rollouts.read(dump).frame

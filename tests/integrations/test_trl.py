@@ -33,29 +33,52 @@ def build(out, steps=STEPS):
     vocab = {"<pad>": 0, "<eos>": 1, "?": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
     tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>",
-                                        eos_token="<eos>")  # fmt: skip
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_layer=2, n_head=2, n_embd=32,
-                                       n_positions=32, bos_token_id=1, eos_token_id=1,
-                                       pad_token_id=0))  # fmt: skip
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(vocab),
+            n_layer=2,
+            n_head=2,
+            n_embd=32,
+            n_positions=32,
+            bos_token_id=1,
+            eos_token_id=1,
+            pad_token_id=0,
+        )
+    )
     rng = random.Random(0)
-    prompts = list(dict.fromkeys("".join(rng.choice(CHARS) for _ in range(3)) + "?"
-                                 for _ in range(64)))  # fmt: skip
+    prompts = list(
+        dict.fromkeys("".join(rng.choice(CHARS) for _ in range(3)) + "?" for _ in range(64))
+    )
     targets = {p: set(rng.sample(CHARS, 10 if i % 2 == 0 else 3)) for i, p in enumerate(prompts)}
 
     def reward(completions, prompts, **kw):
-        return [float(c.replace(" ", "")[:1] in targets[p])
-                for p, c in zip(prompts, completions, strict=True)]
+        return [
+            float(c.replace(" ", "")[:1] in targets[p])
+            for p, c in zip(prompts, completions, strict=True)
+        ]
 
-    args = GRPOConfig(output_dir=str(out), num_generations=G,
-                      per_device_train_batch_size=GROUPS * G, max_completion_length=1,
-                      max_steps=steps, logging_steps=1, log_completions=True, report_to=[],
-                      use_cpu=True, learning_rate=1e-5, beta=0.0, save_strategy="no",
-                      disable_tqdm=True, seed=0)  # fmt: skip
+    args = GRPOConfig(
+        output_dir=str(out),
+        num_generations=G,
+        per_device_train_batch_size=GROUPS * G,
+        max_completion_length=1,
+        max_steps=steps,
+        logging_steps=1,
+        log_completions=True,
+        report_to=[],
+        use_cpu=True,
+        learning_rate=1e-5,
+        beta=0.0,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
     data = Dataset.from_dict({"prompt": prompts * 40})
-    return GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
-                       processing_class=tokenizer)  # fmt: skip
+    return GRPOTrainer(
+        model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +129,12 @@ def test_score_norms_equal_an_independent_autograd_computation(run):
     P = 4
     prompt = torch.tensor([5, 6, 7, 2])
     answers = torch.tensor([[3], [8], [12], [16]])
-    output = {"prompt_ids": prompt.expand(4, -1),
-              "prompt_mask": torch.ones(4, P, dtype=torch.long), "completion_ids": answers,
-              "completion_mask": torch.ones(4, 1, dtype=torch.long)}
+    output = {
+        "prompt_ids": prompt.expand(4, -1),
+        "prompt_mask": torch.ones(4, P, dtype=torch.long),
+        "completion_ids": answers,
+        "completion_mask": torch.ones(4, 1, dtype=torch.long),
+    }
     W = callback.scores(output, range(4))
     assert callback.writer.settings["score_method"] == "vmap"
     model.eval()

@@ -17,8 +17,17 @@ from gpolab.labs.allocate import lab, rules
 from gpolab.runner import cli
 from gpolab.theory import allocation as theory
 
-SMALL = dict(prompts=8, actions=4, budget=(16, 40), cap=16, seeds=3000, history=4, runs=5,
-             steps=4, train_budget=24)  # fmt: skip
+SMALL = dict(
+    prompts=8,
+    actions=4,
+    budget=(16, 40),
+    cap=16,
+    seeds=3000,
+    history=4,
+    runs=5,
+    steps=4,
+    train_budget=24,
+)
 
 
 def _curves(spec, P=7, g_max=12, rho=0.05, seed=0):
@@ -119,16 +128,16 @@ def test_sampled_design_spends_the_budget_and_beats_uniform():
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    return {est: lab.run(lab.Config(**SMALL, estimator=est))
-            for est in ("loo", "grpo")}  # fmt: skip
+    return {est: lab.run(lab.Config(**SMALL, estimator=est)) for est in ("loo", "grpo")}
 
 
 @pytest.mark.parametrize("est", ["loo", "grpo"])
 def test_every_rule_exact_mse_given_its_allocation_matches_its_monte_carlo(small, est):
     res = small[est]["results"]
     fixed = res[res["theory_mse"].notna()]
-    assert set(fixed["rule"]) == {r for r, x in rules.RULES.items()
-                                  if x.kind in ("allocate", "staged")}  # fmt: skip
+    assert set(fixed["rule"]) == {
+        r for r, x in rules.RULES.items() if x.kind in ("allocate", "staged")
+    }
     se = np.hypot(fixed["mse_se"], fixed["theory_mse_se"])
     z = (fixed["mse"] - fixed["theory_mse"]) / np.where(se > 0, se, 1)  # se 0: all dropped
     assert np.all(np.abs(z) < 4.5), fixed.assign(z=z)[["rule", "budget", "mse", "theory_mse", "z"]]
@@ -241,13 +250,16 @@ def test_json_rows_carry_the_issue_columns(tmp_path, capsys):
     assert (tmp_path / "o" / "allocate_training.png").stat().st_size > 1000
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--budget", "8"], "budget: got 8"),
-    (["--estimator", "verl/gpg"], "estimator"),
-    (["--kind", "loglinear"], "kind"),
-    (["--rules", "nope"], "rules"),
-    (["--runs", "3"], "runs"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--budget", "8"], "budget: got 8"),
+        (["--estimator", "verl/gpg"], "estimator"),
+        (["--kind", "loglinear"], "kind"),
+        (["--rules", "nope"], "rules"),
+        (["--runs", "3"], "runs"),
+    ],
+)
 def test_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys, argv, words):
     assert cli.main(["allocate", *argv, "--out", str(tmp_path / "o")]) != 0
     err = capsys.readouterr().err
@@ -268,9 +280,13 @@ def test_plan_allocate_writes_a_table_a_script_applies(tmp_path, capsys):
     rng = np.random.default_rng(1)
     p = rng.beta(0.5, 2.0, 200)
     z = rng.random((3, 200, 8)) < p[None, :, None]
-    log = pd.DataFrame({"step": np.repeat(np.arange(3), 200 * 8),
-                        "prompt": np.tile(np.repeat([f"q{i}" for i in range(200)], 8), 3),
-                        "reward": z.ravel().astype(float)})  # fmt: skip
+    log = pd.DataFrame(
+        {
+            "step": np.repeat(np.arange(3), 200 * 8),
+            "prompt": np.tile(np.repeat([f"q{i}" for i in range(200)], 8), 3),
+            "reward": z.ravel().astype(float),
+        }
+    )
     path = tmp_path / "log.csv"
     log.to_csv(path, index=False)
     out = tmp_path / "o"
@@ -290,13 +306,16 @@ def test_plan_allocate_writes_a_table_a_script_applies(tmp_path, capsys):
 # ---- issue 40: Knapsack RL and GVM-RAFT as their authors run them, each rule on its own objective
 
 
-@pytest.mark.parametrize("p, valid, budget, max_n, want", [
-    # fallback: Σ int(cost) = 3 + 8 = 11 < 24 left, the excess 13 to the p̂ = 0 prompt
-    ([0.5, 0.25, 0.0, 1.0], [1, 1, 1, 1], 32, 16, [6, 9, 15, 2]),
-    ([0.5, 0.125, 0.0, 0.0], [1, 1, 1, 1], 64, 128, [7, 17, 20, 20]),
-    # no prompt with 0 < p̂ < 1: the rest to the p̂ = 0 ones, an invalid prompt counting as one
-    ([0.0, 1.0, 0.0, 0.0], [1, 1, 1, 0], 24, 128, [6, 2, 6, 10]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "p, valid, budget, max_n, want",
+    [
+        # fallback: Σ int(cost) = 3 + 8 = 11 < 24 left, the excess 13 to the p̂ = 0 prompt
+        ([0.5, 0.25, 0.0, 1.0], [1, 1, 1, 1], 32, 16, [6, 9, 15, 2]),
+        ([0.5, 0.125, 0.0, 0.0], [1, 1, 1, 1], 64, 128, [7, 17, 20, 20]),
+        # no prompt with 0 < p̂ < 1: the rest to the p̂ = 0 ones, an invalid prompt counting as one
+        ([0.0, 1.0, 0.0, 0.0], [1, 1, 1, 0], 24, 128, [6, 2, 6, 10]),
+    ],
+)
 def test_knapsack_matches_the_authors_sampling_budget_by_knapsack(p, valid, budget, max_n, want):
     """Hand vectors: liziniu/KnapsackRL exploration_utils.sampling_budget_by_knapsack(states,
     budget // P, max_n=max_n) with states [validity, p̂, 8] gives ``want`` (run on their code);
@@ -322,8 +341,13 @@ def test_knapsack_reads_the_latest_16_rewards():
     # failures here), so 2 of 16; the 20-group alone gave 5/20 one step earlier
     assert state["kn_p"][0, 0] == pytest.approx(2 / 16)
     assert state["kn_count"][0, 0] == 34
-    one = lab.observe(lab.fresh_state(1, 1), np.array([[3]]), np.array([[4]]), 1.0,
-                      np.array([[[1, 1, 1, 0]]], bool))  # fmt: skip
+    one = lab.observe(
+        lab.fresh_state(1, 1),
+        np.array([[3]]),
+        np.array([[4]]),
+        1.0,
+        np.array([[[1, 1, 1, 0]]], bool),
+    )
     view = lab.view_of(
         lab.Config(prompts=1, actions=2),
         lab.Bandit.of(lab.Config(prompts=1, actions=2).instance),
@@ -353,14 +377,19 @@ def test_gvm_reads_a_fresh_first_stage_counted_in_the_rollouts():
     a = np.zeros((1, 2, M), np.int64)
     out = {}
     for name in ("gvm", "gpolab-gvm-last"):
-        G, _, gen, _, n, _, _ = lab.step(rules.RULES[name], view, 8, pi, env.success, a, z,
-                                         np.random.default_rng(0), a1, a0)  # fmt: skip
+        G, _, gen, _, n, _, _ = lab.step(
+            rules.RULES[name], view, 8, pi, env.success, a, z, np.random.default_rng(0), a1, a0
+        )
         out[name] = (G[0].tolist(), gen[0].tolist(), n[0].tolist())
     assert out["gpolab-gvm-last"][0][0] == 0  # the old port: starved
     G, gen, n = out["gvm"]
     assert G[0] > 0 and sum(gen) == 8 and gen == [2 + g for g in G] and n == G
-    assert lab.own_objectives(np.array([n]), np.array([[1, 1]]), np.array([gen]),
-                              np.array([0.5, 0.5]))["update_cost"][0] == 0.5  # fmt: skip
+    assert (
+        lab.own_objectives(
+            np.array([n]), np.array([[1, 1]]), np.array([gen]), np.array([0.5, 0.5])
+        )["update_cost"][0]
+        == 0.5
+    )
 
 
 def test_own_objective_columns_against_enumeration(small):

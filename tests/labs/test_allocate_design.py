@@ -24,18 +24,24 @@ def _design(kw, estimator, budget):
     return d, float(keep), cfg, o, f
 
 
-@pytest.mark.parametrize("name,estimator", [
-    ("default", "loo"), ("small", "loo"), ("small", "grpo"),
-    pytest.param("default", "grpo", marks=pytest.mark.slow),  # grpo's count tables to G = 128
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,estimator",
+    [
+        ("default", "loo"),
+        ("small", "loo"),
+        ("small", "grpo"),
+        pytest.param("default", "grpo", marks=pytest.mark.slow),  # grpo's count tables to G = 128
+    ],
+)
 def test_sampled_design_spends_its_budget_and_never_loses_to_keep_all(name, estimator):
     """Before: 511.46 of 512 and 2047.12 of 2048 expected rollouts on the default instance, and
     at N = 2048 an exact MSE above the keep-all greedy's (3.72020e-5 vs 3.71985e-5)."""
     kw = INSTANCES[name]
     P = lab.Config(**kw).instance.prompts
     top = lab.Config(**kw).cap * P // 2
-    for budget in sorted({2 * P, 3 * P, 4 * P, 8 * P, 10 * P, 512, 2048, top} & set(
-            range(2 * P, top + 1))):  # fmt: skip
+    for budget in sorted(
+        {2 * P, 3 * P, 4 * P, 8 * P, 10 * P, 512, 2048, top} & set(range(2 * P, top + 1))
+    ):
         d, keep, *_ = _design(kw, estimator, budget)
         assert float(d.rollouts()) == pytest.approx(budget, rel=1e-12, abs=1e-9), budget
         assert float(d.mse) <= keep * (1 + 1e-12), (budget, float(d.mse), keep)
@@ -62,8 +68,9 @@ def test_gpolab_sample_draws_realize_the_design():
     S, budget = 20000, 160
     view = lab.view_of(cfg, env, pi, lab.fresh_state(S, 16), a1, a0, oracle)
     G, weight = rules.gpolab_sample(view, budget, np.random.default_rng(0))
-    d = theory.sampled_design(oracle["second_moment"], oracle["kappa"], oracle["gsq"], env.f,
-                              budget)  # fmt: skip
+    d = theory.sampled_design(
+        oracle["second_moment"], oracle["kappa"], oracle["gsq"], env.f, budget
+    )
     assert 0 < float(d.q) < 1  # the jump is randomized here
     spent = G.sum(-1)
     assert abs(spent.mean() - budget) < 4 * spent.std() / np.sqrt(S)
@@ -95,16 +102,23 @@ def _res(rows):
 def test_bias_verdicts_have_power_and_say_cannot_tell():
     """Before: |bias²| <= 4 SE counted GRESO unbiased at N = 128 of the quick run (1.37e-6 ±
     3.8e-7, 3.6 SE) and named it runner-up among the unbiased rules."""
-    res = _res([
-        ("greso", 128, 1.37e-6, 3.8e-7, 6.0e-4, 2e-6),  # 3.6 SE: found biased
-        ("uniform", 128, 2.0e-8, 1.0e-7, 8.0e-4, 2e-6),  # bound 2.6e-7 < 1% of MSE: unbiased
-        ("vip", 128, 2.0e-8, 5.0e-6, 8.0e-4, 2e-6),  # bound 1.2e-5 > 1% of MSE: cannot tell
-        ("knapsack", 128, -1e-7, float("nan"), 8.0e-4, 2e-6),  # NaN is never a pass
-        ("gpolab-drop", 128, 3.8e-5, 1.5e-9, 5e-5, 1e-7),  # the negative control: biased
-    ])  # fmt: skip
+    res = _res(
+        [
+            ("greso", 128, 1.37e-6, 3.8e-7, 6.0e-4, 2e-6),  # 3.6 SE: found biased
+            ("uniform", 128, 2.0e-8, 1.0e-7, 8.0e-4, 2e-6),  # bound 2.6e-7 < 1% of MSE: unbiased
+            ("vip", 128, 2.0e-8, 5.0e-6, 8.0e-4, 2e-6),  # bound 1.2e-5 > 1% of MSE: cannot tell
+            ("knapsack", 128, -1e-7, float("nan"), 8.0e-4, 2e-6),  # NaN is never a pass
+            ("gpolab-drop", 128, 3.8e-5, 1.5e-9, 5e-5, 1e-7),  # the negative control: biased
+        ]
+    )
     v = dict(zip(res["rule"], lab.bias_verdicts(res), strict=True))
-    assert v == {"greso": "biased", "uniform": "unbiased", "vip": "cannot tell",
-                 "knapsack": "cannot tell", "gpolab-drop": "biased"}  # fmt: skip
+    assert v == {
+        "greso": "biased",
+        "uniform": "unbiased",
+        "vip": "cannot tell",
+        "knapsack": "cannot tell",
+        "gpolab-drop": "biased",
+    }
     assert list(lab.unbiased(res)["rule"]) == ["uniform"]
     # the old rule would have passed GRESO
     assert abs(1.37e-6) <= 4 * 3.8e-7

@@ -412,8 +412,20 @@ def test_cli_end_to_end_json(tmp_path, capsys):
     """The CLI's JSON rows agree with its saved tables, and at n = 300 (past the transient at
     β = 3) each estimator's mean of n·Δ is within 4 SE of its law's Σ w_k and KS p > 1e-3."""
     out = tmp_path / "chi2"
-    argv = ["chi2", "--estimator", "loo,grpo", "--seeds", "256", "--n", "10,300",
-            "--mc-groups", "16384", "--out", str(out), "--json"]  # fmt: skip
+    argv = [
+        "chi2",
+        "--estimator",
+        "loo,grpo",
+        "--seeds",
+        "256",
+        "--n",
+        "10,300",
+        "--mc-groups",
+        "16384",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     keys = {"estimator", "n", "weights", "predicted_mean", "empirical_mean", "ci_low", "ci_high"}
@@ -468,8 +480,18 @@ def test_quick_keeps_typed_flags_end_to_end(tmp_path):
     out = tmp_path / "q"
     (out / "mine.toml").parent.mkdir()
     (out / "mine.toml").write_text('lab = "chi2"\n[chi2]\nseeds = 8\n[quick]\nn = [50, 100]\n')
-    argv = ["chi2", "--quick", "--config", str(out / "mine.toml"), "--estimator", "loo", "--n",
-            "20,40", "--out", str(out)]  # fmt: skip
+    argv = [
+        "chi2",
+        "--quick",
+        "--config",
+        str(out / "mine.toml"),
+        "--estimator",
+        "loo",
+        "--n",
+        "20,40",
+        "--out",
+        str(out),
+    ]
     assert main(argv) == 0
     df = pd.read_parquet(out / "results.parquet")
     assert df["n_seeds"].eq(chi2.Config.QUICK["seeds"]).all()  # untyped: quick beats the file

@@ -29,9 +29,12 @@ def test_one_G_keeps_its_keys_and_several_G_add_cells():
 
 @pytest.mark.parametrize(
     "G, message",
-    [((1, 4), "^G: got 1; allowed"), ((8, 8), r"^G: got \[8, 8\]; allowed: distinct group sizes"),
-     ((), "^G: got an empty list")],
-)  # fmt: skip
+    [
+        ((1, 4), "^G: got 1; allowed"),
+        ((8, 8), r"^G: got \[8, 8\]; allowed: distinct group sizes"),
+        ((), "^G: got an empty list"),
+    ],
+)
 def test_bad_group_sizes_are_one_config_error(G, message):
     with pytest.raises(ConfigError, match=message):
         chi2.Config(G=G).validate()
@@ -50,12 +53,30 @@ def test_paired_grid_tables_and_rate_figure(tmp_path):
     a cell does not depend on the other G of its grid; the tables carry G; the rate figure is
     drawn from them."""
     out = tmp_path / "rate"
-    assert main(["chi2", "--estimator", "loo,oracle", "--G", "4,16", "--paired", "--seeds", "64",
-                 "--n", "20,50", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "chi2",
+                "--estimator",
+                "loo,oracle",
+                "--G",
+                "4,16",
+                "--paired",
+                "--seeds",
+                "64",
+                "--n",
+                "20,50",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     t = output.read_tables(out, chi2.TABLES)
     assert len(t["samples"]) == 2 * 2 * 2 * 64 and set(t["samples"]["G"]) == {4, 16}
     assert set(zip(t["law"]["estimator"], t["law"]["G"], strict=True)) == {
-        (e, G) for e in ("loo", "oracle") for G in (4, 16)}  # fmt: skip
+        (e, G) for e in ("loo", "oracle") for G in (4, 16)
+    }
     assert t["results"]["paired"].all() and len(t["results"]) == 8
 
     def draws(tables, e, G):

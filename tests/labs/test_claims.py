@@ -107,8 +107,14 @@ def test_a_rule_may_compare_two_values():
     ],
 )
 def test_a_bad_ledger_is_one_line_naming_the_claim_and_field(tmp_path, entry, message):
-    base = {"id": '"X1"', "paper": '"U"', "claim": '"c"', "experiment": '"chi2"',
-            "statistic": '"chi2_law"', "rules": '["a >= 1"]'}  # fmt: skip
+    base = {
+        "id": '"X1"',
+        "paper": '"U"',
+        "claim": '"c"',
+        "experiment": '"chi2"',
+        "statistic": '"chi2_law"',
+        "rules": '["a >= 1"]',
+    }
     key = entry.split(" = ")[0]
     lines = [f"{k} = {v}" for k, v in base.items() if k != key] + [entry]
     path = tmp_path / "ledger.toml"
@@ -119,10 +125,17 @@ def test_a_bad_ledger_is_one_line_naming_the_claim_and_field(tmp_path, entry, me
 
 def test_oracle_match_statistic_on_a_table():
     # two estimators, two G; theory exact in the middle of the CI: z = 0, joint p = 1
-    df = pd.DataFrame({"estimator": ["loo", "oracle"] * 2, "G": [2, 2, 8, 8],
-                       "mse": [0.2, 0.1, 0.0264, 0.0250], "mse_se": [0.001] * 4,
-                       "theory_mse": [0.2, 0.1, 0.0264, 0.0250], "theory_mse_se": [0.0] * 4,
-                       "n_seeds": [1000] * 4})  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "estimator": ["loo", "oracle"] * 2,
+            "G": [2, 2, 8, 8],
+            "mse": [0.2, 0.1, 0.0264, 0.0250],
+            "mse_se": [0.001] * 4,
+            "theory_mse": [0.2, 0.1, 0.0264, 0.0250],
+            "theory_mse_se": [0.0] * 4,
+            "n_seeds": [1000] * 4,
+        }
+    )
     v = claims.oracle_match({"results": df})
     se = v.pop("se")
     assert v["loo_over_oracle_at_max_G"] == pytest.approx(1.056)
@@ -131,8 +144,10 @@ def test_oracle_match_statistic_on_a_table():
     assert v["joint_p"] == pytest.approx(1.0) and v["max_abs_z"] == 0.0 and se["joint_p"] == 0
     rules = {"rules": ["joint_p >= 0.01", "loo_over_oracle_at_max_G <= 1.05"]}
     assert claims.verdict(rules, v, se) == "inconclusive"  # 1.056 is 0.1 SE above 1.05
-    assert claims.verdict({"rules": ["joint_p >= 0.01", "loo_over_oracle_at_max_G <= 1.2"]},
-                          v, se) == "reproduced"  # fmt: skip
+    assert (
+        claims.verdict({"rules": ["joint_p >= 0.01", "loo_over_oracle_at_max_G <= 1.2"]}, v, se)
+        == "reproduced"
+    )
 
 
 def test_the_ledger_page_and_the_readme_summary_are_the_ledger_in_order():
@@ -171,18 +186,30 @@ def test_claims_end_to_end_a_true_and_a_false_claim(tmp_path, capsys):
             "prompts = 4\nactions = 8\n"
         )
     ledger = tmp_path / "ledger.toml"
-    ledger.write_text("".join(
-        f'[[claim]]\nid = "{i}"\npaper = "U"\nclaim = "loo is within 30% of the oracle."\n'
-        f'experiment = "{e}"\nstatistic = "oracle_match"\n'
-        'rules = ["loo_over_oracle_at_max_G <= 1.3"]\n'
-        for i, e in (("TRUE", "small_G8"), ("FALSE", "small_G3"))))  # fmt: skip
+    ledger.write_text(
+        "".join(
+            f'[[claim]]\nid = "{i}"\npaper = "U"\nclaim = "loo is within 30% of the oracle."\n'
+            f'experiment = "{e}"\nstatistic = "oracle_match"\n'
+            'rules = ["loo_over_oracle_at_max_G <= 1.3"]\n'
+            for i, e in (("TRUE", "small_G8"), ("FALSE", "small_G3"))
+        )
+    )
     readme, page = tmp_path / "README.md", tmp_path / "claims.md"
     for path, kind in ((readme, "claims-summary"), (page, "claims")):
         path.write_text(
             f"intro\n{docs_blocks.claims_begin(kind)}\nSTALE\n{docs_blocks.claims_end(kind)}\nend\n"
         )
-    argv = ["claims", "--ledger", str(ledger), "--experiments", str(exp), "--results",
-            str(tmp_path / "results"), "--out", str(tmp_path / "out")]  # fmt: skip
+    argv = [
+        "claims",
+        "--ledger",
+        str(ledger),
+        "--experiments",
+        str(exp),
+        "--results",
+        str(tmp_path / "results"),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(argv) == 0
     tables = output.read_tables(tmp_path / "out", claims.TABLES)
     for path in (readme, page):
@@ -255,9 +282,13 @@ def test_group_size_gain_with_one_sampled_G_is_not_testable_not_a_comparison_wit
 def test_fading_needs_a_decrease_that_matters():
     """N3 passed on any decrease (1.47 → 1.38): now at most half the excess over 1 may be left."""
     inf = math.inf
-    g = _gain_table([("admissible", "rho=0", inf, False, 1.47, 1.47, 1.47),
-                     ("admissible", "rho=0.9", inf, False, 1.38, 1.38, 1.38),
-                     ("oracle step", "rho=0.9", inf, False, 0.84, 0.84, 0.84)])  # fmt: skip
+    g = _gain_table(
+        [
+            ("admissible", "rho=0", inf, False, 1.47, 1.47, 1.47),
+            ("admissible", "rho=0.9", inf, False, 1.38, 1.38, 1.38),
+            ("oracle step", "rho=0.9", inf, False, 0.84, 0.84, 0.84),
+        ]
+    )
     v = claims_stats.gain_fades({"gain": g})
     se = v.pop("se")
     assert v["excess_kept"] == pytest.approx(0.38 / 0.47)
@@ -272,11 +303,17 @@ def test_fading_needs_a_decrease_that_matters():
 def test_a_tied_best_group_size_never_matches_the_prediction():
     """U6 counted winners tied over 3-4 G as matches; the shares carry a binomial SE, so 4 of 8
     is within one SE of the rule's 0.5: inconclusive, not a pass."""
-    s = pd.DataFrame({"env": ["bandit"] * 4 + ["arithmetic"] * 4, "N": [64] * 8,
-                      "schedule": ["constant"] * 8, "interior_minimum": [True] * 8,
-                      "empirical_best_G": [8, 8, 8, 8, 4, 4, 4, 4],
-                      "predicted_best_G": [8] * 4 + [4] * 4,
-                      "tied_G": ["4,8,16"] * 4 + ["4"] * 4})  # fmt: skip
+    s = pd.DataFrame(
+        {
+            "env": ["bandit"] * 4 + ["arithmetic"] * 4,
+            "N": [64] * 8,
+            "schedule": ["constant"] * 8,
+            "interior_minimum": [True] * 8,
+            "empirical_best_G": [8, 8, 8, 8, 4, 4, 4, 4],
+            "predicted_best_G": [8] * 4 + [4] * 4,
+            "tied_G": ["4,8,16"] * 4 + ["4"] * 4,
+        }
+    )
     v = claims_stats.train_optimum({"summary": s})
     se = v.pop("se")
     assert v["matches_prediction_frac"] == 0.5 and v["separated_frac"] == 0.5
@@ -291,10 +328,19 @@ def test_a_tied_best_group_size_never_matches_the_prediction():
 
 def test_a_nan_recovery_is_never_covered():
     """gpolab-4 counted a NaN G* with the interval [5.31, inf] as covered."""
-    df = pd.DataFrame({"format": ["trl"] * 2, "env": ["bandit"] * 2, "quantity": ["mean", "G*"],
-                       "G": [8.0, math.nan], "truth": [0.3, 6.07], "recovered": [0.31, math.nan],
-                       "lo": [0.28, 5.31], "hi": [0.34, math.inf],
-                       "covered": [True, True]})  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "format": ["trl"] * 2,
+            "env": ["bandit"] * 2,
+            "quantity": ["mean", "G*"],
+            "G": [8.0, math.nan],
+            "truth": [0.3, 6.07],
+            "recovered": [0.31, math.nan],
+            "lo": [0.28, 5.31],
+            "hi": [0.34, math.inf],
+            "covered": [True, True],
+        }
+    )
     v = claims_stats.plan_recovery({"results": df})
     se = v.pop("se")
     assert v["uncovered"] == 1
@@ -306,10 +352,18 @@ def test_mean_baseline_z_uses_the_bias_standard_error():
     estimator scored z = 2.88 and passed; with the bias²'s own SE it is far off, and 'biased'
     needs bias² 3 SE above 0."""
     n, V, theory = 20_000, 0.05, 6.74e-4
-    df = pd.DataFrame({"estimator": ["mean", "loo", "oracle"], "G": [2] * 3,
-                       "mse": [0.0506, 0.143, 0.0988], "mse_se": [2.3e-4, 1e-3, 7e-4],
-                       "variance": [V, 0.143, 0.0988], "bias_sq": [0.0, 0.0, 0.0],
-                       "theory_bias_sq": [theory, 0.0, 0.0], "n_seeds": [n] * 3})  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "estimator": ["mean", "loo", "oracle"],
+            "G": [2] * 3,
+            "mse": [0.0506, 0.143, 0.0988],
+            "mse_se": [2.3e-4, 1e-3, 7e-4],
+            "variance": [V, 0.143, 0.0988],
+            "bias_sq": [0.0, 0.0, 0.0],
+            "theory_bias_sq": [theory, 0.0, 0.0],
+            "n_seeds": [n] * 3,
+        }
+    )
     rules = {"rules": ["bias_theory_abs_z <= 3", "bias_z >= 3", "lowest_mse_gap > 0"]}
     v = claims_stats.mean_baseline({"results": df})  # an unbiased "mean": bias² 0
     se = v.pop("se")
@@ -332,8 +386,16 @@ def test_a_nan_p_value_is_never_a_bonferroni_pass():
 def test_no_exact_theory_rows_give_a_nan_joint_test_not_a_crash():
     import pandas as pd
 
-    rows = pd.DataFrame({"estimator": ["loo"], "G": [4], "mse": [1.0], "mse_se": [0.1],
-                         "theory_mse": [float("nan")], "n_seeds": [100]})  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "estimator": ["loo"],
+            "G": [4],
+            "mse": [1.0],
+            "mse_se": [0.1],
+            "theory_mse": [float("nan")],
+            "n_seeds": [100],
+        }
+    )
     assert all(math.isnan(v) for v in claims._joint(rows))
 
 
@@ -344,10 +406,13 @@ def test_an_exact_equality_rule_does_not_hang_on_the_last_bit():
 
 @pytest.mark.parametrize(
     "claim, headline",
-    [("Short claim.", "Short claim."), ("A: rest. More.", "A."),
-     ("Under (a: b) it holds. Then more.", "Under (a: b) it holds."),
-     ("x " * 100, ("x " * 75).strip() + " …")],
-)  # fmt: skip
+    [
+        ("Short claim.", "Short claim."),
+        ("A: rest. More.", "A."),
+        ("Under (a: b) it holds. Then more.", "Under (a: b) it holds."),
+        ("x " * 100, ("x " * 75).strip() + " …"),
+    ],
+)
 def test_the_readme_summary_shows_each_claims_first_clause(claim, headline):
     assert claims_report.headline(claim) == headline
 

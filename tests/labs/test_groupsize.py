@@ -336,17 +336,23 @@ def test_bad_out_is_one_line_before_any_computation(mode, tmp_path, capsys, monk
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--train", "--N", "64"], "--N: not used with train = True; it applies only when train "
-         "is False"),
+        (
+            ["--train", "--N", "64"],
+            "--N: not used with train = True; it applies only when train is False",
+        ),
         (["--bandit-steps", "5"], "--bandit-steps: not used with train = False, env = both"),
         (["--env", "bandit"], "--env: not used with train = False; it applies only when train"),
-        (["--train", "--env", "arithmetic", "--prompts", "4"],
-         "--prompts: not used with env = arithmetic; it applies only when env is bandit or both"),
-        (["--train", "--env", "bandit", "--questions", "9"],
-         "--questions: not used with train = True, env = bandit"),
+        (
+            ["--train", "--env", "arithmetic", "--prompts", "4"],
+            "--prompts: not used with env = arithmetic; it applies only when env is bandit or both",
+        ),
+        (
+            ["--train", "--env", "bandit", "--questions", "9"],
+            "--questions: not used with train = True, env = bandit",
+        ),
         (["--train", "--chunk", "8"], "--chunk: not used with train = True"),
     ],
-)  # fmt: skip
+)
 def test_a_flag_the_mode_does_not_use_is_an_error(argv, message, tmp_path, capsys, monkeypatch):
     _no_compute(monkeypatch)
     assert main(["groupsize", *argv, "--out", str(tmp_path / "o")]) == 2
@@ -376,8 +382,9 @@ def test_quick_keeps_typed_flags_end_to_end(tmp_path):
 
 def test_only_cells_whose_settings_changed_are_recomputed(tmp_path, monkeypatch):
     store, done = Store(tmp_path), []
-    progress = type("P", (), {"skip": lambda self, n: None,
-                              "update": lambda self, n, note: done.append(note)})()  # fmt: skip
+    progress = type(
+        "P", (), {"skip": lambda self, n: None, "update": lambda self, n, note: done.append(note)}
+    )()
     fixed = groupsize.Config(N=(8,), seeds=200, prompts=4, actions=8)
     first = groupsize.run(fixed, store=store, progress=progress)
     assert len(done) == 3
@@ -395,8 +402,9 @@ def test_only_cells_whose_settings_changed_are_recomputed(tmp_path, monkeypatch)
     groupsize.run(fixed.replace(prompts=5), store=store, progress=progress)
     assert len(done) == 3  # another bandit: every cell
     done.clear()
-    train = groupsize.Config(train=True, env="bandit", seeds=8, bandit_N=(8,), bandit_steps=3,
-                             prompts=4, actions=8)  # fmt: skip
+    train = groupsize.Config(
+        train=True, env="bandit", seeds=8, bandit_N=(8,), bandit_steps=3, prompts=4, actions=8
+    )
     groupsize.run(train, store=store, progress=progress)
     assert len(done) == 6
     done.clear()  # the arithmetic settings do not touch bandit cells; the decay η only decay's
@@ -420,8 +428,10 @@ def test_epoch_draws_take_distinct_pool_items_and_reshuffle_every_epoch():
     pool = jnp.arange(100, 100 + P, dtype=jnp.int32)
     key = jax.random.key(4)
     draw = jax.jit(pools.epoch_draws, static_argnums=1)
-    steps = [np.asarray(draw(pools.PoolDraw(pool, key, jnp.int32(t)), N, jnp.int32(G)))[:3]
-             for t in range(6)]  # fmt: skip
+    steps = [
+        np.asarray(draw(pools.PoolDraw(pool, key, jnp.int32(t)), N, jnp.int32(G)))[:3]
+        for t in range(6)
+    ]
     epoch0, epoch1 = np.concatenate(steps[:3]), np.concatenate(steps[3:])
     assert len(set(epoch0)) == len(set(epoch1)) == 9 and set(epoch0) <= set(range(100, 110))
     assert not np.array_equal(epoch0, epoch1)
@@ -447,9 +457,18 @@ def test_pool_rows_skip_infeasible_g_and_predict_with_the_pool_law():
 
 
 def test_training_with_a_pool_reports_both_gaps():
-    cfg = groupsize.Config(train=True, env="bandit", seeds=8, bandit_N=(8,), bandit_steps=6,
-                           prompts=4, actions=8, instance_seed=3, pool=4,
-                           schedules=("constant",))  # fmt: skip
+    cfg = groupsize.Config(
+        train=True,
+        env="bandit",
+        seeds=8,
+        bandit_N=(8,),
+        bandit_steps=6,
+        prompts=4,
+        actions=8,
+        instance_seed=3,
+        pool=4,
+        schedules=("constant",),
+    )
     out = groupsize.run(cfg)
     df, s = out["results"], out["summary"]
     assert df["G"].tolist() == [2, 4, 8] and (df["gap_pool"] >= 0).all()

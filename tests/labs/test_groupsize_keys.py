@@ -17,7 +17,7 @@ CONFIGS = {
     "train": dict(train=True),
     "train_bandit": dict(train=True, env="bandit", bandit_N=(16,), schedules=("decay",)),
     "train_arithmetic": dict(train=True, env="arithmetic", arithmetic_N=(8,), questions=50),
-}  # fmt: skip
+}
 EXPERIMENTS = ("groupsize_mse", "groupsize_train")
 
 

@@ -21,9 +21,12 @@ def stdnorm_keys(cfg) -> list[str]:
     return [*train_keys, *bias_keys]
 
 
-LABS = {"tree": (tree.Config, tree.cell_keys), "chi2": (chi2.Config, chi2.cell_keys),
-        "curvature": (curvature.Config, curvature.cell_keys),
-        "stdnorm": (stdnorm.Config, stdnorm_keys)}  # fmt: skip
+LABS = {
+    "tree": (tree.Config, tree.cell_keys),
+    "chi2": (chi2.Config, chi2.cell_keys),
+    "curvature": (curvature.Config, curvature.cell_keys),
+    "stdnorm": (stdnorm.Config, stdnorm_keys),
+}
 PINNED = {
     "tree": "20 7feaf1f66c75821f 4e74a7f048499217",
     "tree-quick": "12 3ef6074ed415d633 666f2471aa3b4e0e",
@@ -50,13 +53,17 @@ EXPERIMENTS = {
 }
 # non-default settings, in today's spelling (the old spelling: test_old_names_give_the_same_keys)
 OTHERS = {
-    "tree": (dict(model="finite", thoughts=8, instance_seed=3, beta_a=1.5, beta_b=2.0, K=(4,),
-                  M=(2,)), "1 5cab6962f87a9165 80775b3c80e9a7b0"),
-    "chi2": (dict(instance_seed=2, estimator=("loo", "grpo")),
-             "2 42a1ed1f85919bab 7a7fc7162d23bf6e"),
+    "tree": (
+        dict(model="finite", thoughts=8, instance_seed=3, beta_a=1.5, beta_b=2.0, K=(4,), M=(2,)),
+        "1 5cab6962f87a9165 80775b3c80e9a7b0",
+    ),
+    "chi2": (
+        dict(instance_seed=2, estimator=("loo", "grpo")),
+        "2 42a1ed1f85919bab 7a7fc7162d23bf6e",
+    ),
     "curvature": (dict(prompts=8, rho=0.3, bound=2.0), "1 2a893fdcccbd8f89 9fc887330e5063f5"),
     "stdnorm": (dict(prompts=8, align=0.5, block=4), "34 968121ab4bc0ec54 f47c9cdebbd93f55"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("lab", LABS)

@@ -20,8 +20,11 @@ SMALL = dict(prompts=4, actions=8, G=8, seeds=4096, m=(1,), staleness=(0,), eta=
 
 
 def _cfg(**kw):
-    small = {k: v for k, v in SMALL.items()
-             if kw.get("env") != "arithmetic" or k not in ("prompts", "actions")}  # fmt: skip
+    small = {
+        k: v
+        for k, v in SMALL.items()
+        if kw.get("env") != "arithmetic" or k not in ("prompts", "actions")
+    }
     return offpolicy.Config(**{**small, **kw})
 
 
@@ -52,8 +55,12 @@ def test_bad_settings_are_one_error_naming_the_field(kw, field):
 
 
 def test_rule_grid_clips_only_what_takes_a_clip_and_kappa_only_with_kl():
-    cfg = _cfg(ratio=("none", "token", "cispo"), clip=("none", "ppo", "dual"), kl=("none", "k2"),
-               kappa=(0.1, 0.2))  # fmt: skip
+    cfg = _cfg(
+        ratio=("none", "token", "cispo"),
+        clip=("none", "ppo", "dual"),
+        kl=("none", "k2"),
+        kappa=(0.1, 0.2),
+    )
     ids = {(r["ratio"], r["clip"], r["kl"], r["kappa"]) for r in offpolicy.rule_ids(cfg)}
     assert ("none", "none", "none", 0.0) in ids and ("none", "ppo", "none", 0.0) not in ids
     assert {("token", c, "none", 0.0) for c in ("none", "ppo", "dual")} <= ids
@@ -66,8 +73,9 @@ def on_policy():
     """m = 1, k = 0: every rule on the same draws, and the sweep's loo row of the same bandit."""
     cfg = _cfg(advantages=("loo", "grpo"))
     res = offpolicy.run(cfg)["results"]
-    sw = sweep.run_sweep(sweep.Config(estimators=("loo", "grpo"), G=(8,), seeds=4096, prompts=4,
-                                      actions=8, seed=5))  # fmt: skip
+    sw = sweep.run_sweep(
+        sweep.Config(estimators=("loo", "grpo"), G=(8,), seeds=4096, prompts=4, actions=8, seed=5)
+    )
     return res, sw.set_index("estimator")
 
 
@@ -129,9 +137,22 @@ def test_slope_fit_rejects_a_wrong_power_and_skips_noise():
 def test_safe_reuse_reads_the_excess_and_says_when_a_margin_is_inside_one_se():
     """By MSE: m = 4 exceeds 10%, so 8 is not safe though its own excess is small; by the
     scale-free MSE every m is safe.  Negative control: a margin inside one SE is inconclusive."""
-    rows = [dict(ratio="token", clip="none", kl="none", kappa=0.0, eta=1.0, staleness=0, m=m,
-                 excess_mse=e, excess_mse_se=0.01, excess_scaled=0.01, excess_scaled_se=0.01)
-            for m, e in ((1, 0.0), (2, 0.05), (4, 0.2), (8, 0.05))]  # fmt: skip
+    rows = [
+        dict(
+            ratio="token",
+            clip="none",
+            kl="none",
+            kappa=0.0,
+            eta=1.0,
+            staleness=0,
+            m=m,
+            excess_mse=e,
+            excess_mse_se=0.01,
+            excess_scaled=0.01,
+            excess_scaled_se=0.01,
+        )
+        for m, e in ((1, 0.0), (2, 0.05), (4, 0.2), (8, 0.05))
+    ]
     safe = offpolicy.safe_reuse(pd.DataFrame(rows)).iloc[0]
     assert safe["safe_m"] == 2 and safe["safe_m_status"] == "ok"
     assert safe["safe_m_scaled"] == 8 and safe["tested_m"] == 8
@@ -159,13 +180,44 @@ def test_kl_estimators_gradients_against_the_exact_kl_gradient():
 
 
 def test_json_rows_carry_the_issue_columns(tmp_path, capsys):
-    argv = ["offpolicy", "--prompts", "3", "--actions", "4", "--seeds", "64", "--eta", "4",
-            "--m", "1,2", "--staleness", "0,1", "--ratio", "token,sis", "--clip", "none",
-            "--out", str(tmp_path / "o"), "--json"]  # fmt: skip
+    argv = [
+        "offpolicy",
+        "--prompts",
+        "3",
+        "--actions",
+        "4",
+        "--seeds",
+        "64",
+        "--eta",
+        "4",
+        "--m",
+        "1,2",
+        "--staleness",
+        "0,1",
+        "--ratio",
+        "token,sis",
+        "--clip",
+        "none",
+        "--out",
+        str(tmp_path / "o"),
+        "--json",
+    ]
     assert main(argv) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    need = {"ratio", "clip", "m", "eta", "staleness", "kl", "kappa", "bias_sq", "variance", "mse",
-            "cos", "snr"}  # fmt: skip
+    need = {
+        "ratio",
+        "clip",
+        "m",
+        "eta",
+        "staleness",
+        "kl",
+        "kappa",
+        "bias_sq",
+        "variance",
+        "mse",
+        "cos",
+        "snr",
+    }
     assert rows and all(need <= set(r) for r in rows)
     assert {(r["m"], r["staleness"]) for r in rows} == {(1, 0), (2, 0), (1, 1), (2, 1)}
     for name in ("results", "updates", "scaling", "safe_reuse"):
@@ -178,8 +230,14 @@ def test_json_rows_carry_the_issue_columns(tmp_path, capsys):
 def test_dual_is_ppo_plus_the_floor_and_its_row_says_so():
     """Issue 40 defect 1: with the floor out of reach (clip_c = 1e6) dual is ppo exactly (the old
     dual clipped at 1 + ε_high and gave clip-higher's rows); the row's eps_high is ε_low."""
-    cfg = _cfg(ratio=("token",), clip=("ppo", "higher", "dual"), clip_c=1e6, eta=(256.0,),
-               m=(1, 4), seeds=64)  # fmt: skip
+    cfg = _cfg(
+        ratio=("token",),
+        clip=("ppo", "higher", "dual"),
+        clip_c=1e6,
+        eta=(256.0,),
+        m=(1, 4),
+        seeds=64,
+    )
     res = offpolicy.run(cfg)["results"].set_index(["clip", "m"])
     np.testing.assert_array_equal(res.loc[("dual", 4), "mse"], res.loc[("ppo", 4), "mse"])
     assert res.loc[("dual", 4), "mse"] != res.loc[("higher", 4), "mse"]
@@ -240,13 +298,26 @@ def test_the_kernel_is_named_top_level_functions_whose_knobs_do_not_recompile():
     same shapes, traces nothing new."""
     from gpolab import engine
 
-    kernel = ("per_seed", "at_step_size", "stale_thetas", "epoch", "update", "draw", "targets",
-              "surrogate", "_kl_theory", "_scaled")  # fmt: skip
+    kernel = (
+        "per_seed",
+        "at_step_size",
+        "stale_thetas",
+        "epoch",
+        "update",
+        "draw",
+        "targets",
+        "surrogate",
+        "_kl_theory",
+        "_scaled",
+    )
     for name in kernel:  # per_seed first: the old one fails here, naming its closures
         code = getattr(offpolicy, name).__code__
-        nested = [c.co_name for c in code.co_consts
-                  if isinstance(c, types.CodeType)
-                  and (c.co_name == "<lambda>" or not c.co_name.startswith("<"))]  # fmt: skip
+        nested = [
+            c.co_name
+            for c in code.co_consts
+            if isinstance(c, types.CodeType)
+            and (c.co_name == "<lambda>" or not c.co_name.startswith("<"))
+        ]
         assert not nested, (name, nested)
     kw = dict(ratio=("token",), clip=("dual",), kl=("k3",), m=(2,), staleness=(0, 1), seeds=64)
     cfg = _cfg(**kw, eta=(1.0, 2.0), kappa=(0.1,))

@@ -23,11 +23,13 @@ def beta_log(path, *, groups=1500, G=8, steps=10, seed=0, levels=(0.0, 1.0)):
     rng = np.random.default_rng(seed)
     p = rng.beta(A, B, groups)
     z = rng.random((groups, G)) < p[:, None]
-    rows = pd.DataFrame({
-        "step": np.repeat(np.arange(groups) % steps, G),
-        "prompt": np.repeat([f"q{i}" for i in range(groups)], G),
-        "reward": np.where(z, levels[1], levels[0]).ravel(),
-    })  # fmt: skip
+    rows = pd.DataFrame(
+        {
+            "step": np.repeat(np.arange(groups) % steps, G),
+            "prompt": np.repeat([f"q{i}" for i in range(groups)], G),
+            "reward": np.where(z, levels[1], levels[0]).ravel(),
+        }
+    )
     rows.to_csv(path, index=False)
     return path
 
@@ -220,9 +222,13 @@ def test_plan_clusters_standard_errors_by_prompt(tmp_path):
     c, n, ids = repeated_prompt_log(np.random.default_rng(3))
     log = tmp_path / "log.csv"
     z = np.arange(8)[None, :] < c[:, None]  # c successes of 8 per group
-    pd.DataFrame({"step": np.repeat(np.arange(c.size) // 45, 8),
-                  "prompt": np.repeat([f"q{i}" for i in ids], 8),
-                  "reward": z.ravel() * 1.0}).to_csv(log, index=False)  # fmt: skip
+    pd.DataFrame(
+        {
+            "step": np.repeat(np.arange(c.size) // 45, 8),
+            "prompt": np.repeat([f"q{i}" for i in ids], 8),
+            "reward": z.ravel() * 1.0,
+        }
+    ).to_csv(log, index=False)
     cfg = config(tmp_path, log)
     tables = plan.run(cfg)
     p = plan.pooled(tables)
@@ -278,8 +284,13 @@ def test_plan_on_continuous_rewards_says_what_its_table_shows(tmp_path):
 
     rng = np.random.default_rng(4)
     log = tmp_path / "log.csv"
-    pd.DataFrame({"step": np.repeat(np.arange(40) % 5, 8), "prompt": np.repeat(np.arange(40), 8),
-                  "reward": rng.random(320)}).to_csv(log, index=False)  # fmt: skip
+    pd.DataFrame(
+        {
+            "step": np.repeat(np.arange(40) % 5, 8),
+            "prompt": np.repeat(np.arange(40), 8),
+            "reward": rng.random(320),
+        }
+    ).to_csv(log, index=False)
     cfg = config(tmp_path, log)
     tables = plan.run(cfg)
     p = plan.pooled(tables)
@@ -382,8 +393,15 @@ def test_the_report_says_when_the_log_cannot_pin_the_headline_G():
 
     G = np.array([2, 4, 8, 10, 16, 21, 32, 64, 128, 256])
     pred = 1.0 / G
-    wide = pd.DataFrame({"window": "all", "G": G, "predicted": pred, "lo": pred / 2,
-                         "hi": np.minimum(1.0, pred * 20)})  # fmt: skip
+    wide = pd.DataFrame(
+        {
+            "window": "all",
+            "G": G,
+            "predicted": pred,
+            "lo": pred / 2,
+            "hi": np.minimum(1.0, pred * 20),
+        }
+    )
     p = {"target": 0.1, "G_needed": 16, "groups": 80}
     text = plan_report.power_text(wide, p)
     width = float(wide.loc[wide["G"] == 16, "hi"].iloc[0] - wide.loc[wide["G"] == 16, "lo"].iloc[0])
@@ -395,13 +413,35 @@ def test_the_report_says_when_the_log_cannot_pin_the_headline_G():
 
 @pytest.mark.parametrize(
     "p, start",
-    [({"gstar": 5.98, "gstar_lo": 4.6, "gstar_hi": 15.0, "gstar_proxy_groups": 960,
-       "gstar_norm_rows": 1860}, "use G = 6 (G* = 5.98, 95% interval 4.6 .. 15;"),
-     ({"gstar": None, "gstar_lo": 4.0, "gstar_hi": float("inf"), "gstar_c1": 1.5,
-       "gstar_c1_se": 1.0, "prompts": 8}, "the log cannot decide G*: c1 = 1.5 ± 1"),
-     ({"gstar": None, "gstar_c1": -2.0, "gstar_lo": 3.0}, "the log cannot decide G*: the prompt"),
-     ({"gstar": None, "gstar_reason": "no proxy"}, "the log cannot decide G*: no proxy")],
-)  # fmt: skip
+    [
+        (
+            {
+                "gstar": 5.98,
+                "gstar_lo": 4.6,
+                "gstar_hi": 15.0,
+                "gstar_proxy_groups": 960,
+                "gstar_norm_rows": 1860,
+            },
+            "use G = 6 (G* = 5.98, 95% interval 4.6 .. 15;",
+        ),
+        (
+            {
+                "gstar": None,
+                "gstar_lo": 4.0,
+                "gstar_hi": float("inf"),
+                "gstar_c1": 1.5,
+                "gstar_c1_se": 1.0,
+                "prompts": 8,
+            },
+            "the log cannot decide G*: c1 = 1.5 ± 1",
+        ),
+        (
+            {"gstar": None, "gstar_c1": -2.0, "gstar_lo": 3.0},
+            "the log cannot decide G*: the prompt",
+        ),
+        ({"gstar": None, "gstar_reason": "no proxy"}, "the log cannot decide G*: no proxy"),
+    ],
+)
 def test_the_recommendation_line(p, start):
     from gpolab.labs.plan import report as plan_report
 
@@ -415,8 +455,9 @@ def one_prompt_log(path, *, groups=20, G=8, p=0.4, seed=0):
     """Every group asks the same prompt, one group per step."""
     rng = np.random.default_rng(seed)
     z = rng.random((groups, G)) < p
-    pd.DataFrame({"step": np.repeat(np.arange(groups), G), "prompt": "q",
-                  "reward": z.ravel().astype(float)}).to_csv(path, index=False)  # fmt: skip
+    pd.DataFrame(
+        {"step": np.repeat(np.arange(groups), G), "prompt": "q", "reward": z.ravel().astype(float)}
+    ).to_csv(path, index=False)
     return path
 
 
@@ -566,8 +607,9 @@ def test_the_split_table_says_why_B_is_na():
     from gpolab.labs.plan.report import _split_note
 
     at = pd.DataFrame({"G": [2, 4, 7, 8]})
-    assert _split_note(at, 7) == ("; B and informative_groups are n/a where G does not divide "
-                                  "N = 7: G = 2, 4, 8")  # fmt: skip
+    assert _split_note(at, 7) == (
+        "; B and informative_groups are n/a where G does not divide N = 7: G = 2, 4, 8"
+    )
     assert _split_note(at.iloc[[2]], 7) == ""
 
 

@@ -67,8 +67,9 @@ def _check_frame(log: rollouts.Log) -> None:
 
 def test_write_trl_matches_grpo_trainer_log_bytes(tmp_path):
     frame = _frame().assign(advantage=np.linspace(-1, 1, len(REWARDS)))
-    paths = rollouts.write_trl(tmp_path / "run", frame, reward_columns=("correct",),
-                               extra_columns=("proxy",))  # fmt: skip
+    paths = rollouts.write_trl(
+        tmp_path / "run", frame, reward_columns=("correct",), extra_columns=("proxy",)
+    )
     assert [p.name for p in paths] == ["completions_00001.parquet", "completions_00002.parquet"]
     # TRL's own path: deques of maxlen generation_batch_size, then pd.DataFrame(table).to_parquet
     rows = frame[frame["step"] == 2]
@@ -103,8 +104,13 @@ def _verl_dump(global_steps, inputs, outputs, gts, scores, reward_extra_infos_di
     os.makedirs(dump_path, exist_ok=True)
     filename = os.path.join(dump_path, f"{global_steps}.jsonl")
     n = len(inputs)
-    base_data = {"input": inputs, "output": outputs, "gts": gts, "score": scores,
-                 "step": [global_steps] * n}  # fmt: skip
+    base_data = {
+        "input": inputs,
+        "output": outputs,
+        "gts": gts,
+        "score": scores,
+        "step": [global_steps] * n,
+    }
     for k, v in reward_extra_infos_dict.items():
         if len(v) == n:
             base_data[k] = v
@@ -126,9 +132,15 @@ def test_write_verl_matches_dump_generations_bytes(tmp_path):
     frame = _verl_frame()
     paths = rollouts.write_verl(tmp_path / "mine", frame, extra_columns=("proxy",))
     rows = frame[frame["step"] == 1]
-    ref = _verl_dump(1, rows["prompt"].tolist(), rows["output"].tolist(), rows["gts"].tolist(),
-                     rows["score"].tolist(), {"proxy": rows["proxy"].tolist(), "short": [1]},
-                     str(tmp_path / "ref"))  # fmt: skip
+    ref = _verl_dump(
+        1,
+        rows["prompt"].tolist(),
+        rows["output"].tolist(),
+        rows["gts"].tolist(),
+        rows["score"].tolist(),
+        {"proxy": rows["proxy"].tolist(), "short": [1]},
+        str(tmp_path / "ref"),
+    )
     assert [p.name for p in paths] == ["1.jsonl", "2.jsonl"]
     assert paths[0].read_bytes() == open(ref, "rb").read()
     assert "c é" in paths[0].read_text(encoding="utf-8")  # ensure_ascii=False
@@ -168,9 +180,14 @@ def test_round_trip_verl_groups_by_input_in_any_order(tmp_path):
 def test_round_trip_table(tmp_path, suffix):
     f = _frame()
     table = pd.DataFrame(
-        {"step": f["step"], "prompt": f["prompt"], "reward": f["correct"],
-         "length": 10.0 * np.arange(20), "proxy": f["proxy"]}
-    )  # fmt: skip
+        {
+            "step": f["step"],
+            "prompt": f["prompt"],
+            "reward": f["correct"],
+            "length": 10.0 * np.arange(20),
+            "proxy": f["proxy"],
+        }
+    )
     path = rollouts.write_table(tmp_path / f"log{suffix}", table)
     log = rollouts.read(path)
     assert log.format == "table" and log.reward == "reward"
@@ -181,8 +198,14 @@ def test_round_trip_table(tmp_path, suffix):
 
 def test_table_group_column_and_folder_of_tables(tmp_path):
     f = _frame()
-    table = pd.DataFrame({"step": f["step"], "prompt": "same", "reward": f["correct"],
-                          "group": np.repeat(np.arange(5), 4)})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "step": f["step"],
+            "prompt": "same",
+            "reward": f["correct"],
+            "group": np.repeat(np.arange(5), 4),
+        }
+    )
     rollouts.write_table(tmp_path / "part0.csv", table.iloc[:12])
     rollouts.write_table(tmp_path / "part1.csv", table.iloc[12:])
     log = rollouts.read(tmp_path)
@@ -236,8 +259,12 @@ def test_trl_numeric_extra_column_is_summed_unless_named(tmp_path):
     f = _frame()
     g = f.groupby("step")["correct"]
     adv = (f["correct"] - g.transform("mean")) / (g.transform("std") + 1e-4)  # TRL, one function
-    rollouts.write_trl(tmp_path, f.assign(advantage=adv.fillna(0.0)),
-                       reward_columns=("correct",), extra_columns=("proxy",))  # fmt: skip
+    rollouts.write_trl(
+        tmp_path,
+        f.assign(advantage=adv.fillna(0.0)),
+        reward_columns=("correct",),
+        extra_columns=("proxy",),
+    )
     summed = rollouts.read(tmp_path)  # proxy not named: it looks like a reward function
     assert summed.reward == "sum of correct, proxy (TRL nansum, unit weights)"
     assert any("not an increasing function" in n for n in summed.notes)
@@ -398,8 +425,11 @@ def test_bad_options(tmp_path):
     rollouts.write_trl(tmp_path, _frame(), reward_columns=("correct",))
     with pytest.raises(ConfigError, match="format: got 'jsonl'; allowed: trl, verl, table"):
         rollouts.read(tmp_path, format="jsonl")
-    _raises(tmp_path / "completions", r"00001.parquet: proxy column 'norm' is not a column",
-            proxy_column="norm")  # fmt: skip
+    _raises(
+        tmp_path / "completions",
+        r"00001.parquet: proxy column 'norm' is not a column",
+        proxy_column="norm",
+    )
     t = rollouts.write_table(tmp_path / "t.csv", _frame().rename(columns={"correct": "reward"}))
     _raises(t, r"length column 'len' is not a column; columns: step, prompt", length_column="len")
     with pytest.raises(ConfigError, match=r"t.txt.*allowed: .csv, .parquet"):

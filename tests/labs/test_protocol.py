@@ -12,8 +12,18 @@ from gpolab.runner import labs, output
 from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
-SMALL = ["--estimators", "loo,grpo", "--G", "2,4", "--seeds", "300", "--prompts", "3",
-         "--actions", "4"]  # fmt: skip
+SMALL = [
+    "--estimators",
+    "loo,grpo",
+    "--G",
+    "2,4",
+    "--seeds",
+    "300",
+    "--prompts",
+    "3",
+    "--actions",
+    "4",
+]
 
 
 def protocol_labs():
@@ -216,8 +226,16 @@ def test_ctrl_c_is_one_line_with_the_cells_kept_and_how_to_resume(tmp_path, caps
 
 
 def test_replot_redraws_from_saved_tables_without_computing(tmp_path, monkeypatch, capsys):
-    argv = ["figures", "--quick", "--only", "tree_mse_heatmap", "--figures-dir",
-            str(tmp_path / "f"), "--out", str(tmp_path / "r")]  # fmt: skip
+    argv = [
+        "figures",
+        "--quick",
+        "--only",
+        "tree_mse_heatmap",
+        "--figures-dir",
+        str(tmp_path / "f"),
+        "--out",
+        str(tmp_path / "r"),
+    ]
     monkeypatch.setattr(
         "gpolab.labs.sweep.lab.Config.QUICK", {"seeds": 300, "K": (2,), "M": (1, 2)}, raising=True
     )
@@ -241,11 +259,15 @@ def test_replot_redraws_from_saved_tables_without_computing(tmp_path, monkeypatc
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--regimes", "admissible", "--seeds", "3"], "--seeds: not used with env = loglinear, "
-         "regimes = admissible; it applies only when env is loglinear and regimes includes tuned"),
+        (
+            ["--regimes", "admissible", "--seeds", "3"],
+            "--seeds: not used with env = loglinear, "
+            "regimes = admissible; it applies only when env is loglinear and regimes includes "
+            "tuned",
+        ),
         (["--regimes", "tuned", "--adm-steps", "3"], "regimes includes admissible"),
     ],
-)  # fmt: skip
+)
 def test_a_flag_of_a_regime_that_does_not_run_is_an_error(argv, message, tmp_path, capsys):
     assert main(["train", *argv, "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -155,9 +155,14 @@ def test_finite_K_correlation_and_mse_match_exact(a, b, M, variant):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "a,b,M,variant",
-    [(2.0, 3.0, 1, "thought-std"), (2.0, 3.0, 16, "thought-std"), (0.5, 0.5, 4, "thought-std"),
-     (1.0, 2.0, 8, "leaf-std"), (2.0, 3.0, 4, "mean-only")],
-)  # fmt: skip
+    [
+        (2.0, 3.0, 1, "thought-std"),
+        (2.0, 3.0, 16, "thought-std"),
+        (0.5, 0.5, 4, "thought-std"),
+        (1.0, 2.0, 8, "leaf-std"),
+        (2.0, 3.0, 4, "mean-only"),
+    ],
+)
 def test_variance_floor_matches_closed_form(a, b, M, variant):
     """At K = 256 the conditional variance matches the O(1/K) theory within 4 SE, and that theory
     sits within 1% of the exact K → ∞ floor."""
@@ -273,17 +278,23 @@ def test_bad_out_is_one_line_before_any_computation(tmp_path, capsys, monkeypatc
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--thoughts", "8"], "--thoughts: not used with model = beta; it applies only when model "
-         "is finite"),
+        (
+            ["--thoughts", "8"],
+            "--thoughts: not used with model = beta; it applies only when model is finite",
+        ),
         (["--logit-scale", "2", "--leaves", "4"], "--logit-scale: not used with model = beta"),
         (["--instance-seed", "3"], "--instance-seed: not used with model = beta"),
-        (["--leaves", "16", "--M", "4"], "--M: not used with mode = budget; it applies only when "
-         "mode is grid"),
-        (["--think-len", "100"], "--think-len: not used with mode = grid; it applies only when "
-         "mode is budget"),
+        (
+            ["--leaves", "16", "--M", "4"],
+            "--M: not used with mode = budget; it applies only when mode is grid",
+        ),
+        (
+            ["--think-len", "100"],
+            "--think-len: not used with mode = grid; it applies only when mode is budget",
+        ),
         (["--K", "2,,4"], "K: got '2,,4'; allowed: a comma-separated list of integers with no"),
     ],
-)  # fmt: skip
+)
 def test_a_flag_the_mode_does_not_use_is_an_error(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(engine, "run", fail)
     assert main(["tree", *argv, "--seeds", "8", "--out", str(tmp_path / "o")]) == 2
@@ -374,8 +385,16 @@ def test_figures_are_drawn_from_saved_tables_only(tmp_path, monkeypatch):
     assert len(floor) == 100 and floor["M"].min() == 1 and math.isclose(floor["M"].max(), 16)
     np.testing.assert_allclose(floor["theory_floor"], 5 / (5 + floor["M"]), rtol=1e-9)
     df = pd.read_parquet(tmp_path / "results.parquet")
-    for name, value in {"a": 2.0, "b": 3.0, "variant": "thought-std", "ddof": 1, "eps": 0.0,
-                        "model": "beta", "n_seeds": 64, "budget": 0}.items():  # fmt: skip
+    for name, value in {
+        "a": 2.0,
+        "b": 3.0,
+        "variant": "thought-std",
+        "ddof": 1,
+        "eps": 0.0,
+        "model": "beta",
+        "n_seeds": 64,
+        "budget": 0,
+    }.items():
         assert df[name].eq(value).all(), name
     from gpolab.labs.tree import plots
 
@@ -449,9 +468,18 @@ def budget_table(budget, think_len=256.0, answer_len=256.0, extra=()):
         if budget % K == 0:
             mom = theory.advantage_moments(law, K, budget // K, "thought-std", 1, 1e-4)
             deg = theory.degenerate_prob(params, K, budget // K)
-            rows.append(dict(K=K, M=budget // K, corr=mom["corr"], corr_se=0.01, mse=mom["mse"],
-                             theory_corr=mom["corr"], theory_exact=True,
-                             theory_degenerate_frac=deg))  # fmt: skip
+            rows.append(
+                dict(
+                    K=K,
+                    M=budget // K,
+                    corr=mom["corr"],
+                    corr_se=0.01,
+                    mse=mom["mse"],
+                    theory_corr=mom["corr"],
+                    theory_exact=True,
+                    theory_degenerate_frac=deg,
+                )
+            )
     rows += list(extra)
     df = pd.DataFrame(rows).assign(budget=budget, think_len=think_len, answer_len=answer_len)
     return df.assign(cost=lab.cost(df["K"], df["M"], think_len, answer_len))
@@ -460,8 +488,16 @@ def budget_table(budget, think_len=256.0, answer_len=256.0, extra=()):
 def test_always_zero_advantage_wins_on_mse_but_not_on_the_score():
     """An always-zero advantage has MSE 1 < flat GRPO's 1.155 at budget 8: the plain MSE would
     pick it; its corr is undefined (no variance) and it is never recommended."""
-    zero = dict(K=8, M=1, corr=math.nan, corr_se=math.nan, mse=1.0, theory_corr=math.nan,
-                theory_exact=False, theory_degenerate_frac=0.0)  # fmt: skip
+    zero = dict(
+        K=8,
+        M=1,
+        corr=math.nan,
+        corr_se=math.nan,
+        mse=1.0,
+        theory_corr=math.nan,
+        theory_exact=False,
+        theory_degenerate_frac=0.0,
+    )
     df = budget_table(8, extra=[zero])
     flat, nothing = df.loc[2], df.loc[3]  # both the 8 × 1 split
     assert (flat["K"], flat["M"]) == (8, 1) and flat["mse"] > 1.15  # the old ranking's artifact:
@@ -588,8 +624,11 @@ def test_overlap_figure_tells_its_splits_and_its_M_apart(tmp_path, monkeypatch):
     assert len(curves) == 3  # 2x4, 4x2, 8x1
     assert len({(ln.get_linestyle(), ln.get_marker()) for ln in curves}) == len(curves)
     labels = [t.get_text() for t in right.get_legend().get_texts()]
-    assert {lb for lb in labels if lb.startswith("M = ")} <= {"M = 1 (K = 8)", "M = 2 (K = 4)",
-                                                            "M = 4 (K = 2)"}  # fmt: skip
+    assert {lb for lb in labels if lb.startswith("M = ")} <= {
+        "M = 1 (K = 8)",
+        "M = 2 (K = 4)",
+        "M = 4 (K = 2)",
+    }
     assert any(lb.startswith("M = ") for lb in labels)
     assert "possible thoughts" in fig._suptitle.get_text()
     assert "leaves per prompt" in right.get_title()

@@ -15,11 +15,22 @@ def exact_tables(cfg: lab.Config) -> dict:
     rows = []
     for K, M in cfg.splits():
         th = lab._theory(cfg, params, law, K, M)
-        rows.append({"K": K, "M": M, "variance": th["theory_variance"], "variance_se": 1e-3,
-                     "mse": th["theory_mse"], "mse_group": th["theory_mse"],
-                     "corr": th["theory_corr"], "corr_se": 1e-3,
-                     "degenerate_frac": th["theory_degenerate_frac"], **th, **lab.settings(cfg),
-                     "n_seeds": cfg.seeds})  # fmt: skip
+        rows.append(
+            {
+                "K": K,
+                "M": M,
+                "variance": th["theory_variance"],
+                "variance_se": 1e-3,
+                "mse": th["theory_mse"],
+                "mse_group": th["theory_mse"],
+                "corr": th["theory_corr"],
+                "corr_se": 1e-3,
+                "degenerate_frac": th["theory_degenerate_frac"],
+                **th,
+                **lab.settings(cfg),
+                "n_seeds": cfg.seeds,
+            }
+        )
     df = lab.with_score(cfg, pd.DataFrame(rows))
     return {"results": df, "floor": lab.floor_table(cfg, df, law)}
 

@@ -20,10 +20,23 @@ def half_loo(rewards):
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory):
     estimators.register("test/half_loo", half_loo, min_group=2, source="tests")
-    cfg = zoo.Config(env=("bandit",), estimators=("loo", "mean", "grpo", "nemo/grpo",
-                     "verl/gpg", "test/half_loo", "paper/passk-training"), G=(2, 4),
-                     seeds=3000, kappa_G=(8,), kappa_points=10,
-                     out=str(tmp_path_factory.mktemp("zoo")))  # fmt: skip
+    cfg = zoo.Config(
+        env=("bandit",),
+        estimators=(
+            "loo",
+            "mean",
+            "grpo",
+            "nemo/grpo",
+            "verl/gpg",
+            "test/half_loo",
+            "paper/passk-training",
+        ),
+        G=(2, 4),
+        seeds=3000,
+        kappa_G=(8,),
+        kappa_points=10,
+        out=str(tmp_path_factory.mktemp("zoo")),
+    )
     return zoo.run(cfg)
 
 
@@ -101,9 +114,13 @@ def _passk(r, k=4):  # arXiv 2508.10751's analytic advantages (binary rewards)
     return np.where(r == 1, pos, neg)
 
 
-KAPPA_FORMS = {"loo": lambda r: np.asarray(r) - (np.sum(r) - np.asarray(r)) / (len(r) - 1),
-               "mean": lambda r: np.asarray(r) - np.mean(r), "grpo": _grpo, "nemo/grpo": _nemo,
-               "paper/passk-training": _passk}  # fmt: skip
+KAPPA_FORMS = {
+    "loo": lambda r: np.asarray(r) - (np.sum(r) - np.asarray(r)) / (len(r) - 1),
+    "mean": lambda r: np.asarray(r) - np.mean(r),
+    "grpo": _grpo,
+    "nemo/grpo": _nemo,
+    "paper/passk-training": _passk,
+}
 KAPPA_FORMS["test/half_loo"] = lambda r: 0.5 * KAPPA_FORMS["loo"](r)
 
 
@@ -169,8 +186,16 @@ def test_framework_theory_matches_monte_carlo_on_the_arithmetic_surrogate(tmp_pa
     """Exact count-table theory of framework estimators vs Monte Carlo on the arithmetic
     surrogate, whose S2 is itself a Monte Carlo estimate: |MC − theory| < 4 combined SE."""
     specs = ("grpo", "nemo/grpo", "verl/grpo_passk", "paper/passk-training[k=2]", "verl/opo")
-    cfg = Sweep(env="arithmetic", estimators=specs, G=(4,), seeds=600, policy=("instruct",),
-                questions=60, truth_samples=128, out=str(tmp_path))  # fmt: skip
+    cfg = Sweep(
+        env="arithmetic",
+        estimators=specs,
+        G=(4,),
+        seeds=600,
+        policy=("instruct",),
+        questions=60,
+        truth_samples=128,
+        out=str(tmp_path),
+    )
     df = run_sweep(cfg).set_index("estimator")
     for spec in specs:
         row = df.loc[spec]

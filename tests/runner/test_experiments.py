@@ -140,8 +140,14 @@ def test_figures_rejects_unknown_name(capsys):
 
 
 def test_tree_mean_only_cells_ignore_eps(tmp_path):
-    cfg = Sweep(env="tree", K=(2,), M=(1, 2), estimators=("mean-only", "thought-std"),
-                      seeds=300, out=str(tmp_path))  # fmt: skip
+    cfg = Sweep(
+        env="tree",
+        K=(2,),
+        M=(1, 2),
+        estimators=("mean-only", "thought-std"),
+        seeds=300,
+        out=str(tmp_path),
+    )
     run_sweep(cfg, store=Store(tmp_path))
     computed = []
     df = run_sweep(cfg.replace(eps=0.5), store=Store(tmp_path), on_row=computed.append)

@@ -33,9 +33,7 @@ def test_help_ends_with_the_examples(name, capsys):
     assert [line.strip() for line in tail if line.strip()] == list(EXAMPLES[name])
 
 
-@pytest.mark.parametrize(
-    "example", [ex for name in COMMANDS for ex in EXAMPLES[name]], ids=str
-)
+@pytest.mark.parametrize("example", [ex for name in COMMANDS for ex in EXAMPLES[name]], ids=str)
 def test_example_parses_and_resolves(example, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # plan's examples name a log: there it exists (validate checks)
     (tmp_path / "completions.parquet").touch()
@@ -104,7 +102,8 @@ def test_every_help_default_is_the_value_a_run_uses(name, tmp_path, monkeypatch)
     (tmp_path / "completions.parquet").touch()
     parser, shown = _help_defaults(name)
     assert _in_mode(shown.pop("max_hours", "24; 0: no limit"), []).startswith(
-        f"{progress.MAX_SECONDS / 3600:g};")
+        f"{progress.MAX_SECONDS / 3600:g};"
+    )
     if name in NOT_LABS:
         args = parser.parse_args([])
         if name == "figures":

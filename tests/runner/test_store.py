@@ -32,8 +32,13 @@ def _rows(i):
 def test_resume_computes_missing_cells_once(tmp_path):
     store, keys = st.Store(tmp_path), [f"k{i}" for i in range(4)]
     calls, skipped, seen = [], [], []
-    df = st.resume(store, keys, lambda i: calls.append(i) or _rows(i), on_skip=skipped.append,
-                   on_unit=seen.append)  # fmt: skip
+    df = st.resume(
+        store,
+        keys,
+        lambda i: calls.append(i) or _rows(i),
+        on_skip=skipped.append,
+        on_unit=seen.append,
+    )
     assert calls == [0, 1, 2, 3] and skipped == [] and len(seen) == 4
     assert df["value"].tolist() == [0.0, 1.0, 4.0, 9.0]
     assert set(df["cell_key"]) == set(keys)
@@ -74,13 +79,15 @@ def _pairs(idx):
 def test_units_of_several_cells_are_computed_together(tmp_path):
     store, keys = st.Store(tmp_path), [f"k{i}" for i in range(6)]
     units = []
-    df = st.resume(store, keys, lambda unit: units.append(unit) or [_rows(i) for i in unit],
-                   group=_pairs)  # fmt: skip
+    df = st.resume(
+        store, keys, lambda unit: units.append(unit) or [_rows(i) for i in unit], group=_pairs
+    )
     assert units == [[0, 1], [2, 3], [4, 5]] and df["cell"].tolist() == list(range(6))
     store.path("k3").unlink()
     units.clear()
-    st.resume(store, keys, lambda unit: units.append(unit) or [_rows(i) for i in unit],
-              group=_pairs)  # fmt: skip
+    st.resume(
+        store, keys, lambda unit: units.append(unit) or [_rows(i) for i in unit], group=_pairs
+    )
     assert units == [[3]]  # only the missing cell of its unit
 
 
@@ -99,8 +106,12 @@ def test_shares_cover_every_cell_once_and_never_split_a_unit(tmp_path):
 def test_agreement_decides_the_pending_cells(tmp_path):
     store, keys = st.Store(tmp_path), ["a", "b", "c"]
     calls = []
-    st.resume(store, keys, lambda i: calls.append(i) or _rows(i),
-              agree=lambda pending, n: pending | {0} if n == 3 else pending)  # fmt: skip
+    st.resume(
+        store,
+        keys,
+        lambda i: calls.append(i) or _rows(i),
+        agree=lambda pending, n: pending | {0} if n == 3 else pending,
+    )
     assert calls == [0, 1, 2]
     calls.clear()  # every cell stored; process 0 says cell 1 is still pending: it is recomputed
     st.resume(store, keys, lambda i: calls.append(i) or _rows(i), agree=lambda p, n: {1})

@@ -60,9 +60,12 @@ def test_lemma11_exact_ratio_matches_its_monte_carlo_and_the_direction_tends_to_
 
 @pytest.mark.parametrize(
     "change, message",
-    [(dict(arcsin_align=1.5), "^arcsin_align: got 1.5"),
-     (dict(arcsin_G=(1, 4)), "^arcsin_G: got 1"), (dict(arcsin_draws=1), "^arcsin_draws: got 1")],
-)  # fmt: skip
+    [
+        (dict(arcsin_align=1.5), "^arcsin_align: got 1.5"),
+        (dict(arcsin_G=(1, 4)), "^arcsin_G: got 1"),
+        (dict(arcsin_draws=1), "^arcsin_draws: got 1"),
+    ],
+)
 def test_bad_arcsin_settings_are_one_config_error(change, message):
     with pytest.raises(ConfigError, match=message):
         stdnorm.Config(regimes=("arcsin",), **change).validate()

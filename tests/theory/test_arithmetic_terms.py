@@ -22,9 +22,11 @@ def test_flags_are_the_instance_fields(capsys):
 
 @pytest.mark.parametrize(
     "argv, message",
-    [(["--questions", "x"], "questions: got 'x'"),
-     (["--strength", "0.9,0.1,0.5"], "strength: got (0.9, 0.1, 0.5)")],
-)  # fmt: skip
+    [
+        (["--questions", "x"], "questions: got 'x'"),
+        (["--strength", "0.9,0.1,0.5"], "strength: got (0.9, 0.1, 0.5)"),
+    ],
+)
 def test_bad_input_is_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         arithmetic_terms.main(argv)

@@ -75,8 +75,10 @@ def test_constant_baselines_bracket_vanilla_and_the_oracle():
     tau = theory.constant_baseline_variance(grid, h, s, 8)
     assert np.all(theory.constant_baseline_variance(best, h, s, 8) <= tau.min(0) + 1e-15)
     for G in (4, 64):
-        law = {k: theory.constant_baseline_law(params, b, B, G, BETA).weights
-               for k, b in (("zero", np.zeros(4)), ("V", V), ("best", best))}  # fmt: skip
+        law = {
+            k: theory.constant_baseline_law(params, b, B, G, BETA).weights
+            for k, b in (("zero", np.zeros(4)), ("V", V), ("best", best))
+        }
         np.testing.assert_allclose(law["zero"], _weights(params, "vanilla", G), rtol=1e-9)
         np.testing.assert_allclose(law["V"], _weights(params, "oracle", G), rtol=1e-9)
         ratio = law["best"].sum() / _weights(params, "oracle", G).sum()

@@ -41,8 +41,9 @@ def test_exact_special_cases_are_exact_for_any_a_b():
     assert tiny == pytest.approx(2e-9 / (1 + 1e-9) / (2 + 1e-9), rel=1e-12)
     G = np.array([1, 2, 8, 256])
     total = difficulty.degenerate_fraction(a[:, None], b[:, None], G)
-    assert np.allclose(total + difficulty.informative_fraction(a[:, None], b[:, None], G), 1,
-                       rtol=0, atol=1e-15)  # fmt: skip
+    assert np.allclose(
+        total + difficulty.informative_fraction(a[:, None], b[:, None], G), 1, rtol=0, atol=1e-15
+    )
     assert graded.degenerate_fraction_graded([[0.3, 0.5, 2.0]], 1)[0] == 1.0
     assert graded.degenerate_unbiased([[0.1, 0.2, 0.3], [1.0, 0.7]], 1) == 1.0
     assert difficulty.degenerate_fraction_known([0.1, 0.7, 0.3], [0.3, 0.3, 0.4], 1) == 1.0
@@ -81,8 +82,10 @@ def test_cluster_robust_covariance_is_the_sandwich_of_the_scores():
     s = difficulty.scores(plain.a, plain.b, c, n)
     h, x = 1e-6, np.log([plain.a, plain.b])
     for j, e in enumerate(np.eye(2) * h):
-        num = (stats.betabinom.logpmf(c, n, *np.exp(x + e))
-               - stats.betabinom.logpmf(c, n, *np.exp(x - e))) / (2 * h)  # fmt: skip
+        num = (
+            stats.betabinom.logpmf(c, n, *np.exp(x + e))
+            - stats.betabinom.logpmf(c, n, *np.exp(x - e))
+        ) / (2 * h)
         assert s[:, j] == pytest.approx(num, rel=1e-5, abs=1e-7)
     assert np.all(np.abs(s.sum(0)) < 1e-3 * np.abs(s).sum(0))  # the maximum: scores balance
     V = np.asarray(plain.cov)
@@ -98,8 +101,9 @@ def test_cluster_robust_covariance_is_the_sandwich_of_the_scores():
     flat = ((c == 0) | (c == n)).astype(float)
     want = np.sqrt(300 / 299 * np.sum(np.bincount(ids, flat - flat.mean()) ** 2)) / flat.size
     assert difficulty.mean_se(flat, ids) == pytest.approx(want, rel=1e-12)
-    assert difficulty.mean_se(flat) == pytest.approx(np.sqrt(flat.mean() * (1 - flat.mean())
-                                                             / flat.size))  # fmt: skip
+    assert difficulty.mean_se(flat) == pytest.approx(
+        np.sqrt(flat.mean() * (1 - flat.mean()) / flat.size)
+    )
     g = graded.fit_graded(np.stack([c, n - c], 1), clusters=ids)  # same sandwich, analytic
     assert g.alpha_se == pytest.approx((robust.a_se, robust.b_se), rel=1e-3)
     with pytest.raises(ConfigError, match="clusters"):
@@ -108,9 +112,13 @@ def test_cluster_robust_covariance_is_the_sandwich_of_the_scores():
 
 @pytest.mark.parametrize(
     "c, n, match",
-    [([1, 2], [2], "shapes"), ([1.5, 1], [2, 2], "non-integer"), ([3, 1], [2, 2], "0 <= "),
-     ([1], [2], "at least 2 prompts")],
-)  # fmt: skip
+    [
+        ([1, 2], [2], "shapes"),
+        ([1.5, 1], [2, 2], "non-integer"),
+        ([3, 1], [2, 2], "0 <= "),
+        ([1], [2], "at least 2 prompts"),
+    ],
+)
 def test_bad_counts_are_one_line(c, n, match):
     with pytest.raises(ConfigError, match=match):
         difficulty.fit(c, n)
@@ -161,9 +169,14 @@ def test_degenerate_curve_interval_matches_the_delta_method(fitted):
     assert curve.dapo_draws[1:].to_numpy() == pytest.approx(1 / (1 - curve.predicted[1:]))
     h, x = 1e-6, np.log([f.a, f.b])
     for i, g in enumerate(G[1:], 1):  # ±1 SE band vs √(∇ᵀ cov ∇) in log a, log b
-        grad = [(difficulty.degenerate_fraction(*np.exp(x + e), g)
-                 - difficulty.degenerate_fraction(*np.exp(x - e), g)) / (2 * h)
-                for e in np.eye(2) * h]  # fmt: skip
+        grad = [
+            (
+                difficulty.degenerate_fraction(*np.exp(x + e), g)
+                - difficulty.degenerate_fraction(*np.exp(x - e), g)
+            )
+            / (2 * h)
+            for e in np.eye(2) * h
+        ]
         se = np.sqrt(np.asarray(grad) @ np.asarray(f.cov) @ np.asarray(grad))
         assert (curve.hi[i] - curve.lo[i]) / 2 == pytest.approx(se, rel=0.05)
         assert curve.dapo_lo[i] <= curve.dapo_draws[i] <= curve.dapo_hi[i]
@@ -325,14 +338,19 @@ def _enumerate_groups(values, probs, n):
 @pytest.mark.parametrize("n", [3, 4, 5])
 @pytest.mark.parametrize(
     "values, probs",
-    [([(0, 0.3), (1, 0.7), (1, 2.0), (0, 1.5)], [0.2, 0.3, 0.1, 0.4]),  # binary Z
-     ([(0, 1.0), (0.5, 0.2), (1, 2.5)], [0.5, 0.3, 0.2])],  # graded Z
-)  # fmt: skip
+    [
+        ([(0, 0.3), (1, 0.7), (1, 2.0), (0, 1.5)], [0.2, 0.3, 0.1, 0.4]),  # binary Z
+        ([(0, 1.0), (0.5, 0.2), (1, 2.5)], [0.5, 0.3, 0.2]),
+    ],  # graded Z
+)
 def test_proxy_moments_are_unbiased_by_enumeration(values, probs, n):
     z, q, group, weight = _enumerate_groups(values, probs, n)
     s_x, a_x = gstar.proxy_moments(z, q, group)
-    Z, Q, P = (np.array([v[0] for v in values], float), np.array([v[1] for v in values]),
-               np.asarray(probs))  # fmt: skip
+    Z, Q, P = (
+        np.array([v[0] for v in values], float),
+        np.array([v[1] for v in values]),
+        np.asarray(probs),
+    )
     V = P @ Z
     assert weight @ s_x == pytest.approx((P @ Q) * (P @ (Z - V) ** 2), rel=1e-12)
     assert weight @ a_x == pytest.approx(P @ (Q * (Z - V) ** 2), rel=1e-12)
@@ -358,9 +376,17 @@ def bandit_truth():
     f = np.asarray(truth.prompt_probs, np.float64)
     s = f @ (np.asarray(truth.S2) * np.asarray(truth.sigma2))
     a = f @ (np.asarray(truth.tr_sigma_oracle) + gsq_x)
-    return dict(params=params, truth=truth, pi=pi, success=np.asarray(params.success, np.float64),
-                f=f, s=s, a=a, g_sq=float(np.sum(np.asarray(truth.g, np.float64) ** 2)),
-                consts=groupsize.constants(truth))  # fmt: skip
+    return dict(
+        params=params,
+        truth=truth,
+        pi=pi,
+        success=np.asarray(params.success, np.float64),
+        f=f,
+        s=s,
+        a=a,
+        g_sq=float(np.sum(np.asarray(truth.g, np.float64) ** 2)),
+        consts=groupsize.constants(truth),
+    )
 
 
 @pytest.mark.parametrize("G", [2, 4, 9])
@@ -401,8 +427,12 @@ def _bandit_log(t, G, seed, batches=((1, 20_000), (8, 20_000)), groups=20_000):
 
     rng = np.random.default_rng(seed)
     norms = [_simulate(t, B, G, k, rng)[0] for B, k in batches]
-    norms = pd.concat([pd.DataFrame({"batch": B, "grad_norm": np.sqrt(sq)})
-                       for (B, _), sq in zip(batches, norms, strict=True)])  # fmt: skip
+    norms = pd.concat(
+        [
+            pd.DataFrame({"batch": B, "grad_norm": np.sqrt(sq)})
+            for (B, _), sq in zip(batches, norms, strict=True)
+        ]
+    )
     _, z, q = _simulate(t, 1, G, groups, rng)
     return z.ravel(), q.ravel(), np.repeat(np.arange(groups), G), norms
 
@@ -448,8 +478,11 @@ def test_gstar_is_none_when_prompts_do_not_differ():
     with jax.enable_x64(True):
         params = bandit.make(5, prompts=1, actions=6)
         truth = bandit.exact(params)
-        t = dict(pi=np.asarray(bandit.policy(params), np.float64), f=np.ones(1),
-                 success=np.asarray(params.success, np.float64))  # fmt: skip
+        t = dict(
+            pi=np.asarray(bandit.policy(params), np.float64),
+            f=np.ones(1),
+            success=np.asarray(params.success, np.float64),
+        )
     assert float(truth.c1) == pytest.approx(0.0, abs=1e-12)  # one prompt: g_x = g
     z, q, group, norms = _bandit_log(t, 4, seed=2, batches=((1, 4000), (4, 4000)), groups=4000)
     got = gstar.gstar(z, q, group, norms, 4, boot=300)
@@ -461,8 +494,9 @@ def test_gstar_cluster_bootstrap_resamples_whole_prompts(bandit_truth):
     """Distinct labels: the cluster bootstrap is the group bootstrap (same draws); each label
     shared by 4 consecutive (independent) groups: the same point estimate and about the same
     SE; a label list of the wrong length is one line."""
-    z, q, group, norms = _bandit_log(bandit_truth, 4, seed=5, batches=((1, 2000), (8, 2000)),
-                                     groups=2000)  # fmt: skip
+    z, q, group, norms = _bandit_log(
+        bandit_truth, 4, seed=5, batches=((1, 2000), (8, 2000)), groups=2000
+    )
     plain = gstar.gstar(z, q, group, norms, 4, boot=200)
     same = gstar.gstar(z, q, group, norms, 4, boot=200, clusters=group)
     for k in ("gstar_lo", "gstar_hi", "c1_se", "C3_se"):

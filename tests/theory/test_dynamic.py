@@ -35,8 +35,12 @@ def test_draws_against_simulated_loop(q, B, max_draws):
     d = dynamic.draws(q, B, max_draws)
     batches, kept = _simulate_draws(q, B, max_draws)
     n = len(batches)
-    for exact_value, x in ((d.batches, batches), (d.kept, kept), (d.cap_prob, kept < B),
-                           (d.none_kept, kept == 0)):  # fmt: skip
+    for exact_value, x in (
+        (d.batches, batches),
+        (d.kept, kept),
+        (d.cap_prob, kept < B),
+        (d.none_kept, kept == 0),
+    ):
         se = max(x.std() / np.sqrt(n), 1e-12)
         assert abs(x.mean() - exact_value) < 4 * se + 1e-12, (exact_value, x.mean(), se)
     inv = np.where(kept > 0, 1.0 / np.maximum(kept, 1), 0.0)
@@ -155,15 +159,32 @@ def test_sweep_rows_against_theory_and_cap_warning(capsys):
     """Rows: measured draws per kept group, MSE and plain-sampling MSE at the matched budget
     within 4 SE of the exact values; max_draws = 1 on the hard instance reaches the cap in
     many steps, prints one warning line and every number stays finite."""
-    cfg = Config(**HARD, G=(2, 4), estimators=("loo", "vanilla"), seeds=20_000, B=3,
-                 dynamic_sampling=True, max_draws=1)  # fmt: skip
+    cfg = Config(
+        **HARD,
+        G=(2, 4),
+        estimators=("loo", "vanilla"),
+        seeds=20_000,
+        B=3,
+        dynamic_sampling=True,
+        max_draws=1,
+    )
     df = run_sweep(cfg)
     err = capsys.readouterr().err
     assert len([ln for ln in err.splitlines() if ln.startswith("warning: dynamic")]) == 1
     assert "max_draws=1" in err and "ValueError" in err
     assert (df["cap_reached_frac"] > 0.05).all() and df["dynamic_sampling"].all()
-    measured = ["mse", "mse_se", "cos", "scaled_mse", "draws_per_kept_group", "kept_groups",
-                "responses_per_step", "plain_mse", "plain_scaled_mse", "theory_mse"]  # fmt: skip
+    measured = [
+        "mse",
+        "mse_se",
+        "cos",
+        "scaled_mse",
+        "draws_per_kept_group",
+        "kept_groups",
+        "responses_per_step",
+        "plain_mse",
+        "plain_scaled_mse",
+        "theory_mse",
+    ]
     assert np.isfinite(df[measured].astype(float).to_numpy()).all()
     z = (df["mse"] - df["theory_mse"]) / df["mse_se"]
     assert (z.abs() < 4).all(), z.tolist()
@@ -190,6 +211,9 @@ def test_dynamic_off_is_unchanged():
     assert cell_keys(Config(B=4))[0] == "b69b92a60f2651bf"
     cfg = Config(**SMALL, G=(2, 4), estimators=("loo", "vanilla"), seeds=500, B=4)
     assert list(run_sweep(cfg)["mse"]) == [
-        0.041374820709228516, 0.013307236671447753, 0.02755406951904297, 0.013713804244995118
-    ]  # fmt: skip
+        0.041374820709228516,
+        0.013307236671447753,
+        0.02755406951904297,
+        0.013713804244995118,
+    ]
     assert cell_keys(cfg.replace(dynamic_sampling=True)) != cell_keys(cfg)

@@ -40,8 +40,9 @@ def test_matches_mse_closed_forms(x64, kind, G):
         table = ex.registry_table(name, G)
         assert table.ok and table.dtype == "float64"
         for B in (None, 3):
-            np.testing.assert_allclose(ex.mse(truth, table, G, B), th.mse(truth, name, G, B),
-                                       rtol=RTOL)  # fmt: skip
+            np.testing.assert_allclose(
+                ex.mse(truth, table, G, B), th.mse(truth, name, G, B), rtol=RTOL
+            )
             b2, want = ex.bias_sq(truth, table, G, B), th.bias_sq(truth, name, G, B)
             np.testing.assert_allclose(b2, want, rtol=RTOL, atol=1e-25)
 
@@ -82,8 +83,9 @@ def test_constant_and_oracle_baselines_match_closed_forms(x64):
     V = np.asarray(truth.V, np.float64)[:, None]
     oracle = ex.Table(np.broadcast_to(1 - V, (V.size, G)), np.broadcast_to(-V, (V.size, G)), G)
     np.testing.assert_allclose(ex.mse(truth, oracle, G), th.mse(truth, "oracle", G), rtol=RTOL)
-    np.testing.assert_allclose(ex.mse(truth, oracle, G, B=4), th.mse(truth, "oracle", G, 4),
-                               rtol=RTOL)  # fmt: skip
+    np.testing.assert_allclose(
+        ex.mse(truth, oracle, G, B=4), th.mse(truth, "oracle", G, 4), rtol=RTOL
+    )
 
 
 def test_vanilla_by_hand():
@@ -160,8 +162,9 @@ def grpo_kappa_by_counts(G, p, ddof, eps):
     def pmf(S, q):
         return comb(G - 1, S) * q**S * (1 - q) ** (G - 1 - S)  # 0.0**0 == 1.0: exact at p = 0, 1
 
-    return np.array([sum(pmf(S, q) * (adv(1, S + 1) - adv(0, S)) for S in range(G))
-                     for q in np.ravel(p)]).reshape(np.shape(p))  # fmt: skip
+    return np.array(
+        [sum(pmf(S, q) * (adv(1, S + 1) - adv(0, S)) for S in range(G)) for q in np.ravel(p)]
+    ).reshape(np.shape(p))
 
 
 @pytest.mark.parametrize("G, ddof, eps", [(4, 0, 0.0), (5, 1, 1e-4), (8, 1, 1e-6), (8, 0, 1e-2)])
@@ -195,8 +198,9 @@ def test_count_table_rejects(fn, words):
         ex.count_table(fn, 4, name="mine")
     t = ex.count_table(fn, 4, name="mine", strict=False)
     assert not t.ok and words in t.reason and np.all(np.isnan(t.a1))
-    truth = types.SimpleNamespace(prompt_probs=[1.0], V=[0.5], g_local=[[0.1]], g=[0.1], S2=[1.0],
-                                  e_wz2=[0.5])  # fmt: skip
+    truth = types.SimpleNamespace(
+        prompt_probs=[1.0], V=[0.5], g_local=[[0.1]], g=[0.1], S2=[1.0], e_wz2=[0.5]
+    )
     assert np.isnan(ex.mse(truth, t, 4)) and np.isnan(ex.bias_sq(truth, t, 4))
 
 
@@ -204,8 +208,10 @@ def test_count_table_rejects(fn, words):
 def test_count_table_sees_batch_coupling_at_every_G(G):
     mean = lambda r: r - r.mean(-1, keepdims=True)  # noqa: E731
     assert ex.count_table(mean, G, strict=False).ok
-    for fn in (lambda r: estimators.grpo_advantages(r, scale="batch"),
-               lambda r: mean(r) / jnp.sqrt(jnp.mean(mean(r) ** 2) + 1e-8)):  # fmt: skip
+    for fn in (
+        lambda r: estimators.grpo_advantages(r, scale="batch"),
+        lambda r: mean(r) / jnp.sqrt(jnp.mean(mean(r) ** 2) + 1e-8),
+    ):
         assert "batch-scoped" in ex.count_table(fn, G, strict=False).reason
 
 
@@ -238,8 +244,11 @@ def test_p_zero_and_one_are_the_direct_limits():
         a1, a0 = table.a1, table.a0
         for p, A, s in ((0.0, 0.0, 0), (1.0, S2, G - 1)):
             mo = ex.moments(table, G, p, g2, S2, A)
-            cross = (a1[1] ** 2 + a0[0] ** 2 - 2 * a1[0] * a0[1]) if p == 0 else (
-                a1[G - 1] ** 2 + a0[G - 2] ** 2 - 2 * a1[G - 2] * a0[G - 1])  # fmt: skip
+            cross = (
+                (a1[1] ** 2 + a0[0] ** 2 - 2 * a1[0] * a0[1])
+                if p == 0
+                else (a1[G - 1] ** 2 + a0[G - 2] ** 2 - 2 * a1[G - 2] * a0[G - 1])
+            )
             second = (A * a1[s] ** 2 + (S2 - A) * a0[s] ** 2) / G + (G - 1) / G * g2 * cross
             np.testing.assert_allclose(mo.second_moment, second, rtol=RTOL)
             np.testing.assert_allclose(mo.kappa, a1[s] - a0[s], rtol=RTOL, atol=1e-300)
@@ -270,8 +279,9 @@ def test_mse_se_from_monte_carlo_S2(x64):
     _, truth = truth64(seed=6)
     G = 6
     se = np.linspace(0.01, 0.05, 6)
-    noisy = types.SimpleNamespace(**{k: getattr(truth, k) for k in truth.__dataclass_fields__},
-                                  S2_se=se)  # fmt: skip
+    noisy = types.SimpleNamespace(
+        **{k: getattr(truth, k) for k in truth.__dataclass_fields__}, S2_se=se
+    )
     for name in ("loo", "mean", "vanilla"):
         for B in (None, 3):
             got = ex.mse_se(noisy, ex.registry_table(name, G), G, B)
@@ -295,8 +305,14 @@ def measure(params, G, B, ddof, eps, names=("grpo", "loo"), seeds=SEEDS, key=0):
     """Engine MSE statistics of ``names`` on one bandit cell (float32, common random numbers)."""
     truth = bandit.exact(params)
     cell = cells.BanditCell(tuple(names), G=G, B=B, ddof=ddof)
-    m = engine.run(cells.bandit_error, cell, (params, truth, np.float32(eps)), jax.random.key(key),
-                   seeds, chunk=5000)  # fmt: skip
+    m = engine.run(
+        cells.bandit_error,
+        cell,
+        (params, truth, np.float32(eps)),
+        jax.random.key(key),
+        seeds,
+        chunk=5000,
+    )
     return truth, {n: engine.error_stats(m, f"{n}/err", f"{n}/sq") for n in names}
 
 
@@ -345,11 +361,18 @@ def test_mc_grpo_minibatch_and_loglinear(kind, B):
 # the built-in entries the registry records as not reward-only: the speed-up of 0c5ffe0 let their
 # tables skip the group-scope check (two of them got invented tables); each must be refused,
 # except verl/opo, reward-only when every response has the same length
-NOT_REWARD_ONLY = {"oracle": "needs baseline", "verl/remax": "needs greedy",
-                   "verl/gpg": "batch-scoped", "verl/reinforce_plus_plus_baseline": "batch-scoped",
-                   "openrlhf/reinforce_baseline": "batch-scoped", "verl/opo": "",
-                   "areal/liteppo": "batch-scoped", "jspo/jspo": "batch-scoped",
-                   "jspo/jspo_plus_plus": "batch-scoped", "spo/spo": "needs baseline"}  # fmt: skip
+NOT_REWARD_ONLY = {
+    "oracle": "needs baseline",
+    "verl/remax": "needs greedy",
+    "verl/gpg": "batch-scoped",
+    "verl/reinforce_plus_plus_baseline": "batch-scoped",
+    "openrlhf/reinforce_baseline": "batch-scoped",
+    "verl/opo": "",
+    "areal/liteppo": "batch-scoped",
+    "jspo/jspo": "batch-scoped",
+    "jspo/jspo_plus_plus": "batch-scoped",
+    "spo/spo": "needs baseline",
+}
 
 
 @pytest.mark.parametrize("G", [3, 6])

@@ -31,8 +31,10 @@ def test_subset_mean_variance_is_the_finite_population_correction():
     g = rng.normal(size=(P, 3))
     c1 = float(np.mean(np.sum((g - g.mean(0)) ** 2, -1)))
     for B in range(1, P + 1):
-        errs = [np.sum((g[list(s)].mean(0) - g.mean(0)) ** 2)
-                for s in itertools.combinations(range(P), B)]  # fmt: skip
+        errs = [
+            np.sum((g[list(s)].mean(0) - g.mean(0)) ** 2)
+            for s in itertools.combinations(range(P), B)
+        ]
         c = theory.Constants(c1=c1, C2=0.0, C3=0.0)
         # pool_mse with no response noise (C2 = C3 = 0) is the prompt term alone; G = N/B
         assert float(np.mean(errs)) == pytest.approx(theory.pool_mse(c, B * 4, 4, P), rel=1e-12)

@@ -22,8 +22,11 @@ def registry_specs(G: int) -> tuple[str, ...]:
         if entry.user:  # a user's function registered by another test
             continue
         specs.append(name)
-        specs += [estimators.canonical(f"{name}[{k}={v}]")
-                  for k, values in entry.batch_when.items() for v in values]  # fmt: skip
+        specs += [
+            estimators.canonical(f"{name}[{k}={v}]")
+            for k, values in entry.batch_when.items()
+            for v in values
+        ]
     return tuple(s for s in specs if estimators.minimum_G(s) <= G)
 
 

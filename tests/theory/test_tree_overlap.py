@@ -26,8 +26,9 @@ def enumerate_moments(params, K, M, variant, ddof, eps):
     combos = list(itertools.product(outcomes, repeat=K))
     counts = np.array([[s for _, s in c] for c in combos], np.float64)
     leaves = (np.arange(M)[None, None, :] < counts[..., None]).astype(np.float64)
-    adv = np.asarray(estimators.tree_advantages(jnp.asarray(leaves), variant=variant, ddof=ddof,
-                                                eps=eps))  # fmt: skip
+    adv = np.asarray(
+        estimators.tree_advantages(jnp.asarray(leaves), variant=variant, ddof=ddof, eps=eps)
+    )
     mean, second = np.zeros(T), np.zeros((T, T))
     for c, a in zip(combos, adv, strict=True):
         g = np.zeros(T)
@@ -113,8 +114,13 @@ def test_moments_past_the_exact_grid_are_nan():
 def test_boundary_reads_the_smallest_overlap_and_counts_violations():
     import pandas as pd
 
-    wins = pd.DataFrame({"ratio": [0.1] * 4 + [0.0] * 2, "overlap": [0, 0.3, 0.6, 0.9, 0, 0.5],
-                         "pays": ["flat", "tree", "tie", "tree", "flat", "flat"]})  # fmt: skip
+    wins = pd.DataFrame(
+        {
+            "ratio": [0.1] * 4 + [0.0] * 2,
+            "overlap": [0, 0.3, 0.6, 0.9, 0, 0.5],
+            "pays": ["flat", "tree", "tie", "tree", "flat", "flat"],
+        }
+    )
     found = ov.boundary(wins)
     assert found["rho_star"][0.1] == 0.3 and math.isnan(found["rho_star"][0.0])
     assert found["violations"] == 1

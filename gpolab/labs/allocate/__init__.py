@@ -7,9 +7,9 @@ from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab allocate --quick',
-    'gpolab allocate --rules uniform,gpolab,knapsack --budget 256,512 --seeds 4000',
-    'gpolab allocate --estimator grpo --quick',
+    "gpolab allocate --quick",
+    "gpolab allocate --rules uniform,gpolab,knapsack --budget 256,512 --seeds 4000",
+    "gpolab allocate --estimator grpo --quick",
 )
 
 register = lab_command(

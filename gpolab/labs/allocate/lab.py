@@ -62,10 +62,31 @@ MAY_BE_NAN = {
 SPLITS = 8  # independent batches of seeds: bias² and its SE
 CHUNK = 256  # seeds per numpy chunk (memory: chunk x prompts x draws x actions booleans)
 ROUNDS = 4  # Reinforce-Ada's rounds (its script's max_rounds)
-JSON = ("rule", "budget", "rollouts", "mse", "mse_se", "theory_mse", "theory_mse_se", "theory",
-        "bias_sq", "bias_sq_se", "variance", "cos", "cos_se", "snr", "zero_signal", "kept",
-        "knapsack_value", "nonzero_groups", "update_cost", "reads", "source", "estimator",
-        "n_seeds")  # fmt: skip
+JSON = (
+    "rule",
+    "budget",
+    "rollouts",
+    "mse",
+    "mse_se",
+    "theory_mse",
+    "theory_mse_se",
+    "theory",
+    "bias_sq",
+    "bias_sq_se",
+    "variance",
+    "cos",
+    "cos_se",
+    "snr",
+    "zero_signal",
+    "kept",
+    "knapsack_value",
+    "nonzero_groups",
+    "update_cost",
+    "reads",
+    "source",
+    "estimator",
+    "n_seeds",
+)
 JSON_TABLES = {"results": JSON, "trained": None, "training": None}  # --json: every answer
 
 
@@ -78,20 +99,30 @@ class Config(configs.Config):
     QUICK: ClassVar[dict] = {"seeds": 256, "budget": (128, 256, 512), "runs": 5, "steps": 60}
     INSTANCES: ClassVar[tuple] = ("env", INSTANCES)
 
-    env: str = option("bandit", "bandit (tabular: prompts move disjoint parameter blocks, so the "
-                      "step's MSE is the sum of the prompts')")  # fmt: skip
-    rules: tuple[str, ...] = option(tuple(rules.RULES), "comma list of allocation rules: "
-                                    + ", ".join(rules.RULES))  # fmt: skip
-    estimator: str = option("loo", "advantage estimator of every group (a reward-only registry "
-                            "entry: loo, grpo, rloo, ...)")  # fmt: skip
+    env: str = option(
+        "bandit",
+        "bandit (tabular: prompts move disjoint parameter blocks, so the "
+        "step's MSE is the sum of the prompts')",
+    )
+    rules: tuple[str, ...] = option(
+        tuple(rules.RULES), "comma list of allocation rules: " + ", ".join(rules.RULES)
+    )
+    estimator: str = option(
+        "loo",
+        "advantage estimator of every group (a reward-only registry entry: loo, grpo, rloo, ...)",
+    )
     budget: tuple[int, ...] = option(
         (128, 256, 512, 1024, 2048), "comma list of rollouts per step N (at least 2 per prompt)"
     )
     cap: int = option(128, "most responses one prompt may get in a step")
-    history: int = option(8, "static results: responses per prompt in the earlier step the "
-                          "rules read")  # fmt: skip
-    rho: float = option(0.0, "gpolab's reward-only rule: signal share ||g_x||^2 / (E||W||^2 "
-                        "p(1-p)) (0: allocation by p(1-p) alone)")  # fmt: skip
+    history: int = option(
+        8, "static results: responses per prompt in the earlier step the rules read"
+    )
+    rho: float = option(
+        0.0,
+        "gpolab's reward-only rule: signal share ||g_x||^2 / (E||W||^2 "
+        "p(1-p)) (0: allocation by p(1-p) alone)",
+    )
     decay: float = option(1.0, "Beta posterior discount per step (MoPPS lambda; 1 = keep all)")
     seeds: int = option(2000, "static results: Monte Carlo seeds per budget")
     train_budget: int = option(256, "training: rollouts per step")
@@ -99,8 +130,7 @@ class Config(configs.Config):
     runs: int = option(16, "training: independent runs per rule (>= 5)")
     lr: float = option(400.0, "training: SGD step size on the f-weighted gradient")
     seed: int = option(0, "master PRNG seed")
-    out: str = option("results/allocate", "output folder (tables, config.toml, figures)",
-                      key=False)  # fmt: skip
+    out: str = option("results/allocate", "output folder (tables, config.toml, figures)", key=False)
     instance: bandit.Instance = option(None, "the bandit's settings (default: a skewed mix)")
 
     def __init__(self, **kw) -> None:
@@ -200,8 +230,12 @@ class Bandit:
     @classmethod
     def of(cls, inst: bandit.Instance) -> Bandit:
         params = bandit.make(inst)
-        return cls(*(np.asarray(x, np.float64)
-                     for x in (params.success, params.prompt_probs, params.theta)))  # fmt: skip
+        return cls(
+            *(
+                np.asarray(x, np.float64)
+                for x in (params.success, params.prompt_probs, params.theta)
+            )
+        )
 
     def policy(self, theta: np.ndarray) -> np.ndarray:
         z = np.exp(theta - theta.max(-1, keepdims=True))
@@ -214,8 +248,13 @@ class Bandit:
         V = np.sum(pi * p, -1)
         g = pi * (p - V[..., None])
         w2 = 1 - 2 * pi + np.sum(pi**2, -1, keepdims=True)  # ‖e_a − π‖²
-        return {"V": V, "g": g, "gsq": np.sum(g**2, -1), "S2": np.sum(pi * w2, -1),
-                "e_wz2": np.sum(pi * p * w2, -1)}  # fmt: skip
+        return {
+            "V": V,
+            "g": g,
+            "gsq": np.sum(g**2, -1),
+            "S2": np.sum(pi * w2, -1),
+            "e_wz2": np.sum(pi * p * w2, -1),
+        }
 
     def optimum(self) -> float:
         return float(self.f @ self.success.max(-1))
@@ -229,8 +268,9 @@ def draw(rng, pi: np.ndarray, success: np.ndarray, shape: tuple) -> tuple[np.nda
     cdf = np.broadcast_to(cdf, (S, P, cdf.shape[-1]))
     u = rng.random(shape)
     a = np.minimum((u[..., None] > cdf[:, :, None, :]).sum(-1), success.shape[-1] - 1)
-    z = rng.random(shape) < np.take_along_axis(np.broadcast_to(success, (S,) + success.shape),
-                                               a, axis=-1)  # fmt: skip
+    z = rng.random(shape) < np.take_along_axis(
+        np.broadcast_to(success, (S,) + success.shape), a, axis=-1
+    )
     return a, z
 
 
@@ -324,17 +364,35 @@ def oracle_curves(t: dict, a1, a0) -> dict:
 def view_of(cfg: Config, env: Bandit, pi, state: dict, a1, a0, oracle) -> rules.View:
     t = env.truth(pi)
     state = {k: v for k, v in state.items() if k != "kn_buf"}
-    return rules.View(f=env.f, p=t["V"], gnorm=np.sqrt(t["gsq"]), oracle=oracle, **state,
-                      a1=a1, a0=a0, cap=cfg.cap, rho=cfg.rho, estimator=cfg.estimator)  # fmt: skip
+    return rules.View(
+        f=env.f,
+        p=t["V"],
+        gnorm=np.sqrt(t["gsq"]),
+        oracle=oracle,
+        **state,
+        a1=a1,
+        a0=a0,
+        cap=cfg.cap,
+        rho=cfg.rho,
+        estimator=cfg.estimator,
+    )
 
 
 def fresh_state(S: int, P: int) -> dict:
     zeros = np.zeros((S, P))
-    return {"alpha": np.ones((S, P)), "beta": np.ones((S, P)), "last_c": zeros, "last_n": zeros,
-            "kn_p": zeros, "kn_count": zeros, "kn_buf": np.full((S, P, rules.KNAPSACK_BUFFER),
-                                                                np.nan),
-            "streak_easy": zeros, "streak_hard": zeros, "p_easy": np.full(S, 0.5),
-            "p_hard": np.full(S, 0.5)}  # fmt: skip
+    return {
+        "alpha": np.ones((S, P)),
+        "beta": np.ones((S, P)),
+        "last_c": zeros,
+        "last_n": zeros,
+        "kn_p": zeros,
+        "kn_count": zeros,
+        "kn_buf": np.full((S, P, rules.KNAPSACK_BUFFER), np.nan),
+        "streak_easy": zeros,
+        "streak_hard": zeros,
+        "p_easy": np.full(S, 0.5),
+        "p_hard": np.full(S, 0.5),
+    }
 
 
 def knapsack_buffer(buf: np.ndarray, z: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -395,8 +453,9 @@ def step(rule: rules.Rule, view: rules.View, budget: int, pi, success, a, z, rng
     if rule.kind == "staged":
         P = z.shape[1]
         s = stage_size(budget, P)
-        first = dataclasses.replace(view, last_c=z[..., :s].sum(-1).astype(float),
-                                    last_n=np.full(view.shape, float(s)))  # fmt: skip
+        first = dataclasses.replace(
+            view, last_c=z[..., :s].sum(-1).astype(float), last_n=np.full(view.shape, float(s))
+        )
         G = rule.fn(first, budget - s * P, rng_rule)
         pos = np.arange(z.shape[-1])
         use = (pos >= s) & (pos < s + G[..., None])
@@ -453,8 +512,7 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
         S = min(CHUNK, cfg.seeds - start)
         rng = _rng(cfg, budget, start)
         _, zh = draw(rng, pi, env.success, (S, P, cfg.history))
-        state = observe(fresh_state(S, P), zh.sum(-1), np.full((S, P), cfg.history), cfg.decay,
-                        zh)  # fmt: skip
+        state = observe(fresh_state(S, P), zh.sum(-1), np.full((S, P), cfg.history), cfg.decay, zh)
         view = view_of(cfg, env, pi, state, a1, a0, oracle)
         a, z = draw(rng, pi, env.success, (S, P, M))
         for name in cfg.rules:
@@ -463,8 +521,11 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
                 rule, view, budget, pi, env.success, a, z, _rng(cfg, budget, start, name), a1, a0
             )
             own_oracle = oracles[rule.estimator or cfg.estimator]
-            exact = (exact_given(own_oracle, env.f, G, weight)
-                     if rule.kind in ("allocate", "staged") else None)  # fmt: skip
+            exact = (
+                exact_given(own_oracle, env.f, G, weight)
+                if rule.kind in ("allocate", "staged")
+                else None
+            )
             acc[name].add(env.f, t["g"], ghat, gen, n, c, exact, G, t["V"])
     rows = []
     for name in cfg.rules:
@@ -473,10 +534,19 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
         why = _theory_reason(rule, own[name][2], cfg.cap)
         if why:
             row["theory_mse"] = row["theory_mse_se"] = math.nan
-        rows.append({"table": "results", "rule": name, "budget": budget, **row,
-                     "theory": why or "count table, given the allocation", "reads": rule.reads,
-                     "source": rule.source, "assumed": rule.assumed,
-                     **setting_columns(cfg, STATIC_COLUMNS)})  # fmt: skip
+        rows.append(
+            {
+                "table": "results",
+                "rule": name,
+                "budget": budget,
+                **row,
+                "theory": why or "count table, given the allocation",
+                "reads": rule.reads,
+                "source": rule.source,
+                "assumed": rule.assumed,
+                **setting_columns(cfg, STATIC_COLUMNS),
+            }
+        )
         for x in range(P):
             rows.append(
                 {
@@ -516,8 +586,24 @@ class _Acc:
 
     def __init__(self, P: int, A: int):
         self.n = 0
-        self.sums = dict.fromkeys(("sq", "sq2", "cos", "cos2", "gen", "zero", "kept", "ex",
-                                   "ex2", "norm2", "value", "mixed", "cost"), 0.0)  # fmt: skip
+        self.sums = dict.fromkeys(
+            (
+                "sq",
+                "sq2",
+                "cos",
+                "cos2",
+                "gen",
+                "zero",
+                "kept",
+                "ex",
+                "ex2",
+                "norm2",
+                "value",
+                "mixed",
+                "cost",
+            ),
+            0.0,
+        )
         self.mean = np.zeros((P, A))
         self.splits = np.zeros((SPLITS, P, A))  # sums of ĝ per independent batch of seeds
         self.split_n = np.zeros(SPLITS)
@@ -592,13 +678,25 @@ class _Acc:
         bias_sq, bias_sq_se = self.bias_sq(f, g)
         signal = float(np.sum(m**2))
         snr = signal / variance if variance > 0 else math.inf if signal > 0 else math.nan
-        return {"rollouts": s["gen"] / n, "mse": mse, "mse_se": mse_se, "theory_mse": ex,
-                "theory_mse_se": ex_se, "bias_sq": bias_sq, "bias_sq_se": bias_sq_se,
-                "variance": variance, "cos": cos,
-                "cos_se": cos_se, "snr": snr, "zero_signal": s["zero"] / n,
-                "kept": s["kept"] / n, "knapsack_value": s["value"] / n,
-                "nonzero_groups": s["mixed"] / n, "update_cost": s["cost"] / n,
-                "n_seeds": n}  # fmt: skip
+        return {
+            "rollouts": s["gen"] / n,
+            "mse": mse,
+            "mse_se": mse_se,
+            "theory_mse": ex,
+            "theory_mse_se": ex_se,
+            "bias_sq": bias_sq,
+            "bias_sq_se": bias_sq_se,
+            "variance": variance,
+            "cos": cos,
+            "cos_se": cos_se,
+            "snr": snr,
+            "zero_signal": s["zero"] / n,
+            "kept": s["kept"] / n,
+            "knapsack_value": s["value"] / n,
+            "nonzero_groups": s["mixed"] / n,
+            "update_cost": s["cost"] / n,
+            "n_seeds": n,
+        }
 
 
 # ---------------------------------------------------------------- training
@@ -639,22 +737,47 @@ def train_rows(cfg: Config, name: str) -> list[dict]:
     gaps, wins, spent = (np.stack(x) for x in (gaps, wins, spent))  # (T + 1, R)
     rows = []
     for t in range(cfg.steps + 1):
-        rows.append({"table": "training", "rule": name, "step": t,
-                     "rollouts": float(spent[t].mean()), "gap": float(gaps[t].mean()),
-                     "gap_ci": _ci(gaps[t]), "success": float(wins[t].mean()),
-                     "success_ci": _ci(wins[t]), "runs": R,
-                     **setting_columns(cfg, TRAIN_COLUMNS)})  # fmt: skip
+        rows.append(
+            {
+                "table": "training",
+                "rule": name,
+                "step": t,
+                "rollouts": float(spent[t].mean()),
+                "gap": float(gaps[t].mean()),
+                "gap_ci": _ci(gaps[t]),
+                "success": float(wins[t].mean()),
+                "success_ci": _ci(wins[t]),
+                "runs": R,
+                **setting_columns(cfg, TRAIN_COLUMNS),
+            }
+        )
     half = gaps[0] / 2
-    reach = np.array([spent[np.argmax(gaps[:, r] <= half[r]), r] if np.any(gaps[:, r] <= half[r])
-                      else math.nan for r in range(R)])  # fmt: skip
+    reach = np.array(
+        [
+            spent[np.argmax(gaps[:, r] <= half[r]), r]
+            if np.any(gaps[:, r] <= half[r])
+            else math.nan
+            for r in range(R)
+        ]
+    )
     ok = np.isfinite(reach)
-    rows.append({"table": "trained", "rule": name, "budget": budget, "steps": cfg.steps,
-                 "rollouts_to_half_gap": float(reach[ok].mean()) if ok.any() else math.nan,
-                 "rollouts_to_half_gap_ci": _ci(reach[ok]) if ok.sum() > 1 else math.nan,
-                 "reached": int(ok.sum()), "runs": R, "final_gap": float(gaps[-1].mean()),
-                 "final_gap_ci": _ci(gaps[-1]), "final_success": float(wins[-1].mean()),
-                 "rollouts": float(spent[-1].mean()),
-                 **setting_columns(cfg, TRAIN_COLUMNS)})  # fmt: skip
+    rows.append(
+        {
+            "table": "trained",
+            "rule": name,
+            "budget": budget,
+            "steps": cfg.steps,
+            "rollouts_to_half_gap": float(reach[ok].mean()) if ok.any() else math.nan,
+            "rollouts_to_half_gap_ci": _ci(reach[ok]) if ok.sum() > 1 else math.nan,
+            "reached": int(ok.sum()),
+            "runs": R,
+            "final_gap": float(gaps[-1].mean()),
+            "final_gap_ci": _ci(gaps[-1]),
+            "final_success": float(wins[-1].mean()),
+            "rollouts": float(spent[-1].mean()),
+            **setting_columns(cfg, TRAIN_COLUMNS),
+        }
+    )
     return rows
 
 
@@ -682,11 +805,9 @@ def exact_mse_at(cfg: Config, rule: str, budget: float) -> float:
     o, f = _instance_curves(cfg)
     P = len(f)
     if rule == "gpolab-sample":
-        return float(theory.sampled_design(o["second_moment"], o["kappa"], o["gsq"], f,
-                                           budget).mse)  # fmt: skip
+        return float(theory.sampled_design(o["second_moment"], o["kappa"], o["gsq"], f, budget).mse)
     if rule == "uniform-gstar":
-        return theory.uniform_design(o["second_moment"], o["kappa"], o["gsq"], f,
-                                     int(budget))[2]  # fmt: skip
+        return theory.uniform_design(o["second_moment"], o["kappa"], o["gsq"], f, int(budget))[2]
     if budget < 2 * P:
         return math.inf
     G = theory.greedy(o["mse"], f**2, int(budget))
@@ -717,8 +838,9 @@ def match_table(results, cfg: Config | None = None):
     import pandas as pd
 
     if "uniform" not in set(results["rule"]):
-        return pd.DataFrame(columns=["rule", "budget", "uniform_mse", "rollouts_to_match", "ratio",
-                                     "basis"])  # fmt: skip
+        return pd.DataFrame(
+            columns=["rule", "budget", "uniform_mse", "rollouts_to_match", "ratio", "basis"]
+        )
     score = results["theory_mse"].where(results["theory_mse"].notna(), results["mse"])
     df = results.assign(score=score)
     uni = df[df["rule"] == "uniform"].sort_values("budget")
@@ -740,9 +862,13 @@ def match_table(results, cfg: Config | None = None):
                 exact = exact_match(cfg, rule, float(u["score"]), int(u["budget"]))
                 star = exact_mse_at(cfg, "uniform-gstar", int(u["budget"]))
                 vs = exact_match(cfg, rule, star, int(u["budget"]))
-                row |= {"rollouts_to_match_exact": exact, "ratio_exact": exact / u["budget"],
-                        "gstar_mse": star, "rollouts_to_match_gstar": vs,
-                        "ratio_gstar": vs / u["budget"]}  # fmt: skip
+                row |= {
+                    "rollouts_to_match_exact": exact,
+                    "ratio_exact": exact / u["budget"],
+                    "gstar_mse": star,
+                    "rollouts_to_match_gstar": vs,
+                    "ratio_gstar": vs / u["budget"],
+                }
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -777,8 +903,11 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         # the store holds every row kind: keep this table's columns (NaN-able ones always)
         t = t[[c for c in t.columns if t[c].notna().any() or c in MAY_BE_NAN.get(name, ())]]
         tables[name] = t.reset_index(drop=True)
-    for name, cols in (("results", ("budget", "n_seeds")), ("training", ("step", "runs")),
-                       ("allocation", ("budget", "prompt"))):  # fmt: skip
+    for name, cols in (
+        ("results", ("budget", "n_seeds")),
+        ("training", ("step", "runs")),
+        ("allocation", ("budget", "prompt")),
+    ):
         for c in cols:
             tables[name][c] = tables[name][c].astype(int)
     tables["match"] = match_table(tables["results"], cfg)
@@ -787,12 +916,41 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
 def report(cfg: Config, tables: dict) -> str:
     res = tables["results"]
-    lines = [table_text(res, ("rule", "budget", "rollouts", "mse", "mse_se", "theory_mse", "cos",
-                              "snr", "zero_signal", "kept", "knapsack_value", "nonzero_groups",
-                              "update_cost"))]  # fmt: skip
-    lines += ["", table_text(tables["trained"], ("rule", "budget", "rollouts_to_half_gap",
-                                                 "rollouts_to_half_gap_ci", "reached", "final_gap",
-                                                 "final_gap_ci"))]  # fmt: skip
+    lines = [
+        table_text(
+            res,
+            (
+                "rule",
+                "budget",
+                "rollouts",
+                "mse",
+                "mse_se",
+                "theory_mse",
+                "cos",
+                "snr",
+                "zero_signal",
+                "kept",
+                "knapsack_value",
+                "nonzero_groups",
+                "update_cost",
+            ),
+        )
+    ]
+    lines += [
+        "",
+        table_text(
+            tables["trained"],
+            (
+                "rule",
+                "budget",
+                "rollouts_to_half_gap",
+                "rollouts_to_half_gap_ci",
+                "reached",
+                "final_gap",
+                "final_gap_ci",
+            ),
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -839,8 +997,11 @@ def _verdict_text(cur, v=None) -> str:
     """The bias verdicts of one budget's rows (``v``: :func:`bias_verdicts` of ``cur``, computed
     here when not given), grouped: 'biased: a, b; cannot tell: c'."""
     v = bias_verdicts(cur) if v is None else v
-    parts = [f"{k}: {', '.join(cur.loc[v == k, 'rule'])}" for k in ("biased", "cannot tell")
-             if (v == k).any()]  # fmt: skip
+    parts = [
+        f"{k}: {', '.join(cur.loc[v == k, 'rule'])}"
+        for k in ("biased", "cannot tell")
+        if (v == k).any()
+    ]
     ctrl = cur["rule"] == BIAS_CONTROL
     if not ctrl.any():
         parts.append(f"no negative control ({BIAS_CONTROL} not run)")
@@ -856,8 +1017,9 @@ def _winner(cur) -> str:
     best, second = cur.iloc[0], cur.iloc[1]
     se = math.hypot(best["mse_se"], second["mse_se"])
     how = "by more than 2 SE" if second["mse"] - best["mse"] > 2 * se else "tied within 2 SE"
-    return (f"{best['rule']} (MSE {best['mse']:.4g}; next {second['rule']} {second['mse']:.4g}, "
-            f"{how})")  # fmt: skip
+    return (
+        f"{best['rule']} (MSE {best['mse']:.4g}; next {second['rule']} {second['mse']:.4g}, {how})"
+    )
 
 
 def notes(cfg: Config, tables: dict) -> str:
@@ -871,9 +1033,11 @@ def notes(cfg: Config, tables: dict) -> str:
         verdicts = bias_verdicts(cur)
         fair = cur[verdicts == "unbiased"]
         best = _winner(fair) if len(fair) else "none (too few seeds to tell: raise --seeds)"
-        lines.append(f"N = {budget}: lowest MSE {_winner(cur)}; among rules found unbiased "
-                     f"(bias² below {BIAS_SHARE:.1%} of their MSE, 95% bound) {best}; "
-                     f"{_verdict_text(cur, verdicts)}")  # fmt: skip
+        lines.append(
+            f"N = {budget}: lowest MSE {_winner(cur)}; among rules found unbiased "
+            f"(bias² below {BIAS_SHARE:.1%} of their MSE, 95% bound) {best}; "
+            f"{_verdict_text(cur, verdicts)}"
+        )
     col = "ratio_exact" if "ratio_exact" in match else "ratio"
     for rule in ("gpolab-sample", "gpolab-oracle", "gpolab"):
         m = match[match["rule"] == rule]
@@ -885,13 +1049,18 @@ def notes(cfg: Config, tables: dict) -> str:
     if len(done):
         b, uni = done.iloc[0], done[done["rule"] == "uniform"]
         text = f"{uni['rollouts_to_half_gap'].iloc[0]:.0f}" if len(uni) else "did not get there"
-        lines.append(f"training: fastest to half the gap {b['rule']} "
-                     f"({b['rollouts_to_half_gap']:.0f} rollouts); uniform {text}")  # fmt: skip
+        lines.append(
+            f"training: fastest to half the gap {b['rule']} "
+            f"({b['rollouts_to_half_gap']:.0f} rollouts); uniform {text}"
+        )
     return "\n".join(lines)
 
 
 def figures(tables: dict) -> dict:
     from gpolab.labs.allocate import plots
 
-    return {"allocate_mse.png": plots.mse_figure, "allocate_training.png": plots.training_figure,
-            "allocate_sizes.png": plots.sizes_figure}  # fmt: skip
+    return {
+        "allocate_mse.png": plots.mse_figure,
+        "allocate_training.png": plots.training_figure,
+        "allocate_sizes.png": plots.sizes_figure,
+    }

@@ -9,15 +9,24 @@ import numpy as np
 from gpolab.runner.plots import pyplot, save
 
 STYLE = {  # one color per rule: gpolab's in reds and purples, the published rules in the rest
-    "uniform": ("k", "o", "-"), "uniform-gstar": ("0.5", "o", "--"),
-    "gpolab-oracle": ("C3", "*", "--"), "gpolab-drop": ("#e377c2", "x", ":"),
-    "gpolab-sample": ("C4", "P", "-."), "gpolab": ("C3", "s", "-"),
-    "knapsack": ("C0", "^", "-"), "knapsack-grpo": ("C0", "^", ":"),
-    "gpolab-knapsack-truth": ("C0", "*", "--"), "gpolab-knapsack-simple": ("C0", "^", "-."),
-    "greso": ("C1", "v", "-"), "vip": ("C2", "D", "-"), "gvm": ("C9", "<", "-"),
-    "gpolab-gvm-last": ("C9", "<", "-."), "mopps": ("C5", ">", "-"), "pods": ("C8", "h", "-"),
+    "uniform": ("k", "o", "-"),
+    "uniform-gstar": ("0.5", "o", "--"),
+    "gpolab-oracle": ("C3", "*", "--"),
+    "gpolab-drop": ("#e377c2", "x", ":"),
+    "gpolab-sample": ("C4", "P", "-."),
+    "gpolab": ("C3", "s", "-"),
+    "knapsack": ("C0", "^", "-"),
+    "knapsack-grpo": ("C0", "^", ":"),
+    "gpolab-knapsack-truth": ("C0", "*", "--"),
+    "gpolab-knapsack-simple": ("C0", "^", "-."),
+    "greso": ("C1", "v", "-"),
+    "vip": ("C2", "D", "-"),
+    "gvm": ("C9", "<", "-"),
+    "gpolab-gvm-last": ("C9", "<", "-."),
+    "mopps": ("C5", ">", "-"),
+    "pods": ("C8", "h", "-"),
     "reinforce-ada": ("#8c6d31", "p", "-"),
-}  # fmt: skip
+}
 
 
 def _style(rule: str, i: int) -> dict:
@@ -86,8 +95,16 @@ def sizes_figure(tables: dict, path) -> Path:
     for i, (rule, r) in enumerate(cur.groupby("rule", sort=False)):
         r = r.sort_values("p")
         st = _style(rule, i)
-        ax.plot(r["p"], r["G"], label=rule, ms=4, lw=0, alpha=0.8, color=st["color"],
-                marker=st["marker"])  # fmt: skip
+        ax.plot(
+            r["p"],
+            r["G"],
+            label=rule,
+            ms=4,
+            lw=0,
+            alpha=0.8,
+            color=st["color"],
+            marker=st["marker"],
+        )
     ax.set(xlabel="prompt success probability p_x", ylabel="mean group size G_x", xscale="log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)

@@ -115,8 +115,9 @@ def uniform_gstar(view: View, budget: int, rng) -> tuple[np.ndarray, np.ndarray]
     weight = np.zeros(view.shape)
     for s in range(S):
         i = (s,) if lead else ()
-        B, size, _ = theory.uniform_design(o["second_moment"][i], o["kappa"][i], o["gsq"][i],
-                                           view.f, budget)  # fmt: skip
+        B, size, _ = theory.uniform_design(
+            o["second_moment"][i], o["kappa"][i], o["gsq"][i], view.f, budget
+        )
         pick = rng.permutation(P)[:B]
         G[s, pick] = size
         weight[s, pick] = P / B
@@ -240,16 +241,21 @@ def knapsack(view: View, budget: int, rng) -> np.ndarray:
     """Knapsack RL as its authors run it (:func:`knapsack_one` per seed): p̂ from their 16-reward
     buffer, a prompt valid once 8 rewards were seen, bounds 2…cap (their MAX_N = 128)."""
     valid = view.kn_count >= KNAPSACK_MIN_BUFFER
-    return np.stack([knapsack_one(view.kn_p[s], valid[s], budget, view.cap)
-                     for s in range(view.shape[0])])  # fmt: skip
+    return np.stack(
+        [knapsack_one(view.kn_p[s], valid[s], budget, view.cap) for s in range(view.shape[0])]
+    )
 
 
 def knapsack_truth(view: View, budget: int, rng) -> np.ndarray:
     """gpolab's bound for Knapsack RL: their rule (:func:`knapsack_one`) fed the true p of every
     prompt, all valid: what their allocation does for their own value when p̂ is exact."""
     p = np.broadcast_to(view.p, view.shape)
-    return np.stack([knapsack_one(p[s], np.ones(view.shape[-1], bool), budget, view.cap)
-                     for s in range(view.shape[0])])  # fmt: skip
+    return np.stack(
+        [
+            knapsack_one(p[s], np.ones(view.shape[-1], bool), budget, view.cap)
+            for s in range(view.shape[0])
+        ]
+    )
 
 
 def gpolab_knapsack_simple(view: View, budget: int, rng) -> np.ndarray:
@@ -274,8 +280,9 @@ def gpolab_knapsack_simple(view: View, budget: int, rng) -> np.ndarray:
     idle = np.where(idle.any(-1, keepdims=True), idle, True)
     for eligible in (idle, np.ones_like(idle)):  # then anywhere there is room
         left = budget - out.sum(-1)
-        out = out + np.stack([_even_one(int(left[s]), eligible[s], view.cap - out[s])
-                              for s in range(len(left))])  # fmt: skip
+        out = out + np.stack(
+            [_even_one(int(left[s]), eligible[s], view.cap - out[s]) for s in range(len(left))]
+        )
     return out.astype(np.int64)
 
 
@@ -363,62 +370,151 @@ def _src(arxiv: str, where: str) -> str:
     return f"arXiv {arxiv}; rule from the authors' code: {where}"
 
 
-RULES: dict[str, Rule] = {r.name: r for r in (
-    Rule("uniform", uniform, "allocate", "nothing", "GRPO's fixed group size"),
-    Rule("uniform-gstar", uniform_gstar, "allocate", "truth",
-         "the best uniform G (G*, arXiv 2603.01162 Thm 7): B prompts at random, G = N/B each"),
-    Rule("gpolab-oracle", gpolab_oracle, "allocate", "truth",
-         "gpolab (theory §12): exact-MSE-optimal greedy over the count-table MSE of §8"),
-    Rule("gpolab-drop", gpolab_drop, "allocate", "truth",
-         "gpolab (theory §12): the exact step-MSE optimum with G_x = 0 allowed (Lagrangian)"),
-    Rule("gpolab-sample", gpolab_sample, "allocate", "truth",
-         "gpolab (theory §12): unbiased inclusion probabilities and per-prompt G*, reweighted"),
-    Rule("gpolab", gpolab_posterior, "allocate", "posterior",
-         "gpolab (theory §12): the same greedy on the posterior-expected reward-only MSE",
-         "reward-only moments: score norm independent of the reward, signal share rho"),
-    Rule("knapsack", knapsack, "allocate", "history",
-         _src("2509.25849", "liziniu/KnapsackRL verl/trainer/ppo/exploration_utils.py "
-              "sampling_budget_by_knapsack; p̂: verl/utils/dataset/rl_dataset.py "
-              "update_sample_state"),
-         "the lab's estimator (loo) instead of their GRPO (see knapsack-grpo); sizes held to "
-         "the cap"),
-    Rule("knapsack-grpo", knapsack, "allocate", "history",
-         _src("2509.25849", "as knapsack, with their estimator (ADV_ESTIMATOR = grpo)"),
-         "GRPO's ĝ estimates g/σ, not g: its MSE against g carries that scale", "grpo"),
-    Rule("gpolab-knapsack-truth", knapsack_truth, "allocate", "truth",
-         "gpolab's bound: Knapsack RL's rule (as knapsack) fed the true p",
-         "no trainer knows p: shows their allocation on their own value with p̂ exact"),
-    Rule("gpolab-knapsack-simple", gpolab_knapsack_simple, "allocate", "last step",
-         "gpolab's simplified Knapsack RL (their value and bounds only)",
-         "p from the prompt's last group; no cost model, no fallback, no reward buffer"),
-    Rule("greso", greso, "allocate", "history",
-         _src("2506.02177", "Infini-AI-Lab/GRESO verl/trainer/ttis/presampling_selector.py"),
-         "all correct / all wrong stand for mean >= 0.98 / <= 0.11"),
-    Rule("vip", vip, "allocate", "posterior",
-         _src("2602.01601", "HieuNT91/VIP src/vip/allocation/bernoulli_allocation.py"),
-         "p from the Beta posterior mean instead of VIP's Gaussian process over prompt "
-         "embeddings; the integer optimum instead of SLSQP plus rounding"),
-    Rule("gvm", gvm, "staged", "fresh stage",
-         _src("2505.02391", "RLHFlow/GVM em/stage_2_calc_sample_size.py calc_sample_ratio, "
-              "em/run_em.sh"),
-         "half the step's rollouts measure p in a fresh first stage (their 8 + 8 per prompt), "
-         "the other half are allocated and trained on; the gradient norm is given exactly; "
-         "the lab's estimator instead of RAFT"),
-    Rule("gpolab-gvm-last", gvm, "allocate", "last step",
-         "gpolab's variant of GVM-RAFT: its rule on the prompt's last step (no first stage)",
-         "p from the last group: a prompt last seen at p = 0 gets nothing again"),
-    Rule("mopps", mopps, "allocate", "posterior",
-         _src("2507.04632", "thu-rllab/MoPPS recipe/ours/mopps.py (topk)"),
-         "the pool is the step's prompts; half of them are selected"),
-    Rule("pods", pods, "downsample", "nothing",
-         "arXiv 2504.13818 (its abstract, v1-v4, read; no code found): max-variance "
-         "down-sampling, built to cut update cost",
-         "keep half; for binary rewards max variance = as balanced as possible"),
-    Rule("reinforce-ada", reinforce_ada, "sequential", "nothing",
-         _src("2510.04996", "RLHFlow/Reinforce-Ada _generate_multi_round_adaptive_downsampling"),
-         "round size budget/P and kept n = budget/(2P) scale the script's 8 and 4; binary "
-         "rewards (their success is reward > 0.7)"),
-)}  # fmt: skip
+RULES: dict[str, Rule] = {
+    r.name: r
+    for r in (
+        Rule("uniform", uniform, "allocate", "nothing", "GRPO's fixed group size"),
+        Rule(
+            "uniform-gstar",
+            uniform_gstar,
+            "allocate",
+            "truth",
+            "the best uniform G (G*, arXiv 2603.01162 Thm 7): B prompts at random, G = N/B each",
+        ),
+        Rule(
+            "gpolab-oracle",
+            gpolab_oracle,
+            "allocate",
+            "truth",
+            "gpolab (theory §12): exact-MSE-optimal greedy over the count-table MSE of §8",
+        ),
+        Rule(
+            "gpolab-drop",
+            gpolab_drop,
+            "allocate",
+            "truth",
+            "gpolab (theory §12): the exact step-MSE optimum with G_x = 0 allowed (Lagrangian)",
+        ),
+        Rule(
+            "gpolab-sample",
+            gpolab_sample,
+            "allocate",
+            "truth",
+            "gpolab (theory §12): unbiased inclusion probabilities and per-prompt G*, reweighted",
+        ),
+        Rule(
+            "gpolab",
+            gpolab_posterior,
+            "allocate",
+            "posterior",
+            "gpolab (theory §12): the same greedy on the posterior-expected reward-only MSE",
+            "reward-only moments: score norm independent of the reward, signal share rho",
+        ),
+        Rule(
+            "knapsack",
+            knapsack,
+            "allocate",
+            "history",
+            _src(
+                "2509.25849",
+                "liziniu/KnapsackRL verl/trainer/ppo/exploration_utils.py "
+                "sampling_budget_by_knapsack; p̂: verl/utils/dataset/rl_dataset.py "
+                "update_sample_state",
+            ),
+            "the lab's estimator (loo) instead of their GRPO (see knapsack-grpo); sizes held to "
+            "the cap",
+        ),
+        Rule(
+            "knapsack-grpo",
+            knapsack,
+            "allocate",
+            "history",
+            _src("2509.25849", "as knapsack, with their estimator (ADV_ESTIMATOR = grpo)"),
+            "GRPO's ĝ estimates g/σ, not g: its MSE against g carries that scale",
+            "grpo",
+        ),
+        Rule(
+            "gpolab-knapsack-truth",
+            knapsack_truth,
+            "allocate",
+            "truth",
+            "gpolab's bound: Knapsack RL's rule (as knapsack) fed the true p",
+            "no trainer knows p: shows their allocation on their own value with p̂ exact",
+        ),
+        Rule(
+            "gpolab-knapsack-simple",
+            gpolab_knapsack_simple,
+            "allocate",
+            "last step",
+            "gpolab's simplified Knapsack RL (their value and bounds only)",
+            "p from the prompt's last group; no cost model, no fallback, no reward buffer",
+        ),
+        Rule(
+            "greso",
+            greso,
+            "allocate",
+            "history",
+            _src("2506.02177", "Infini-AI-Lab/GRESO verl/trainer/ttis/presampling_selector.py"),
+            "all correct / all wrong stand for mean >= 0.98 / <= 0.11",
+        ),
+        Rule(
+            "vip",
+            vip,
+            "allocate",
+            "posterior",
+            _src("2602.01601", "HieuNT91/VIP src/vip/allocation/bernoulli_allocation.py"),
+            "p from the Beta posterior mean instead of VIP's Gaussian process over prompt "
+            "embeddings; the integer optimum instead of SLSQP plus rounding",
+        ),
+        Rule(
+            "gvm",
+            gvm,
+            "staged",
+            "fresh stage",
+            _src(
+                "2505.02391",
+                "RLHFlow/GVM em/stage_2_calc_sample_size.py calc_sample_ratio, em/run_em.sh",
+            ),
+            "half the step's rollouts measure p in a fresh first stage (their 8 + 8 per prompt), "
+            "the other half are allocated and trained on; the gradient norm is given exactly; "
+            "the lab's estimator instead of RAFT",
+        ),
+        Rule(
+            "gpolab-gvm-last",
+            gvm,
+            "allocate",
+            "last step",
+            "gpolab's variant of GVM-RAFT: its rule on the prompt's last step (no first stage)",
+            "p from the last group: a prompt last seen at p = 0 gets nothing again",
+        ),
+        Rule(
+            "mopps",
+            mopps,
+            "allocate",
+            "posterior",
+            _src("2507.04632", "thu-rllab/MoPPS recipe/ours/mopps.py (topk)"),
+            "the pool is the step's prompts; half of them are selected",
+        ),
+        Rule(
+            "pods",
+            pods,
+            "downsample",
+            "nothing",
+            "arXiv 2504.13818 (its abstract, v1-v4, read; no code found): max-variance "
+            "down-sampling, built to cut update cost",
+            "keep half; for binary rewards max variance = as balanced as possible",
+        ),
+        Rule(
+            "reinforce-ada",
+            reinforce_ada,
+            "sequential",
+            "nothing",
+            _src("2510.04996", "RLHFlow/Reinforce-Ada _generate_multi_round_adaptive_downsampling"),
+            "round size budget/P and kept n = budget/(2P) scale the script's 8 and 4; binary "
+            "rewards (their success is reward > 0.7)",
+        ),
+    )
+}
 for _r in RULES.values():
     validate.choice("reads", _r.reads, READS)
 

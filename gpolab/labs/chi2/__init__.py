@@ -7,8 +7,8 @@ from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab chi2 --quick',
-    'gpolab chi2 --estimator loo --G 8 --B 4 --seeds 2000',
+    "gpolab chi2 --quick",
+    "gpolab chi2 --estimator loo --G 8 --B 4 --seeds 2000",
 )
 
 register = lab_command(

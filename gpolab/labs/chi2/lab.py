@@ -47,9 +47,25 @@ DEFAULT = ("vanilla", "loo", "oracle", "mean", "grpo")  # the default run; strea
 LAW_POINTS = 4096  # CDF grid of each predicted law (uniform in √x up to its 1 − 1e-10 quantile)
 STORED_NAMES = {"instance_seed": "env_seed"}  # in the cell keys: its name before --instance-seed
 PAIRED_STREAM = 5  # --paired: the one stream every estimator draws from (0-4 and 8+ are taken)
-JSON = ("estimator", "n", "B", "G", "paired", "beta", "n_seeds", "rank", "lambda_min", "weights",
-        "predicted_mean", "empirical_mean", "ci_low", "ci_high", "ks_stat", "ks_pvalue",
-        "seconds")  # fmt: skip
+JSON = (
+    "estimator",
+    "n",
+    "B",
+    "G",
+    "paired",
+    "beta",
+    "n_seeds",
+    "rank",
+    "lambda_min",
+    "weights",
+    "predicted_mean",
+    "empirical_mean",
+    "ci_low",
+    "ci_high",
+    "ks_stat",
+    "ks_pvalue",
+    "seconds",
+)
 
 
 class _Reading:
@@ -80,10 +96,12 @@ def _reads(option_name: str) -> dict:
     return {"estimator": _Reading(test)}
 
 
-MONTE_CARLO = {"estimator": _Reading(
-    lambda spec: not theory.closed_form(spec) and not theory.why_not(spec),
-    "an estimator with a Monte Carlo law (grpo; `gpolab estimators` says which)",
-)}  # fmt: skip
+MONTE_CARLO = {
+    "estimator": _Reading(
+        lambda spec: not theory.closed_form(spec) and not theory.why_not(spec),
+        "an estimator with a Monte Carlo law (grpo; `gpolab estimators` says which)",
+    )
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,29 +117,43 @@ class Config(configs.Config):
     LAB: ClassVar[str] = NAME
     QUICK: ClassVar[dict] = {"seeds": 512}  # experiments/chi2.toml's [quick] also cuts n
 
-    estimator: tuple[str, ...] = option(DEFAULT, "comma list of estimator specs with a limit law "
-                                        "(group-scoped, needing at most V(x)), or all")  # fmt: skip
+    estimator: tuple[str, ...] = option(
+        DEFAULT,
+        "comma list of estimator specs with a limit law "
+        "(group-scoped, needing at most V(x)), or all",
+    )
     B: int = option(4, "prompts per step")
-    G: tuple[int, ...] = option((8,), "comma list of responses per prompt, each >= 2 (several: "
-                                "one cell per estimator and G, the rate in G)")  # fmt: skip
+    G: tuple[int, ...] = option(
+        (8,),
+        "comma list of responses per prompt, each >= 2 (several: "
+        "one cell per estimator and G, the rate in G)",
+    )
     beta: float = option(3.0, "step size scale, eta_i = beta/i; needs beta*lambda_min > 1/2")
     seeds: int = option(4096, "independent SGD runs")
-    n: tuple[int, ...] = option((100, 1000, 10_000), "comma list of step counts n at which "
-                                "n*gap is recorded (strictly increasing)")  # fmt: skip
+    n: tuple[int, ...] = option(
+        (100, 1000, 10_000),
+        "comma list of step counts n at which n*gap is recorded (strictly increasing)",
+    )
     prompts: int = borrow(gaussian.Instance, "prompts")
     dim: int = borrow(gaussian.Instance, "dim")
     rank: int = borrow(gaussian.Instance, "rank")
     init: float = option(0.3, "||theta_0 - theta*||, along a fixed identifiable direction")
     eps: float = option(1e-4, "grpo: A = (Z - mean)/(std + eps)", when=_reads("eps"))
     ddof: int = option(1, "grpo: std degrees of freedom, 0 or 1", when=_reads("ddof"))
-    mc_groups: int = option(2**19, "Monte Carlo laws (grpo): groups per prompt for the Jacobian "
-                            "and covariance (SE about 0.1%)", when=MONTE_CARLO)  # fmt: skip
+    mc_groups: int = option(
+        2**19,
+        "Monte Carlo laws (grpo): groups per prompt for the Jacobian "
+        "and covariance (SE about 0.1%)",
+        when=MONTE_CARLO,
+    )
     instance_seed: int = borrow(gaussian.Instance, "instance_seed")
     seed: int = option(0, "PRNG seed of the runs (and of grpo's theory)")
-    paired: bool = option(False, "every estimator runs on the same draws per seed (paired "
-                          "differences); off: each estimator has its own stream")  # fmt: skip
-    chunk: int = option(4096, "seeds per compiled chunk (results do not depend on it)",
-                        key=False)  # fmt: skip
+    paired: bool = option(
+        False,
+        "every estimator runs on the same draws per seed (paired "
+        "differences); off: each estimator has its own stream",
+    )
+    chunk: int = option(4096, "seeds per compiled chunk (results do not depend on it)", key=False)
     out: str = option("results/chi2", "output folder (tables, config.toml, figures)", key=False)
 
     def __post_init__(self):
@@ -161,8 +193,9 @@ class Config(configs.Config):
 
 def instance(cfg: Config) -> gaussian.Instance:
     """The testbed's settings (the others at the env's defaults)."""
-    return gaussian.Instance(prompts=cfg.prompts, dim=cfg.dim, rank=cfg.rank,
-                             instance_seed=cfg.instance_seed)  # fmt: skip
+    return gaussian.Instance(
+        prompts=cfg.prompts, dim=cfg.dim, rank=cfg.rank, instance_seed=cfg.instance_seed
+    )
 
 
 def make_env(cfg: Config) -> gaussian.GaussianParams:
@@ -266,13 +299,23 @@ def simulate(
 # ----------------------------------------------------------------------------- theory vs samples
 
 
-def predict(key: jax.Array, cfg: Config, params, estimator: str, G: int | None = None
-            ) -> theory.LimitLaw:  # fmt: skip
+def predict(
+    key: jax.Array, cfg: Config, params, estimator: str, G: int | None = None
+) -> theory.LimitLaw:
     """Theorem 8's law for one estimator at group size ``G`` (default: the config's first);
     ConfigError if β λ_min(Λ_M) ≤ 1/2."""
     G = cfg.G[0] if G is None else G
-    return theory.estimator_law(key, params, estimator, cfg.B, G, cfg.beta, ddof=cfg.ddof,
-                                eps=cfg.eps, n_groups=cfg.mc_groups)  # fmt: skip
+    return theory.estimator_law(
+        key,
+        params,
+        estimator,
+        cfg.B,
+        G,
+        cfg.beta,
+        ddof=cfg.ddof,
+        eps=cfg.eps,
+        n_groups=cfg.mc_groups,
+    )
 
 
 def compare(samples: np.ndarray, law: theory.WeightedChi2) -> dict:
@@ -282,9 +325,14 @@ def compare(samples: np.ndarray, law: theory.WeightedChi2) -> dict:
     n = samples.size
     bad = int(np.sum(~np.isfinite(samples)))
     if bad:
-        return dict(empirical_mean=math.nan, ci_low=math.nan, ci_high=math.nan, ks_stat=math.nan,
-                    ks_pvalue=math.nan, ks_note=f"{bad} of {n} runs diverged (non-finite n*gap): "
-                    "no test")  # fmt: skip
+        return dict(
+            empirical_mean=math.nan,
+            ci_low=math.nan,
+            ci_high=math.nan,
+            ks_stat=math.nan,
+            ks_pvalue=math.nan,
+            ks_note=f"{bad} of {n} runs diverged (non-finite n*gap): no test",
+        )
     mean = float(np.mean(samples))
     half = engine.Z95 * float(np.std(samples, ddof=1)) / math.sqrt(n)
     ks = stats.kstest(samples, law.cdf)
@@ -331,8 +379,10 @@ def cell_list(cfg: Config) -> list[tuple[str, int]]:
 def cell_keys(cfg: Config) -> list[str]:
     """Store key of every cell (:func:`cell_list`): its estimator and :func:`row_settings`
     (``instance_seed`` under ``env_seed``, the name the stored keys were written with)."""
-    return [cell_key(NAME, settings=_stored_names(row_settings(cfg, e, G)), estimator=e)
-            for e, G in cell_list(cfg)]  # fmt: skip
+    return [
+        cell_key(NAME, settings=_stored_names(row_settings(cfg, e, G)), estimator=e)
+        for e, G in cell_list(cfg)
+    ]
 
 
 def _stored_names(settings: dict) -> dict:
@@ -354,8 +404,9 @@ def cells(cfg: Config) -> int:
     return len(cfg.estimator) * len(cfg.G)
 
 
-def estimator_rows(cfg: Config, name: str, G: int, law, key: jax.Array, args: Chi2Args,
-                   mesh) -> list:  # fmt: skip
+def estimator_rows(
+    cfg: Config, name: str, G: int, law, key: jax.Array, args: Chi2Args, mesh
+) -> list:
     """The rows (one per n) of one cell (estimator ``name``, group size ``G``), each with its
     n·Δ samples and the law's CDF grid (split into the ``samples`` and ``law`` tables by
     :func:`run`).  The cell's key is its estimator's :func:`stream` (:data:`PAIRED_STREAM` with
@@ -411,8 +462,9 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     on_skip, on_unit = None, None
     if progress is not None:
         on_skip, on_unit = progress.skip, lambda rows: progress.update(1, label(rows))
-    df = resume(store, keys, compute, config_hash=config_hash(cfg), on_skip=on_skip,
-                on_unit=on_unit)  # fmt: skip
+    df = resume(
+        store, keys, compute, config_hash=config_hash(cfg), on_skip=on_skip, on_unit=on_unit
+    )
     return split_tables(df)
 
 
@@ -428,8 +480,12 @@ def prepare(cfg: Config, units, key: jax.Array) -> tuple:
         laws[name, G] = (law, time.perf_counter() - t0)
     theta0 = initial_theta(params, cfg.init, cfg.instance_seed)
     dtype = params.phi.dtype
-    args = Chi2Args(params, jnp.asarray(theta0, dtype), jnp.asarray(cfg.beta, dtype),
-                    jnp.asarray(cfg.eps, dtype))  # fmt: skip
+    args = Chi2Args(
+        params,
+        jnp.asarray(theta0, dtype),
+        jnp.asarray(cfg.beta, dtype),
+        jnp.asarray(cfg.eps, dtype),
+    )
     return laws, args, engine.local_mesh()
 
 
@@ -479,8 +535,19 @@ def split_tables(df) -> dict:
 
 # ----------------------------------------------------------------------------- report, figures
 
-COLUMNS = ["estimator", "G", "n", "rank", "predicted_mean", "empirical_mean", "ci_low", "ci_high",
-           "ks_stat", "ks_pvalue", "seconds"]  # fmt: skip
+COLUMNS = [
+    "estimator",
+    "G",
+    "n",
+    "rank",
+    "predicted_mean",
+    "empirical_mean",
+    "ci_low",
+    "ci_high",
+    "ks_stat",
+    "ks_pvalue",
+    "seconds",
+]
 
 
 def report(cfg: Config, tables: dict) -> str:

@@ -44,8 +44,9 @@ def _samples(tables: dict, name: str, n: int) -> np.ndarray:
 def _panels(tables: dict):
     plt = pyplot()
     names = list(dict.fromkeys(tables["results"]["estimator"]))
-    fig, axes = plt.subplots(1, len(names), figsize=(3.3 * len(names), 3.4),
-                             constrained_layout=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(names), figsize=(3.3 * len(names), 3.4), constrained_layout=True, squeeze=False
+    )
     return fig, zip(axes[0], names, strict=True)
 
 
@@ -116,13 +117,21 @@ def rate_figure(tables: dict, path) -> Path:
     plt = pyplot()
     df = tables["results"]
     names = [e for e in dict.fromkeys(df["estimator"]) if e != "oracle"]
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6),
-                             constrained_layout=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(names), figsize=(4.2 * len(names), 3.6), constrained_layout=True, squeeze=False
+    )
     for ax, name in zip(axes[0], names, strict=True):
         G, pred, mean, se = differences(tables, name).T
         ax.plot(G, G**2 * pred, "k-", lw=1.2, label="predicted G²(Σw − Σw_oracle)")
-        ax.errorbar(G, G**2 * mean, yerr=1.96 * G**2 * se, fmt="o", ms=4, capsize=3,
-                    label=f"G² × mean n·Δ difference, n = {int(df['n'].max()):,}")  # fmt: skip
+        ax.errorbar(
+            G,
+            G**2 * mean,
+            yerr=1.96 * G**2 * se,
+            fmt="o",
+            ms=4,
+            capsize=3,
+            label=f"G² × mean n·Δ difference, n = {int(df['n'].max()):,}",
+        )
         ax.axhline(0, color="0.6", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set(title=f"{name} − oracle", xlabel="G", ylabel="G² × difference")

@@ -50,12 +50,18 @@ class Config(configs.Config):
     QUICK: ClassVar[dict] = {"sizes": "quick"}
 
     sizes: str = option(
-        "full", "full or quick: which saved tables to read (quick: those of `gpolab figures "
-        "--quick`); missing ones are computed at these sizes")  # fmt: skip
+        "full",
+        "full or quick: which saved tables to read (quick: those of `gpolab figures "
+        "--quick`); missing ones are computed at these sizes",
+    )
     only: str = option("", "comma list of claim ids (default: all)")
     ledger: str = option(str(LEDGER), "the ledger TOML", key=False)
-    experiments: str = option("", "folder of the experiment TOMLs (default: those shipped with "
-                              "gpolab, found from any working directory)", key=False)  # fmt: skip
+    experiments: str = option(
+        "",
+        "folder of the experiment TOMLs (default: those shipped with "
+        "gpolab, found from any working directory)",
+        key=False,
+    )
     results: str = option("results", "results root (as `gpolab figures --out`)", key=False)
     out: str = option("results/claims", "output folder (claims table, config.toml)", key=False)
 
@@ -83,9 +89,19 @@ class Config(configs.Config):
         return Path(self.experiments) if self.experiments else experiments.DEFAULT_DIR
 
 
-FIELDS = {"id": str, "paper": str, "where": str, "claim": str, "experiment": str,
-          "statistic": str, "rules": list, "testable": bool, "reason": str,
-          "quick": str, "quote": str}  # fmt: skip
+FIELDS = {
+    "id": str,
+    "paper": str,
+    "where": str,
+    "claim": str,
+    "experiment": str,
+    "statistic": str,
+    "rules": list,
+    "testable": bool,
+    "reason": str,
+    "quick": str,
+    "quote": str,
+}
 
 
 def load(path) -> list[dict]:
@@ -150,8 +166,13 @@ def outcome(rule: str, values: dict, se: dict) -> tuple[str, float, str]:
         holds = bool(OPS[op](value, target))
     if math.isnan(s):
         return "inconclusive", math.nan, f"{name} has no standard error"
-    d = {">": value - target, ">=": value - target, "<": target - value, "<=": target - value,
-         "==": -abs(value - target)}[op]  # fmt: skip
+    d = {
+        ">": value - target,
+        ">=": value - target,
+        "<": target - value,
+        "<=": target - value,
+        "==": -abs(value - target),
+    }[op]
     if s == 0:
         return ("pass" if holds else "fail"), (math.inf if holds else -math.inf), "exact"
     margin = d / s
@@ -229,14 +250,25 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         margins = "; ".join(margin_text(r, values, se) for r in rules) if values else ""
         if v == "not testable here":
             reason = c.get("reason", "") + (f" (measured: {detail})" if detail else "")
-        rows.append({"id": c["id"], "paper": PAPERS[c["paper"]], "where": c.get("where", ""),
-                     "claim": c["claim"], "quote": c.get("quote", ""),
-                     "experiment": c["experiment"],
-                     "statistic": c["statistic"], "rules": "; ".join(c.get("rules", [])),
-                     "values": json.dumps(values, default=float),
-                     "se": json.dumps(se, default=float), "margins": margins, "verdict": v,
-                     "reason": reason, "quick": c.get("quick", ""),
-                     "sizes": cfg.sizes})  # fmt: skip
+        rows.append(
+            {
+                "id": c["id"],
+                "paper": PAPERS[c["paper"]],
+                "where": c.get("where", ""),
+                "claim": c["claim"],
+                "quote": c.get("quote", ""),
+                "experiment": c["experiment"],
+                "statistic": c["statistic"],
+                "rules": "; ".join(c.get("rules", [])),
+                "values": json.dumps(values, default=float),
+                "se": json.dumps(se, default=float),
+                "margins": margins,
+                "verdict": v,
+                "reason": reason,
+                "quick": c.get("quick", ""),
+                "sizes": cfg.sizes,
+            }
+        )
         if progress is not None:
             progress.update(1, f"{c['id']}: {v}")
     return {"claims": pd.DataFrame(rows)}
@@ -249,9 +281,15 @@ def measure(cfg: Config, claim: dict, cache: dict) -> tuple[dict | None, dict, s
     try:
         values = STATISTICS[claim["statistic"]](tables)
     except (KeyError, IndexError, ValueError, TypeError) as e:
-        return None, {}, (f"the saved tables of {claim['experiment']} lack what this statistic "
-                          f"reads ({type(e).__name__}: {e}); rerun `gpolab figures --only "
-                          f"{claim['experiment']}`")  # fmt: skip
+        return (
+            None,
+            {},
+            (
+                f"the saved tables of {claim['experiment']} lack what this statistic "
+                f"reads ({type(e).__name__}: {e}); rerun `gpolab figures --only "
+                f"{claim['experiment']}`"
+            ),
+        )
     detail, se = values.pop("detail", ""), values.pop("se", {})
     return values, se, detail
 
@@ -276,15 +314,23 @@ def oracle_match(t: dict) -> dict:
     df = t["results"]
     Gmax = int(df["G"].max())
     at = df[df["G"] == Gmax].set_index("estimator")
-    ratio, ratio_se = _ratio(at.loc["loo", "mse"], at.loc["loo", "mse_se"],
-                             at.loc["oracle", "mse"], at.loc["oracle", "mse_se"])  # fmt: skip
+    ratio, ratio_se = _ratio(
+        at.loc["loo", "mse"],
+        at.loc["loo", "mse_se"],
+        at.loc["oracle", "mse"],
+        at.loc["oracle", "mse_se"],
+    )
     joint, zmax = _joint(df)
-    return {"loo_over_oracle_at_max_G": ratio, "joint_p": joint, "max_abs_z": zmax,
-            "se": {"loo_over_oracle_at_max_G": ratio_se, "joint_p": 0.0, "max_abs_z": 0.0},
-            "detail": f"loo/oracle = {ratio:.3f} ± {ratio_se:.3f} at G = {Gmax}; exact theory vs "
-                      f"Monte Carlo: joint p = {joint:.2g} (Bonferroni over estimators of Σ_G z²; "
-                      f"a p-value is its own test: SE 0), largest |z| {zmax:.2f}; "
-                      f"{int(df['n_seeds'].min()):,} seeds"}  # fmt: skip
+    return {
+        "loo_over_oracle_at_max_G": ratio,
+        "joint_p": joint,
+        "max_abs_z": zmax,
+        "se": {"loo_over_oracle_at_max_G": ratio_se, "joint_p": 0.0, "max_abs_z": 0.0},
+        "detail": f"loo/oracle = {ratio:.3f} ± {ratio_se:.3f} at G = {Gmax}; exact theory vs "
+        f"Monte Carlo: joint p = {joint:.2g} (Bonferroni over estimators of Σ_G z²; "
+        f"a p-value is its own test: SE 0), largest |z| {zmax:.2f}; "
+        f"{int(df['n_seeds'].min()):,} seeds",
+    }
 
 
 def arithmetic_ordering(t: dict) -> dict:
@@ -304,11 +350,14 @@ def arithmetic_ordering(t: dict) -> dict:
             bad += gap <= 2 * np.hypot(m.loc["vanilla", "mse_se"], m.loc[lo, "mse_se"])
     joint, zmax = _joint(df, ("policy", "estimator"))
     Gs = ", ".join(str(int(g)) for g in sorted(set(paper["G"])))
-    return {"ordering_violations": int(bad), "joint_p": joint,
-            "se": {"ordering_violations": 0.0, "joint_p": 0.0},
-            "detail": f"{int(bad)} of {2 * cells} gaps (policy × G = {Gs} × loo, oracle) where "
-                      f"vanilla's MSE is not above by 2 SE; exact theory (every G) joint p = "
-                      f"{joint:.2g}, largest |z| {zmax:.2f}"}  # fmt: skip
+    return {
+        "ordering_violations": int(bad),
+        "joint_p": joint,
+        "se": {"ordering_violations": 0.0, "joint_p": 0.0},
+        "detail": f"{int(bad)} of {2 * cells} gaps (policy × G = {Gs} × loo, oracle) where "
+        f"vanilla's MSE is not above by 2 SE; exact theory (every G) joint p = "
+        f"{joint:.2g}, largest |z| {zmax:.2f}",
+    }
 
 
 def zoo_theory(t: dict) -> dict:
@@ -317,17 +366,41 @@ def zoo_theory(t: dict) -> dict:
     for env, rows in df.groupby("env"):
         joint, zmax = _joint(rows)
         out[f"joint_p_{env}"] = joint
-        parts.append(f"{env}: joint p = {joint:.2g}, largest |z| {zmax:.2f} "
-                     f"({int(rows['theory_mse'].notna().sum())} cells)")  # fmt: skip
+        parts.append(
+            f"{env}: joint p = {joint:.2g}, largest |z| {zmax:.2f} "
+            f"({int(rows['theory_mse'].notna().sum())} cells)"
+        )
     return {**out, "se": dict.fromkeys(out, 0.0), "detail": "; ".join(parts)}
 
 
 _OWN = (oracle_match, arithmetic_ordering, zoo_theory)  # the joint tests against exact theory
-_STATS = ("strength_order", "strength_family", "tree_branching", "mean_baseline",
-          "gain_fades", "group_size_gain", "normalization_direction",
-          "groupsize_argmin", "not_measured", "train_optimum", "chi2_law", "tree_floor",
-          "tree_decay", "curvature_bounds", "stdnorm_gain", "kappa_values",
-          "plan_recovery", "oracle_close", "no_filler_flip", "ustat_identity", "chi2_rate",
-          "chi2_prompt_only", "pool_argmin", "tree_overlap_boundary", "arcsin_direction",
-          "lemma11_ratio", "offpolicy_order")  # fmt: skip
+_STATS = (
+    "strength_order",
+    "strength_family",
+    "tree_branching",
+    "mean_baseline",
+    "gain_fades",
+    "group_size_gain",
+    "normalization_direction",
+    "groupsize_argmin",
+    "not_measured",
+    "train_optimum",
+    "chi2_law",
+    "tree_floor",
+    "tree_decay",
+    "curvature_bounds",
+    "stdnorm_gain",
+    "kappa_values",
+    "plan_recovery",
+    "oracle_close",
+    "no_filler_flip",
+    "ustat_identity",
+    "chi2_rate",
+    "chi2_prompt_only",
+    "pool_argmin",
+    "tree_overlap_boundary",
+    "arcsin_direction",
+    "lemma11_ratio",
+    "offpolicy_order",
+)
 STATISTICS = {f.__name__: f for f in (*_OWN, *(getattr(claims_stats, n) for n in _STATS))}

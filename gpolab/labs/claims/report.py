@@ -6,10 +6,20 @@ The blocks themselves are read and written by the repository's docs tool (tools/
 
 from __future__ import annotations
 
-PAPERS = {"U": "arXiv 2603.01162", "T": "arXiv 2509.24494", "N": "arXiv 2601.23135",
-          "gpolab": "gpolab's derivation"}  # fmt: skip
-VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not testable here",
-            "not run")  # fmt: skip
+PAPERS = {
+    "U": "arXiv 2603.01162",
+    "T": "arXiv 2509.24494",
+    "N": "arXiv 2601.23135",
+    "gpolab": "gpolab's derivation",
+}
+VERDICTS = (
+    "reproduced",
+    "partly",
+    "not reproduced",
+    "inconclusive",
+    "not testable here",
+    "not run",
+)
 
 
 def report(cfg, tables: dict) -> str:
@@ -65,11 +75,15 @@ def summary(tables: dict) -> str:
     records = tables["claims"].to_dict("records")
     sizes = {r.get("sizes", "full") for r in records}
     papers = ", ".join(f"{k}: {v}" for k, v in PAPERS.items())
-    note = (f"*Verdicts at the experiments' {' and '.join(sorted(sizes))} sizes "
-            f"(`gpolab claims{' --quick' if sizes == {'quick'} else ''}`); ids by source: "
-            f"{papers}.*\n\n")  # fmt: skip
-    rows = [f"| {_cell(r['id'])} | {_cell(headline(r['claim']))} | **{r['verdict']}** |"
-            for r in records]  # fmt: skip
+    note = (
+        f"*Verdicts at the experiments' {' and '.join(sorted(sizes))} sizes "
+        f"(`gpolab claims{' --quick' if sizes == {'quick'} else ''}`); ids by source: "
+        f"{papers}.*\n\n"
+    )
+    rows = [
+        f"| {_cell(r['id'])} | {_cell(headline(r['claim']))} | **{r['verdict']}** |"
+        for r in records
+    ]
     return note + "\n".join(["| id | claim | verdict |", "|---|---|---|", *rows])
 
 
@@ -83,7 +97,7 @@ def headline(claim: str) -> str:
     depth, end = 0, len(claim)
     for i, ch in enumerate(claim):  # the first ". " or ": " outside parentheses
         depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth == 0 and claim[i:i + 2] in (". ", ": "):
+        if depth == 0 and claim[i : i + 2] in (". ", ": "):
             end = i
             break
     if end == len(claim) and len(claim) <= HEADLINE:

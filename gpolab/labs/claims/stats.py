@@ -52,23 +52,29 @@ def _frac_se(frac: float, n: int) -> float:
 def _order_gaps(df, estimator: str, G: int) -> list[tuple[float, float]]:
     """(base − instruct, instruct − icl) MSE gaps of one estimator at G, each with its SE."""
     v = df[(df["estimator"] == estimator) & (df["G"] == G)].set_index("policy")
-    return [_gap(v.loc[a, "mse"], v.loc[a, "mse_se"], v.loc[b, "mse"], v.loc[b, "mse_se"])
-            for a, b in (("base", "instruct"), ("instruct", "icl"))]  # fmt: skip
+    return [
+        _gap(v.loc[a, "mse"], v.loc[a, "mse_se"], v.loc[b, "mse"], v.loc[b, "mse_se"])
+        for a, b in (("base", "instruct"), ("instruct", "icl"))
+    ]
 
 
 def strength_order(t: dict) -> dict:
     df = t["results"]
     G = 16 if 16 in set(df["G"]) else int(df["G"].max())
     v = df[(df["estimator"] == "vanilla") & (df["G"] == G)].set_index("policy")
-    ratio = ratio_and_se(v.loc["base", "mse"], v.loc["base", "mse_se"], v.loc["icl", "mse"],
-                   v.loc["icl", "mse_se"])  # fmt: skip
+    ratio = ratio_and_se(
+        v.loc["base", "mse"], v.loc["base", "mse_se"], v.loc["icl", "mse"], v.loc["icl", "mse_se"]
+    )
     gap = min(_order_gaps(df, "vanilla", G))
-    return {"base_over_icl": ratio[0], "smallest_gap": gap[0],
-            "se": {"base_over_icl": ratio[1], "smallest_gap": gap[1]},
-            "detail": f"vanilla MSE at G = {G}: base {v.loc['base', 'mse']:.3g}, instruct "
-                      f"{v.loc['instruct', 'mse']:.3g}, icl {v.loc['icl', 'mse']:.3g} (mean V "
-                      "0.15 / 0.40 / 0.65): grows with strength (why, and a family that reverses "
-                      "it: docs/arithmetic.md)"}  # fmt: skip
+    return {
+        "base_over_icl": ratio[0],
+        "smallest_gap": gap[0],
+        "se": {"base_over_icl": ratio[1], "smallest_gap": gap[1]},
+        "detail": f"vanilla MSE at G = {G}: base {v.loc['base', 'mse']:.3g}, instruct "
+        f"{v.loc['instruct', 'mse']:.3g}, icl {v.loc['icl', 'mse']:.3g} (mean V "
+        "0.15 / 0.40 / 0.65): grows with strength (why, and a family that reverses "
+        "it: docs/arithmetic.md)",
+    }
 
 
 def strength_family(t: dict) -> dict:
@@ -80,9 +86,13 @@ def strength_family(t: dict) -> dict:
         gaps += _order_gaps(df, e, G)
         parts.append(f"{e} {v['base']:.3g} > {v['instruct']:.3g} > {v['icl']:.3g}")
     gap = min(gaps, key=lambda g: g[0] / g[1] if g[1] > 0 else g[0] * math.inf)
-    return {"smallest_gap_z": gap[0] / gap[1], "se": {"smallest_gap_z": 1.0},
-            "detail": f"G = {G}, base > instruct > icl: " + "; ".join(parts)
-            + f"; least clear gap {gap[0]:.3g} ± {gap[1]:.3g}"}  # fmt: skip
+    return {
+        "smallest_gap_z": gap[0] / gap[1],
+        "se": {"smallest_gap_z": 1.0},
+        "detail": f"G = {G}, base > instruct > icl: "
+        + "; ".join(parts)
+        + f"; least clear gap {gap[0]:.3g} ± {gap[1]:.3g}",
+    }
 
 
 THINK_RATIOS = (0.0, 0.25, 1.0, 4.0)  # L_think / L_answer at which tree_branching ranks splits
@@ -107,8 +117,9 @@ def tree_branching(t: dict) -> dict:
             budgets.append(int(n))
     tree_wins, flat_wins, parts, pays = 0, 0, [], {}
     for r in THINK_RATIOS:
-        sub = df[df["leaves"].isin(budgets)].assign(budget=lambda d: d["leaves"], think_len=r,
-                                                    answer_len=1.0)  # fmt: skip
+        sub = df[df["leaves"].isin(budgets)].assign(
+            budget=lambda d: d["leaves"], think_len=r, answer_len=1.0
+        )
         ranked = tree.rank(sub.assign(cost=tree.cost(sub["K"], sub["M"], r, 1.0)))
         for _, rows in ranked.groupby("budget"):
             best = rows[rows["recommended"]].iloc[0]
@@ -118,23 +129,42 @@ def tree_branching(t: dict) -> dict:
             tree_wins += tree_won
             flat_wins += flat_won
             pays.setdefault(r, []).append("tree" if tree_won else "flat" if flat_won else "tie")
-        parts.append(f"L_think/L_answer = {r:g}: " + ", ".join(
-            f"{n} leaves {w}" for n, w in zip(budgets, pays[r], strict=True)))  # fmt: skip
+        parts.append(
+            f"L_think/L_answer = {r:g}: "
+            + ", ".join(f"{n} leaves {w}" for n, w in zip(budgets, pays[r], strict=True))
+        )
     n = len(budgets) * len(THINK_RATIOS)
-    return {"tree_wins": int(tree_wins), "flat_wins": int(flat_wins), "n_settings": n,
-            "tree_wins_think_ge_answer": sum(w == "tree" for r in THINK_RATIOS if r >= 1
-                                             for n, w in zip(budgets, pays[r], strict=True)
-                                             if n >= 16),
-            "n_think_ge_answer": sum(n >= 16 for r in THINK_RATIOS if r >= 1 for n in budgets),
-            "flat_wins_no_think": int(sum(w == "flat" for w in pays[0.0])),
-            "n_no_think": len(pays[0.0]),
-            "se": dict.fromkeys(("tree_wins", "flat_wins", "n_settings",
-                                 "tree_wins_think_ge_answer", "n_think_ge_answer",
-                                 "flat_wins_no_think", "n_no_think"), 0.0),
-            "detail": "winner per (leaf budget, L_think/L_answer), a 95% tie with the other kind "
-                      f"counted as a tie (counts of settings: SE 0): {'; '.join(parts)}; "
-                      f"{int(np.sum(df['theory_exact'].astype(bool)))} of {len(df)} cells ranked "
-                      "on exact corr"}  # fmt: skip
+    return {
+        "tree_wins": int(tree_wins),
+        "flat_wins": int(flat_wins),
+        "n_settings": n,
+        "tree_wins_think_ge_answer": sum(
+            w == "tree"
+            for r in THINK_RATIOS
+            if r >= 1
+            for n, w in zip(budgets, pays[r], strict=True)
+            if n >= 16
+        ),
+        "n_think_ge_answer": sum(n >= 16 for r in THINK_RATIOS if r >= 1 for n in budgets),
+        "flat_wins_no_think": int(sum(w == "flat" for w in pays[0.0])),
+        "n_no_think": len(pays[0.0]),
+        "se": dict.fromkeys(
+            (
+                "tree_wins",
+                "flat_wins",
+                "n_settings",
+                "tree_wins_think_ge_answer",
+                "n_think_ge_answer",
+                "flat_wins_no_think",
+                "n_no_think",
+            ),
+            0.0,
+        ),
+        "detail": "winner per (leaf budget, L_think/L_answer), a 95% tie with the other kind "
+        f"counted as a tie (counts of settings: SE 0): {'; '.join(parts)}; "
+        f"{int(np.sum(df['theory_exact'].astype(bool)))} of {len(df)} cells ranked "
+        "on exact corr",
+    }
 
 
 def mean_baseline(t: dict) -> dict:
@@ -156,13 +186,16 @@ def mean_baseline(t: dict) -> dict:
     others = at.drop(index="mean")
     nxt = others.loc[others["mse"].idxmin()]
     gap = _gap(nxt["mse"], nxt["mse_se"], m["mse"], m["mse_se"])
-    return {"bias_theory_abs_z": abs(z), "bias_z": float(m["bias_sq"] / bias_se),
-            "lowest_mse_gap": gap[0],
-            "se": {"bias_theory_abs_z": 1.0, "bias_z": 1.0, "lowest_mse_gap": gap[1]},
-            "detail": f"G = {G}: mean's bias² {m['bias_sq']:.3g} ± {bias_se:.2g} vs exact "
-                      f"‖g_x‖²/G² {m['theory_bias_sq']:.3g} (z = {z:.2f}); MSE {m['mse']:.4g} vs "
-                      f"the next-lowest ({nxt.name}) {nxt['mse']:.4g} (oracle "
-                      f"{at.loc['oracle', 'mse']:.4g})"}  # fmt: skip
+    return {
+        "bias_theory_abs_z": abs(z),
+        "bias_z": float(m["bias_sq"] / bias_se),
+        "lowest_mse_gap": gap[0],
+        "se": {"bias_theory_abs_z": 1.0, "bias_z": 1.0, "lowest_mse_gap": gap[1]},
+        "detail": f"G = {G}: mean's bias² {m['bias_sq']:.3g} ± {bias_se:.2g} vs exact "
+        f"‖g_x‖²/G² {m['theory_bias_sq']:.3g} (z = {z:.2f}); MSE {m['mse']:.4g} vs "
+        f"the next-lowest ({nxt.name}) {nxt['mse']:.4g} (oracle "
+        f"{at.loc['oracle', 'mse']:.4g})",
+    }
 
 
 def _gain_se(row) -> float:
@@ -184,14 +217,20 @@ def gain_fades(t: dict) -> dict:
     hi = max(k for k in adm.index if k.startswith("rho=") and k != "rho=0")
     g0, gh, go = adm.loc["rho=0"], adm.loc[hi], orc.loc[hi]
     kept, kept_se = ratio_and_se(gh["gain"] - 1, _gain_se(gh), g0["gain"] - 1, _gain_se(g0))
-    return {"gain_rho0": float(g0["gain"]), "excess_kept": kept,
-            "oracle_gain_rho_high": float(go["gain"]),
-            "se": {"gain_rho0": _gain_se(g0), "excess_kept": kept_se,
-                   "oracle_gain_rho_high": _gain_se(go)},
-            "detail": f"exact gradients, admissible steps: gain {g0['gain']:.3g} at ρ = 0, "
-                      f"{gh['gain']:.3g} at {hi.replace('rho=', 'ρ = ')} ({100 * kept:.0f}% of "
-                      f"the excess over 1 kept); against the interference-aware oracle step "
-                      f"{go['gain']:.3g}"}  # fmt: skip
+    return {
+        "gain_rho0": float(g0["gain"]),
+        "excess_kept": kept,
+        "oracle_gain_rho_high": float(go["gain"]),
+        "se": {
+            "gain_rho0": _gain_se(g0),
+            "excess_kept": kept_se,
+            "oracle_gain_rho_high": _gain_se(go),
+        },
+        "detail": f"exact gradients, admissible steps: gain {g0['gain']:.3g} at ρ = 0, "
+        f"{gh['gain']:.3g} at {hi.replace('rho=', 'ρ = ')} ({100 * kept:.0f}% of "
+        f"the excess over 1 kept); against the interference-aware oracle step "
+        f"{go['gain']:.3g}",
+    }
 
 
 def group_size_gain(t: dict) -> dict:
@@ -206,13 +245,19 @@ def group_size_gain(t: dict) -> dict:
     one = small == large
     lo, hi = sampled.loc[small], sampled.loc[large]
     nan = math.nan
-    return {"gain_small_G": nan if one else float(lo["gain"]),
-            "gain_large_G": nan if one else float(hi["gain"]),
-            "se": {"gain_small_G": nan if one else _gain_se(lo),
-                   "gain_large_G": nan if one else _gain_se(hi)},
-            "detail": ("one sampled G: not testable at these sizes; " if one else "")
-            + ", ".join(f"G = {int(k)}: {r.gain:.3g} ({r.gain_ci_low:.3g}–{r.gain_ci_high:.3g})"
-                        for k, r in sampled.iterrows())}  # fmt: skip
+    return {
+        "gain_small_G": nan if one else float(lo["gain"]),
+        "gain_large_G": nan if one else float(hi["gain"]),
+        "se": {
+            "gain_small_G": nan if one else _gain_se(lo),
+            "gain_large_G": nan if one else _gain_se(hi),
+        },
+        "detail": ("one sampled G: not testable at these sizes; " if one else "")
+        + ", ".join(
+            f"G = {int(k)}: {r.gain:.3g} ({r.gain_ci_low:.3g}–{r.gain_ci_high:.3g})"
+            for k, r in sampled.iterrows()
+        ),
+    }
 
 
 def normalization_direction(t: dict) -> dict:
@@ -230,8 +275,10 @@ def normalization_direction(t: dict) -> dict:
         snr = float(g["theory_snr_vs_loo"])
         out[f"mse_ratio_{env}"], se[f"mse_ratio_{env}"] = ratio
         out[f"snr_{env}"], se[f"snr_{env}"] = snr, 0.0 if np.isfinite(snr) else math.nan
-        parts.append(f"{env}: grpo/loo MSE {ratio[0]:.2f} ± {ratio[1]:.2f}, snr/loo "
-                     f"{snr:.4f} exact ({float(g['snr_vs_loo']):.4f} Monte Carlo)")  # fmt: skip
+        parts.append(
+            f"{env}: grpo/loo MSE {ratio[0]:.2f} ± {ratio[1]:.2f}, snr/loo "
+            f"{snr:.4f} exact ({float(g['snr_vs_loo']):.4f} Monte Carlo)"
+        )
     return {**out, "se": se, "detail": "G = 8: " + "; ".join(parts)}
 
 
@@ -245,12 +292,17 @@ def groupsize_argmin(t: dict) -> dict:
     never counts as a match); counts: SE 0."""
     s = t["summary"]
     matches = int(((s["empirical_best_G"] == s["predicted_best_G"]) & _separated(s)).sum())
-    return {"argmin_matches_prediction": matches, "n_budgets": len(s),
-            "distinct_argmins": int(s["empirical_best_G"].nunique()),
-            "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "distinct_argmins": 0.0},
-            "detail": "empirical best G per N: " + ", ".join(
-                f"N={r.N}: {r.empirical_best_G} (tied: {r.tied_G}; predicted {r.predicted_best_G})"
-                for r in s.itertuples())}  # fmt: skip
+    return {
+        "argmin_matches_prediction": matches,
+        "n_budgets": len(s),
+        "distinct_argmins": int(s["empirical_best_G"].nunique()),
+        "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "distinct_argmins": 0.0},
+        "detail": "empirical best G per N: "
+        + ", ".join(
+            f"N={r.N}: {r.empirical_best_G} (tied: {r.tied_G}; predicted {r.predicted_best_G})"
+            for r in s.itertuples()
+        ),
+    }
 
 
 def not_measured(t: dict) -> dict:
@@ -266,13 +318,22 @@ def train_optimum(t: dict) -> dict:
     sep = _separated(s)
     match = float(((s["empirical_best_G"] == s["predicted_best_G"]) & sep).mean())
     n = len(s)
-    return {"interior_frac": float(s["interior_minimum"].mean()),
-            "matches_prediction_frac": match, "separated_frac": float(sep.mean()),
-            "se": {"interior_frac": 0.0, "matches_prediction_frac": _frac_se(match, n),
-                   "separated_frac": _frac_se(float(sep.mean()), n)},
-            "detail": f"best G per (env, N, schedule), {n} settings: " + ", ".join(
-                f"{r.env} N={r.N} {r.schedule}: {r.empirical_best_G} (tied {r.tied_G}, "
-                f"predicted {r.predicted_best_G})" for r in s.itertuples())}  # fmt: skip
+    return {
+        "interior_frac": float(s["interior_minimum"].mean()),
+        "matches_prediction_frac": match,
+        "separated_frac": float(sep.mean()),
+        "se": {
+            "interior_frac": 0.0,
+            "matches_prediction_frac": _frac_se(match, n),
+            "separated_frac": _frac_se(float(sep.mean()), n),
+        },
+        "detail": f"best G per (env, N, schedule), {n} settings: "
+        + ", ".join(
+            f"{r.env} N={r.N} {r.schedule}: {r.empirical_best_G} (tied {r.tied_G}, "
+            f"predicted {r.predicted_best_G})"
+            for r in s.itertuples()
+        ),
+    }
 
 
 def chi2_law(t: dict) -> dict:
@@ -289,13 +350,16 @@ def chi2_law(t: dict) -> dict:
     z = ((last["empirical_mean"] - last["predicted_mean"]) / se).to_numpy(float)
     mean_p = _bonferroni(2 * norm.sf(np.abs(z)))
     ks = _bonferroni(last["ks_pvalue"].to_numpy(float))
-    return {"mean_p_bonferroni": mean_p, "ks_p_bonferroni": ks,
-            "se": {"mean_p_bonferroni": 0.0, "ks_p_bonferroni": 0.0},
-            "detail": f"n = {int(last['n'].iloc[0]):,}, {len(last)} estimators, "
-                      f"{int(last['n_seeds'].iloc[0]):,} seeds: mean of n·gap vs Σ w_k, z = "
-                      + ", ".join(f"{v:.2f}" for v in z)
-                      + f" (Bonferroni p = {mean_p:.2g}); KS p (Bonferroni) = "
-                      f"{ks:.2g}"}  # fmt: skip
+    return {
+        "mean_p_bonferroni": mean_p,
+        "ks_p_bonferroni": ks,
+        "se": {"mean_p_bonferroni": 0.0, "ks_p_bonferroni": 0.0},
+        "detail": f"n = {int(last['n'].iloc[0]):,}, {len(last)} estimators, "
+        f"{int(last['n_seeds'].iloc[0]):,} seeds: mean of n·gap vs Σ w_k, z = "
+        + ", ".join(f"{v:.2f}" for v in z)
+        + f" (Bonferroni p = {mean_p:.2g}); KS p (Bonferroni) = "
+        f"{ks:.2g}",
+    }
 
 
 def tree_floor(t: dict) -> dict:
@@ -307,12 +371,17 @@ def tree_floor(t: dict) -> dict:
     exact = row["theory_variance"] if np.isfinite(row["theory_variance"]) else row["theory_floor"]
     z = float((row["variance"] - exact) / row["variance_se"])
     gap = float(abs(row["variance"] - row["theory_floor"]) / row["theory_floor"])
-    return {"floor_abs_z": abs(z), "rel_gap_to_floor": gap,
-            "se": {"floor_abs_z": 1.0, "rel_gap_to_floor": float(row["variance_se"]
-                                                                 / row["theory_floor"])},
-            "detail": f"K = {K}, M = {int(row['M'])}: variance {row['variance']:.4g} vs exact "
-                      f"{exact:.4g} (z = {z:.2f}); the K → ∞ floor is {row['theory_floor']:.4g} "
-                      f"({100 * gap:.1f}% away)"}  # fmt: skip
+    return {
+        "floor_abs_z": abs(z),
+        "rel_gap_to_floor": gap,
+        "se": {
+            "floor_abs_z": 1.0,
+            "rel_gap_to_floor": float(row["variance_se"] / row["theory_floor"]),
+        },
+        "detail": f"K = {K}, M = {int(row['M'])}: variance {row['variance']:.4g} vs exact "
+        f"{exact:.4g} (z = {z:.2f}); the K → ∞ floor is {row['theory_floor']:.4g} "
+        f"({100 * gap:.1f}% away)",
+    }
 
 
 def tree_decay(t: dict) -> dict:
@@ -326,18 +395,23 @@ def tree_decay(t: dict) -> dict:
     v, s = sub["variance"].to_numpy(), sub["variance_se"].to_numpy()
     flat = int(np.sum(v[:-1] - v[1:] <= 2 * np.hypot(s[:-1], s[1:])))
     ratio = ratio_and_se(v[-1], s[-1], v[0], s[0])
-    return {"non_decreasing_steps": flat, "last_over_first": ratio[0],
-            "se": {"non_decreasing_steps": 0.0, "last_over_first": ratio[1]},
-            "detail": f"K = {K}: variance {v[0]:.3g} at M = {int(sub['M'].iloc[0])} → "
-                      f"{v[-1]:.3g} at M = {int(sub['M'].iloc[-1])}; {flat} of {len(v) - 1} steps "
-                      "not 2 SE clear"}  # fmt: skip
+    return {
+        "non_decreasing_steps": flat,
+        "last_over_first": ratio[0],
+        "se": {"non_decreasing_steps": 0.0, "last_over_first": ratio[1]},
+        "detail": f"K = {K}: variance {v[0]:.3g} at M = {int(sub['M'].iloc[0])} → "
+        f"{v[-1]:.3g} at M = {int(sub['M'].iloc[-1])}; {flat} of {len(v) - 1} steps "
+        "not 2 SE clear",
+    }
 
 
 def curvature_bounds(t: dict) -> dict:
     f = t["fits"].set_index("quantity")
-    return {"se": {},
-            "detail": f"tightest constants {f.loc['grad_norm', 'max_ratio']:.3f} (bound 2) and "
-                      f"{f.loc['hess_norm', 'max_ratio']:.3f} (bound 4)"}  # fmt: skip
+    return {
+        "se": {},
+        "detail": f"tightest constants {f.loc['grad_norm', 'max_ratio']:.3f} (bound 2) and "
+        f"{f.loc['hess_norm', 'max_ratio']:.3f} (bound 4)",
+    }
 
 
 def stdnorm_gain(t: dict) -> dict:
@@ -356,17 +430,22 @@ def stdnorm_gain(t: dict) -> dict:
         tuned_gain, tuned_se = math.nan, math.nan
     sampled = adm[np.isfinite(adm["G"])]
     sampled_txt = ", ".join(f"G = {int(r.G)}: {r.gain:.3g}" for r in sampled.itertuples())
-    return {"gain_over_predicted": float(base["gain"] / base["pred_gain"]),
-            "gnorm_ratio_over_predicted": float(base["gnorm_ratio"] / base["pred_gnorm_ratio"]),
-            "tuned_gain": tuned_gain,
-            "se": {"gain_over_predicted": 0.0, "gnorm_ratio_over_predicted": 0.0,
-                   "tuned_gain": tuned_se},
-            "detail": f"admissible steps, ρ = 0, exact gradients: iterations gain "
-                      f"{base['gain']:.3g} vs predicted {base['pred_gain']:.3g} (a ratio of upper "
-                      f"bounds); gradient-norm ratio {base['gnorm_ratio']:.3g} vs predicted "
-                      f"{base['pred_gnorm_ratio']:.3g} (the quantity the reconstructed bound "
-                      f"covers); sampled groups {sampled_txt}; tuned steps: best gain "
-                      f"{tuned_gain:.3g} ± {tuned_se:.2g}"}  # fmt: skip
+    return {
+        "gain_over_predicted": float(base["gain"] / base["pred_gain"]),
+        "gnorm_ratio_over_predicted": float(base["gnorm_ratio"] / base["pred_gnorm_ratio"]),
+        "tuned_gain": tuned_gain,
+        "se": {
+            "gain_over_predicted": 0.0,
+            "gnorm_ratio_over_predicted": 0.0,
+            "tuned_gain": tuned_se,
+        },
+        "detail": f"admissible steps, ρ = 0, exact gradients: iterations gain "
+        f"{base['gain']:.3g} vs predicted {base['pred_gain']:.3g} (a ratio of upper "
+        f"bounds); gradient-norm ratio {base['gnorm_ratio']:.3g} vs predicted "
+        f"{base['pred_gnorm_ratio']:.3g} (the quantity the reconstructed bound "
+        f"covers); sampled groups {sampled_txt}; tuned steps: best gain "
+        f"{tuned_gain:.3g} ± {tuned_se:.2g}",
+    }
 
 
 def kappa_values(t: dict) -> dict:
@@ -381,8 +460,11 @@ def kappa_values(t: dict) -> dict:
         c = k[k["estimator"] == name]
         got[name] = float(np.interp(0.05, c["p"], c["kappa"])) if len(c) else float("nan")
     err = max(abs(got[n] - want[n]) for n in want)
-    return {"max_abs_error": err, "se": {"max_abs_error": 0.0}, "detail": "κ_8(0.05): " + ", ".join(
-        f"{n} {got[n]:.3f} (theory {want[n]})" for n in want)}  # fmt: skip
+    return {
+        "max_abs_error": err,
+        "se": {"max_abs_error": 0.0},
+        "detail": "κ_8(0.05): " + ", ".join(f"{n} {got[n]:.3f} (theory {want[n]})" for n in want),
+    }
 
 
 def plan_recovery(t: dict) -> dict:
@@ -395,18 +477,27 @@ def plan_recovery(t: dict) -> dict:
     spread = df.groupby(["env", "quantity", "G"], dropna=False)["recovered"].agg(np.ptp)
     first = df[df["format"] == df["format"].iloc[0]]
     checked = first[first["covered"].notna() | first["recovered"].isna()]
-    ok = (checked["covered"].fillna(False).astype(bool) & checked["recovered"].notna()
-          & checked["lo"].notna() & checked["hi"].notna())  # fmt: skip
+    ok = (
+        checked["covered"].fillna(False).astype(bool)
+        & checked["recovered"].notna()
+        & checked["lo"].notna()
+        & checked["hi"].notna()
+    )
     missed = checked[~ok]
     gs = first[first["quantity"] == "G*"]
-    return {"uncovered": len(missed), "format_spread": float(spread.max()),
-            "se": {"uncovered": 0.0, "format_spread": 0.0},
-            "detail": f"{len(checked) - len(missed)} of {len(checked)} truths inside the 95% "
-            "interval with a recovered value (the curve's G share one fit: correlated); G* truth "
-            "vs recovered: "
-            + ", ".join(f"{r.env} {r.truth:.3g} vs {r.recovered:.3g} [{r.lo:.3g}, {r.hi:.3g}]"
-                        for r in gs.itertuples())
-            + f"; largest difference between formats {float(spread.max()):.2g}"}  # fmt: skip
+    return {
+        "uncovered": len(missed),
+        "format_spread": float(spread.max()),
+        "se": {"uncovered": 0.0, "format_spread": 0.0},
+        "detail": f"{len(checked) - len(missed)} of {len(checked)} truths inside the 95% "
+        "interval with a recovered value (the curve's G share one fit: correlated); G* truth "
+        "vs recovered: "
+        + ", ".join(
+            f"{r.env} {r.truth:.3g} vs {r.recovered:.3g} [{r.lo:.3g}, {r.hi:.3g}]"
+            for r in gs.itertuples()
+        )
+        + f"; largest difference between formats {float(spread.max()):.2g}",
+    }
 
 
 def _worst_ratio(df, hi: str, lo: str, G: int) -> tuple[float, float, str]:
@@ -415,8 +506,9 @@ def _worst_ratio(df, hi: str, lo: str, G: int) -> tuple[float, float, str]:
     by = "policy" if "policy" in df and df["policy"].notna().any() else "env"
     for name, sub in df[df["G"] == G].groupby(by):
         m = sub.set_index("estimator")
-        r = ratio_and_se(m.loc[hi, "mse"], m.loc[hi, "mse_se"], m.loc[lo, "mse"],
-                         m.loc[lo, "mse_se"])  # fmt: skip
+        r = ratio_and_se(
+            m.loc[hi, "mse"], m.loc[hi, "mse_se"], m.loc[lo, "mse"], m.loc[lo, "mse_se"]
+        )
         if math.isnan(worst[0]) or r[0] > worst[0]:
             worst = (*r, str(name))
     return worst
@@ -429,12 +521,16 @@ def oracle_close(t: dict) -> dict:
     df = t["results"]
     out, se, parts = {}, {}, []
     for G in (8, 32, 64):
-        r, s, where = _worst_ratio(df, "loo", "oracle", G) if G in set(df["G"]) else (
-            math.nan, math.nan, "")  # fmt: skip
+        r, s, where = (
+            _worst_ratio(df, "loo", "oracle", G) if G in set(df["G"]) else (math.nan, math.nan, "")
+        )
         out[f"loo_over_oracle_G{G}"], se[f"loo_over_oracle_G{G}"] = r, s
         parts.append(f"G = {G}: {r:.3f} ± {s:.3f}" + (f" ({where})" if where else " (not run)"))
-    return {**out, "se": se,
-            "detail": "worst loo/oracle MSE over the policies: " + "; ".join(parts)}  # fmt: skip
+    return {
+        **out,
+        "se": se,
+        "detail": "worst loo/oracle MSE over the policies: " + "; ".join(parts),
+    }
 
 
 def no_filler_flip(t: dict) -> dict:
@@ -456,12 +552,15 @@ def no_filler_flip(t: dict) -> dict:
                 worst = (gap / s, f"{policy}, G = {int(G)}, {other}")
     joint = stats.joint_test(df, ("policy", "estimator"))
     p = math.nan if joint is None else joint["joint_p"]
-    return {"flip_violations": int(bad), "joint_p": p,
-            "se": {"flip_violations": 0.0, "joint_p": 0.0},
-            "detail": f"vanilla below the oracle and loo, 2 SE clear, in {2 * cells - int(bad)} of "
-                      f"{2 * cells} comparisons (policy × G × baseline); least clear: "
-                      f"{worst[1]} ({worst[0]:.1f} SE); exact theory joint p = "
-                      f"{p:.2g}"}  # fmt: skip
+    return {
+        "flip_violations": int(bad),
+        "joint_p": p,
+        "se": {"flip_violations": 0.0, "joint_p": 0.0},
+        "detail": f"vanilla below the oracle and loo, 2 SE clear, in {2 * cells - int(bad)} of "
+        f"{2 * cells} comparisons (policy × G × baseline); least clear: "
+        f"{worst[1]} ({worst[0]:.1f} SE); exact theory joint p = "
+        f"{p:.2g}",
+    }
 
 
 def ustat_identity(t: dict) -> dict:
@@ -484,9 +583,13 @@ def ustat_identity(t: dict) -> dict:
             gap = abs(a - b) / max(scale, 1e-30)
             worst = math.inf if math.isnan(gap) else max(worst, gap)
     worst = worst if n else math.nan
-    return {"max_rel_diff": worst, "cells": n, "se": {"max_rel_diff": 0.0, "cells": 0.0},
-            "detail": f"ustat vs loo on the same draws, {n} (env, G) cells: largest difference of "
-                      f"MSE, bias² and variance over loo's MSE {worst:.2g}"}  # fmt: skip
+    return {
+        "max_rel_diff": worst,
+        "cells": n,
+        "se": {"max_rel_diff": 0.0, "cells": 0.0},
+        "detail": f"ustat vs loo on the same draws, {n} (env, G) cells: largest difference of "
+        f"MSE, bias² and variance over loo's MSE {worst:.2g}",
+    }
 
 
 def _log_slope(G, y, se) -> tuple[float, float]:
@@ -536,21 +639,29 @@ def chi2_rate(t: dict) -> dict:
     (Lyapunov, exact: SE 0), ``joint_p`` the measured differences against the predicted ones."""
     rates = _rate_table(t)
     if "loo" not in rates:
-        return {"loo_slope": math.nan, "loo_slope_exact": math.nan, "joint_p": math.nan,
-                "se": {"loo_slope": math.nan, "loo_slope_exact": 0.0, "joint_p": 0.0},
-                "detail": "no loo cells"}  # fmt: skip
+        return {
+            "loo_slope": math.nan,
+            "loo_slope_exact": math.nan,
+            "joint_p": math.nan,
+            "se": {"loo_slope": math.nan, "loo_slope_exact": 0.0, "joint_p": 0.0},
+            "detail": "no loo cells",
+        }
     G, pred, mean, se = rates["loo"].T
     slope, slope_se = _log_slope(G, mean, se)
     exact = _log_slope(G, pred, pred * 1e-3)[0] if (pred > 0).all() else math.nan
     joint, zmax = _rate_joint(rates)
-    return {"loo_slope": slope, "loo_slope_exact": exact, "joint_p": joint,
-            "se": {"loo_slope": slope_se, "loo_slope_exact": 0.0, "joint_p": 0.0},
-            "detail": f"log-log slope of Σw_loo − Σw_oracle over G = "
-                      f"{', '.join(str(int(g)) for g in G)}: measured {slope:.2f} ± {slope_se:.2f}"
-                      f", predicted {exact:.2f}; G² × measured difference: "
-                      + ", ".join(f"{g**2 * m:.3g}" for g, m in zip(G, mean, strict=True))
-                      + f"; measured vs predicted differences joint p = {joint:.2g}, largest |z| "
-                      f"{zmax:.2f}"}  # fmt: skip
+    return {
+        "loo_slope": slope,
+        "loo_slope_exact": exact,
+        "joint_p": joint,
+        "se": {"loo_slope": slope_se, "loo_slope_exact": 0.0, "joint_p": 0.0},
+        "detail": f"log-log slope of Σw_loo − Σw_oracle over G = "
+        f"{', '.join(str(int(g)) for g in G)}: measured {slope:.2f} ± {slope_se:.2f}"
+        f", predicted {exact:.2f}; G² × measured difference: "
+        + ", ".join(f"{g**2 * m:.3g}" for g, m in zip(G, mean, strict=True))
+        + f"; measured vs predicted differences joint p = {joint:.2g}, largest |z| "
+        f"{zmax:.2f}",
+    }
 
 
 def chi2_prompt_only(t: dict) -> dict:
@@ -559,9 +670,13 @@ def chi2_prompt_only(t: dict) -> dict:
     method) and the measured differences against the predicted ones (``joint_p``)."""
     rates = _rate_table(t)
     if "vanilla" not in rates:
-        return {"excess_violations": math.nan, "vanilla_slope": math.nan, "joint_p": math.nan,
-                "se": {"excess_violations": 0.0, "vanilla_slope": math.nan, "joint_p": 0.0},
-                "detail": "no vanilla cells"}  # fmt: skip
+        return {
+            "excess_violations": math.nan,
+            "vanilla_slope": math.nan,
+            "joint_p": math.nan,
+            "se": {"excess_violations": 0.0, "vanilla_slope": math.nan, "joint_p": 0.0},
+            "detail": "no vanilla cells",
+        }
     G, pred, mean, se = rates["vanilla"].T
     bad = int((pred <= 0).sum())
     res = t["results"]
@@ -569,15 +684,19 @@ def chi2_prompt_only(t: dict) -> dict:
     low = [float(min(last["vanilla", g]) / min(last["oracle", g]) - 1) for g in G]
     slope, slope_se = _log_slope(G, mean, se)
     joint, zmax = _rate_joint(rates)
-    return {"excess_violations": bad, "vanilla_slope": slope, "joint_p": joint,
-            "se": {"excess_violations": 0.0, "vanilla_slope": slope_se, "joint_p": 0.0},
-            "detail": f"Σw_vanilla − Σw_oracle, predicted at G = "
-                      f"{', '.join(str(int(g)) for g in G)}: "
-                      + ", ".join(f"{p:.3g}" for p in pred)
-                      + f" ({bad} not above 0); smallest weight, vanilla against the oracle: "
-                      + ", ".join(f"{100 * x:+.1f}%" for x in low)
-                      + f"; measured log-log slope {slope:.2f} ± "
-                      f"{slope_se:.2f}; joint p = {joint:.2g}, largest |z| {zmax:.2f}"}  # fmt: skip
+    return {
+        "excess_violations": bad,
+        "vanilla_slope": slope,
+        "joint_p": joint,
+        "se": {"excess_violations": 0.0, "vanilla_slope": slope_se, "joint_p": 0.0},
+        "detail": f"Σw_vanilla − Σw_oracle, predicted at G = "
+        f"{', '.join(str(int(g)) for g in G)}: "
+        + ", ".join(f"{p:.3g}" for p in pred)
+        + f" ({bad} not above 0); smallest weight, vanilla against the oracle: "
+        + ", ".join(f"{100 * x:+.1f}%" for x in low)
+        + f"; measured log-log slope {slope:.2f} ± "
+        f"{slope_se:.2f}; joint p = {joint:.2g}, largest |z| {zmax:.2f}",
+    }
 
 
 def pool_argmin(t: dict) -> dict:
@@ -586,21 +705,31 @@ def pool_argmin(t: dict) -> dict:
     from the infinite-pool law's best divisor (the pool moved G*); counts: SE 0."""
     s = t["summary"]
     if "empirical_best_G_pool" not in s:
-        return {"argmin_matches_prediction": math.nan, "n_budgets": len(s), "moved": math.nan,
-                "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "moved": 0.0},
-                "detail": "no pool in this run"}  # fmt: skip
+        return {
+            "argmin_matches_prediction": math.nan,
+            "n_budgets": len(s),
+            "moved": math.nan,
+            "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "moved": 0.0},
+            "detail": "no pool in this run",
+        }
     sep = s["tied_G_pool"].astype(str) == s["empirical_best_G_pool"].astype(str)
     matches = int(((s["empirical_best_G_pool"] == s["predicted_best_G"]) & sep).sum())
     moved = int(((s["empirical_best_G_pool"] != s["infinite_pool_best_G"]) & sep).sum())
-    return {"argmin_matches_prediction": matches, "n_budgets": len(s), "moved": moved,
-            "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "moved": 0.0},
-            "detail": f"P = {int(s['pool'].iloc[0])} prompts; best G per N (pool law, smallest "
-                      f"feasible G = N/P, infinite-pool law): " + "; ".join(
-                          f"N={r.N}: {r.empirical_best_G_pool} (tied: {r.tied_G_pool}; "
-                          f"{r.predicted_best_G}, {r.min_G}, {r.infinite_pool_best_G})"
-                          for r in s.itertuples())
-                      + f"; the pool law's continuous minimiser {s['g_star_pool'].iloc[0]:.2f}, "
-                      f"the infinite pool's {s['g_star_exact'].iloc[0]:.2f}"}  # fmt: skip
+    return {
+        "argmin_matches_prediction": matches,
+        "n_budgets": len(s),
+        "moved": moved,
+        "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "moved": 0.0},
+        "detail": f"P = {int(s['pool'].iloc[0])} prompts; best G per N (pool law, smallest "
+        f"feasible G = N/P, infinite-pool law): "
+        + "; ".join(
+            f"N={r.N}: {r.empirical_best_G_pool} (tied: {r.tied_G_pool}; "
+            f"{r.predicted_best_G}, {r.min_G}, {r.infinite_pool_best_G})"
+            for r in s.itertuples()
+        )
+        + f"; the pool law's continuous minimiser {s['g_star_pool'].iloc[0]:.2f}, "
+        f"the infinite pool's {s['g_star_exact'].iloc[0]:.2f}",
+    }
 
 
 def tree_overlap_boundary(t: dict) -> dict:
@@ -629,17 +758,27 @@ def tree_overlap_boundary(t: dict) -> dict:
         z = z[np.isfinite(df[f"theory_ov_{m}"].to_numpy(np.float64))]
         ps.append(float(chi2.sf(np.sum(z**2), len(z))) if np.all(np.isfinite(z)) else math.nan)
     p = min(1.0, len(ps) * min(ps)) if not any(map(math.isnan, ps)) else math.nan
-    stars = ", ".join(f"{r:.3g}: {'never' if math.isnan(v) else f'ρ ≥ {v:g}'}"
-                      for r, v in b["rho_star"].items())  # fmt: skip
-    return {"violations": b["violations"], "moving_ratios": len(inside),
-            "flat_when_free": int((free["pays"] == "flat").sum()), "n_overlaps": len(free),
-            "joint_p": p,
-            "se": {"violations": 0.0, "moving_ratios": 0.0, "flat_when_free": 0.0,
-                   "n_overlaps": 0.0, "joint_p": 0.0},
-            "detail": f"{int(df['K'].iloc[0] * df['M'].iloc[0])} leaves; branching (M > 1) pays, "
-                      f"by L_think/L_answer: {stars}; {b['violations']} grid points above a "
-                      f"boundary where it stops paying; source {wins['source'].iloc[0]}; the six "
-                      f"moments against exact theory: joint p = {p:.2g}"}  # fmt: skip
+    stars = ", ".join(
+        f"{r:.3g}: {'never' if math.isnan(v) else f'ρ ≥ {v:g}'}" for r, v in b["rho_star"].items()
+    )
+    return {
+        "violations": b["violations"],
+        "moving_ratios": len(inside),
+        "flat_when_free": int((free["pays"] == "flat").sum()),
+        "n_overlaps": len(free),
+        "joint_p": p,
+        "se": {
+            "violations": 0.0,
+            "moving_ratios": 0.0,
+            "flat_when_free": 0.0,
+            "n_overlaps": 0.0,
+            "joint_p": 0.0,
+        },
+        "detail": f"{int(df['K'].iloc[0] * df['M'].iloc[0])} leaves; branching (M > 1) pays, "
+        f"by L_think/L_answer: {stars}; {b['violations']} grid points above a "
+        f"boundary where it stops paying; source {wins['source'].iloc[0]}; the six "
+        f"moments against exact theory: joint p = {p:.2g}",
+    }
 
 
 def _arcsin_rows(t: dict):
@@ -658,15 +797,22 @@ def arcsin_direction(t: dict) -> dict:
     last = d.iloc[-1]
     closer = float(last["cos_arcsin"] - last["cos_plain"])
     at8 = d.loc[d["G"] == 8, "rel_err"]
-    return {"rel_err_at_max_G": float(err[-1]), "non_decreasing_steps": int(np.sum(
-                np.diff(err) >= 0)), "closer_to_arcsin": closer,  # fmt: skip
-            "rel_err_at_G8": float(at8.iloc[0]) if len(at8) else math.nan,
-            "se": {"rel_err_at_max_G": 0.0, "non_decreasing_steps": 0.0, "closer_to_arcsin": 0.0,
-                   "rel_err_at_G8": 0.0},
-            "detail": "‖E ĝ − ∇𝒥‖/‖∇𝒥‖ by G: " + ", ".join(
-                f"{int(r.G)}: {r.rel_err:.3g}" for r in d.itertuples())
-            + f"; at G = {int(last['G'])} cos(E ĝ, ∇𝒥) = {last['cos_arcsin']:.5f}, cos(E ĝ, ∇E V) "
-              f"= {last['cos_plain']:.4f} (cos(∇𝒥, ∇E V) = {last['cos_target_plain']:.4f})"}
+    return {
+        "rel_err_at_max_G": float(err[-1]),
+        "non_decreasing_steps": int(np.sum(np.diff(err) >= 0)),
+        "closer_to_arcsin": closer,
+        "rel_err_at_G8": float(at8.iloc[0]) if len(at8) else math.nan,
+        "se": {
+            "rel_err_at_max_G": 0.0,
+            "non_decreasing_steps": 0.0,
+            "closer_to_arcsin": 0.0,
+            "rel_err_at_G8": 0.0,
+        },
+        "detail": "‖E ĝ − ∇𝒥‖/‖∇𝒥‖ by G: "
+        + ", ".join(f"{int(r.G)}: {r.rel_err:.3g}" for r in d.itertuples())
+        + f"; at G = {int(last['G'])} cos(E ĝ, ∇𝒥) = {last['cos_arcsin']:.5f}, cos(E ĝ, ∇E V) "
+        f"= {last['cos_plain']:.4f} (cos(∇𝒥, ∇E V) = {last['cos_target_plain']:.4f})",
+    }
 
 
 def lemma11_ratio(t: dict) -> dict:
@@ -679,12 +825,18 @@ def lemma11_ratio(t: dict) -> dict:
     exact = d["u_ratio_exact"].to_numpy(np.float64)
     z = ((d["u_ratio"] - d["u_ratio_exact"]) / d["u_ratio_se"]).to_numpy(np.float64)
     p = float(chi2.sf(np.sum(z**2), len(z))) if np.all(np.isfinite(z)) else math.nan
-    return {"ratio_at_max_G": float(exact[-1]),
-            "non_decreasing_steps": int(np.sum(np.diff(exact) >= 0)), "joint_p": p,
-            "se": {"ratio_at_max_G": 0.0, "non_decreasing_steps": 0.0, "joint_p": 0.0},
-            "detail": "exact E‖ĝ − U‖²/E‖U‖² by G: " + ", ".join(
-                f"{int(r.G)}: {r.u_ratio_exact:.3g} (measured {r.u_ratio:.3g} ± {r.u_ratio_se:.2g})"
-                for r in d.itertuples()) + f"; measured vs exact p = {p:.2g}"}  # fmt: skip
+    return {
+        "ratio_at_max_G": float(exact[-1]),
+        "non_decreasing_steps": int(np.sum(np.diff(exact) >= 0)),
+        "joint_p": p,
+        "se": {"ratio_at_max_G": 0.0, "non_decreasing_steps": 0.0, "joint_p": 0.0},
+        "detail": "exact E‖ĝ − U‖²/E‖U‖² by G: "
+        + ", ".join(
+            f"{int(r.G)}: {r.u_ratio_exact:.3g} (measured {r.u_ratio:.3g} ± {r.u_ratio_se:.2g})"
+            for r in d.itertuples()
+        )
+        + f"; measured vs exact p = {p:.2g}",
+    }
 
 
 def offpolicy_order(t: dict) -> dict:
@@ -701,27 +853,35 @@ def offpolicy_order(t: dict) -> dict:
     res, upd = t["results"], t["updates"]
     sc = offpolicy.scaling(upd, res).set_index("ratio").loc["token"]
     tok = res[res["ratio"] == "token"]
-    top = tok[(tok["m"] == tok["m"].max()) & (tok["eta"] == tok["eta"].max())
-              & (tok["staleness"] == tok["staleness"].min())].iloc[0]  # fmt: skip
+    top = tok[
+        (tok["m"] == tok["m"].max())
+        & (tok["eta"] == tok["eta"].max())
+        & (tok["staleness"] == tok["staleness"].min())
+    ].iloc[0]
     sis = res[(res["ratio"] == "sis") & (res["m"] > 1)]
     z = np.abs(sis["bias_sq"] / sis["bias_sq_se"]).to_numpy(np.float64)
     sis_z = float(np.max(z)) if len(z) and np.all(np.isfinite(z)) else math.nan
     names = ("slope_eta_low", "slope_eta_high", "slope_lag")
     out = {n: float(sc[n]) for n in names}
-    out |= {"slope_eta_low_dev": abs(out["slope_eta_low"] - 2),
-            "slope_lag_dev": abs(out["slope_lag"] - 2),
-            "token_bias_z": float(top["bias_sq_paired"] / top["bias_sq_paired_se"]),
-            "sis_max_z": sis_z}  # fmt: skip
+    out |= {
+        "slope_eta_low_dev": abs(out["slope_eta_low"] - 2),
+        "slope_lag_dev": abs(out["slope_lag"] - 2),
+        "token_bias_z": float(top["bias_sq_paired"] / top["bias_sq_paired_se"]),
+        "sis_max_z": sis_z,
+    }
     se = {**{n: float(sc[n + "_se"]) for n in names}, "token_bias_z": 1.0, "sis_max_z": 0.0}
     se |= {"slope_eta_low_dev": se["slope_eta_low"], "slope_lag_dev": se["slope_lag"]}
     etas = sorted(tok["eta"].unique())
-    return {**out, "se": se,
-            "detail": f"token at m = {int(tok['m'].max())}: bias² ∝ η^{out['slope_eta_low']:.2f} "
-            f"± {se['slope_eta_low']:.2f} over the smallest step sizes (η from {etas[0]:g}), "
-            f"η^{out['slope_eta_high']:.2f} ± {se['slope_eta_high']:.2f} over the largest (up to "
-            f"{etas[-1]:g}), η^{float(sc['slope_eta']):.2f} ± {float(sc['slope_eta_se']):.2f} "
-            f"over all; ∝ lag^{out['slope_lag']:.2f} ± {se['slope_lag']:.2f} at η = "
-            f"{float(sc['lag_eta']):g}; "
-            f"paired bias² at η = {top['eta']:g}, m = {int(top['m'])}: "
-            f"{top['bias_sq_paired']:.3g} ± {top['bias_sq_paired_se']:.2g} "
-            f"(MSE {top['mse']:.3g}); SIS: largest |bias²|/SE {sis_z:.2f} over {len(z)} rows"}
+    return {
+        **out,
+        "se": se,
+        "detail": f"token at m = {int(tok['m'].max())}: bias² ∝ η^{out['slope_eta_low']:.2f} "
+        f"± {se['slope_eta_low']:.2f} over the smallest step sizes (η from {etas[0]:g}), "
+        f"η^{out['slope_eta_high']:.2f} ± {se['slope_eta_high']:.2f} over the largest (up to "
+        f"{etas[-1]:g}), η^{float(sc['slope_eta']):.2f} ± {float(sc['slope_eta_se']):.2f} "
+        f"over all; ∝ lag^{out['slope_lag']:.2f} ± {se['slope_lag']:.2f} at η = "
+        f"{float(sc['lag_eta']):g}; "
+        f"paired bias² at η = {top['eta']:g}, m = {int(top['m'])}: "
+        f"{top['bias_sq_paired']:.3g} ± {top['bias_sq_paired_se']:.2g} "
+        f"(MSE {top['mse']:.3g}); SIS: largest |bias²|/SE {sis_z:.2f} over {len(z)} rows",
+    }

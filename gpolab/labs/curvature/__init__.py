@@ -7,8 +7,8 @@ from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab curvature --quick',
-    'gpolab curvature --prompts 8 --quick',
+    "gpolab curvature --quick",
+    "gpolab curvature --prompts 8 --quick",
 )
 
 register = lab_command(

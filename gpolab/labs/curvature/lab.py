@@ -51,8 +51,7 @@ class Config(configs.Config):
     scale_min: float = option(0.1, "smallest theta scale (scales are log-uniform)")
     scale_max: float = option(30.0, "largest theta scale")
     seed: int = option(0, "PRNG seed (instance: seed; theta draws: seed + 1)")
-    out: str = option("results/curvature", "output folder (tables, config.toml, figure)",
-                      key=False)  # fmt: skip
+    out: str = option("results/curvature", "output folder (tables, config.toml, figure)", key=False)
 
     def validate(self) -> None:
         validate.integer("thetas", self.thetas, 1)
@@ -68,8 +67,14 @@ def cells(cfg: Config) -> int:
 
 def instance(cfg: Config) -> loglinear.Instance:
     """The log-linear instance the θ are drawn on (its seed is ``seed``)."""
-    return loglinear.Instance(prompts=cfg.prompts, responses=cfg.responses, block=cfg.block,
-                              bound=cfg.bound, rho=cfg.rho, instance_seed=cfg.seed)  # fmt: skip
+    return loglinear.Instance(
+        prompts=cfg.prompts,
+        responses=cfg.responses,
+        block=cfg.block,
+        bound=cfg.bound,
+        rho=cfg.rho,
+        instance_seed=cfg.seed,
+    )
 
 
 def sample_thetas(key, dim: int, n: int, scale_min: float, scale_max: float):
@@ -121,9 +126,19 @@ def fit_table(cfg: Config, df):
     for col, (const, power, law) in QUANTITIES.items():
         fit = theory.fit_constant(df[col], sigma, cfg.bound**power)
         holds = bool(np.all(df[col].to_numpy() <= bounds[col](sigma, cfg.bound) + 1e-6))
-        rows.append({"quantity": col, "law": law, "bound_const": const, **fit, "holds": holds,
-                     "points": len(df), "sigma_min": float(sigma.min()),
-                     "sigma_max": float(sigma.max()), **configs.key_settings(cfg)})  # fmt: skip
+        rows.append(
+            {
+                "quantity": col,
+                "law": law,
+                "bound_const": const,
+                **fit,
+                "holds": holds,
+                "points": len(df),
+                "sigma_min": float(sigma.min()),
+                "sigma_max": float(sigma.max()),
+                **configs.key_settings(cfg),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -152,9 +167,10 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         compute,
         config_hash=config_hash(cfg),
         on_skip=None if progress is None else progress.skip,
-        on_unit=None if progress is None else lambda rows: progress.update(
-            1, f"{len(rows)} (theta, prompt) points"),
-    )  # fmt: skip
+        on_unit=None
+        if progress is None
+        else lambda rows: progress.update(1, f"{len(rows)} (theta, prompt) points"),
+    )
     seconds = float(df["wall_s"].iloc[0]) if "wall_s" in df else timed["seconds"]
     df = df.drop(columns=[c for c in PROVENANCE if c in df])
     fits = fit_table(cfg, df)
@@ -166,12 +182,15 @@ def report(cfg: Config, tables: dict) -> str:
     """The fitted constants against the bounds (the lines ``gpolab curvature`` always printed)."""
     fits = tables["fits"].set_index("quantity")
     s = fits.iloc[0]
-    lines = [f"{int(s.points)} (theta, prompt) points, sigma in [{s.sigma_min:.3g}, "
-             f"{s.sigma_max:.3g}]"]  # fmt: skip
+    lines = [
+        f"{int(s.points)} (theta, prompt) points, sigma in [{s.sigma_min:.3g}, {s.sigma_max:.3g}]"
+    ]
     for col, (const, _, law) in QUANTITIES.items():
         f = fits.loc[col]
-        lines.append(f"{law}: tightest C = {f.max_ratio:.4f} (bound {const:g}), "
-                     f"LS slope {f.ls_slope:.4f}; holds: {bool(f.holds)}")  # fmt: skip
+        lines.append(
+            f"{law}: tightest C = {f.max_ratio:.4f} (bound {const:g}), "
+            f"LS slope {f.ls_slope:.4f}; holds: {bool(f.holds)}"
+        )
     return "\n".join(lines)
 
 

@@ -7,9 +7,9 @@ from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab groupsize --quick',
-    'gpolab groupsize --N 256,1024 --seeds 5000',
-    'gpolab groupsize --train --env bandit --quick',
+    "gpolab groupsize --quick",
+    "gpolab groupsize --N 256,1024 --seeds 5000",
+    "gpolab groupsize --train --env bandit --quick",
 )
 
 register = lab_command(

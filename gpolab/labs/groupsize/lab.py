@@ -61,6 +61,7 @@ ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
 
 MAX_POOL = 1 << 20  # prompts in a finite pool (--pool): every seed permutes all of them
 
+
 @dataclasses.dataclass(frozen=True)
 class Config(configs.Config):
     """Both checks; ``train`` picks one, and a setting of the other is an error."""
@@ -83,34 +84,53 @@ class Config(configs.Config):
     }
 
     train: bool = option(False, "run the SGD training check (default: the fixed-theta MSE check)")
-    N: tuple[int, ...] = option((256, 1024, 4096), "comma list of per-step budgets N = B*G "
-                                "(every divisor G >= 2 is measured)", when=FIXED)  # fmt: skip
-    seeds: int = option(0, "Monte Carlo seeds per cell (fixed theta; 0: 20,000) or SGD runs per "
-                        "cell (--train; 0: 256)")  # fmt: skip
-    chunk: int = option(0, "seeds per compiled chunk (0: sized to the CPU cache; results do not "
-                        "depend on it)", when=FIXED, key=False)  # fmt: skip
+    N: tuple[int, ...] = option(
+        (256, 1024, 4096),
+        "comma list of per-step budgets N = B*G (every divisor G >= 2 is measured)",
+        when=FIXED,
+    )
+    seeds: int = option(
+        0,
+        "Monte Carlo seeds per cell (fixed theta; 0: 20,000) or SGD runs per "
+        "cell (--train; 0: 256)",
+    )
+    chunk: int = option(
+        0,
+        "seeds per compiled chunk (0: sized to the CPU cache; results do not depend on it)",
+        when=FIXED,
+        key=False,
+    )
     seed: int = option(0, "master PRNG seed; seed i uses fold_in(key, i)")
-    pool: int = option(0, "finite prompt pool: P prompts drawn once from f, a step takes B = N/G "
-                       "of them without replacement, reshuffled every epoch (0: iid prompts from "
-                       "f every step)")  # fmt: skip
+    pool: int = option(
+        0,
+        "finite prompt pool: P prompts drawn once from f, a step takes B = N/G "
+        "of them without replacement, reshuffled every epoch (0: iid prompts from "
+        "f every step)",
+    )
     env: str = option("both", "bandit, arithmetic or both", when=TRAIN)
     schedules: tuple[str, ...] = option(
         SCHEDULES, "comma list of constant, decay (eta_t = eta0 / (1 + t/tau))", when=TRAIN
     )
-    bandit_N: tuple[int, ...] = option((64, 256), "comma list of budgets N per step",
-                                       when=ON_BANDIT_TRAIN)  # fmt: skip
+    bandit_N: tuple[int, ...] = option(
+        (64, 256), "comma list of budgets N per step", when=ON_BANDIT_TRAIN
+    )
     bandit_steps: int = option(100, "SGD steps", when=ON_BANDIT_TRAIN)
     bandit_eta_constant: float = option(32.0, "constant step size", when=ON_BANDIT_TRAIN)
     bandit_eta_decay: float = option(64.0, "eta0 of the decaying schedule", when=ON_BANDIT_TRAIN)
     bandit_tau: float = option(20.0, "tau of the decaying schedule", when=ON_BANDIT_TRAIN)
-    arithmetic_N: tuple[int, ...] = option((32, 128), "comma list of budgets N per step",
-                                           when=ON_ARITH_TRAIN)  # fmt: skip
+    arithmetic_N: tuple[int, ...] = option(
+        (32, 128), "comma list of budgets N per step", when=ON_ARITH_TRAIN
+    )
     arithmetic_steps: int = option(50, "SGD steps", when=ON_ARITH_TRAIN)
     arithmetic_eta_constant: float = option(0.5, "constant step size", when=ON_ARITH_TRAIN)
     arithmetic_eta_decay: float = option(2.0, "eta0 of the decaying schedule", when=ON_ARITH_TRAIN)
     arithmetic_tau: float = option(10.0, "tau of the decaying schedule", when=ON_ARITH_TRAIN)
-    questions: int = borrow(arithmetic.Instance, "questions", when=ON_ARITH_TRAIN,
-                            prefix="arithmetic (bare, no filler): ")  # fmt: skip
+    questions: int = borrow(
+        arithmetic.Instance,
+        "questions",
+        when=ON_ARITH_TRAIN,
+        prefix="arithmetic (bare, no filler): ",
+    )
     hidden: int = borrow(arithmetic.Instance, "hidden", when=ON_ARITH_TRAIN)
     policy: str = option("base", "starting policy base, instruct or icl", when=ON_ARITH_TRAIN)
     truth_samples: int = borrow(arithmetic.Instance, "truth_samples", when=ON_ARITH_TRAIN)
@@ -137,9 +157,14 @@ class Config(configs.Config):
         validate.integer("seed", self.seed, 0)
         validate.integer("instance_seed", self.instance_seed, 0)
         validate.integer("pool", self.pool, 0)
-        validate.at_most("pool", self.pool, MAX_POOL, "each seed permutes the whole pool; a "
-                         "larger pool's factor (P - B)/(P - 1) is within 0.1% of iid prompts' "
-                         "(pool = 0) for B <= 1,024 prompts per step")  # fmt: skip
+        validate.at_most(
+            "pool",
+            self.pool,
+            MAX_POOL,
+            "each seed permutes the whole pool; a "
+            "larger pool's factor (P - B)/(P - 1) is within 0.1% of iid prompts' "
+            "(pool = 0) for B <= 1,024 prompts per step",
+        )
         if self.seeds != 0:
             validate.seeds("seeds", self.seeds, 2)
         if "bandit" in self.envs or not self.train:
@@ -187,8 +212,15 @@ def loo_advantages_slots(rewards: jax.Array, G) -> jax.Array:
     return rewards - (sums - rewards) / (G - 1)
 
 
-def minibatch_gradient(env: Env, key: jax.Array, params, theta: jax.Array, N: int, G,
-                       pool: pools.PoolDraw | None = None):  # fmt: skip
+def minibatch_gradient(
+    env: Env,
+    key: jax.Array,
+    params,
+    theta: jax.Array,
+    N: int,
+    G,
+    pool: pools.PoolDraw | None = None,
+):
     """ĝ = (1/B) Σ_b (1/G) Σ_g A_bg W_bg with B = N/G iid prompts (or, with ``pool``, B distinct
     prompts of the pool, :func:`~gpolab.labs.groupsize.pool.epoch_draws`) and loo advantages.
 
@@ -268,8 +300,9 @@ class TrainCell:
     steps: int
 
 
-def sgd_direction(env: Env, params, N: int, G, key: jax.Array, theta: jax.Array, t, *,
-                  pool=None, seed_key=None):  # fmt: skip
+def sgd_direction(
+    env: Env, params, N: int, G, key: jax.Array, theta: jax.Array, t, *, pool=None, seed_key=None
+):
     """:func:`gpolab.engine.train.ascend`'s direction: the mini-batch loo gradient ĝ_t (no aux);
     with
     ``pool`` (prompt ids) step t's batch comes from the pool (permutations of ``seed_key``)."""
@@ -323,8 +356,9 @@ def make_instance(cfg: Config, name: str):
 
 def bandit_instance(cfg: Config) -> bandit.Instance:
     """The bandit of ``cfg`` (its settings, as in ``gpolab sweep``)."""
-    return bandit.Instance(instance_seed=cfg.instance_seed,
-                           **{f: getattr(cfg, f) for f in BANDIT_FIELDS})  # fmt: skip
+    return bandit.Instance(
+        instance_seed=cfg.instance_seed, **{f: getattr(cfg, f) for f in BANDIT_FIELDS}
+    )
 
 
 class Setup(NamedTuple):
@@ -354,8 +388,20 @@ def schedule_tau(schedule: str, tau: float) -> float:
     return math.inf if schedule == "constant" else tau
 
 
-def train_gaps(env: Env, params, theta0, j_star: float, N: int, G: int, steps: int, eta: float,
-               tau: float, key: jax.Array, seeds: int, pool=None):  # fmt: skip
+def train_gaps(
+    env: Env,
+    params,
+    theta0,
+    j_star: float,
+    N: int,
+    G: int,
+    steps: int,
+    eta: float,
+    tau: float,
+    key: jax.Array,
+    seeds: int,
+    pool=None,
+):
     """Final gaps (seeds,) of ``seeds`` SGD runs: jit(vmap over seeds)(lax.scan over steps);
     with ``pool`` (a :class:`~gpolab.labs.groupsize.pool.PoolSetup`) (gaps, gaps on the pool)."""
     f = jnp.result_type(float)
@@ -383,14 +429,27 @@ def train_setting(cfg: Config, env: str, schedule: str) -> dict:
     }
 
 
-def train_row(cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, schedule: str,
-              G: int) -> dict:  # fmt: skip
+def train_row(
+    cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, schedule: str, G: int
+) -> dict:
     """One (env, N, schedule, G) cell: the final gap over seeds (mean, 95% CI, quartiles)."""
     ctx = setup(env)
     sgd = train_setting(cfg, env, schedule)
     ps = setup((env, cfg.pool)) if cfg.pool else None
-    gaps = train_gaps(ctx.env, ctx.params, ctx.theta0, ctx.j_star, N, G, sgd["steps"],
-                      sgd["eta0"], sgd["tau"], key, cfg.n_seeds, ps)  # fmt: skip
+    gaps = train_gaps(
+        ctx.env,
+        ctx.params,
+        ctx.theta0,
+        ctx.j_star,
+        N,
+        G,
+        sgd["steps"],
+        sgd["eta0"],
+        sgd["tau"],
+        key,
+        cfg.n_seeds,
+        ps,
+    )
     if ps is not None:
         gaps, gaps_pool = gaps
         extra = pools.train_columns(ps, gaps_pool, N, G, cfg.pool, sgd["steps"])
@@ -472,8 +531,9 @@ def _setup(cfg: Config) -> Callable:
         if isinstance(name, str):
             return make_setup(cfg, name)
         ctx = setup(name[0])
-        return pools.make_pool_setup(ctx.env, ctx.params, ctx.theta0, ctx.truth.g, name[1],
-                                     cfg.instance_seed)  # fmt: skip
+        return pools.make_pool_setup(
+            ctx.env, ctx.params, ctx.theta0, ctx.truth.g, name[1], cfg.instance_seed
+        )
 
     return setup
 
@@ -517,9 +577,19 @@ def label(row: dict) -> str:
 
 COLUMNS = {
     False: ["N", "G", "B", "mse", "mse_ci_low", "mse_ci_high", "theory_mse", "seconds"],
-    True: ["env", "N", "schedule", "G", "gap", "gap_ci_low", "gap_ci_high", "gap_median",
-           "theory_mse", "seconds"],
-}  # fmt: skip
+    True: [
+        "env",
+        "N",
+        "schedule",
+        "G",
+        "gap",
+        "gap_ci_low",
+        "gap_ci_high",
+        "gap_median",
+        "theory_mse",
+        "seconds",
+    ],
+}
 
 
 def report(cfg: Config, tables: dict) -> str:

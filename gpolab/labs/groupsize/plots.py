@@ -25,10 +25,20 @@ def fixed_figure(tables: dict, path) -> Path:
         best = sub.loc[sub["mse"].idxmin()]
         ax.plot(best["G"], best["mse"], "*", color=color, ms=11)
     s = summary.iloc[0]
-    ax.axvline(s["g_star_exact"], color="k", ls=":", lw=1.2,
-               label=f"exact G* = 1 + √(C3/c1) = {s['g_star_exact']:.2f}")  # fmt: skip
-    ax.axvline(s["g_star_paper"], color="0.5", ls="-.", lw=1,
-               label=f"paper √(c3/c1) = {s['g_star_paper']:.2f}")  # fmt: skip
+    ax.axvline(
+        s["g_star_exact"],
+        color="k",
+        ls=":",
+        lw=1.2,
+        label=f"exact G* = 1 + √(C3/c1) = {s['g_star_exact']:.2f}",
+    )
+    ax.axvline(
+        s["g_star_paper"],
+        color="0.5",
+        ls="-.",
+        lw=1,
+        label=f"paper √(c3/c1) = {s['g_star_paper']:.2f}",
+    )
     ax.set(
         xscale="log",
         yscale="log",
@@ -61,17 +71,22 @@ def train_figure(tables: dict, path) -> Path:
             eta = (
                 f"{r['eta0']:g}" if schedule == "constant" else f"{r['eta0']:g}/(1+t/{r['tau']:g})"
             )
-            ax.plot(sub["G"], sub["gap"], style, marker="o", ms=4, color=color,
-                    label=f"N={N}, η={eta}")  # fmt: skip
+            ax.plot(
+                sub["G"], sub["gap"], style, marker="o", ms=4, color=color, label=f"N={N}, η={eta}"
+            )
             ax.fill_between(
                 sub["G"], sub["gap_ci_low"], sub["gap_ci_high"], color=color, alpha=0.2, lw=0
             )
             best = sub.loc[sub["gap"].idxmin()]
             ax.plot(best["G"], best["gap"], "*", color=color, ms=11)
         s = summary[summary["env"] == env].iloc[0]
-        ax.axvline(s["g_star_exact"], color="k", ls=":", lw=1.2,
-                   label=f"predicted G* at θ0 = {s['g_star_exact']:.2f} "
-                   f"(paper {s['g_star_paper']:.2f})")  # fmt: skip
+        ax.axvline(
+            s["g_star_exact"],
+            color="k",
+            ls=":",
+            lw=1.2,
+            label=f"predicted G* at θ0 = {s['g_star_exact']:.2f} (paper {s['g_star_paper']:.2f})",
+        )
         r0 = sub_env.iloc[0]
         ax.set(
             xscale="log",

@@ -94,8 +94,15 @@ def make_pool_setup(env: Env, params, theta0, g, P: int, instance_seed: int) -> 
     sub = restrict(env, params, pool)
     truth = jax.jit(env.exact)(sub, theta0)
     bias = np.asarray(truth.g, np.float64) - np.asarray(g, np.float64)
-    return PoolSetup(pool, sub, env.optimum(sub), float(env.value(sub, theta0)),
-                     theory.constants(truth), truth.g, float(bias @ bias))  # fmt: skip
+    return PoolSetup(
+        pool,
+        sub,
+        env.optimum(sub),
+        float(env.value(sub, theta0)),
+        theory.constants(truth),
+        truth.g,
+        float(bias @ bias),
+    )
 
 
 def row_ids(N: int, P: int) -> tuple[int, ...]:
@@ -131,8 +138,7 @@ def fixed_columns(ps: PoolSetup, stats, N: int, G: int, P: int) -> dict:
     }
 
 
-def train_columns(ps: PoolSetup, gaps_pool: np.ndarray, N: int, G: int, P: int,
-                  steps: int) -> dict:  # fmt: skip
+def train_columns(ps: PoolSetup, gaps_pool: np.ndarray, N: int, G: int, P: int, steps: int) -> dict:
     """The extra columns of a training row with a pool: the final gap on the pool."""
     mean = float(gaps_pool.mean())
     se = float(gaps_pool.std(ddof=1) / np.sqrt(gaps_pool.size))

@@ -44,8 +44,9 @@ def fixed_summary(df):
     rows = []
     for N, sub in df.groupby("N", sort=False):
         best, tied = _best(sub.sort_values("G"), "mse")
-        rows.append({"N": int(N), "empirical_best_G": best, "tied_G": tied,
-                     **_predicted(sub, int(N))})  # fmt: skip
+        rows.append(
+            {"N": int(N), "empirical_best_G": best, "tied_G": tied, **_predicted(sub, int(N))}
+        )
     return pd.DataFrame(rows)
 
 

@@ -8,9 +8,9 @@ from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab offpolicy --quick',
-    'gpolab offpolicy --ratio token,sis --clip none,ppo,dual --eta 1,2,4 --m 1,4,16',
-    'gpolab offpolicy --kl k1,k2,k3 --kappa 0.1 --ratio token --clip none --quick',
+    "gpolab offpolicy --quick",
+    "gpolab offpolicy --ratio token,sis --clip none,ppo,dual --eta 1,2,4 --m 1,4,16",
+    "gpolab offpolicy --kl k1,k2,k3 --kappa 0.1 --ratio token --clip none --quick",
 )
 
 register = lab_command(

@@ -55,13 +55,52 @@ SPLITS = 8  # independent seed batches: the standard errors of bias² and of epo
 SAFE = 1.10  # "safe reuse": MSE within 10% of the on-policy update's
 SCHEMA = 4  # 4: dual is ppo's symmetric clip plus the floor; KL columns in the lab's metric
 KL_ESTIMATORS = tuple(k for k in rules.KLS if k != "none")
-JSON = ("env", "policy", "advantage", "ratio", "clip", "eps_low", "eps_high", "clip_c", "kl",
-        "kappa", "G", "B", "m", "eta", "staleness", "bias_sq", "bias_sq_se", "variance", "mse",
-        "mse_se", "mse_fresh", "excess_mse", "excess_mse_se", "scaled_mse", "excess_scaled",
-        "excess_scaled_se", "best_scale", "cos", "snr", "target",
-        "bias_sq_g", "mse_g", "bias_sq_dagger", "mse_dagger", "bias_sq_paired",
-        "bias_sq_paired_se", "clip_frac", "kl_bias_sq", "kl_bias_sq_se", "kl_mse", "kl_grad_sq",
-        "theory_mse_g", "theory", "n_seeds")  # fmt: skip
+JSON = (
+    "env",
+    "policy",
+    "advantage",
+    "ratio",
+    "clip",
+    "eps_low",
+    "eps_high",
+    "clip_c",
+    "kl",
+    "kappa",
+    "G",
+    "B",
+    "m",
+    "eta",
+    "staleness",
+    "bias_sq",
+    "bias_sq_se",
+    "variance",
+    "mse",
+    "mse_se",
+    "mse_fresh",
+    "excess_mse",
+    "excess_mse_se",
+    "scaled_mse",
+    "excess_scaled",
+    "excess_scaled_se",
+    "best_scale",
+    "cos",
+    "snr",
+    "target",
+    "bias_sq_g",
+    "mse_g",
+    "bias_sq_dagger",
+    "mse_dagger",
+    "bias_sq_paired",
+    "bias_sq_paired_se",
+    "clip_frac",
+    "kl_bias_sq",
+    "kl_bias_sq_se",
+    "kl_mse",
+    "kl_grad_sq",
+    "theory_mse_g",
+    "theory",
+    "n_seeds",
+)
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -73,46 +112,70 @@ class Config(configs.Config):
     QUICK: ClassVar[dict] = {"seeds": 1024, "eta": (16.0, 64.0), "staleness": (0, 2)}
     INSTANCES: ClassVar[tuple] = ("env", INSTANCES)
     # the arithmetic surrogate's gradient is larger (its θ are network weights): smaller steps
-    MODES: ClassVar[dict] = {("env", "arithmetic"): {
-        "defaults": {"eta": (0.125, 0.25, 0.5, 1.0), "seeds": 1024},
-        "quick": {"seeds": 128, "eta": (0.25, 1.0), "staleness": (0,), "m": (1, 2, 4)},
-    }}  # fmt: skip
+    MODES: ClassVar[dict] = {
+        ("env", "arithmetic"): {
+            "defaults": {"eta": (0.125, 0.25, 0.5, 1.0), "seeds": 1024},
+            "quick": {"seeds": 128, "eta": (0.25, 1.0), "staleness": (0,), "m": (1, 2, 4)},
+        }
+    }
 
-    env: str = option("bandit", "bandit (softmax bandit, one-token responses: token = sequence "
-                      "= sis) or arithmetic (token sequences: the ratio rules differ)")  # fmt: skip
+    env: str = option(
+        "bandit",
+        "bandit (softmax bandit, one-token responses: token = sequence "
+        "= sis) or arithmetic (token sequences: the ratio rules differ)",
+    )
     advantages: tuple[str, ...] = option(
-        ("loo",), "comma list of advantage estimators (reward-only registry names, e.g. loo, "
-        "grpo, rloo): the weight c_g = A_g/G of each response"
-    )  # fmt: skip
-    ratio: tuple[str, ...] = option(tuple(rules.RATIOS), "comma list of ratio rules: "
-                                    + ", ".join(rules.RATIOS))  # fmt: skip
-    clip: tuple[str, ...] = option(("none", "ppo"), "comma list of clip modes for the token and "
-                                   "sequence ratios: none, ppo (eps_low both sides), higher "
-                                   "(eps_low, eps_high), dual (ppo, eps_low both sides, and the "
-                                   "floor clip_c*A for A < 0: verl's vanilla loss at its "
-                                   "defaults; sequence/dual is gpolab's extension)")  # fmt: skip
+        ("loo",),
+        "comma list of advantage estimators (reward-only registry names, e.g. loo, "
+        "grpo, rloo): the weight c_g = A_g/G of each response",
+    )
+    ratio: tuple[str, ...] = option(
+        tuple(rules.RATIOS), "comma list of ratio rules: " + ", ".join(rules.RATIOS)
+    )
+    clip: tuple[str, ...] = option(
+        ("none", "ppo"),
+        "comma list of clip modes for the token and "
+        "sequence ratios: none, ppo (eps_low both sides), higher "
+        "(eps_low, eps_high), dual (ppo, eps_low both sides, and the "
+        "floor clip_c*A for A < 0: verl's vanilla loss at its "
+        "defaults; sequence/dual is gpolab's extension)",
+    )
     eps_low: float = option(0.2, "PPO clip epsilon (clip_ratio_low / epsilon)")
     eps_high: float = option(0.28, "upper clip epsilon of clip-higher and cispo (DAPO 0.28)")
     clip_c: float = option(3.0, "dual-clip floor c > 1 (verl clip_ratio_c)")
-    kl: tuple[str, ...] = option(("none",), "comma list of KL estimators in the loss: none, k1, "
-                                 "k2, k3 (needs an env with exact KL: bandit)")  # fmt: skip
-    kappa: tuple[float, ...] = option((0.1,), "comma list of KL coefficients (rows with a KL "
-                                      "estimator)", when={"kl": KL_ESTIMATORS})  # fmt: skip
-    ref_scale: float = option(0.5, "the reference policy: theta_ref = theta_old + ref_scale * z, "
-                              "z ~ N(0, I) (seed: seed + 1)")  # fmt: skip
+    kl: tuple[str, ...] = option(
+        ("none",),
+        "comma list of KL estimators in the loss: none, k1, "
+        "k2, k3 (needs an env with exact KL: bandit)",
+    )
+    kappa: tuple[float, ...] = option(
+        (0.1,),
+        "comma list of KL coefficients (rows with a KL estimator)",
+        when={"kl": KL_ESTIMATORS},
+    )
+    ref_scale: float = option(
+        0.5,
+        "the reference policy: theta_ref = theta_old + ref_scale * z, z ~ N(0, I) (seed: seed + 1)",
+    )
     G: int = option(8, "group size")
-    eta: tuple[float, ...] = option((16.0, 64.0, 256.0), "comma list of SGD step sizes (the "
-                                    "default bandit's gradient is small: 16 moves a logit ~0.1 "
-                                    "per step)")  # fmt: skip
+    eta: tuple[float, ...] = option(
+        (16.0, 64.0, 256.0),
+        "comma list of SGD step sizes (the "
+        "default bandit's gradient is small: 16 moves a logit ~0.1 "
+        "per step)",
+    )
     m: tuple[int, ...] = option((1, 2, 4, 8), "comma list of minibatch updates per rollout batch")
-    staleness: tuple[int, ...] = option((0, 2, 8), "comma list of policy versions the "
-                                        "rollouts are behind (async trainers)")  # fmt: skip
+    staleness: tuple[int, ...] = option(
+        (0, 2, 8), "comma list of policy versions the rollouts are behind (async trainers)"
+    )
     seeds: int = option(4096, f"Monte Carlo seeds per cell ({SPLITS} independent batches)")
-    chunk: int = option(0, "seeds per compiled chunk (0: automatic; results do not depend on "
-                        "it)", key=False)  # fmt: skip
+    chunk: int = option(
+        0, "seeds per compiled chunk (0: automatic; results do not depend on it)", key=False
+    )
     seed: int = option(0, "master PRNG seed")
-    out: str = option("results/offpolicy", "output folder (tables, config.toml, figures)",
-                      key=False)  # fmt: skip
+    out: str = option(
+        "results/offpolicy", "output folder (tables, config.toml, figures)", key=False
+    )
     instance: bandit.Instance | arithmetic.Instance = option(
         None, "the env's settings (default: the env's defaults)"
     )
@@ -212,8 +275,9 @@ def rule_ids(cfg: Config) -> list[dict]:
             for clip in dict.fromkeys(clips):
                 for kl in cfg.kl:
                     for kappa in cfg.kappa if kl != "none" else (0.0,):
-                        out.append(dict(advantage=adv, ratio=ratio, clip=clip, kl=kl,
-                                        kappa=float(kappa)))  # fmt: skip
+                        out.append(
+                            dict(advantage=adv, ratio=ratio, clip=clip, kl=kl, kappa=float(kappa))
+                        )
     return out
 
 
@@ -371,16 +435,28 @@ def update(key, cell: Cell, s: Start, rollout: tuple, eta, theta, j) -> tuple:
     t = g_dag if cell.dagger else g
     mt, mg, mf = (metric * x for x in (t, ghat, g_fresh))
     out |= {
-        "e_g": e_g, "e_d": e_d, "ghat": ghat, "e_p": e_p,
-        "sq_g": jnp.sum(e_g**2), "sq_d": jnp.sum(e_d**2), "sq_p": jnp.sum(e_p**2),
-        "sq_g2": jnp.sum(e_g**2) ** 2, "sq_d2": jnp.sum(e_d**2) ** 2,
-        "sq_p2": jnp.sum(e_p**2) ** 2, "sq_sis": jnp.sum((metric * g_sis) ** 2),
+        "e_g": e_g,
+        "e_d": e_d,
+        "ghat": ghat,
+        "e_p": e_p,
+        "sq_g": jnp.sum(e_g**2),
+        "sq_d": jnp.sum(e_d**2),
+        "sq_p": jnp.sum(e_p**2),
+        "sq_g2": jnp.sum(e_g**2) ** 2,
+        "sq_d2": jnp.sum(e_d**2) ** 2,
+        "sq_p2": jnp.sum(e_p**2) ** 2,
+        "sq_sis": jnp.sum((metric * g_sis) ** 2),
         "norm2": jnp.sum(ghat**2),
         "fresh": jnp.sum((mf - mt) ** 2),
         "cos": _cos(ghat, t),
-        "dot": mg @ mt, "n2": mg @ mg, "t2": mt @ mt, "dot_f": mf @ mt, "n2_f": mf @ mf,
-        "clip_frac": frac, "log_ratio": log_ratio,
-    }  # fmt: skip
+        "dot": mg @ mt,
+        "n2": mg @ mg,
+        "t2": mt @ mt,
+        "dot_f": mf @ mt,
+        "n2_f": mf @ mf,
+        "clip_frac": frac,
+        "log_ratio": log_ratio,
+    }
     return theta + eta * ghat, out
 
 
@@ -534,13 +610,32 @@ def inputs(cfg: Config, unit: dict, etas=None) -> tuple:
     """(cell, args) of :func:`per_seed` for one unit (``etas``: the step sizes, default the
     grid's)."""
     params, theta_old, theta_ref, sigma = _setup(cfg, unit["policy"])
-    cell = Cell(cfg.env, unit["advantage"], unit["ratio"], unit["clip"], unit["kl"], cfg.G,
-                batch_size(cfg), max(cfg.m), tuple(sorted(set(cfg.staleness))),
-                int(sigma.shape[0]), target(unit["advantage"]) == "g_dagger")  # fmt: skip
+    cell = Cell(
+        cfg.env,
+        unit["advantage"],
+        unit["ratio"],
+        unit["clip"],
+        unit["kl"],
+        cfg.G,
+        batch_size(cfg),
+        max(cfg.m),
+        tuple(sorted(set(cfg.staleness))),
+        int(sigma.shape[0]),
+        target(unit["advantage"]) == "g_dagger",
+    )
     dtype = theta_old.dtype
     f32 = lambda x: np.asarray(x, dtype)  # noqa: E731
-    args = (params, theta_old, theta_ref, sigma, f32(cfg.eta if etas is None else etas),
-            f32(cfg.eps_low), f32(cfg.eps_high), f32(cfg.clip_c), f32(unit["kappa"]))  # fmt: skip
+    args = (
+        params,
+        theta_old,
+        theta_ref,
+        sigma,
+        f32(cfg.eta if etas is None else etas),
+        f32(cfg.eps_low),
+        f32(cfg.eps_high),
+        f32(cfg.clip_c),
+        f32(unit["kappa"]),
+    )
     return cell, args
 
 
@@ -548,8 +643,10 @@ def _moments(cfg: Config, unit: dict, key):
     """One engine run per split: the list of :class:`gpolab.engine.Moments`."""
     cell, args = inputs(cfg, unit)
     sizes = np.diff(np.linspace(0, cfg.seeds, SPLITS + 1).round().astype(int))
-    return cell, [engine.run(per_seed, cell, args, jax.random.fold_in(key, s), int(n), cfg.chunk)
-                  for s, n in enumerate(sizes)]  # fmt: skip
+    return cell, [
+        engine.run(per_seed, cell, args, jax.random.fold_in(key, s), int(n), cfg.chunk)
+        for s, n in enumerate(sizes)
+    ]
 
 
 def _bias_var(e_sum, sq_sum, n):
@@ -563,14 +660,21 @@ def _stats(parts: list, name: str, sq: str, sq2: str):
     """Per (E, K, m) update: pooled mse, variance, bias² (unbiased) and the SEs of mse and bias²
     from the splits' own estimates."""
     N = sum(p.n for p in parts)
-    mse, variance, bias = _bias_var(sum(p.sums[name] for p in parts),
-                                    sum(p.sums[sq] for p in parts), N)  # fmt: skip
+    mse, variance, bias = _bias_var(
+        sum(p.sums[name] for p in parts), sum(p.sums[sq] for p in parts), N
+    )
     split = [_bias_var(p.sums[name], p.sums[sq], p.n) for p in parts]
     sm, sb = np.stack([s[0] for s in split]), np.stack([s[2] for s in split])
     ex2 = sum(p.sums[sq2] for p in parts) / N
-    return dict(mse=mse, variance=variance, bias=bias, mse_se=np.sqrt(np.maximum(
-        ex2 - mse**2, 0) / N), bias_se=sb.std(0, ddof=1) / math.sqrt(len(parts)),
-        split_bias=sb, split_mse=sm)  # fmt: skip
+    return dict(
+        mse=mse,
+        variance=variance,
+        bias=bias,
+        mse_se=np.sqrt(np.maximum(ex2 - mse**2, 0) / N),
+        bias_se=sb.std(0, ddof=1) / math.sqrt(len(parts)),
+        split_bias=sb,
+        split_mse=sm,
+    )
 
 
 PAIRED_ROUNDING = 1e-5  # an RMS paired difference below this share of the SIS update's: rounding
@@ -611,11 +715,22 @@ def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
     scaled = _scaled(parts)
     fresh = mean("fresh")  # (E, K, m): MSE of a fresh on-policy update at the same θ
     split_fresh = np.stack([p.sums["fresh"] / p.n for p in parts])
-    base = {"env": cfg.env, "policy": unit["policy"] or None, "advantage": unit["advantage"],
-            "ratio": unit["ratio"], "clip": unit["clip"], "eps_low": _eps(unit, cfg)[0],
-            "eps_high": _eps(unit, cfg)[1], "clip_c": cfg.clip_c if unit["clip"] == "dual"
-            else None, "kl": unit["kl"], "kappa": unit["kappa"], "G": cfg.G, "B": cell.B,
-            "target": tgt, "n_seeds": N}  # fmt: skip
+    base = {
+        "env": cfg.env,
+        "policy": unit["policy"] or None,
+        "advantage": unit["advantage"],
+        "ratio": unit["ratio"],
+        "clip": unit["clip"],
+        "eps_low": _eps(unit, cfg)[0],
+        "eps_high": _eps(unit, cfg)[1],
+        "clip_c": cfg.clip_c if unit["clip"] == "dual" else None,
+        "kl": unit["kl"],
+        "kappa": unit["kappa"],
+        "G": cfg.G,
+        "B": cell.B,
+        "target": tgt,
+        "n_seeds": N,
+    }
     stale = cell.staleness
     theory = _theory(cfg, unit, cell)
     rows = []
@@ -623,37 +738,58 @@ def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
         for ki, k in enumerate(stale):
             for j in range(cell.m):
                 idx = (e, ki, j)
-                rows.append({"table": "updates", **base, "eta": float(eta), "staleness": k,
-                             "update": j, "lag": k + j, **_one(main, idx),
-                             **_named(sg, sd, sp, idx), "cos": float(cos[idx]),
-                             "snr": float(snr[idx]),
-                             "mse_fresh": float(fresh[idx]),
-                             "excess_mse": float(main["mse"][idx] / fresh[idx] - 1),
-                             **_scaled_row(scaled, idx),
-                             "clip_frac": float(clip_frac[idx]),
-                             "log_ratio": float(log_ratio[idx]),
-                             **(theory if k == 0 and j == 0 else {}),
-                             **(_kl_row(kls, idx) if kls else {})})  # fmt: skip
+                rows.append(
+                    {
+                        "table": "updates",
+                        **base,
+                        "eta": float(eta),
+                        "staleness": k,
+                        "update": j,
+                        "lag": k + j,
+                        **_one(main, idx),
+                        **_named(sg, sd, sp, idx),
+                        "cos": float(cos[idx]),
+                        "snr": float(snr[idx]),
+                        "mse_fresh": float(fresh[idx]),
+                        "excess_mse": float(main["mse"][idx] / fresh[idx] - 1),
+                        **_scaled_row(scaled, idx),
+                        "clip_frac": float(clip_frac[idx]),
+                        "log_ratio": float(log_ratio[idx]),
+                        **(theory if k == 0 and j == 0 else {}),
+                        **(_kl_row(kls, idx) if kls else {}),
+                    }
+                )
             for mm in sorted(set(cfg.m)):
                 sl = (e, ki, slice(0, mm))
-                rows.append({"table": "results", **base, "eta": float(eta), "staleness": k,
-                             "m": mm, **_epoch(main, sl), **_epoch_named(sg, sd, sp, sl),
-                             "cos": float(np.mean(cos[sl])),
-                             "snr": float(np.mean(snr[sl])),
-                             **_excess(main, fresh, split_fresh, sl),
-                             **_scaled_epoch(scaled, sl),
-                             "clip_frac": float(np.mean(clip_frac[sl])),
-                             "log_ratio": float(np.mean(log_ratio[sl])),
-                             "mse_last": float(main["mse"][(e, ki, mm - 1)]),
-                             "bias_sq_last": float(main["bias"][(e, ki, mm - 1)]),
-                             **(theory if k == 0 and mm == 1 else {}),
-                             **(_kl_epoch(kls, sl) if kls else {})})  # fmt: skip
+                rows.append(
+                    {
+                        "table": "results",
+                        **base,
+                        "eta": float(eta),
+                        "staleness": k,
+                        "m": mm,
+                        **_epoch(main, sl),
+                        **_epoch_named(sg, sd, sp, sl),
+                        "cos": float(np.mean(cos[sl])),
+                        "snr": float(np.mean(snr[sl])),
+                        **_excess(main, fresh, split_fresh, sl),
+                        **_scaled_epoch(scaled, sl),
+                        "clip_frac": float(np.mean(clip_frac[sl])),
+                        "log_ratio": float(np.mean(log_ratio[sl])),
+                        "mse_last": float(main["mse"][(e, ki, mm - 1)]),
+                        "bias_sq_last": float(main["bias"][(e, ki, mm - 1)]),
+                        **(theory if k == 0 and mm == 1 else {}),
+                        **(_kl_epoch(kls, sl) if kls else {}),
+                    }
+                )
     wall = time.perf_counter() - start
     for r in rows:
         r["seconds"] = wall / len(rows)
         if not math.isfinite(r["mse"]):  # a number that cannot be computed says why
-            r["why_nan"] = ("non-finite updates on some seeds (ratios overflowed: the policy "
-                            "left θ_old too far at this step size)")  # fmt: skip
+            r["why_nan"] = (
+                "non-finite updates on some seeds (ratios overflowed: the policy "
+                "left θ_old too far at this step size)"
+            )
     return rows
 
 
@@ -673,10 +809,20 @@ def _theory(cfg: Config, unit: dict, cell: Cell) -> dict:
             return {"theory": "none: the KL term is outside the reward-only theory", **kl}
     else:
         kl = {}
-    cols = exact.theory_columns(_truth(cfg, unit["policy"]), unit["advantage"], cfg.G,
-                                cell.B or None, 1.0 if cfg.env == "bandit" else None)  # fmt: skip
-    return {"theory_mse_g": cols["theory_mse"], "theory_mse_g_se": cols["theory_mse_se"],
-            "theory_bias_sq_g": cols["theory_bias_sq"], "theory": cols["theory"], **kl}
+    cols = exact.theory_columns(
+        _truth(cfg, unit["policy"]),
+        unit["advantage"],
+        cfg.G,
+        cell.B or None,
+        1.0 if cfg.env == "bandit" else None,
+    )
+    return {
+        "theory_mse_g": cols["theory_mse"],
+        "theory_mse_g_se": cols["theory_mse_se"],
+        "theory_bias_sq_g": cols["theory_bias_sq"],
+        "theory": cols["theory"],
+        **kl,
+    }
 
 
 def _kl_theory(cfg: Config, unit: dict) -> float:
@@ -693,8 +839,9 @@ def _kl_theory(cfg: Config, unit: dict) -> float:
     else:
         P, A = params.success.shape
         prompts, actions = jnp.repeat(jnp.arange(P), A), jnp.tile(jnp.arange(A), P)[:, None]
-        weight = f[prompts] * jnp.exp(env.token_logp(params, theta_old, prompts, actions)[0][
-            :, 0, 0])  # constants: the expectation of the gradient, not the gradient of one
+        weight = f[prompts] * jnp.exp(
+            env.token_logp(params, theta_old, prompts, actions)[0][:, 0, 0]
+        )  # constants: the expectation of the gradient, not the gradient of one
         ref = env.token_logp(params, theta_ref, prompts, actions)[0]
         expected = functools.partial(_expected_kl, unit["kl"], env, params, prompts, actions)
         mean = jax.grad(expected)(theta_old, weight, ref)
@@ -744,19 +891,27 @@ def _relative_mse(sums: dict, n: int, dot: str, n2: str):
 
 
 def _scaled_row(s: dict, idx) -> dict:
-    return {"scaled_mse": float(s["rule"][idx]), "scaled_mse_fresh": float(s["fresh"][idx]),
-            "excess_scaled": float(s["rule"][idx] / s["fresh"][idx] - 1),
-            "best_scale": float(s["best_scale"][idx])}  # fmt: skip
+    return {
+        "scaled_mse": float(s["rule"][idx]),
+        "scaled_mse_fresh": float(s["fresh"][idx]),
+        "excess_scaled": float(s["rule"][idx] / s["fresh"][idx] - 1),
+        "best_scale": float(s["best_scale"][idx]),
+    }
 
 
 def _scaled_epoch(s: dict, sl) -> dict:
     """Epoch averages; the excess's SE from the splits' own epoch averages (paired)."""
-    split = (s["rule_split"][(slice(None), *sl)].mean(-1)
-             / s["fresh_split"][(slice(None), *sl)].mean(-1))  # fmt: skip
+    split = s["rule_split"][(slice(None), *sl)].mean(-1) / s["fresh_split"][
+        (slice(None), *sl)
+    ].mean(-1)
     rule, fresh = float(s["rule"][sl].mean()), float(s["fresh"][sl].mean())
-    return {"scaled_mse": rule, "scaled_mse_fresh": fresh, "excess_scaled": rule / fresh - 1,
-            "excess_scaled_se": float(split.std(ddof=1) / math.sqrt(len(split))),
-            "best_scale": float(s["best_scale"][sl].mean())}  # fmt: skip
+    return {
+        "scaled_mse": rule,
+        "scaled_mse_fresh": fresh,
+        "excess_scaled": rule / fresh - 1,
+        "excess_scaled_se": float(split.std(ddof=1) / math.sqrt(len(split))),
+        "best_scale": float(s["best_scale"][sl].mean()),
+    }
 
 
 def _eps(unit: dict, cfg: Config) -> tuple:
@@ -770,17 +925,26 @@ def _eps(unit: dict, cfg: Config) -> tuple:
 
 
 def _one(s: dict, idx) -> dict:
-    return {"bias_sq": float(s["bias"][idx]), "bias_sq_se": float(s["bias_se"][idx]),
-            "variance": float(s["variance"][idx]), "mse": float(s["mse"][idx]),
-            "mse_se": float(s["mse_se"][idx])}  # fmt: skip
+    return {
+        "bias_sq": float(s["bias"][idx]),
+        "bias_sq_se": float(s["bias_se"][idx]),
+        "variance": float(s["variance"][idx]),
+        "mse": float(s["mse"][idx]),
+        "mse_se": float(s["mse_se"][idx]),
+    }
 
 
 def _named(sg: dict, sd: dict, sp: dict, idx) -> dict:
-    return {"bias_sq_g": float(sg["bias"][idx]), "mse_g": float(sg["mse"][idx]),
-            "mse_g_se": float(sg["mse_se"][idx]), "bias_sq_dagger": float(sd["bias"][idx]),
-            "mse_dagger": float(sd["mse"][idx]), "mse_dagger_se": float(sd["mse_se"][idx]),
-            "bias_sq_paired": float(sp["bias"][idx]),
-            "bias_sq_paired_se": float(sp["bias_se"][idx])}  # fmt: skip
+    return {
+        "bias_sq_g": float(sg["bias"][idx]),
+        "mse_g": float(sg["mse"][idx]),
+        "mse_g_se": float(sg["mse_se"][idx]),
+        "bias_sq_dagger": float(sd["bias"][idx]),
+        "mse_dagger": float(sd["mse"][idx]),
+        "mse_dagger_se": float(sd["mse_se"][idx]),
+        "bias_sq_paired": float(sp["bias"][idx]),
+        "bias_sq_paired_se": float(sp["bias_se"][idx]),
+    }
 
 
 def _epoch(s: dict, sl) -> dict:
@@ -788,20 +952,31 @@ def _epoch(s: dict, sl) -> dict:
     split_b = s["split_bias"][(slice(None), *sl)].mean(-1)
     split_m = s["split_mse"][(slice(None), *sl)].mean(-1)
     k = math.sqrt(split_b.shape[0])
-    return {"bias_sq": float(s["bias"][sl].mean()), "bias_sq_se": float(split_b.std(ddof=1) / k),
-            "variance": float(s["variance"][sl].mean()), "mse": float(s["mse"][sl].mean()),
-            "mse_se": float(split_m.std(ddof=1) / k)}  # fmt: skip
+    return {
+        "bias_sq": float(s["bias"][sl].mean()),
+        "bias_sq_se": float(split_b.std(ddof=1) / k),
+        "variance": float(s["variance"][sl].mean()),
+        "mse": float(s["mse"][sl].mean()),
+        "mse_se": float(split_m.std(ddof=1) / k),
+    }
 
 
 def _epoch_named(sg: dict, sd: dict, sp: dict, sl) -> dict:
     split_p = sp["split_bias"][(slice(None), *sl)].mean(-1)
-    se = {n: float(x["split_mse"][(slice(None), *sl)].mean(-1).std(ddof=1) / math.sqrt(len(
-        split_p))) for n, x in (("g", sg), ("dagger", sd))}  # fmt: skip
-    return {"bias_sq_g": float(sg["bias"][sl].mean()), "mse_g": float(sg["mse"][sl].mean()),
-            "mse_g_se": se["g"], "bias_sq_dagger": float(sd["bias"][sl].mean()),
-            "mse_dagger": float(sd["mse"][sl].mean()), "mse_dagger_se": se["dagger"],
-            "bias_sq_paired": float(sp["bias"][sl].mean()),
-            "bias_sq_paired_se": float(split_p.std(ddof=1) / math.sqrt(len(split_p)))}  # fmt: skip
+    se = {
+        n: float(x["split_mse"][(slice(None), *sl)].mean(-1).std(ddof=1) / math.sqrt(len(split_p)))
+        for n, x in (("g", sg), ("dagger", sd))
+    }
+    return {
+        "bias_sq_g": float(sg["bias"][sl].mean()),
+        "mse_g": float(sg["mse"][sl].mean()),
+        "mse_g_se": se["g"],
+        "bias_sq_dagger": float(sd["bias"][sl].mean()),
+        "mse_dagger": float(sd["mse"][sl].mean()),
+        "mse_dagger_se": se["dagger"],
+        "bias_sq_paired": float(sp["bias"][sl].mean()),
+        "bias_sq_paired_se": float(split_p.std(ddof=1) / math.sqrt(len(split_p))),
+    }
 
 
 def _stats_kl(parts: list, N: int) -> dict:
@@ -844,13 +1019,18 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         unit = todo[i]
         return unit_rows(cfg, unit, engine.cell_key(key, NAME, unit["policy"]))
 
-    df = resume(store, cell_keys(cfg), compute, config_hash=config_hash(cfg),
-                on_skip=None if progress is None else progress.skip,
-                on_unit=None if progress is None else lambda rows: progress.update(
-                    1, label(rows[0])))  # fmt: skip
+    df = resume(
+        store,
+        cell_keys(cfg),
+        compute,
+        config_hash=config_hash(cfg),
+        on_skip=None if progress is None else progress.skip,
+        on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
+    )
     df = df.drop(columns=[c for c in PROVENANCE if c in df])
-    results = df[df["table"] == "results"].drop(columns=["table", "update", "lag"]).reset_index(
-        drop=True)  # fmt: skip
+    results = (
+        df[df["table"] == "results"].drop(columns=["table", "update", "lag"]).reset_index(drop=True)
+    )
     epoch_only = ["table", "m", "mse_last", "bias_sq_last", "excess_mse_se", "excess_scaled_se"]
     updates = df[df["table"] == "updates"].drop(columns=epoch_only).reset_index(drop=True)
     results, updates = (t.dropna(axis=1, how="all") for t in (results, updates))
@@ -923,8 +1103,13 @@ def scaling(updates, results):
       resolve at least three points (``lag_eta``)."""
     rows = []
     for key, g in _groups(results, RULE):
-        rec = dict(zip([k for k in RULE if k in results], key if isinstance(key, tuple) else (key,),
-                       strict=True))  # fmt: skip
+        rec = dict(
+            zip(
+                [k for k in RULE if k in results],
+                key if isinstance(key, tuple) else (key,),
+                strict=True,
+            )
+        )
         at = g[(g["staleness"] == g["staleness"].min()) & (g["m"] == g["m"].max())]
         x, y, se = _resolved(at["eta"], at[BIAS], at[BIAS + "_se"], at["mse"])
         s_eta, se_eta, n_eta = fit_slope(x, y, se)
@@ -940,15 +1125,30 @@ def scaling(updates, results):
                 s_lag, se_lag, lag_eta = s, se_s, float(eta)
                 break
         z = lambda s, e: (s - 2) / e if e > 0 else math.nan  # noqa: E731
-        rows.append({**rec, "m": int(at["m"].max()) if len(at) else None,
-                     "slope_eta": s_eta, "slope_eta_se": se_eta, "points_eta": n_eta,
-                     "z_eta": z(s_eta, se_eta), "slope_eta_low": low[0],
-                     "slope_eta_low_se": low[1], "slope_eta_high": high[0],
-                     "slope_eta_high_se": high[1], "slope_lag": s_lag, "slope_lag_se": se_lag,
-                     "z_lag": z(s_lag, se_lag), "lag_eta": lag_eta,
-                     "why_nan": "" if np.isfinite(s_eta) else "the SIS update is the control"
-                     if rec["ratio"] == "sis" else "bias² within 3 SE (or float rounding) of 0 "
-                     "at all but < 2 step sizes (unbiased, or too few seeds)"})  # fmt: skip
+        rows.append(
+            {
+                **rec,
+                "m": int(at["m"].max()) if len(at) else None,
+                "slope_eta": s_eta,
+                "slope_eta_se": se_eta,
+                "points_eta": n_eta,
+                "z_eta": z(s_eta, se_eta),
+                "slope_eta_low": low[0],
+                "slope_eta_low_se": low[1],
+                "slope_eta_high": high[0],
+                "slope_eta_high_se": high[1],
+                "slope_lag": s_lag,
+                "slope_lag_se": se_lag,
+                "z_lag": z(s_lag, se_lag),
+                "lag_eta": lag_eta,
+                "why_nan": ""
+                if np.isfinite(s_eta)
+                else "the SIS update is the control"
+                if rec["ratio"] == "sis"
+                else "bias² within 3 SE (or float rounding) of 0 "
+                "at all but < 2 step sizes (unbiased, or too few seeds)",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -964,8 +1164,10 @@ def safe_reuse(results):
     for key, g in _groups(results, keys):
         rec = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         out = dict(rec)
-        for col, sel in (("m", g[g["staleness"] == g["staleness"].min()]),
-                         ("staleness", g[g["m"] == g["m"].min()])):  # fmt: skip
+        for col, sel in (
+            ("m", g[g["staleness"] == g["staleness"].min()]),
+            ("staleness", g[g["m"] == g["m"].min()]),
+        ):
             out[f"tested_{col}"] = int(sel[col].max()) if len(sel) else None
             for suffix, excess in (("", "excess_mse"), ("_scaled", "excess_scaled")):
                 best, status = None, "ok"
@@ -982,9 +1184,26 @@ def safe_reuse(results):
     return pd.DataFrame(rows)
 
 
-REPORT = ["policy", "advantage", "ratio", "clip", "kl", "kappa", "eta", "staleness", "m",
-          "bias_sq", "variance", "mse", "excess_mse", "scaled_mse", "excess_scaled", "cos", "snr",
-          "clip_frac"]  # fmt: skip
+REPORT = [
+    "policy",
+    "advantage",
+    "ratio",
+    "clip",
+    "kl",
+    "kappa",
+    "eta",
+    "staleness",
+    "m",
+    "bias_sq",
+    "variance",
+    "mse",
+    "excess_mse",
+    "scaled_mse",
+    "excess_scaled",
+    "cos",
+    "snr",
+    "clip_frac",
+]
 
 
 def report(cfg: Config, tables: dict) -> str:
@@ -997,23 +1216,65 @@ def notes(cfg: Config, tables: dict) -> str:
     lines = []
     safe = tables["safe_reuse"]
     if not safe.empty:
-        lines += ["", f"Safe reuse (excess over a fresh on-policy update at most {SAFE - 1:.0%}; "
-                  "by MSE and by scale-free MSE):",
-                  table_text(safe, [c for c in ("policy", "advantage", "ratio", "clip", "kl",
-                                                "kappa", "eta", "safe_m", "safe_m_scaled",
-                                                "safe_staleness", "safe_staleness_scaled")
-                                    if c in safe])]  # fmt: skip
+        lines += [
+            "",
+            f"Safe reuse (excess over a fresh on-policy update at most {SAFE - 1:.0%}; "
+            "by MSE and by scale-free MSE):",
+            table_text(
+                safe,
+                [
+                    c
+                    for c in (
+                        "policy",
+                        "advantage",
+                        "ratio",
+                        "clip",
+                        "kl",
+                        "kappa",
+                        "eta",
+                        "safe_m",
+                        "safe_m_scaled",
+                        "safe_staleness",
+                        "safe_staleness_scaled",
+                    )
+                    if c in safe
+                ],
+            ),
+        ]
     sc = tables["scaling"]
     if not sc.empty:
-        lines += ["", "Thm 12 scaling of bias² (prediction: slope 2 in eta and in the lag):",
-                  table_text(sc, [c for c in ("policy", "advantage", "ratio", "clip", "kl",
-                                              "kappa", "slope_eta_low", "slope_eta_low_se",
-                                              "slope_eta_high", "slope_eta_high_se", "slope_lag",
-                                              "slope_lag_se") if c in sc])]  # fmt: skip
+        lines += [
+            "",
+            "Thm 12 scaling of bias² (prediction: slope 2 in eta and in the lag):",
+            table_text(
+                sc,
+                [
+                    c
+                    for c in (
+                        "policy",
+                        "advantage",
+                        "ratio",
+                        "clip",
+                        "kl",
+                        "kappa",
+                        "slope_eta_low",
+                        "slope_eta_low_se",
+                        "slope_eta_high",
+                        "slope_eta_high_se",
+                        "slope_lag",
+                        "slope_lag_se",
+                    )
+                    if c in sc
+                ],
+            ),
+        ]
     win = winners(tables["results"])
     if not win.empty:
-        lines += ["", "Closest to a fresh on-policy update (scale-free) at each (eta, m), "
-                  "staleness 0:", table_text(win, list(win))]
+        lines += [
+            "",
+            "Closest to a fresh on-policy update (scale-free) at each (eta, m), staleness 0:",
+            table_text(win, list(win)),
+        ]
     return "\n".join(lines).strip()
 
 
@@ -1032,23 +1293,35 @@ def winners(results):
         rec = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
         # rules giving the same updates (token = sequence = sis on one-token responses) tie
         same = np.isclose(g["excess_scaled"], best["excess_scaled"], rtol=1e-5, atol=1e-9)
-        names = " = ".join(rule_name(r) for _, r in g[same].iterrows()) if not same.all() else (
-            "every rule (the same update)")  # fmt: skip
+        names = (
+            " = ".join(rule_name(r) for _, r in g[same].iterrows())
+            if not same.all()
+            else ("every rule (the same update)")
+        )
         lead = ""
         if (~same).any():
             second = g[~same].iloc[0]
             gap = second["excess_scaled"] - best["excess_scaled"]
             se = max(best["excess_scaled_se"], second["excess_scaled_se"])
-            lead = f"clear of {rule_name(second)}" if gap > se else (
-                f"within 1 SE of {rule_name(second)}")  # fmt: skip
-        rows.append({**{k: v for k, v in rec.items() if k in ("eta", "m") or
-                        (isinstance(v, str) and v)}, "best": names,
-                     "excess_scaled": float(best["excess_scaled"]),
-                     "excess_mse": float(best["excess_mse"]), "lead": lead})  # fmt: skip
+            lead = (
+                f"clear of {rule_name(second)}"
+                if gap > se
+                else (f"within 1 SE of {rule_name(second)}")
+            )
+        rows.append(
+            {
+                **{k: v for k, v in rec.items() if k in ("eta", "m") or (isinstance(v, str) and v)},
+                "best": names,
+                "excess_scaled": float(best["excess_scaled"]),
+                "excess_mse": float(best["excess_mse"]),
+                "lead": lead,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 rule_name = rules.rule_name
+
 
 def figures(tables: dict) -> dict:
     out = {"offpolicy_m.png": plots.reuse_figure}

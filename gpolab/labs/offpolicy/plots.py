@@ -14,8 +14,6 @@ from gpolab.runner.plots import pyplot, save, seeds_label
 STYLE = {"none": "-", "ppo": "--", "higher": "-.", "dual": ":", "weight": "-"}
 
 
-
-
 def _etas(df) -> list:
     """At most three step sizes: the smallest, the middle and the largest."""
     etas = sorted(df["eta"].unique())
@@ -32,11 +30,18 @@ def _figure(df, axis: str, fixed: dict, path, title: str) -> Path:
         df = df[df[c] == v]
     etas = _etas(df)
     cols = 4 if (df["clip_frac"] > 0).any() else 3  # no clipped token: no clip panel
-    fig, axes = plt.subplots(len(etas), cols, figsize=(4.3 * cols, 3.3 * len(etas)),
-                             squeeze=False, constrained_layout=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(etas),
+        cols,
+        figsize=(4.3 * cols, 3.3 * len(etas)),
+        squeeze=False,
+        constrained_layout=True,
+    )
     rules = list(dict.fromkeys(_rule(r) for _, r in df.iterrows()))
-    colors = {r.split("/")[0].split(" ")[0]: f"C{i}" for i, r in enumerate(
-        dict.fromkeys(x.split("/")[0].split(" ")[0] for x in rules))}  # fmt: skip
+    colors = {
+        r.split("/")[0].split(" ")[0]: f"C{i}"
+        for i, r in enumerate(dict.fromkeys(x.split("/")[0].split(" ")[0] for x in rules))
+    }
     floor = max(float(df["bias_sq_paired_se"][df["bias_sq_paired_se"] > 0].median()), 1e-30)
     for row, eta in zip(axes, etas, strict=True):
         d = df[df["eta"] == eta]
@@ -44,8 +49,14 @@ def _figure(df, axis: str, fixed: dict, path, title: str) -> Path:
             g = d[[_rule(r) == name for _, r in d.iterrows()]].sort_values(axis)
             if g.empty:
                 continue
-            style = dict(color=colors[name.split("/")[0].split(" ")[0]], marker="o", ms=3,
-                         ls=STYLE.get(g["clip"].iloc[0], "-"), label=name, capsize=2)  # fmt: skip
+            style = dict(
+                color=colors[name.split("/")[0].split(" ")[0]],
+                marker="o",
+                ms=3,
+                ls=STYLE.get(g["clip"].iloc[0], "-"),
+                label=name,
+                capsize=2,
+            )
             if g["ratio"].iloc[0] != "sis":  # the control: its paired bias is 0 by definition
                 row[0].errorbar(g[axis], g["bias_sq_paired"], yerr=g["bias_sq_paired_se"], **style)
             row[1].errorbar(g[axis], 1 + g["excess_mse"], yerr=g["excess_mse_se"], **style)
@@ -69,20 +80,28 @@ def _figure(df, axis: str, fixed: dict, path, title: str) -> Path:
             ax.grid(alpha=0.3)
     axes[0][1].legend(fontsize=7, ncol=2)
     where = ", ".join(f"{k} {v}" for k, v in keep.items())
-    fig.suptitle(f"{title} ({df['env'].iloc[0]}{', ' + where if where else ''}, G = "
-                 f"{int(first['G'])}, {seeds_label(df)})")  # fmt: skip
+    fig.suptitle(
+        f"{title} ({df['env'].iloc[0]}{', ' + where if where else ''}, G = "
+        f"{int(first['G'])}, {seeds_label(df)})"
+    )
     return save(fig, path)
 
 
 def reuse_figure(tables: dict, path) -> Path:
     """bias², MSE/MSE(m = 1) and the clip fraction against m, at staleness 0."""
     df = tables["results"]
-    return _figure(df, "m", {"staleness": df["staleness"].min()}, path,
-                   "Minibatch reuse: m updates per rollout batch")  # fmt: skip
+    return _figure(
+        df,
+        "m",
+        {"staleness": df["staleness"].min()},
+        path,
+        "Minibatch reuse: m updates per rollout batch",
+    )
 
 
 def staleness_figure(tables: dict, path) -> Path:
     """The same against the staleness k, at m = 1."""
     df = tables["results"]
-    return _figure(df, "staleness", {"m": df["m"].min()}, path,
-                   "Stale rollouts: k policy versions behind")  # fmt: skip
+    return _figure(
+        df, "staleness", {"m": df["m"].min()}, path, "Stale rollouts: k policy versions behind"
+    )

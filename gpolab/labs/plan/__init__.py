@@ -14,14 +14,23 @@ from gpolab.runner.commands import config_from_args, lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab plan completions.parquet',
-    'gpolab plan --log rollouts/ --format verl --G 8',
+    "gpolab plan completions.parquet",
+    "gpolab plan --log rollouts/ --format verl --G 8",
 )
 
 # every file a plan run writes: a run replaces the ones an earlier run left in --out
-OUTPUTS = (*(f"{t}.{x}" for t in ("summary", "curve", "kappa", "groups", "allocation")
-             for x in ("parquet", "csv")),
-           "config.toml", "plan.png", "report.md", "plan.json", "allocation.json")  # fmt: skip
+OUTPUTS = (
+    *(
+        f"{t}.{x}"
+        for t in ("summary", "curve", "kappa", "groups", "allocation")
+        for x in ("parquet", "csv")
+    ),
+    "config.toml",
+    "plan.png",
+    "report.md",
+    "plan.json",
+    "allocation.json",
+)
 STAGE = ".plan-stage"  # the run's files are written here first, then moved into --out
 
 

@@ -53,8 +53,7 @@ TABLES = ("summary", "curve", "kappa", "groups")
 FORMATS = ("auto", "trl", "verl", "table")
 GRADED_LEVELS = 10  # at most this many distinct reward values: a Dirichlet-multinomial fit
 MAX_DRAWS = 100_000  # 25x the default: the bands' Monte Carlo error is already small
-DEFAULT_ESTIMATORS = ("grpo", "loo", "mean", "nemo/grpo", "verl/grpo_passk",
-                      "paper/passk-training")  # fmt: skip
+DEFAULT_ESTIMATORS = ("grpo", "loo", "mean", "nemo/grpo", "verl/grpo_passk", "paper/passk-training")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,13 +63,22 @@ class Config(configs.Config):
     LAB: ClassVar[str] = NAME
     QUICK: ClassVar[dict] = {"draws": 500}
 
-    log: str = option("", "the rollout log: a file or a folder (TRL completions parquet, verl "
-                      "rollout jsonl, or a CSV/parquet table with prompt, reward)")  # fmt: skip
+    log: str = option(
+        "",
+        "the rollout log: a file or a folder (TRL completions parquet, verl "
+        "rollout jsonl, or a CSV/parquet table with prompt, reward)",
+    )
     format: str = option("auto", "log format: auto, trl, verl or table")
-    reward_column: str = option("", "TRL: the reward function's column (default: the sum of "
-                                "them all, as TRL does with unit weights)")  # fmt: skip
-    proxy_column: str = option("", "per-response score-norm proxy column (||grad log pi||^2 or "
-                               "verl's sum_t(1 - 2 pi_t + sum pi^2)): enables G*")  # fmt: skip
+    reward_column: str = option(
+        "",
+        "TRL: the reward function's column (default: the sum of "
+        "them all, as TRL does with unit weights)",
+    )
+    proxy_column: str = option(
+        "",
+        "per-response score-norm proxy column (||grad log pi||^2 or "
+        "verl's sum_t(1 - 2 pi_t + sum pi^2)): enables G*",
+    )
     length_column: str = option("", "per-response length column (table: 'length' if present)")
     grad_norms: str = option(
         "",
@@ -84,8 +92,10 @@ class Config(configs.Config):
         "as logged; more than two values are then graded)",
     )
     window: int = option(0, "steps per window (0: the whole log pooled only)")
-    G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64, 128, 256), "group sizes reported by G, "
-                                "at most 256 (the curve table has every G in 2..256)")  # fmt: skip
+    G: tuple[int, ...] = option(
+        (2, 4, 8, 16, 32, 64, 128, 256),
+        "group sizes reported by G, at most 256 (the curve table has every G in 2..256)",
+    )
     target: float = option(0.1, "degenerate-group fraction to stay under")
     N: int = option(0, "responses per step N = B*G for the split table (0: the log's)")
     estimators: tuple[str, ...] = option(DEFAULT_ESTIMATORS, "estimator specs of the kappa table")
@@ -96,11 +106,16 @@ class Config(configs.Config):
         "also write allocation.csv/json: a group size per prompt for "
         "the next steps (gpolab's reward-only allocation, theory §12)",
     )
-    allocate_estimator: str = option("loo", "the estimator the allocation is for (reward-only "
-                                     "registry entry)", when={"allocate": (True,)})  # fmt: skip
-    allocate_rho: float = option(0.0, "signal share of the allocation's reward-only model "
-                                 "(0: allocation by p(1-p))",
-                                 when={"allocate": (True,)})  # fmt: skip
+    allocate_estimator: str = option(
+        "loo",
+        "the estimator the allocation is for (reward-only registry entry)",
+        when={"allocate": (True,)},
+    )
+    allocate_rho: float = option(
+        0.0,
+        "signal share of the allocation's reward-only model (0: allocation by p(1-p))",
+        when={"allocate": (True,)},
+    )
     out: str = option("results/plan", "output folder (report.md, tables, plan.png)", key=False)
 
     def validate(self) -> None:
@@ -118,13 +133,21 @@ class Config(configs.Config):
             raise validate.ConfigError(f"grad_norms: {self.grad_norms!r} is not a file")
         validate.integer("window", self.window, 0)
         validate.integers("G", self.G, 2)
-        validate.at_most("G", list(self.G), MAX_G, "the curve table covers G = 2..256, and "
-                         "kappa's exact cost grows as G^2")  # fmt: skip
+        validate.at_most(
+            "G",
+            list(self.G),
+            MAX_G,
+            "the curve table covers G = 2..256, and kappa's exact cost grows as G^2",
+        )
         validate.real("target", self.target, 0.0, 1.0, open_low=True)
         validate.integer("N", self.N, 0)
         validate.integer("draws", self.draws, 10)
-        validate.at_most("draws", self.draws, MAX_DRAWS, "the 95% bands' Monte Carlo error is "
-                         "already far below their width")  # fmt: skip
+        validate.at_most(
+            "draws",
+            self.draws,
+            MAX_DRAWS,
+            "the 95% bands' Monte Carlo error is already far below their width",
+        )
         validate.memory("draws", self.draws, draws_bytes(self.draws), "the intervals' draws")
         validate.integer("seed", self.seed, 0, (1 << 63) - 1)
         if not self.estimators:
@@ -149,9 +172,13 @@ def draws_bytes(draws: int) -> float:
 
 @functools.lru_cache(maxsize=2)
 def _read(path, fmt, reward, proxy, length, stamp):
-    return rollouts.read(path, format=None if fmt == "auto" else fmt,
-                         reward_column=reward or None, proxy_column=proxy or None,
-                         length_column=length or None)  # fmt: skip
+    return rollouts.read(
+        path,
+        format=None if fmt == "auto" else fmt,
+        reward_column=reward or None,
+        proxy_column=proxy or None,
+        length_column=length or None,
+    )
 
 
 def load(cfg: Config):
@@ -159,10 +186,13 @@ def load(cfg: Config):
     A log too large for the memory available is refused first, with its estimate."""
     stamp = _stamp(cfg.log)
     need = rollouts.footprint(cfg.log, None if cfg.format == "auto" else cfg.format)
-    validate.memory("log", cfg.log, need, f"about {rollouts.READ_FACTOR}x its size as text, "
-                    "to read it and sum its groups")  # fmt: skip
-    return _read(cfg.log, cfg.format, cfg.reward_column, cfg.proxy_column, cfg.length_column,
-                 stamp)  # fmt: skip
+    validate.memory(
+        "log",
+        cfg.log,
+        need,
+        f"about {rollouts.READ_FACTOR}x its size as text, to read it and sum its groups",
+    )
+    return _read(cfg.log, cfg.format, cfg.reward_column, cfg.proxy_column, cfg.length_column, stamp)
 
 
 def _stamp(path) -> tuple:
@@ -204,8 +234,9 @@ def binarized(cfg: Config, log):
         return dataclasses.replace(log, notes=(*log.notes, note)) if note else log
     t = cfg.success_threshold
     z = (r >= t).astype(np.float64)
-    values = ", ".join(f"{v:g}" for v in np.unique(r)[:6]) + (", ..." if np.unique(r).size > 6
-                                                                else "")  # fmt: skip
+    values = ", ".join(f"{v:g}" for v in np.unique(r)[:6]) + (
+        ", ..." if np.unique(r).size > 6 else ""
+    )
     note = (
         f"rewards binarized by --success-threshold {t:g}: reward >= {t:g} is a success; "
         f"{int(z.sum()):,} of {z.size:,} responses succeed (logged values {values})"
@@ -230,8 +261,10 @@ def stray_values(log, share: float = 0.05) -> str:
     shown = []
     for v, k in list(zip(values[stray], counts[stray], strict=True))[:5]:
         i = int(np.flatnonzero(r == v)[0])
-        shown.append(f"{v:g} x{k} (first at step {f['step'].iloc[i]}, prompt "
-                     f"{str(f['prompt'].iloc[i])[:40]!r})")  # fmt: skip
+        shown.append(
+            f"{v:g} x{k} (first at step {f['step'].iloc[i]}, prompt "
+            f"{str(f['prompt'].iloc[i])[:40]!r})"
+        )
     more = f", and {int(stray.sum()) - 5} more values" if stray.sum() > 5 else ""
     return (
         f"rewards are read as GRADED (no beta-binomial a, b or kappa) because "
@@ -269,12 +302,19 @@ def trainer_text(run: dict) -> str:
     """What the trainer's loss followed, against the plain leave-one-out gradient G* models."""
     if not run:
         return ""
-    keys = ("loss_type", "scale_rewards", "num_generations", "beta", "importance_sampling_level",
-            "steps_per_generation")  # fmt: skip
+    keys = (
+        "loss_type",
+        "scale_rewards",
+        "num_generations",
+        "beta",
+        "importance_sampling_level",
+        "steps_per_generation",
+    )
     said = ", ".join(f"{k} = {run[k]}" for k in keys if run.get(k) is not None)
     who = "verl" if run.get("framework") == "verl" else f"TRL {run.get('trl_version', '?')}"
-    said = said or ", ".join(f"{k} = {v}" for k, v in run.items()
-                             if k not in ("framework", "seconds", "overhead"))  # fmt: skip
+    said = said or ", ".join(
+        f"{k} = {v}" for k, v in run.items() if k not in ("framework", "seconds", "overhead")
+    )
     return (
         f"trainer: {who} ({said}); G* is that of the plain "
         "leave-one-out gradient (unnormalized rewards, sequence-level log-probs, one update "
@@ -322,8 +362,11 @@ def check_groups(cfg: Config, groups) -> None:
     for window, sub in _by_window(groups):
         if len(sub) >= 2:
             continue
-        what = (f"{len(sub)} group ({int(sub['n'].sum())} responses to 1 prompt)" if len(sub)
-                else "no group")  # fmt: skip
+        what = (
+            f"{len(sub)} group ({int(sub['n'].sum())} responses to 1 prompt)"
+            if len(sub)
+            else "no group"
+        )
         if window == POOLED:
             raise validate.ConfigError(
                 f"log: {cfg.log!r} has {what}; plan needs at least 2 groups of >= 2 responses "
@@ -390,14 +433,32 @@ def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dic
     curve = difficulty.degenerate_curve(fit, grid, draws=cfg.draws, seed=cfg.seed)
     a, b = difficulty.draws(fit, cfg.draws, seed=cfg.seed)
     mean_lo, mean_hi = np.quantile(a / (a + b), [0.025, 0.975])  # the mean difficulty's 95%
-    row = {**base, "rewards": "binary", "low": levels[0], "high": levels[1],
-           "success_rate": float(groups["successes"].sum() / n.sum()), "a": fit.a, "b": fit.b,
-           "a_se": fit.a_se, "b_se": fit.b_se, "se_method": fit.se_method, "mean_p": fit.mean,
-           "mean_p_lo": float(mean_lo), "mean_p_hi": float(mean_hi), "loglik": fit.loglik,
-           "p10": fit.quantile(0.1), "p50": fit.quantile(0.5), "p90": fit.quantile(0.9),
-           **_check_columns(check), "fit_chi2": counts["chi2"], "fit_df": counts["df"],
-           "fit_p": counts["p_value"], "target": cfg.target, "budget": budget,
-           "G_needed": difficulty.g_needed(fit, cfg.target, grid)}  # fmt: skip
+    row = {
+        **base,
+        "rewards": "binary",
+        "low": levels[0],
+        "high": levels[1],
+        "success_rate": float(groups["successes"].sum() / n.sum()),
+        "a": fit.a,
+        "b": fit.b,
+        "a_se": fit.a_se,
+        "b_se": fit.b_se,
+        "se_method": fit.se_method,
+        "mean_p": fit.mean,
+        "mean_p_lo": float(mean_lo),
+        "mean_p_hi": float(mean_hi),
+        "loglik": fit.loglik,
+        "p10": fit.quantile(0.1),
+        "p50": fit.quantile(0.5),
+        "p90": fit.quantile(0.9),
+        **_check_columns(check),
+        "fit_chi2": counts["chi2"],
+        "fit_df": counts["df"],
+        "fit_p": counts["p_value"],
+        "target": cfg.target,
+        "budget": budget,
+        "G_needed": difficulty.g_needed(fit, cfg.target, grid),
+    }
     if base["prompts"] == 1:
         row["fit_reason"] = (
             "one prompt: the Beta fit describes how its success rate varies across steps, "
@@ -417,20 +478,37 @@ def _boundary_window(cfg: Config, groups, base, levels, grid, budget: int) -> tu
     passed = bool(groups["successes"].sum() > 0)
     bound = 0.05 ** (1.0 / total)
     lo = bound ** np.asarray(grid, float)
-    why = (f"every one of the {total:,} responses {'succeeded' if passed else 'failed'} "
-           f"(p-hat = {int(passed)} at the boundary): no prompt varies, so there is no spread "
-           "of difficulty to fit (a, b, kappa and the fit checks need at least one success "
-           "and one failure)")  # fmt: skip
-    row = {**base, "rewards": "binary", "low": levels[0], "high": levels[1],
-           "success_rate": float(passed), "a": math.nan, "b": math.nan, "a_se": math.nan,
-           "b_se": math.nan, "fit_reason": why, "mean_p": float(passed),
-           "mean_p_lo": bound if passed else 0.0, "mean_p_hi": 1.0 if passed else 1.0 - bound,
-           "logged_groups": len(groups), "logged_measured": 1.0, "logged_measured_se": 0.0,
-           "target": cfg.target, "budget": budget, "G_needed": None,
-           "G_needed_min": next((G for G, v in zip(grid, lo, strict=True) if v <= cfg.target),
-                                None)}  # fmt: skip
-    curve = pd.DataFrame({"G": grid, "predicted": math.nan, "lo": lo, "hi": 1.0,
-                          "dapo_draws": math.nan})  # fmt: skip
+    why = (
+        f"every one of the {total:,} responses {'succeeded' if passed else 'failed'} "
+        f"(p-hat = {int(passed)} at the boundary): no prompt varies, so there is no spread "
+        "of difficulty to fit (a, b, kappa and the fit checks need at least one success "
+        "and one failure)"
+    )
+    row = {
+        **base,
+        "rewards": "binary",
+        "low": levels[0],
+        "high": levels[1],
+        "success_rate": float(passed),
+        "a": math.nan,
+        "b": math.nan,
+        "a_se": math.nan,
+        "b_se": math.nan,
+        "fit_reason": why,
+        "mean_p": float(passed),
+        "mean_p_lo": bound if passed else 0.0,
+        "mean_p_hi": 1.0 if passed else 1.0 - bound,
+        "logged_groups": len(groups),
+        "logged_measured": 1.0,
+        "logged_measured_se": 0.0,
+        "target": cfg.target,
+        "budget": budget,
+        "G_needed": None,
+        "G_needed_min": next((G for G, v in zip(grid, lo, strict=True) if v <= cfg.target), None),
+    }
+    curve = pd.DataFrame(
+        {"G": grid, "predicted": math.nan, "lo": lo, "hi": 1.0, "dapo_draws": math.nan}
+    )
     return row, _curve_rows(curve, base["window"], budget)
 
 
@@ -445,8 +523,16 @@ def _curve_rows(curve, window: str, budget: int) -> list[dict]:
     for rec in curve.to_dict(orient="records"):
         G = int(rec["G"])
         B = budget // G if budget % G == 0 else math.nan
-        rows.append({"window": window, **rec, "G": G, "budget": budget, "B": B,
-                     "informative_groups": B * (1 - rec["predicted"])})  # fmt: skip
+        rows.append(
+            {
+                "window": window,
+                **rec,
+                "G": G,
+                "budget": budget,
+                "B": B,
+                "informative_groups": B * (1 - rec["predicted"]),
+            }
+        )
     return rows
 
 
@@ -454,9 +540,14 @@ def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[
     """Graded rewards: Dirichlet-multinomial over at most GRADED_LEVELS values, else measured
     zero-std fractions and the unbiased all-equal estimate for G up to the smallest group."""
     measured = float(groups["degenerate"].mean())
-    row = {**base, "rewards": "graded", "mean_reward": float(np.average(groups["mean"],
-           weights=groups["n"])), "logged_measured": measured, "target": cfg.target,
-           "budget": budget}  # fmt: skip
+    row = {
+        **base,
+        "rewards": "graded",
+        "mean_reward": float(np.average(groups["mean"], weights=groups["n"])),
+        "logged_measured": measured,
+        "target": cfg.target,
+        "budget": budget,
+    }
     table = pd.crosstab(rows["group"], rows["reward"])  # groups x reward values
     counts = table.to_numpy()
     prompt = groups.set_index("group").loc[table.index, "prompt"].to_numpy()
@@ -464,19 +555,33 @@ def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[
         fit = graded.fit_graded(counts, clusters=prompt)
         check = graded.logged_check_graded(counts, fit, clusters=prompt)
         pred = graded.degenerate_fraction_graded(fit.alpha, np.asarray(grid, float))
-        row |= {"model": "dirichlet-multinomial", "se_method": fit.se_method,
-                **_check_columns(check), "G_max_estimated": grid[-1]}  # fmt: skip
+        row |= {
+            "model": "dirichlet-multinomial",
+            "se_method": fit.se_method,
+            **_check_columns(check),
+            "G_max_estimated": grid[-1],
+        }
     else:
         per_group = [g.to_numpy() for _, g in rows.groupby("group")["reward"]]
         pred = graded.degenerate_unbiased(per_group, np.asarray(grid))
-        row |= {"model": "empirical (U-statistic, G up to the smallest group)",
-                "logged_measured_se": difficulty.mean_se(groups["degenerate"].to_numpy(float),
-                                                         groups["prompt"].to_numpy()),
-                "G_max_estimated": int(min(base["G_min"], grid[-1]))}  # fmt: skip
+        row |= {
+            "model": "empirical (U-statistic, G up to the smallest group)",
+            "logged_measured_se": difficulty.mean_se(
+                groups["degenerate"].to_numpy(float), groups["prompt"].to_numpy()
+            ),
+            "G_max_estimated": int(min(base["G_min"], grid[-1])),
+        }
     # the smallest G whose estimate is <= target, among the G with an estimate
     row["G_needed"] = next((G for G, v in zip(grid, pred, strict=True) if v <= cfg.target), None)
-    curve = pd.DataFrame({"G": grid, "predicted": pred, "lo": np.nan, "hi": np.nan,
-                          "dapo_draws": difficulty.dapo_draws(pred)})  # fmt: skip
+    curve = pd.DataFrame(
+        {
+            "G": grid,
+            "predicted": pred,
+            "lo": np.nan,
+            "hi": np.nan,
+            "dapo_draws": difficulty.dapo_draws(pred),
+        }
+    )
     return row, _curve_rows(curve, base["window"], budget)
 
 
@@ -502,9 +607,12 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
     if levels is None:
         return {**none, "gstar_reason": "G* needs binary rewards (the loo MSE law per prompt)"}
     if f["reward"].nunique() < 2:
-        return {**none, "gstar_reason": "undefined: every group is all-equal, so no group of "
-                "this log carries a gradient signal (loo's gradient is 0 on each) and the "
-                "prompts' gradient variance c1 has nothing to be estimated from"}  # fmt: skip
+        return {
+            **none,
+            "gstar_reason": "undefined: every group is all-equal, so no group of "
+            "this log carries a gradient signal (loo's gradient is 0 on each) and the "
+            "prompts' gradient variance c1 has nothing to be estimated from",
+        }
     if not f["proxy"].notna().any():
         return {
             **none,
@@ -526,9 +634,12 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
     reason = out.pop("reason", None)
     out["proxy_groups"] = int(f["group"].nunique())
     out["norm_rows"] = 0 if norms is None else len(norms)
-    return {**none, **{k: out.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")},
-            **{f"gstar_{k}": v for k, v in out.items() if k not in none},
-            "gstar_reason": reason}  # fmt: skip
+    return {
+        **none,
+        **{k: out.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")},
+        **{f"gstar_{k}": v for k, v in out.items() if k not in none},
+        "gstar_reason": reason,
+    }
 
 
 # ----------------------------------------------------------------------------- output
@@ -569,8 +680,9 @@ def allocation_table(cfg: Config, tables: dict):
     if p.get("a") is None:
         raise validate.ConfigError(f"allocate: needs a difficulty fit, and {p['fit_reason']}")
     g = tables["groups"]
-    per = g.groupby("prompt", sort=True).agg(groups=("n", "size"), responses=("n", "sum"),
-                                             successes=("successes", "sum"))  # fmt: skip
+    per = g.groupby("prompt", sort=True).agg(
+        groups=("n", "size"), responses=("n", "sum"), successes=("successes", "sum")
+    )
     a, b, G0 = float(p["a"]), float(p["b"]), int(p["G"])
     alpha = a + per["successes"].to_numpy(float)
     beta = b + (per["responses"] - per["successes"]).to_numpy(float)
@@ -590,39 +702,58 @@ def allocation_table(cfg: Config, tables: dict):
         )
 
     zs_u, zs_a = zero_signal(uniform), zero_signal(G)
-    table = pd.DataFrame({
-        "prompt": per.index.astype(str), "groups": per["groups"].to_numpy(),
-        "responses": per["responses"].to_numpy(), "successes": per["successes"].to_numpy(),
-        "p_mean": alpha / (alpha + beta), "G": G.astype(int), "G_log": uniform,
-        "mse_share_log": mse_u / mse_u.sum(), "mse_share": mse_a / mse_u.sum(),
-        "zero_signal_log": zs_u, "zero_signal": zs_a,
-    })  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "prompt": per.index.astype(str),
+            "groups": per["groups"].to_numpy(),
+            "responses": per["responses"].to_numpy(),
+            "successes": per["successes"].to_numpy(),
+            "p_mean": alpha / (alpha + beta),
+            "G": G.astype(int),
+            "G_log": uniform,
+            "mse_share_log": mse_u / mse_u.sum(),
+            "mse_share": mse_a / mse_u.sum(),
+            "zero_signal_log": zs_u,
+            "zero_signal": zs_a,
+        }
+    )
     summary = {
-        "estimator": cfg.allocate_estimator, "rho": cfg.allocate_rho, "prompts": P, "G_log": G0,
-        "budget_per_pass": int(G.sum()), "prior_a": a, "prior_b": b,
-        "G_min": int(G.min()), "G_max": int(G.max()), "cap": cap,
+        "estimator": cfg.allocate_estimator,
+        "rho": cfg.allocate_rho,
+        "prompts": P,
+        "G_log": G0,
+        "budget_per_pass": int(G.sum()),
+        "prior_a": a,
+        "prior_b": b,
+        "G_min": int(G.min()),
+        "G_max": int(G.max()),
+        "cap": cap,
         "convex": theory.is_convex(curve),
         "predicted_mse_ratio": float(mse_a.sum() / mse_u.sum()),
-        "zero_signal_groups_log": float(zs_u.sum()), "zero_signal_groups": float(zs_a.sum()),
-        "zero_signal_rollouts_log": float(zs_u @ uniform), "zero_signal_rollouts": float(zs_a @ G),
+        "zero_signal_groups_log": float(zs_u.sum()),
+        "zero_signal_groups": float(zs_a.sum()),
+        "zero_signal_rollouts_log": float(zs_u @ uniform),
+        "zero_signal_rollouts": float(zs_a @ G),
         "model": "reward-only: E||W||^2 the same for every response, ||g_x||^2 = rho p(1-p); "
-                 "posterior Beta(a + successes, b + failures) per prompt, the pooled fit as prior",
-    }  # fmt: skip
+        "posterior Beta(a + successes, b + failures) per prompt, the pooled fit as prior",
+    }
     return table, summary
 
 
 def allocation_text(summary: dict) -> str:
     s = summary
-    return "\n".join([
-        "## Allocation (--allocate)",
-        f"Per-prompt group sizes for {s['prompts']} prompts at the log's budget "
-        f"({s['G_log']} per prompt, {s['budget_per_pass']} per pass over them): G from "
-        f"{s['G_min']} to {s['G_max']} ({s['estimator']}, rho = {s['rho']:g}).",
-        f"Predicted MSE against G = {s['G_log']} for every prompt: x{s['predicted_mse_ratio']:.3f} "
-        "(under the reward-only model: " + s["model"] + ").",
-        f"Zero-signal groups per pass: {s['zero_signal_groups_log']:.1f} at the log's G, "
-        f"{s['zero_signal_groups']:.1f} allocated ({s['zero_signal_rollouts_log']:.0f} and "
-        f"{s['zero_signal_rollouts']:.0f} rollouts).",
-        "allocation.csv (prompt, G, ...) is the table a script applies: give prompt x "
-        "G responses when it is next drawn.",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "## Allocation (--allocate)",
+            f"Per-prompt group sizes for {s['prompts']} prompts at the log's budget "
+            f"({s['G_log']} per prompt, {s['budget_per_pass']} per pass over them): G from "
+            f"{s['G_min']} to {s['G_max']} ({s['estimator']}, rho = {s['rho']:g}).",
+            f"Predicted MSE against G = {s['G_log']} for every prompt: "
+            f"x{s['predicted_mse_ratio']:.3f} (under the reward-only model: " + s["model"] + ").",
+            f"Zero-signal groups per pass: {s['zero_signal_groups_log']:.1f} at the log's G, "
+            f"{s['zero_signal_groups']:.1f} allocated ({s['zero_signal_rollouts_log']:.0f} and "
+            f"{s['zero_signal_rollouts']:.0f} rollouts).",
+            "allocation.csv (prompt, G, ...) is the table a script applies: give prompt x "
+            "G responses when it is next drawn.",
+        ]
+    )

@@ -31,8 +31,7 @@ def _difficulty(ax, tables: dict, p: dict) -> None:
     ax.bar(x, counts, width=0.8 / n, color="0.65", label=f"log ({len(at):,} groups of {n})")
     if np.isfinite(p["a"]):  # all-pass or all-fail logs have no fit
         fit = stats.betabinom.pmf(np.arange(n + 1), n, p["a"], p["b"])
-        ax.plot(x, fit, "o-", color="C3", ms=3,
-                label=f"Beta({p['a']:.2g}, {p['b']:.2g}) fit")  # fmt: skip
+        ax.plot(x, fit, "o-", color="C3", ms=3, label=f"Beta({p['a']:.2g}, {p['b']:.2g}) fit")
     ax.set_xlabel("success rate c/n of a group")
     ax.set_ylabel("share of groups")
     ax.set_title("difficulty: log vs beta-binomial fit", fontsize=9)
@@ -79,8 +78,13 @@ def _degenerate(ax, tables: dict, p: dict) -> None:
 def _kappa(ax, tables: dict) -> None:
     k = tables["kappa"]
     if k.empty:
-        ax.text(0.5, 0.5, "kappa needs binary rewards\nand a difficulty fit", ha="center",
-                transform=ax.transAxes)  # fmt: skip
+        ax.text(
+            0.5,
+            0.5,
+            "kappa needs binary rewards\nand a difficulty fit",
+            ha="center",
+            transform=ax.transAxes,
+        )
         ax.set_axis_off()
         return
     for name, sub in k.groupby("estimator", sort=False):
@@ -100,8 +104,10 @@ def plan_figure(tables: dict, path) -> Path:
     _difficulty(axes[0], tables, p)
     _degenerate(axes[1], tables, p)
     _kappa(axes[2], tables)
-    fig.suptitle(f"gpolab plan: {p['format']} log, {int(p['steps'])} steps, "
-                 f"{int(p['groups']):,} groups", fontsize=10)  # fmt: skip
+    fig.suptitle(
+        f"gpolab plan: {p['format']} log, {int(p['steps'])} steps, {int(p['groups']):,} groups",
+        fontsize=10,
+    )
     return save(fig, path)
 
 
@@ -112,8 +118,9 @@ def plancheck_figure(tables: dict, path) -> Path:
     df = tables["results"]
     df = df[df["format"] == df["format"].iloc[0]]
     envs = list(dict.fromkeys(df["env"]))
-    fig, axes = plt.subplots(1, len(envs), figsize=(5.5 * len(envs), 4), squeeze=False,
-                             constrained_layout=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(envs), figsize=(5.5 * len(envs), 4), squeeze=False, constrained_layout=True
+    )
     for ax, env in zip(axes[0], envs, strict=True):
         sub = df[df["env"] == env]
         c = sub[sub["quantity"] == "degenerate fraction"]
@@ -122,8 +129,14 @@ def plancheck_figure(tables: dict, path) -> Path:
         ax.fill_between(c["G"], c["lo"], c["hi"], color="C0", alpha=0.2, label="95% interval")
         logged = sub[sub["quantity"] == "logged degenerate fraction"].iloc[0]
         err = [[logged["recovered"] - logged["lo"]], [logged["hi"] - logged["recovered"]]]
-        ax.errorbar([logged["G"]], [logged["recovered"]], yerr=err, fmt="o", color="C3",
-                    label="measured in the log")  # fmt: skip
+        ax.errorbar(
+            [logged["G"]],
+            [logged["recovered"]],
+            yerr=err,
+            fmt="o",
+            color="C3",
+            label="measured in the log",
+        )
         gs = sub[sub["quantity"] == "G*"].iloc[0]
         title = f"{env}: G* truth {gs['truth']:.3g}"
         if np.isfinite(gs["recovered"]):

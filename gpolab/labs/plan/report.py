@@ -41,23 +41,37 @@ def summary_json(cfg, tables: dict) -> dict:
         kappa.setdefault(rec["estimator"], {})[str(int(rec["G"]))] = json_value(rec["kappa_mean"])
     s = tables["summary"]
     return {
-        "format": p["format"], "reward": p["reward"], "rewards": p["rewards"],
-        "steps": p["steps"], "prompts": p["prompts"], "groups": p["groups"], "G": p["G"],
-        "a": p.get("a"), "b": p.get("b"), "a_se": p.get("a_se"), "b_se": p.get("b_se"),
+        "format": p["format"],
+        "reward": p["reward"],
+        "rewards": p["rewards"],
+        "steps": p["steps"],
+        "prompts": p["prompts"],
+        "groups": p["groups"],
+        "G": p["G"],
+        "a": p.get("a"),
+        "b": p.get("b"),
+        "a_se": p.get("a_se"),
+        "b_se": p.get("b_se"),
         "logged_degenerate_frac": p.get("logged_measured"),
         "logged_degenerate_predicted": p.get("logged_predicted"),
         "logged_degenerate_z": p.get("logged_z"),
         "predicted_degenerate_frac": by_G("predicted"),
         "dapo_draws_per_kept_group": by_G("dapo_draws"),
-        "G_needed": p.get("G_needed"), "G_needed_text": need_text(p), "target": p["target"],
-        "G_needed_min": p.get("G_needed_min"), "fit_reason": p.get("fit_reason"),
-        "se_method": p.get("se_method"), "logged_degenerate_se": p.get("logged_measured_se"),
+        "G_needed": p.get("G_needed"),
+        "G_needed_text": need_text(p),
+        "target": p["target"],
+        "G_needed_min": p.get("G_needed_min"),
+        "fit_reason": p.get("fit_reason"),
+        "se_method": p.get("se_method"),
+        "logged_degenerate_se": p.get("logged_measured_se"),
         "kappa": kappa,
-        "gstar": p.get("gstar"), "gstar_lo": p.get("gstar_lo"), "gstar_hi": p.get("gstar_hi"),
+        "gstar": p.get("gstar"),
+        "gstar_lo": p.get("gstar_lo"),
+        "gstar_hi": p.get("gstar_hi"),
         "gstar_reason": p.get("gstar_reason"),
         "notes": p.get("notes") or "",
         "windows": [_clean(r) for r in s[s["window"] != POOLED].to_dict(orient="records")],
-    }  # fmt: skip
+    }
 
 
 def report(cfg, tables: dict) -> str:
@@ -90,8 +104,18 @@ def report(cfg, tables: dict) -> str:
     ]
     s = tables["summary"]
     if (s["window"] != POOLED).any():
-        cols = ["window", "groups", "G", "a", "b", "mean_p", "logged_measured",
-                "logged_predicted", "logged_z", "G_needed"]  # fmt: skip
+        cols = [
+            "window",
+            "groups",
+            "G",
+            "a",
+            "b",
+            "mean_p",
+            "logged_measured",
+            "logged_predicted",
+            "logged_z",
+            "G_needed",
+        ]
         lines += ["", "## Per window", "```", table_text(s, cols), "```"]
     return "\n".join(lines)
 
@@ -110,9 +134,11 @@ def _difficulty_text(p: dict) -> list[str]:
     head = f"rewards {p['low']:g}/{p['high']:g}; success rate {p['success_rate']:.3g}"
     if not _finite(p.get("a")):  # all-pass or all-fail: p-hat at the boundary, no fit
         n, passed = p["responses"], p["mean_p"] == 1
-        bound = (f"at least {p['mean_p_lo']:.4g} (no failure in {n:,} responses: "
-                 f"0.05^(1/{n}))" if passed else f"at most {p['mean_p_hi']:.4g} (no success in "
-                 f"{n:,} responses: 1 - 0.05^(1/{n}))")  # fmt: skip
+        bound = (
+            f"at least {p['mean_p_lo']:.4g} (no failure in {n:,} responses: 0.05^(1/{n}))"
+            if passed
+            else f"at most {p['mean_p_hi']:.4g} (no success in {n:,} responses: 1 - 0.05^(1/{n}))"
+        )
         return [
             "## Difficulty (no beta-binomial fit)",
             f"{head}; {p['fit_reason']}",
@@ -140,12 +166,16 @@ def _se_text(p: dict) -> str:
     """How the standard errors and intervals treat prompts seen in more than one group."""
     method = p.get("se_method")
     if method is None:
-        return ("standard errors: cluster-robust by prompt for the zero-std fraction (no model "
-                "fit for these rewards)")  # fmt: skip
+        return (
+            "standard errors: cluster-robust by prompt for the zero-std fraction (no model "
+            "fit for these rewards)"
+        )
     if method.startswith("cluster"):
-        return (f"standard errors and intervals: {method}: a prompt drawn at several steps keeps "
-                "its difficulty, so its groups are not independent (sandwich covariance "
-                "clustered by prompt)")  # fmt: skip
+        return (
+            f"standard errors and intervals: {method}: a prompt drawn at several steps keeps "
+            "its difficulty, so its groups are not independent (sandwich covariance "
+            "clustered by prompt)"
+        )
     return f"standard errors and intervals: {method}"
 
 
@@ -154,22 +184,33 @@ def _fit_check_text(p: dict) -> str:
     The test: Pearson's chi-square of the groups' success counts against the beta-binomial
     (:func:`gpolab.theory.difficulty.count_check`); read at the conventional 5% level."""
     if p.get("fit_p") is None:
-        return ("goodness-of-fit test of the beta-binomial model: n/a (too few count cells for "
-                "a chi-square test)")  # fmt: skip
+        return (
+            "goodness-of-fit test of the beta-binomial model: n/a (too few count cells for "
+            "a chi-square test)"
+        )
     q = p["fit_p"]
     if q >= 0.05:
-        verdict = ("not rejected at the conventional 5% level (the log is consistent with the "
-                   "model; that does not prove the model right)")  # fmt: skip
+        verdict = (
+            "not rejected at the conventional 5% level (the log is consistent with the "
+            "model; that does not prove the model right)"
+        )
     elif q >= 1e-3:
-        verdict = ("rejected at the conventional 5% level (not at 0.1%): the model misses some "
-                   "of the log's shape; read the curves below as an approximation")  # fmt: skip
+        verdict = (
+            "rejected at the conventional 5% level (not at 0.1%): the model misses some "
+            "of the log's shape; read the curves below as an approximation"
+        )
     else:
-        verdict = ("rejected at the 0.1% level: the Beta model MISSES the log (e.g. a mass of "
-                   "impossible or trivial prompts): the curves below are a smooth "
-                   "approximation, read them with care")  # fmt: skip
-    caveat = ("; it counts every group as independent, so with prompts repeated across steps "
-              "its p is too small" if str(p.get("se_method", "")).startswith("cluster")
-              else "")  # fmt: skip
+        verdict = (
+            "rejected at the 0.1% level: the Beta model MISSES the log (e.g. a mass of "
+            "impossible or trivial prompts): the curves below are a smooth "
+            "approximation, read them with care"
+        )
+    caveat = (
+        "; it counts every group as independent, so with prompts repeated across steps "
+        "its p is too small"
+        if str(p.get("se_method", "")).startswith("cluster")
+        else ""
+    )
     return (
         f"goodness-of-fit test of the beta-binomial model (Pearson chi-square of the groups' "
         f"success counts): X2 = {p['fit_chi2']:.1f} on {p['fit_df']} df, p = {q:.2g}; "
@@ -180,14 +221,21 @@ def _fit_check_text(p: dict) -> str:
 def _curve_text(cfg, tables: dict, p: dict) -> list[str]:
     curve = tables["curve"]
     at = curve[(curve["window"] == POOLED) & curve["G"].isin(report_sizes(cfg, p["G"]))]
-    how = ("(estimated from the log's own groups)" if _empirical(p) else
-           "(exact under the fit)" if p["rewards"] != "binary" or _finite(p.get("a")) else
-           "(no fit: lo is a 95% lower bound, hi = 1)")  # fmt: skip
-    return ["## Degenerate groups and DAPO cost by G " + how,
-            f"{need_text(p)}; split table at N = {p['budget']} responses per step (B = N/G "
-            "prompts" + _split_note(at, p["budget"]) + ")" + power_text(curve, p),
-            "```", table_text(at, ["G", "predicted", "lo", "hi", "dapo_draws", "B",
-                                   "informative_groups"]), "```"]  # fmt: skip
+    how = (
+        "(estimated from the log's own groups)"
+        if _empirical(p)
+        else "(exact under the fit)"
+        if p["rewards"] != "binary" or _finite(p.get("a"))
+        else "(no fit: lo is a 95% lower bound, hi = 1)"
+    )
+    return [
+        "## Degenerate groups and DAPO cost by G " + how,
+        f"{need_text(p)}; split table at N = {p['budget']} responses per step (B = N/G "
+        "prompts" + _split_note(at, p["budget"]) + ")" + power_text(curve, p),
+        "```",
+        table_text(at, ["G", "predicted", "lo", "hi", "dapo_draws", "B", "informative_groups"]),
+        "```",
+    ]
 
 
 def _split_note(at, budget: int) -> str:
@@ -219,9 +267,12 @@ def power_text(curve, p: dict) -> str:
         return ""
     row = c[c["G"] == need]
     width = float(row["hi"].iloc[0] - row["lo"].iloc[0]) if len(row) else math.nan
-    more = (f"; about {math.ceil(p['groups'] * (width / t) ** 2):,} groups (now "
-            f"{p['groups']:,}) would narrow the band at G = {need} to about ±{t / 2:g}"
-            if _finite(width) else "")  # fmt: skip
+    more = (
+        f"; about {math.ceil(p['groups'] * (width / t) ** 2):,} groups (now "
+        f"{p['groups']:,}) would narrow the band at G = {need} to about ±{t / 2:g}"
+        if _finite(width)
+        else ""
+    )
     top = f"{g_hi}" if g_hi is not None else f"more than {int(c['G'].max())}"
     return f". The log cannot pin this G: its 95% band allows any G from {g_lo} to {top}" + more
 
@@ -236,18 +287,25 @@ def need_text(p: dict) -> str:
     need, t = p.get("G_needed"), p["target"]
     if p.get("rewards") == "binary" and not _finite(p.get("a")):  # all-pass or all-fail
         least = p.get("G_needed_min")
-        return (f"G under the target: undefined (every group of the log is all-equal, so it "
-                f"cannot say how fast the degenerate fraction falls with G); at 95% the fraction "
-                f"is at least 0.05^(G/{p['responses']}) (the curve's lo), so "
-                + (f"no G below {least} keeps it <= {t:g}" if least is not None else
-                   f"no G <= {MAX_G} keeps it <= {t:g}"))  # fmt: skip
+        return (
+            f"G under the target: undefined (every group of the log is all-equal, so it "
+            f"cannot say how fast the degenerate fraction falls with G); at 95% the fraction "
+            f"is at least 0.05^(G/{p['responses']}) (the curve's lo), so "
+            + (
+                f"no G below {least} keeps it <= {t:g}"
+                if least is not None
+                else f"no G <= {MAX_G} keeps it <= {t:g}"
+            )
+        )
     if not _empirical(p):
         if need is not None:
             return f"smallest G with degenerate fraction <= {t:g}: {need}"
         return f"no G <= {MAX_G} keeps the degenerate fraction <= {t:g}"
     top = p["G_max_estimated"]
-    scope = (f"estimated without a model from the log's groups, so only for G <= {top}; "
-             f"beyond {top} the log cannot say")  # fmt: skip
+    scope = (
+        f"estimated without a model from the log's groups, so only for G <= {top}; "
+        f"beyond {top} the log cannot say"
+    )
     if need is not None:
         return f"smallest G with degenerate fraction <= {t:g}: {need} ({scope})"
     return f"no G <= {top} keeps the degenerate fraction <= {t:g} ({scope})"
@@ -265,12 +323,17 @@ def _kappa_text(tables: dict, G: int) -> list[str]:
     wide = wide.reindex(list(dict.fromkeys(k["estimator"])))
     wide.columns = [f"G={g}" for g in wide.columns]
     at = k[k["G"] == G]
-    return ["## kappa: each estimator's weight at this run's difficulty mix",
-            "E[g_hat | p] = kappa_G(p) g_x (loo = 1): mean over the fitted Beta by G", "```",
-            table_text(wide.reset_index(), ["estimator", *wide.columns]), "```",
-            f"at the log's G = {G}, at the fit's 10/50/90% difficulties:", "```",
-            table_text(at, ["estimator", "kappa_p10", "kappa_p50", "kappa_p90"]),
-            "```"]  # fmt: skip
+    return [
+        "## kappa: each estimator's weight at this run's difficulty mix",
+        "E[g_hat | p] = kappa_G(p) g_x (loo = 1): mean over the fitted Beta by G",
+        "```",
+        table_text(wide.reset_index(), ["estimator", *wide.columns]),
+        "```",
+        f"at the log's G = {G}, at the fit's 10/50/90% difficulties:",
+        "```",
+        table_text(at, ["estimator", "kappa_p10", "kappa_p50", "kappa_p90"]),
+        "```",
+    ]
 
 
 def _finite(x) -> bool:
@@ -289,20 +352,24 @@ def recommendation(p: dict) -> str:
     thumb; with few prompts the information is the number of prompts, not of steps)."""
     g, lo, hi = p.get("gstar"), p.get("gstar_lo"), p.get("gstar_hi")
     if g is not None and _finite(hi):
-        return (f"use G = {max(2, round(g))} (G* = {g:.3g}, 95% interval {lo:.3g} .. {hi:.3g}; "
-                f"from {p.get('gstar_proxy_groups', 0):,} groups with score norms and "
-                f"{p.get('gstar_norm_rows', 0):,} gradient-norm rows)")  # fmt: skip
+        return (
+            f"use G = {max(2, round(g))} (G* = {g:.3g}, 95% interval {lo:.3g} .. {hi:.3g}; "
+            f"from {p.get('gstar_proxy_groups', 0):,} groups with score norms and "
+            f"{p.get('gstar_norm_rows', 0):,} gradient-norm rows)"
+        )
     c1, se = p.get("gstar_c1"), p.get("gstar_c1_se")
     head = "the log cannot decide G*"
     if _finite(c1) and _finite(se) and se > 0 and c1 > 0:
         factor = (1.96 * se / c1) ** 2
         n = p.get("prompts") or 0
-        return (f"{head}: c1 = {c1:.3g} ± {se:.2g} (the prompts' gradient variance) is not "
-                f"resolved above 0 (G* >= {lo:.3g}); about {factor:.1f}x this log's information "
-                f"would resolve it: the interval resamples whole prompts, so more distinct "
-                f"prompts (here {n:,}; ~{math.ceil(factor * n):,}) with score norms shrink it, "
-                "while more steps over the same prompts help only until each prompt's gradient "
-                "is known")  # fmt: skip
+        return (
+            f"{head}: c1 = {c1:.3g} ± {se:.2g} (the prompts' gradient variance) is not "
+            f"resolved above 0 (G* >= {lo:.3g}); about {factor:.1f}x this log's information "
+            f"would resolve it: the interval resamples whole prompts, so more distinct "
+            f"prompts (here {n:,}; ~{math.ceil(factor * n):,}) with score norms shrink it, "
+            "while more steps over the same prompts help only until each prompt's gradient "
+            "is known"
+        )
     if _finite(c1):
         return (
             f"{head}: the prompt variance c1 = {c1:.3g} is not above 0 at all, so no "
@@ -315,8 +382,11 @@ def recommendation(p: dict) -> str:
 def _gstar_text(p: dict) -> str:
     if p.get("gstar") is None:
         return f"not estimated: {p.get('gstar_reason')}"
-    terms = ", ".join(f"{k[6:]} = {p[k]:.4g}" for k in ("gstar_c1", "gstar_C2", "gstar_C3")
-                      if p.get(k) is not None)  # fmt: skip
+    terms = ", ".join(
+        f"{k[6:]} = {p[k]:.4g}"
+        for k in ("gstar_c1", "gstar_C2", "gstar_C3")
+        if p.get(k) is not None
+    )
     return (
         f"G* = 1 + sqrt(C3/c1) = {p['gstar']:.3g} (95% {p['gstar_lo']:.3g} .. "
         f"{p['gstar_hi']:.3g}; {terms}; gpolab's estimate from the proxy column and the "

@@ -566,9 +566,12 @@ def footprint(path, format=None) -> int:
     for f in _scan(path, format)[1]:
         if f.suffix == ".parquet":  # the columns read: a TRL log's completion text is not
             md = _parquet(f).metadata
-            total += sum(c.total_uncompressed_size for i in range(md.num_row_groups)
-                         for c in map(md.row_group(i).column, range(md.num_columns))
-                         if c.path_in_schema != "completion")  # fmt: skip
+            total += sum(
+                c.total_uncompressed_size
+                for i in range(md.num_row_groups)
+                for c in map(md.row_group(i).column, range(md.num_columns))
+                if c.path_in_schema != "completion"
+            )
         else:
             total += f.stat().st_size
     return READ_FACTOR * total

@@ -7,8 +7,8 @@ from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab plancheck --quick',
-    'gpolab plancheck --env bandit --quick',
+    "gpolab plancheck --quick",
+    "gpolab plancheck --env bandit --quick",
 )
 
 register = lab_command(

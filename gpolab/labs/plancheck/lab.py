@@ -111,15 +111,17 @@ def rollout_frame(order, rewards, proxy, length, completion) -> pd.DataFrame:
     """One row per response from (steps, B) prompt ids and (steps, B, G) per-response values."""
     steps, B, G = np.shape(rewards)
     ids = np.repeat(np.asarray(order, dtype=np.int64).reshape(-1), G)
-    return pd.DataFrame({
-        "step": np.repeat(np.arange(steps, dtype=np.int64), B * G),
-        "prompt": [f"q{i}" for i in ids],
-        "prompt_id": ids,
-        "reward": np.asarray(rewards, dtype=np.float64).reshape(-1),
-        "proxy": np.asarray(proxy, dtype=np.float64).reshape(-1),
-        "length": np.asarray(length, dtype=np.float64).reshape(-1),
-        "completion": list(completion),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "step": np.repeat(np.arange(steps, dtype=np.int64), B * G),
+            "prompt": [f"q{i}" for i in ids],
+            "prompt_id": ids,
+            "reward": np.asarray(rewards, dtype=np.float64).reshape(-1),
+            "proxy": np.asarray(proxy, dtype=np.float64).reshape(-1),
+            "length": np.asarray(length, dtype=np.float64).reshape(-1),
+            "completion": list(completion),
+        }
+    )
 
 
 @partial(jax.jit, static_argnums=(0, 3, 4, 5))
@@ -144,10 +146,12 @@ def grad_norms(env, params, key: jax.Array, G: int, batches, steps: int) -> pd.D
         (B, np.asarray(_grad_norms(env, params, jax.random.fold_in(key, B), B, G, steps)))
         for B in batches
     ]
-    return pd.DataFrame({
-        "batch": np.concatenate([np.full(len(n), B, np.int64) for B, n in rows]),
-        "grad_norm": np.concatenate([n.astype(np.float64) for _, n in rows]),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "batch": np.concatenate([np.full(len(n), B, np.int64) for B, n in rows]),
+            "grad_norm": np.concatenate([n.astype(np.float64) for _, n in rows]),
+        }
+    )
 
 
 def check_sizes(steps, B, G, norm_batches, norm_steps, seed, prompts, field="prompts") -> None:
@@ -172,8 +176,18 @@ def bandit_proxy(params: bandit.BanditParams, prompts, actions) -> np.ndarray:
     return 1 - 2 * pa + np.sum(pi**2, axis=-1, keepdims=True)
 
 
-def simulate_bandit(*, steps=50, B=32, G=8, norm_batches=(8, 64), norm_steps=200, seed=0,
-                    prompts=512, actions=64, **make_kwargs) -> Simulated:  # fmt: skip
+def simulate_bandit(
+    *,
+    steps=50,
+    B=32,
+    G=8,
+    norm_batches=(8, 64),
+    norm_steps=200,
+    seed=0,
+    prompts=512,
+    actions=64,
+    **make_kwargs,
+) -> Simulated:
     """A rollout log of the tabular bandit ``bandit.make(seed, prompts, actions, ...)`` at its θ
     (:data:`BANDIT_SETTINGS` unless ``make_kwargs`` overrides them), exact truth by enumeration.
     Completions are the action as text ("a17"); length is 1 (one action, one token)."""
@@ -199,8 +213,7 @@ def simulate_bandit(*, steps=50, B=32, G=8, norm_batches=(8, 64), norm_steps=200
         np.asarray(bandit.response_length(params, jnp.asarray(order.reshape(-1)), actions_)),
         (f"a{a}" for a in actions_.reshape(-1)),
     )
-    norms = grad_norms(bandit.ENV, params, jax.random.fold_in(key, 3), G, norm_batches,
-                       norm_steps)  # fmt: skip
+    norms = grad_norms(bandit.ENV, params, jax.random.fold_in(key, 3), G, norm_batches, norm_steps)
     truth = truth_summary(bandit.exact(params), G, norm_batches, settings=settings, V_exact=True)
     return Simulated(frame, norms, truth)
 
@@ -240,8 +253,17 @@ def _arithmetic_per_response(policy, features, tokens):
     return proxy, policy.filler + jnp.sum(live, axis=-1)
 
 
-def simulate_arithmetic(*, steps=20, B=16, G=8, norm_batches=(4, 32), norm_steps=100, seed=0,
-                        policy="instruct", questions=500) -> Simulated:  # fmt: skip
+def simulate_arithmetic(
+    *,
+    steps=20,
+    B=16,
+    G=8,
+    norm_batches=(4, 32),
+    norm_steps=100,
+    seed=0,
+    policy="instruct",
+    questions=500,
+) -> Simulated:
     """A rollout log of the arithmetic LLM surrogate (``policy`` pre-trained as the sweep does).
     V is exact (teacher forcing); S2, hence C2, C3 and G*, carry the Monte Carlo error of
     ``truth_samples`` sequences per question (``C2_se``, ``C3_se``, ``gstar_se``).  Completions
@@ -258,13 +280,19 @@ def simulate_arithmetic(*, steps=20, B=16, G=8, norm_batches=(4, 32), norm_steps
     feats = instance.questions.features[prompts]
     proxy, length = _arithmetic_per_response(instance.policy, feats, tokens)
     answers = np.asarray(arithmetic.answer_part(tokens)).reshape(-1, arithmetic.LENGTH)
-    frame = rollout_frame(order, np.asarray(rewards).reshape(steps, B, G), proxy, length,
-                          (answer_text(a) for a in answers))  # fmt: skip
+    frame = rollout_frame(
+        order,
+        np.asarray(rewards).reshape(steps, B, G),
+        proxy,
+        length,
+        (answer_text(a) for a in answers),
+    )
     norms = grad_norms(env, instance, jax.random.fold_in(key, 3), G, norm_batches, norm_steps)
     truth = jax.jit(env.exact)(instance, theta)
     settings = {**ARITHMETIC_SETTINGS, "policy": policy, "questions": questions}
-    return Simulated(frame, norms, truth_summary(truth, G, norm_batches, settings=settings,
-                                                 V_exact=True))  # fmt: skip
+    return Simulated(
+        frame, norms, truth_summary(truth, G, norm_batches, settings=settings, V_exact=True)
+    )
 
 
 # ---------------------------------------------------------------- the lab: logs → plan → truth
@@ -284,8 +312,13 @@ class Config(configs.Config):
     read back by ``gpolab plan``; what it recovers against the truth they were drawn from."""
 
     LAB: typing.ClassVar[str] = NAME
-    QUICK: typing.ClassVar[dict] = {"steps": 15, "norm_steps": 60, "arithmetic_steps": 8,
-                                    "arithmetic_norm_steps": 40, "draws": 500}  # fmt: skip
+    QUICK: typing.ClassVar[dict] = {
+        "steps": 15,
+        "norm_steps": 60,
+        "arithmetic_steps": 8,
+        "arithmetic_norm_steps": 40,
+        "draws": 500,
+    }
 
     env: tuple[str, ...] = option(ENVS, "comma list of bandit, arithmetic")
     formats: tuple[str, ...] = option(FORMATS, "log formats written and read: trl, verl, table")
@@ -310,10 +343,19 @@ class Config(configs.Config):
             validate.choice("formats", fmt, FORMATS)
         if not self.env or not self.formats:
             raise validate.ConfigError("env/formats: got an empty list; allowed: one or more")
-        check_sizes(self.steps, self.B, self.G, self.norm_batches, self.norm_steps, self.seed,
-                    self.prompts)  # fmt: skip
-        check_sizes(self.arithmetic_steps, self.arithmetic_B, self.G, self.arithmetic_norm_batches,
-                    self.arithmetic_norm_steps, self.seed, 500, "questions")  # fmt: skip
+        check_sizes(
+            self.steps, self.B, self.G, self.norm_batches, self.norm_steps, self.seed, self.prompts
+        )
+        check_sizes(
+            self.arithmetic_steps,
+            self.arithmetic_B,
+            self.G,
+            self.arithmetic_norm_batches,
+            self.arithmetic_norm_steps,
+            self.seed,
+            500,
+            "questions",
+        )
         validate.integer("draws", self.draws, 10)
 
 
@@ -332,9 +374,14 @@ def simulate(cfg: Config, env: str) -> Simulated:
             seed=cfg.seed,
             prompts=cfg.prompts,
         )
-    return simulate_arithmetic(steps=cfg.arithmetic_steps, B=cfg.arithmetic_B, G=cfg.G,
-                               norm_batches=cfg.arithmetic_norm_batches,
-                               norm_steps=cfg.arithmetic_norm_steps, seed=cfg.seed)  # fmt: skip
+    return simulate_arithmetic(
+        steps=cfg.arithmetic_steps,
+        B=cfg.arithmetic_B,
+        G=cfg.G,
+        norm_batches=cfg.arithmetic_norm_batches,
+        norm_steps=cfg.arithmetic_norm_steps,
+        seed=cfg.seed,
+    )
 
 
 def write_logs(sim: Simulated, folder, formats) -> dict:
@@ -378,9 +425,16 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         sim = simulate(cfg, env)
         paths = write_logs(sim, f"{cfg.out}/logs/{env}", cfg.formats)
         for fmt in cfg.formats:
-            pcfg = plan.Config(log=str(paths[fmt]), format=fmt, proxy_column=PROXY,
-                               grad_norms=str(paths["norms"]), G=REPORT_G, draws=cfg.draws,
-                               seed=cfg.seed, out=f"{cfg.out}/plan-{env}-{fmt}")  # fmt: skip
+            pcfg = plan.Config(
+                log=str(paths[fmt]),
+                format=fmt,
+                proxy_column=PROXY,
+                grad_norms=str(paths["norms"]),
+                G=REPORT_G,
+                draws=cfg.draws,
+                seed=cfg.seed,
+                out=f"{cfg.out}/plan-{env}-{fmt}",
+            )
             tables = plan.run(pcfg)
             rows += compare(sim.truth, tables, cfg, env=env, format=fmt)
             if progress is not None:
@@ -390,9 +444,16 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
 def _row(quantity, truth, recovered, lo=np.nan, hi=np.nan, G=np.nan, **ids) -> dict:
     covered = bool(lo <= truth <= hi) if np.isfinite(lo) and np.isfinite(hi) else None
-    return {**ids, "quantity": quantity, "G": G, "truth": float(truth),
-            "recovered": np.nan if recovered is None else float(recovered), "lo": lo, "hi": hi,
-            "covered": covered}  # fmt: skip
+    return {
+        **ids,
+        "quantity": quantity,
+        "G": G,
+        "truth": float(truth),
+        "recovered": np.nan if recovered is None else float(recovered),
+        "lo": lo,
+        "hi": hi,
+        "covered": covered,
+    }
 
 
 def compare(truth: dict, tables: dict, cfg: Config, **ids) -> list[dict]:
@@ -401,22 +462,48 @@ def compare(truth: dict, tables: dict, cfg: Config, **ids) -> list[dict]:
     from gpolab.labs.plan import lab as plan
 
     p = plan.pooled(tables)
-    rows = [_row("mean difficulty", truth["mean_V"], p["mean_p"], p["mean_p_lo"], p["mean_p_hi"],
-                 **ids)]  # fmt: skip
+    rows = [
+        _row("mean difficulty", truth["mean_V"], p["mean_p"], p["mean_p_lo"], p["mean_p_hi"], **ids)
+    ]
     curve = tables["curve"]
     curve = curve[curve["window"] == plan.POOLED].set_index("G")
     for G in REPORT_G:
         c = curve.loc[G]
-        rows.append(_row("degenerate fraction", truth["degenerate"][G], c["predicted"], c["lo"],
-                         c["hi"], G=G, **ids))  # fmt: skip
+        rows.append(
+            _row(
+                "degenerate fraction",
+                truth["degenerate"][G],
+                c["predicted"],
+                c["lo"],
+                c["hi"],
+                G=G,
+                **ids,
+            )
+        )
     se = p["logged_measured_se"]
-    rows.append(_row("logged degenerate fraction", truth["degenerate"][p["G"]],
-                     p["logged_measured"], p["logged_measured"] - 1.96 * se,
-                     p["logged_measured"] + 1.96 * se, G=p["G"], **ids))  # fmt: skip
+    rows.append(
+        _row(
+            "logged degenerate fraction",
+            truth["degenerate"][p["G"]],
+            p["logged_measured"],
+            p["logged_measured"] - 1.96 * se,
+            p["logged_measured"] + 1.96 * se,
+            G=p["G"],
+            **ids,
+        )
+    )
     for name in ("c1", "C3"):
         rows.append(_row(name, truth[name], p.get(f"gstar_{name}"), **ids))
-    rows.append(_row("G*", truth["gstar"], p.get("gstar"), _num(p.get("gstar_lo")),
-                     _num(p.get("gstar_hi")), **ids))  # fmt: skip
+    rows.append(
+        _row(
+            "G*",
+            truth["gstar"],
+            p.get("gstar"),
+            _num(p.get("gstar_lo")),
+            _num(p.get("gstar_hi")),
+            **ids,
+        )
+    )
     return rows
 
 
@@ -430,8 +517,10 @@ def report(cfg: Config, tables: dict) -> str:
     df = tables["results"]
     first = df[df["format"] == df["format"].iloc[0]]
     cols = ["env", "quantity", "G", "truth", "recovered", "lo", "hi", "covered"]
-    return (f"gpolab plan on simulated logs ({df['format'].iloc[0]} format shown), truth vs "
-            "recovered with its 95% interval:\n" + table_text(first, cols))  # fmt: skip
+    return (
+        f"gpolab plan on simulated logs ({df['format'].iloc[0]} format shown), truth vs "
+        "recovered with its 95% interval:\n" + table_text(first, cols)
+    )
 
 
 def notes(cfg: Config, tables: dict) -> str:

@@ -7,8 +7,8 @@ from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab stdnorm --quick',
-    'gpolab stdnorm --estimators grpo,loo --quick',
+    "gpolab stdnorm --quick",
+    "gpolab stdnorm --estimators grpo,loo --quick",
 )
 
 register = lab_command("stdnorm", help=f"{HELP} (= gpolab train)", description=DESCRIPTION)

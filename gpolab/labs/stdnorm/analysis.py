@@ -110,11 +110,32 @@ COMPARISONS = {
     "oracle 1/L_t": ("admissible", ("reinforce-iterate",), "iterate"),
     "tuned": ("tuned", None, "max"),  # None: every unnormalized estimator run (limit ∇J)
 }
-GAIN_COLUMNS = ("comparison", "setting", "rho", "control", "optimizer", "G", "reinforce",
-                "lr_grpo", "lr_reinforce", "iters_reinforce", "iters_grpo", "gain", "gain_ci_low",
-                "gain_ci_high", "pred_gain", "gnorm_ratio", "pred_gnorm_ratio", "sigma_bar",
-                "sigma_max", "cos_mean", "cos_final", "n_seeds", "target",
-                "curv_const")  # fmt: skip
+GAIN_COLUMNS = (
+    "comparison",
+    "setting",
+    "rho",
+    "control",
+    "optimizer",
+    "G",
+    "reinforce",
+    "lr_grpo",
+    "lr_reinforce",
+    "iters_reinforce",
+    "iters_grpo",
+    "gain",
+    "gain_ci_low",
+    "gain_ci_high",
+    "pred_gain",
+    "gnorm_ratio",
+    "pred_gnorm_ratio",
+    "sigma_bar",
+    "sigma_max",
+    "cos_mean",
+    "cos_final",
+    "n_seeds",
+    "target",
+    "curv_const",
+)
 
 
 def unnormalized(methods) -> list[str]:
@@ -221,8 +242,20 @@ def curve_table(summary, curves: dict):
         if row.method != "grpo" and grpo is not None:
             gain = level_gain(grpo["J"].mean(0), J.mean(0))
             gain[: max(5, gain.size // 50)] = np.nan
-        cols = {k: row[k] for k in ("regime", "setting", "rho", "control", "method", "G",
-                                    "optimizer", "n_seeds", "target")}  # fmt: skip
+        cols = {
+            k: row[k]
+            for k in (
+                "regime",
+                "setting",
+                "rho",
+                "control",
+                "method",
+                "G",
+                "optimizer",
+                "n_seeds",
+                "target",
+            )
+        }
         frames.append(
             pd.DataFrame(
                 {
@@ -233,7 +266,7 @@ def curve_table(summary, curves: dict):
                     **{k: c[k].mean(0) for k in ("sigma_bar", "sigma_max", "cos", "gbar")},
                     "level_gain": gain,
                 }
-            )  # fmt: skip
+            )
         )
     return pd.concat(frames, ignore_index=True)
 
@@ -270,9 +303,32 @@ def phase_table(curve_df):
         t1, t2 = phase_bounds(gain)
         first = grp.iloc[0]
         peak = float(np.nanmax(gain)) if np.isfinite(gain).any() else math.nan
-        rows.append(dict(regime=regime, setting=setting, rho=first.rho, control=first.control,
-                         G=G, optimizer=opt, against=against, t1=t1, t2=t2,
-                         t_end=len(gain) - 1, peak_gain=peak))  # fmt: skip
-    columns = ["regime", "setting", "rho", "control", "G", "optimizer", "against", "t1", "t2",
-               "t_end", "peak_gain"]  # fmt: skip
+        rows.append(
+            dict(
+                regime=regime,
+                setting=setting,
+                rho=first.rho,
+                control=first.control,
+                G=G,
+                optimizer=opt,
+                against=against,
+                t1=t1,
+                t2=t2,
+                t_end=len(gain) - 1,
+                peak_gain=peak,
+            )
+        )
+    columns = [
+        "regime",
+        "setting",
+        "rho",
+        "control",
+        "G",
+        "optimizer",
+        "against",
+        "t1",
+        "t2",
+        "t_end",
+        "peak_gain",
+    ]
     return pd.DataFrame(rows, columns=columns)

@@ -82,21 +82,42 @@ def lemma11_draws(params, key, G: int, draws: int) -> tuple[np.ndarray, np.ndarr
 
 INSTANCE = ("env", "prompts", "responses", "block", "seed")
 SETTINGS = [*INSTANCE, "rho", "align", "G"]
-DIRECTION = [*SETTINGS, "cos_arcsin", "rel_err", "cos_plain", "cos_target_plain", "norm_ratio",
-             "u_ratio", "u_ratio_se", "u_ratio_exact", "draws", "seconds"]  # fmt: skip
+DIRECTION = [
+    *SETTINGS,
+    "cos_arcsin",
+    "rel_err",
+    "cos_plain",
+    "cos_target_plain",
+    "norm_ratio",
+    "u_ratio",
+    "u_ratio_se",
+    "u_ratio_exact",
+    "draws",
+    "seconds",
+]
 
 
 def instance(cfg) -> loglinear.Instance:
     """The log-linear instance of the regime (``arcsin_rho``, ``arcsin_align``; its seed is
     ``seed``)."""
-    return loglinear.Instance(prompts=cfg.prompts, responses=cfg.responses, block=cfg.block,
-                              rho=cfg.arcsin_rho, align=cfg.arcsin_align,
-                              instance_seed=cfg.seed)  # fmt: skip
+    return loglinear.Instance(
+        prompts=cfg.prompts,
+        responses=cfg.responses,
+        block=cfg.block,
+        rho=cfg.arcsin_rho,
+        align=cfg.arcsin_align,
+        instance_seed=cfg.seed,
+    )
 
 
 def direction_settings(cfg, G: int) -> dict:
-    return {**{k: getattr(cfg, k) for k in INSTANCE}, "rho": cfg.arcsin_rho,
-            "align": cfg.arcsin_align, "G": G, "draws": cfg.arcsin_draws}  # fmt: skip
+    return {
+        **{k: getattr(cfg, k) for k in INSTANCE},
+        "rho": cfg.arcsin_rho,
+        "align": cfg.arcsin_align,
+        "G": G,
+        "draws": cfg.arcsin_draws,
+    }
 
 
 def units(cfg) -> list[int]:
@@ -106,8 +127,10 @@ def units(cfg) -> list[int]:
 
 def keys(cfg) -> list[str]:
     """Store keys of :func:`units` (the stdnorm lab's, unit = arcsin-direction)."""
-    return [cell_key("stdnorm", unit="arcsin-direction", **direction_settings(cfg, G))
-            for G in units(cfg)]  # fmt: skip
+    return [
+        cell_key("stdnorm", unit="arcsin-direction", **direction_settings(cfg, G))
+        for G in units(cfg)
+    ]
 
 
 class Context:
@@ -128,8 +151,14 @@ def direction_row(ctx: Context, G: int) -> dict:
     d, u = lemma11_draws(ctx.params, jax.random.fold_in(ctx.key, 3000 + G), G, cfg.arcsin_draws)
     ratio = d.mean() / u.mean()
     cov = np.cov(d, u) / len(d)
-    se = abs(ratio) * math.sqrt(max(cov[0, 0] / d.mean() ** 2 + cov[1, 1] / u.mean() ** 2 -
-                                    2 * cov[0, 1] / (d.mean() * u.mean()), 0.0))  # fmt: skip
+    se = abs(ratio) * math.sqrt(
+        max(
+            cov[0, 0] / d.mean() ** 2
+            + cov[1, 1] / u.mean() ** 2
+            - 2 * cov[0, 1] / (d.mean() * u.mean()),
+            0.0,
+        )
+    )
     exact = theory.lemma11_exact(pb, np.zeros(pb.dim), G)
     row.update(u_ratio=ratio, u_ratio_se=se, u_ratio_exact=exact)
     row.update(direction_settings(cfg, G), seconds=time.perf_counter() - start)
@@ -144,17 +173,31 @@ def tables(cfg, key, store=None, progress=None) -> dict:
         ctx[:] = ctx or [Context(cfg, key)]
         return [direction_row(ctx[0], found[i])]
 
-    hooks = {} if progress is None else {
-        "on_skip": progress.skip,
-        "on_unit": lambda rows: progress.update(1, f"arcsin direction G={rows[0]['G']}")}
+    hooks = (
+        {}
+        if progress is None
+        else {
+            "on_skip": progress.skip,
+            "on_unit": lambda rows: progress.update(1, f"arcsin direction G={rows[0]['G']}"),
+        }
+    )
     df = resume(store, keys(cfg), compute, config_hash=config_hash(cfg), **hooks)
     return {"arcsin_direction": df[DIRECTION].sort_values("G").reset_index(drop=True)}
 
 
 # ----------------------------------------------------------------------------- output
 
-DIRECTION_REPORT = ["G", "cos_arcsin", "rel_err", "cos_plain", "cos_target_plain", "norm_ratio",
-                    "u_ratio", "u_ratio_se", "u_ratio_exact"]  # fmt: skip
+DIRECTION_REPORT = [
+    "G",
+    "cos_arcsin",
+    "rel_err",
+    "cos_plain",
+    "cos_target_plain",
+    "norm_ratio",
+    "u_ratio",
+    "u_ratio_se",
+    "u_ratio_exact",
+]
 
 
 def report(tables: dict) -> str:

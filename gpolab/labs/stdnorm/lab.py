@@ -99,58 +99,81 @@ class Config(configs.Config):
         "gain_G": (32,),
     }
 
-    env: str = option("loglinear", "loglinear (this lab; B*G = N training on bandit or "
-                      "arithmetic: gpolab groupsize --train)")  # fmt: skip
-    regimes: tuple[str, ...] = option(REGIMES[:2], "comma list of admissible (curvature-law "
-                                      "steps), tuned (best step of a grid), arcsin (Prop. 13 "
-                                      "and Lemma 11)", when=LOGLINEAR)  # fmt: skip
+    env: str = option(
+        "loglinear",
+        "loglinear (this lab; B*G = N training on bandit or arithmetic: gpolab groupsize --train)",
+    )
+    regimes: tuple[str, ...] = option(
+        REGIMES[:2],
+        "comma list of admissible (curvature-law "
+        "steps), tuned (best step of a grid), arcsin (Prop. 13 "
+        "and Lemma 11)",
+        when=LOGLINEAR,
+    )
     estimators: tuple[str, ...] = option(
         ("grpo", "mean", "loo", "grpo[scale=batch]"),
         "tuned regime: comma list of estimator specs that train (`gpolab estimators`; G = inf "
-        "runs for those whose limit is known)", when=TUNED,
-    )  # fmt: skip
+        "runs for those whose limit is known)",
+        when=TUNED,
+    )
     G: tuple[int, ...] = option(
-        (2, 8), "tuned regime (and bias table): comma list of group sizes (G = inf is added)",
+        (2, 8),
+        "tuned regime (and bias table): comma list of group sizes (G = inf is added)",
         when=LOGLINEAR,
-    )  # fmt: skip
-    optimizers: tuple[str, ...] = option(("sgd", "adam"), "tuned regime: comma list of sgd, adam",
-                                         when=TUNED)  # fmt: skip
+    )
+    optimizers: tuple[str, ...] = option(
+        ("sgd", "adam"), "tuned regime: comma list of sgd, adam", when=TUNED
+    )
     steps: int = option(200, "tuned-regime steps", when=TUNED)
     seeds: int = option(16, "tuned-regime seeds (training runs per step size)", when=TUNED)
-    lr_grid: str = option("1:10000:5", "tuned SGD step sizes: lo:hi:n (n log-spaced) or a comma "
-                          "list", when=TUNED)  # fmt: skip
+    lr_grid: str = option(
+        "1:10000:5", "tuned SGD step sizes: lo:hi:n (n log-spaced) or a comma list", when=TUNED
+    )
     adam_lr_grid: str = option("0.01:1:3", "tuned Adam step sizes (as --lr-grid)", when=TUNED)
     adm_steps: int = option(800, "admissible-regime steps", when=ADMISSIBLE)
     adm_seeds: int = option(16, "admissible-regime seeds (sampled G)", when=ADMISSIBLE)
     curv_const: float = option(4.0, "c in L_x = cB^2 sigma_x (4: the bound)", when=ADMISSIBLE)
-    rho: tuple[float, ...] = option((0.0, 0.3, 0.6, 0.9), "comma list of rho, the shared-block "
-                                    "weight (first = main: tuned regime, control, bias table)",
-                                    when=LOGLINEAR)  # fmt: skip
-    control: bool = option(True, "also run the equal-sigma control (identical prompts)",
-                           when=LOGLINEAR)  # fmt: skip
-    target: float = option(0.9, "target J for iterations-to-target (analysis only)",
-                           when=LOGLINEAR)  # fmt: skip
+    rho: tuple[float, ...] = option(
+        (0.0, 0.3, 0.6, 0.9),
+        "comma list of rho, the shared-block "
+        "weight (first = main: tuned regime, control, bias table)",
+        when=LOGLINEAR,
+    )
+    control: bool = option(
+        True, "also run the equal-sigma control (identical prompts)", when=LOGLINEAR
+    )
+    target: float = option(0.9, "target J for iterations-to-target (analysis only)", when=LOGLINEAR)
     gain_G: tuple[int, ...] = option(
-        (8, 32), "admissible regime (and bias table): comma list of sampled G (G = inf always "
-        "runs)", when=LOGLINEAR,
-    )  # fmt: skip
-    eps: float = option(1e-4, "grpo eps added to the std (and to s in the oracle step "
-                        "eta/(s + eps))", when=LOGLINEAR)  # fmt: skip
+        (8, 32),
+        "admissible regime (and bias table): comma list of sampled G (G = inf always runs)",
+        when=LOGLINEAR,
+    )
+    eps: float = option(
+        1e-4,
+        "grpo eps added to the std (and to s in the oracle step eta/(s + eps))",
+        when=LOGLINEAR,
+    )
     ddof: int = option(1, "grpo std ddof, 0 or 1", when=LOGLINEAR)
     bias_seeds: int = option(4096, "seeds of the finite-sample bias table", when=LOGLINEAR)
     prompts: int = borrow(loglinear.Instance, "prompts", when=LOGLINEAR)
     responses: int = borrow(loglinear.Instance, "responses", when=LOGLINEAR)
     block: int = borrow(loglinear.Instance, "block", when=LOGLINEAR)
     align: float = borrow(loglinear.Instance, "align", when=LOGLINEAR, default=1.0)
-    arcsin_G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64, 128, 256), "arcsin regime: comma "
-                                       "list of G of the direction and Lemma 11 table",
-                                       when=ARCSIN)  # fmt: skip
+    arcsin_G: tuple[int, ...] = option(
+        (2, 4, 8, 16, 32, 64, 128, 256),
+        "arcsin regime: comma list of G of the direction and Lemma 11 table",
+        when=ARCSIN,
+    )
     arcsin_draws: int = option(2000, "arcsin regime: Lemma 11 draws per G", when=ARCSIN)
-    arcsin_rho: float = option(0.0, "arcsin regime: rho of its instance (0: no shared block)",
-                               when=ARCSIN)  # fmt: skip
-    arcsin_align: float = option(0.5, "arcsin regime: align of its instance (below 1, so that "
-                                 "grad E[2 arcsin sqrt V] and grad E V differ)",
-                                 when=ARCSIN)  # fmt: skip
+    arcsin_rho: float = option(
+        0.0, "arcsin regime: rho of its instance (0: no shared block)", when=ARCSIN
+    )
+    arcsin_align: float = option(
+        0.5,
+        "arcsin regime: align of its instance (below 1, so that "
+        "grad E[2 arcsin sqrt V] and grad E V differ)",
+        when=ARCSIN,
+    )
     seed: int = option(0, "master PRNG seed (instance and training keys)")
     out: str = option("results/train", "output folder (tables, config.toml, figures)", key=False)
 
@@ -275,8 +298,9 @@ def train_units(cfg: Config) -> list[Unit]:
                         run = train.Run(e, G, opt, cfg.steps, cfg.ddof)
                         if G == train.EXACT and train.why_not(run.estimator, G):
                             continue  # no known G = ∞ limit: finite G only
-                        units.append(Unit("tuned", label, rho, equal, run.estimator, run, lrs,
-                                          n, grid))  # fmt: skip
+                        units.append(
+                            Unit("tuned", label, rho, equal, run.estimator, run, lrs, n, grid)
+                        )
     return units
 
 
@@ -344,9 +368,15 @@ def bias_entries(cfg: Config) -> list[tuple[int, int, float]]:
 
 def instance(cfg: Config, rho: float, equal: bool) -> loglinear.Instance:
     """The log-linear instance at (ρ, equal-σ) (its seed is ``seed``)."""
-    return loglinear.Instance(prompts=cfg.prompts, responses=cfg.responses, block=cfg.block,
-                              rho=rho, align=cfg.align, equal=equal,
-                              instance_seed=cfg.seed)  # fmt: skip
+    return loglinear.Instance(
+        prompts=cfg.prompts,
+        responses=cfg.responses,
+        block=cfg.block,
+        rho=rho,
+        align=cfg.align,
+        equal=equal,
+        instance_seed=cfg.seed,
+    )
 
 
 # ----------------------------------------------------------------------------- running
@@ -401,9 +431,15 @@ def bias_row(ctx: _Context, G: int, ddof: int, eps: float) -> dict:
     start = time.perf_counter()
     params = ctx.params(cfg.rho[0], False)
     r = train.finite_sample_bias(
-        jax.random.fold_in(ctx.key, 1000 + G), ctx.env, params, ctx.env.init(params), G,
-        seeds=cfg.bias_seeds, eps=eps, ddof=ddof,
-    )  # fmt: skip
+        jax.random.fold_in(ctx.key, 1000 + G),
+        ctx.env,
+        params,
+        ctx.env.init(params),
+        G,
+        seeds=cfg.bias_seeds,
+        eps=eps,
+        ddof=ddof,
+    )
     row = {"G": G, "ddof": ddof, "eps": eps, **r, **bias_settings(cfg, G, ddof, eps)}
     row["seconds"] = time.perf_counter() - start
     return row
@@ -433,8 +469,10 @@ def train_curves(cfg: Config, ctx: _Context, store, progress) -> list[tuple[dict
     if store is None:
         return [fresh[i] for i in range(len(units))]
     stored = dict(tuple(df.groupby("cell_key", sort=False)))
-    return [fresh.get(i) or (_raw_arrays(stored[k]), float(stored[k]["wall_s"].iloc[0]))
-            for i, k in enumerate(keys)]  # fmt: skip
+    return [
+        fresh.get(i) or (_raw_arrays(stored[k]), float(stored[k]["wall_s"].iloc[0]))
+        for i, k in enumerate(keys)
+    ]
 
 
 def bias_table(cfg: Config, ctx: _Context, store, progress):
@@ -467,8 +505,22 @@ def summary_row(cfg: Config, unit: Unit, res: dict, seconds: float, optimum: flo
         "G": math.inf if unit.run.G == train.EXACT else unit.run.G,
         **summarize({**res, "lrs": np.asarray(unit.lrs)}, cfg.target, optimum),
     }
-    row.update({k: s[k] for k in ("env", "responses", "block", "align", "seed", "steps",
-                                  "n_seeds", "eps", "ddof")})  # fmt: skip
+    row.update(
+        {
+            k: s[k]
+            for k in (
+                "env",
+                "responses",
+                "block",
+                "align",
+                "seed",
+                "steps",
+                "n_seeds",
+                "eps",
+                "ddof",
+            )
+        }
+    )
     row["lr_grid"] = unit.lr_grid
     row["curv_const"] = cfg.curv_const if unit.regime == "admissible" else None
     row["target"] = cfg.target
@@ -499,8 +551,9 @@ def training_tables(cfg: Config, key, store, progress) -> dict:
 
     ctx = _Context(cfg, key)
     rows, curves = [], {}
-    for unit, (res, seconds) in zip(train_units(cfg), train_curves(cfg, ctx, store, progress),
-                                    strict=True):  # fmt: skip
+    for unit, (res, seconds) in zip(
+        train_units(cfg), train_curves(cfg, ctx, store, progress), strict=True
+    ):
         row = summary_row(cfg, unit, res, seconds, ctx.optimum(unit))
         rows.append(row)
         curves[curve_id(row)] = {k: v[row["lr_index"]] for k, v in res.items()}
@@ -522,13 +575,47 @@ def training_tables(cfg: Config, key, store, progress) -> dict:
 
 # ----------------------------------------------------------------------------- output
 
-SUMMARY_COLUMNS = ["regime", "setting", "optimizer", "G", "method", "best_lr", "iters", "final_J",
-                   "gap_q50", "sigma_bar", "cos_mean", "zero_frac"]  # fmt: skip
-GAIN_REPORT = ["comparison", "setting", "optimizer", "G", "reinforce", "iters_reinforce",
-               "iters_grpo", "gain", "gain_ci_low", "gain_ci_high", "pred_gain", "gnorm_ratio",
-               "pred_gnorm_ratio", "cos_mean"]  # fmt: skip
-BIAS_REPORT = ["G", "ddof", "eps", "rel_bias", "rel_bias_noise", "cosine", "norm_ratio",
-               "zero_frac", "zero_frac_theory"]  # fmt: skip
+SUMMARY_COLUMNS = [
+    "regime",
+    "setting",
+    "optimizer",
+    "G",
+    "method",
+    "best_lr",
+    "iters",
+    "final_J",
+    "gap_q50",
+    "sigma_bar",
+    "cos_mean",
+    "zero_frac",
+]
+GAIN_REPORT = [
+    "comparison",
+    "setting",
+    "optimizer",
+    "G",
+    "reinforce",
+    "iters_reinforce",
+    "iters_grpo",
+    "gain",
+    "gain_ci_low",
+    "gain_ci_high",
+    "pred_gain",
+    "gnorm_ratio",
+    "pred_gnorm_ratio",
+    "cos_mean",
+]
+BIAS_REPORT = [
+    "G",
+    "ddof",
+    "eps",
+    "rel_bias",
+    "rel_bias_noise",
+    "cosine",
+    "norm_ratio",
+    "zero_frac",
+    "zero_frac_theory",
+]
 
 
 def report(cfg: Config, tables: dict) -> str:

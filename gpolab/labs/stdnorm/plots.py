@@ -66,8 +66,11 @@ def curves_figure(tables: dict, path) -> Path:
                 ax.fill_between(cur.t, lo, hi, color=f"C{j}", alpha=0.2, lw=0)
         ax.axhline(sub.target.iloc[0], color="k", ls="--", lw=1)
         seeds = "" if not np.isfinite(G) else f", {seeds_label(sub)}"
-        ax.set(xlabel="iteration t", ylabel="J_t",
-               title=f"{regime}, {main}, {opt}, G = {_G_name(G)}{seeds}")  # fmt: skip
+        ax.set(
+            xlabel="iteration t",
+            ylabel="J_t",
+            title=f"{regime}, {main}, {opt}, G = {_G_name(G)}{seeds}",
+        )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
     return save(fig, path)
@@ -126,13 +129,28 @@ def _admissible_panels(ax_rho, ax_cos, gains) -> None:
             err = np.where(np.isfinite(err), np.abs(err), 0.0)
             ls = "-" if j == 0 else (0, (4, 2 * j))
             for ax, x in ((ax_rho, main.rho), (ax_cos, main.cos_mean)):
-                ax.errorbar(x, main.gain, yerr=err, marker=marks[j % 5], ls=ls, color=color,
-                            capsize=3, label=f"{name}, {gname}")  # fmt: skip
+                ax.errorbar(
+                    x,
+                    main.gain,
+                    yerr=err,
+                    marker=marks[j % 5],
+                    ls=ls,
+                    color=color,
+                    capsize=3,
+                    label=f"{name}, {gname}",
+                )
                 if j == 0:
                     ax.plot(x, main.pred_gain, ":", color=color, lw=1.5, label=f"predicted, {name}")
             ctrl = grp[grp.control.astype(bool)]
-            ax_rho.plot(ctrl.rho - 0.02 * (j + 1), ctrl.gain, marker=marks[j % 5], ls="none",
-                        color=color, mfc="none", ms=10)  # fmt: skip
+            ax_rho.plot(
+                ctrl.rho - 0.02 * (j + 1),
+                ctrl.gain,
+                marker=marks[j % 5],
+                ls="none",
+                color=color,
+                mfc="none",
+                ms=10,
+            )
     ax_rho.plot([], [], "ks", mfc="none", ms=10, label="equal-σ control (ρ = 0, offset)")
 
 
@@ -143,10 +161,15 @@ def _tuned_panel(ax, tuned) -> None:
         labels.append(f"{row.setting}\n{row.optimizer} G={gname}")
         lo = row.gain - row.gain_ci_low if np.isfinite(row.gain_ci_low) else 0.0
         hi = row.gain_ci_high - row.gain if np.isfinite(row.gain_ci_high) else 0.0
-        ax.errorbar(i, row.gain, yerr=[[abs(lo)], [abs(hi)]], fmt="ko", capsize=3,
-                    label="measured (95% CI)" if i == 0 else None)  # fmt: skip
-        ax.plot(i, row.pred_gain, "r_", ms=14, mew=2,
-                label="predicted σ_max/σ̄" if i == 0 else None)  # fmt: skip
+        ax.errorbar(
+            i,
+            row.gain,
+            yerr=[[abs(lo)], [abs(hi)]],
+            fmt="ko",
+            capsize=3,
+            label="measured (95% CI)" if i == 0 else None,
+        )
+        ax.plot(i, row.pred_gain, "r_", ms=14, mew=2, label="predicted σ_max/σ̄" if i == 0 else None)
     ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=60)
     ax.set(ylabel="gain", title="(c) tuned steps (best of the grid each)")
 
@@ -171,8 +194,14 @@ def phases_figure(tables: dict, path) -> Path:
     regime, sub = phase_selection(tables["summary"])
     rhos = sorted(sub.rho.unique())
     show = [rhos[0]] + ([rhos[-1]] if len(rhos) > 1 else [])
-    fig, axes = plt.subplots(3, len(show), figsize=(5.5 * len(show), 8), sharex=True,
-                             constrained_layout=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        3,
+        len(show),
+        figsize=(5.5 * len(show), 8),
+        sharex=True,
+        constrained_layout=True,
+        squeeze=False,
+    )
     for c, rho in enumerate(show):
         label = sub[sub.rho == rho].setting.iloc[0]
         _phase_column(axes[:, c], tables, regime, label)
@@ -202,8 +231,12 @@ def _phase_column(axes, tables: dict, regime: str, label: str) -> None:
             continue
         axes[2].plot(cr.t, cr.level_gain, color=f"C{j + 1}", label=f"vs {LABELS.get(m, m)}")
         axes[1].plot(cr.t, cr.cos, color=f"C{j + 1}", ls="--", label=LABELS.get(m, m))
-    ph = phases[(phases.regime == regime) & (phases.setting == label)
-                & ~np.isfinite(phases.G) & (phases.optimizer == "sgd")]  # fmt: skip
+    ph = phases[
+        (phases.regime == regime)
+        & (phases.setting == label)
+        & ~np.isfinite(phases.G)
+        & (phases.optimizer == "sgd")
+    ]
     if not ph.empty:
         t1, t2 = int(ph.t1.iloc[0]), int(ph.t2.iloc[0])
         for ax in axes:
@@ -237,6 +270,8 @@ def arcsin_figure(tables: dict, path) -> Path:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("Prop. 13 and Lemma 11 (arXiv 2603.01162, App. A), log-linear bandit; "
-                 f"{int(d['draws'].iloc[0]):,} draws per G")  # fmt: skip
+    fig.suptitle(
+        "Prop. 13 and Lemma 11 (arXiv 2603.01162, App. A), log-linear bandit; "
+        f"{int(d['draws'].iloc[0]):,} draws per G"
+    )
     return save(fig, path)

@@ -10,8 +10,8 @@ from gpolab.validate import ConfigError
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab train --quick',
-    'gpolab train --estimators grpo,loo --G 8 --quick',
+    "gpolab train --quick",
+    "gpolab train --estimators grpo,loo --G 8 --quick",
 )
 
 HELP = "train GRPO vs REINFORCE (admissible and tuned steps, many seeds); gain and phases"
@@ -40,8 +40,11 @@ def _run(lab, args) -> int:
             )
     if args.config:
         raise ConfigError(f"config: not used with env = {env}; use gpolab groupsize --config")
-    mapped = {"train": True, "env": env, **{k: typed[k] for k in ("seeds", "seed", "out")
-                                            if k in typed}}  # fmt: skip
+    mapped = {
+        "train": True,
+        "env": env,
+        **{k: typed[k] for k in ("seeds", "seed", "out") if k in typed},
+    }
     if "steps" in typed:
         mapped[f"{env}_steps"] = typed["steps"]
     cfg = configs.resolve(groupsize.Config, typed=mapped, quick=args.quick)

@@ -66,14 +66,43 @@ NOT_IN_KEY = ("K", "M", "leaves", "think_len", "answer_len", "overlap")
 # were written with: the Beta parameters were a, b before the flags became --beta-a, --beta-b
 STORED_NAMES = tree_env.Instance.STORED_NAMES
 SCHEMA = 2  # in the cell keys: cells stored before the per-cell key streams and corr_se recompute
-JSON_KEYS = ("K", "M", "variance", "mse", "mse_group", "corr", "corr_se", "degenerate_frac",
-             "theory_degenerate_frac", "theory_variance", "theory_corr", "theory_mse")  # fmt: skip
+JSON_KEYS = (
+    "K",
+    "M",
+    "variance",
+    "mse",
+    "mse_group",
+    "corr",
+    "corr_se",
+    "degenerate_frac",
+    "theory_degenerate_frac",
+    "theory_variance",
+    "theory_corr",
+    "theory_mse",
+)
 GRAD_KEYS = ("grad_mse", "grad_bias2_share")  # finite model
-COST_KEYS = ("leaves", "cost", "rescaled_mse", "score", "score_se", "score_source", "recommended",
-             "tie", "distinguishable", "grad_score")  # fmt: skip
+COST_KEYS = (
+    "leaves",
+    "cost",
+    "rescaled_mse",
+    "score",
+    "score_se",
+    "score_source",
+    "recommended",
+    "tie",
+    "distinguishable",
+    "grad_score",
+)
 # loglinear model, budget mode: the whole-budget gradient at the configured overlap
-OVERLAP_KEYS = ("overlap", "trees", "grad_cos2", "grad_cos2_se", "theory_grad_cos2",
-                "grad_budget_mse", "orthogonal_score")  # fmt: skip
+OVERLAP_KEYS = (
+    "overlap",
+    "trees",
+    "grad_cos2",
+    "grad_cos2_se",
+    "theory_grad_cos2",
+    "grad_budget_mse",
+    "orthogonal_score",
+)
 JSON = (*JSON_KEYS, *GRAD_KEYS, *COST_KEYS, *OVERLAP_KEYS)  # those in the table
 
 
@@ -86,18 +115,31 @@ class Config(configs.Config):
 
     beta_a: float = borrow(tree_env.Instance, "beta_a")
     beta_b: float = borrow(tree_env.Instance, "beta_b")
-    K: tuple[int, ...] = option(DEFAULT_K, "comma list of thought counts K >= 2 (with --leaves: "
-                                "only these K; the default: every split)")  # fmt: skip
-    M: tuple[int, ...] = option((1, 2, 4, 16, 64), "comma list of continuations per thought "
-                                "M >= 1", when=GRID)  # fmt: skip
-    leaves: int = option(0, "leaves per prompt N (budget mode): measure every split K*M = N with "
-                         "K >= 2 and recommend one; 0: the K x M grid")  # fmt: skip
+    K: tuple[int, ...] = option(
+        DEFAULT_K,
+        "comma list of thought counts K >= 2 (with --leaves: "
+        "only these K; the default: every split)",
+    )
+    M: tuple[int, ...] = option(
+        (1, 2, 4, 16, 64), "comma list of continuations per thought M >= 1", when=GRID
+    )
+    leaves: int = option(
+        0,
+        "leaves per prompt N (budget mode): measure every split K*M = N with "
+        "K >= 2 and recommend one; 0: the K x M grid",
+    )
     seeds: int = option(20_000, "Monte Carlo trees per cell")
-    chunk: int = option(4096, "largest number of seeds per compiled chunk (capped at ~2M leaves "
-                        "per chunk; results do not depend on it)", key=False)  # fmt: skip
+    chunk: int = option(
+        4096,
+        "largest number of seeds per compiled chunk (capped at ~2M leaves "
+        "per chunk; results do not depend on it)",
+        key=False,
+    )
     seed: int = option(0, "master PRNG seed; seed i uses fold_in(key, i)")
-    variant: str = option("thought-std", "thought-std (std over thought means), leaf-std (over "
-                          "all leaves) or mean-only")  # fmt: skip
+    variant: str = option(
+        "thought-std",
+        "thought-std (std over thought means), leaf-std (over all leaves) or mean-only",
+    )
     ddof: int = option(1, "std degrees of freedom, 0 or 1")
     eps: float = option(1e-4, "added to the std (mean-only has none)")
     model: str = borrow(tree_env.Instance, "model")
@@ -106,8 +148,9 @@ class Config(configs.Config):
     instance_seed: int = borrow(tree_env.Instance, "instance_seed", when=FINITE)
     overlap: float = borrow(tree_env.Instance, "overlap", when=LOGLINEAR_BUDGET)
     think_len: float = option(256.0, "token cost model: tokens per thought L_think", when=BUDGET)
-    answer_len: float = option(256.0, "token cost model: tokens per continuation L_answer",
-                               when=BUDGET)  # fmt: skip
+    answer_len: float = option(
+        256.0, "token cost model: tokens per continuation L_answer", when=BUDGET
+    )
     out: str = option("results/tree", "output folder (tables, config.toml, figures)", key=False)
 
     @property
@@ -226,8 +269,9 @@ def measure(cfg: Config, K: int, M: int, ctx, key) -> dict:
     params, truth, law, grad_target = ctx
     grad = cfg.model in tree_env.FINITE_MODELS
     psi = tree_env.strategy_feature(params) if cfg.model == "loglinear" else None
-    cell = tree_cell(K, M, cfg.variant, cfg.ddof, model=cfg.model, a=cfg.beta_a, b=cfg.beta_b,
-                     grad=grad)  # fmt: skip
+    cell = tree_cell(
+        K, M, cfg.variant, cfg.ddof, model=cfg.model, a=cfg.beta_a, b=cfg.beta_b, grad=grad
+    )
     start = time.perf_counter()
     args = (params, truth, np.float32(cfg.eps), grad_target)
     fn = tree_error if psi is None else tree_overlap_error
@@ -351,8 +395,9 @@ def with_score(cfg: Config, df):
     if not cfg.leaves:
         return df
     tokens = cost(df["K"], df["M"], cfg.think_len, cfg.answer_len)
-    df = df.assign(think_len=cfg.think_len, answer_len=cfg.answer_len, leaves=df["K"] * df["M"],
-                   cost=tokens)  # fmt: skip
+    df = df.assign(
+        think_len=cfg.think_len, answer_len=cfg.answer_len, leaves=df["K"] * df["M"], cost=tokens
+    )
     if cfg.model == "loglinear":
         geometry = float(df["ov_target_sq"].iloc[0]), float(df["ov_strategy_dot"].iloc[0])
         return tree_overlap.rank(df.assign(overlap=cfg.overlap), *geometry)
@@ -397,8 +442,10 @@ def notes(cfg: Config, tables: dict) -> str:
             f"grad_score {r.grad_score:.4g})"
             for r in df.sort_values("K").itertuples()
         ]
-        head = ("thought-policy gradient MSE per tree (bias² share; grad_score = tokens per unit "
-                "of squared correlation after the best rescaling): ")  # fmt: skip
+        head = (
+            "thought-policy gradient MSE per tree (bias² share; grad_score = tokens per unit "
+            "of squared correlation after the best rescaling): "
+        )
         lines.append(head + "; ".join(parts))
     return "\n".join(lines)
 

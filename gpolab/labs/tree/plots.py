@@ -103,19 +103,28 @@ def budget(tables: dict, path) -> Path:
     fig, ax = plt.subplots(figsize=(6.6, 4.4), constrained_layout=True)
     splits = list(zip(df["K"], df["M"], strict=True))
     colors = ["C3" if (K, M) == (best["K"], best["M"]) else "C0" for K, M in splits]
-    bars = ax.bar(x, df["score"], yerr=2 * df["score_se"].fillna(0.0), color=colors, alpha=0.8,
-                  label="tokens per effective thought (red: recommended)")  # fmt: skip
+    bars = ax.bar(
+        x,
+        df["score"],
+        yerr=2 * df["score_se"].fillna(0.0),
+        color=colors,
+        alpha=0.8,
+        label="tokens per effective thought (red: recommended)",
+    )
     for bar, tie in zip(bars, df["tie"], strict=True):
         if tie:
             bar.set_hatch("//")
     ax.set_xticks(x, labels=[f"K={K}\nM={M}" for K, M in splits], fontsize=7)
-    ax.set(ylabel="(L_think + M L_answer) / corr²", yscale="log",
-           xlabel="split of the leaf budget K·M")  # fmt: skip
+    ax.set(
+        ylabel="(L_think + M L_answer) / corr²", yscale="log", xlabel="split of the leaf budget K·M"
+    )
     ax2 = ax.twinx()
     ax2.plot(x, df["degenerate_frac"], "o", color="C2", label="degenerate share (Monte Carlo)")
     ax2.plot(x, df["theory_degenerate_frac"], "x", color="k", label="degenerate share (exact)")
-    ax2.set(ylabel="P(all K thought values equal)", ylim=(0, max(0.05, 1.1 * df[
-        "theory_degenerate_frac"].max())))  # fmt: skip
+    ax2.set(
+        ylabel="P(all K thought values equal)",
+        ylim=(0, max(0.05, 1.1 * df["theory_degenerate_frac"].max())),
+    )
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=8)
@@ -142,12 +151,24 @@ def overlap(tables: dict, path) -> Path:
     for i, (_, r) in enumerate(df.iterrows()):  # each split its own line style and marker:
         w = r[[f"theory_ov_{m}" for m in tree_overlap.MOMENTS]].to_numpy(np.float64)
         y = tree_overlap.cos2(w, rho, tt, c, r["trees"])[0]  # close curves stay readable
-        ax.plot(rho, y, color=f"C{i}", ls=styles[i % len(styles)], marker=markers[i % 6],
-                markevery=(2 * i, 12), ms=5, label=f"K={int(r['K'])}, M={int(r['M'])}")  # fmt: skip
-        ax.errorbar(r["overlap"], r["grad_cos2"], 2 * r["grad_cos2_se"], fmt="o", color=f"C{i}",
-                    ms=4)  # fmt: skip
-    ax.set(xlabel="overlap ρ of the thoughts' features", ylabel="cos² (whole-budget gradient)",
-           title=f"L_think/L_answer = {ratio:g}; lines exact, ● Monte Carlo ± 2 SE")  # fmt: skip
+        ax.plot(
+            rho,
+            y,
+            color=f"C{i}",
+            ls=styles[i % len(styles)],
+            marker=markers[i % 6],
+            markevery=(2 * i, 12),
+            ms=5,
+            label=f"K={int(r['K'])}, M={int(r['M'])}",
+        )
+        ax.errorbar(
+            r["overlap"], r["grad_cos2"], 2 * r["grad_cos2_se"], fmt="o", color=f"C{i}", ms=4
+        )
+    ax.set(
+        xlabel="overlap ρ of the thoughts' features",
+        ylabel="cos² (whole-budget gradient)",
+        title=f"L_think/L_answer = {ratio:g}; lines exact, ● Monte Carlo ± 2 SE",
+    )
     ax.legend(fontsize=8)
     ratios = np.geomspace(1 / 64, 4, 25)
     wins = tree_overlap.winners(df, tt, c, overlaps=rho[::3], ratios=ratios)
@@ -158,16 +179,29 @@ def overlap(tables: dict, path) -> Path:
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    ax2.pcolormesh(grid.columns, grid.index, np.searchsorted(Ms, grid.to_numpy()),
-                   shading="nearest", cmap=ListedColormap(colors), vmin=-0.5,
-                   vmax=len(Ms) - 0.5)  # fmt: skip
+    ax2.pcolormesh(
+        grid.columns,
+        grid.index,
+        np.searchsorted(Ms, grid.to_numpy()),
+        shading="nearest",
+        cmap=ListedColormap(colors),
+        vmin=-0.5,
+        vmax=len(Ms) - 0.5,
+    )
     star = tree_overlap.boundary(wins)["rho_star"]
-    (line,) = ax2.plot([star[r] for r in ratios], ratios, "w-", lw=2,
-                       label="boundary (M > 1 pays right of it)")  # fmt: skip
-    ax2.set(yscale="log", xlabel="overlap ρ", ylabel="L_think / L_answer",
-            title=f"best split K x M of {leaves} leaves per prompt")  # fmt: skip
-    patches = [Patch(color=col, label=f"M = {int(M)} (K = {leaves // int(M)})")
-               for M, col in zip(Ms, colors, strict=True)]  # fmt: skip
+    (line,) = ax2.plot(
+        [star[r] for r in ratios], ratios, "w-", lw=2, label="boundary (M > 1 pays right of it)"
+    )
+    ax2.set(
+        yscale="log",
+        xlabel="overlap ρ",
+        ylabel="L_think / L_answer",
+        title=f"best split K x M of {leaves} leaves per prompt",
+    )
+    patches = [
+        Patch(color=col, label=f"M = {int(M)} (K = {leaves // int(M)})")
+        for M, col in zip(Ms, colors, strict=True)
+    ]
     ax2.legend(handles=[*patches[::-1], line], fontsize=8, loc="lower right", framealpha=0.9)
     fig.suptitle(tag(df))
     return save(fig, path)

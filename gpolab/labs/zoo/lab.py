@@ -40,19 +40,28 @@ class Config(configs.Config):
     """Everything a zoo run needs; bandit and arithmetic settings as in ``gpolab sweep``."""
 
     LAB: ClassVar[str] = NAME
-    QUICK: ClassVar[dict] = {"seeds": 4000, "arithmetic_seeds": 64, "G": (2, 4, 8, 16),
-                             "arithmetic_G": (4, 8), "questions": 100}  # fmt: skip
+    QUICK: ClassVar[dict] = {
+        "seeds": 4000,
+        "arithmetic_seeds": 64,
+        "G": (2, 4, 8, 16),
+        "arithmetic_G": (4, 8),
+        "questions": 100,
+    }
 
     env: tuple[str, ...] = option(ENVS, "comma list of bandit, arithmetic")
     estimators: tuple[str, ...] = option(
-        ZOO, "comma list of estimator specs (default: every registered one; `gpolab estimators` "
-        "lists them)")  # fmt: skip
-    G: tuple[int, ...] = option((2, 4, 8, 16, 32), "bandit group sizes (an estimator runs at the "
-                                "sizes it is defined for)")  # fmt: skip
+        ZOO,
+        "comma list of estimator specs (default: every registered one; `gpolab estimators` "
+        "lists them)",
+    )
+    G: tuple[int, ...] = option(
+        (2, 4, 8, 16, 32), "bandit group sizes (an estimator runs at the sizes it is defined for)"
+    )
     seeds: int = option(100_000, "bandit Monte Carlo seeds per cell")
     arithmetic_G: tuple[int, ...] = option((4, 8, 16), "arithmetic group sizes", when=ARITH)
-    arithmetic_seeds: int = option(2_000, "arithmetic seeds per cell (8 questions each)",
-                                   when=ARITH)  # fmt: skip
+    arithmetic_seeds: int = option(
+        2_000, "arithmetic seeds per cell (8 questions each)", when=ARITH
+    )
     policy: str = option("instruct", "arithmetic policy: base, instruct or icl", when=ARITH)
     questions: int = borrow(arithmetic.Instance, "questions", when=ARITH, prefix="arithmetic: ")
     kappa_G: tuple[int, ...] = option((4, 8, 16, 64), "group sizes of the kappa table")
@@ -88,11 +97,20 @@ class Config(configs.Config):
 
 
 def _sweep_for(cfg: Config, env: str, specs: tuple, Gs: tuple) -> sweep.Config:
-    common = dict(env=env, estimators=specs, G=Gs, seed=cfg.seed, scale=cfg.scale, ddof=cfg.ddof,
-                  eps=cfg.eps, out=cfg.out)  # fmt: skip
+    common = dict(
+        env=env,
+        estimators=specs,
+        G=Gs,
+        seed=cfg.seed,
+        scale=cfg.scale,
+        ddof=cfg.ddof,
+        eps=cfg.eps,
+        out=cfg.out,
+    )
     if env == "arithmetic":
-        inst = arithmetic.Instance(policy=(cfg.policy,), questions=cfg.questions,
-                                   instance_seed=cfg.instance_seed)  # fmt: skip
+        inst = arithmetic.Instance(
+            policy=(cfg.policy,), questions=cfg.questions, instance_seed=cfg.instance_seed
+        )
         return sweep.Config(**common, seeds=cfg.arithmetic_seeds, instance=inst)
     inst = bandit.Instance(instance_seed=cfg.instance_seed)
     return sweep.Config(**common, seeds=cfg.seeds, instance=inst)
@@ -135,8 +153,10 @@ def kappa_table(cfg: Config):
             table = exact.registry_table(spec, G, strict=False, **shared)
             if table.ok:
                 kappa = exact.kappa(table, G, p)
-                rows += [{"estimator": name, "G": G, "p": float(q), "kappa": float(k)}
-                         for q, k in zip(p, kappa, strict=True)]  # fmt: skip
+                rows += [
+                    {"estimator": name, "G": G, "p": float(q), "kappa": float(k)}
+                    for q, k in zip(p, kappa, strict=True)
+                ]
     return pd.DataFrame(rows, columns=["estimator", "G", "p", "kappa"])
 
 
@@ -176,8 +196,17 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     return {"results": with_scores(results.reset_index(drop=True)), "kappa": kappa}
 
 
-COLUMNS = ["estimator", "mse", "theory_mse", "bias_sq", "theory_bias_sq", "cos", "snr_vs_loo",
-           "theory_snr_vs_loo", "degenerate_frac"]  # fmt: skip
+COLUMNS = [
+    "estimator",
+    "mse",
+    "theory_mse",
+    "bias_sq",
+    "theory_bias_sq",
+    "cos",
+    "snr_vs_loo",
+    "theory_snr_vs_loo",
+    "degenerate_frac",
+]
 
 
 def report(cfg: Config, tables: dict) -> str:
@@ -189,8 +218,10 @@ def report(cfg: Config, tables: dict) -> str:
     for env, rows in df.groupby("env", sort=False):
         G = min(rows["G"].unique(), key=lambda g: (abs(math.log2(g / 8)), g))
         at = rows[rows["G"] == G].sort_values("snr", ascending=False)
-        head = (f"{env}, G = {G}, best direction first (snr: signal/noise after the best "
-                "rescaling; theory NaN: Monte Carlo only):")  # fmt: skip
+        head = (
+            f"{env}, G = {G}, best direction first (snr: signal/noise after the best "
+            "rescaling; theory NaN: Monte Carlo only):"
+        )
         parts.append(head + "\n" + table_text(at, COLUMNS))
     return "\n\n".join(parts)
 

@@ -32,8 +32,13 @@ def zoo_figure(tables: dict, path) -> Path:
     df = tables["results"]
     envs = list(dict.fromkeys(df["env"]))
     estimators = list(dict.fromkeys(df["estimator"]))
-    fig, axes = plt.subplots(len(envs), 2, figsize=(11, 0.28 * len(estimators) * len(envs) + 1.5),
-                             constrained_layout=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(envs),
+        2,
+        figsize=(11, 0.28 * len(estimators) * len(envs) + 1.5),
+        constrained_layout=True,
+        squeeze=False,
+    )
     for row, env in zip(axes, envs, strict=True):
         sub = df[df["env"] == env]
         Gs = sorted(sub["G"].unique())
@@ -42,17 +47,30 @@ def zoo_figure(tables: dict, path) -> Path:
         snr = sub.pivot(index="estimator", columns="G", values="snr_vs_loo").reindex(estimators)
         label = f"{env}: {seeds_label(sub)}"
         finite = mse.to_numpy(float)[np.isfinite(mse.to_numpy(float))]
-        im = _heatmap(row[0], mse.to_numpy(float), estimators, Gs, cmap="viridis",
-                      norm=LogNorm(max(finite.min(), 1e-3), finite.max()),
-                      fmt=lambda v: f"{v:.2g}",
-                      title=f"{label}\nMSE / (tr Σ_oracle / G)")  # fmt: skip
+        im = _heatmap(
+            row[0],
+            mse.to_numpy(float),
+            estimators,
+            Gs,
+            cmap="viridis",
+            norm=LogNorm(max(finite.min(), 1e-3), finite.max()),
+            fmt=lambda v: f"{v:.2g}",
+            title=f"{label}\nMSE / (tr Σ_oracle / G)",
+        )
         fig.colorbar(im, ax=row[0], shrink=0.8)
         vals = snr.to_numpy(float)
         lo, hi = np.nanmin(vals), np.nanmax(vals)
         norm = TwoSlopeNorm(1.0, min(lo, 0.99), max(hi, 1.01))
-        im = _heatmap(row[1], vals, estimators, Gs, cmap="RdBu", norm=norm,
-                      fmt=lambda v: f"{v:.2f}",
-                      title=f"{label}\nsnr / snr(loo) (scale-invariant; > 1 better)")  # fmt: skip
+        im = _heatmap(
+            row[1],
+            vals,
+            estimators,
+            Gs,
+            cmap="RdBu",
+            norm=norm,
+            fmt=lambda v: f"{v:.2f}",
+            title=f"{label}\nsnr / snr(loo) (scale-invariant; > 1 better)",
+        )
         fig.colorbar(im, ax=row[1], shrink=0.8)
     return save(fig, path)
 
@@ -65,8 +83,14 @@ def kappa_figure(tables: dict, path) -> Path:
     plt = pyplot()
     kappa = tables["kappa"]
     Gs = sorted(kappa["G"].unique())
-    fig, axes = plt.subplots(1, len(Gs), figsize=(4.2 * len(Gs), 4.6), sharey=True,
-                             constrained_layout=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1,
+        len(Gs),
+        figsize=(4.2 * len(Gs), 4.6),
+        sharey=True,
+        constrained_layout=True,
+        squeeze=False,
+    )
     for ax, G in zip(axes[0], Gs, strict=True):
         for names, curve in families(kappa[kappa["G"] == G]):
             label = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")

@@ -18,8 +18,9 @@ from gpolab import configs
 from gpolab.runner import output
 
 
-def lab_command(name: str, command: str | None = None, *, help: str, description: str,
-                extend=None, runner=None):  # fmt: skip
+def lab_command(
+    name: str, command: str | None = None, *, help: str, description: str, extend=None, runner=None
+):
     """``register(sub)`` for lab ``name``'s subcommand ``command`` (default: the lab's name).
     ``extend(parser)`` adds command-only flags; ``runner(lab, args)`` replaces :func:`run_lab`."""
 
@@ -39,9 +40,10 @@ def lab_command(name: str, command: str | None = None, *, help: str, description
         )
         common.add_argument("--figures-dir", help="also copy the figures here (e.g. figures)")
         common.add_argument(
-            "--max-hours", help="refuse a cell projected (from its first seeds) to take longer "
+            "--max-hours",
+            help="refuse a cell projected (from its first seeds) to take longer "
             "(default: 24; 0: no limit)",
-        )  # fmt: skip
+        )
         configs.add_flags(p.add_argument_group(f"{name} settings"), lab.Config)
         if extend is not None:
             extend(p)
@@ -64,8 +66,14 @@ def config_from_args(lab, args: argparse.Namespace):
     if args.config:
         _, table, file_quick = configs.split_file(args.config, lab.NAME)
         table = {"out": f"results/{Path(args.config).stem}", **table}
-    return configs.resolve(cls, typed=typed, table=table, quick=args.quick,
-                           file_quick=file_quick, source=args.config or "")  # fmt: skip
+    return configs.resolve(
+        cls,
+        typed=typed,
+        table=table,
+        quick=args.quick,
+        file_quick=file_quick,
+        source=args.config or "",
+    )
 
 
 def set_max_hours(args: argparse.Namespace) -> None:

@@ -7,8 +7,8 @@ import sys
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab bench --quick',
-    'gpolab bench --json',
+    "gpolab bench --quick",
+    "gpolab bench --json",
 )
 
 COLUMNS = [
@@ -83,8 +83,11 @@ def run(args) -> int:
     info = bench.machine_info()
     if args.json:  # every row carries the machine it ran on
         for r in rows:
-            print(json.dumps({**{k: r.get(k) for k in {**dict.fromkeys(COLUMNS), **r}},
-                              "machine": info}))  # fmt: skip
+            print(
+                json.dumps(
+                    {**{k: r.get(k) for k in {**dict.fromkeys(COLUMNS), **r}}, "machine": info}
+                )
+            )
         if note:
             print(note, file=sys.stderr)
         return 0
@@ -108,9 +111,13 @@ def run(args) -> int:
         )
     cut = bench.PROFILE
     stages = [r for r in rows if r["workload"].startswith(cut)]
-    print("W1 profile, wall µs per seed on all devices (share): " + ", ".join(
-        f"{r['workload'][len(cut):]} {r['stage_us']:.2f} ({100 * r['stage_share']:.0f}%)"
-        for r in stages))  # fmt: skip
+    print(
+        "W1 profile, wall µs per seed on all devices (share): "
+        + ", ".join(
+            f"{r['workload'][len(cut) :]} {r['stage_us']:.2f} ({100 * r['stage_share']:.0f}%)"
+            for r in stages
+        )
+    )
     sweep = rows[-1]
     print(
         f"default sweep: cold {sweep['cold_s']:.1f} s (compile {100 * sweep['compile_share']:.0f}%"

@@ -8,8 +8,8 @@ import json
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab estimators',
-    'gpolab estimators --json',
+    "gpolab estimators",
+    "gpolab estimators --json",
 )
 
 
@@ -119,15 +119,19 @@ def run(args) -> int:
         return 0
     for row in off:
         clips = f" (clip: {', '.join(row['clips'])})" if "clips" in row else ""
-        print(f"{row['name']}{clips}\n    {row['doc']}"
-              + (f"\n    source: {row['source']}" if row["source"] else ""))
+        print(
+            f"{row['name']}{clips}\n    {row['doc']}"
+            + (f"\n    source: {row['source']}" if row["source"] else "")
+        )
     if off and table:
         print()
     for row in table:
         needs = ", ".join(row["needs"]) or "-"
         opts = ", ".join(f"{k}={v!r}" for k, v in row["options"].items()) or "-"
         theory = row["theory"]
-        print(f"{row['name']}\n    needs: {needs}; scope: {row['scope']}; G >= {row['min_G']}; "
-              f"{theory}\n    train: {row['train']}; chi2: {row['chi2']}\n    options: {opts}"
-              f"\n    source: {row['source']}")  # fmt: skip
+        print(
+            f"{row['name']}\n    needs: {needs}; scope: {row['scope']}; G >= {row['min_G']}; "
+            f"{theory}\n    train: {row['train']}; chi2: {row['chi2']}\n    options: {opts}"
+            f"\n    source: {row['source']}"
+        )
     return 0

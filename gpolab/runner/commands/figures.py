@@ -4,9 +4,9 @@ from __future__ import annotations
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab figures --quick',
-    'gpolab figures --only bandit_mse_vs_G,tree_mse_heatmap',
-    'gpolab figures --replot',
+    "gpolab figures --quick",
+    "gpolab figures --only bandit_mse_vs_G,tree_mse_heatmap",
+    "gpolab figures --replot",
 )
 
 
