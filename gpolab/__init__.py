@@ -14,16 +14,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_MODULES = (
-    "estimators",
-    "engine",
-    "envs",
-    "theory",
-    "validate",
-    "configs",
-    "labs",
-    "runner",
-)
+_MODULES = ("estimators", "engine", "envs", "theory", "validate", "configs", "labs", "runner")
 _NAMES = {
     "run_sweep": "gpolab.labs.sweep.lab",
     "ConfigError": "gpolab.validate",

@@ -303,15 +303,7 @@ def _train(run: Run, env: Env, keys: jax.Array, params, lrs: jax.Array, eps: jax
     return per_lr(lrs)
 
 
-def train(
-    run: Run,
-    env: Env,
-    key: jax.Array,
-    params,
-    lrs,
-    seeds: int,
-    eps: float = 1e-4,
-) -> dict:
+def train(run: Run, env: Env, key: jax.Array, params, lrs, seeds: int, eps: float = 1e-4) -> dict:
     """Every step size in ``lrs`` × every seed in one jit: dict of numpy arrays (L, S, steps + 1)
     (``zero_frac``: (L, S, steps)).  Seed i uses ``fold_in(key, i)``; the exact mode is
     deterministic and runs one seed."""

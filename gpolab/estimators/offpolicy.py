@@ -50,16 +50,7 @@ import jax.numpy as jnp
 
 from gpolab import validate
 
-__all__ = [
-    "RATIOS",
-    "CLIPS",
-    "KLS",
-    "Rule",
-    "objective",
-    "kl_terms",
-    "rule_clips",
-    "rule_name",
-]
+__all__ = ["RATIOS", "CLIPS", "KLS", "Rule", "objective", "kl_terms", "rule_clips", "rule_name"]
 
 VERL = "volcengine/verl 0.9.1 verl/trainer/ppo/core_algos.py::{}"
 TRL = "huggingface/trl 1.16.0 trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss ({})"

@@ -37,8 +37,7 @@ def fit_constant(values, sigma, scale: float = 1.0) -> dict:
     s = np.asarray(sigma, np.float64).ravel() * scale
     keep = s > 1e-6
     return dict(
-        max_ratio=float(np.max(v[keep] / s[keep])),
-        ls_slope=float(np.sum(v * s) / np.sum(s * s)),
+        max_ratio=float(np.max(v[keep] / s[keep])), ls_slope=float(np.sum(v * s) / np.sum(s * s))
     )
 
 

@@ -165,12 +165,7 @@ def test_float64_mode_draws_the_same_instance():
     from gpolab.theory import mse as th
 
     make = lambda: bandit.make(  # noqa: E731
-        7,
-        prompts=5,
-        actions=9,
-        kind="loglinear",
-        dim=4,
-        lengths="independent",
+        7, prompts=5, actions=9, kind="loglinear", dim=4, lengths="independent"
     )
     p32, p64 = _both_precisions(make)
     _assert_same_instance(p32, p64)

@@ -30,9 +30,7 @@ def test_exact_gradient_is_jacobian_of_success(rho):
     np.testing.assert_allclose(truth.g_global, auto, rtol=1e-4, atol=1e-7)
     # ‖g_x‖ = ‖c_x‖: the embedding of the local gradient is an isometry
     np.testing.assert_allclose(
-        jnp.linalg.norm(truth.g_global, axis=-1),
-        jnp.linalg.norm(truth.g_local, axis=-1),
-        rtol=1e-5,
+        jnp.linalg.norm(truth.g_global, axis=-1), jnp.linalg.norm(truth.g_local, axis=-1), rtol=1e-5
     )
     np.testing.assert_allclose(truth.V + truth.one_minus_V, 1.0, rtol=1e-6)
 

@@ -379,11 +379,7 @@ OPTION_CASES = {
     "trl/grpo": [{}, {"scale_rewards": "batch"}, {"scale_rewards": "none"}],
     "trl/rloo": [{}, {"normalize_advantages": True}],
     "openrlhf/reinforce_baseline": [{}, {"no_std_norm": True}],
-    "nemo/grpo": [
-        {},
-        {"use_leave_one_out_baseline": False},
-        {"normalize_rewards": False},
-    ],
+    "nemo/grpo": [{}, {"use_leave_one_out_baseline": False}, {"normalize_rewards": False}],
     "paper/passk-training": [{"k": 1}, {"k": 2}, {"k": 3}],
 }
 

@@ -259,11 +259,7 @@ def test_arithmetic_env_gradient_is_the_sum_of_per_question_gradients():
         (lambda: groupsize.Config(N=(256, 0)).validate(), "N", ">= 2"),
         (lambda: groupsize.Config(N=()).validate(), "N", "integers"),
         (lambda: groupsize.Config(seeds=1).validate(), "seeds", ">= 2"),
-        (
-            lambda: groupsize.Config(train=True, env="atari").validate(),
-            "env",
-            "bandit, arithmetic",
-        ),
+        (lambda: groupsize.Config(train=True, env="atari").validate(), "env", "bandit, arithmetic"),
         (
             lambda: groupsize.Config(train=True, schedules=("cosine",)).validate(),
             "schedules",

@@ -6,10 +6,7 @@ from __future__ import annotations
 from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
-EXAMPLES = (
-    "gpolab chi2 --quick",
-    "gpolab chi2 --estimator loo --G 8 --B 4 --seeds 2000",
-)
+EXAMPLES = ("gpolab chi2 --quick", "gpolab chi2 --estimator loo --G 8 --B 4 --seeds 2000")
 
 register = lab_command(
     "chi2",

@@ -6,10 +6,7 @@ from gpolab.runner import labs
 from gpolab.runner.commands import config_from_args, lab_command, run_lab
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
-EXAMPLES = (
-    "gpolab claims --quick",
-    "gpolab claims --only U1,T1 --markdown",
-)
+EXAMPLES = ("gpolab claims --quick", "gpolab claims --only U1,T1 --markdown")
 
 
 def _flags(p) -> None:

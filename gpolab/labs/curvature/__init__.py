@@ -6,10 +6,7 @@ from __future__ import annotations
 from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
-EXAMPLES = (
-    "gpolab curvature --quick",
-    "gpolab curvature --prompts 8 --quick",
-)
+EXAMPLES = ("gpolab curvature --quick", "gpolab curvature --prompts 8 --quick")
 
 register = lab_command(
     "curvature",

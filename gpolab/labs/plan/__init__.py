@@ -13,10 +13,7 @@ from gpolab.runner import labs, output
 from gpolab.runner.commands import config_from_args, lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
-EXAMPLES = (
-    "gpolab plan completions.parquet",
-    "gpolab plan --log rollouts/ --format verl --G 8",
-)
+EXAMPLES = ("gpolab plan completions.parquet", "gpolab plan --log rollouts/ --format verl --G 8")
 
 # every file a plan run writes: a run replaces the ones an earlier run left in --out
 OUTPUTS = (

@@ -6,9 +6,6 @@ from gpolab.labs.train import DESCRIPTION, HELP
 from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
-EXAMPLES = (
-    "gpolab stdnorm --quick",
-    "gpolab stdnorm --estimators grpo,loo --quick",
-)
+EXAMPLES = ("gpolab stdnorm --quick", "gpolab stdnorm --estimators grpo,loo --quick")
 
 register = lab_command("stdnorm", help=f"{HELP} (= gpolab train)", description=DESCRIPTION)

@@ -9,10 +9,7 @@ from gpolab.runner.commands import lab_command, run_lab
 from gpolab.validate import ConfigError
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
-EXAMPLES = (
-    "gpolab train --quick",
-    "gpolab train --estimators grpo,loo --G 8 --quick",
-)
+EXAMPLES = ("gpolab train --quick", "gpolab train --estimators grpo,loo --G 8 --quick")
 
 HELP = "train GRPO vs REINFORCE (admissible and tuned steps, many seeds); gain and phases"
 DESCRIPTION = (

@@ -6,10 +6,7 @@ import json
 import sys
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
-EXAMPLES = (
-    "gpolab bench --quick",
-    "gpolab bench --json",
-)
+EXAMPLES = ("gpolab bench --quick", "gpolab bench --json")
 
 COLUMNS = [
     "workload",

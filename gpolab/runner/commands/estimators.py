@@ -7,10 +7,7 @@ from __future__ import annotations
 import json
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
-EXAMPLES = (
-    "gpolab estimators",
-    "gpolab estimators --json",
-)
+EXAMPLES = ("gpolab estimators", "gpolab estimators --json")
 
 
 def register(sub) -> None:
