@@ -35,8 +35,21 @@ def test_cli_sweep_scale_ddof_eps_against_exact_theory(tmp_path, capsys, scale, 
     differs from the default setting's theory by more than 8 SE wherever the flags can matter
     (a flag the cell ignored would fail); scale none is Dr.GRPO's mean, whose closed form
     (gpolab/theory/mse.py) the count table must reproduce."""
-    argv = ["sweep", "--estimators", "grpo", *SMALL, "--scale", scale, "--ddof", str(ddof),
-            "--eps", str(eps), "--out", str(tmp_path / "s"), "--json"]  # fmt: skip
+    argv = [
+        "sweep",
+        "--estimators",
+        "grpo",
+        *SMALL,
+        "--scale",
+        scale,
+        "--ddof",
+        str(ddof),
+        "--eps",
+        str(eps),
+        "--out",
+        str(tmp_path / "s"),
+        "--json",
+    ]
     assert main(argv) == 0
     df = pd.DataFrame([json.loads(line) for line in capsys.readouterr().out.splitlines()])
     assert list(df["G"]) == [2, 4, 8] and (df["theory"] == "count table").all()
@@ -81,8 +94,10 @@ def test_batch_scale_cell_equals_numpy_on_the_same_draws(ddof):
     cell = cells.BanditCell(("grpo",), G=G, scale="batch", ddof=ddof)
     key = jax.random.key(5)
     idx = np.arange(n, dtype=np.uint32)
-    got = np.asarray(engine.per_seed(cells.bandit_error, cell, key, (params, truth, eps), idx)[
-        "grpo"]["sq"], np.float64)  # fmt: skip
+    got = np.asarray(
+        engine.per_seed(cells.bandit_error, cell, key, (params, truth, eps), idx)["grpo"]["sq"],
+        np.float64,
+    )
     prompts = np.arange(params.num_prompts, dtype=np.int32)
     with engine.prng_mode():
         keys = engine.seed_keys(key, idx)
@@ -101,8 +116,16 @@ def test_batch_scale_cell_equals_numpy_on_the_same_draws(ddof):
 def test_batch_scale_sweep_matches_an_independent_numpy_monte_carlo():
     """``scale="batch"`` through run_sweep against a numpy Monte Carlo with its own draws (numpy's
     generator: action from π, reward Bernoulli(p)): means within 4 combined SE."""
-    cfg = Config(estimators=("grpo",), G=(4,), scale="batch", ddof=1, eps=1e-2, seeds=20_000,
-                      prompts=4, actions=8)  # fmt: skip
+    cfg = Config(
+        estimators=("grpo",),
+        G=(4,),
+        scale="batch",
+        ddof=1,
+        eps=1e-2,
+        seeds=20_000,
+        prompts=4,
+        actions=8,
+    )
     (row,) = run_sweep(cfg).to_dict(orient="records")
     assert row["theory"].startswith("none") and row["variant"] == "batch"
     params = _params()
@@ -128,8 +151,15 @@ def test_tree_sweep_eps0_ddof0_against_exact_formulas():
     """env=tree with eps = 0 and ddof = 0: MSE and the degenerate share within 4 SE of the exact
     beta-binomial formulas (gpolab/theory/tree.py) at that ddof, which for thought-std differ
     from the ddof-1 formulas by more than 8 SE (a ddof the cell ignored would fail)."""
-    cfg = Config(env="tree", K=(4, 8), M=(2, 4), estimators=("thought-std", "leaf-std",
-                 "mean-only"), ddof=0, eps=0.0, seeds=10_000)  # fmt: skip
+    cfg = Config(
+        env="tree",
+        K=(4, 8),
+        M=(2, 4),
+        estimators=("thought-std", "leaf-std", "mean-only"),
+        ddof=0,
+        eps=0.0,
+        seeds=10_000,
+    )
     df = run_sweep(cfg)
     law = theory_tree.thought_law(tree.make_beta(cfg.instance.beta_a, cfg.instance.beta_b))
     for r in df.to_dict(orient="records"):
@@ -150,8 +180,18 @@ def test_cells_shares_are_disjoint_and_assemble_without_recomputing(tmp_path, ca
     from gpolab.labs.sweep import lab as sweep
     from gpolab.runner.cli import main
 
-    small = ["--estimators", "loo,grpo", "--G", "2,4,8", "--seeds", "200", "--prompts", "3",
-             "--actions", "4"]  # fmt: skip
+    small = [
+        "--estimators",
+        "loo,grpo",
+        "--G",
+        "2,4,8",
+        "--seeds",
+        "200",
+        "--prompts",
+        "3",
+        "--actions",
+        "4",
+    ]
     cfg = sweep.Config(estimators=("loo", "grpo"), G=(2, 4, 8), seeds=200, prompts=3, actions=4)
     shares = [sweep.share_cells(cfg, i, 2) for i in range(2)]
     assert not shares[0] & shares[1] and shares[0] | shares[1] == set(range(6))
@@ -181,8 +221,19 @@ def test_cells_shares_are_disjoint_and_assemble_without_recomputing(tmp_path, ca
 def test_the_default_sweep_ends_with_its_conclusion_and_the_next_command(tmp_path, capsys):
     """Issue 40, item 8: the first command ended with "joint p ... = 1; largest |z| 2.23", printed
     negative bias_sq without a word and the same seconds for every estimator of a G."""
-    argv = ["sweep", "--G", "2,4", "--seeds", "3000", "--prompts", "3", "--actions", "4",
-            "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "sweep",
+        "--G",
+        "2,4",
+        "--seeds",
+        "3000",
+        "--prompts",
+        "3",
+        "--actions",
+        "4",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.lstrip().startswith("estimator"))

@@ -16,8 +16,11 @@ from gpolab.labs.sweep import lab as sweep
 def test_config_is_the_grid_plus_one_instance():
     fields = [f.name for f in dataclasses.fields(sweep.Config)]
     assert len(fields) <= 15 and fields[-1] == "instance"
-    for env, cls in (("bandit", bandit.Instance), ("tree", tree.Instance),
-                     ("arithmetic", arithmetic.Instance)):  # fmt: skip
+    for env, cls in (
+        ("bandit", bandit.Instance),
+        ("tree", tree.Instance),
+        ("arithmetic", arithmetic.Instance),
+    ):
         assert isinstance(sweep.Config(env=env).instance, cls)
     assert sweep.Config(env="tree").estimators == ("thought-std",)
 
@@ -47,8 +50,9 @@ def test_dump_writes_the_subtable_and_reads_back_to_the_same_config(tmp_path, kw
     cfg = configs.resolve(sweep.Config, table=kw)
     text = configs.dumps(cfg, "sweep")
     data = tomllib.loads(text)
-    assert set(data["sweep"][cfg.env]) == {f.name for f in dataclasses.fields(cfg.instance)
-                                           if configs.used(cfg, f.name)}  # fmt: skip
+    assert set(data["sweep"][cfg.env]) == {
+        f.name for f in dataclasses.fields(cfg.instance) if configs.used(cfg, f.name)
+    }
     path = tmp_path / "c.toml"
     path.write_text(text)
     _, table, _ = configs.split_file(path, "sweep")
@@ -69,10 +73,14 @@ def test_flat_file_keys_still_load_and_mixing_forms_is_one_error(tmp_path):
         configs.split_file(both, "sweep")
     other = tmp_path / "other.toml"
     other.write_text('[sweep]\nenv = "tree"\n[sweep.bandit]\nprompts = 8\n')
-    with pytest.raises(validate.ConfigError, match=r"other.toml \[sweep\] prompts: not used with "
-                       "env = tree; it applies only when env is bandit"):  # fmt: skip
-        configs.resolve(sweep.Config, table=configs.split_file(other, "sweep")[1],
-                        source=str(other))  # fmt: skip
+    with pytest.raises(
+        validate.ConfigError,
+        match=r"other.toml \[sweep\] prompts: not used with "
+        "env = tree; it applies only when env is bandit",
+    ):
+        configs.resolve(
+            sweep.Config, table=configs.split_file(other, "sweep")[1], source=str(other)
+        )
 
 
 def test_sweep_lab_never_branches_on_the_env_name():

@@ -14,19 +14,34 @@ CONFIGS = {
     "bandit": dict(),
     "bandit_small": dict(prompts=4, actions=6, G=(2, 4), estimators=("loo", "grpo")),
     "bandit_loglinear": dict(kind="loglinear", dim=4, G=(4,)),
-    "bandit_lengths": dict(lengths="independent", loss_agg=("seq-mean-token-sum", "token-mean"),
-                           G=(4,)),
+    "bandit_lengths": dict(
+        lengths="independent", loss_agg=("seq-mean-token-sum", "token-mean"), G=(4,)
+    ),
     "tree": dict(env="tree"),
-    "tree_finite": dict(env="tree", model="finite", thoughts=8, K=(4,), M=(2,),
-                        estimators=("mean-only", "leaf-std")),
+    "tree_finite": dict(
+        env="tree", model="finite", thoughts=8, K=(4,), M=(2,), estimators=("mean-only", "leaf-std")
+    ),
     "arithmetic": dict(env="arithmetic"),
-    "arithmetic_gen": dict(env="arithmetic", lengths="generated", loss_agg=("token-mean",),
-                           G=(4,), policy=("icl",), filler=16),
+    "arithmetic_gen": dict(
+        env="arithmetic",
+        lengths="generated",
+        loss_agg=("token-mean",),
+        G=(4,),
+        policy=("icl",),
+        filler=16,
+    ),
     "dynamic": dict(B=4, dynamic_sampling=True, max_draws=4, G=(2, 4)),
-}  # fmt: skip
-EXPERIMENTS = ("arithmetic_mse_vs_G", "arithmetic_strength", "bandit_mse_vs_G",
-               "dynamic_sampling", "loglinear_mse_vs_G", "loss_agg", "loss_agg_independent",
-               "tree_mse_heatmap")  # fmt: skip
+}
+EXPERIMENTS = (
+    "arithmetic_mse_vs_G",
+    "arithmetic_strength",
+    "bandit_mse_vs_G",
+    "dynamic_sampling",
+    "loglinear_mse_vs_G",
+    "loss_agg",
+    "loss_agg_independent",
+    "tree_mse_heatmap",
+)
 
 
 PINNED = {

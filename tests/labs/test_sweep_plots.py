@@ -19,11 +19,24 @@ def test_mse_vs_G_and_dynamic_figures_from_a_tiny_run(draw_all):
 
 def test_loss_agg_figure_from_a_hand_made_table(draw_all):
     rows = [
-        {"env": "bandit", "lengths": "independent", "prompts": 4, "actions": 6, "n_seeds": 100,
-         "loss_agg": mode, "estimator": name, "G": G, "bias_sq": 0.1 / G, "mse": 1.0 / G,
-         "scaled_mse": 0.5 / G, "cos": 1 - 1 / G, "theory_bias_sq": 0.1 / G}
-        for mode in ("token-mean", "seq-mean-token-sum") for name in ("loo", "grpo")
+        {
+            "env": "bandit",
+            "lengths": "independent",
+            "prompts": 4,
+            "actions": 6,
+            "n_seeds": 100,
+            "loss_agg": mode,
+            "estimator": name,
+            "G": G,
+            "bias_sq": 0.1 / G,
+            "mse": 1.0 / G,
+            "scaled_mse": 0.5 / G,
+            "cos": 1 - 1 / G,
+            "theory_bias_sq": 0.1 / G,
+        }
+        for mode in ("token-mean", "seq-mean-token-sum")
+        for name in ("loo", "grpo")
         for G in (2, 4, 8)
-    ]  # fmt: skip
+    ]
     tables = {"results": pd.DataFrame(rows)}
     assert draw_all({"loss_agg.png": lengths.loss_agg_figure}, tables) == ["loss_agg.png"]

@@ -14,11 +14,18 @@ from gpolab.labs.sweep import units
 SMALL = dict(seeds=300, prompts=3, actions=4)
 CONFIGS = {
     "bandit": dict(estimators=("loo", "grpo", "mean"), G=(2, 4), **SMALL),
-    "loss_agg": dict(estimators=("grpo", "mean"), G=(2, 4), lengths="independent",
-                     loss_agg=("seq-mean-token-sum", "token-mean"), B=2, **SMALL),  # fmt: skip
+    "loss_agg": dict(
+        estimators=("grpo", "mean"),
+        G=(2, 4),
+        lengths="independent",
+        loss_agg=("seq-mean-token-sum", "token-mean"),
+        B=2,
+        **SMALL,
+    ),
     "dynamic": dict(estimators=("loo", "grpo"), G=(2, 4), B=2, dynamic_sampling=True, **SMALL),
-    "tree": dict(env="tree", estimators=("thought-std", "mean-only"), K=(2, 4), M=(1, 2),
-                 seeds=300),  # fmt: skip
+    "tree": dict(
+        env="tree", estimators=("thought-std", "mean-only"), K=(2, 4), M=(1, 2), seeds=300
+    ),
 }
 
 

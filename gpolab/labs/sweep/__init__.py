@@ -6,24 +6,30 @@ from gpolab.runner.commands import config_from_args, lab_command, run_lab
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
-    'gpolab sweep --quick',
-    'gpolab sweep --estimators loo,grpo,verl/grpo --G 4,8,16 --seeds 20000 --out results/mine',
-    'gpolab sweep --env tree --K 4,16 --M 1,4 --quick',
+    "gpolab sweep --quick",
+    "gpolab sweep --estimators loo,grpo,verl/grpo --G 4,8,16 --seeds 20000 --out results/mine",
+    "gpolab sweep --env tree --K 4,16 --M 1,4 --quick",
 )
 
 
 def _distributed_flags(p) -> None:
     dist = p.add_argument_group("multi-process (jax.distributed; implies --shard)")
     dist.add_argument("--coordinator", help="host:port of process 0, e.g. 127.0.0.1:12345")
-    dist.add_argument("--num-processes", type=int, help="processes in the run (with "
-                      "--coordinator; default: 1)")  # fmt: skip
-    dist.add_argument("--process-id", type=int, help="this process's index (with --coordinator; "
-                      "default: 0)")  # fmt: skip
+    dist.add_argument(
+        "--num-processes", type=int, help="processes in the run (with --coordinator; default: 1)"
+    )
+    dist.add_argument(
+        "--process-id", type=int, help="this process's index (with --coordinator; default: 0)"
+    )
 
     arr = p.add_argument_group("job arrays")
-    arr.add_argument("--cells", metavar="I/N", help="compute only share I of N (0 <= I < N) of "
-                     "the cells into --out's store, e.g. $SLURM_ARRAY_TASK_ID/N; a final run "
-                     "without --cells assembles the table without recomputing")  # fmt: skip
+    arr.add_argument(
+        "--cells",
+        metavar="I/N",
+        help="compute only share I of N (0 <= I < N) of "
+        "the cells into --out's store, e.g. $SLURM_ARRAY_TASK_ID/N; a final run "
+        "without --cells assembles the table without recomputing",
+    )
 
 
 def parse_share(text: str) -> tuple[int, int]:
@@ -66,8 +72,10 @@ def distributed(args) -> tuple[int, int]:
 
     given = [f for f in ("num_processes", "process_id") if getattr(args, f) is not None]
     if given and not args.coordinator:
-        raise validate.ConfigError(f"{given[0].replace('_', '-')}: not used without --coordinator "
-                                   "(a multi-process run); allowed: both or neither")  # fmt: skip
+        raise validate.ConfigError(
+            f"{given[0].replace('_', '-')}: not used without --coordinator "
+            "(a multi-process run); allowed: both or neither"
+        )
     n = 1 if args.num_processes is None else args.num_processes
     return n, 0 if args.process_id is None else args.process_id  # checked by init_distributed
 

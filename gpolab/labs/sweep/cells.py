@@ -26,10 +26,12 @@ def cell_weights(cell, rewards: jax.Array, inputs: dict, eps) -> jax.Array:
     shared = {"scale": cell.scale, "ddof": cell.ddof, "eps": eps}
     needs = [estimators.resolve(spec).needs for spec in cell.estimators]
     built = {name: inputs[name]() for name in set().union(*needs)}
-    return jnp.stack([
-        estimators.gradient_weights(spec, rewards, **{n: built[n] for n in need}, **shared)
-        for spec, need in zip(cell.estimators, needs, strict=True)
-    ])  # fmt: skip
+    return jnp.stack(
+        [
+            estimators.gradient_weights(spec, rewards, **{n: built[n] for n in need}, **shared)
+            for spec, need in zip(cell.estimators, needs, strict=True)
+        ]
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +107,13 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
     else:
         dot, norm2 = total @ truth.g, jnp.sum(total**2, axis=-1)
     for i, name in enumerate(cell.estimators):  # a spec or a bound one: its name as given
-        out[str(name)] = {"err": err[i], "sq": sq[i], "cos": cos[i], "dot": dot[i],
-                          "norm2": norm2[i]}  # fmt: skip
+        out[str(name)] = {
+            "err": err[i],
+            "sq": sq[i],
+            "cos": cos[i],
+            "dot": dot[i],
+            "norm2": norm2[i],
+        }
     return out
 
 
@@ -189,8 +196,17 @@ class TreeCell:
     grad: bool = False
 
 
-def tree_cell(K: int, M: int, variant: str = "thought-std", ddof: int = 1, *, model: str = "beta",
-              a: float = 2.0, b: float = 3.0, grad: bool = False) -> TreeCell:  # fmt: skip
+def tree_cell(
+    K: int,
+    M: int,
+    variant: str = "thought-std",
+    ddof: int = 1,
+    *,
+    model: str = "beta",
+    a: float = 2.0,
+    b: float = 3.0,
+    grad: bool = False,
+) -> TreeCell:
     """The cell of a (K, M) tree with the fastest exact samplers for this thought model."""
     return TreeCell(K, M, variant, ddof, tree.integer_beta(model, a, b), grad)
 
@@ -254,8 +270,16 @@ def tree_overlap_error(cell: TreeCell, key: jax.Array, args) -> dict:
     t0 = base[3]
     g1, g2 = out["grad_err"] + t0, other["grad_err"] + t0
     h1, h2 = g1 @ psi, g2 @ psi
-    w = jnp.stack([0.5 * (g1 + g2) @ t0, 0.5 * (h1 + h2), g1 @ g2, h1 * h2,
-                   0.5 * (g1 @ g1 + g2 @ g2), 0.5 * (h1 * h1 + h2 * h2)])  # fmt: skip
+    w = jnp.stack(
+        [
+            0.5 * (g1 + g2) @ t0,
+            0.5 * (h1 + h2),
+            g1 @ g2,
+            h1 * h2,
+            0.5 * (g1 @ g1 + g2 @ g2),
+            0.5 * (h1 * h1 + h2 * h2),
+        ]
+    )
     out["ov_w"], out["ov_ww"] = w, jnp.outer(w, w)
     return out
 
@@ -330,11 +354,29 @@ def dynamic_bandit_error(cell: DynamicBanditCell, key: jax.Array, args) -> dict:
     order = jnp.argsort(~keep, stable=True)[:B]  # kept groups first, in draw order
     k = jnp.sum(keep)
     slot = jnp.arange(B) < k
-    dyn = _batch_estimates(cell, key, params, truth, eps, prompts[order], actions[order],
-                           rewards[order], slot.astype(rewards.dtype))  # fmt: skip
+    dyn = _batch_estimates(
+        cell,
+        key,
+        params,
+        truth,
+        eps,
+        prompts[order],
+        actions[order],
+        rewards[order],
+        slot.astype(rewards.dtype),
+    )
     p = slice(0, cell.plain_B)
-    plain = _batch_estimates(cell, key, params, truth, eps, prompts[p], actions[p], rewards[p],
-                             jnp.ones(cell.plain_B, rewards.dtype))  # fmt: skip
+    plain = _batch_estimates(
+        cell,
+        key,
+        params,
+        truth,
+        eps,
+        prompts[p],
+        actions[p],
+        rewards[p],
+        jnp.ones(cell.plain_B, rewards.dtype),
+    )
     out = {
         "drawn": (batches * B).astype(rewards.dtype),
         "kept": k.astype(rewards.dtype),
@@ -347,6 +389,11 @@ def dynamic_bandit_error(cell: DynamicBanditCell, key: jax.Array, args) -> dict:
         sq, cos = jnp.sum(err**2, axis=-1), cosine(total, truth.g)
         dot, norm2 = total @ truth.g, jnp.sum(total**2, axis=-1)
         for i, name in enumerate(cell.estimators):
-            out[f"{tag}{name}"] = {"err": err[i], "sq": sq[i], "cos": cos[i], "dot": dot[i],
-                                   "norm2": norm2[i]}  # fmt: skip
+            out[f"{tag}{name}"] = {
+                "err": err[i],
+                "sq": sq[i],
+                "cos": cos[i],
+                "dot": dot[i],
+                "norm2": norm2[i],
+            }
     return out

@@ -36,9 +36,15 @@ GROUPED = {"env": ("bandit", "arithmetic")}
 STRENGTH = tuple(arithmetic.POLICIES.values())
 # options added after cells were stored: left out of a row's key at their defaults, so stored
 # cells of the default settings stay valid
-KEY_IF_CHANGED = {"strength": STRENGTH, "filler_sharpen": 0.0, "lengths": "one",
-                  "length_min": 50, "length_max": 1000, "norm_length": 0,
-                  "dynamic_sampling": False}  # fmt: skip
+KEY_IF_CHANGED = {
+    "strength": STRENGTH,
+    "filler_sharpen": 0.0,
+    "lengths": "one",
+    "length_min": 50,
+    "length_max": 1000,
+    "norm_length": 0,
+    "dynamic_sampling": False,
+}
 DEFAULT_AGG, LOSS_AGG_MODES = estimators.DEFAULT_LOSS_AGG, estimators.LOSS_AGG_MODES
 GRIDS = ("estimators", "G", "K", "M", "variants", "policy", "loss_agg")
 # version of the row's columns: cells stored by an older gpolab lack columns (cos, scaled_mse,
@@ -58,34 +64,45 @@ class Config(configs.Config):
     INSTANCES: ClassVar[tuple] = ("env", INSTANCES)
     MODES: ClassVar[dict] = {("env", "tree"): {"defaults": {"estimators": units.Tree.ESTIMATORS}}}
 
-    env: str = option("bandit", "bandit (softmax contextual bandit), tree (K thoughts x M "
-                      "continuations) or arithmetic (autoregressive LLM surrogate)")  # fmt: skip
+    env: str = option(
+        "bandit",
+        "bandit (softmax contextual bandit), tree (K thoughts x M "
+        "continuations) or arithmetic (autoregressive LLM surrogate)",
+    )
     estimators: tuple[str, ...] = option(
         units.Grouped.ESTIMATORS,
         "comma list of estimators: registry names (`gpolab estimators` lists them, e.g. grpo, "
         "verl/grpo, nemo/grpo), NAME[option=value,...] (e.g. trl/grpo[scale_rewards=batch]) or "
-        "package.module:function (your own); trees: " + ", ".join(TREE_VARIANTS)
+        "package.module:function (your own); trees: "
+        + ", ".join(TREE_VARIANTS)
         + " (default thought-std)",
-    )  # fmt: skip
+    )
     G: tuple[int, ...] = option((2, 4, 8, 16, 32, 64), "comma list of group sizes", when=GROUPED)
     loss_agg: tuple[str, ...] = option(
-        (DEFAULT_AGG,), "comma list of loss aggregation modes (verl loss_agg_mode): "
-        + ", ".join(LOSS_AGG_MODES), when=GROUPED,
-    )  # fmt: skip
-    norm_length: int = option(0, "L_norm of seq-mean-token-sum-norm (0: the longest possible "
-                              "response, like TRL's max_completion_length)",
-                              when=GROUPED)  # fmt: skip
+        (DEFAULT_AGG,),
+        "comma list of loss aggregation modes (verl loss_agg_mode): " + ", ".join(LOSS_AGG_MODES),
+        when=GROUPED,
+    )
+    norm_length: int = option(
+        0,
+        "L_norm of seq-mean-token-sum-norm (0: the longest possible "
+        "response, like TRL's max_completion_length)",
+        when=GROUPED,
+    )
     seeds: int = option(100_000, "Monte Carlo seeds per cell")
-    chunk: int = option(0, "seeds per compiled chunk (0: sized to the CPU cache; results do not "
-                        "depend on it)", key=False)  # fmt: skip
+    chunk: int = option(
+        0,
+        "seeds per compiled chunk (0: sized to the CPU cache; results do not depend on it)",
+        key=False,
+    )
     seed: int = option(0, "master PRNG seed; seed i uses fold_in(key, i)")
-    scale: str = option("group", "grpo std: group, batch or none (TRL scale_rewards)",
-                        when=GROUPED)  # fmt: skip
+    scale: str = option("group", "grpo std: group, batch or none (TRL scale_rewards)", when=GROUPED)
     ddof: int = option(1, "std degrees of freedom, 0 or 1 (TRL/verl/OpenRLHF use 1)")
     eps: float = option(1e-4, "added to the std (TRL 1e-4, verl 1e-6, OpenRLHF 1e-9)")
     x64: bool = option(False, "float64 mode (theory checks)")
-    shard: bool = option(False, "shard the seed axis over every device (of every process)",
-                         key=False)  # fmt: skip
+    shard: bool = option(
+        False, "shard the seed axis over every device (of every process)", key=False
+    )
     out: str = option("results/sweep", "output folder (tables, config.toml, figure)", key=False)
     instance: bandit.Instance | tree.Instance | arithmetic.Instance = option(
         None, "the env's settings (default: the env's defaults)"
@@ -164,8 +181,10 @@ def cell_keys(cfg: Config) -> list[str]:
 
 
 def _keys(ids: list[dict], settings: list[dict]) -> list[str]:
-    return [cell_key(NAME, schema=SCHEMA, settings=s, row=rid)
-            for rid, s in zip(ids, settings, strict=True)]  # fmt: skip
+    return [
+        cell_key(NAME, schema=SCHEMA, settings=s, row=rid)
+        for rid, s in zip(ids, settings, strict=True)
+    ]
 
 
 def _agree(pending: set[int], n: int) -> set[int]:
@@ -258,8 +277,17 @@ def run_sweep(
     keys, group = _keys(ids, settings), _grouper(cfg, ids, plan)
     compute = _computer(cfg, plan, settings, key)
     on_unit = None if on_row is None else lambda rows: on_row(rows[0])
-    df = resume(store, keys, compute, group=group, share=share, agree=_agree, on_skip=on_skip,
-                on_unit=on_unit, config_hash=config_hash(cfg))  # fmt: skip
+    df = resume(
+        store,
+        keys,
+        compute,
+        group=group,
+        share=share,
+        agree=_agree,
+        on_skip=on_skip,
+        on_unit=on_unit,
+        config_hash=config_hash(cfg),
+    )
     if df.empty:  # a multi-process run's other processes when nothing was left to compute
         return df
     for col in ("G", "K", "M", "B", "ddof"):
@@ -286,8 +314,9 @@ def _computer(cfg: Config, plan: dict, settings: list[dict], key) -> Callable:
         context, cell = plan[tuple(unit)]
         args, truth = setup(context)
         cell = env.prepare(cfg, cell, truth)
-        m = engine.run(fn, cell, (*args, eps), env.unit_key(key, context, cell), cfg.seeds,
-                       chunk, mesh=mesh)  # fmt: skip
+        m = engine.run(
+            fn, cell, (*args, eps), env.unit_key(key, context, cell), cfg.seeds, chunk, mesh=mesh
+        )
         mc = env.monte_carlo(cfg, cell, m, truth, context)
         wall = time.perf_counter() - start
         for i, row in zip(unit, mc, strict=True):
@@ -319,9 +348,11 @@ def report(cfg: Config, tables: dict) -> str:
     return table_text(tables["results"], columns)
 
 
-NEXT = ("next: `gpolab groupsize` measures the best G at a fixed budget of responses per step "
-        "(fewer prompts as G grows); `gpolab plan LOG` estimates it from your own rollout "
-        "log")  # fmt: skip
+NEXT = (
+    "next: `gpolab groupsize` measures the best G at a fixed budget of responses per step "
+    "(fewer prompts as G grows); `gpolab plan LOG` estimates it from your own rollout "
+    "log"
+)
 REFERENCES = ("oracle",)  # estimators that read the true values: a reference, not a choice
 
 
@@ -342,8 +373,10 @@ def notes(cfg: Config, tables: dict) -> str:
         t = joint_test(df)
         if t is not None and t["reason"] is None:
             found = "no departure" if t["joint_p"] >= 0.05 else "a departure"
-            lines.append(f"(joint p {'>=' if t['joint_p'] >= 0.05 else '<'} 0.05: {found} from "
-                         "the exact theory detected at the 5% level)")  # fmt: skip
+            lines.append(
+                f"(joint p {'>=' if t['joint_p'] >= 0.05 else '<'} 0.05: {found} from "
+                "the exact theory detected at the 5% level)"
+            )
     if cfg.env != "tree":
         lines += [*conclusion(df), NEXT]
     return "\n".join(lines)
@@ -365,12 +398,18 @@ def conclusion(df) -> list[str]:
     if len(names) == 1:
         top = best[0]["estimator"]
         share = max(float(b["bias_sq"] / b["mse"]) for b in best)
-        biased = f" (biased: bias² up to {100 * share:.1f}% of its MSE; the plain MSE rewards " \
-            "shrinking an estimator, the scale-free MSE below does not)" if share > 0.01 else ""
+        biased = (
+            f" (biased: bias² up to {100 * share:.1f}% of its MSE; the plain MSE rewards "
+            "shrinking an estimator, the scale-free MSE below does not)"
+            if share > 0.01
+            else ""
+        )
         lines = [f"conclusion: lowest MSE at every G: {top}{biased}"]
     else:
-        lines = ["conclusion: lowest MSE: " + ", ".join(f"G={int(b['G'])} {b['estimator']}"
-                                                        for b in best)]  # fmt: skip
+        lines = [
+            "conclusion: lowest MSE: "
+            + ", ".join(f"G={int(b['G'])} {b['estimator']}" for b in best)
+        ]
     if df["estimator"].isin(REFERENCES).any():
         lines[0] += f"; {', '.join(REFERENCES)} reads the true values: a reference, not ranked"
     G = Gs[-1]
@@ -381,18 +420,24 @@ def conclusion(df) -> list[str]:
         at = at[np.isfinite(at["free"])].sort_values("free")
     if at["estimator"].nunique() > 1 and "free" in at:
         first = at.iloc[0]
-        rest = ", ".join(f"{r.estimator} {100 * (r.free / first['free'] - 1):+.1f}%"
-                         for r in at.iloc[1:].itertuples())  # fmt: skip
+        rest = ", ".join(
+            f"{r.estimator} {100 * (r.free / first['free'] - 1):+.1f}%"
+            for r in at.iloc[1:].itertuples()
+        )
         source = "exact" if exact else "Monte Carlo"
-        lines.append(f"scale-free (scaled_mse, {source}) at G={int(G)}: {first['estimator']} "
-                     f"{first['free']:.4g} lowest; {rest}")  # fmt: skip
+        lines.append(
+            f"scale-free (scaled_mse, {source}) at G={int(G)}: {first['estimator']} "
+            f"{first['free']:.4g} lowest; {rest}"
+        )
     ref = rows[rows["estimator"] == best[-1]["estimator"]].sort_values("G")
     if len(ref) > 1:
         lo, hi = ref.iloc[0], ref.iloc[-1]
         trend = "falls" if hi["mse"] < lo["mse"] else "does not fall"
-        lines.append(f"G: {lo['estimator']}'s MSE {trend} from {lo['mse']:.4g} at G={int(lo['G'])} "
-                     f"to {hi['mse']:.4g} at G={int(hi['G'])} (more responses for the same "
-                     "prompt); this table does not price responses, so it picks no G")  # fmt: skip
+        lines.append(
+            f"G: {lo['estimator']}'s MSE {trend} from {lo['mse']:.4g} at G={int(lo['G'])} "
+            f"to {hi['mse']:.4g} at G={int(hi['G'])} (more responses for the same "
+            "prompt); this table does not price responses, so it picks no G"
+        )
     return lines
 
 

@@ -44,8 +44,10 @@ def dynamic_panels(df, path: str | Path, title: str = "") -> Path:
     for i, (name, sub) in enumerate(df.groupby("estimator", sort=False)):
         sub, c = sub.sort_values("G"), f"C{i}"
         Gs = sub["G"].to_numpy(float)
-        for ax, dyn, plain in ((axes[1], "mse", "plain_mse"),
-                               (axes[2], "scaled_mse", "plain_scaled_mse")):  # fmt: skip
+        for ax, dyn, plain in (
+            (axes[1], "mse", "plain_mse"),
+            (axes[2], "scaled_mse", "plain_scaled_mse"),
+        ):
             ax.plot(Gs, sub[dyn], "o-", color=c, mfc="none", label=LABELS.get(name, name))
             ax.plot(Gs, sub[plain], "s--", color=c, ms=4)
     for ax in axes[1:]:

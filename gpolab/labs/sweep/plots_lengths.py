@@ -20,8 +20,10 @@ def loss_agg_figure(tables: dict, path) -> Path:
     """:func:`loss_agg` titled from the table (length model, instance, seeds)."""
     df = tables["results"]
     row = df.iloc[0]
-    title = (f"loss aggregation, lengths = {row['lengths']}, {row['env']} "
-             f"P={row.get('prompts')}, A={row.get('actions')}, {seeds_label(df)}")  # fmt: skip
+    title = (
+        f"loss aggregation, lengths = {row['lengths']}, {row['env']} "
+        f"P={row.get('prompts')}, A={row.get('actions')}, {seeds_label(df)}"
+    )
     return loss_agg(df, path, title=title)
 
 
@@ -31,8 +33,9 @@ def loss_agg(df, path: str | Path, title: str | None = None) -> Path:
     the sequence-level gradient g, so a mode's constant factor shows in bias² and MSE and not in
     the scale-free MSE or cos."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 4.2),
-                             constrained_layout=True)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(PANELS), figsize=(4.2 * len(PANELS), 4.2), constrained_layout=True
+    )
     modes = list(dict.fromkeys(df["loss_agg"]))
     names = list(dict.fromkeys(df["estimator"]))
     for ax, (col, label, scale) in zip(axes, PANELS, strict=True):
@@ -40,8 +43,15 @@ def loss_agg(df, path: str | Path, title: str | None = None) -> Path:
             for j, name in enumerate(names):
                 sub = df[(df["loss_agg"] == mode) & (df["estimator"] == name)].sort_values("G")
                 G = sub["G"].to_numpy(float)
-                ax.plot(G, sub[col].to_numpy(float), STYLES[j % len(STYLES)], color=f"C{i}",
-                        ms=4, mfc="none", lw=1)  # fmt: skip
+                ax.plot(
+                    G,
+                    sub[col].to_numpy(float),
+                    STYLES[j % len(STYLES)],
+                    color=f"C{i}",
+                    ms=4,
+                    mfc="none",
+                    lw=1,
+                )
                 if col == "bias_sq" and "theory_bias_sq" in sub:
                     ax.plot(G, sub["theory_bias_sq"].to_numpy(float), "x", color=f"C{i}", ms=6)
         ax.set(xscale="log", yscale=scale, xlabel="group size G", title=label)

@@ -58,9 +58,14 @@ def mode_id(mode: str) -> dict:
 
 
 def stats_row(stats) -> dict:
-    return {"mse": stats.mse, "mse_se": stats.mse_se, "mse_ci_low": stats.mse_ci_low,
-            "mse_ci_high": stats.mse_ci_high, "variance": stats.variance,
-            "bias_sq": stats.bias_sq}  # fmt: skip
+    return {
+        "mse": stats.mse,
+        "mse_se": stats.mse_se,
+        "mse_ci_low": stats.mse_ci_low,
+        "mse_ci_high": stats.mse_ci_high,
+        "variance": stats.variance,
+        "bias_sq": stats.bias_sq,
+    }
 
 
 def best_scale(m, name: str, target_sq: float) -> dict:
@@ -77,20 +82,72 @@ STATS = ("mse", "mse_se", "mse_ci_low", "mse_ci_high", "variance", "bias_sq")
 # a result row's columns, Monte Carlo and theory interleaved as the table shows them; the settings
 # and ``seconds`` follow (the store adds its provenance after them)
 GROUPED_COLUMNS = (
-    "env", "kind", "policy", "estimator", "variant", "G", "K", "M", "B", "n_seeds", *STATS, "cos",
-    "target_sq", "best_scale", "scaled_mse", "degenerate_frac", "mean_V", "theory_best_scale",
-    "theory_scaled_mse", "theory", "theory_mse", "theory_mse_se", "theory_bias_sq",
-    "theory_first_order", "loss_agg", "lengths",
+    "env",
+    "kind",
+    "policy",
+    "estimator",
+    "variant",
+    "G",
+    "K",
+    "M",
+    "B",
+    "n_seeds",
+    *STATS,
+    "cos",
+    "target_sq",
+    "best_scale",
+    "scaled_mse",
+    "degenerate_frac",
+    "mean_V",
+    "theory_best_scale",
+    "theory_scaled_mse",
+    "theory",
+    "theory_mse",
+    "theory_mse_se",
+    "theory_bias_sq",
+    "theory_first_order",
+    "loss_agg",
+    "lengths",
     # dynamic sampling
-    "dynamic_sampling", "draws_per_kept_group", "draws_per_kept_group_ci_low",
-    "draws_per_kept_group_ci_high", "kept_groups", "responses_per_step", "cap_reached_frac",
-    "theory_draws_per_kept_group", dynamic.RATE_COLUMN, dynamic.LOOP_COLUMN,
-    "theory_cap_reached_frac", "theory_kept_groups", "theory_responses_per_step", "theory_kappa",
-    "plain_B", "plain_mse", "plain_mse_se", "plain_cos", "plain_scaled_mse", "theory_plain_mse",
-)  # fmt: skip
-TREE_COLUMNS = ("env", "kind", "estimator", "variant", "G", "K", "M", "B", "n_seeds", *STATS,
-                "mse_group", "corr", "leaves", "degenerate_frac", "theory_degenerate_frac",
-                "theory_mse")  # fmt: skip
+    "dynamic_sampling",
+    "draws_per_kept_group",
+    "draws_per_kept_group_ci_low",
+    "draws_per_kept_group_ci_high",
+    "kept_groups",
+    "responses_per_step",
+    "cap_reached_frac",
+    "theory_draws_per_kept_group",
+    dynamic.RATE_COLUMN,
+    dynamic.LOOP_COLUMN,
+    "theory_cap_reached_frac",
+    "theory_kept_groups",
+    "theory_responses_per_step",
+    "theory_kappa",
+    "plain_B",
+    "plain_mse",
+    "plain_mse_se",
+    "plain_cos",
+    "plain_scaled_mse",
+    "theory_plain_mse",
+)
+TREE_COLUMNS = (
+    "env",
+    "kind",
+    "estimator",
+    "variant",
+    "G",
+    "K",
+    "M",
+    "B",
+    "n_seeds",
+    *STATS,
+    "mse_group",
+    "corr",
+    "leaves",
+    "degenerate_frac",
+    "theory_degenerate_frac",
+    "theory_mse",
+)
 
 
 def join(mc: pd.DataFrame, theory: pd.DataFrame, keys, columns) -> pd.DataFrame:
@@ -135,9 +192,13 @@ class Grouped:
 
     def row_ids(self, cfg) -> list[dict]:
         """(policy,) loss_agg, estimator, G: one id per row, in table order."""
-        return [{**({"policy": c} if c else {}), "estimator": e, "G": G, **mode_id(m)}
-                for c in self.contexts(cfg) for m in cfg.loss_agg for e in cfg.estimators
-                for G in cfg.G]  # fmt: skip
+        return [
+            {**({"policy": c} if c else {}), "estimator": e, "G": G, **mode_id(m)}
+            for c in self.contexts(cfg)
+            for m in cfg.loss_agg
+            for e in cfg.estimators
+            for G in cfg.G
+        ]
 
     def bound(self, cfg, rid: dict) -> dict:
         """Of ``scale, ddof, eps`` those the row's estimator reads, as bound."""
@@ -158,9 +219,13 @@ class Grouped:
         specs = self.specs(cfg)
         for context, mode in itertools.product(self.contexts(cfg), cfg.loss_agg):
             for G in cfg.G:
-                rows = [i for i in sorted(pending) if ids[i]["G"] == G
-                        and ids[i].get("policy") == context
-                        and ids[i].get("loss_agg", DEFAULT_AGG) == mode]  # fmt: skip
+                rows = [
+                    i
+                    for i in sorted(pending)
+                    if ids[i]["G"] == G
+                    and ids[i].get("policy") == context
+                    and ids[i].get("loss_agg", DEFAULT_AGG) == mode
+                ]
                 if rows:
                     names = tuple(specs[ids[i]["estimator"]] for i in rows)
                     yield rows, context, self.cell(cfg, names, G, mode)
@@ -199,22 +264,34 @@ class Grouped:
         out = []
         for name in cell.estimators:  # bound specs (:meth:`specs`); rows name them as given
             stats = engine.error_stats(m, err=f"{name}/err", sq=f"{name}/sq")
-            out.append({
-                **self.columns(cfg, truth, context), "estimator": str(name), "variant": cfg.scale,
-                "G": cell.G, "K": None, "M": None, "B": self.batch(cfg), "n_seeds": m.n,
-                **stats_row(stats),
-                "cos": float(m.mean(f"{name}/cos")), "target_sq": target_sq,
-                **best_scale(m, name, target_sq),
-                "degenerate_frac": float(m.mean("degenerate")),
-                "loss_agg": mode, "lengths": cfg.instance.lengths,
-                **self.extra_columns(cfg, cell, m, truth, name),
-            })  # fmt: skip
+            out.append(
+                {
+                    **self.columns(cfg, truth, context),
+                    "estimator": str(name),
+                    "variant": cfg.scale,
+                    "G": cell.G,
+                    "K": None,
+                    "M": None,
+                    "B": self.batch(cfg),
+                    "n_seeds": m.n,
+                    **stats_row(stats),
+                    "cos": float(m.mean(f"{name}/cos")),
+                    "target_sq": target_sq,
+                    **best_scale(m, name, target_sq),
+                    "degenerate_frac": float(m.mean("degenerate")),
+                    "loss_agg": mode,
+                    "lengths": cfg.instance.lengths,
+                    **self.extra_columns(cfg, cell, m, truth, name),
+                }
+            )
         return out
 
     def grid(self, cfg) -> pd.DataFrame:
         """The table's keys (:data:`KEYS`), one row per result row, in table order."""
-        return pd.DataFrame([{**rid, "loss_agg": rid.get("loss_agg", DEFAULT_AGG)}
-                             for rid in self.row_ids(cfg)], columns=self.KEYS)  # fmt: skip
+        return pd.DataFrame(
+            [{**rid, "loss_agg": rid.get("loss_agg", DEFAULT_AGG)} for rid in self.row_ids(cfg)],
+            columns=self.KEYS,
+        )
 
     def theory(self, cfg, grid: pd.DataFrame, setup) -> pd.DataFrame:
         """The exact columns of every key of ``grid``, from the truth of ``setup(policy)``:
@@ -228,9 +305,12 @@ class Grouped:
             (params, *_), truth = setup(key.get("policy"))
             spec, G = specs[key["estimator"]], key["G"]
             length = self.response_length(cfg, params) if cfg.instance.lengths == "one" else None
-            row = {**key, "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
-                   **exact.theory_columns(truth, spec, G, B, length, **shared),
-                   "theory_first_order": theory_mse.mse(truth, "oracle", G, B)}  # fmt: skip
+            row = {
+                **key,
+                "mean_V": float(np.asarray(truth.prompt_probs) @ np.asarray(truth.V)),
+                **exact.theory_columns(truth, spec, G, B, length, **shared),
+                "theory_first_order": theory_mse.mse(truth, "oracle", G, B),
+            }
             if key["loss_agg"] != DEFAULT_AGG:
                 row |= self.aggregation_theory(cfg, params, truth, spec, G, key["loss_agg"], B)
             rows.append(row | self.extra_theory(cfg, truth, spec, G))
@@ -240,8 +320,14 @@ class Grouped:
         """Under a loss aggregation other than seq-mean-token-sum the count-table theory is NaN
         (the bandit adds the exact bias² of :mod:`gpolab.theory.aggregation`)."""
         nan, why = math.nan, "none: no exact theory of loss aggregation on this env"
-        return {"theory_mse": nan, "theory_mse_se": nan, "theory_best_scale": nan,
-                "theory_scaled_mse": nan, "theory_bias_sq": nan, "theory": why}  # fmt: skip
+        return {
+            "theory_mse": nan,
+            "theory_mse_se": nan,
+            "theory_best_scale": nan,
+            "theory_scaled_mse": nan,
+            "theory_bias_sq": nan,
+            "theory": why,
+        }
 
     def extra_theory(self, cfg, truth, spec, G) -> dict:
         return {}
@@ -267,14 +353,25 @@ class Grouped:
 
 class Bandit(Grouped):
     name = "bandit"
-    REPORT = ("estimator", "G", "mse", "mse_ci_low", "mse_ci_high", "theory_mse", "bias_sq",
-              "degenerate_frac", "seconds")  # fmt: skip
+    REPORT = (
+        "estimator",
+        "G",
+        "mse",
+        "mse_ci_low",
+        "mse_ci_high",
+        "theory_mse",
+        "bias_sq",
+        "degenerate_frac",
+        "seconds",
+    )
 
     def validate(self, cfg) -> None:
         super().validate(cfg)
         if cfg.instance.dynamic_sampling and tuple(cfg.loss_agg) != (DEFAULT_AGG,):
-            raise validate.ConfigError(f"loss_agg: got {','.join(cfg.loss_agg)}; allowed with "
-                              f"dynamic_sampling: {DEFAULT_AGG} only")  # fmt: skip
+            raise validate.ConfigError(
+                f"loss_agg: got {','.join(cfg.loss_agg)}; allowed with "
+                f"dynamic_sampling: {DEFAULT_AGG} only"
+            )
 
     def setup(self, cfg):
         params = bandit.make(cfg.instance)
@@ -284,10 +381,10 @@ class Bandit(Grouped):
     def cell(self, cfg, names, G, mode):
         inst = cfg.instance
         if inst.dynamic_sampling:
-            return cells.DynamicBanditCell(names, G, inst.B, inst.max_draws, 1, cfg.scale,
-                                           cfg.ddof)  # fmt: skip
-        return cells.BanditCell(names, G, inst.B, cfg.scale, cfg.ddof, True, mode,
-                                norm_length=self.norm_length(cfg))  # fmt: skip
+            return cells.DynamicBanditCell(names, G, inst.B, inst.max_draws, 1, cfg.scale, cfg.ddof)
+        return cells.BanditCell(
+            names, G, inst.B, cfg.scale, cfg.ddof, True, mode, norm_length=self.norm_length(cfg)
+        )
 
     def error(self, cfg):
         return cells.dynamic_bandit_error if cfg.instance.dynamic_sampling else cells.bandit_error
@@ -310,8 +407,9 @@ class Bandit(Grouped):
 
     def aggregation_theory(self, cfg, params, truth, spec, G, mode, B) -> dict:
         out = super().aggregation_theory(cfg, params, truth, spec, G, mode, B)
-        bias, how = aggregation.bias_sq(params, truth, spec, G, mode, B, self.norm_length(cfg),
-                                        **shared_options(cfg))  # fmt: skip
+        bias, how = aggregation.bias_sq(
+            params, truth, spec, G, mode, B, self.norm_length(cfg), **shared_options(cfg)
+        )
         return out | {"theory_bias_sq": bias, "theory": how}
 
     def extra_columns(self, cfg, cell, m, truth, name) -> dict:
@@ -327,10 +425,24 @@ class Bandit(Grouped):
     def report_columns(self, cfg) -> list[str]:
         if not cfg.instance.dynamic_sampling:
             return super().report_columns(cfg)
-        return ["estimator", "G", "mse", "theory_mse", "degenerate_frac", "draws_per_kept_group",
-                "theory_draws_per_kept_group", dynamic.LOOP_COLUMN, dynamic.RATE_COLUMN,
-                "responses_per_step", "plain_B", "plain_mse", "scaled_mse", "plain_scaled_mse",
-                "cos", "plain_cos"]  # fmt: skip
+        return [
+            "estimator",
+            "G",
+            "mse",
+            "theory_mse",
+            "degenerate_frac",
+            "draws_per_kept_group",
+            "theory_draws_per_kept_group",
+            dynamic.LOOP_COLUMN,
+            dynamic.RATE_COLUMN,
+            "responses_per_step",
+            "plain_B",
+            "plain_mse",
+            "scaled_mse",
+            "plain_scaled_mse",
+            "cos",
+            "plain_cos",
+        ]
 
     def finish(self, cfg, df) -> None:
         if cfg.instance.dynamic_sampling:
@@ -411,8 +523,19 @@ class Arithmetic(Grouped):
     for every policy."""
 
     name = "arithmetic"
-    REPORT = ("policy", "estimator", "G", "mse", "mse_ci_low", "mse_ci_high", "theory_mse",
-              "theory_mse_se", "theory_first_order", "degenerate_frac", "seconds")  # fmt: skip
+    REPORT = (
+        "policy",
+        "estimator",
+        "G",
+        "mse",
+        "mse_ci_low",
+        "mse_ci_high",
+        "theory_mse",
+        "theory_mse_se",
+        "theory_first_order",
+        "degenerate_frac",
+        "seconds",
+    )
     KEYS = ("policy", *Grouped.KEYS)
 
     def contexts(self, cfg) -> tuple:
@@ -433,9 +556,16 @@ class Arithmetic(Grouped):
         return arithmetic_setup
 
     def cell(self, cfg, names, G, mode):
-        return cells.ArithmeticCell(names, G, cfg.instance.per_seed, cfg.scale, cfg.ddof, mode,
-                                    norm_length=self.norm_length(cfg),
-                                    lengths=cfg.instance.lengths)  # fmt: skip
+        return cells.ArithmeticCell(
+            names,
+            G,
+            cfg.instance.per_seed,
+            cfg.scale,
+            cfg.ddof,
+            mode,
+            norm_length=self.norm_length(cfg),
+            lengths=cfg.instance.lengths,
+        )
 
     def error(self, cfg):
         return cells.arithmetic_error
@@ -457,8 +587,18 @@ class Tree:
 
     name = "tree"
     ESTIMATORS = ("thought-std",)
-    REPORT = ["variant", "K", "M", "mse", "mse_group", "variance", "corr", "degenerate_frac",
-              "theory_degenerate_frac", "seconds"]  # fmt: skip
+    REPORT = [
+        "variant",
+        "K",
+        "M",
+        "mse",
+        "mse_group",
+        "variance",
+        "corr",
+        "degenerate_frac",
+        "theory_degenerate_frac",
+        "seconds",
+    ]
     KEYS = ("variant", "K", "M")
     COLUMNS = TREE_COLUMNS
 
@@ -472,8 +612,9 @@ class Tree:
 
     def row_ids(self, cfg) -> list[dict]:
         inst = cfg.instance
-        return [{"variant": v, "K": K, "M": M} for v in cfg.estimators for K in inst.K
-                for M in inst.M]  # fmt: skip
+        return [
+            {"variant": v, "K": K, "M": M} for v in cfg.estimators for K in inst.K for M in inst.M
+        ]
 
     def bound(self, cfg, rid: dict) -> dict:
         """mean-only has no std, so no eps; ddof still sets the group target."""
@@ -489,8 +630,13 @@ class Tree:
         inst = cfg.instance
         for i in sorted(pending):
             K, M, variant = ids[i]["K"], ids[i]["M"], ids[i]["variant"]
-            yield [i], None, cells.tree_cell(K, M, variant, cfg.ddof, model=inst.model,
-                                             a=inst.beta_a, b=inst.beta_b)  # fmt: skip
+            yield (
+                [i],
+                None,
+                cells.tree_cell(
+                    K, M, variant, cfg.ddof, model=inst.model, a=inst.beta_a, b=inst.beta_b
+                ),
+            )
 
     def prepare(self, cfg, cell, truth):
         return cell
@@ -512,8 +658,16 @@ class Tree:
         """P(all K thought values are equal) of every (K, M) (the exact MSE is the tree lab's)."""
         (params, _), _ = setup(None)
         keys = grid.to_dict(orient="records")
-        return pd.DataFrame([{**k, "theory_degenerate_frac": theory_tree.degenerate_prob(
-            params, k["K"], k["M"]), "theory_mse": math.nan} for k in keys])  # fmt: skip
+        return pd.DataFrame(
+            [
+                {
+                    **k,
+                    "theory_degenerate_frac": theory_tree.degenerate_prob(params, k["K"], k["M"]),
+                    "theory_mse": math.nan,
+                }
+                for k in keys
+            ]
+        )
 
     def monte_carlo(self, cfg, cell, m, truth, context) -> list[dict]:
         stats = engine.error_stats(m)
@@ -521,17 +675,26 @@ class Tree:
         cov = float(m.mean("at") - m.mean("a") * m.mean("t"))
         va = float(m.mean("aa") - m.mean("a") ** 2)
         vt = float(m.mean("tt") - m.mean("t") ** 2)
-        return [{
-            "env": "tree", "kind": cfg.instance.model, "estimator": "tree",
-            "variant": cell.variant, "G": None, "K": cell.K, "M": cell.M, "B": None,
-            "n_seeds": m.n, **stats_row(stats),
-            "variance": cond_var,  # E[Var(Â_k | thoughts)]
-            "bias_sq": stats.mse - cond_var,  # E[(E[Â_k | thoughts] − A_k)²]
-            "mse_group": float(m.mean("sq_group")),
-            "corr": cov / math.sqrt(va * vt) if va > 0 and vt > 0 else math.nan,
-            "leaves": cell.K * cell.M,
-            "degenerate_frac": float(m.mean("degenerate")),
-        }]  # fmt: skip
+        return [
+            {
+                "env": "tree",
+                "kind": cfg.instance.model,
+                "estimator": "tree",
+                "variant": cell.variant,
+                "G": None,
+                "K": cell.K,
+                "M": cell.M,
+                "B": None,
+                "n_seeds": m.n,
+                **stats_row(stats),
+                "variance": cond_var,  # E[Var(Â_k | thoughts)]
+                "bias_sq": stats.mse - cond_var,  # E[(E[Â_k | thoughts] − A_k)²]
+                "mse_group": float(m.mean("sq_group")),
+                "corr": cov / math.sqrt(va * vt) if va > 0 and vt > 0 else math.nan,
+                "leaves": cell.K * cell.M,
+                "degenerate_frac": float(m.mean("degenerate")),
+            }
+        ]
 
     def report_columns(self, cfg) -> list[str]:
         return list(self.REPORT)
