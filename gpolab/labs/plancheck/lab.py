@@ -415,8 +415,6 @@ def write_logs(sim: Simulated, folder, formats) -> dict:
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{results}``: per env, format and quantity the truth, what ``plan`` recovered and its
     interval."""
-    import pandas as pd
-
     from gpolab.labs.plan import lab as plan
 
     cfg.validate()
