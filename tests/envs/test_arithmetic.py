@@ -213,10 +213,10 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators():
     )
     setup = sweep.make_setup(cfg)
     rows, diffs = [], []
-    for policy in cfg.policy:
+    for policy in cfg.instance.policy:
         args, truth = setup(policy)
         for G in cfg.G:
-            cell = cells.ArithmeticCell(cfg.estimators, G, cfg.per_seed)
+            cell = cells.ArithmeticCell(cfg.estimators, G, cfg.instance.per_seed)
             m = engine.run(
                 _paired,
                 cell,
