@@ -9,13 +9,12 @@ typed wins over ``--quick`` and over the config file.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from pathlib import Path
 
 from gpolab import configs
-from gpolab.runner import output
+from gpolab.runner import labs, output
 
 
 def lab_command(
@@ -25,7 +24,7 @@ def lab_command(
     ``extend(parser)`` adds command-only flags; ``runner(lab, args)`` replaces :func:`run_lab`."""
 
     def register(sub) -> None:
-        lab = importlib.import_module(f"gpolab.labs.{name}.lab")
+        lab = labs.get(name)
         # no abbreviations: a removed flag must be an error, not a prefix of another (--a of
         # --answer-len)
         p = sub.add_parser(command or name, help=help, description=description, allow_abbrev=False)
@@ -90,8 +89,6 @@ def set_max_hours(args: argparse.Namespace) -> None:
 
 def run_lab(lab, args, cfg=None) -> int:
     """Resolve, run (resumably), write, draw, print."""
-    from gpolab.runner import labs
-
     cfg = cfg or config_from_args(lab, args)
     if args.figures_dir is not None:  # checked before the run, like --out
         output.prepare(args.figures_dir, "figures-dir")
