@@ -1,25 +1,58 @@
 import os
+from pathlib import Path
 
 import jax
 import pytest
 
-# the tests never serialize XLA executables into a persistent cache: `gpolab.runner.cli.main`
-# enables
-# one unless GPOLAB_CACHE_DIR is empty, and jax decides once per process whether the cache is
-# used (its first compilation), so a test that sets a cache folder cannot turn it on for the
-# tests after it.  (A full-suite run segfaulted inside jax's executable.serialize() while a
-# later test wrote to the folder an earlier test had set.)
-os.environ.setdefault("GPOLAB_CACHE_DIR", "")
-# the exact-theory count tables, by contrast, come from the per-machine cache
+# XLA executables come from a per-machine cache, as the count tables below do: JAX keys each
+# entry by the program, its compile options, the backend and the jax/jaxlib versions, so a hit is
+# the executable a compilation would build (14 estimator/env/engine test files: 233 s without it,
+# 236 s filling it, 79 s from it, on 2 cores).  ``GPOLAB_CACHE_DIR`` (default
+# ``~/.cache/gpolab/xla-tests``; empty: no cache) is set here, before the first compilation, for
+# this process, pytest's workers and the CLI subprocesses, and nothing changes it later: jax
+# opens the folder once per process (a past full-suite run segfaulted inside
+# executable.serialize() after a test had pointed a not yet opened cache at its own folder).
+# Unbounded, as the CLI's (JAX's size bound scans the folder at every write: 3x slower filling
+# it); :func:`_trim_xla_cache` keeps it under XLA_CACHE_MAX_BYTES.  A process that reads an
+# entry another is still writing gets JAX's warning and compiles (the entries are compressed).
+# the exact-theory count tables come from their per-machine cache too
 # (gpolab.theory.count_cache: keyed by the estimator's traced computation, verified on load), so
 # each test process and each CLI subprocess skips rebuilding them (~9 s and 84 compilations)
 os.environ.setdefault("GPOLAB_COUNT_CACHE", os.path.expanduser("~/.cache/gpolab/count-tables"))
-jax.config.update("jax_enable_compilation_cache", False)
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # one CPU device, whichever test runs first (the CLI asks for one per core before JAX starts;
 # sharded runs are tested in subprocesses with forced devices)
 jax.config.update("jax_num_cpu_devices", 1)
+
+XLA_CACHE_MAX_BYTES = 4 << 30
+
+
+def _trim_xla_cache(folder: str, limit: int = XLA_CACHE_MAX_BYTES) -> None:
+    """Delete the least recently written entries of ``folder`` until it holds at most half of
+    ``limit`` bytes, once it holds more than ``limit`` (run by pytest's main process only)."""
+    files = sorted(
+        (p.stat().st_mtime, p.stat().st_size, p) for p in Path(folder).glob("*") if p.is_file()
+    )
+    total = sum(size for _, size, _ in files)
+    if total <= limit:
+        return
+    for _, size, path in files:
+        if total <= limit // 2:
+            break
+        path.unlink(missing_ok=True)
+        total -= size
+
+
+if os.environ["GPOLAB_CACHE_DIR"]:
+    from gpolab.runner import cli
+
+    if "PYTEST_XDIST_WORKER" not in os.environ and Path(os.environ["GPOLAB_CACHE_DIR"]).is_dir():
+        _trim_xla_cache(os.environ["GPOLAB_CACHE_DIR"])
+    cli.enable_compilation_cache()
+    jax.jit(lambda x: x + 1)(1)  # the first compilation: the cache opens on this folder now
+else:
+    jax.config.update("jax_enable_compilation_cache", False)
 
 
 @pytest.fixture
