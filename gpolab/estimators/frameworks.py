@@ -71,6 +71,10 @@ __all__ = [
     "openrlhf_dr_grpo",
     "nemo_grpo",
     "passk_training",
+    "areal_liteppo",
+    "jspo",
+    "jspo_plus_plus",
+    "spo",
 ]
 
 VERL = (

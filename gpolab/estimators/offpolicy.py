@@ -267,6 +267,7 @@ def objective(ratio, clip, logp, old, c, mask, eps_low, eps_high, clip_c):
     chex.assert_equal_shape_prefix([logp, c], c.ndim)
     chex.assert_type(c, float)
     chex.assert_rank([eps_low, eps_high, clip_c], 0)
+    validate.choice("clip", clip, rule_clips(ratio))
     fn = RATIOS[ratio].fn
     clip = "none" if clip == "weight" else clip
     obj, cut = fn(logp, old, c[..., None], mask, clip, eps_low, eps_high, clip_c)
@@ -286,6 +287,7 @@ def kl_terms(kl: str, logp, ref, mask):
       [..., G, T] float KL estimates, 0 on padding.
     """
     _check_tokens(logp, ref, mask)
+    validate.choice("kl", kl, tuple(KLS))
     return KLS[kl].fn(logp - ref) * mask
 
 

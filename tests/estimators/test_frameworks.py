@@ -456,3 +456,18 @@ def test_leading_axes_and_missing_inputs():
         run("verl/remax", R, greedy=[1.0])
     with pytest.raises(ValueError, match="scale_rewards"):
         run("trl/grpo", R, scale_rewards="prompt")
+
+
+def test_every_public_function_is_exported():
+    """``frameworks.__all__`` lists every public function of the module (the API reference and
+    ``from gpolab.estimators.frameworks import *`` read it)."""
+    import inspect
+
+    from gpolab.estimators import frameworks
+
+    public = {
+        n
+        for n, f in inspect.getmembers(frameworks, inspect.isfunction)
+        if f.__module__ == frameworks.__name__ and not n.startswith("_")
+    }
+    assert public <= set(frameworks.__all__), sorted(public - set(frameworks.__all__))

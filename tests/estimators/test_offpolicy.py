@@ -200,3 +200,20 @@ def test_registry_entries_name_their_sources():
     assert "dual: gpolab's extension" in rules.RATIOS["sequence"].source
     assert "gpolab's extension" in rules.RATIOS["sequence"].doc
     assert "importance_sampling_level" in rules.RATIOS["sequence"].source
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda a: rules.objective("tokn", "none", *a), "ratio: got 'tokn'"),
+        (lambda a: rules.objective("cispo", "ppo", *a), "clip: got 'ppo'"),
+        (lambda a: rules.kl_terms("k4", a[0], a[1], a[3]), "kl: got 'k4'"),
+    ],
+)
+def test_an_unknown_rule_is_one_named_error(call, message):
+    """A misspelled ratio, a clip mode the ratio does not take and an unknown KL estimator name
+    the setting and its choices (was: a bare KeyError from the registry)."""
+    logp = jnp.zeros((1, 2, 3))
+    args = (logp, logp, jnp.ones((1, 2)), jnp.ones_like(logp), 0.2, 0.28, 3.0)
+    with pytest.raises(ValueError, match=message):
+        call(args)
