@@ -15,6 +15,7 @@ import pytest
 # Unbounded, as the CLI's (JAX's size bound scans the folder at every write: 3x slower filling
 # it); :func:`_trim_xla_cache` keeps it under XLA_CACHE_MAX_BYTES.  A process that reads an
 # entry another is still writing gets JAX's warning and compiles (the entries are compressed).
+os.environ.setdefault("GPOLAB_CACHE_DIR", os.path.expanduser("~/.cache/gpolab/xla-tests"))
 # the exact-theory count tables come from their per-machine cache too
 # (gpolab.theory.count_cache: keyed by the estimator's traced computation, verified on load), so
 # each test process and each CLI subprocess skips rebuilding them (~9 s and 84 compilations)
