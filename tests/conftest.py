@@ -78,12 +78,22 @@ def _release_executables():
 
 @pytest.fixture(scope="session")
 def quick_results(tmp_path_factory):
-    """One set of quick runs (:class:`tools.readme.QuickRuns` under one session folder) for the
-    tests that read experiments' quick tables, the generated tables' check and the claims
-    ledger's: each experiment runs once per session, on first use, whichever test asks first.
-    Tests that use it carry ``@pytest.mark.xdist_group("quick-results")`` so that, under
-    ``--dist loadgroup``, one worker runs them all (two workers would each run every experiment:
-    a session fixture is per worker)."""
+    """One set of quick runs (:class:`tools.readme.QuickRuns`) for the tests that read
+    experiments' quick tables, the generated tables' check and the claims ledger's: each
+    experiment runs once per session, on first use, whichever test asks first.  Under pytest-xdist
+    the workers share one folder (beside their own temporary folders) and QuickRuns locks each
+    experiment, so the two slow checks run on two workers at once and neither recomputes what
+    the other ran."""
     from tools.readme import QuickRuns  # the docs tool: imported only by the tests that use it
 
-    return QuickRuns(tmp_path_factory.mktemp("quick-results"))
+    base = tmp_path_factory.getbasetemp()
+    shared = "PYTEST_XDIST_WORKER" in os.environ
+    return QuickRuns((base.parent if shared else base) / "quick-results")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow checks on the shared quick runs (the longest tests) go first: pytest-xdist hands
+    its first work units to the workers in turn, so each starts on its own worker at once instead
+    of both finishing last."""
+    first = [item for item in items if "quick_results" in getattr(item, "fixturenames", ())]
+    items[:] = first + [item for item in items if item not in first]

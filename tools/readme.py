@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fcntl
 import json
 import math
 import re
@@ -992,23 +993,30 @@ class QuickRuns:
         return cfg, lab
 
     def tables(self, name: str) -> dict:
-        """Experiment ``name``'s quick tables (run once; resumed per cell from its store)."""
+        """Experiment ``name``'s quick tables (run once; resumed per cell from its store).
+
+        Several processes may share one root (pytest's workers): each experiment is read or run
+        under an exclusive lock on ``<root>/<folder>.lock``, so one of them runs it while the
+        others wait and then read its tables."""
         cfg, lab = self.experiment(name)
         if cfg.out not in self._tables:
             out = Path(cfg.out)
             saved = out / "config.toml"
             today = configs.dumps(configs.absolute_paths(cfg), lab.NAME)
-            if (
-                saved.is_file()
-                and saved.read_text() == today
-                and all((out / f"{t}.parquet").is_file() for t in lab.TABLES)
-            ):
-                self._tables[cfg.out] = read_tables(out, lab.TABLES)
-            else:
-                self._tables[cfg.out] = labs.execute(lab, cfg, stream=sys.stderr).tables
-                import jax
+            self.root.mkdir(parents=True, exist_ok=True)
+            with open(self.root / f"{out.name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                if (
+                    saved.is_file()
+                    and saved.read_text() == today
+                    and all((out / f"{t}.parquet").is_file() for t in lab.TABLES)
+                ):
+                    self._tables[cfg.out] = read_tables(out, lab.TABLES)
+                else:
+                    self._tables[cfg.out] = labs.execute(lab, cfg, stream=sys.stderr).tables
+                    import jax
 
-                jax.clear_caches()  # as `gpolab figures`: one process, many experiments
+                    jax.clear_caches()  # as `gpolab figures`: one process, many experiments
         return self._tables[cfg.out]
 
 
