@@ -1,22 +1,28 @@
 """Surrogate environments: parameters as data, sampling as pure functions, exact truth beside it.
 
-Every env a lab trains on or draws mini-batches from implements one contract, :class:`Env`, in
-its own module (``gpolab/envs/<name>.py`` defines ``ENV``); :func:`get` returns it by name
-(gymnax's ``make(name)``).  The labs take envs from here and write no adapters.
+One registry, found by listing this package (no hand-kept list): a module of ``gpolab/envs/``
+that defines an ``Instance`` (the env's settings, a :class:`gpolab.configs.Config`) is an env.
+:func:`make` returns ``(env, instance)`` as gymnax's ``make(name)`` returns (env, params);
+:func:`names` lists the envs, those with given capabilities when asked (a lab states what it
+needs, e.g. ``names("token_logp")``, instead of listing envs); :func:`instances` gives the
+``Instance`` classes a lab config's ``INSTANCES`` holds.
 
-Not registered: ``tree`` (thoughts × continuations, no θ to train) and ``gaussian``, which the
-χ² lab drives through its own functions: its estimate is the estimators library's
-``policy_gradient`` (a mean over G of per-sample scores, then over B) on the closed-form scores
-the χ² theory also uses; the contract's Σ w·W would round differently.
+Every env a lab trains on or draws mini-batches from implements one contract, :class:`Env`, as
+its module's ``ENV``; :func:`get` returns it by name.  The labs take envs from here and write no
+adapters.  Two envs have no ``ENV``: ``tree`` (thoughts × continuations, no θ to train) and
+``gaussian``, which the χ² lab drives through its own functions: its estimate is the estimators
+library's ``policy_gradient`` (a mean over G of per-sample scores, then over B) on the
+closed-form scores the χ² theory also uses; the contract's Σ w·W would round differently.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import pkgutil
 from collections.abc import Callable
-
-REGISTRY = ("arithmetic", "bandit", "loglinear")  # name → gpolab.envs.<name>.ENV
+from types import ModuleType
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +72,58 @@ class Env:
     token_logp: Callable | None = None
     values: Callable | None = None
     kl: Callable | None = None
+    mse_law: bool = False  # ``exact`` carries the loo MSE law's per-prompt constants (S2, c1, ...)
+
+
+@functools.cache
+def _modules() -> dict[str, ModuleType]:
+    """Every env module of this package by name: those that define ``Instance``."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if isinstance(getattr(module, "Instance", None), type):
+            found[info.name] = module
+    return found
+
+
+def names(*needs: str) -> tuple[str, ...]:
+    """Every env's name, sorted; with ``needs`` (:class:`Env` field names, e.g. "token_logp",
+    "values", "kl", "curvature", "mse_law") only the envs whose ``ENV`` has each of them (an env
+    without an ``ENV`` has none)."""
+    return tuple(
+        name
+        for name, module in sorted(_modules().items())
+        if all(getattr(getattr(module, "ENV", None), need, None) for need in needs)
+    )
+
+
+def make(name: str, **overrides) -> tuple[Env | None, object]:
+    """``(env, instance)``: env ``name``'s :class:`Env` (None for ``tree`` and ``gaussian``, which
+    have none) and its ``Instance`` with ``overrides`` (its defaults otherwise), as gymnax's
+    ``make``.  One error naming the choices for an unknown env or setting."""
+    from gpolab import validate
+
+    validate.choice("env", name, names())
+    module = _modules()[name]
+    fields = tuple(f.name for f in dataclasses.fields(module.Instance))
+    for key in overrides:
+        validate.choice(f"{name} setting", key, fields)
+    return getattr(module, "ENV", None), module.Instance(**overrides)
+
+
+def instances(*chosen: str) -> dict[str, type]:
+    """``{name: Instance class}`` of the envs ``chosen`` (in that order), e.g. a lab config's
+    ``INSTANCES = ("env", envs.instances(*envs.names("token_logp")))``."""
+    from gpolab import validate
+
+    for name in chosen:
+        validate.choice("env", name, names())
+    return {name: _modules()[name].Instance for name in chosen}
 
 
 def get(name: str) -> Env:
-    """The registered env ``name`` (its module is imported on first use)."""
+    """The :class:`Env` of env ``name`` (one error naming the envs that have one)."""
     from gpolab import validate
 
-    validate.choice("env", name, REGISTRY)
-    return importlib.import_module(f"gpolab.envs.{name}").ENV
+    validate.choice("env", name, names("init"))
+    return _modules()[name].ENV

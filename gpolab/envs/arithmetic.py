@@ -657,4 +657,5 @@ ENV = Env(
     optimum,
     token_logp=token_logp,
     values=values,
+    mse_law=True,
 )

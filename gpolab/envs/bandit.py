@@ -502,5 +502,6 @@ ENV = Env(
     optimum,
     token_logp=token_logp,
     values=values,
+    mse_law=True,
     kl=kl,
 )

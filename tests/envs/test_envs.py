@@ -4,6 +4,7 @@ gone and envs import neither labs nor the trainer."""
 
 import ast
 import functools
+import sys
 from pathlib import Path
 
 import jax
@@ -39,13 +40,75 @@ def instance(case: str):
 
 
 def test_registry_names_every_env_and_get_checks_the_name():
-    assert set(envs.REGISTRY) == {case.split("-")[0] for case in CASES}
-    for name in envs.REGISTRY:
+    assert set(envs.names("init")) == {case.split("-")[0] for case in CASES}
+    for name in envs.names("init"):
         env = envs.get(name)
         assert isinstance(env, envs.Env) and env.name == name
         hash(env)  # a jit static argument
-    with pytest.raises(ConfigError, match="env: .*allowed: arithmetic, bandit, loglinear"):
+    with pytest.raises(ConfigError, match="env: .*allowed: arithmetic, bandit, loglinear$"):
         envs.get("atari")
+    with pytest.raises(ConfigError, match="env: got 'tree'; allowed: arithmetic, bandit, "):
+        envs.get("tree")  # an env without an Env contract
+
+
+def test_one_registry_found_by_listing_the_package():
+    """Every module of gpolab/envs with an ``Instance`` is an env, and only those (the helpers
+    questions.py and sampling.py are not); capabilities select envs (no lab lists them)."""
+    import pkgutil
+
+    listed = {m.name for m in pkgutil.iter_modules(envs.__path__)}
+    assert envs.names() == ("arithmetic", "bandit", "gaussian", "loglinear", "tree")
+    assert listed - set(envs.names()) == {"questions", "sampling"}
+    assert envs.names("token_logp") == ("arithmetic", "bandit")
+    assert envs.names("kl") == ("bandit",) and envs.names("curvature") == ("loglinear",)
+    assert envs.names("mse_law") == ("arithmetic", "bandit")
+    assert envs.names("token_logp", "kl") == ("bandit",)
+
+
+def test_make_gives_the_env_and_its_default_instance_as_gymnax():
+    from gpolab.envs import bandit, tree
+
+    env, inst = envs.make("bandit")
+    assert env is bandit.ENV and inst == bandit.Instance()
+    env, inst = envs.make("bandit", B=4, prompts=8)
+    assert inst == bandit.Instance(B=4, prompts=8)
+    env, inst = envs.make("tree", K=3)
+    assert env is None and inst == tree.Instance(K=3)  # no Env: nothing to train
+    with pytest.raises(ConfigError, match="env: got 'bandt'; allowed: arithmetic, bandit"):
+        envs.make("bandt")
+    with pytest.raises(ConfigError, match="bandit setting: got 'Bx'; allowed: kind, "):
+        envs.make("bandit", Bx=1)
+    assert envs.instances("tree", "bandit") == {"tree": tree.Instance, "bandit": bandit.Instance}
+    with pytest.raises(ConfigError, match="env: got 'atari'"):
+        envs.instances("atari")
+
+
+def test_a_new_env_module_is_found_without_a_list(tmp_path, monkeypatch):
+    """A throw-away env module on the package's path is an env: names, make and get find it
+    (negative control: a module without ``Instance`` is not one)."""
+    (tmp_path / "toy.py").write_text(
+        "import dataclasses\n"
+        "from gpolab import envs\n"
+        "@dataclasses.dataclass(frozen=True)\n"
+        "class Instance:\n"
+        "    arms: int = 2\n"
+        "ENV = envs.Env('toy', *(print,) * 7)\n"
+    )
+    (tmp_path / "toyhelper.py").write_text("X = 1\n")
+    monkeypatch.setattr(envs, "__path__", [*envs.__path__, str(tmp_path)])
+    envs._modules.cache_clear()
+    try:
+        assert "toy" in envs.names() and "toy" in envs.names("init")
+        assert "toyhelper" not in envs.names()
+        env, inst = envs.make("toy", arms=5)
+        assert env.name == "toy" and inst.arms == 5 and envs.get("toy") is env
+        assert "toy" not in envs.names("token_logp")
+    finally:
+        monkeypatch.undo()
+        envs._modules.cache_clear()
+        sys.modules.pop("gpolab.envs.toy", None)
+        sys.modules.pop("gpolab.envs.toyhelper", None)
+    assert "toy" not in envs.names()
 
 
 def _sampled_gradient(env, params, theta, key, n: int, G: int):

@@ -40,7 +40,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpolab import configs, estimators, validate
+from gpolab import configs, envs, estimators, validate
 from gpolab.configs import option
 from gpolab.engine import Z95
 from gpolab.envs import bandit
@@ -51,7 +51,7 @@ from gpolab.theory import allocation as theory
 
 NAME = "allocate"
 TABLES = ("results", "match", "training", "trained", "allocation")
-INSTANCES = {"bandit": bandit.Instance}
+INSTANCES = envs.instances("bandit")  # the rules read the tabular bandit's per-prompt p
 # the lab's instance: a skewed difficulty mix (bandit.Instance defaults otherwise)
 INSTANCE = {"prompts": 64, "actions": 8, "logit_scale": 2.0, "success_a": 0.5, "success_b": 2.0}
 SCHEMA = 2  # 2: faithful Knapsack RL and GVM-RAFT, own-objective columns (issue 40)

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from gpolab import configs, estimators, validate
+from gpolab import configs, envs, estimators, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import arithmetic, bandit
 from gpolab.theory import difficulty, groupsize, mse
@@ -299,7 +299,7 @@ def simulate_arithmetic(
 
 NAME = "plancheck"
 TABLES = ("results",)
-ENVS = ("bandit", "arithmetic")
+ENVS = envs.names("mse_law")  # the envs whose truth carries the loo MSE law
 FORMATS = ("trl", "verl", "table")
 REPORT_G = (2, 4, 8, 16, 32, 64, 128, 256)
 PROXY = "score_norm"  # the proxy's column name in every written log (a TRL/verl extra column)
@@ -320,7 +320,7 @@ class Config(configs.Config):
         "draws": 500,
     }
 
-    env: tuple[str, ...] = option(ENVS, "comma list of bandit, arithmetic")
+    env: tuple[str, ...] = option(ENVS, "comma list of " + ", ".join(ENVS))
     formats: tuple[str, ...] = option(FORMATS, "log formats written and read: trl, verl, table")
     G: int = option(8, "the simulated run's group size")
     steps: int = option(50, "bandit: logged steps")

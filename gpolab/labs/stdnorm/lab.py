@@ -67,8 +67,8 @@ from gpolab.validate import ConfigError
 
 NAME = "stdnorm"
 TABLES = ("summary", "gain", "finite_sample", "curves", "phases", *arcsin.TABLES)
-ENVS = ("loglinear",)
-GROUPSIZE_ENVS = ("bandit", "arithmetic")  # B·G = N training lives with the group-size lab
+ENVS = envs.names("curvature")  # the trainer's step size reads the curvature law
+GROUPSIZE_ENVS = envs.names("mse_law")  # B·G = N training lives with the group-size lab
 REGIMES = ("admissible", "tuned", "arcsin")  # arcsin: labs/stdnorm_arcsin.py (Prop. 13)
 LOGLINEAR = {"env": ("loglinear",)}
 TUNED = {**LOGLINEAR, "regimes": ("tuned",)}

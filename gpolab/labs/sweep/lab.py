@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from gpolab import configs, engine, estimators, validate
+from gpolab import configs, engine, envs, estimators, validate
 from gpolab.configs import option
 from gpolab.engine.stats import agreement, joint_test  # noqa: F401  (sweep.joint_test: claims, tests)
 from gpolab.envs import arithmetic, bandit, tree
@@ -27,7 +27,7 @@ from gpolab.runner.store import cell_key, config_hash, resume
 
 NAME = "sweep"
 TABLES = ("results",)
-INSTANCES = {"bandit": bandit.Instance, "tree": tree.Instance, "arithmetic": arithmetic.Instance}
+INSTANCES = envs.instances(*units.ENVS)  # the envs the sweep has units for (units.py)
 ENVS = tuple(INSTANCES)
 POLICIES = tuple(arithmetic.POLICIES)
 TREE_VARIANTS = estimators.TREE_VARIANTS

@@ -21,7 +21,7 @@ import dataclasses
 import math
 from typing import ClassVar
 
-from gpolab import configs, estimators, validate
+from gpolab import configs, envs, estimators, validate
 from gpolab.configs import borrow, option
 from gpolab.engine.stats import agreement, families  # noqa: F401  (zoo.families: tests)
 from gpolab.envs import arithmetic, bandit
@@ -29,7 +29,7 @@ from gpolab.labs.sweep import lab as sweep
 
 NAME = "zoo"
 TABLES = ("results", "kappa")
-ENVS = ("bandit", "arithmetic")
+ENVS = envs.names("mse_law")  # the envs whose truth carries the loo MSE law
 ZOO = tuple(n for n, e in estimators.REGISTRY.items() if not e.user)
 REFERENCE = "loo"  # the snr ranking's reference: unbiased, defined at every G >= 2
 ARITH = {"env": ("arithmetic",)}
@@ -48,7 +48,7 @@ class Config(configs.Config):
         "questions": 100,
     }
 
-    env: tuple[str, ...] = option(ENVS, "comma list of bandit, arithmetic")
+    env: tuple[str, ...] = option(ENVS, "comma list of " + ", ".join(ENVS))
     estimators: tuple[str, ...] = option(
         ZOO,
         "comma list of estimator specs (default: every registered one; `gpolab estimators` "
