@@ -156,7 +156,8 @@ def verl_grpo(
 
     Args:
       rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
-      epsilon, norm_adv_by_std_in_grpo: verl's options (static Python values).
+      epsilon: verl's epsilon (a static Python value).
+      norm_adv_by_std_in_grpo: verl's option (a static Python value).
 
     Returns:
       [..., G] advantages.
@@ -192,7 +193,8 @@ def verl_grpo_vectorized(
 
     Args:
       rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
-      epsilon, norm_adv_by_std_in_grpo: verl's options (static Python values).
+      epsilon: verl's epsilon (a static Python value).
+      norm_adv_by_std_in_grpo: verl's option (a static Python value).
 
     Returns:
       [..., G] advantages.
@@ -352,7 +354,8 @@ def verl_grpo_passk(
 
     Args:
       rewards: [..., G] float rewards of one group per leading index, G ≥ 2.
-      epsilon, norm_adv_by_std_in_grpo: verl's options (static Python values).
+      epsilon: verl's epsilon (a static Python value).
+      norm_adv_by_std_in_grpo: verl's option (a static Python value).
 
     Returns:
       [..., G] advantages. One non-zero entry per group at most.
@@ -574,7 +577,8 @@ def nemo_grpo(
 
     Args:
       rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
-      normalize_rewards, use_leave_one_out_baseline: NeMo-RL's options (static).
+      normalize_rewards: NeMo-RL's option (static).
+      use_leave_one_out_baseline: NeMo-RL's option (static).
 
     Returns:
       [..., G] advantages.

@@ -257,7 +257,9 @@ def objective(ratio, clip, logp, old, c, mask, eps_low, eps_high, clip_c):
       old: [..., G, T] float log π_old of every token.
       c: [..., G] float gradient weight of each response.
       mask: [..., G, T] float, 1 on the response's tokens, 0 on padding.
-      eps_low, eps_high, clip_c: [] the clip constants ε_low, ε_high and verl's clip_ratio_c.
+      eps_low: [] the clip constant ε_low.
+      eps_high: [] the clip constant ε_high.
+      clip_c: [] verl's clip_ratio_c (the dual clip's floor).
 
     Returns:
       ([..., G, T] float objective, [..., G, T] bool clipped-token flags).
