@@ -86,15 +86,17 @@ def _modules() -> dict[str, ModuleType]:
     return found
 
 
-def names(*needs: str) -> tuple[str, ...]:
+def names(*needs: str, first: str | None = None) -> tuple[str, ...]:
     """Every env's name, sorted; with ``needs`` (:class:`Env` field names, e.g. "token_logp",
     "values", "kl", "curvature", "mse_law") only the envs whose ``ENV`` has each of them (an env
-    without an ``ENV`` has none)."""
-    return tuple(
+    without an ``ENV`` has none).  ``first``: that env leads, the others stay sorted (a lab's
+    order of tables, flags and choices, e.g. ``first="bandit"``)."""
+    found = tuple(
         name
         for name, module in sorted(_modules().items())
         if all(getattr(getattr(module, "ENV", None), need, None) for need in needs)
     )
+    return tuple(sorted(found, key=lambda name: name != first))  # stable: the rest stay sorted
 
 
 def make(name: str, **overrides) -> tuple[Env | None, object]:

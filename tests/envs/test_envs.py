@@ -65,6 +65,34 @@ def test_one_registry_found_by_listing_the_package():
     assert envs.names("token_logp", "kl") == ("bandit",)
 
 
+def test_first_leads_and_the_rest_stay_sorted():
+    assert envs.names("token_logp", first="bandit") == ("bandit", "arithmetic")
+    assert envs.names(first="tree") == ("tree", "arithmetic", "bandit", "gaussian", "loglinear")
+    # negative controls: no first, or a first the capability excludes, leave the sorted order
+    assert envs.names("token_logp", first="tree") == envs.names("token_logp")
+    assert envs.names("token_logp") == ("arithmetic", "bandit")
+
+
+def test_each_lab_derives_the_envs_it_accepted_before_the_registry():
+    """The derived sets and their order (flags, choices, tables) are the labs' hand-kept tuples
+    of before: the registry changed where they come from, not what they are."""
+    from gpolab.labs.allocate import lab as allocate
+    from gpolab.labs.groupsize import lab as groupsize
+    from gpolab.labs.offpolicy import lab as offpolicy
+    from gpolab.labs.plancheck import lab as plancheck
+    from gpolab.labs.stdnorm import lab as stdnorm
+    from gpolab.labs.sweep import lab as sweep
+    from gpolab.labs.zoo import lab as zoo
+
+    assert tuple(offpolicy.INSTANCES) == ("bandit", "arithmetic")
+    assert zoo.ENVS == plancheck.ENVS == groupsize.ENVS == ("bandit", "arithmetic")
+    assert set(stdnorm.GROUPSIZE_ENVS) == set(groupsize.ENVS)
+    assert tuple(sweep.INSTANCES) == sweep.ENVS == ("bandit", "tree", "arithmetic")
+    assert stdnorm.ENVS == ("loglinear",) and tuple(allocate.INSTANCES) == ("bandit",)
+    for lab in (offpolicy, sweep, allocate):
+        assert all(lab.INSTANCES[n] is envs.make(n)[1].__class__ for n in lab.INSTANCES)
+
+
 def test_make_gives_the_env_and_its_default_instance_as_gymnax():
     from gpolab.envs import bandit, tree
 

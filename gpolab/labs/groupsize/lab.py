@@ -45,10 +45,9 @@ from gpolab.theory import groupsize as theory
 
 NAME = "groupsize"
 TABLES = ("results", "summary", "curve")
-ENVS = envs.names("mse_law")  # the envs whose truth carries the loo MSE law
-# env = "both": every env of ENVS, bandit first as in the stored runs (their cell keys hold the
-# order)
-BOTH = tuple(sorted(ENVS, key=lambda name: name != "bandit"))
+# the envs whose truth carries the loo MSE law, bandit first (the stored runs' order: flags,
+# tables, cell keys)
+ENVS = envs.names("mse_law", first="bandit")
 SCHEDULES = ("constant", "decay")
 POLICIES = ("base", "instruct", "icl")
 SEEDS = {False: 20_000, True: 256}  # seeds = 0: Monte Carlo seeds (fixed θ) / SGD runs (train)
@@ -110,7 +109,7 @@ class Config(configs.Config):
         "of them without replacement, reshuffled every epoch (0: iid prompts from "
         "f every step)",
     )
-    env: str = option("both", ", ".join(BOTH) + " or both", when=TRAIN)
+    env: str = option("both", ", ".join(ENVS) + " or both", when=TRAIN)
     schedules: tuple[str, ...] = option(
         SCHEDULES, "comma list of constant, decay (eta_t = eta0 / (1 + t/tau))", when=TRAIN
     )
@@ -153,7 +152,7 @@ class Config(configs.Config):
 
     @property
     def envs(self) -> tuple[str, ...]:
-        return BOTH if self.env == "both" else (self.env,)
+        return ENVS if self.env == "both" else (self.env,)
 
     def validate(self) -> None:
         """Plain-Python checks before anything is traced."""
@@ -178,7 +177,7 @@ class Config(configs.Config):
                 theory.check_budget(N)
             validate.integer("chunk", self.chunk, 0)
             return
-        validate.choice("env", self.env, (*BOTH, "both"))
+        validate.choice("env", self.env, (*ENVS, "both"))
         if not self.schedules:
             raise validate.ConfigError(
                 f"schedules: got an empty list; allowed: {', '.join(SCHEDULES)}"

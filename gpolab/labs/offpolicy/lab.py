@@ -50,7 +50,8 @@ from gpolab.theory import exact
 
 NAME = "offpolicy"
 TABLES = ("results", "updates", "scaling", "safe_reuse")
-INSTANCES = envs.instances(*envs.names("token_logp"))  # the envs with per-token log-probs
+# the envs with per-token log-probs, bandit first (its flags and choices lead)
+INSTANCES = envs.instances(*envs.names("token_logp", first="bandit"))
 SPLITS = 8  # independent seed batches: the standard errors of bias² and of epoch averages
 SAFE = 1.10  # "safe reuse": MSE within 10% of the on-policy update's
 SCHEMA = 4  # 4: dual is ppo's symmetric clip plus the floor; KL columns in the lab's metric

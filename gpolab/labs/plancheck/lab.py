@@ -299,7 +299,9 @@ def simulate_arithmetic(
 
 NAME = "plancheck"
 TABLES = ("results",)
-ENVS = envs.names("mse_law")  # the envs whose truth carries the loo MSE law
+# the envs whose truth carries the loo MSE law, bandit first (the stored runs' order: flags,
+# tables, cell keys)
+ENVS = envs.names("mse_law", first="bandit")
 FORMATS = ("trl", "verl", "table")
 REPORT_G = (2, 4, 8, 16, 32, 64, 128, 256)
 PROXY = "score_norm"  # the proxy's column name in every written log (a TRL/verl extra column)

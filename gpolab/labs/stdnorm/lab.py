@@ -67,7 +67,9 @@ from gpolab.validate import ConfigError
 
 NAME = "stdnorm"
 TABLES = ("summary", "gain", "finite_sample", "curves", "phases", *arcsin.TABLES)
-ENVS = envs.names("curvature")  # the trainer's step size reads the curvature law
+# one env: the lab builds loglinear.Instance (rho, align, block) and its trainer reads that
+# truth's g_global and one_minus_V, which no Env capability names (the registry checks the name)
+ENVS = tuple(envs.instances("loglinear"))
 GROUPSIZE_ENVS = envs.names("mse_law")  # B·G = N training lives with the group-size lab
 REGIMES = ("admissible", "tuned", "arcsin")  # arcsin: labs/stdnorm_arcsin.py (Prop. 13)
 LOGLINEAR = {"env": ("loglinear",)}
