@@ -86,7 +86,9 @@ def test_each_lab_derives_the_envs_it_accepted_before_the_registry():
 
     assert tuple(offpolicy.INSTANCES) == ("bandit", "arithmetic")
     assert zoo.ENVS == plancheck.ENVS == groupsize.ENVS == ("bandit", "arithmetic")
-    assert set(stdnorm.GROUPSIZE_ENVS) == set(groupsize.ENVS)
+    for name in groupsize.ENVS:  # stdnorm sends B·G = N training on them to groupsize
+        with pytest.raises(ConfigError, match=f"use gpolab groupsize --train --env {name}"):
+            stdnorm.Config(env=name).validate()
     assert tuple(sweep.INSTANCES) == sweep.ENVS == ("bandit", "tree", "arithmetic")
     assert stdnorm.ENVS == ("loglinear",) and tuple(allocate.INSTANCES) == ("bandit",)
     for lab in (offpolicy, sweep, allocate):

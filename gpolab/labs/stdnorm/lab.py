@@ -42,6 +42,7 @@ from gpolab import configs, envs, validate
 from gpolab.configs import borrow, option
 from gpolab.engine import train
 from gpolab.envs import loglinear
+from gpolab.labs.groupsize import lab as groupsize  # B·G = N training on its envs
 from gpolab.labs.stdnorm import arcsin, plots
 from gpolab.labs.stdnorm.analysis import (  # noqa: F401  (re-exported: the lab's analysis)
     COMPARISONS,
@@ -70,7 +71,6 @@ TABLES = ("summary", "gain", "finite_sample", "curves", "phases", *arcsin.TABLES
 # one env: the lab builds loglinear.Instance (rho, align, block) and its trainer reads that
 # truth's g_global and one_minus_V, which no Env capability names (the registry checks the name)
 ENVS = tuple(envs.instances("loglinear"))
-GROUPSIZE_ENVS = envs.names("mse_law")  # B·G = N training lives with the group-size lab
 REGIMES = ("admissible", "tuned", "arcsin")  # arcsin: labs/stdnorm_arcsin.py (Prop. 13)
 LOGLINEAR = {"env": ("loglinear",)}
 TUNED = {**LOGLINEAR, "regimes": ("tuned",)}
@@ -180,7 +180,7 @@ class Config(configs.Config):
     out: str = option("results/train", "output folder (tables, config.toml, figures)", key=False)
 
     def validate(self) -> None:
-        if self.env in GROUPSIZE_ENVS:
+        if self.env in groupsize.ENVS:
             raise ConfigError(
                 f"env: got {self.env!r}; allowed: loglinear (for B*G = N training on {self.env} "
                 f"use gpolab groupsize --train --env {self.env})"
