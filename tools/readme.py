@@ -211,6 +211,8 @@ PLAN_ROWS = (
     ("degenerate fraction", 128),
     ("logged degenerate fraction", 8),
     ("G*", None),
+    ("G* of the trainer's estimator", None),
+    ("noise excess at plan's G*", None),
 )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "parse_spec",
     "resolve",
     "bind",
+    "check_reward_only",
     "bound",
     "advantages",
     "gradient_weights",
@@ -350,6 +351,18 @@ def check_estimator(
     validate.choice("scale", scale, core.SCALES)
     validate.choice("ddof", ddof, (0, 1))
     validate.real("eps", eps, low=0.0)
+
+
+def check_reward_only(field: str, spec: str, reads: str) -> None:
+    """A group-scoped registry entry of the rewards alone (one with count tables, theory §8),
+    checked before a run; ``reads``: what the caller does with its tables (the error says it)."""
+    check_estimator(spec, 2, field=field)
+    entry = resolve(spec)
+    if entry.needs or entry.scope_of(bind(spec)[1]) != "group":
+        raise validate.ConfigError(
+            f"{field}: got {spec!r}; allowed: group-scoped estimators of the rewards alone "
+            f"(loo, grpo, rloo, ...): {reads}"
+        )
 
 
 def binary_groups(G: int, dtype=None):

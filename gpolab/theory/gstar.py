@@ -126,6 +126,7 @@ def gstar(
     boot: int = 2000,
     seed: int = 0,
     clusters=None,
+    keep_replicates: bool = False,
 ) -> dict:
     """MSE-optimal group size G* = 1 + √(C3/c1) of the loo estimator at a fixed budget N = B·G
     (theory §3; the recovery of c1 and C3 from a run's log is gpolab's derivation).
@@ -142,9 +143,11 @@ def gstar(
     within each batch size; seeded; with ``clusters``, one label per response such as the
     prompt, whole clusters of groups are resampled: the cluster bootstrap, since a prompt's
     groups at different steps are not independent); ``c1_se``, ``C3_se`` the bootstrap SDs.
-    ``reason`` is None when G* is given, else says why not (no proxy, < 2 batch sizes, no group
-    of >= 3, c1 not resolved above 0: then ``gstar`` is None and ``gstar_lo`` the lower bound
-    the data allow)."""
+    ``keep_replicates``: also return ``replicates``, the (boot, 4) bootstrap replicates of
+    (c1, ‖g‖², s, a) (:func:`gpolab.theory.gstar_model.gstar` reads them for another
+    estimator's interval).  ``reason`` is None when G* is given, else says why not (no proxy,
+    < 2 batch sizes, no group of >= 3, c1 not resolved above 0: then ``gstar`` is None and
+    ``gstar_lo`` the lower bound the data allow)."""
     validate.integer("G", G, 2)
     validate.integer("boot", boot, 10)
     if proxy is None:
@@ -178,6 +181,8 @@ def gstar(
         "gstar_lo": float(lo),
         "gstar_hi": float(hi),
     }
+    if keep_replicates:
+        out["replicates"] = reps[:, [1, 5, 3, 4]]
     c1_lo = float(_band(reps[:, 1], level)[0])
     if point["c1"] <= 0 or c1_lo <= 0:
         why = (
@@ -204,10 +209,10 @@ def _group_clusters(rewards, proxy, group, clusters) -> np.ndarray:
 
 
 def _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, clusters=None) -> np.ndarray:
-    """(boot, 3) replicates of (G*, c1, C3): groups (or whole clusters of groups) resampled,
-    norm rows within batch size."""
+    """(boot, 6) replicates of (G*, c1, C3, s, a, ‖g‖²): groups (or whole clusters of groups)
+    resampled, norm rows within batch size."""
     rng = np.random.default_rng(seed)
-    out = np.empty((boot, 3))
+    out = np.empty((boot, 6))
     code = np.arange(s_x.size) if clusters is None else np.unique(clusters, return_inverse=True)[1]
     C = int(code.max()) + 1
     sums_s, sums_a = np.bincount(code, s_x, C), np.bincount(code, a_x, C)
@@ -217,8 +222,9 @@ def _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, clusters=None) -> np.n
         means = np.array([r[rng.integers(0, r.size, r.size)].mean() for r in rows])
         g_sq, T = _line(means, var, sizes)
         m = count[i].sum()
-        c = constants_from_proxy(sums_s[i].sum() / m, sums_a[i].sum() / m, g_sq, T, G)
-        out[k] = _g_star(c["c1"], c["C3"]), c["c1"], c["C3"]
+        s, a = sums_s[i].sum() / m, sums_a[i].sum() / m
+        c = constants_from_proxy(s, a, g_sq, T, G)
+        out[k] = _g_star(c["c1"], c["C3"]), c["c1"], c["C3"], s, a, g_sq
     return out
 
 

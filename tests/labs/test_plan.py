@@ -629,3 +629,80 @@ def test_the_fit_check_states_its_test_and_reading(q, words):
     text = _fit_check_text({"fit_p": q, "fit_chi2": 20.0, "fit_df": 5, "se_method": "x"})
     assert text.startswith("goodness-of-fit test of the beta-binomial model (Pearson chi-square")
     assert words in text and "describes the log" not in text
+
+
+# ----------------------------------------------------------------------------- the run's estimator
+
+
+@pytest.mark.parametrize(
+    "run,spec",
+    [
+        ({"scale_rewards": "group", "loss_type": "dapo"}, "trl/grpo[scale_rewards=group]"),
+        ({"scale_rewards": True}, "trl/grpo[scale_rewards=group]"),
+        ({"scale_rewards": False, "loss_type": "dr_grpo"}, "trl/grpo[scale_rewards=none]"),
+        ({"scale_rewards": "batch"}, "trl/grpo[scale_rewards=none]"),
+        ({"framework": "verl", "adv_estimator": "rloo"}, "verl/rloo"),
+        (
+            {"framework": "verl", "algorithm.adv_estimator": "grpo", "norm_adv_by_std_in_grpo": 0},
+            "verl/grpo[norm_adv_by_std_in_grpo=false]",
+        ),
+        ({"framework": "verl", "adv_estimator": "gpg"}, None),
+        ({"loss_type": "dapo"}, None),
+        ({}, None),
+    ],
+)
+def test_the_trainers_estimator_is_read_from_run_json(run, spec):
+    from gpolab import estimators
+    from gpolab.labs.plan import trainer
+
+    got = trainer.modelled(run)
+    assert got["spec"] == spec
+    if spec is None:
+        assert got["reason"]
+        return
+    estimators.check_reward_only("spec", spec, "")  # a spec with count tables
+    if "loss_type" in run:
+        assert run["loss_type"] in got["aggregation"]
+    if run.get("scale_rewards") == "batch":
+        assert "step size" in got["batch"]
+    assert trainer.modelled(run, "loo")["spec"] == "loo"  # --trainer-estimator wins
+
+
+def test_plan_gives_the_trainers_estimator_gstar_beside_loos(tmp_path):
+    """A simulated bandit log with score norms and gradient norms (plancheck's quick sizes):
+    G* of trl/grpo (transfer model) with an interval holding it, loo's on the same grid a
+    neighbour of loo's 1 + √(C3/c1), and the recommendation naming the trainer's estimator."""
+    from gpolab.labs.plancheck import lab as plancheck
+    from gpolab.theory import gstar_model
+
+    sim = plancheck.simulate_bandit(steps=15, norm_steps=60)
+    paths = plancheck.write_logs(sim, tmp_path / "logs", ("table",))
+    kw = dict(proxy_column=plancheck.PROXY, grad_norms=str(paths["norms"]))
+    tables = plan.run(config(tmp_path, paths["table"], trainer_estimator="trl/grpo", **kw))
+    p = plan.pooled(tables)
+    g = p["estimator_gstar"]
+    assert g in gstar_model.GRID and p["estimator_gstar_lo"] <= g <= p["estimator_gstar_hi"]
+    assert p["estimator_spec"] == "trl/grpo" and p["estimator_source"] == "--trainer-estimator"
+    assert p["estimator_scale"] > 1  # std normalization: E ĝ = scale · g, scale ≈ E 1/σ
+    grid = np.array(gstar_model.GRID)
+    below, above = grid[grid <= p["gstar"]].max(), grid[grid >= p["gstar"]].min()
+    assert p["loo_model_gstar"] in (below, above)
+    text = plan.report(plan.Config(log=str(paths["table"]), **kw), tables)
+    head = text.splitlines()[text.splitlines().index("## Recommendation") + 1]
+    assert head.startswith(f"use G = {g} for trl/grpo, the estimator this run trains with")
+    assert "loo's G* = " in head and "The run's estimator: trl/grpo" in text
+    loo = plan.pooled(plan.run(config(tmp_path, paths["table"], trainer_estimator="loo", **kw)))
+    assert loo["estimator_gstar"] == loo["loo_model_gstar"] == p["loo_model_gstar"]
+
+
+def test_plan_without_the_trainers_estimator_says_loo_only(tmp_path):
+    tables = plan.run(config(tmp_path, beta_log(tmp_path / "log.csv")))
+    p = plan.pooled(tables)
+    assert p["estimator_spec"] is None and "run.json" in p["estimator_reason"]
+    assert "loo only" in plan.report(config(tmp_path, tmp_path / "log.csv"), tables)
+
+
+@pytest.mark.parametrize("spec", ["verl/gpg", "trl/grpo[scale_rewards=batch]", "nosuch"])
+def test_a_trainer_estimator_without_count_tables_is_one_error(tmp_path, spec):
+    with pytest.raises(ConfigError, match="trainer_estimator|estimator"):
+        config(tmp_path, beta_log(tmp_path / "log.csv"), trainer_estimator=spec).validate()

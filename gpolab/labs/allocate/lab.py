@@ -189,13 +189,7 @@ def setting_columns(cfg: Config, names) -> dict:
 
 def check_estimator(field: str, spec: str) -> None:
     """A reward-only, group-scoped registry entry (the allocation reads its count tables)."""
-    estimators.check_estimator(spec, 2, field=field)
-    entry = estimators.resolve(spec)
-    if entry.needs or entry.scope_of(estimators.bind(spec)[1]) != "group":
-        raise validate.ConfigError(
-            f"{field}: got {spec!r}; allowed: group-scoped estimators of the rewards alone "
-            "(loo, grpo, rloo, ...): the allocation reads their count tables"
-        )
+    estimators.check_reward_only(field, spec, "the allocation reads their count tables")
 
 
 def cells(cfg: Config) -> int:

@@ -85,6 +85,12 @@ class Config(configs.Config):
         "CSV/parquet with columns batch, grad_norm: ||g_hat|| of the "
         "loo estimate at >= 2 batch sizes (prompts) at the log's G",
     )
+    trainer_estimator: str = option(
+        "",
+        "the estimator the run trains with, for its G* beside loo's (a reward-only registry "
+        "spec such as trl/grpo[scale_rewards=group]; '' reads it from the training hook's "
+        "run.json, and without one only loo's G* is given)",
+    )
     success_threshold: float = option(
         math.nan,
         "binarize the rewards: reward >= T is a success (1), else a failure (0); e.g. "
@@ -154,10 +160,16 @@ class Config(configs.Config):
             raise validate.ConfigError("estimators: got an empty list; allowed: one or more")
         for spec in self.estimators:
             estimators.check_estimator(spec, max(self.G), field="G")
+        if self.trainer_estimator:
+            estimators.check_reward_only(
+                "trainer_estimator", self.trainer_estimator, "G* reads their count tables"
+            )
         if self.allocate:
-            from gpolab.labs.allocate import lab as allocate
-
-            allocate.check_estimator("allocate_estimator", self.allocate_estimator)
+            estimators.check_reward_only(
+                "allocate_estimator",
+                self.allocate_estimator,
+                "the allocation reads their count tables",
+            )
             validate.real("allocate_rho", self.allocate_rho, low=0.0, high=1.0)
 
 
@@ -299,7 +311,7 @@ def with_callback_files(cfg: Config) -> tuple[Config, dict]:
 
 
 def trainer_text(run: dict) -> str:
-    """What the trainer's loss followed, against the plain leave-one-out gradient G* models."""
+    """What the trainer's loss followed, and what neither G* models."""
     if not run:
         return ""
     keys = (
@@ -316,10 +328,9 @@ def trainer_text(run: dict) -> str:
         f"{k} = {v}" for k, v in run.items() if k not in ("framework", "seconds", "overhead")
     )
     return (
-        f"trainer: {who} ({said}); G* is that of the plain "
-        "leave-one-out gradient (unnormalized rewards, sequence-level log-probs, one update "
-        "per batch): std scaling, token-level aggregation, clipping over several updates "
-        "and a KL term are not in its model"
+        f"trainer: {who} ({said}); G* is given for the plain leave-one-out gradient and for "
+        "the estimator this trainer runs (## G*); clipping over several updates and a KL term "
+        "are in neither model"
     )
 
 
@@ -347,6 +358,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     kappa = kappa_table(cfg, summary[-1])
     summary = pd.DataFrame(summary)
     gs = gstar_row(cfg, log, levels, norms)
+    replicates = gs.pop("replicates", None)
+    gs.update(estimator_row(cfg, trainer, {**summary.iloc[-1].to_dict(), **gs}, replicates))
     for k, v in gs.items():
         summary[k] = [v if w == POOLED else None for w in summary["window"]]
     summary["format"], summary["reward"] = log.format, log.reward
@@ -630,8 +643,10 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
     else:
         sizes = np.bincount(f["group"].to_numpy())
         G = _modal(sizes[sizes > 0])  # the kept groups' size (labels of dropped groups: 0)
-        out = gstar.gstar(*args, norms, G, seed=cfg.seed, clusters=f["prompt"].to_numpy())
-    reason = out.pop("reason", None)
+        out = gstar.gstar(
+            *args, norms, G, seed=cfg.seed, clusters=f["prompt"].to_numpy(), keep_replicates=True
+        )
+    reason, replicates = out.pop("reason", None), out.pop("replicates", None)
     out["proxy_groups"] = int(f["group"].nunique())
     out["norm_rows"] = 0 if norms is None else len(norms)
     return {
@@ -639,7 +654,57 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
         **{k: out.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")},
         **{f"gstar_{k}": v for k, v in out.items() if k not in none},
         "gstar_reason": reason,
+        "replicates": replicates,
     }
+
+
+ESTIMATOR_KEYS = ("gstar", "gstar_lo", "gstar_hi", "gstar_mse", "scale", "notes", "reason")
+
+
+def estimator_row(cfg: Config, run: dict, p: dict, replicates) -> dict:
+    """G* of the estimator the run trains with (:mod:`gpolab.labs.plan.trainer` reads it from
+    the hook's run.json, or ``--trainer-estimator``) and loo's on the same grid, both under the
+    transfer model (:mod:`gpolab.theory.gstar_model`) set by the log's constants, at the log's
+    responses per step; the interval from the bootstrap replicates of loo's constants.  ``p``:
+    the pooled summary row with :func:`gstar_row`'s columns."""
+    from gpolab.labs.plan import trainer
+    from gpolab.theory import gstar_model
+
+    which = trainer.modelled(run, cfg.trainer_estimator)
+    out = {
+        "estimator_spec": which["spec"],
+        "estimator_source": which["source"],
+        "estimator_aggregation": "; ".join(
+            t for t in (which["aggregation"], which.get("batch", "")) if t
+        ),
+        **{f"estimator_{k}": None for k in ESTIMATOR_KEYS},
+        **{f"loo_model_{k}": None for k in ("gstar", "gstar_lo", "gstar_hi")},
+        "estimator_reason": which["reason"],
+    }
+    consts = [p.get(f"gstar_{k}") for k in ("c1", "g_sq", "s", "a")]
+    if which["spec"] is None:
+        return out
+    if p.get("rewards") != "binary" or not _finite_all(p.get("a"), p.get("b"), *consts):
+        out["estimator_reason"] = (
+            "needs loo's constants (c1, ‖g‖², s, a: score norms and gradient norms at two batch "
+            "sizes) and a beta-binomial difficulty fit: " + str(p.get("gstar_reason") or "no fit")
+        )
+        return out
+    args = (*consts, p["a"], p["b"], p["budget"], replicates)
+    try:
+        est = gstar_model.gstar(which["spec"], *args)
+        loo = gstar_model.gstar("loo", *args)
+    except validate.ConfigError as err:  # e.g. an option value run.json gave that TRL has not
+        out["estimator_reason"] = f"{which['spec']}: {err}"
+        return out
+    out.update({f"estimator_{k}": est.get(k) for k in ESTIMATOR_KEYS})
+    out.update({f"loo_model_{k}": loo.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")})
+    out["estimator_grid_max"] = est.get("grid_max")
+    return out
+
+
+def _finite_all(*xs) -> bool:
+    return all(x is not None and math.isfinite(float(x)) for x in xs)
 
 
 # ----------------------------------------------------------------------------- output

@@ -69,6 +69,7 @@ def summary_json(cfg, tables: dict) -> dict:
         "gstar_lo": p.get("gstar_lo"),
         "gstar_hi": p.get("gstar_hi"),
         "gstar_reason": p.get("gstar_reason"),
+        **{k: p.get(k) for k in p if k.startswith(("estimator_", "loo_model_"))},
         "notes": p.get("notes") or "",
         "windows": [_clean(r) for r in s[s["window"] != POOLED].to_dict(orient="records")],
     }
@@ -352,10 +353,19 @@ def recommendation(p: dict) -> str:
     thumb; with few prompts the information is the number of prompts, not of steps)."""
     g, lo, hi = p.get("gstar"), p.get("gstar_lo"), p.get("gstar_hi")
     if g is not None and _finite(hi):
-        return (
-            f"use G = {max(2, round(g))} (G* = {g:.3g}, 95% interval {lo:.3g} .. {hi:.3g}; "
+        data = (
             f"from {p.get('gstar_proxy_groups', 0):,} groups with score norms and "
-            f"{p.get('gstar_norm_rows', 0):,} gradient-norm rows)"
+            f"{p.get('gstar_norm_rows', 0):,} gradient-norm rows"
+        )
+        if p.get("estimator_gstar") is not None:
+            return (
+                f"use G = {p['estimator_gstar']} for {p['estimator_spec']}, the estimator "
+                f"this run trains with ({_interval(p, 'estimator_')}; the G with the least "
+                "gradient noise against its own mean at the log's responses per step); "
+                f"loo's G* = {g:.3g} (95% {lo:.3g} .. {hi:.3g}) beside it; {data}"
+            )
+        return (
+            f"use G = {max(2, round(g))} (G* = {g:.3g}, 95% interval {lo:.3g} .. {hi:.3g}; {data})"
         )
     c1, se = p.get("gstar_c1"), p.get("gstar_c1_se")
     head = "the log cannot decide G*"
@@ -379,9 +389,55 @@ def recommendation(p: dict) -> str:
     return f"{head}: {p.get('gstar_reason')}"
 
 
+def _interval(p: dict, prefix: str) -> str:
+    """ "95% lo .. hi" of a grid G* (hi at the grid's top: "lo or more")."""
+    lo, hi = p.get(f"{prefix}gstar_lo"), p.get(f"{prefix}gstar_hi")
+    if lo is None or hi is None:
+        return "no interval"
+    top = p.get("estimator_grid_max")
+    return f"95% {lo} or more" if hi == top else f"95% {lo} .. {hi}"
+
+
+def estimator_text(p: dict) -> str:
+    """The run's estimator and its G* under the transfer model, or why not."""
+    spec = p.get("estimator_spec")
+    if spec is None:
+        return f"The run's estimator: not modelled ({p.get('estimator_reason')}); loo only."
+    how = "; ".join(t for t in (p.get("estimator_source"), p.get("estimator_aggregation")) if t)
+    said = f"The run's estimator: {spec} ({how})."
+    if p.get("estimator_gstar") is None:
+        return f"{said} Its G*: not estimated: {p.get('estimator_reason')}"
+    decided = p.get("gstar") is not None and _finite(p.get("gstar_hi"))
+    lines = [
+        said,
+        f"Its G* = {p['estimator_gstar']} ({_interval(p, 'estimator_')}); loo's on the same "
+        f"grid {p['loo_model_gstar']} ({_interval(p, 'loo_model_')}); gpolab's transfer model "
+        "(theory.gstar_model: prompt difficulty from the fit, ‖g_x‖² ∝ p(1 − p), the score "
+        "norm's mean per reward value the same for every prompt) set by the log's c1, ‖g‖², s "
+        "and a.",
+        f"Target: the MSE after the best step-size rescaling (noise against the estimator's own "
+        f"mean), which a tuned step size sees and which does not depend on the budget.  Against "
+        f"g itself (MSE, no rescaling) the best G would be {p.get('estimator_gstar_mse')}: "
+        f"the estimator's mean is {_fmt(p.get('estimator_scale'))} x g at G*, a scale bias "
+        "that no G removes (std normalization's 1/sigma weighting) and that a step size absorbs.",
+    ]
+    if p.get("estimator_notes"):
+        lines.append(f"Model notes: {p['estimator_notes']}.")
+    if not decided:
+        lines.append(
+            "The log alone does not decide loo's G* (above); the model's value leans on its "
+            "assumption that prompts of different difficulty differ in gradient size."
+        )
+    return "\n".join(lines)
+
+
+def _fmt(x) -> str:
+    return f"{float(x):.3g}" if _finite(x) else "n/a"
+
+
 def _gstar_text(p: dict) -> str:
     if p.get("gstar") is None:
-        return f"not estimated: {p.get('gstar_reason')}"
+        return f"not estimated: {p.get('gstar_reason')}\n\n{estimator_text(p)}"
     terms = ", ".join(
         f"{k[6:]} = {p[k]:.4g}"
         for k in ("gstar_c1", "gstar_C2", "gstar_C3")
@@ -390,5 +446,5 @@ def _gstar_text(p: dict) -> str:
     return (
         f"G* = 1 + sqrt(C3/c1) = {p['gstar']:.3g} (95% {p['gstar_lo']:.3g} .. "
         f"{p['gstar_hi']:.3g}; {terms}; gpolab's estimate from the proxy column and the "
-        "gradient norms, assuming the loo estimator's MSE law)"
+        "gradient norms, assuming the loo estimator's MSE law)\n\n" + estimator_text(p)
     )

@@ -93,6 +93,7 @@ def truth_summary(truth, G: int, batches, **extra) -> dict:
         "g_sq": g_sq,
         "grad_sq_exact": {B: g_sq + mse.mse(truth, "loo", G, B) for B in batches},
         "grad_sq_se": {B: mse.mse_se(truth, "loo", G, B) for B in batches},
+        "exact": truth,  # the env's truth (the trainer's estimator's exact G*: compare)
         **extra,
     }
 
@@ -334,6 +335,10 @@ class Config(configs.Config):
     arithmetic_B: int = option(16, "arithmetic: questions per step")
     arithmetic_norm_batches: tuple[int, ...] = option((4, 32), "arithmetic: norm batch sizes")
     arithmetic_norm_steps: int = option(100, "arithmetic: gradient-norm steps per batch size")
+    estimator: str = option(
+        "trl/grpo",
+        "the trainer's estimator plan is told (--trainer-estimator): its G* against the exact one",
+    )
     draws: int = option(4000, "plan's parametric draws for the intervals")
     seed: int = option(0, "seed of the instances, the logs and the intervals")
     out: str = option("results/plancheck", "output folder (logs/, tables, figure)", key=False)
@@ -359,6 +364,7 @@ class Config(configs.Config):
             "questions",
         )
         validate.integer("draws", self.draws, 10)
+        estimators.check_reward_only("estimator", self.estimator, "plan reads their count tables")
 
 
 def cells(cfg: Config) -> int:
@@ -430,6 +436,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
                 format=fmt,
                 proxy_column=PROXY,
                 grad_norms=str(paths["norms"]),
+                trainer_estimator=cfg.estimator,
                 G=REPORT_G,
                 draws=cfg.draws,
                 seed=cfg.seed,
@@ -504,7 +511,28 @@ def compare(truth: dict, tables: dict, cfg: Config, **ids) -> list[dict]:
             **ids,
         )
     )
-    return rows
+    return rows + estimator_rows(truth, p, cfg.estimator, **ids)
+
+
+def estimator_rows(truth: dict, p: dict, spec: str, **ids) -> list[dict]:
+    """G* of the trainer's estimator: the exact one (the env's per-prompt truth, the rescaled
+    target of :func:`gpolab.theory.gstar_model.exact_criteria` at the log's responses per step)
+    against plan's (the transfer model), and the exact noise-to-signal excess at plan's G* over
+    the exact best (0: plan's G is the best; the cost of the model's error)."""
+    from gpolab.theory import gstar_model
+
+    ex = gstar_model.exact_criteria(truth["exact"], spec, p["budget"])
+    noise = ex["rescaled"] / (1 - ex["rescaled"])  # V_B/(E ĝ·g)²‖g‖²-scaled: 1/SNR
+    best = int(ex["G"][np.argmin(ex["rescaled"])])
+    got = p.get("estimator_gstar")
+    excess = np.nan
+    if got is not None and got in ex["G"]:
+        excess = float(noise[list(ex["G"]).index(got)] / noise.min() - 1)
+    lo, hi = _num(p.get("estimator_gstar_lo")), _num(p.get("estimator_gstar_hi"))
+    return [
+        _row("G* of the trainer's estimator", best, got, lo, hi, **ids),
+        _row("noise excess at plan's G*", 0.0, excess, **ids),
+    ]
 
 
 def _num(v) -> float:
