@@ -848,6 +848,70 @@ def _allocate_verdicts_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- the group-size lab's budget check (issue 42) ----------------------------------------------
+def _budget_extract(t: dict) -> dict:
+    """Per (P, N, G): rollouts to target, share reached, final pass@1 and pass@k (each with its
+    SE); per (P, N): the rule's G and the per-step optimum (exact)."""
+    df, s = t["groupsize_budget"]["results"], t["groupsize_budget"]["summary"]
+    out = {}
+    for r in df.itertuples():
+        at = f"P={r.pool} N={r.N} G={r.G}"
+        for name in ("rollouts", "reached", "pass1", "passk"):
+            out[f"{at} {name}"] = (_f(getattr(r, name)), _f(getattr(r, f"{name}_se")))
+    for r in s.itertuples():
+        out[f"P={r.pool} N={r.N} rule"] = (float(r.rule_G), 0.0)
+    out["target"] = (_f(df["target"].iloc[0]), None)
+    out["k"] = (_f(df["k"].iloc[0]), None)
+    out["total"] = (_f(df["total"].iloc[0]), None)
+    return out
+
+
+def _budget_best(v: dict, at: str, Gs: list[int], name: str, sign: int) -> tuple[int, list[int]]:
+    """(best G, the G whose 95% CI overlaps the best's) of one (P, N) by ``name``: the least
+    (sign 1) or the largest (sign −1) mean."""
+    from gpolab.engine import Z95  # deferred: jax
+
+    x = {G: v[f"{at} G={G} {name}"] for G in Gs}
+    best = min(Gs, key=lambda G: (sign * x[G][0], G))
+    b, sb = x[best]
+    tied = [G for G in Gs if sign * (x[G][0] - b) <= Z95 * (x[G][1] + sb)]
+    return best, tied
+
+
+def _budget_render(v: dict) -> str:
+    from gpolab.engine import Z95  # deferred: jax
+
+    k, total = int(_v(v, "k")), int(_v(v, "total"))
+    lines = [
+        f"| P | N | fewest rollouts to target: G (tied) | its rollouts ± 95% (reached) | rule's "
+        f"G: rollouts ± 95% | best G by pass@1 / pass@{k} at {total:,} rollouts |",
+        "|---|---|---|---|---|---|",
+    ]
+    settings = {}
+    for key in v:
+        if key.endswith(" rollouts"):
+            P, N, G = (int(p.split("=")[1]) for p in key.split()[:3])
+            settings.setdefault((P, N), []).append(G)
+    for (P, N), Gs in settings.items():
+        at = f"P={P} N={N}"
+        best, tied = _budget_best(v, at, sorted(Gs), "rollouts", 1)
+        b1, _ = _budget_best(v, at, sorted(Gs), "pass1", -1)
+        bk, _ = _budget_best(v, at, sorted(Gs), "passk", -1)
+        rule = int(_v(v, f"{at} rule"))
+
+        def cell(G, at=at):
+            x, se = v[f"{at} G={G} rollouts"]
+            return f"{_count(x)} ± {_count(Z95 * se)}"
+
+        ties = ", ".join(map(str, tied))
+        reached = _share(_v(v, f"{at} G={best} reached"))
+        lines.append(
+            f"| {P or '∞'} | {N} | **{best}** ({ties}) | {cell(best)} ({reached}) | {rule}: "
+            f"{cell(rule)} | {b1} / {bk} |"
+        )
+    return "\n".join(lines)
+
+
 BLOCKS = {
     b.name: b
     for b in (
@@ -927,6 +991,13 @@ BLOCKS = {
             _allocate_own_render,
             "ratios and shares (no SE): the MSEs and training rows they come from are checked in "
             "allocate-static and allocate-training",
+        ),
+        Block(
+            "groupsize-budget",
+            ("groupsize_budget",),
+            _budget_extract,
+            _budget_render,
+            "the best G and its ties (recomputed from the checked rollouts), the target and sizes",
         ),
         Block(
             "allocate-verdicts",

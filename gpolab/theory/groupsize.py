@@ -193,3 +193,38 @@ def pool_best_divisor(c: Constants, N: int, P: int) -> int:
     """The exact minimiser of :func:`pool_mse` over :func:`pool_divisors` (brute force: at most
     a few dozen divisors)."""
     return min(pool_divisors(N, P), key=lambda G: (pool_mse(c, N, G, P), G))
+
+
+def training_rule(c: Constants, N: int, P: int = 0) -> dict:
+    """The group size a user can apply at a per-step budget N and a pool of P prompts (P = 0:
+    prompts drawn afresh, an infinite pool), with the reason in one sentence (gpolab's rule):
+    the per-step MSE optimum over the feasible divisors, :func:`best_divisor` (P = 0) or
+    :func:`pool_best_divisor` (P ≥ 1; ``c`` then holds the pool's constants, which is what a
+    run's own log measures).  A finite pool moves the answer only through B = N/G ≤ P.
+
+    Returns ``{"G", "reason", "g_star", "min_G", "feasible"}``: the divisor, the sentence, the
+    continuous optimum (1 + √(C3/c1), or the pool law's), the smallest feasible G and every
+    feasible divisor.  The experiment ``groupsize_budget`` checks it against the G that reaches a
+    target success rate with the fewest rollouts in SGD training (claim gpolab-budget-rule)."""
+    check_budget(N)
+    validate.integer("pool", P, 0)
+    if P == 0:
+        G, g_star, feasible = best_divisor(c, N), c.g_star_exact, divisors(N)
+    else:
+        G, g_star, feasible = pool_best_divisor(c, N, P), g_star_pool(c, P), pool_divisors(N, P)
+    min_G = feasible[0]
+    pool = "prompts drawn afresh every step" if P == 0 else f"a pool of P = {P} prompts"
+    law = "1 + sqrt(C3/c1)" if P == 0 else "1 + sqrt(C3 (P - 1)/(c1 P))"
+    if P and min_G > 2 and G == min_G and g_star < min_G:
+        why = (
+            f"the per-step optimum {law} = {g_star:.3g} would need more than P prompts per step "
+            f"(B = N/G); the smallest group that fits, G = {min_G} (B = {N // min_G}), is the "
+            "best feasible one"
+        )
+    else:
+        why = (
+            f"of the divisors of N it has the least per-step gradient MSE, next to the optimum "
+            f"{law} = {g_star:.3g} (c1 = {c.c1:.3g}, C3 = {c.C3:.3g}), which does not depend on N"
+        )
+    reason = f"at N = {N} rollouts per step and {pool}, use G = {G}: {why}"
+    return {"G": G, "reason": reason, "g_star": g_star, "min_G": min_G, "feasible": feasible}

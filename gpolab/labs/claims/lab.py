@@ -402,5 +402,10 @@ _STATS = (
     "arcsin_direction",
     "lemma11_ratio",
     "offpolicy_order",
+    "budget_universal",
+    "budget_compute_rise",
+    "two_vs_sixteen",
+    "budget_pool_shift",
+    "budget_rule",
 )
 STATISTICS = {f.__name__: f for f in (*_OWN, *(getattr(claims_stats, n) for n in _STATS))}

@@ -10,6 +10,8 @@ PAPERS = {
     "U": "arXiv 2603.01162",
     "T": "arXiv 2509.24494",
     "N": "arXiv 2601.23135",
+    "I": "arXiv 2603.12151",
+    "W": "arXiv 2510.00977",
     "gpolab": "gpolab's derivation",
 }
 VERDICTS = (

@@ -38,6 +38,7 @@ from gpolab import configs, engine, envs, validate
 from gpolab.configs import borrow, option
 from gpolab.engine import train
 from gpolab.envs import Env, arithmetic, bandit
+from gpolab.labs.groupsize import budget as budgets
 from gpolab.labs.groupsize import pool as pools
 from gpolab.labs.groupsize.summary import fixed_summary, theory_curve, train_summary
 from gpolab.runner.store import cell_key, resume
@@ -52,11 +53,17 @@ SCHEDULES = ("constant", "decay")
 POLICIES = ("base", "instruct", "icl")
 SEEDS = {False: 20_000, True: 256}  # seeds = 0: Monte Carlo seeds (fixed θ) / SGD runs (train)
 TRAIN_OUT = "results/groupsize-train"  # the --train output folder unless one is given
+BUDGET_OUT = "results/groupsize-budget"  # the --train --budget output folder
 FIXED = {"train": (False,)}
 TRAIN = {"train": (True,)}
+BUDGET = {"train": (True,), "budget": (True,)}
+NOT_BUDGET = {"budget": (False,)}  # the final-gap check (fixed θ, or training without budget)
+SCHEDULED = {"train": (True,), "budget": (False,)}  # the budget check uses the constant step
 ON_BANDIT = {"env": ("bandit", "both")}  # the fixed-θ check always runs on the bandit
 ON_BANDIT_TRAIN = {"train": (True,), "env": ("bandit", "both")}
 ON_ARITH_TRAIN = {"train": (True,), "env": ("arithmetic", "both")}
+ON_BANDIT_SCHEDULED = {**ON_BANDIT_TRAIN, "budget": (False,)}
+ON_ARITH_SCHEDULED = {**ON_ARITH_TRAIN, "budget": (False,)}
 BANDIT_FIELDS = ("kind", "prompts", "actions", "logit_scale", "success_a", "success_b")
 ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
 
@@ -82,7 +89,11 @@ class Config(configs.Config):
                 "questions": 100,
                 "truth_samples": 32,
             },
-        }
+        },
+        ("budget", True): {
+            "defaults": {"out": BUDGET_OUT},
+            "quick": {"seeds": 32, "bandit_N": (16, 128), "pools": (0, 8)},
+        },
     }
 
     train: bool = option(False, "run the SGD training check (default: the fixed-theta MSE check)")
@@ -108,25 +119,47 @@ class Config(configs.Config):
         "finite prompt pool: P prompts drawn once from f, a step takes B = N/G "
         "of them without replacement, reshuffled every epoch (0: iid prompts from "
         "f every step)",
+        when=NOT_BUDGET,
     )
     env: str = option("both", ", ".join(ENVS) + " or both", when=TRAIN)
+    budget: bool = option(
+        False,
+        "the budget check: equal total rollouts for every N, rollouts to a target "
+        "success rate, pass@1 and pass@k per (pool, N, G) (constant step)",
+        when=TRAIN,
+    )
+    pools: tuple[int, ...] = option(
+        (0, 16, 64), "comma list of pool sizes P (0: prompts drawn afresh every step)", when=BUDGET
+    )
+    total: int = option(16384, "rollouts per run (steps = total/N; 8N must divide it)", when=BUDGET)
+    target: float = option(
+        0.3,
+        "target success rate as the share of the gap J* - J(theta0) closed, on the prompt "
+        "law (pool 0) or the pool",
+        when=BUDGET,
+    )
+    pass_k: int = option(8, "k of the final pass@k", when=BUDGET)
     schedules: tuple[str, ...] = option(
-        SCHEDULES, "comma list of constant, decay (eta_t = eta0 / (1 + t/tau))", when=TRAIN
+        SCHEDULES, "comma list of constant, decay (eta_t = eta0 / (1 + t/tau))", when=SCHEDULED
     )
     bandit_N: tuple[int, ...] = option(
         (64, 256), "comma list of budgets N per step", when=ON_BANDIT_TRAIN
     )
-    bandit_steps: int = option(100, "SGD steps", when=ON_BANDIT_TRAIN)
+    bandit_steps: int = option(100, "SGD steps", when=ON_BANDIT_SCHEDULED)
     bandit_eta_constant: float = option(32.0, "constant step size", when=ON_BANDIT_TRAIN)
-    bandit_eta_decay: float = option(64.0, "eta0 of the decaying schedule", when=ON_BANDIT_TRAIN)
-    bandit_tau: float = option(20.0, "tau of the decaying schedule", when=ON_BANDIT_TRAIN)
+    bandit_eta_decay: float = option(
+        64.0, "eta0 of the decaying schedule", when=ON_BANDIT_SCHEDULED
+    )
+    bandit_tau: float = option(20.0, "tau of the decaying schedule", when=ON_BANDIT_SCHEDULED)
     arithmetic_N: tuple[int, ...] = option(
         (32, 128), "comma list of budgets N per step", when=ON_ARITH_TRAIN
     )
-    arithmetic_steps: int = option(50, "SGD steps", when=ON_ARITH_TRAIN)
+    arithmetic_steps: int = option(50, "SGD steps", when=ON_ARITH_SCHEDULED)
     arithmetic_eta_constant: float = option(0.5, "constant step size", when=ON_ARITH_TRAIN)
-    arithmetic_eta_decay: float = option(2.0, "eta0 of the decaying schedule", when=ON_ARITH_TRAIN)
-    arithmetic_tau: float = option(10.0, "tau of the decaying schedule", when=ON_ARITH_TRAIN)
+    arithmetic_eta_decay: float = option(
+        2.0, "eta0 of the decaying schedule", when=ON_ARITH_SCHEDULED
+    )
+    arithmetic_tau: float = option(10.0, "tau of the decaying schedule", when=ON_ARITH_SCHEDULED)
     questions: int = borrow(
         arithmetic.Instance,
         "questions",
@@ -178,7 +211,9 @@ class Config(configs.Config):
             validate.integer("chunk", self.chunk, 0)
             return
         validate.choice("env", self.env, (*ENVS, "both"))
-        if not self.schedules:
+        if self.budget:
+            self.validate_budget()
+        elif not self.schedules:
             raise validate.ConfigError(
                 f"schedules: got an empty list; allowed: {', '.join(SCHEDULES)}"
             )
@@ -188,7 +223,8 @@ class Config(configs.Config):
             validate.integers(f"{env}_N", getattr(self, f"{env}_N"), 4)
             for N in getattr(self, f"{env}_N"):
                 theory.check_budget(N, field=f"{env}_N")
-            validate.integer(f"{env}_steps", getattr(self, f"{env}_steps"), 1)
+            if not self.budget:
+                validate.integer(f"{env}_steps", getattr(self, f"{env}_steps"), 1)
             for name in (f"{env}_eta_constant", f"{env}_eta_decay", f"{env}_tau"):
                 validate.real(name, getattr(self, name), low=0.0, open_low=True)
         if "arithmetic" in self.envs:
@@ -196,6 +232,25 @@ class Config(configs.Config):
             validate.integer("hidden", self.hidden, 1)
             validate.choice("policy", self.policy, POLICIES)
             validate.integer("truth_samples", self.truth_samples, 2)
+
+    def validate_budget(self) -> None:
+        """The budget check's own settings: pools, total (a multiple of 8N for every N, so that
+        the compute checkpoints total/8, /4, /2 fall on whole steps), target and k."""
+        validate.integers("pools", self.pools, 0)
+        for P in self.pools:
+            validate.at_most("pools", P, MAX_POOL, "each seed permutes the whole pool")
+        validate.integer("total", self.total, 8)
+        validate.at_most("total", self.total, 1 << 22, "rollouts per SGD run")
+        for env in self.envs:
+            for N in getattr(self, f"{env}_N"):
+                if self.total % (max(budgets.CHECKPOINTS) * N):
+                    raise validate.ConfigError(
+                        f"total: got {self.total} for {env}_N = {N}; allowed: a multiple of "
+                        f"{max(budgets.CHECKPOINTS)}·N = {max(budgets.CHECKPOINTS) * N} (whole "
+                        "steps at every compute checkpoint)"
+                    )
+        validate.real("target", self.target, low=0.0, high=1.0, open_low=True)
+        validate.integer("pass_k", self.pass_k, 1)
 
 
 # ---------------------------------------------------------------- one mini-batch gradient
@@ -486,6 +541,14 @@ def row_ids(cfg: Config) -> list[dict]:
     """One id per table row, in table order: (N, G), or (env, N, schedule, G) in training."""
     if not cfg.train:
         return [{"N": N, "G": G} for N in cfg.N for G in pools.row_ids(N, cfg.pool)]
+    if cfg.budget:
+        return [
+            {"env": env, "pool": P, "N": N, "G": G}
+            for env in cfg.envs
+            for P in cfg.pools
+            for N in getattr(cfg, f"{env}_N")
+            for G in pools.row_ids(N, P)
+        ]
     return [
         {"env": env, "N": N, "schedule": s, "G": G}
         for env in cfg.envs
@@ -507,7 +570,15 @@ def row_settings(cfg: Config, rid: dict) -> dict:
         "instance_seed": cfg.instance_seed,
         **{f: getattr(cfg, f) for f in fields},
     }
-    if cfg.train:
+    if cfg.budget:
+        settings.update(
+            budget=True,
+            total=cfg.total,
+            target=cfg.target,
+            pass_k=cfg.pass_k,
+            eta0=getattr(cfg, f"{env}_eta_constant"),
+        )
+    elif cfg.train:
         settings.update(train_setting(cfg, env, rid["schedule"]))
     if cfg.pool:  # absent without a pool: those keys stay as they were
         settings["pool"] = cfg.pool
@@ -550,6 +621,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     ids = row_ids(cfg)
     setup = _setup(cfg)
     compute_row = train_row if cfg.train else fixed_row
+    if cfg.budget:
+        compute_row = functools.partial(budgets.budget_row, direction=sgd_direction)
 
     def compute(i: int) -> list[dict]:
         start = time.perf_counter()
@@ -565,11 +638,19 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         on_skip=None if progress is None else progress.skip,
         on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
     )
-    summary = train_summary(df) if cfg.train else fixed_summary(df)
+    if cfg.budget:
+        summary = budgets.budget_summary(df)
+    else:
+        summary = train_summary(df) if cfg.train else fixed_summary(df)
     return {"results": df, "summary": summary, "curve": theory_curve(df, cfg.train)}
 
 
 def label(row: dict) -> str:
+    if "rollouts" in row:
+        return (
+            f"{row['env']} P={row['pool']} N={row['N']} G={row['G']}: rollouts to target "
+            f"{row['rollouts']:.4g} (reached {row['reached']:.0%}), pass@1 {row['pass1']:.3f}"
+        )
     if "gap" in row:
         return f"{row['env']} N={row['N']} {row['schedule']} G={row['G']}: gap={row['gap']:.4g}"
     return f"N={row['N']} G={row['G']}: mse={row['mse']:.4g} (exact {row['theory_mse']:.4g})"
@@ -594,14 +675,25 @@ COLUMNS = {
 }
 
 
+BUDGET_COLUMNS = ["pool", "N", "G", "rollouts", "rollouts_se", "reached", "pass1", "passk"]
+
+
 def report(cfg: Config, tables: dict) -> str:
     from gpolab.runner.labs import table_text
 
-    return table_text(tables["results"], COLUMNS[cfg.train])
+    columns = BUDGET_COLUMNS if cfg.budget else COLUMNS[cfg.train]
+    return table_text(tables["results"], [*columns, "seconds"] if cfg.budget else columns)
 
 
 def notes(cfg: Config, tables: dict) -> str:
     """Per N (and env, schedule): the empirical best G against the prediction."""
+    if cfg.budget:
+        return "\n".join(
+            f"{s['env']} P={s['pool']} N={s['N']}: fewest rollouts to target at G = "
+            f"{s['best_G']} (tied: {s['tied_G']}); rule {s['rule_G']}; best pass@1 G "
+            f"{s['best_G_pass1']}, pass@k G {s['best_G_passk']}"
+            for s in tables["summary"].to_dict(orient="records")
+        )
     lines = []
     for s in tables["summary"].to_dict(orient="records"):
         where = f"{s['env']} N={s['N']} {s['schedule']}" if cfg.train else f"N={s['N']}"
@@ -618,6 +710,8 @@ def figures(tables: dict) -> dict:
     """MSE vs G at fixed N (fixed θ) or the final gap vs G (training)."""
     from gpolab.labs.groupsize import plots
 
+    if "rollouts" in tables["results"]:
+        return {"groupsize_budget.png": plots.budget_figure}
     if "gap" in tables["results"]:
         return {"groupsize_train.png": plots.train_figure}
     return {"groupsize_mse.png": plots.fixed_figure}

@@ -101,3 +101,36 @@ def train_figure(tables: dict, path) -> Path:
         ax.legend(fontsize=7)
     fig.suptitle("Final suboptimality gap vs group size at a fixed budget N = B·G (★ best G)")
     return save(fig, path)
+
+
+def budget_figure(tables: dict, path) -> Path:
+    """Rollouts to the target success rate vs G at equal total rollouts: one panel per pool size
+    P, one line per N (95% CI bands), the best G starred and the rule's G ringed."""
+    plt = pyplot()
+    df, summary = tables["results"], tables["summary"]
+    Ps = list(dict.fromkeys(summary["pool"]))
+    fig, axes = plt.subplots(
+        1, len(Ps), figsize=(4.2 * len(Ps), 4.0), constrained_layout=True, squeeze=False
+    )
+    for ax, P in zip(axes[0], Ps, strict=True):
+        for i, s in enumerate(summary[summary["pool"] == P].itertuples()):
+            sub = df[(df["pool"] == P) & (df["N"] == s.N)].sort_values("G")
+            G = sub["G"].to_numpy(float)
+            color = f"C{i}"
+            ax.plot(G, sub["rollouts"], "o-", color=color, ms=4, lw=1, label=f"N = {s.N}")
+            ax.fill_between(
+                G, sub["rollouts_ci_low"], sub["rollouts_ci_high"], color=color, alpha=0.2, lw=0
+            )
+            at = sub.set_index("G")
+            ax.plot(s.best_G, at.loc[s.best_G, "rollouts"], "*", color=color, ms=11)
+            ax.plot(s.rule_G, at.loc[s.rule_G, "rollouts"], "o", mfc="none", color="k", ms=10)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("group size G")
+        ax.set_title("prompts drawn afresh" if P == 0 else f"pool of P = {P} prompts")
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel(
+        f"rollouts to close {df['target'].iloc[0]:.0%} of the gap "
+        f"(censored at {int(df['total'].iloc[0]):,})"
+    )
+    fig.suptitle(f"Training optimum vs rule (★ best, ○ rule's G); {seeds_label(df)}", fontsize=9)
+    return save(fig, path)

@@ -111,10 +111,10 @@ def row_ids(N: int, P: int) -> tuple[int, ...]:
 
 
 def config_hash(cfg) -> str:
-    """:func:`gpolab.runner.store.config_hash` without ``pool`` when it is 0 (so configs without a
-    pool
-    keep their provenance hash)."""
-    return digest(configs.key_settings(cfg, exclude=() if cfg.pool else ("pool",)))
+    """:func:`gpolab.runner.store.config_hash` without ``pool`` when it is 0 and without
+    ``budget`` when it is off (so configs without them keep their provenance hash)."""
+    exclude = (() if cfg.pool else ("pool",)) + (() if cfg.budget else ("budget",))
+    return digest(configs.key_settings(cfg, exclude=exclude))
 
 
 def constants_columns(ps: PoolSetup) -> dict:
