@@ -62,6 +62,20 @@ def settings_of(trainer) -> dict:
     return out
 
 
+def refuse_unhooked(trainer) -> None:
+    """One line, before any training step, for a trainer without the hook: TRL's
+    ``AsyncGRPOTrainer`` (``trl.experimental.async_grpo``, read in TRL 1.16.0) generates with a
+    vLLM server and scores in a spawned worker process, and trains on queued samples that carry
+    their advantage already: there is no ``_generate_and_score_completions`` to wrap."""
+    if not callable(getattr(trainer, "_generate_and_score_completions", None)):
+        raise validate.ConfigError(
+            f"PlanCallback: {type(trainer).__name__} has no _generate_and_score_completions "
+            "(TRL's AsyncGRPOTrainer scores its rollouts in a separate worker process), so its "
+            "groups cannot be logged; use trl.GRPOTrainer with PlanCallback, or write each "
+            "group's rewards with gpolab.integrations.verl.PlanLogger and run gpolab plan"
+        )
+
+
 class PlanCallback(TrainerCallback):
     """Logs rewards of every group, per-response score norms and gradient norms at several batch
     sizes of sampled groups, under ``<output_dir>/gpolab/`` (``gpolab plan`` reads them).
@@ -71,6 +85,7 @@ class PlanCallback(TrainerCallback):
     (1: every step); ``output_dir``: default the trainer's ``args.output_dir``."""
 
     def __init__(self, trainer, *, groups_per_step: int = 4, every: int = 16, output_dir=None):
+        refuse_unhooked(trainer)
         validate.integer("groups_per_step", groups_per_step, 2)
         validate.integer("every", every, 1)
         self.trainer, self.groups_per_step, self.every = trainer, groups_per_step, every

@@ -1,16 +1,16 @@
 """A real TRL ``GRPOTrainer`` run with ``PlanCallback``, then ``gpolab plan`` on its output folder
 (slow; needs the ``trl`` extra: skipped without torch/trl).
 
-The run: a 2-layer GPT-2 built from a config, a character tokenizer built here, 62 distinct
+The run: a 2-layer GPT-2 built from a config, a character tokenizer, 62 distinct
 3-character prompts, single-token answers and a binary reward (success: the answer lies in the
 prompt's set, 10 of 14 characters for the easy half of the prompts, 3 for the hard half), 16
-groups of G = 4 per step for 60 steps at a small learning rate, every group measured.  Checked:
+groups of G = 4 per step for 60 steps at a small learning rate, every group measured (the task:
+:mod:`gpolab.integrations.trl_task`).  Checked:
 the callback's rewards equal those TRL logged for the same steps; ``gpolab plan`` on the output
 folder recommends a G with a finite interval; the per-response score norms the callback computes
 (``torch.func``) equal an independent autograd computation; the hook's seconds are recorded."""
 
 import json
-import random
 
 import numpy as np
 import pandas as pd
@@ -20,73 +20,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytestmark = pytest.mark.slow
 
-CHARS = list("abcdefghijklmn")
 STEPS, GROUPS, G = 60, 16, 4
-
-
-def build(out, steps=STEPS):
-    from datasets import Dataset
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-    from trl import GRPOConfig, GRPOTrainer
-
-    vocab = {"<pad>": 0, "<eos>": 1, "?": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=len(vocab),
-            n_layer=2,
-            n_head=2,
-            n_embd=32,
-            n_positions=32,
-            bos_token_id=1,
-            eos_token_id=1,
-            pad_token_id=0,
-        )
-    )
-    rng = random.Random(0)
-    prompts = list(
-        dict.fromkeys("".join(rng.choice(CHARS) for _ in range(3)) + "?" for _ in range(64))
-    )
-    targets = {p: set(rng.sample(CHARS, 10 if i % 2 == 0 else 3)) for i, p in enumerate(prompts)}
-
-    def reward(completions, prompts, **kw):
-        return [
-            float(c.replace(" ", "")[:1] in targets[p])
-            for p, c in zip(prompts, completions, strict=True)
-        ]
-
-    args = GRPOConfig(
-        output_dir=str(out),
-        num_generations=G,
-        per_device_train_batch_size=GROUPS * G,
-        max_completion_length=1,
-        max_steps=steps,
-        logging_steps=1,
-        log_completions=True,
-        report_to=[],
-        use_cpu=True,
-        learning_rate=1e-5,
-        beta=0.0,
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=0,
-    )
-    data = Dataset.from_dict({"prompt": prompts * 40})
-    return GRPOTrainer(
-        model=model, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer
-    )
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     from gpolab.integrations.trl import PlanCallback
+    from gpolab.integrations.trl_task import build
 
     out = tmp_path_factory.mktemp("trl-run")
-    trainer = build(out)
+    trainer = build(out, G=G, groups=GROUPS, steps=STEPS, lr=1e-5)
     callback = PlanCallback(trainer, groups_per_step=GROUPS, every=1)
     trainer.add_callback(callback)
     trainer.train()
@@ -156,3 +99,27 @@ def test_the_hook_records_its_seconds_and_the_trainer_settings(run):
     assert info["num_generations"] == G and info["loss_type"] == "dapo"
     assert info["seconds"]["hook"] > 0 and info["seconds"]["train"] > 0
     assert np.isfinite(info["overhead"])
+
+
+def test_a_trainer_without_the_hook_is_refused_in_one_line_before_training():
+    """TRL's AsyncGRPOTrainer scores rollouts in a worker process and has no
+    ``_generate_and_score_completions``: PlanCallback refuses it at construction (an instance of
+    the real class, its __init__ skipped: it needs a vLLM server), naming what is missing and
+    what to use instead; nothing is written."""
+    import warnings
+
+    from gpolab.integrations.trl import PlanCallback
+    from gpolab.validate import ConfigError
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # trl.experimental's import warning
+        from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+    assert not hasattr(AsyncGRPOTrainer, "_generate_and_score_completions")
+    trainer = object.__new__(AsyncGRPOTrainer)
+    with pytest.raises(ConfigError) as err:
+        PlanCallback(trainer, output_dir="never-written")
+    text = str(err.value)
+    assert "\n" not in text
+    assert "AsyncGRPOTrainer has no _generate_and_score_completions" in text
+    assert "use trl.GRPOTrainer with PlanCallback" in text
