@@ -112,6 +112,10 @@ def test_budget_config_errors_name_the_field():
         small(target=0.0).validate()
     with pytest.raises(validate.ConfigError, match="pools"):
         small(pools=(-1,)).validate()
+    cfg = configs.resolve(groupsize.Config, typed={"budget": True})  # --budget implies --train
+    assert cfg.train and cfg.budget and cfg.out == groupsize.BUDGET_OUT
+    with pytest.raises(validate.ConfigError, match="--budget: not used with train = False"):
+        configs.resolve(groupsize.Config, typed={"budget": True, "train": False})
     with pytest.raises(validate.ConfigError, match="--pools: not used"):
         configs.resolve(groupsize.Config, typed={"train": True, "pools": "0,8"})
     with pytest.raises(validate.ConfigError, match="--bandit-steps: not used"):

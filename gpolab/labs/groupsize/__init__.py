@@ -8,8 +8,8 @@ from gpolab.runner.commands import lab_command
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
     "gpolab groupsize --quick",
-    "gpolab groupsize --N 256,1024 --seeds 5000",
     "gpolab groupsize --train --env bandit --quick",
+    "gpolab groupsize --budget --quick",
 )
 
 register = lab_command(
@@ -19,6 +19,10 @@ register = lab_command(
     "gradient over every divisor G of N on the bandit, against the exact fixed-N MSE and its "
     "minimiser 1 + sqrt(C3/c1) (the paper: sqrt(c3/c1)).  --train: final suboptimality gap of "
     "SGD with N responses per step over many seeds, per G, N and step schedule, on the bandit "
-    "and the arithmetic surrogate.  Writes results, summary and curve tables (parquet and "
-    "csv), config.toml and groupsize_mse.png / groupsize_train.png to --out.",
+    "and the arithmetic surrogate.  --budget (a training check): equal total rollouts for "
+    "every N and G, prompts drawn afresh or from pools of P prompts, rollouts to a target "
+    "success rate, pass@1 and pass@k, beside the per-step optimum and "
+    "theory.groupsize.training_rule.  Writes results, summary and curve tables (parquet and "
+    "csv), config.toml and groupsize_mse.png / groupsize_train.png / groupsize_budget.png to "
+    "--out.",
 )

@@ -90,8 +90,8 @@ class Config(configs.Config):
                 "truth_samples": 32,
             },
         },
-        ("budget", True): {
-            "defaults": {"out": BUDGET_OUT},
+        ("budget", True): {  # a training check: --budget alone implies --train
+            "defaults": {"out": BUDGET_OUT, "train": True},
             "quick": {"seeds": 32, "bandit_N": (16, 128), "pools": (0, 8)},
         },
     }
