@@ -290,6 +290,41 @@ def _offpolicy_linear(t):
     return {**t, "results": res, "updates": upd}
 
 
+def _budget_universal_off(s):  # P = 0: a different best G at every N, flat ties, none reached
+    free = (s["pool"] == 0).to_numpy()
+    s.loc[free, "best_G"] = [2 ** (i + 1) for i in range(int(free.sum()))]
+    s.loc[free, "tied_G"] = s.loc[free, "best_G"].astype(str)
+    s.loc[free, ["tie_share", "best_reached"]] = (1.0, 0.0)
+    return s
+
+
+def _budget_shift_off(s):  # the best G rises with N without a pool only
+    for P, rows in s.groupby("pool"):
+        rising = [2 ** (i + 1) for i in range(len(rows))]
+        s.loc[rows.sort_values("N").index, "best_G"] = rising if P == 0 else 2
+    s["tied_G"] = s["best_G"].astype(str)
+    return s
+
+
+def _budget_rule_off(s):  # the rule's G never tied with the best; every G tied
+    s["rule_in_ties"] = False
+    s["tie_share"] = 1.0
+    return s
+
+
+def _compute_falls(s):  # the best G by J falls clearly from total/8 to total everywhere
+    s["best_G_value_c8"] = 64
+    s[["best_G_value_c1", "best_G_value_c2"]] = 2
+    s["tied_G_value_c1"] = s["tied_G_value_c2"] = "2"
+    return s
+
+
+def _two_rollouts_off(df):  # G = 2 at half the success rate; G = 16 untrained
+    df["value_c8"] = 0.5 * df["j0"]
+    df["pass1"] = df["j0"]
+    return df
+
+
 FALSIFY = {
     "U1": _results(_oracle_off),
     "U1-loglinear": _results(_oracle_off),
@@ -321,6 +356,11 @@ FALSIFY = {
     "gpolab-2": _kappa_off,
     "gpolab-4": _results(_plan_off),
     "U-Thm12": _offpolicy_linear,
+    "U4-train": _summary(_budget_universal_off),
+    "gpolab-pool-train": _summary(_budget_shift_off),
+    "gpolab-budget-rule": _summary(_budget_rule_off),
+    "I1": _summary(_compute_falls),
+    "W1": _results(_two_rollouts_off),
 }
 
 
