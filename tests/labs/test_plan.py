@@ -446,6 +446,19 @@ def test_the_recommendation_line(p, start):
     from gpolab.labs.plan import report as plan_report
 
     assert plan_report.recommendation(p).startswith(start)
+    model = {
+        "estimator_gstar": 8,
+        "estimator_spec": "trl/grpo",
+        "estimator_gstar_lo": 6,
+        "estimator_gstar_hi": 128,
+        "estimator_grid_max": 128,
+        "loo_model_gstar": 8,
+    }
+    line = plan_report.recommendation({**p, **model})
+    decided = p.get("gstar") is not None
+    assert line.startswith("use G = 8 for trl/grpo" if decided else start)
+    undecided_with_c1 = not decided and "gstar_c1" in p
+    assert line.endswith("puts G* at 8 for trl/grpo (95% 6 or more; loo's 8)") == undecided_with_c1
 
 
 # ----------------------------------------------------------------------------- issue 40

@@ -378,15 +378,28 @@ def recommendation(p: dict) -> str:
             f"would resolve it: the interval resamples whole prompts, so more distinct "
             f"prompts (here {n:,}; ~{math.ceil(factor * n):,}) with score norms shrink it, "
             "while more steps over the same prompts help only until each prompt's gradient "
-            "is known"
+            "is known" + _model_said(p)
         )
     if _finite(c1):
         return (
             f"{head}: the prompt variance c1 = {c1:.3g} is not above 0 at all, so no "
             "amount of this log pins G* (a lower bound: "
-            f"{lo if lo is not None else 'none'}); log more steps with score norms"
+            f"{lo if lo is not None else 'none'}); log more steps with score norms" + _model_said(p)
         )
     return f"{head}: {p.get('gstar_reason')}"
+
+
+def _model_said(p: dict) -> str:
+    """What gpolab's transfer model says where the data do not decide: it ties each prompt's
+    gradient size to its difficulty, so the prompts differ at least that much (c1's floor)."""
+    g, spec = p.get("estimator_gstar"), p.get("estimator_spec")
+    if g is None:
+        return ""
+    return (
+        f"; an assumption, not the data: gpolab's transfer model, in which a prompt's gradient "
+        f"size follows its difficulty (so c1 has a floor above 0), puts G* at {g} for {spec} "
+        f"({_interval(p, 'estimator_')}; loo's {p.get('loo_model_gstar')})"
+    )
 
 
 def _interval(p: dict, prefix: str) -> str:
