@@ -70,6 +70,7 @@ class Block:
     extract: Callable[[dict], dict]
     render: Callable[[dict], str]
     unchecked: str = ""  # what the check cannot compare, said in the block's head
+    source: str = ""  # a stored file the values come from, for a block that reads no experiment
 
 
 def _num(x, digits: int = 4) -> str:
@@ -912,6 +913,117 @@ def _budget_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- TRL's GRPOTrainer at several G against plan (tools/trl_groupsize.py, the TRL venv) ---------
+TRL_CSV = "docs/data/trl_groupsize.csv"
+
+
+def _trl_extract(t: dict) -> dict:
+    """The stored table of ``tools.trl_groupsize`` (TRL cannot run in the main venv): every value
+    as exact (SE 0), so the check compares the block with the file; the final reward keeps its
+    SE across seeds."""
+    import pandas as pd
+
+    df = pd.read_csv(Path(__file__).resolve().parents[1] / TRL_CSV)
+    first = df.iloc[0]
+    out = {
+        k: (float(first[col]), 0.0)
+        for k, col in (
+            ("N", "rollouts_per_step"),
+            ("steps", "steps"),
+            ("lr", "lr"),
+            ("target", "target"),
+            ("window", "window"),
+            ("base G", "base_G"),
+            ("plan gstar", "plan_gstar"),
+            ("plan lo", "plan_lo"),
+            ("plan hi", "plan_hi"),
+        )
+    }
+    model = first["plan_model"] if isinstance(first["plan_model"], str) else ""
+    out[f"plan model: {model}"] = (1.0, 0.0)
+    for r in df.to_dict("records"):
+        G = int(r["G"])
+        for k in ("B", "seeds", "reached", "rollouts_median", "rollouts_lo", "rollouts_hi") + (
+            "diff_median",
+            "diff_lo",
+            "diff_hi",
+        ):
+            out[f"G={G} {k}"] = (float(r[k]), 0.0)
+        out[f"G={G} final"] = (float(r["final_mean"]), float(r["final_se"]))
+    return out
+
+
+def _trl_rows(v: dict) -> list[dict]:
+    """The per-G rows of :func:`tools.trl_groupsize.compare` from a block's values."""
+    Gs = sorted(int(m[1]) for k in v if (m := re.fullmatch(r"G=(\d+) B", k)))
+    plan = {f"plan_{k}": _v(v, f"plan {k}") for k in ("gstar", "lo", "hi")}
+    return [
+        {
+            "G": G,
+            **{k: _v(v, f"G={G} {k}") for k in ("B", "seeds", "reached")},
+            **{
+                f"{k}_{e}": _v(v, f"G={G} {k}_{e}")
+                for k in ("rollouts", "diff")
+                for e in ("median", "lo", "hi")
+            },
+            "final": v[f"G={G} final"],
+            **plan,
+        }
+        for G in Gs
+    ]
+
+
+def _rollouts(x: float) -> str:
+    return "not reached" if math.isinf(x) else f"{x:,.0f}"
+
+
+def _trl_render(v: dict) -> str:
+    from tools.trl_groupsize import compare
+
+    rows = _trl_rows(v)
+    verdict = compare(rows)
+    model = next(k.split(": ", 1)[1] for k in v if k.startswith("plan model: "))
+    lines = [
+        "| G | prompts per step B | seeds reached | rollouts to target: median (95% interval) "
+        "| minus the fastest G's, paired by seed | final reward ± SE |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        f, se = r["final"]
+        d = (
+            "—"
+            if math.isnan(r["diff_median"])
+            else "(the fastest)"
+            if r["G"] == verdict["best"]
+            else (
+                f"{r['diff_median']:+,.0f} ({r['diff_lo']:+,.0f} .. {r['diff_hi']:+,.0f})"
+            ).replace("-", "−")
+        )
+        lines.append(
+            f"| {r['G']} | {r['B']:.0f} | {r['reached']:.0f} of {r['seeds']:.0f} | "
+            f"{_rollouts(r['rollouts_median'])} ({_rollouts(r['rollouts_lo'])} .. "
+            f"{_rollouts(r['rollouts_hi'])}) | {d} | {f:.3f} ± {se:.3f} |"
+        )
+    g, lo, hi = (_v(v, f"plan {k}") for k in ("gstar", "lo", "hi"))
+    if math.isnan(g):
+        said = f"no G* (the log cannot decide; lower bound {lo:.3g})"
+    else:
+        said = f"G* = {g:.3g} (95% interval {lo:.3g} .. {'∞' if math.isinf(hi) else f'{hi:.3g}'})"
+    lines += [
+        "",
+        f"N = {_v(v, 'N'):.0f} rollouts per step at every G, {_v(v, 'steps'):.0f} steps, "
+        f"learning rate {_v(v, 'lr'):g} (constant); target: the mean reward over "
+        f"{_v(v, 'window'):.0f} steps reaches {_v(v, 'target'):g}; the final reward is the mean "
+        f"of the last {_v(v, 'window'):.0f} steps. `gpolab plan` on the base run (G = "
+        f"{_v(v, 'base G'):.0f}, seed 0, every group measured): {said}"
+        + (f" for {model}" if model else "")
+        + ".",
+        "",
+        f"**Comparison**: {verdict['text']}.",
+    ]
+    return "\n".join(lines)
+
+
 BLOCKS = {
     b.name: b
     for b in (
@@ -1005,6 +1117,15 @@ BLOCKS = {
             _allocate_own_extract,
             _allocate_verdicts_render,
             "ratios and shares (no SE); rollouts to half the gap are checked",
+        ),
+        Block(
+            "trl-groupsize",
+            (),
+            _trl_extract,
+            _trl_render,
+            "TRL is not rerun (no torch in the main venv): the values are compared with the "
+            f"stored {TRL_CSV}, which `.venv-trl/bin/python -m tools.trl_groupsize` writes",
+            TRL_CSV,
         ),
     )
 }
@@ -1104,7 +1225,7 @@ def files(root: str | Path = ".") -> list[Path]:
 
 
 def _head(block: Block) -> str:
-    hashes = ", ".join(f"{e} config {config_hash(e)}" for e in block.experiments)
+    hashes = ", ".join(f"{e} config {config_hash(e)}" for e in block.experiments) or block.source
     note = f"; not checked: {block.unchecked}" if block.unchecked else ""
     return f"generated by `{COMMAND}` from {hashes}{note}"
 

@@ -70,6 +70,9 @@ COLUMNS = [
     "rollouts_median",
     "rollouts_lo",
     "rollouts_hi",
+    "diff_median",
+    "diff_lo",
+    "diff_hi",
     "final_mean",
     "final_se",
     "steps",
@@ -117,11 +120,43 @@ def _median_sorted(s: np.ndarray) -> np.ndarray:
     return np.where(np.isinf(hi), np.inf, (lo + hi) / 2)
 
 
+def paired_difference(x, y, *, level: float = 0.95, boot: int = 2000, seed: int = 0):
+    """(median(x) − median(y), lo, hi): a percentile bootstrap interval of the difference of
+    medians with the seeds resampled jointly (``x[i]``, ``y[i]``: the same seed, so the same
+    initial weights).  A replicate where both medians are ∞ (neither reached) counts as 0."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), (boot, len(x)))
+
+    def diff(a, b):
+        with np.errstate(invalid="ignore"):
+            d = _median_sorted(np.sort(a, axis=1)) - _median_sorted(np.sort(b, axis=1))
+        return np.where(np.isnan(d), 0.0, d)
+
+    a = (1 - level) / 2
+    lo, hi = np.quantile(diff(x[idx], y[idx]), [a, 1 - a], method="inverted_cdf")
+    return float(diff(x[None], y[None])[0]), float(lo), float(hi)
+
+
 def summarize(runs: pd.DataFrame, settings: dict, plan: dict) -> pd.DataFrame:
-    """One row per G from the per-run table (G, seed, rollouts_to_target, final)."""
+    """One row per G from the per-run table (G, seed, rollouts_to_target, final); ``diff_*``:
+    each G's median rollouts to target minus the fastest G's (:func:`paired_difference`, by
+    seed; NaN when no G's median reached)."""
+    by_G = {
+        int(G): d.sort_values("seed").set_index("seed")["rollouts_to_target"]
+        for G, d in runs.groupby("G", sort=True)
+    }
+    medians = {G: median_interval(x, boot=2)[0] for G, x in by_G.items()}
+    best = min(medians, key=lambda G: (medians[G], G))
     rows = []
     for G, d in runs.groupby("G", sort=True):
         med, lo, hi = median_interval(d["rollouts_to_target"], boot=settings["boot"])
+        x, y = by_G[int(G)].align(by_G[best], join="inner")
+        diff = (
+            paired_difference(x, y, boot=settings["boot"])
+            if math.isfinite(medians[best])
+            else (math.nan,) * 3
+        )
         final = d["final"].to_numpy(np.float64)
         reached = int(np.isfinite(d["rollouts_to_target"]).sum())
         rows.append(
@@ -135,6 +170,9 @@ def summarize(runs: pd.DataFrame, settings: dict, plan: dict) -> pd.DataFrame:
                 "rollouts_median": med,
                 "rollouts_lo": lo,
                 "rollouts_hi": hi,
+                "diff_median": diff[0],
+                "diff_lo": diff[1],
+                "diff_hi": diff[2],
                 "final_mean": float(final.mean()),
                 "final_se": float(final.std(ddof=1) / math.sqrt(len(final)))
                 if len(final) > 1
@@ -164,7 +202,9 @@ def compare(rows) -> dict:
     rollouts_hi, plan_gstar, plan_lo, plan_hi): ``best`` (the G with the fewest median rollouts
     to target; None when no G's median reached), ``tied`` (the G whose interval overlaps the
     best's, the best included), ``inside`` (those of ``tied`` in plan's interval), ``verdict``
-    (agree / disagree / inconclusive / no comparison) and ``text``, one line."""
+    (agree / disagree / inconclusive / no comparison) and ``text``, one line.  With the
+    ``diff_*`` columns, ``slower``: the G whose paired difference to the best is above 0 (the
+    sharper reading, said in the text; the verdict is the intervals' overlap)."""
     rows = rows.to_dict("records") if isinstance(rows, pd.DataFrame) else list(rows)
     plan = rows[0]
     lo, hi, gstar = plan["plan_lo"], plan["plan_hi"], plan["plan_gstar"]
@@ -176,12 +216,20 @@ def compare(rows) -> dict:
     tied = [int(r["G"]) for r in rows if r["rollouts_lo"] <= best["rollouts_hi"]]
     out.update(best=int(best["G"]), tied=tied)
     fastest = (
-        f"fastest G = {int(best['G'])} ({best['rollouts_median']:.0f} rollouts to target, 95% "
-        f"interval {best['rollouts_lo']:.0f} .. {_end(best['rollouts_hi'])})"
+        f"fastest G = {int(best['G'])} ({best['rollouts_median']:,.0f} rollouts to target, 95% "
+        f"interval {best['rollouts_lo']:,.0f} .. {_end(best['rollouts_hi'])})"
     )
     if len(tied) > 1:
         others = ", ".join(str(g) for g in tied if g != out["best"])
-        fastest += f", not told apart from G = {others}"
+        fastest += f", not told apart from G = {others} by the intervals' overlap"
+    if not math.isnan(rows[0].get("diff_lo", math.nan)):  # the sharper, paired reading
+        slower = [int(r["G"]) for r in rows if r["diff_lo"] > 0]
+        out["slower"] = slower
+        fastest += (
+            f"; paired by seed, G = {', '.join(map(str, slower))} slower than it"
+            if slower
+            else "; paired by seed, no G slower than it"
+        )
     if math.isnan(lo):
         return {**out, "text": f"{fastest}; plan gave no G* and no bound: no comparison"}
     inside = [g for g in tied if lo <= g <= hi]
@@ -202,7 +250,7 @@ def compare(rows) -> dict:
 
 
 def _end(x: float) -> str:
-    return "∞" if math.isinf(x) else f"{x:.3g}" if x < 1000 else f"{x:.0f}"
+    return "∞" if math.isinf(x) else f"{x:.3g}" if x < 1000 else f"{x:,.0f}"
 
 
 def plan_gstar(summary: dict) -> dict:
@@ -214,6 +262,8 @@ def plan_gstar(summary: dict) -> dict:
         key, model = "estimator_gstar", str(summary.get("estimator_spec") or "estimator")
     else:
         key, model = "gstar", "loo"
+        if summary.get("estimator_spec"):
+            model += f"; the run's estimator {summary['estimator_spec']}: not estimated"
     hi = _nan(summary.get(f"{key}_hi"))
     top = summary.get("estimator_grid_max") if key == "estimator_gstar" else None
     if top is not None and hi >= float(top):
@@ -261,11 +311,9 @@ def train(out, G: int, seed: int, s: dict, *, callback: bool = False):
 def run(s: dict, out: Path, *, progress=print) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """The base run and `gpolab plan` on it, then every (G, seed): (per-G rows, per-run rows,
     plan's G*)."""
-    from importlib import metadata
-
     from gpolab.runner.cli import main as gpolab
 
-    s = {**s, "trl_version": metadata.version("trl")}
+    s = {**s, "trl_version": _version("trl")}
     base = out / f"base-G{s['base']}"
     train(base, s["base"], 0, s, callback=True)
     args = ["plan", str(base), "--out", str(out / "plan")] + (["--quick"] if s["quick"] else [])
@@ -290,6 +338,15 @@ def run(s: dict, out: Path, *, progress=print) -> tuple[pd.DataFrame, pd.DataFra
             progress(f"G={G} seed={seed}: {per_run[-1]}")
     runs = pd.DataFrame(per_run)
     return summarize(runs, s, plan), runs, plan
+
+
+def _version(package: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def settings(args) -> dict:
@@ -330,6 +387,11 @@ def main(argv=None) -> int:
     p.add_argument("--window", type=int, help=f"steps in the sliding mean ({FULL['window']})")
     p.add_argument("--base", type=int, help=f"the base run's G for plan ({FULL['base']})")
     p.add_argument("--out", default="results/trl_groupsize", help="the runs' folders")
+    p.add_argument(
+        "--resummarize",
+        action="store_true",
+        help="no training: the per-G table again from --runs-csv and OUT/plan/plan.json",
+    )
     p.add_argument("--csv", default="docs/data/trl_groupsize.csv", help="per-G table")
     p.add_argument("--runs-csv", default="docs/data/trl_groupsize_runs.csv", help="per-run table")
     args = p.parse_args(argv)
@@ -338,7 +400,12 @@ def main(argv=None) -> int:
     except validate.ConfigError as e:
         print(f"{COMMAND}: {e}", file=sys.stderr)
         return 2
-    rows, runs, plan = run(s, Path(args.out), progress=lambda m: print(m, file=sys.stderr))
+    if args.resummarize:
+        runs = pd.read_csv(args.runs_csv)
+        plan = plan_gstar(json.loads((Path(args.out) / "plan" / "plan.json").read_text()))
+        rows = summarize(runs, {**s, "trl_version": _version("trl")}, plan)
+    else:
+        rows, runs, plan = run(s, Path(args.out), progress=lambda m: print(m, file=sys.stderr))
     for path, df in ((args.csv, rows), (args.runs_csv, runs)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(path, index=False)

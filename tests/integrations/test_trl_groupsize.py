@@ -34,6 +34,15 @@ def test_median_interval_keeps_runs_that_never_reached_and_never_gives_nan():
     assert tg.median_interval([7.0, 7.0], boot=50) == (7.0, 7.0, 7.0)
 
 
+def test_paired_difference_resamples_seeds_jointly():
+    x, y = np.array([300.0, 500.0, 400.0]), np.array([100.0, 300.0, 200.0])  # x = y + 200 per seed
+    assert tg.paired_difference(x, y, boot=500) == (200.0, 200.0, 200.0)  # paired: no spread
+    d, lo, hi = tg.paired_difference(x, y[::-1], boot=500)  # seeds unmatched: a spread
+    assert d == 200.0 and lo < 200.0 < hi
+    inf = math.inf  # both medians never reached: 0, never NaN
+    assert tg.paired_difference([inf, inf], [inf, inf], boot=50) == (0.0, 0.0, 0.0)
+
+
 def rows(medians, intervals, plan=(4.0, 3.0, 6.0)):
     return [
         {
@@ -67,6 +76,15 @@ def test_compare_is_inconclusive_when_intervals_overlap():
     assert "not told apart from G = 2" in c["text"]
 
 
+def test_compare_names_the_G_the_paired_reading_finds_slower():
+    r = rows([320, 300, 800], [(250, 400), (250, 350), (700, 900)], (12, 2, 20))
+    for x, lo in zip(r, (10.0, 0.0, -5.0), strict=True):
+        x["diff_lo"] = lo
+    c = tg.compare(r)
+    assert c["verdict"] == "inconclusive" and c["slower"] == [2]  # the verdict: the overlap
+    assert "paired by seed, G = 2 slower than it" in c["text"]
+
+
 def test_compare_without_a_reached_G_or_a_plan_bound_makes_no_comparison():
     inf = math.inf
     c = tg.compare(rows([inf, inf, inf], [(300, inf)] * 3))
@@ -93,6 +111,8 @@ def test_plan_gstar_reads_the_runs_estimator_first_and_open_ends_as_infinity():
     }
     p = tg.plan_gstar(est)
     assert (p["gstar"], p["lo"], p["hi"], p["model"]) == (8, 4, math.inf, est["estimator_spec"])
+    p = tg.plan_gstar({**loo, "estimator_spec": "trl/grpo", "estimator_gstar": None})
+    assert p["gstar"] == 5.9 and p["model"] == "loo; the run's estimator trl/grpo: not estimated"
     undecided = {"gstar": None, "gstar_lo": 3.3, "gstar_hi": "inf", "gstar_reason": "c1 ..."}
     p = tg.plan_gstar(undecided)
     assert math.isnan(p["gstar"]) and p["lo"] == 3.3 and p["hi"] == math.inf and p["reason"]
@@ -113,6 +133,7 @@ def test_summarize_counts_every_seed_and_the_final_rewards_standard_error():
     assert list(out.columns) == tg.COLUMNS and list(out["G"]) == [2, 4]
     assert list(out["seeds"]) == [3, 3] and list(out["reached"]) == [2, 3]
     assert list(out["rollouts_median"]) == [128.0, 32.0]
+    assert list(out["diff_median"]) == [96.0, 0.0]  # against the fastest, G = 4
     assert out["final_se"].iloc[0] == pytest.approx(0.1 / math.sqrt(3))
     assert list(out["B"]) == [s["rollouts"] // 2, s["rollouts"] // 4]
 
@@ -155,3 +176,20 @@ def test_the_harness_at_ci_size(tmp_path, capsys):
     assert (g["plan_model"].fillna("") == plan["model"]).all()
     assert tg.compare(g)["text"] in printed  # the printed comparison is the table's
     assert (tmp_path / "o" / f"base-G{q['base']}" / "gpolab" / "grad_norms.csv").is_file()
+
+
+# ---- the docs block ----------------------------------------------------------------------------
+def test_the_docs_block_is_the_stored_table_and_its_comparison():
+    """docs/plan.md's block renders its stored values, which equal the committed CSV's (TRL is
+    not rerun in the main venv); its comparison line is :func:`compare` of the CSV's rows; a
+    number that differs from the CSV is caught."""
+    from tools import readme
+
+    block = readme.BLOCKS["trl-groupsize"]
+    found = readme.blocks_of(readme.files(readme.Path(__file__).resolve().parents[2]))
+    fresh = block.extract({})
+    assert readme.stale(block, found["trl-groupsize"], fresh) == []
+    rows = pd.read_csv(readme.Path(__file__).resolve().parents[2] / readme.TRL_CSV)
+    assert f"**Comparison**: {tg.compare(rows)['text']}." in found["trl-groupsize"]["body"]
+    edited = {**fresh, "G=4 rollouts_median": (fresh["G=4 rollouts_median"][0] + 24, 0.0)}
+    assert readme.compare(edited, fresh)
