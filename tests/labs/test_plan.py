@@ -706,6 +706,32 @@ def test_plan_gives_the_trainers_estimator_gstar_beside_loos(tmp_path):
     assert "loo's G* = " in head and "The run's estimator: trl/grpo" in text
     loo = plan.pooled(plan.run(config(tmp_path, paths["table"], trainer_estimator="loo", **kw)))
     assert loo["estimator_gstar"] == loo["loo_model_gstar"] == p["loo_model_gstar"]
+    # the training rule on the log's own constants: 480 groups of 512 prompts, none repeated
+    from gpolab.theory import groupsize
+
+    c = groupsize.Constants(p["gstar_c1"], p["gstar_C2"], p["gstar_C3"])
+    assert p["rule_pool"] == 0 and p["rule_G"] == groupsize.training_rule(c, 256, 0)["G"]
+    assert "Training rule for loo" in text and f"use G = {p['rule_G']}:" in text
+
+
+@pytest.mark.parametrize(
+    "pool, prompts, groups, want",
+    [(-1, 8, 480, 8), (-1, 480, 480, 0), (0, 8, 480, 0), (64, 8, 480, 64)],
+)
+def test_the_training_rule_reads_the_pool(pool, prompts, groups, want):
+    """--pool -1 takes the log's distinct prompts as the pool when they repeat (a finite
+    dataset cycled), else prompts drawn afresh; 0 and a number are taken as given."""
+    from gpolab.theory import groupsize
+
+    p = {"prompts": prompts, "groups": groups, "budget": 64, "gstar": 5.0}
+    p |= {"gstar_c1": 0.01, "gstar_C2": 0.1, "gstar_C3": 0.16}
+    cfg = plan.Config(log="x", pool=pool)
+    row = plan.rule_row(cfg, p)
+    c = groupsize.Constants(0.01, 0.1, 0.16)
+    assert row["rule_pool"] == want and row["rule_G"] == groupsize.training_rule(c, 64, want)["G"]
+    assert row["rule_reason"].startswith("at N = 64 rollouts per step and")
+    undecided = plan.rule_row(cfg, {**p, "gstar": None})
+    assert undecided["rule_G"] is None and "decided" in undecided["rule_reason"]
 
 
 def test_plan_without_the_trainers_estimator_says_loo_only(tmp_path):

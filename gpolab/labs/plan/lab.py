@@ -91,6 +91,12 @@ class Config(configs.Config):
         "spec such as trl/grpo[scale_rewards=group]; '' reads it from the training hook's "
         "run.json, and without one only loo's G* is given)",
     )
+    pool: int = option(
+        -1,
+        "prompts in the run's training set, for the training rule (gpolab's, theory "
+        "groupsize.training_rule): -1 infers it from the log (its distinct prompts when they "
+        "repeat, else prompts drawn afresh), 0 prompts drawn afresh",
+    )
     success_threshold: float = option(
         math.nan,
         "binarize the rewards: reward >= T is a success (1), else a failure (0); e.g. "
@@ -147,6 +153,7 @@ class Config(configs.Config):
         )
         validate.real("target", self.target, 0.0, 1.0, open_low=True)
         validate.integer("N", self.N, 0)
+        validate.integer("pool", self.pool, -1)
         validate.integer("draws", self.draws, 10)
         validate.at_most(
             "draws",
@@ -360,6 +367,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     gs = gstar_row(cfg, log, levels, norms)
     replicates = gs.pop("replicates", None)
     gs.update(estimator_row(cfg, trainer, {**summary.iloc[-1].to_dict(), **gs}, replicates))
+    gs.update(rule_row(cfg, {**summary.iloc[-1].to_dict(), **gs}))
     for k, v in gs.items():
         summary[k] = [v if w == POOLED else None for w in summary["window"]]
     summary["format"], summary["reward"] = log.format, log.reward
@@ -701,6 +709,27 @@ def estimator_row(cfg: Config, run: dict, p: dict, replicates) -> dict:
     out.update({f"loo_model_{k}": loo.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")})
     out["estimator_grid_max"] = est.get("grid_max")
     return out
+
+
+def rule_row(cfg: Config, p: dict) -> dict:
+    """gpolab's training rule (:func:`gpolab.theory.groupsize.training_rule`) at the log's
+    responses per step N and pool P, from loo's constants when the log decides them: the G to
+    use in training and why (a finite pool moves it only through B = N/G <= P).  ``p``: the
+    pooled summary row with :func:`gstar_row`'s columns."""
+    from gpolab.theory import groupsize
+
+    prompts, groups, N = p.get("prompts") or 0, p.get("groups") or 0, int(p.get("budget") or 0)
+    P = cfg.pool if cfg.pool >= 0 else (prompts if groups >= 1.5 * prompts else 0)
+    out = {"rule_G": None, "rule_reason": None, "rule_pool": P}
+    if p.get("gstar") is None or not _finite_all(p.get("gstar_c1"), p.get("gstar_C3")):
+        out["rule_reason"] = "needs loo's G* decided by the log (## G*)"
+        return out
+    if N < 2:
+        out["rule_reason"] = f"needs at least 2 responses per step (the log's N = {N})"
+        return out
+    c = groupsize.Constants(float(p["gstar_c1"]), float(p["gstar_C2"]), float(p["gstar_C3"]))
+    rule = groupsize.training_rule(c, N, P)
+    return {**out, "rule_G": rule["G"], "rule_reason": rule["reason"]}
 
 
 def _finite_all(*xs) -> bool:

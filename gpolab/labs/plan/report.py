@@ -93,6 +93,7 @@ def report(cfg, tables: dict) -> str:
         "",
         "## Recommendation",
         recommendation(p),
+        *rule_text(p),
         "",
         *_difficulty_text(p),
         "",
@@ -387,6 +388,16 @@ def recommendation(p: dict) -> str:
             f"{lo if lo is not None else 'none'}); log more steps with score norms" + _model_said(p)
         )
     return f"{head}: {p.get('gstar_reason')}"
+
+
+def rule_text(p: dict) -> list[str]:
+    """gpolab's training rule at the log's budget and pool, when loo's G* is decided."""
+    if p.get("rule_G") is None:
+        return []
+    return [
+        "Training rule for loo (gpolab's; checked in SGD training by the claim "
+        f"gpolab-budget-rule, docs/groupsize.md): {p['rule_reason']}."
+    ]
 
 
 def _model_said(p: dict) -> str:
