@@ -310,7 +310,7 @@ def train(out, G: int, seed: int, s: dict, *, callback: bool = False):
 
 def run(s: dict, out: Path, *, progress=print) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """The base run and `gpolab plan` on it, then every (G, seed): (per-G rows, per-run rows,
-    plan's G*)."""
+    plan's G*); every run's per-step rewards go to ``out/rewards.csv``."""
     from gpolab.runner.cli import main as gpolab
 
     s = {**s, "trl_version": _version("trl")}
@@ -321,10 +321,13 @@ def run(s: dict, out: Path, *, progress=print) -> tuple[pd.DataFrame, pd.DataFra
         raise RuntimeError(f"gpolab {' '.join(args)} failed")
     plan = plan_gstar(json.loads((out / "plan" / "plan.json").read_text()))
     progress(f"plan: {plan}")
-    per_run = []
+    per_run, curves = [], []
     for G in s["gs"]:
         for seed in range(s["seeds"]):
             r, _ = train(out / "runs" / f"G{G}-s{seed}", G, seed, s)
+            curves.append(
+                pd.DataFrame({"G": G, "seed": seed, "step": np.arange(1, len(r) + 1), "reward": r})
+            )
             t = first_reach(r, s["target"], s["window"])
             per_run.append(
                 {
@@ -337,6 +340,7 @@ def run(s: dict, out: Path, *, progress=print) -> tuple[pd.DataFrame, pd.DataFra
             )
             progress(f"G={G} seed={seed}: {per_run[-1]}")
     runs = pd.DataFrame(per_run)
+    pd.concat(curves).to_csv(out / "rewards.csv", index=False)  # every step's reward, per run
     return summarize(runs, s, plan), runs, plan
 
 

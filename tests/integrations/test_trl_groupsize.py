@@ -170,6 +170,13 @@ def test_the_harness_at_ci_size(tmp_path, capsys):
         assert np.all(reached >= q["window"] * q["rollouts"])
         assert row["rollouts_lo"] <= row["rollouts_median"] <= row["rollouts_hi"]
         assert 0 <= row["final_mean"] <= 1 and row["final_mean"] == pytest.approx(d["final"].mean())
+    curves = pd.read_csv(tmp_path / "o" / "rewards.csv")  # TRL's logged reward of every step
+    assert len(curves) == len(r) * q["steps"]
+    for run in r.itertuples():
+        c = curves[(curves["G"] == run.G) & (curves["seed"] == run.seed)]["reward"].to_numpy()
+        reach = tg.first_reach(c, q["target"], q["window"]) * q["rollouts"]
+        assert run.rollouts_to_target == reach
+        assert run.final == pytest.approx(c[-q["window"] :].mean())
     plan = tg.plan_gstar(json.loads((tmp_path / "o" / "plan" / "plan.json").read_text()))
     for key, col in (("gstar", "plan_gstar"), ("lo", "plan_lo"), ("hi", "plan_hi")):
         assert np.allclose(g[col], plan[key], equal_nan=True)
