@@ -350,6 +350,28 @@ def score_norms(
     return jax.vmap(lambda t: jnp.sum(ravel_pytree(t)[0] ** 2))(grads)
 
 
+def logit_proxy(params: ArithmeticParams, features: jax.Array, tokens: jax.Array) -> jax.Array:
+    """verl's forward-only score-norm proxy W(τ) = Σ_t [1 − 2 π_t(y_t) + Σ_a π_t(a)²] of each
+    sequence (..., filler + thoughts + LENGTH) → (...): the squared norm of ∇_logits log π_t(y_t)
+    summed over the counted tokens (those of :func:`log_prob`), without the network's Jacobian
+    or the cross-token terms of ‖∇_θ log π‖² (:func:`score_norms`).  Source: verl
+    ``trainer/ppo/metric_utils.py::compute_variance_proxy_metrics`` (``w_per_timestep``)."""
+    F = params.filler
+    core = tokens[..., F:]
+    features = jnp.broadcast_to(features, tokens.shape[:-1] + features.shape[-1:])
+    p = jax.nn.softmax(params.model.apply(params.weights, features, core))
+    p_y = jnp.take_along_axis(p, core[..., None], -1)[..., 0]
+    live = jnp.concatenate(
+        [jnp.ones(core.shape[:-1] + (params.thoughts,)), live_mask(answer_part(core))], -1
+    )
+    w = jnp.sum(live * (1 - 2 * p_y + jnp.sum(p * p, -1)), -1)
+    if F:
+        pf = filler_probs(params, features)
+        pf_y = jnp.take_along_axis(pf[..., None, :], tokens[..., :F, None], -1)[..., 0]
+        w = w + jnp.sum(1 - 2 * pf_y + jnp.sum(pf * pf, -1)[..., None], -1)
+    return w
+
+
 POLICIES = {"base": 0.15, "instruct": 0.40, "icl": 0.65}  # target mean V(x) of each strength
 NAME = "arithmetic"
 

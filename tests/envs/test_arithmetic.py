@@ -255,3 +255,26 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators():
         assert g["d"].sum() > 4 * np.sqrt(np.sum(g["se"] ** 2)), g
         powered = g[g["exact"] > 6 * g["se"]]
         assert len(powered) >= 2 and (powered["d"] > 3 * powered["se"]).all(), g
+
+
+def test_logit_proxy_is_the_logit_gradient_norm(filler_setup):
+    """verl's W(τ) = Σ_t [1 − 2 π_t(y_t) + Σ_a π_t(a)²] is ‖∇_z log softmax(z_t)[y_t]‖² summed
+    over the counted tokens (filler and the answer up to its first <eos>): checked against
+    autodiff with respect to the logits, token by token."""
+    q, params = filler_setup
+    f = q.features[2]
+    toks = ar.sample(jax.random.key(5), params, f, 16)
+    F = params.filler
+
+    def sq_grad(z, y):
+        g = jax.grad(lambda z: jax.nn.log_softmax(z)[y])(z)
+        return jnp.sum(g * g)
+
+    feats = jnp.broadcast_to(f, (16, ar.FEATURES))
+    logits = params.model.apply(params.weights, feats, toks[:, F:])  # (16, LENGTH, V)
+    core = jax.vmap(jax.vmap(sq_grad))(logits, toks[:, F:])
+    live = ar.live_mask(ar.answer_part(toks[:, F:]))
+    zf = params.model.apply(params.weights, f, method=ar.Policy.filler_logits)
+    fill = jax.vmap(jax.vmap(lambda y: sq_grad(zf, y)))(toks[:, :F])
+    want = jnp.sum(core * live, -1) + jnp.sum(fill, -1)
+    np.testing.assert_allclose(ar.logit_proxy(params, f, toks), want, rtol=1e-5)

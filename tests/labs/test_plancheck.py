@@ -11,7 +11,7 @@ from gpolab.envs import arithmetic, bandit
 from gpolab.labs.plancheck import lab as pc
 from gpolab.validate import ConfigError
 
-COLUMNS = ["step", "prompt", "prompt_id", "reward", "proxy", "length", "completion"]
+COLUMNS = ["step", "prompt", "prompt_id", "reward", "proxy", "length", "completion", "logit_proxy"]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_degenerate_truth_matches_numpy(sim, params):
 def test_frame_layout(sim):
     fr, G, B = sim.frame, sim.truth["G"], 32
     assert list(fr.columns) == COLUMNS and len(fr) == 50 * B * G
-    for col, kind in zip(COLUMNS, "iOifffO", strict=True):
+    for col, kind in zip(COLUMNS, "iOifffOf", strict=True):
         assert fr[col].dtype.kind == kind or (kind == "O" and fr[col].dtype == "str"), col
     sizes = fr.groupby(["step", "prompt_id"]).size()
     assert set(sizes) == {G}  # one group per (step, prompt): distinct prompts within a step
@@ -185,3 +185,25 @@ def test_arithmetic_log_against_truth():
         assert np.isfinite(t[key]) and t[key] >= 0, key
     assert t["gstar"] > 1 and 0 < t["C3_se"] < 0.01 * t["C3"]
     assert t["degenerate"][8] == pytest.approx(np.mean(t["V"] ** 8 + (1 - t["V"]) ** 8))
+    _verl_proxy_calibrated_by_one_scale(sim)
+
+
+def _verl_proxy_calibrated_by_one_scale(sim):
+    """verl's forward-only W(τ) (logit-gradient norms) against the exact score norm q on the
+    arithmetic log: a poor per-response proxy (correlation 0.48, and the ratio q/W is 5.0 for
+    successes, 7.5 for failures), yet scaled by one factor k = Σq/ΣW it gives G*'s constants
+    as the exact q does (c1 within 0.1 of its bootstrap SD, C3 within 3%).  k needs some exact
+    score norms: W alone is in logit coordinates, the gradient norms in parameter ones."""
+    from gpolab.theory import gstar
+
+    fr = sim.frame
+    q, W, z = (fr[c].to_numpy() for c in ("proxy", "logit_proxy", "reward"))
+    assert 0.3 < np.corrcoef(q, W)[0, 1] < 0.7
+    ratio = q[z == 1].mean() / W[z == 1].mean(), q[z == 0].mean() / W[z == 0].mean()
+    assert ratio[0] < 0.8 * ratio[1]
+    group = (fr["step"].astype(str) + "/" + fr["prompt"]).to_numpy()
+    kw = dict(clusters=fr["prompt"].to_numpy(), boot=400)
+    exact = gstar.gstar(z, q, group, sim.norms, 8, **kw)
+    scaled = gstar.gstar(z, W * q.sum() / W.sum(), group, sim.norms, 8, **kw)
+    assert abs(scaled["c1"] - exact["c1"]) < 0.1 * exact["c1_se"]
+    assert scaled["C3"] == pytest.approx(exact["C3"], rel=0.03)

@@ -108,8 +108,9 @@ def batch_order(key: jax.Array, prompts: int, steps: int, B: int) -> np.ndarray:
     return order[:steps].astype(np.int64)
 
 
-def rollout_frame(order, rewards, proxy, length, completion) -> pd.DataFrame:
-    """One row per response from (steps, B) prompt ids and (steps, B, G) per-response values."""
+def rollout_frame(order, rewards, proxy, length, completion, logit_proxy) -> pd.DataFrame:
+    """One row per response from (steps, B) prompt ids and (steps, B, G) per-response values
+    (``logit_proxy``: verl's forward-only W(τ), :func:`gpolab.envs.arithmetic.logit_proxy`)."""
     steps, B, G = np.shape(rewards)
     ids = np.repeat(np.asarray(order, dtype=np.int64).reshape(-1), G)
     return pd.DataFrame(
@@ -121,6 +122,7 @@ def rollout_frame(order, rewards, proxy, length, completion) -> pd.DataFrame:
             "proxy": np.asarray(proxy, dtype=np.float64).reshape(-1),
             "length": np.asarray(length, dtype=np.float64).reshape(-1),
             "completion": list(completion),
+            "logit_proxy": np.asarray(logit_proxy, dtype=np.float64).reshape(-1),
         }
     )
 
@@ -207,12 +209,14 @@ def simulate_bandit(
         jax.random.fold_in(key, 2), params, jnp.asarray(order.reshape(-1), jnp.int32), G
     )
     actions_ = np.asarray(actions_)
+    proxy = bandit_proxy(params, order.reshape(-1), actions_)  # also verl's W (one token)
     frame = rollout_frame(
         order,
         np.asarray(rewards).reshape(steps, B, G),
-        bandit_proxy(params, order.reshape(-1), actions_),
+        proxy,
         np.asarray(bandit.response_length(params, jnp.asarray(order.reshape(-1)), actions_)),
         (f"a{a}" for a in actions_.reshape(-1)),
+        proxy,
     )
     norms = grad_norms(bandit.ENV, params, jax.random.fold_in(key, 3), G, norm_batches, norm_steps)
     truth = truth_summary(bandit.exact(params), G, norm_batches, settings=settings, V_exact=True)
@@ -247,11 +251,12 @@ def arithmetic_instance(seed: int, policy: str, questions: int) -> arithmetic.Ar
 
 @jax.jit
 def _arithmetic_per_response(policy, features, tokens):
-    """(n, G) proxy ‖∇_θ log π(y|x)‖² and length (filler + answer tokens up to the first <eos>)
-    for tokens (n, G, T) of questions with ``features`` (n, F): one question at a time."""
+    """(n, G) proxy ‖∇_θ log π(y|x)‖², length (filler + answer tokens up to the first <eos>) and
+    verl's forward-only W(τ) for tokens (n, G, T) of questions with ``features`` (n, F)."""
     proxy = jax.lax.map(lambda a: arithmetic.score_norms(policy, a[0], a[1]), (features, tokens))
     live = arithmetic.live_mask(arithmetic.answer_part(tokens))
-    return proxy, policy.filler + jnp.sum(live, axis=-1)
+    logit = jax.vmap(arithmetic.logit_proxy, in_axes=(None, 0, 0))(policy, features, tokens)
+    return proxy, policy.filler + jnp.sum(live, axis=-1), logit
 
 
 def simulate_arithmetic(
@@ -279,7 +284,7 @@ def simulate_arithmetic(
         jax.random.fold_in(key, 2), instance, theta, prompts, G
     )
     feats = instance.questions.features[prompts]
-    proxy, length = _arithmetic_per_response(instance.policy, feats, tokens)
+    proxy, length, logit = _arithmetic_per_response(instance.policy, feats, tokens)
     answers = np.asarray(arithmetic.answer_part(tokens)).reshape(-1, arithmetic.LENGTH)
     frame = rollout_frame(
         order,
@@ -287,6 +292,7 @@ def simulate_arithmetic(
         proxy,
         length,
         (answer_text(a) for a in answers),
+        logit,
     )
     norms = grad_norms(env, instance, jax.random.fold_in(key, 3), G, norm_batches, norm_steps)
     truth = jax.jit(env.exact)(instance, theta)
