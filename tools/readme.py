@@ -856,14 +856,13 @@ def _budget_extract(t: dict) -> dict:
     df, s = t["groupsize_budget"]["results"], t["groupsize_budget"]["summary"]
     out = {}
     for r in df.itertuples():
-        at = f"P={r.pool} N={r.N} G={r.G}"
+        at = f"{r.env} P={r.pool} N={r.N} G={r.G}"
         for name in ("rollouts", "reached", "pass1", "passk"):
             out[f"{at} {name}"] = (_f(getattr(r, name)), _f(getattr(r, f"{name}_se")))
     for r in s.itertuples():
-        out[f"P={r.pool} N={r.N} rule"] = (float(r.rule_G), 0.0)
+        out[f"{r.env} P={r.pool} N={r.N} rule"] = (float(r.rule_G), 0.0)
     out["target"] = (_f(df["target"].iloc[0]), None)
     out["k"] = (_f(df["k"].iloc[0]), None)
-    out["total"] = (_f(df["total"].iloc[0]), None)
     return out
 
 
@@ -882,19 +881,20 @@ def _budget_best(v: dict, at: str, Gs: list[int], name: str, sign: int) -> tuple
 def _budget_render(v: dict) -> str:
     from gpolab.engine import Z95  # deferred: jax
 
-    k, total = int(_v(v, "k")), int(_v(v, "total"))
+    k = int(_v(v, "k"))
     lines = [
-        f"| P | N | fewest rollouts to target: G (tied) | its rollouts ± 95% (reached) | rule's "
-        f"G: rollouts ± 95% | best G by pass@1 / pass@{k} at {total:,} rollouts |",
-        "|---|---|---|---|---|---|",
+        f"| env | P | N | fewest rollouts to target: G (tied) | its rollouts ± 95% (reached) | "
+        f"rule's G: rollouts ± 95% | best G by final pass@1 / pass@{k} |",
+        "|---|---|---|---|---|---|---|",
     ]
     settings = {}
     for key in v:
         if key.endswith(" rollouts"):
-            P, N, G = (int(p.split("=")[1]) for p in key.split()[:3])
-            settings.setdefault((P, N), []).append(G)
-    for (P, N), Gs in settings.items():
-        at = f"P={P} N={N}"
+            env, *rest = key.split()[:4]
+            P, N, G = (int(p.split("=")[1]) for p in rest)
+            settings.setdefault((env, P, N), []).append(G)
+    for (env, P, N), Gs in settings.items():
+        at = f"{env} P={P} N={N}"
         best, tied = _budget_best(v, at, sorted(Gs), "rollouts", 1)
         b1, _ = _budget_best(v, at, sorted(Gs), "pass1", -1)
         bk, _ = _budget_best(v, at, sorted(Gs), "passk", -1)
@@ -907,8 +907,8 @@ def _budget_render(v: dict) -> str:
         ties = ", ".join(map(str, tied))
         reached = _share(_v(v, f"{at} G={best} reached"))
         lines.append(
-            f"| {P or '∞'} | {N} | **{best}** ({ties}) | {cell(best)} ({reached}) | {rule}: "
-            f"{cell(rule)} | {b1} / {bk} |"
+            f"| {env} | {P or '∞'} | {N} | **{best}** ({ties}) | {cell(best)} ({reached}) | "
+            f"{rule}: {cell(rule)} | {b1} / {bk} |"
         )
     return "\n".join(lines)
 

@@ -72,7 +72,7 @@ def small(**kw) -> groupsize.Config:
         seeds=8,
         bandit_N=(8, 16),
         pools=(0, 4),
-        total=256,
+        bandit_total=256,
         prompts=8,
         actions=8,
         instance_seed=3,
@@ -106,8 +106,12 @@ def test_budget_rows_cover_the_feasible_divisors_and_carry_the_rule():
 
 
 def test_budget_config_errors_name_the_field():
-    with pytest.raises(validate.ConfigError, match="total: got 100 for bandit_N = 8"):
-        small(total=100).validate()
+    with pytest.raises(validate.ConfigError, match="bandit_total: got 100 for bandit_N = 8"):
+        small(bandit_total=100).validate()
+    with pytest.raises(validate.ConfigError, match="--arithmetic-total: not used"):
+        configs.resolve(
+            groupsize.Config, typed={"budget": True, "env": "bandit", "arithmetic_total": 64}
+        )
     with pytest.raises(validate.ConfigError, match="target"):
         small(target=0.0).validate()
     with pytest.raises(validate.ConfigError, match="pools"):
@@ -137,9 +141,10 @@ def test_the_experiments_quick_run_has_its_shape():
     exp = experiments.load(experiments.DEFAULT_DIR / "groupsize_budget.toml")
     cfg = exp.config(True, "results")
     assert cfg.budget and cfg.bandit_N == (16, 128) and cfg.pools == (0, 8)
+    assert cfg.envs == ("bandit", "arithmetic") and cfg.arithmetic_N == (128,)
     out = groupsize.run(cfg.replace(seeds=4))
-    assert len(out["results"]) == len(groupsize.row_ids(cfg)) == 4 + 7 + 4 + 4
-    assert len(out["summary"]) == 4
+    assert len(out["results"]) == len(groupsize.row_ids(cfg)) == (4 + 7 + 4 + 4) + (7 + 4)
+    assert len(out["summary"]) == 6
 
 
 # ---------------------------------------------------------------- ledger statistics
@@ -230,7 +235,7 @@ def _pair_rows(j2, j16, se=0.002, j0=0.2):
         rows.append({"pool": pool, "N": 2 * B, "G": 2, "value_c8": j2, "value_c8_se": se})
         rows.append({"pool": pool, "N": 16 * B, "G": 16, "pass1": j16, "pass1_se": se, "j0": j0})
         rows.append({"pool": pool, "N": 16 * B, "G": 2, "pass1": j16, "pass1_se": se, "j0": j0})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).assign(env="bandit")
 
 
 def test_two_rollouts_ratio_and_its_control():
@@ -264,3 +269,26 @@ def test_rule_match_and_its_control():
     half = s.assign(rule_in_ties=[True, False] * 4)  # 4 of 8: at the threshold, within one SE
     assert verdict("gpolab-budget-rule", {"summary": half}) == "inconclusive"
     assert math.isfinite(claims_stats.budget_rule({"summary": s})["se"]["rule_match_frac"])
+
+
+def test_the_budget_statistics_read_each_env_on_its_own():
+    """Universality asks one shared G per env (the envs' G* differ); the pool shift compares N
+    within one env."""
+    two = pd.concat(
+        [
+            summary([(0, 16, 4, [4], {}), (0, 64, 4, [4, 8], {})]),
+            summary([(0, 16, 2, [2], {}), (0, 64, 2, [2], {})]).assign(env="arithmetic"),
+        ]
+    ).reset_index(drop=True)
+    assert verdict("U4-train", {"summary": two, "results": results()}) == "reproduced"
+    one_moves = two.assign(best_G=[4, 4, 2, 8], tied_G=["4", "4,8", "2", "8"])
+    assert verdict("U4-train", {"summary": one_moves, "results": results()}) == "partly"
+    mixed = pd.concat(
+        [
+            summary([(0, 16, 4, [4], {}), (0, 256, 4, [4], {})]),
+            summary([(8, 16, 2, [2], {}), (8, 256, 32, [32], {})]).assign(env="arithmetic"),
+        ]
+    ).reset_index(drop=True)
+    assert verdict("gpolab-pool-train", {"summary": mixed}) == "reproduced"
+    across = mixed.assign(env=["bandit", "arithmetic", "bandit", "arithmetic"])
+    assert claims_stats.budget_pool_shift({"summary": across})["rises"] == 0  # never across envs

@@ -916,12 +916,14 @@ def budget_universal(t: dict) -> dict:
     s = t["summary"][t["summary"]["pool"] == 0]
     if s.empty:
         return {"shared_best": math.nan, "se": {"shared_best": 0.0}, "detail": "no P = 0 rows"}
-    shared = set.intersection(*(_gs(x) for x in s["tied_G"]))
+    shared = {
+        env: set.intersection(*(_gs(x) for x in rows["tied_G"])) for env, rows in s.groupby("env")
+    }
     n = int(t["results"]["n_seeds"].min())
     reached = float(s["best_reached"].min())
     return {
-        "shared_best": int(bool(shared)),
-        "distinct_best": int(s["best_G"].nunique()),
+        "shared_best": int(all(shared.values())),
+        "distinct_best": int(s.groupby("env")["best_G"].nunique().max()),
         "tie_share_max": float(s["tie_share"].max()),
         "best_reached_min": reached,
         "se": {
@@ -932,9 +934,11 @@ def budget_universal(t: dict) -> dict:
         },
         "detail": "prompts drawn afresh; fewest rollouts to target per N: "
         + ", ".join(
-            f"N={r.N}: G={r.best_G} (tied {r.tied_G}; rule {r.rule_G})" for r in s.itertuples()
+            f"{r.env} N={r.N}: G={r.best_G} (tied {r.tied_G}; rule {r.rule_G})"
+            for r in s.itertuples()
         )
-        + f"; G tied at every N: {sorted(shared) or 'none'}",
+        + "; G tied at every N: "
+        + ", ".join(f"{env} {sorted(g) or 'none'}" for env, g in shared.items()),
     }
 
 
@@ -961,7 +965,7 @@ def budget_compute_rise(t: dict) -> dict:
         },
         "detail": "best G by J at compute total/8 → /4 → /2 → total, per (P, N): "
         + "; ".join(
-            f"P={r.pool} N={r.N}: {r.best_G_value_c8} → {r.best_G_value_c4} → "
+            f"{r.env} P={r.pool} N={r.N}: {r.best_G_value_c8} → {r.best_G_value_c4} → "
             f"{r.best_G_value_c2} → {r.best_G_value_c1}"
             for r in s.itertuples()
         ),
@@ -974,17 +978,17 @@ def two_vs_sixteen(t: dict) -> dict:
     J of G = 2 after total/(16B) steps over J of G = 16 after as many, the smallest over (P, B)
     (delta-method SE); control: G = 16's gain over J(θ0) at least 3 SE everywhere (else nothing
     trained and any ratio is near 1)."""
-    r = t["results"].set_index(["pool", "N", "G"])
+    r = t["results"].set_index(["env", "pool", "N", "G"])
     ratios, gains, parts = [], [], []
-    for P, N, G in r.index:
-        if G != 2 or (P, 8 * N, 16) not in r.index:
+    for env, P, N, G in r.index:
+        if G != 2 or (env, P, 8 * N, 16) not in r.index:
             continue
-        two, big = r.loc[(P, N, 2)], r.loc[(P, 8 * N, 16)]
+        two, big = r.loc[(env, P, N, 2)], r.loc[(env, P, 8 * N, 16)]
         ratio = ratio_and_se(two["value_c8"], two["value_c8_se"], big["pass1"], big["pass1_se"])
         ratios.append(ratio)
         gains.append((big["pass1"] - big["j0"]) / big["pass1_se"])
         parts.append(
-            f"P={P} B={N // 2}: J {two['value_c8']:.4f} (G=2, N={N}) vs {big['pass1']:.4f} "
+            f"{env} P={P} B={N // 2}: J {two['value_c8']:.4f} (G=2, N={N}) vs {big['pass1']:.4f} "
             f"(G=16, N={8 * N}), ratio {ratio[0]:.4f} ± {ratio[1]:.4f}"
         )
     if not ratios:
@@ -1005,23 +1009,27 @@ def budget_pool_shift(t: dict) -> dict:
     negative control: with prompts drawn afresh (P = 0) it does not."""
     s = t["summary"]
     rises = {}
-    for P, sub in s.groupby("pool"):
+    for (env, P), sub in s.groupby(["env", "pool"], sort=False):
         sub = sub.sort_values("N")
         lo, hi = sub.iloc[0], sub.iloc[-1]
-        rises[int(P)] = int(hi["best_G"] > lo["best_G"] and lo["best_G"] not in _gs(hi["tied_G"]))
-    finite = [P for P in rises if P]
+        rises[env, int(P)] = int(
+            hi["best_G"] > lo["best_G"] and lo["best_G"] not in _gs(hi["tied_G"])
+        )
+    finite = [k for k in rises if k[1]]
+    infinite = [rises[k] for k in rises if not k[1]]
     return {
-        "rises": sum(rises[P] for P in finite),
+        "rises": sum(rises[k] for k in finite),
         "n_pools": len(finite),
-        "rises_infinite": rises.get(0, math.nan),
+        "rises_infinite": sum(infinite) if infinite else math.nan,
         "se": {"rises": 0.0, "n_pools": 0.0, "rises_infinite": 0.0},
         "detail": "best G by rollouts to target, smallest → largest N: "
         + "; ".join(
-            f"P={P}: "
+            f"{env} P={P}: "
             + " → ".join(
-                f"{r.best_G} (N={r.N})" for r in s[s["pool"] == P].sort_values("N").itertuples()
+                f"{r.best_G} (N={r.N})"
+                for r in s[(s["env"] == env) & (s["pool"] == P)].sort_values("N").itertuples()
             )
-            for P in rises
+            for env, P in rises
         ),
     }
 
@@ -1042,6 +1050,7 @@ def budget_rule(t: dict) -> dict:
         "detail": f"{exact} of {n} settings: the rule's G is the best; per (P, N) rule / best "
         "(ties): "
         + "; ".join(
-            f"P={r.pool} N={r.N}: {r.rule_G} / {r.best_G} ({r.tied_G})" for r in s.itertuples()
+            f"{r.env} P={r.pool} N={r.N}: {r.rule_G} / {r.best_G} ({r.tied_G})"
+            for r in s.itertuples()
         ),
     }

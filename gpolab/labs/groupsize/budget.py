@@ -3,8 +3,9 @@ against the training optimum (issue 42).
 
 SGD on the env with N rollouts per step, loo advantages and a constant step, at every feasible
 divisor G of N, for every pool size P of ``pools`` (0: prompts drawn afresh from f every step;
-P ≥ 1: a pool of P prompts, :mod:`gpolab.labs.groupsize.pool`).  Every run gets the same total of
-``total`` rollouts (steps = total/N), so budgets N are compared at equal compute.  Success is
+P ≥ 1: a pool of P prompts, :mod:`gpolab.labs.groupsize.pool`).  Every run of an env gets the
+same total of rollouts (``{env}_total``, steps = total/N), so budgets N are compared at equal
+compute.  Success is
 measured on the *target* distribution: the prompt law f (P = 0) or the pool's own prompts (the
 training set, P ≥ 1), exactly from the policy's V per prompt after every step:
 
@@ -88,7 +89,8 @@ def budget_row(
     ctx = setup(env)
     ps = setup((env, pool)) if pool else None
     target = ps.params if ps else ctx.params
-    steps = cfg.total // N
+    total = getattr(cfg, f"{env}_total")
+    steps = total // N
     f = jnp.result_type(float)
     args = (
         ctx.params,
@@ -105,15 +107,15 @@ def budget_row(
     curve = np.asarray(out["curve"], np.float64)
     j0, j_star = float(curve[0, 0]), ps.j_star if ps else ctx.j_star
     level = j0 + cfg.target * (j_star - j0)
-    rollouts, reached = hitting(curve, level, N, cfg.total)
+    rollouts, reached = hitting(curve, level, N, total)
     row = {"env": env, "pool": pool, "N": N, "G": G, "B": N // G, "steps": steps}
-    row.update(n_seeds=int(curve.shape[0]), total=cfg.total, target=cfg.target, k=cfg.pass_k)
+    row.update(n_seeds=int(curve.shape[0]), total=total, target=cfg.target, k=cfg.pass_k)
     stats = {
         "rollouts": rollouts,
         "reached": reached.astype(np.float64),
         "pass1": curve[:, -1],
         "passk": np.asarray(out["passk"], np.float64),
-        **{f"value_c{d}": curve[:, cfg.total // (d * N)] for d in CHECKPOINTS},
+        **{f"value_c{d}": curve[:, total // (d * N)] for d in CHECKPOINTS},
     }
     for name, x in stats.items():
         m, se = mean_se(x)

@@ -64,6 +64,8 @@ ON_BANDIT_TRAIN = {"train": (True,), "env": ("bandit", "both")}
 ON_ARITH_TRAIN = {"train": (True,), "env": ("arithmetic", "both")}
 ON_BANDIT_SCHEDULED = {**ON_BANDIT_TRAIN, "budget": (False,)}
 ON_ARITH_SCHEDULED = {**ON_ARITH_TRAIN, "budget": (False,)}
+ON_BANDIT_BUDGET = {**ON_BANDIT_TRAIN, "budget": (True,)}
+ON_ARITH_BUDGET = {**ON_ARITH_TRAIN, "budget": (True,)}
 BANDIT_FIELDS = ("kind", "prompts", "actions", "logit_scale", "success_a", "success_b")
 ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
 
@@ -92,7 +94,13 @@ class Config(configs.Config):
         },
         ("budget", True): {  # a training check: --budget alone implies --train
             "defaults": {"out": BUDGET_OUT, "train": True},
-            "quick": {"seeds": 32, "bandit_N": (16, 128), "pools": (0, 8)},
+            "quick": {
+                "seeds": 32,
+                "bandit_N": (16, 128),
+                "arithmetic_N": (128,),
+                "pools": (0, 8),
+                "questions": 100,
+            },
         },
     }
 
@@ -131,7 +139,6 @@ class Config(configs.Config):
     pools: tuple[int, ...] = option(
         (0, 16, 64), "comma list of pool sizes P (0: prompts drawn afresh every step)", when=BUDGET
     )
-    total: int = option(16384, "rollouts per run (steps = total/N; 8N must divide it)", when=BUDGET)
     target: float = option(
         0.3,
         "target success rate as the share of the gap J* - J(theta0) closed, on the prompt "
@@ -146,6 +153,9 @@ class Config(configs.Config):
         (64, 256), "comma list of budgets N per step", when=ON_BANDIT_TRAIN
     )
     bandit_steps: int = option(100, "SGD steps", when=ON_BANDIT_SCHEDULED)
+    bandit_total: int = option(
+        16384, "rollouts per budget run (steps = total/N; 8N must divide it)", when=ON_BANDIT_BUDGET
+    )
     bandit_eta_constant: float = option(32.0, "constant step size", when=ON_BANDIT_TRAIN)
     bandit_eta_decay: float = option(
         64.0, "eta0 of the decaying schedule", when=ON_BANDIT_SCHEDULED
@@ -155,6 +165,9 @@ class Config(configs.Config):
         (32, 128), "comma list of budgets N per step", when=ON_ARITH_TRAIN
     )
     arithmetic_steps: int = option(50, "SGD steps", when=ON_ARITH_SCHEDULED)
+    arithmetic_total: int = option(
+        8192, "rollouts per budget run (steps = total/N; 8N must divide it)", when=ON_ARITH_BUDGET
+    )
     arithmetic_eta_constant: float = option(0.5, "constant step size", when=ON_ARITH_TRAIN)
     arithmetic_eta_decay: float = option(
         2.0, "eta0 of the decaying schedule", when=ON_ARITH_SCHEDULED
@@ -239,13 +252,14 @@ class Config(configs.Config):
         validate.integers("pools", self.pools, 0)
         for P in self.pools:
             validate.at_most("pools", P, MAX_POOL, "each seed permutes the whole pool")
-        validate.integer("total", self.total, 8)
-        validate.at_most("total", self.total, 1 << 22, "rollouts per SGD run")
         for env in self.envs:
+            total = getattr(self, f"{env}_total")
+            validate.integer(f"{env}_total", total, 8)
+            validate.at_most(f"{env}_total", total, 1 << 22, "rollouts per SGD run")
             for N in getattr(self, f"{env}_N"):
-                if self.total % (max(budgets.CHECKPOINTS) * N):
+                if total % (max(budgets.CHECKPOINTS) * N):
                     raise validate.ConfigError(
-                        f"total: got {self.total} for {env}_N = {N}; allowed: a multiple of "
+                        f"{env}_total: got {total} for {env}_N = {N}; allowed: a multiple of "
                         f"{max(budgets.CHECKPOINTS)}·N = {max(budgets.CHECKPOINTS) * N} (whole "
                         "steps at every compute checkpoint)"
                     )
@@ -573,7 +587,7 @@ def row_settings(cfg: Config, rid: dict) -> dict:
     if cfg.budget:
         settings.update(
             budget=True,
-            total=cfg.total,
+            total=getattr(cfg, f"{env}_total"),
             target=cfg.target,
             pass_k=cfg.pass_k,
             eta0=getattr(cfg, f"{env}_eta_constant"),

@@ -104,17 +104,25 @@ def train_figure(tables: dict, path) -> Path:
 
 
 def budget_figure(tables: dict, path) -> Path:
-    """Rollouts to the target success rate vs G at equal total rollouts: one panel per pool size
-    P, one line per N (95% CI bands), the best G starred and the rule's G ringed."""
+    """Rollouts to the target success rate vs G at equal total rollouts: one row of panels per
+    env, one panel per pool size P, one line per N (95% CI bands), the best G starred and the
+    rule's G ringed."""
     plt = pyplot()
     df, summary = tables["results"], tables["summary"]
-    Ps = list(dict.fromkeys(summary["pool"]))
+    envs, Ps = list(dict.fromkeys(summary["env"])), list(dict.fromkeys(summary["pool"]))
     fig, axes = plt.subplots(
-        1, len(Ps), figsize=(4.2 * len(Ps), 4.0), constrained_layout=True, squeeze=False
+        len(envs),
+        len(Ps),
+        figsize=(4.2 * len(Ps), 3.6 * len(envs)),
+        constrained_layout=True,
+        squeeze=False,
     )
-    for ax, P in zip(axes[0], Ps, strict=True):
-        for i, s in enumerate(summary[summary["pool"] == P].itertuples()):
-            sub = df[(df["pool"] == P) & (df["N"] == s.N)].sort_values("G")
+    for ax, (env, P) in zip(axes.flat, [(e, P) for e in envs for P in Ps], strict=True):
+        mine = df[(df["env"] == env) & (df["pool"] == P)]
+        for i, s in enumerate(
+            summary[(summary["env"] == env) & (summary["pool"] == P)].itertuples()
+        ):
+            sub = mine[mine["N"] == s.N].sort_values("G")
             G = sub["G"].to_numpy(float)
             color = f"C{i}"
             ax.plot(G, sub["rollouts"], "o-", color=color, ms=4, lw=1, label=f"N = {s.N}")
@@ -126,11 +134,11 @@ def budget_figure(tables: dict, path) -> Path:
             ax.plot(s.rule_G, at.loc[s.rule_G, "rollouts"], "o", mfc="none", color="k", ms=10)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("group size G")
-        ax.set_title("prompts drawn afresh" if P == 0 else f"pool of P = {P} prompts")
+        where = "prompts drawn afresh" if P == 0 else f"pool of P = {P} prompts"
+        total = f"censored at {int(mine['total'].iloc[0]):,}" if len(mine) else ""
+        ax.set_title(f"{env}: {where} ({total})", fontsize=9)
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel(
-        f"rollouts to close {df['target'].iloc[0]:.0%} of the gap "
-        f"(censored at {int(df['total'].iloc[0]):,})"
-    )
+    for row in axes:
+        row[0].set_ylabel(f"rollouts to close {df['target'].iloc[0]:.0%} of the gap")
     fig.suptitle(f"Training optimum vs rule (★ best, ○ rule's G); {seeds_label(df)}", fontsize=9)
     return save(fig, path)
