@@ -292,3 +292,25 @@ def test_the_budget_statistics_read_each_env_on_its_own():
     assert verdict("gpolab-pool-train", {"summary": mixed}) == "reproduced"
     across = mixed.assign(env=["bandit", "arithmetic", "bandit", "arithmetic"])
     assert claims_stats.budget_pool_shift({"summary": across})["rises"] == 0  # never across envs
+
+
+@pytest.mark.parametrize(
+    "argv, start",
+    [
+        (["--budget", "--pools", "0,2000000"], "pools: got 2000000; allowed: at most 1,048,576"),
+        (["--budget", "--env", "bandit", "--bandit-total", "100"], "bandit_total: got 100 for"),
+        (["--budget", "--target", "2"], "target: got 2"),
+        (["--budget", "--pass-k", "0"], "pass_k: got 0"),
+        (["--train", "--pools", "0,8"], "--pools: not used with train = True, budget = False"),
+    ],
+)
+def test_bad_budget_flags_are_one_line_before_any_run(argv, start, tmp_path, capsys, monkeypatch):
+    from gpolab import engine
+    from gpolab.runner.cli import main
+
+    monkeypatch.setattr(engine, "per_seed", lambda *a, **k: pytest.fail("computed"))
+    out = tmp_path / "o"
+    assert main(["groupsize", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"gpolab groupsize: error: {start}"), err
+    assert not out.exists()
