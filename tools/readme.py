@@ -915,6 +915,7 @@ def _budget_render(v: dict) -> str:
 
 # ---- TRL's GRPOTrainer at several G against plan (tools/trl_groupsize.py, the TRL venv) ---------
 TRL_CSV = "docs/data/trl_groupsize.csv"
+TRL_PLANS_CSV = "docs/data/trl_groupsize_plans.csv"
 
 
 def _trl_extract(t: dict) -> dict:
@@ -950,6 +951,15 @@ def _trl_extract(t: dict) -> dict:
         ):
             out[f"G={G} {k}"] = (float(r[k]), 0.0)
         out[f"G={G} final"] = (float(r["final_mean"]), float(r["final_se"]))
+    plans = pd.read_csv(Path(__file__).resolve().parents[1] / TRL_PLANS_CSV)
+    for r in plans.to_dict("records"):
+        at = f"base={int(r['base_G'])}"
+        for k in ("groups", "plan_gstar", "plan_lo", "plan_hi"):
+            out[f"{at} {k}"] = (float(r[k]), 0.0)
+        out[f"{at} model: {r['plan_model'] if isinstance(r['plan_model'], str) else ''}"] = (
+            1.0,
+            0.0,
+        )
     return out
 
 
@@ -975,6 +985,33 @@ def _trl_rows(v: dict) -> list[dict]:
 
 def _rollouts(x: float) -> str:
     return "not reached" if math.isinf(x) else f"{x:,.0f}"
+
+
+def _trl_plans(v: dict, rows: list[dict]) -> list[str]:
+    """The base runs' table: plan's G* from each, and the comparison it would give."""
+    from tools.trl_groupsize import compare
+
+    bases = sorted(int(m[1]) for k in v if (m := re.fullmatch(r"base=(\d+) groups", k)))
+    lines = [
+        "| `gpolab plan` on the base run at G | groups measured | G* (95% interval) | modelled "
+        "| its comparison with the table |",
+        "|---|---|---|---|---|",
+    ]
+    for G in bases:
+        at = f"base={G}"
+        g, lo, hi = (_v(v, f"{at} plan_{k}") for k in ("gstar", "lo", "hi"))
+        model = next(k.split(": ", 1)[1] for k in v if k.startswith(f"{at} model: "))
+        if math.isnan(g):
+            said = "none" if math.isnan(lo) else f"none (bound ≥ {lo:.3g})"
+        else:
+            said = f"{g:.3g} ({lo:.3g} .. {'∞' if math.isinf(hi) else f'{hi:.3g}'})"
+        c = compare([{**r, "plan_gstar": g, "plan_lo": lo, "plan_hi": hi} for r in rows])
+        held = f"holds G = {', '.join(map(str, c['inside']))}" if c["inside"] else "holds none"
+        verdict = c["verdict"] if c["verdict"] == "no comparison" else f"{c['verdict']}: {held}"
+        lines.append(
+            f"| {G} | {_v(v, f'{at} groups'):,.0f} | {said} | {model or '—'} | {verdict} |"
+        )
+    return lines
 
 
 def _trl_render(v: dict) -> str:
@@ -1009,6 +1046,7 @@ def _trl_render(v: dict) -> str:
         said = f"no G* (the log cannot decide; lower bound {lo:.3g})"
     else:
         said = f"G* = {g:.3g} (95% interval {lo:.3g} .. {'∞' if math.isinf(hi) else f'{hi:.3g}'})"
+    lines += ["", *_trl_plans(v, rows)]
     lines += [
         "",
         f"N = {_v(v, 'N'):.0f} rollouts per step at every G, {_v(v, 'steps'):.0f} steps, "
@@ -1124,8 +1162,9 @@ BLOCKS = {
             _trl_extract,
             _trl_render,
             "TRL is not rerun (no torch in the main venv): the values are compared with the "
-            f"stored {TRL_CSV}, which `.venv-trl/bin/python -m tools.trl_groupsize` writes",
-            TRL_CSV,
+            f"stored {TRL_CSV} and {TRL_PLANS_CSV}, which `.venv-trl/bin/python -m "
+            "tools.trl_groupsize` writes",
+            f"{TRL_CSV}, {TRL_PLANS_CSV}",
         ),
     )
 }

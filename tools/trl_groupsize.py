@@ -14,15 +14,17 @@ within the run, kept and reported as not reached) and the **final reward** (mean
 bootstrap interval (seeds resampled; a median of ∞ is "not reached"), the share of seeds that
 reached, the final reward's mean ± SE.
 
-The **base run** (G = ``base``, seed 0, the same settings) carries ``PlanCallback`` measuring every
-group of every step; ``gpolab plan`` on its folder gives G* and its 95% interval (the estimator
-the run trains, ``estimator_gstar*``, where plan gives it; loo's ``gstar*`` otherwise).
+The **base runs** (one per G of ``bases``, seed 0, the same settings) carry ``PlanCallback``
+measuring every group of every step; ``gpolab plan`` on each folder gives G* and its 95% interval
+(the estimator the run trains, ``estimator_gstar*``, where plan gives it; loo's ``gstar*``
+otherwise).  The comparison reads the one at G = ``base``; the others show how much plan's answer
+depends on the run it reads.
 
 **Comparison** (:func:`compare`): the best G is the one with the fewest median rollouts to target;
 the G whose intervals overlap the best's are not told apart from it ("inconclusive" when there is
 more than one); the verdict says whether the best G (or the set not told apart) lies in plan's
-interval.  Output: ``--csv`` (one row per G with the settings, the intervals and plan's G*) and
-``--runs-csv`` (one row per run).
+interval.  Output: ``--csv`` (one row per G with the settings, the intervals and plan's G*),
+``--runs-csv`` (one row per run) and ``--plans-csv`` (one row per base run).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ FULL = {
     "target": 0.5,
     "window": 10,
     "base": 8,
+    "bases": (4, 6, 8, 16),
     "boot": 2000,
 }
 QUICK = {
@@ -58,6 +61,7 @@ QUICK = {
     "steps": 30,
     "window": 5,
     "base": 4,
+    "bases": (4,),
     "boot": 200,
 }
 COLUMNS = [
@@ -86,6 +90,7 @@ COLUMNS = [
     "plan_model",
     "trl_version",
 ]
+PLAN_COLUMNS = ["base_G", "groups", "plan_gstar", "plan_lo", "plan_hi", "plan_model", "reason"]
 
 
 # ---- bookkeeping (numpy only) -------------------------------------------------------------------
@@ -260,6 +265,8 @@ def plan_gstar(summary: dict) -> dict:
     the top of plan's G grid (``estimator_grid_max``) is open: ∞."""
     if summary.get("estimator_gstar") is not None:
         key, model = "estimator_gstar", str(summary.get("estimator_spec") or "estimator")
+        if summary.get("gstar") is None:
+            model += "; loo's G*: not estimated"
     else:
         key, model = "gstar", "loo"
         if summary.get("estimator_spec"):
@@ -308,19 +315,36 @@ def train(out, G: int, seed: int, s: dict, *, callback: bool = False):
     return np.asarray(rewards, np.float64), trainer
 
 
-def run(s: dict, out: Path, *, progress=print) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """The base run and `gpolab plan` on it, then every (G, seed): (per-G rows, per-run rows,
-    plan's G*); every run's per-step rewards go to ``out/rewards.csv``."""
+def plans(s: dict, out: Path, *, progress=print) -> pd.DataFrame:
+    """A base run at each G of ``s["bases"]`` (seed 0, ``PlanCallback`` on every group of every
+    step) and `gpolab plan` on its folder (``out/plan-G{G}``): one row per base run."""
     from gpolab.runner.cli import main as gpolab
 
-    s = {**s, "trl_version": _version("trl")}
-    base = out / f"base-G{s['base']}"
-    train(base, s["base"], 0, s, callback=True)
-    args = ["plan", str(base), "--out", str(out / "plan")] + (["--quick"] if s["quick"] else [])
-    if gpolab(args) != 0:
-        raise RuntimeError(f"gpolab {' '.join(args)} failed")
-    plan = plan_gstar(json.loads((out / "plan" / "plan.json").read_text()))
-    progress(f"plan: {plan}")
+    rows = []
+    for G in s["bases"]:
+        base, folder = out / f"base-G{G}", out / f"plan-G{G}"
+        train(base, G, 0, s, callback=True)
+        args = ["plan", str(base), "--out", str(folder)] + (["--quick"] if s["quick"] else [])
+        if gpolab(args) != 0:
+            raise RuntimeError(f"gpolab {' '.join(args)} failed")
+        rows.append(plan_row(G, s, folder))
+        progress(f"plan on the base run at G = {G}: {rows[-1]}")
+    return pd.DataFrame(rows, columns=PLAN_COLUMNS)
+
+
+def plan_row(G: int, s: dict, folder: Path) -> dict:
+    """One base run's row: :func:`plan_gstar` of ``folder/plan.json``."""
+    p = plan_gstar(json.loads((Path(folder) / "plan.json").read_text()))
+    return {
+        "base_G": G,
+        "groups": s["steps"] * (s["rollouts"] // G),
+        **{f"plan_{k}": p[k] for k in ("gstar", "lo", "hi", "model")},
+        "reason": p["reason"] or "",
+    }
+
+
+def grid(s: dict, out: Path, *, progress=print) -> pd.DataFrame:
+    """Every (G, seed) run: one row each; their per-step rewards go to ``out/rewards.csv``."""
     per_run, curves = [], []
     for G in s["gs"]:
         for seed in range(s["seeds"]):
@@ -339,9 +363,16 @@ def run(s: dict, out: Path, *, progress=print) -> tuple[pd.DataFrame, pd.DataFra
                 }
             )
             progress(f"G={G} seed={seed}: {per_run[-1]}")
-    runs = pd.DataFrame(per_run)
-    pd.concat(curves).to_csv(out / "rewards.csv", index=False)  # every step's reward, per run
-    return summarize(runs, s, plan), runs, plan
+    out.mkdir(parents=True, exist_ok=True)
+    pd.concat(curves).to_csv(out / "rewards.csv", index=False)
+    return pd.DataFrame(per_run)
+
+
+def primary(s: dict, plan_rows: pd.DataFrame) -> dict:
+    """The comparison's plan: the row of the base run at ``s["base"]``, as :func:`summarize`
+    reads it."""
+    r = plan_rows[plan_rows["base_G"] == s["base"]].iloc[0]
+    return {k: r[f"plan_{k}"] for k in ("gstar", "lo", "hi", "model")}
 
 
 def _version(package: str) -> str:
@@ -361,13 +392,18 @@ def settings(args) -> dict:
             s[k] = getattr(args, k)
     if args.gs:
         s["gs"] = tuple(args.gs)
+    if args.bases:
+        s["bases"] = tuple(args.bases)
+    s["bases"] = tuple(sorted({*s["bases"], s["base"]}))  # the comparison's base among them
     validate.integer("seeds", s["seeds"], 2)
     validate.integer("steps", s["steps"], 1)
     validate.integer("window", s["window"], 1)
     validate.integer("base", s["base"], 3)  # plan's U-statistics need groups of >= 3
     if s["window"] > s["steps"]:
         raise validate.ConfigError(f"--window {s['window']} > --steps {s['steps']}")
-    for G in (*s["gs"], s["base"]):
+    for G in s["bases"]:
+        validate.integer("base G", G, 3)
+    for G in (*s["gs"], *s["bases"]):
         validate.integer("G", G, 2)
         if s["rollouts"] % G or s["rollouts"] // G < 2:
             raise validate.ConfigError(
@@ -389,34 +425,51 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, help=f"learning rate ({FULL['lr']})")
     p.add_argument("--target", type=float, help=f"target reward ({FULL['target']})")
     p.add_argument("--window", type=int, help=f"steps in the sliding mean ({FULL['window']})")
-    p.add_argument("--base", type=int, help=f"the base run's G for plan ({FULL['base']})")
+    p.add_argument("--base", type=int, help=f"the comparison's base run G ({FULL['base']})")
+    p.add_argument("--bases", type=int, nargs="+", help=f"base runs' G ({FULL['bases']})")
     p.add_argument("--out", default="results/trl_groupsize", help="the runs' folders")
-    p.add_argument(
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--plans-only",
+        action="store_true",
+        help="train the base runs only; the (G, seed) runs are read from --runs-csv",
+    )
+    mode.add_argument(
         "--resummarize",
         action="store_true",
-        help="no training: the per-G table again from --runs-csv and OUT/plan/plan.json",
+        help="no training: the tables again from --runs-csv and OUT/plan-G*/plan.json",
     )
     p.add_argument("--csv", default="docs/data/trl_groupsize.csv", help="per-G table")
     p.add_argument("--runs-csv", default="docs/data/trl_groupsize_runs.csv", help="per-run table")
+    p.add_argument(
+        "--plans-csv", default="docs/data/trl_groupsize_plans.csv", help="per-base-run table"
+    )
     args = p.parse_args(argv)
     try:
         s = settings(args)
     except validate.ConfigError as e:
         print(f"{COMMAND}: {e}", file=sys.stderr)
         return 2
+    out, say = Path(args.out), lambda m: print(m, file=sys.stderr)
+    s["trl_version"] = _version("trl")
     if args.resummarize:
-        runs = pd.read_csv(args.runs_csv)
-        plan = plan_gstar(json.loads((Path(args.out) / "plan" / "plan.json").read_text()))
-        rows = summarize(runs, {**s, "trl_version": _version("trl")}, plan)
+        plan_rows = pd.DataFrame(
+            [plan_row(G, s, out / f"plan-G{G}") for G in s["bases"]], columns=PLAN_COLUMNS
+        )
     else:
-        rows, runs, plan = run(s, Path(args.out), progress=lambda m: print(m, file=sys.stderr))
-    for path, df in ((args.csv, rows), (args.runs_csv, runs)):
+        plan_rows = plans(s, out, progress=say)
+    runs = (
+        pd.read_csv(args.runs_csv)
+        if args.resummarize or args.plans_only
+        else grid(s, out, progress=say)
+    )
+    rows = summarize(runs, s, primary(s, plan_rows))
+    for path, df in ((args.csv, rows), (args.runs_csv, runs), (args.plans_csv, plan_rows)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(path, index=False)
     print(rows.to_string(index=False))
+    print(plan_rows.to_string(index=False))
     print(compare(rows)["text"])
-    if plan["reason"]:
-        print(f"plan: {plan['reason']}")
     return 0
 
 

@@ -111,6 +111,8 @@ def test_plan_gstar_reads_the_runs_estimator_first_and_open_ends_as_infinity():
     }
     p = tg.plan_gstar(est)
     assert (p["gstar"], p["lo"], p["hi"], p["model"]) == (8, 4, math.inf, est["estimator_spec"])
+    p = tg.plan_gstar({**est, "gstar": None})
+    assert p["model"] == f"{est['estimator_spec']}; loo's G*: not estimated"
     p = tg.plan_gstar({**loo, "estimator_spec": "trl/grpo", "estimator_gstar": None})
     assert p["gstar"] == 5.9 and p["model"] == "loo; the run's estimator trl/grpo: not estimated"
     undecided = {"gstar": None, "gstar_lo": 3.3, "gstar_hi": "inf", "gstar_reason": "c1 ..."}
@@ -152,8 +154,9 @@ def test_bad_settings_are_one_line_before_any_run(tmp_path, capsys):
 def test_the_harness_at_ci_size(tmp_path, capsys):
     pytest.importorskip("torch")
     pytest.importorskip("trl")
-    csv, runs_csv = tmp_path / "g.csv", tmp_path / "r.csv"
+    csv, runs_csv, plans_csv = tmp_path / "g.csv", tmp_path / "r.csv", tmp_path / "p.csv"
     argv = ["--quick", "--out", str(tmp_path / "o"), "--csv", str(csv), "--runs-csv", str(runs_csv)]
+    argv += ["--plans-csv", str(plans_csv)]
     assert tg.main(argv) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     g, r = pd.read_csv(csv), pd.read_csv(runs_csv)
@@ -177,12 +180,19 @@ def test_the_harness_at_ci_size(tmp_path, capsys):
         reach = tg.first_reach(c, q["target"], q["window"]) * q["rollouts"]
         assert run.rollouts_to_target == reach
         assert run.final == pytest.approx(c[-q["window"] :].mean())
-    plan = tg.plan_gstar(json.loads((tmp_path / "o" / "plan" / "plan.json").read_text()))
+    plan = tg.plan_gstar(json.loads((tmp_path / "o" / "plan-G4" / "plan.json").read_text()))
+    plans = pd.read_csv(plans_csv)
+    assert list(plans.columns) == tg.PLAN_COLUMNS and list(plans["base_G"]) == [q["base"]]
+    assert plans["groups"].iloc[0] == q["steps"] * q["rollouts"] // q["base"]
     for key, col in (("gstar", "plan_gstar"), ("lo", "plan_lo"), ("hi", "plan_hi")):
         assert np.allclose(g[col], plan[key], equal_nan=True)
     assert (g["plan_model"].fillna("") == plan["model"]).all()
     assert tg.compare(g)["text"] in printed  # the printed comparison is the table's
     assert (tmp_path / "o" / f"base-G{q['base']}" / "gpolab" / "grad_norms.csv").is_file()
+    again = tmp_path / "g2.csv"  # --resummarize: the same tables from the stored files alone
+    argv = ["--quick", "--resummarize", "--out", str(tmp_path / "o"), "--csv", str(again)]
+    assert tg.main([*argv, "--runs-csv", str(runs_csv), "--plans-csv", str(plans_csv)]) == 0
+    assert again.read_text() == csv.read_text()
 
 
 # ---- the docs block ----------------------------------------------------------------------------
