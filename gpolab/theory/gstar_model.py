@@ -30,7 +30,9 @@ and with B = N/G prompts per step of N responses (all Beta averages in closed fo
 
 Two targets, both relative to ‖g‖²:
 
-* ``rescaled`` (the one G* optimizes): the MSE after the best step-size rescaling,
+* ``rescaled`` (the one G* optimizes, through ``nsr`` = V_B/K1², which has the same minimiser
+  and keeps one as ‖g‖² → 0, where a log often leaves ‖g‖²): the MSE after the best step-size
+  rescaling,
   1 − (E ĝ·g)²/(‖g‖² E‖ĝ_B‖²) = V_B/(V_B + K1²‖μ‖²), V_B = (M2 − K1²‖μ‖²)/B: noise against the
   estimator's own mean, the SNR at equal rollouts.  A step size absorbs any constant scale (std
   normalization's κ ≈ 1/σ), so this is the target a tuned run sees.  For loo it is a monotone
@@ -128,15 +130,16 @@ def fit(c1: float, g_sq: float, s: float, a: float, alpha: float, beta: float) -
             return f"{name} = {v} is not finite"
     if not (alpha > 0 and beta > 0):
         return f"the difficulty fit Beta({alpha:.3g}, {beta:.3g}) is not proper"
-    if g_sq <= 0:
-        return f"‖g‖² = {g_sq:.3g} is not above 0: the mean gradient is not resolved"
     if s <= 0:
         return f"s = {s:.3g} is not above 0: no reward variance within the groups"
     K0 = np.exp(_beta_ratio(alpha, beta, 0.5, 0.5))
     e_pq = np.exp(_beta_ratio(alpha, beta, 1.0, 1.0))
-    mu_sq = g_sq / K0**2
-    nu = (c1 + g_sq) / e_pq
     notes = []
+    if g_sq <= 0:  # the rescaled target's minimiser has a limit as ‖g‖² → 0 (criteria)
+        notes.append(f"‖g‖² = {g_sq:.3g} is not above 0: taken as 0 (the mean gradient is small)")
+        g_sq = 0.0
+    mu_sq = g_sq / K0**2
+    nu = max(c1 + g_sq, 0.0) / e_pq
     if nu < mu_sq:
         notes.append(
             f"c1 = {c1:.3g} is below the model's floor ‖g‖²(E p(1−p)/(E√(p(1−p)))² − 1) = "
@@ -159,29 +162,36 @@ def fit(c1: float, g_sq: float, s: float, a: float, alpha: float, beta: float) -
 
 def criteria(t: Terms, m: Model, N: float) -> dict[str, np.ndarray]:
     """Per G of ``t`` at N responses per step: ``rescaled`` and ``mse`` (module docstring, both
-    relative to ‖g‖²), ``scale`` = K1/K0 (E ĝ = scale · g) and ``noise`` = V_B/‖g‖²."""
+    relative to ‖g‖²; NaN when ‖g‖² = 0), ``scale`` = K1/K0 (E ĝ = scale · g), ``noise`` =
+    V_B/‖g‖² and ``nsr`` = V_B/K1², the noise over the estimator's squared mean scale:
+    ``rescaled`` = nsr/(nsr + ‖μ‖²) is increasing in it, so both have one minimiser, and nsr's
+    is defined at ‖g‖² = 0 too (loo's is then the law's with c1 = E‖g_X‖²)."""
     G = t.G.astype(np.float64)
     M2 = (m.q1 * t.D1 + m.q0 * t.D0) / G + (G - 1) / G * m.nu * t.X
     signal = t.K1**2 * m.mu_sq
     V = np.maximum(M2 - signal, 0.0) * G / N
     g_sq = m.K0**2 * m.mu_sq
     with np.errstate(divide="ignore", invalid="ignore"):
-        rescaled = np.where(V + signal > 0, V / (V + signal), 1.0)
-    return {
-        "rescaled": rescaled,
-        "mse": (t.K1 / m.K0 - 1) ** 2 + V / g_sq,
-        "scale": t.K1 / m.K0,
-        "noise": V / g_sq,
-    }
+        nsr = np.where(t.K1 != 0, V / t.K1**2, np.inf)
+        return {
+            "rescaled": V / (V + signal) if g_sq > 0 else np.full(G.shape, np.nan),
+            "mse": (t.K1 / m.K0 - 1) ** 2 + V / g_sq if g_sq > 0 else np.full(G.shape, np.nan),
+            "scale": t.K1 / m.K0,
+            "noise": V / g_sq if g_sq > 0 else np.full(G.shape, np.nan),
+            "nsr": nsr,
+        }
 
 
-def best(t: Terms, m: Model, N: float, target: str = "rescaled") -> int:
-    """The G of ``t`` (G <= N) minimising ``target`` at N responses per step."""
+def best(t: Terms, m: Model, N: float, target: str = "nsr") -> int | None:
+    """The G of ``t`` (G <= N) minimising ``target`` at N responses per step (``nsr``: the
+    rescaled target's minimiser); None when the target is not defined (``mse`` at ‖g‖² = 0)."""
     keep = t.G <= N
     if not keep.any():
         raise validate.ConfigError(f"N: got {N}; allowed: at least {int(t.G.min())} responses")
-    values = criteria(t, m, N)[target]
-    return int(t.G[keep][np.argmin(values[keep])])
+    values = criteria(t, m, N)[target][keep]
+    if np.all(np.isnan(values)):
+        return None
+    return int(t.G[keep][np.nanargmin(values)])
 
 
 def gstar(
@@ -213,7 +223,7 @@ def gstar(
         "gstar": G,
         "gstar_mse": best(t, m, N, "mse"),
         "scale": float(crit["scale"][i]),
-        "rescaled": float(crit["rescaled"][i]),
+        "rescaled": float(crit["rescaled"][i]),  # NaN when ‖g‖² is taken as 0
         "grid_max": int(t.G[t.G <= N].max()),
         "gstar_lo": None,
         "gstar_hi": None,

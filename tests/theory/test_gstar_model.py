@@ -75,9 +75,17 @@ def test_model_parameters_and_their_guards():
     assert m.K0**2 * m.mu_sq == pytest.approx(0.05)
     low = gm.fit(-1.0, 0.05, 0.2, 0.21, AL, BE)  # c1 below the model's floor: τ² = 0
     assert low.nu == low.mu_sq and "parallel" in low.notes[0]
-    assert "not above 0" in gm.fit(0.01, -0.1, 0.2, 0.2, AL, BE)
     assert "not finite" in gm.fit(np.nan, 0.05, 0.2, 0.2, AL, BE)
-    assert gm.gstar("trl/grpo", 0.01, -0.1, 0.2, 0.2, AL, BE, 256)["gstar"] is None
+    assert "not above 0" in gm.fit(0.01, 0.05, 0.0, 0.2, AL, BE)
+    # ‖g‖² not resolved: taken as 0, where the rescaled target's minimiser (nsr's) still exists;
+    # loo's is then the law's with c1 = E‖g_X‖²: 1 + √(C3/c1), C3 = s + c1
+    zero = gm.fit(0.01, -0.1, 0.2, 0.2, AL, BE)
+    assert zero.mu_sq == 0 and "taken as 0" in zero.notes[0]
+    out = gm.gstar("loo", 0.01, -0.1, 0.2, 0.2, AL, BE, 1024)
+    g = 1 + np.sqrt(0.21 / 0.01)
+    assert out["gstar"] in (max(x for x in gm.GRID if x <= g), min(x for x in gm.GRID if x >= g))
+    assert out["gstar_mse"] is None and np.isnan(out["rescaled"])
+    assert gm.gstar("trl/grpo", 0.01, -0.1, 0.2, 0.2, AL, BE, 256)["gstar"] in gm.GRID
 
 
 def test_exact_criteria_for_loo_are_the_fixed_budget_mse():
@@ -138,7 +146,7 @@ def test_the_targets_differ_for_a_scaled_estimator_and_the_interval_holds_the_po
     c1, g_sq, s, a, al, be = _constants(truth)
     rng = np.random.default_rng(0)
     reps = np.array([c1, g_sq, s, a]) * rng.normal(1, 0.05, (200, 4))
-    reps[:3, 1] = -1.0  # replicates the model cannot be set from are left out
+    reps[:3, 2] = -1.0  # replicates the model cannot be set from (s <= 0) are left out
     out = gm.gstar("trl/grpo", c1, g_sq, s, a, al, be, 1024, reps)
     assert out["replicates_used"] == 197
     assert out["gstar_lo"] <= out["gstar"] <= out["gstar_hi"]

@@ -441,7 +441,8 @@ def estimator_text(p: dict) -> str:
         "and a.",
         f"Target: the MSE after the best step-size rescaling (noise against the estimator's own "
         f"mean), which a tuned step size sees and which does not depend on the budget.  Against "
-        f"g itself (MSE, no rescaling) the best G would be {p.get('estimator_gstar_mse')}: "
+        f"g itself (MSE, no rescaling) the best G would be "
+        f"{p.get('estimator_gstar_mse') or 'undefined (‖g‖² not resolved above 0)'}: "
         f"the estimator's mean is {_fmt(p.get('estimator_scale'))} x g at G*, a scale bias "
         "that no G removes (std normalization's 1/sigma weighting) and that a step size absorbs.",
     ]
