@@ -5,6 +5,9 @@ Under ``<output_dir>/gpolab/``:
 * ``rollouts.parquet``: one row per response of every group of every training step: ``step``,
   ``prompt``, ``group`` (unique per group in the run), ``reward`` and ``proxy`` = ‖∇θ log πθ(y|x)‖²
   of the whole response (NaN where it was not measured: only the sampled groups carry it);
+  ``exact_proxy`` and ``logit_proxy`` (verl's forward-only W, where a hook measured it): then
+  ``proxy`` is the exact norm where there is one, else W times k = Σq/ΣW over the responses
+  with both (``run.json``: ``proxy_scale``, ``proxy_scale_responses``);
 * ``grad_norms.csv``: ``step``, ``batch`` (prompts B), ``grad_norm`` = ‖ĝ_B‖ of the plain
   leave-one-out estimate (1/(B·G)) Σ A_loo ∇ log π over B of the step's sampled groups (one row
   per disjoint run of B groups: :func:`batch_norms`);
@@ -51,21 +54,35 @@ class Writer:
         self.seconds = {"hook": 0.0, "train": 0.0}
         self._groups = 0
 
-    def add_groups(self, step: int, prompts, rewards: np.ndarray, proxy: np.ndarray) -> None:
-        """One step's groups: ``prompts`` (n,), ``rewards`` and ``proxy`` (n, G) (NaN: not
-        measured)."""
-        for x, z, q in zip(prompts, rewards, proxy, strict=True):
+    def add_groups(
+        self, step: int, prompts, rewards: np.ndarray, proxy: np.ndarray, logit=None
+    ) -> None:
+        """One step's groups: ``prompts`` (n,), ``rewards``, ``proxy`` (exact score norms) and
+        ``logit`` (verl's forward-only W, optional) (n, G) (NaN: not measured)."""
+        logit = np.full(np.shape(proxy), np.nan) if logit is None else logit
+        for x, z, q, w in zip(prompts, rewards, proxy, logit, strict=True):
             self.rows += [
                 {
                     "step": int(step),
                     "prompt": str(x),
                     "group": self._groups,
                     "reward": float(r),
-                    "proxy": float(p),
+                    "exact_proxy": float(p),
+                    "logit_proxy": float(v),
                 }
-                for r, p in zip(z, q, strict=True)
+                for r, p, v in zip(z, q, w, strict=True)
             ]
             self._groups += 1
+
+    def proxy_scale(self) -> tuple[float, int]:
+        """(k, responses): k = Σq/ΣW over the responses with both an exact score norm q and
+        verl's W (NaN, 0 without any): the scale that puts W in the gradient's coordinates."""
+        both = [(r["exact_proxy"], r["logit_proxy"]) for r in self.rows]
+        both = [(q, w) for q, w in both if np.isfinite(q) and np.isfinite(w)]
+        if not both:
+            return float("nan"), 0
+        q, w = np.array(both).T
+        return float(q.sum() / w.sum()) if w.sum() > 0 else float("nan"), len(both)
 
     def add_norms(self, step: int, pairs) -> None:
         self.norms += [{"step": int(step), "batch": B, "grad_norm": v} for B, v in pairs]
@@ -79,9 +96,14 @@ class Writer:
         """The rollouts and gradient norms (the files that grow with the run)."""
         import pandas as pd
 
-        pd.DataFrame(self.rows, columns=["step", "prompt", "group", "reward", "proxy"]).to_parquet(
-            self.dir / ROLLOUTS, index=False
-        )
+        cols = ["step", "prompt", "group", "reward", "exact_proxy", "logit_proxy"]
+        rows = pd.DataFrame(self.rows, columns=cols)
+        k, n = self.proxy_scale()
+        if n:  # q where measured, k·W elsewhere (k from the responses with both)
+            self.settings |= {"proxy_scale": k, "proxy_scale_responses": n}
+        q, w = rows["exact_proxy"], rows["logit_proxy"]
+        rows.insert(4, "proxy", q.where(q.notna(), k * w if n else np.nan))
+        rows.to_parquet(self.dir / ROLLOUTS, index=False)
         pd.DataFrame(self.norms, columns=["step", "batch", "grad_norm"]).to_csv(
             self.dir / NORMS, index=False
         )

@@ -23,6 +23,7 @@ pass per measured response (``groups_per_step`` × G per measured step, vmapped 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from importlib import metadata
 
@@ -76,21 +77,63 @@ def refuse_unhooked(trainer) -> None:
         )
 
 
+@contextlib.contextmanager
+def _float32_eval(model):
+    """The model in eval mode (no dropout) with its own float32 forward: accelerate patches the
+    instance's forward with an autocast (TRL trains in bf16 on CPU by default), which would
+    round the gradients; both are restored after."""
+    was_training = model.training
+    model.eval()
+    patched = model.__dict__.pop("forward", None)
+    try:
+        yield
+    finally:
+        model.train(was_training)
+        if patched is not None:
+            model.forward = patched
+
+
 class PlanCallback(TrainerCallback):
     """Logs rewards of every group, per-response score norms and gradient norms at several batch
     sizes of sampled groups, under ``<output_dir>/gpolab/`` (``gpolab plan`` reads them).
 
     ``groups_per_step``: groups measured per measured step (≥ 2: the batch sizes 1, 2, 4, … up
     to it; fewer when the step has fewer groups); ``every``: measure every this many steps
-    (1: every step); ``output_dir``: default the trainer's ``args.output_dir``."""
+    (1: every step); ``output_dir``: default the trainer's ``args.output_dir``.
 
-    def __init__(self, trainer, *, groups_per_step: int = 4, every: int = 16, output_dir=None):
+    ``cheap=True``: every group of every step is also measured the cheap way, with one forward
+    and one backward pass per group instead of one per response.  The forward gives verl's
+    forward-only proxy W(τ) = Σ_t [1 − 2π_t(y_t) + Σ_a π_t(a)²] per response; the backward of
+    (1/G) Σ_g A_loo,g log π(y_g) gives the group's gradient, and the gradient norms are those
+    groups' (B = 1, 2, 4, …).  W lives in logit coordinates, so the exact score norms of the
+    ``groups_per_step`` groups every ``every`` steps fix one scale k = Σq/ΣW over the responses
+    that have both (gpolab's calibration: on the arithmetic surrogate one k gives plan's c1 and
+    C3 as the exact norms do), and ``rollouts.parquet``'s ``proxy`` is q where measured, k·W
+    elsewhere (``exact_proxy`` and ``logit_proxy`` keep both; ``run.json``: ``proxy_scale``)."""
+
+    def __init__(
+        self,
+        trainer,
+        *,
+        groups_per_step: int = 4,
+        every: int = 16,
+        output_dir=None,
+        cheap: bool = False,
+    ):
         refuse_unhooked(trainer)
         validate.integer("groups_per_step", groups_per_step, 2)
         validate.integer("every", every, 1)
+        if not isinstance(cheap, bool):
+            raise validate.ConfigError(f"cheap: got {cheap!r}; allowed: True, False")
         self.trainer, self.groups_per_step, self.every = trainer, groups_per_step, every
+        self.cheap = cheap
         self.G = int(trainer.num_generations)
-        settings = {**settings_of(trainer), "groups_per_step": groups_per_step, "every": every}
+        settings = {
+            **settings_of(trainer),
+            "groups_per_step": groups_per_step,
+            "every": every,
+            "cheap": cheap,
+        }
         self.writer = Writer(output_dir or trainer.args.output_dir, settings)
         self.sizes = [2**k for k in range(groups_per_step.bit_length()) if 2**k <= groups_per_step]
         self._start, self._logs = None, 0
@@ -123,8 +166,9 @@ class PlanCallback(TrainerCallback):
         G = self.G
         groups = n // G
         step = trainer.state.global_step + 1  # TRL names this step's completions file so
-        proxy = np.full((groups, G), np.nan)
-        if trainer.accelerator.is_main_process and (step - 1) % self.every == 0:
+        proxy, logit = np.full((groups, G), np.nan), np.full((groups, G), np.nan)
+        main = trainer.accelerator.is_main_process
+        if main and (step - 1) % self.every == 0:
             k = min(self.groups_per_step, len(inputs) // G)
             grads = []
             for j in range(k):
@@ -132,10 +176,20 @@ class PlanCallback(TrainerCallback):
                 proxy[j] = np.sum(W * W, axis=1)
                 A = np.asarray(loo_advantages(rewards[j * G : (j + 1) * G]), np.float64)
                 grads.append(A @ W / G)
-            if k >= 2:
+            if k >= 2 and not self.cheap:
                 self.writer.add_norms(step, batch_norms(np.stack(grads), self.sizes))
-        if trainer.accelerator.is_main_process:
-            self.writer.add_groups(step, prompts[::G], rewards.reshape(groups, G), proxy)
+        if main and self.cheap:
+            local = len(inputs) // G
+            grads = []
+            for j in range(local):
+                A = np.asarray(loo_advantages(rewards[j * G : (j + 1) * G]), np.float64)
+                logit[j], h = self.group_pass(output, range(j * G, (j + 1) * G), A)
+                grads.append(h)
+            sizes = [2**k for k in range(local.bit_length()) if 2**k <= local]
+            if local >= 2:
+                self.writer.add_norms(step, batch_norms(np.stack(grads), sizes))
+        if main:
+            self.writer.add_groups(step, prompts[::G], rewards.reshape(groups, G), proxy, logit)
 
     def scores(self, output, rows) -> np.ndarray:
         """(len(rows), D) ∇θ log πθ(completion | prompt) per response of one group, the model in
@@ -144,6 +198,22 @@ class PlanCallback(TrainerCallback):
         change the causal log-probs before it, so one ``torch.func.vmap`` of the per-response
         gradient serves the group; a model that vmap cannot trace falls back to one backward
         pass per response (``run.json``: ``score_method``)."""
+        model, ids, mask, P = self._group(output, rows)
+        with _float32_eval(model):
+            if self.writer.settings.get("score_method") != "loop":
+                try:
+                    out = self._vmap_scores(model, ids, mask, P)
+                    self.writer.settings["score_method"] = "vmap"
+                    return out
+                except Exception as err:  # a model vmap cannot trace: the loop, said once
+                    self.writer.settings["score_method"] = "loop"
+                    self.writer.settings["vmap_error"] = f"{type(err).__name__}: {err}"[:300]
+            return self._loop_scores(model, ids, mask, P)
+
+    def _group(self, output, rows):
+        """(model, ids, completion mask, prompt length) of one group's rows: they share their
+        (left-padded) prompt, and padding after a completion cannot change the causal log-probs
+        before it, so the rows run as one batch without an attention mask."""
         import torch
 
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
@@ -151,26 +221,33 @@ class PlanCallback(TrainerCallback):
         keep = output["prompt_mask"][rows[0]].bool()
         prompt = output["prompt_ids"][rows[0]][keep]
         comp, mask = output["completion_ids"][rows], output["completion_mask"][rows].float()
-        ids = torch.cat([prompt.expand(len(rows), -1), comp], 1)
-        was_training = model.training
-        model.eval()
-        # the model's own float32 forward: accelerate patches the instance's forward with an
-        # autocast (TRL trains in bf16 on CPU by default), which would round the gradients
-        patched = model.__dict__.pop("forward", None)
-        try:
-            if self.writer.settings.get("score_method") != "loop":
-                try:
-                    out = self._vmap_scores(model, ids, mask, len(prompt))
-                    self.writer.settings["score_method"] = "vmap"
-                    return out
-                except Exception as err:  # a model vmap cannot trace: the loop, said once
-                    self.writer.settings["score_method"] = "loop"
-                    self.writer.settings["vmap_error"] = f"{type(err).__name__}: {err}"[:300]
-            return self._loop_scores(model, ids, mask, len(prompt))
-        finally:
-            model.train(was_training)
-            if patched is not None:
-                model.forward = patched
+        return model, torch.cat([prompt.expand(len(rows), -1), comp], 1), mask, len(prompt)
+
+    def group_pass(self, output, rows, A) -> tuple[np.ndarray, np.ndarray]:
+        """One forward and one backward pass over a group (``cheap``): verl's W(τ) per response
+        (G,) and the group's gradient (1/G) Σ_g A_g ∇θ log πθ(y_g) (D,), float32, eval mode."""
+        import torch
+
+        model, ids, mask, P = self._group(output, rows)
+        params = [p for p in model.parameters() if p.requires_grad]
+        with _float32_eval(model):
+            logits = model(input_ids=ids).logits[:, P - 1 : -1].float()
+            logp = logits.log_softmax(-1)
+            lp = logp.gather(-1, ids[:, P:, None])[..., 0]
+            with torch.no_grad():
+                p = logp.exp()
+                W = ((1 - 2 * lp.exp() + (p * p).sum(-1)) * mask).sum(-1)
+            weights = torch.as_tensor(A, dtype=lp.dtype) / len(A)
+            grads = torch.autograd.grad(
+                ((lp * mask).sum(-1) * weights).sum(), params, allow_unused=True
+            )
+        h = torch.cat(
+            [
+                (g if g is not None else torch.zeros_like(q)).reshape(-1)
+                for g, q in zip(grads, params, strict=True)
+            ]
+        )
+        return W.double().cpu().numpy(), h.double().cpu().numpy()
 
     @staticmethod
     def _vmap_scores(model, ids, mask, P: int) -> np.ndarray:

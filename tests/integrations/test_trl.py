@@ -123,3 +123,53 @@ def test_a_trainer_without_the_hook_is_refused_in_one_line_before_training():
     assert "\n" not in text
     assert "AsyncGRPOTrainer has no _generate_and_score_completions" in text
     assert "use trl.GRPOTrainer with PlanCallback" in text
+
+
+def test_the_cheap_pass_gives_the_exact_group_gradient_and_verls_W(run):
+    """``cheap``'s one forward and one backward per group: the gradient equals (1/G) Σ A_g s_g
+    from the exact per-response scores, and W equals 1 − 2π(y) + Σπ² from the logits (one
+    answer token), on a group of the trained model."""
+    _, trainer, callback = run
+    P = 4
+    prompt = torch.tensor([5, 6, 7, 2])
+    answers = torch.tensor([[3], [8], [12], [16]])
+    output = {
+        "prompt_ids": prompt.expand(4, -1),
+        "prompt_mask": torch.ones(4, P, dtype=torch.long),
+        "completion_ids": answers,
+        "completion_mask": torch.ones(4, 1, dtype=torch.long),
+    }
+    A = np.array([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    W, h = callback.group_pass(output, range(4), A)
+    S = callback.scores(output, range(4))
+    np.testing.assert_allclose(h, A @ S / 4, rtol=1e-4, atol=1e-7)
+    model = trainer.model
+    model.eval()
+    with torch.no_grad():
+        ids = torch.cat([prompt.expand(4, -1), answers], 1)
+        p = torch.softmax(type(model).forward(model, input_ids=ids).logits[:, P - 1], -1)
+    want = 1 - 2 * p[torch.arange(4), answers[:, 0]] + (p * p).sum(-1)
+    np.testing.assert_allclose(W, want.double().numpy(), rtol=1e-5)
+
+
+def test_a_cheap_run_fills_the_proxy_by_one_scale_and_plan_reads_it(tmp_path):
+    """``cheap=True`` with exact norms on 2 groups every 4 steps: every group carries W and
+    gradient norms; ``proxy`` is q where measured, k·W elsewhere with k = Σq/ΣW (run.json)."""
+    from gpolab.integrations.trl import PlanCallback
+    from gpolab.integrations.trl_task import build
+    from gpolab.runner.cli import main
+
+    trainer = build(tmp_path / "run", G=G, groups=8, steps=12, lr=1e-5)
+    callback = PlanCallback(trainer, groups_per_step=2, every=4, cheap=True)
+    trainer.add_callback(callback)
+    trainer.train()
+    rows = pd.read_parquet(tmp_path / "run" / "gpolab" / "rollouts.parquet")
+    info = json.loads((tmp_path / "run" / "gpolab" / "run.json").read_text())
+    assert rows["logit_proxy"].notna().all() and rows["exact_proxy"].notna().sum() == 3 * 2 * G
+    q, w = rows["exact_proxy"], rows["logit_proxy"]
+    k = q.sum() / w[q.notna()].sum()
+    assert info["proxy_scale"] == pytest.approx(k) and info["proxy_scale_responses"] == 24
+    np.testing.assert_allclose(rows["proxy"], q.where(q.notna(), k * w))
+    norms = pd.read_csv(tmp_path / "run" / "gpolab" / "grad_norms.csv")
+    assert set(norms["batch"]) == {1, 2, 4, 8} and (norms["batch"] == 1).sum() == 12 * 8
+    assert main(["plan", str(tmp_path / "run"), "--out", str(tmp_path / "plan"), "--quick"]) == 0
