@@ -92,21 +92,30 @@ class Writer:
         self.write_rows()
         self.write_run()
 
-    def write_rows(self) -> None:
-        """The rollouts and gradient norms (the files that grow with the run)."""
+    def frame(self):
+        """The rollouts as ``rollouts.parquet`` holds them (``proxy`` filled: q where measured,
+        k·W elsewhere, k from the responses with both)."""
         import pandas as pd
 
         cols = ["step", "prompt", "group", "reward", "exact_proxy", "logit_proxy"]
         rows = pd.DataFrame(self.rows, columns=cols)
         k, n = self.proxy_scale()
-        if n:  # q where measured, k·W elsewhere (k from the responses with both)
+        if n:
             self.settings |= {"proxy_scale": k, "proxy_scale_responses": n}
         q, w = rows["exact_proxy"], rows["logit_proxy"]
         rows.insert(4, "proxy", q.where(q.notna(), k * w if n else np.nan))
+        return rows
+
+    def write_rows(self) -> None:
+        """The rollouts and gradient norms (the files that grow with the run), and in
+        ``settings["decision"]`` whether they decide G* yet (:func:`decision`)."""
+        import pandas as pd
+
+        rows = self.frame()
         rows.to_parquet(self.dir / ROLLOUTS, index=False)
-        pd.DataFrame(self.norms, columns=["step", "batch", "grad_norm"]).to_csv(
-            self.dir / NORMS, index=False
-        )
+        norms = pd.DataFrame(self.norms, columns=["step", "batch", "grad_norm"])
+        norms.to_csv(self.dir / NORMS, index=False)
+        self.settings["decision"] = decision(rows, norms)
 
     def write_run(self) -> None:
         """``run.json``: the settings and the seconds so far (small)."""
@@ -116,6 +125,69 @@ class Writer:
             "overhead": self.seconds["hook"] / max(self.seconds["train"], 1e-9),
         }
         (self.dir / RUN).write_text(json.dumps(run, indent=1, default=str))
+
+
+def decision(rows, norms, boot: int = 200) -> dict:
+    """Whether the run's files so far decide loo's G* as ``gpolab plan`` estimates it
+    (:func:`gpolab.theory.gstar.gstar`, clustered by prompt, ``boot`` replicates), and if not,
+    about how many measured groups would: the bootstrap SE of c1 falls like 1/√groups, so
+    resolving c1 = z·SE above 0 at 95% takes (1.96/z)² times the groups measured so far
+    (gpolab's rule of thumb, as plan's recommendation; ``None`` when c1 is not above 0 at all),
+    and at this run's measuring rate that many more steps."""
+    from gpolab.theory import gstar
+
+    whole = rows.groupby("group")["proxy"].transform(lambda q: q.notna().all()).to_numpy(bool)
+    f = rows[whole]
+    out = {"decided": False, "gstar": None, "groups_measured": int(f["group"].nunique())}
+    steps = int(rows["step"].nunique()) if len(rows) else 0
+    if out["groups_measured"] < 2 or norms["batch"].nunique() < 2:
+        return {**out, "reason": "fewer than 2 measured groups or gradient norms at < 2 sizes"}
+    G = _mode(f.groupby("group").size())
+    res = gstar.gstar(
+        f["reward"].to_numpy(float),
+        f["proxy"].to_numpy(float),
+        f["group"].to_numpy(),
+        norms,
+        G,
+        boot=boot,
+        clusters=f["prompt"].to_numpy(),
+    )
+    c1, se = res.get("c1"), res.get("c1_se")
+    out |= {"c1": c1, "c1_se": se, "gstar_lo": res.get("gstar_lo"), "reason": res["reason"]}
+    if res["gstar"] is not None:
+        return {**out, "decided": True, "gstar": res["gstar"], "gstar_hi": res["gstar_hi"]}
+    if c1 is not None and np.isfinite(c1) and c1 > 0 and se and se > 0:
+        need = int(np.ceil(out["groups_measured"] * (1.96 * se / c1) ** 2))
+        rate = out["groups_measured"] / max(steps, 1)
+        out |= {
+            "groups_needed": need,
+            "more_steps": int(np.ceil(max(need - out["groups_measured"], 0) / rate)),
+        }
+    return out
+
+
+def decision_text(d: dict) -> str:
+    """One line for the end of training."""
+    if d.get("decided"):
+        return (
+            f"gpolab: loo's G* = {d['gstar']:.3g} (95% {d['gstar_lo']:.3g} .. "
+            f"{d['gstar_hi']:.3g}) from {d['groups_measured']:,} measured groups; "
+            "`gpolab plan OUTPUT_DIR` for the run's own estimator"
+        )
+    head = f"gpolab: G* not decided by {d.get('groups_measured', 0):,} measured groups"
+    if d.get("groups_needed"):
+        return (
+            f"{head} (c1 = {d['c1']:.3g} ± {d['c1_se']:.2g}); about {d['groups_needed']:,} "
+            f"would decide it: ~{d['more_steps']:,} more steps at this run's measuring rate "
+            "(raise groups_per_step, lower every, or cheap=True to measure more per step)"
+        )
+    return f"{head}: {d.get('reason')}"
+
+
+def _mode(values) -> int:
+    import pandas as pd
+
+    return int(pd.Series(values).mode().iloc[0])
 
 
 def find(path) -> dict | None:

@@ -32,7 +32,7 @@ from transformers import TrainerCallback
 
 from gpolab import validate
 from gpolab.estimators import loo_advantages
-from gpolab.integrations.files import Writer, batch_norms
+from gpolab.integrations.files import Writer, batch_norms, decision_text
 
 FLUSH_EVERY = 20  # rewrite the files every this many trainer logs (and at the end)
 SETTINGS = (
@@ -303,6 +303,8 @@ class PlanCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         self._flush()
+        if self.trainer.accelerator.is_main_process:  # does the log decide G* yet, or how far
+            print(decision_text(self.writer.settings["decision"]))
 
     def _flush(self) -> None:
         """Rewrite the files; their seconds count as the hook's (``run.json`` last, with them)."""

@@ -127,3 +127,21 @@ def test_verl_logger_on_a_verl_dump_gives_what_plan_reads_from_the_dump(tmp_path
     assert "trainer: verl (adv_estimator = grpo)" in (tmp_path / "hook" / "report.md").read_text()
     with pytest.raises(ConfigError, match="^log_generations: got 2 inputs, 1 scores"):
         logger.log_generations(4, ["a", "b"], [1.0])
+
+
+def test_run_json_says_whether_the_files_decide_gstar_yet(tmp_path):
+    """At every flush run.json carries ``decision``: plan's loo G* on the files so far (the
+    same point estimate), or how many measured groups would decide it; one line says which."""
+    run = _hooked_run(tmp_path / "run", steps=30, measured=8)
+    d = json.loads((run / files.FOLDER / files.RUN).read_text())["decision"]
+    assert d["groups_measured"] == 30 * 8
+    s = plan.pooled(plan.run(plan.with_callback_files(plan.Config(log=str(run)))[0]))
+    assert d["decided"] == (s["gstar"] is not None)
+    assert d["c1"] == pytest.approx(s["gstar_c1"])
+    line = files.decision_text(d)
+    assert line.startswith("gpolab: ") and "\n" not in line
+    undecided = {"decided": False, "groups_measured": 100, "c1": 0.5, "c1_se": 0.5}
+    undecided |= {"groups_needed": 385, "more_steps": 50}
+    assert "about 385 would decide it: ~50 more steps" in files.decision_text(undecided)
+    decided = {"decided": True, "gstar": 4.2, "gstar_lo": 3.8, "gstar_hi": 5.0}
+    assert "G* = 4.2 (95% 3.8 .. 5)" in files.decision_text({**decided, "groups_measured": 9})

@@ -99,6 +99,9 @@ def test_the_hook_records_its_seconds_and_the_trainer_settings(run):
     assert info["num_generations"] == G and info["loss_type"] == "dapo"
     assert info["seconds"]["hook"] > 0 and info["seconds"]["train"] > 0
     assert np.isfinite(info["overhead"])
+    # the run's files decide loo's G* (plan recommends a finite interval on them, above)
+    d = info["decision"]
+    assert d["decided"] and d["groups_measured"] == STEPS * GROUPS and d["gstar_hi"] < np.inf
 
 
 def test_a_trainer_without_the_hook_is_refused_in_one_line_before_training():

@@ -317,6 +317,10 @@ def with_callback_files(cfg: Config) -> tuple[Config, dict]:
     return cfg.replace(**changes), found["run"]
 
 
+# run.json keys the hook adds about itself, not the trainer's settings
+HOOK_KEYS = ("framework", "seconds", "overhead", "decision", "proxy_scale", "proxy_scale_responses")
+
+
 def trainer_text(run: dict) -> str:
     """What the trainer's loss followed, and what neither G* models."""
     if not run:
@@ -331,9 +335,7 @@ def trainer_text(run: dict) -> str:
     )
     said = ", ".join(f"{k} = {run[k]}" for k in keys if run.get(k) is not None)
     who = "verl" if run.get("framework") == "verl" else f"TRL {run.get('trl_version', '?')}"
-    said = said or ", ".join(
-        f"{k} = {v}" for k, v in run.items() if k not in ("framework", "seconds", "overhead")
-    )
+    said = said or ", ".join(f"{k} = {v}" for k, v in run.items() if k not in HOOK_KEYS)
     return (
         f"trainer: {who} ({said}); G* is given for the plain leave-one-out gradient and for "
         "the estimator this trainer runs (## G*); clipping over several updates and a KL term "
