@@ -136,13 +136,11 @@ def decision(rows, norms, boot: int = 200) -> dict:
     and at this run's measuring rate that many more steps."""
     from gpolab.theory import gstar
 
-    whole = rows.groupby("group")["proxy"].transform(lambda q: q.notna().all()).to_numpy(bool)
-    f = rows[whole]
+    f, G = gstar.measured(rows)
     out = {"decided": False, "gstar": None, "groups_measured": int(f["group"].nunique())}
     steps = int(rows["step"].nunique()) if len(rows) else 0
     if out["groups_measured"] < 2 or norms["batch"].nunique() < 2:
         return {**out, "reason": "fewer than 2 measured groups or gradient norms at < 2 sizes"}
-    G = _mode(f.groupby("group").size())
     res = gstar.gstar(
         f["reward"].to_numpy(float),
         f["proxy"].to_numpy(float),
@@ -156,8 +154,9 @@ def decision(rows, norms, boot: int = 200) -> dict:
     out |= {"c1": c1, "c1_se": se, "gstar_lo": res.get("gstar_lo"), "reason": res["reason"]}
     if res["gstar"] is not None:
         return {**out, "decided": True, "gstar": res["gstar"], "gstar_hi": res["gstar_hi"]}
-    if c1 is not None and np.isfinite(c1) and c1 > 0 and se and se > 0:
-        need = int(np.ceil(out["groups_measured"] * (1.96 * se / c1) ** 2))
+    factor = gstar.information_factor(c1, se)
+    if np.isfinite(factor):
+        need = int(np.ceil(out["groups_measured"] * factor))
         rate = out["groups_measured"] / max(steps, 1)
         out |= {
             "groups_needed": need,
@@ -182,12 +181,6 @@ def decision_text(d: dict) -> str:
             "(raise groups_per_step, lower every, or cheap=True to measure more per step)"
         )
     return f"{head}: {d.get('reason')}"
-
-
-def _mode(values) -> int:
-    import pandas as pd
-
-    return int(pd.Series(values).mode().iloc[0])
 
 
 def find(path) -> dict | None:

@@ -194,6 +194,24 @@ def gstar(
     return {**out, "gstar": _g_star(point["c1"], point["C3"]), "reason": None}
 
 
+def measured(frame):
+    """The rows of a log ``frame`` (columns group, proxy, …) whose group has the proxy on every
+    response (a training hook measures only some groups), and their groups' modal size."""
+    whole = frame["proxy"].notna().groupby(frame["group"]).transform("all").to_numpy(bool)
+    f = frame[whole]
+    sizes = f.groupby("group").size().to_numpy()
+    G = int(np.bincount(sizes).argmax()) if sizes.size else 0  # the smallest of tied modes
+    return f, G
+
+
+def information_factor(c1: float, se: float) -> float:
+    """How many times a log's information would resolve c1 > 0 at 95% (gpolab's rule of thumb:
+    the bootstrap SE falls like 1/√information, so c1 = z·SE needs (1.96/z)² times it); NaN
+    unless c1 and its SE are above 0."""
+    ok = c1 is not None and se is not None and np.isfinite(c1) and np.isfinite(se)
+    return float((1.96 * se / c1) ** 2) if ok and c1 > 0 and se > 0 else float("nan")
+
+
 def _group_clusters(rewards, proxy, group, clusters) -> np.ndarray:
     """The cluster index of each group :func:`proxy_moments` keeps (a group's first label)."""
     z, _, idx = _groups(rewards, proxy, group)

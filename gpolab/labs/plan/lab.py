@@ -643,16 +643,12 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
             "the prompt variance c1, hence not G* = 1 + sqrt(C3/c1): give --proxy-column "
             "(per-response ||grad log pi||^2) and --grad-norms (||g_hat|| at two batch sizes)",
         }
-    # the groups whose every response carries the proxy (a hook measures only some groups)
-    whole = f.groupby("group")["proxy"].transform(lambda q: q.notna().all()).to_numpy(bool)
-    f = f[whole]
+    f, G = gstar.measured(f)  # the groups whose every response carries the proxy
     z = (f["reward"].to_numpy() == levels[1]).astype(float)
     args = (z, f["proxy"].to_numpy(float), f["group"].to_numpy())
     if norms is None:
         out = gstar.gstar_bounds(*args)
     else:
-        sizes = np.bincount(f["group"].to_numpy())
-        G = _modal(sizes[sizes > 0])  # the kept groups' size (labels of dropped groups: 0)
         out = gstar.gstar(
             *args, norms, G, seed=cfg.seed, clusters=f["prompt"].to_numpy(), keep_replicates=True
         )

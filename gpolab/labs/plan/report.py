@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from gpolab.runner.labs import json_value, table_text
+from gpolab.theory import gstar
 
 POOLED = "all"  # the window of the whole log
 MAX_G = 256  # the curve's grid is 2..MAX_G; larger G: kappa's exact cost grows as G^2
@@ -370,8 +371,8 @@ def recommendation(p: dict) -> str:
         )
     c1, se = p.get("gstar_c1"), p.get("gstar_c1_se")
     head = "the log cannot decide G*"
-    if _finite(c1) and _finite(se) and se > 0 and c1 > 0:
-        factor = (1.96 * se / c1) ** 2
+    factor = gstar.information_factor(c1, se)
+    if _finite(factor):
         n = p.get("prompts") or 0
         return (
             f"{head}: c1 = {c1:.3g} ± {se:.2g} (the prompts' gradient variance) is not "
