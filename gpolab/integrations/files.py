@@ -29,6 +29,11 @@ FOLDER = "gpolab"
 ROLLOUTS, NORMS, RUN = "rollouts.parquet", "grad_norms.csv", "run.json"
 
 
+def batch_sizes(n: int) -> list[int]:
+    """The batch sizes 1, 2, 4, … up to ``n`` groups (the gradient-norm rows' B)."""
+    return [2**k for k in range(n.bit_length()) if 2**k <= n]
+
+
 def batch_norms(group_grads: np.ndarray, sizes) -> list[tuple[int, float]]:
     """(B, ‖mean of B per-group vectors‖) for each B in ``sizes``, one row per disjoint run of B
     consecutive groups of the step's ``group_grads`` (n_groups, D): B = 1 gives a row per group.

@@ -32,7 +32,7 @@ from transformers import TrainerCallback
 
 from gpolab import validate
 from gpolab.estimators import loo_advantages
-from gpolab.integrations.files import Writer, batch_norms, decision_text
+from gpolab.integrations.files import Writer, batch_norms, batch_sizes, decision_text
 
 FLUSH_EVERY = 20  # rewrite the files every this many trainer logs (and at the end)
 SETTINGS = (
@@ -93,6 +93,18 @@ def _float32_eval(model):
             model.forward = patched
 
 
+def _flat(grads, params):
+    """One flat vector of ``torch.autograd.grad``'s output (zeros where a parameter is unused)."""
+    import torch
+
+    return torch.cat(
+        [
+            (g if g is not None else torch.zeros_like(p)).reshape(-1)
+            for g, p in zip(grads, params, strict=True)
+        ]
+    )
+
+
 class PlanCallback(TrainerCallback):
     """Logs rewards of every group, per-response score norms and gradient norms at several batch
     sizes of sampled groups, under ``<output_dir>/gpolab/`` (``gpolab plan`` reads them).
@@ -135,7 +147,7 @@ class PlanCallback(TrainerCallback):
             "cheap": cheap,
         }
         self.writer = Writer(output_dir or trainer.args.output_dir, settings)
-        self.sizes = [2**k for k in range(groups_per_step.bit_length()) if 2**k <= groups_per_step]
+        self.sizes = batch_sizes(groups_per_step)
         self._start, self._logs = None, 0
         original = trainer._generate_and_score_completions
 
@@ -174,22 +186,26 @@ class PlanCallback(TrainerCallback):
             for j in range(k):
                 W = self.scores(output, range(j * G, (j + 1) * G))
                 proxy[j] = np.sum(W * W, axis=1)
-                A = np.asarray(loo_advantages(rewards[j * G : (j + 1) * G]), np.float64)
-                grads.append(A @ W / G)
-            if k >= 2 and not self.cheap:
+                if not self.cheap:  # cheap: the norms come from every group below
+                    grads.append(self._advantages(rewards, j) @ W / G)
+            if len(grads) >= 2:
                 self.writer.add_norms(step, batch_norms(np.stack(grads), self.sizes))
         if main and self.cheap:
             local = len(inputs) // G
             grads = []
             for j in range(local):
-                A = np.asarray(loo_advantages(rewards[j * G : (j + 1) * G]), np.float64)
+                A = self._advantages(rewards, j)
                 logit[j], h = self.group_pass(output, range(j * G, (j + 1) * G), A)
                 grads.append(h)
-            sizes = [2**k for k in range(local.bit_length()) if 2**k <= local]
             if local >= 2:
-                self.writer.add_norms(step, batch_norms(np.stack(grads), sizes))
+                self.writer.add_norms(step, batch_norms(np.stack(grads), batch_sizes(local)))
         if main:
             self.writer.add_groups(step, prompts[::G], rewards.reshape(groups, G), proxy, logit)
+
+    def _advantages(self, rewards: np.ndarray, j: int) -> np.ndarray:
+        """Group j's leave-one-out advantages (G,)."""
+        G = self.G
+        return np.asarray(loo_advantages(rewards[j * G : (j + 1) * G]), np.float64)
 
     def scores(self, output, rows) -> np.ndarray:
         """(len(rows), D) ∇θ log πθ(completion | prompt) per response of one group, the model in
@@ -241,13 +257,7 @@ class PlanCallback(TrainerCallback):
             grads = torch.autograd.grad(
                 ((lp * mask).sum(-1) * weights).sum(), params, allow_unused=True
             )
-        h = torch.cat(
-            [
-                (g if g is not None else torch.zeros_like(q)).reshape(-1)
-                for g, q in zip(grads, params, strict=True)
-            ]
-        )
-        return W.double().cpu().numpy(), h.double().cpu().numpy()
+        return W.double().cpu().numpy(), _flat(grads, params).double().cpu().numpy()
 
     @staticmethod
     def _vmap_scores(model, ids, mask, P: int) -> np.ndarray:
@@ -281,15 +291,7 @@ class PlanCallback(TrainerCallback):
         for x, m in zip(ids, mask, strict=True):
             logits = model(input_ids=x[None]).logits[0, P - 1 : -1].float()
             logp = (logits.log_softmax(-1).gather(-1, x[P:, None])[:, 0] * m).sum()
-            grads = torch.autograd.grad(logp, params, allow_unused=True)
-            out.append(
-                torch.cat(
-                    [
-                        (g if g is not None else torch.zeros_like(p)).reshape(-1)
-                        for g, p in zip(grads, params, strict=True)
-                    ]
-                )
-            )
+            out.append(_flat(torch.autograd.grad(logp, params, allow_unused=True), params))
         return torch.stack(out).double().cpu().numpy()
 
     # ------------------------------------------------------------------ trainer events

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpolab import validate
-from gpolab.integrations.files import Writer, batch_norms
+from gpolab.integrations.files import Writer, batch_norms, batch_sizes
 
 
 class PlanLogger:
@@ -59,8 +59,7 @@ class PlanLogger:
         """Per-group vectors (n_groups, D), (1/G) Σ_g A_loo,g ∇θ log πθ(y_g): norm rows at B = 1,
         2, 4, … (disjoint runs of B groups)."""
         h = np.asarray(group_grads, np.float64)
-        sizes = [2**k for k in range(len(h).bit_length()) if 2**k <= len(h)]
-        self.writer.add_norms(step, batch_norms(h, sizes))
+        self.writer.add_norms(step, batch_norms(h, batch_sizes(len(h))))
 
     def flush(self) -> None:
         self.writer.flush()

@@ -64,12 +64,12 @@ def test_plan_on_the_output_folder_recommends_a_G_with_a_finite_interval(run, tm
     assert "loss_type = dapo" in report
 
 
-def test_score_norms_equal_an_independent_autograd_computation(run):
-    """The callback's vmapped per-response gradients against plain autograd, one backward pass
-    per response, on a group of the trained model (same prompt, four answers)."""
-    _, trainer, callback = run
-    model = trainer.model
-    P = 4
+P = 4  # the prompt length of _one_group
+
+
+def _one_group():
+    """(prompt, answers, output): one group of four single-token answers to one prompt, as
+    TRL's ``_generate_and_score_completions`` returns them."""
     prompt = torch.tensor([5, 6, 7, 2])
     answers = torch.tensor([[3], [8], [12], [16]])
     output = {
@@ -78,6 +78,15 @@ def test_score_norms_equal_an_independent_autograd_computation(run):
         "completion_ids": answers,
         "completion_mask": torch.ones(4, 1, dtype=torch.long),
     }
+    return prompt, answers, output
+
+
+def test_score_norms_equal_an_independent_autograd_computation(run):
+    """The callback's vmapped per-response gradients against plain autograd, one backward pass
+    per response, on a group of the trained model (same prompt, four answers)."""
+    _, trainer, callback = run
+    model = trainer.model
+    prompt, answers, output = _one_group()
     W = callback.scores(output, range(4))
     assert callback.writer.settings["score_method"] == "vmap"
     model.eval()
@@ -133,15 +142,7 @@ def test_the_cheap_pass_gives_the_exact_group_gradient_and_verls_W(run):
     from the exact per-response scores, and W equals 1 − 2π(y) + Σπ² from the logits (one
     answer token), on a group of the trained model."""
     _, trainer, callback = run
-    P = 4
-    prompt = torch.tensor([5, 6, 7, 2])
-    answers = torch.tensor([[3], [8], [12], [16]])
-    output = {
-        "prompt_ids": prompt.expand(4, -1),
-        "prompt_mask": torch.ones(4, P, dtype=torch.long),
-        "completion_ids": answers,
-        "completion_mask": torch.ones(4, 1, dtype=torch.long),
-    }
+    prompt, answers, output = _one_group()
     A = np.array([2 / 3, -2 / 3, -2 / 3, 2 / 3])
     W, h = callback.group_pass(output, range(4), A)
     S = callback.scores(output, range(4))
