@@ -266,3 +266,12 @@ def exact_criteria(truth, spec, N: float, grid=GRID) -> dict[str, np.ndarray]:
         out["mse"][i] = (float((m - g) @ (m - g)) + V) / g_sq
         out["scale"][i] = float(m @ g) / g_sq
     return {"G": Gs, **out}
+
+
+def noise_excess(exact: dict, G: int) -> float:
+    """From :func:`exact_criteria`'s ``exact``: the exact 1/SNR (``rescaled``/(1 − ``rescaled``))
+    at G over its minimum on the grid, minus 1 (0: G is the best; NaN when G is not on it)."""
+    if G not in exact["G"]:
+        return float("nan")
+    noise = exact["rescaled"] / (1 - exact["rescaled"])
+    return float(noise[list(exact["G"]).index(G)] / noise.min() - 1)

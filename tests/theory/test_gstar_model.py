@@ -108,9 +108,7 @@ SETTINGS = [
 
 def _excess(truth, spec, G, N=1024):
     """Exact 1/SNR at G over its minimum over the grid, minus 1 (0: G is the best)."""
-    ex = gm.exact_criteria(truth, spec, N)
-    noise = ex["rescaled"] / (1 - ex["rescaled"])
-    return float(noise[list(ex["G"]).index(G)] / noise.min() - 1)
+    return gm.noise_excess(gm.exact_criteria(truth, spec, N), G)
 
 
 @pytest.fixture(scope="module")

@@ -368,8 +368,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     summary = pd.DataFrame(summary)
     gs = gstar_row(cfg, log, levels, norms)
     replicates = gs.pop("replicates", None)
-    gs.update(estimator_row(cfg, trainer, {**summary.iloc[-1].to_dict(), **gs}, replicates))
-    gs.update(rule_row(cfg, {**summary.iloc[-1].to_dict(), **gs}))
+    pooled_row = {**summary.iloc[-1].to_dict(), **gs}
+    gs |= estimator_row(cfg, trainer, pooled_row, replicates) | rule_row(cfg, pooled_row)
     for k, v in gs.items():
         summary[k] = [v if w == POOLED else None for w in summary["window"]]
     summary["format"], summary["reward"] = log.format, log.reward

@@ -528,12 +528,9 @@ def estimator_rows(truth: dict, p: dict, spec: str, **ids) -> list[dict]:
     from gpolab.theory import gstar_model
 
     ex = gstar_model.exact_criteria(truth["exact"], spec, p["budget"])
-    noise = ex["rescaled"] / (1 - ex["rescaled"])  # V_B/(E ĝ·g)²‖g‖²-scaled: 1/SNR
     best = int(ex["G"][np.argmin(ex["rescaled"])])
     got = p.get("estimator_gstar")
-    excess = np.nan
-    if got is not None and got in ex["G"]:
-        excess = float(noise[list(ex["G"]).index(got)] / noise.min() - 1)
+    excess = np.nan if got is None else gstar_model.noise_excess(ex, got)
     lo, hi = _num(p.get("estimator_gstar_lo")), _num(p.get("estimator_gstar_hi"))
     return [
         _row("G* of the trainer's estimator", best, got, lo, hi, **ids),
