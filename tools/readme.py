@@ -214,6 +214,8 @@ PLAN_ROWS = (
     ("G*", None),
     ("G* of the trainer's estimator", None),
     ("noise excess at plan's G*", None),
+    ("safe G (loo)", None),
+    ("noise excess at plan's safe G (loo)", None),
 )
 
 

@@ -138,7 +138,10 @@ def decision(rows, norms, boot: int = 200) -> dict:
     about how many measured groups would: the bootstrap SE of c1 falls like 1/√groups, so
     resolving c1 = z·SE above 0 at 95% takes (1.96/z)² times the groups measured so far
     (gpolab's rule of thumb, as plan's recommendation; ``None`` when c1 is not above 0 at all),
-    and at this run's measuring rate that many more steps."""
+    and at this run's measuring rate that many more steps.  Decided or not, ``safe_G`` and
+    ``safe_regret``: loo's G with the least worst-case noise excess over the best G at the run's
+    responses per step, over the 95% intervals of the constants
+    (:func:`gpolab.theory.gstar.safe_g`)."""
     from gpolab.theory import gstar
 
     f, G = gstar.measured(rows)
@@ -154,9 +157,14 @@ def decision(rows, norms, boot: int = 200) -> dict:
         G,
         boot=boot,
         clusters=f["prompt"].to_numpy(),
+        keep_replicates=True,
     )
     c1, se = res.get("c1"), res.get("c1_se")
     out |= {"c1": c1, "c1_se": se, "gstar_lo": res.get("gstar_lo"), "reason": res["reason"]}
+    if res.get("replicates") is not None:  # a G to use meanwhile, at the run's responses per step
+        safe = gstar.safe_g(res["replicates"], float(rows.groupby("step").size().median()))
+        if safe["G"] is not None:
+            out |= {"safe_G": safe["G"], "safe_regret": safe["regret"]}
     if res["gstar"] is not None:
         return {**out, "decided": True, "gstar": res["gstar"], "gstar_hi": res["gstar_hi"]}
     factor = gstar.information_factor(c1, se)
@@ -180,12 +188,20 @@ def decision_text(d: dict) -> str:
         )
     head = f"gpolab: G* not decided by {d.get('groups_measured', 0):,} measured groups"
     if d.get("groups_needed"):
-        return (
+        head = (
             f"{head} (c1 = {d['c1']:.3g} ± {d['c1_se']:.2g}); about {d['groups_needed']:,} "
             f"would decide it: ~{d['more_steps']:,} more steps at this run's measuring rate "
             "(raise groups_per_step, lower every, or cheap=True to measure more per step)"
         )
-    return f"{head}: {d.get('reason')}"
+    else:
+        head = f"{head}: {d.get('reason')}"
+    if d.get("safe_G") is None:
+        return head
+    return (
+        f"{head}.  Meanwhile use G = {d['safe_G']}: for loo it costs at most "
+        f"{100 * d['safe_regret']:.0f}% more gradient noise than the best G at this run's "
+        "responses per step, whatever c1 and C3 are within their 95% intervals"
+    )
 
 
 def find(path) -> dict | None:

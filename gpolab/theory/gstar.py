@@ -6,6 +6,8 @@ bootstrap interval (clustered by prompt when asked), and the bounds rewards alon
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from gpolab import validate
@@ -210,6 +212,65 @@ def information_factor(c1: float, se: float) -> float:
     unless c1 and its SE are above 0."""
     ok = c1 is not None and se is not None and np.isfinite(c1) and np.isfinite(se)
     return float((1.96 * se / c1) ** 2) if ok and c1 > 0 and se > 0 else float("nan")
+
+
+# the group sizes a recommendation is searched over (a practitioner picks among such sizes)
+GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256)
+
+
+def regret_bound(noise, grid) -> dict:
+    """The G of ``grid`` whose worst noise excess over the best G is least (gpolab's rule).
+
+    ``noise`` (R, len(grid)): one row per point of the region the log allows for its constants
+    (:func:`constant_box`), the gradient noise at each G at a fixed budget (any positive
+    criterion with the estimator's minimiser).  At a point, the regret of G is
+    noise(G)/min_G′ noise(G′) − 1; ``regret`` is its maximum over the points and ``G`` the grid
+    size where that is least (the smaller on ties).  So "G costs at most ``regret`` more noise
+    than the best G whatever the constants are in that region": defined when G* itself is not
+    (c1 not resolved above 0), because a G past the point where noise stops falling costs little
+    either way.  Points with a non-positive or non-finite noise are left out (``used`` counts
+    the rest); ``G`` is None when none is usable."""
+    noise = np.asarray(noise, np.float64)
+    grid = np.asarray(grid)
+    ok = np.all(np.isfinite(noise) & (noise > 0), axis=1)
+    if not ok.any():
+        return {"G": None, "regret": _NAN, "used": 0}
+    worst = (noise[ok] / noise[ok].min(axis=1, keepdims=True) - 1.0).max(axis=0)
+    i = int(np.argmin(worst))
+    return {"G": int(grid[i]), "regret": float(worst[i]), "used": int(ok.sum())}
+
+
+def constant_box(replicates, level: float = 0.95, steps: int = 41) -> np.ndarray:
+    """(steps·8, 4) points (c1, ‖g‖², s, a) spanning the region a log allows its constants: each
+    one's percentile interval over :func:`gstar`'s bootstrap ``replicates`` (c1 and ‖g‖² cut at
+    0: a variance and a squared norm), c1 on ``steps`` values across its interval (the regret is
+    not monotone in it), the others at both ends."""
+    reps = np.asarray(replicates, np.float64)
+    lo, hi = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    lo[:2], hi[:2] = np.maximum(lo[:2], 0), np.maximum(hi[:2], 0)
+    c1 = np.linspace(lo[0], hi[0], steps)
+    ends = [(lo[k], hi[k]) for k in (1, 2, 3)]
+    return np.array([(c, *rest) for c in c1 for rest in itertools.product(*ends)])
+
+
+def loo_noise(c1, g_sq, s, a, grid) -> np.ndarray:
+    """loo's MSE at a fixed budget N, times N, at each G of ``grid`` (theory §3):
+    c1·G + C2 + C3/(G − 1), from arrays of the log's (c1, ‖g‖², s, a) (one row each; c1 and ‖g‖²
+    taken as at least 0, since they are a variance and a squared norm)."""
+    c1, g_sq = np.maximum(np.asarray(c1, np.float64), 0), np.maximum(np.asarray(g_sq), 0)
+    gamma = c1 + g_sq
+    C2, C3 = np.asarray(a) - gamma, np.asarray(s) + gamma
+    G = np.asarray(grid, np.float64)
+    return c1[..., None] * G + C2[..., None] + C3[..., None] / (G - 1)
+
+
+def safe_g(replicates, N: float, level: float = 0.95) -> dict:
+    """:func:`regret_bound` for loo over :func:`constant_box` of :func:`gstar`'s ``replicates``
+    (c1, ‖g‖², s, a), on the sizes of :data:`GRID` up to N responses per step.  On 200
+    simulated bandit logs of plancheck's quick sizes the truth's regret at ``G`` is within the
+    bound in at least 90% (tests/labs/test_plancheck.py)."""
+    grid = [G for G in GRID if G <= N] or [2]
+    return regret_bound(loo_noise(*constant_box(replicates, level).T, grid), grid)
 
 
 def _group_clusters(rewards, proxy, group, clusters) -> np.ndarray:

@@ -55,9 +55,7 @@ from scipy.special import betaln, gammaln
 
 from gpolab import validate
 from gpolab.theory import exact
-
-# the group sizes G* is searched over (tables are per G; a practitioner picks among such sizes)
-GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256)
+from gpolab.theory.gstar import GRID, constant_box, regret_bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,8 +208,11 @@ def gstar(
     log's constants; ``replicates`` (boot, 4) of (c1, g_sq, s, a) give a percentile interval
     (replicates the model cannot be set from are left out and counted).  Returns ``gstar``
     (target ``rescaled``), ``gstar_lo``/``gstar_hi``, ``gstar_mse`` (target ``mse``),
-    ``scale`` and ``rescaled`` at G*, ``grid_max`` (G* at it means "at least"), ``notes`` and
-    ``reason`` (None, or why there is no G*: then ``gstar`` is None)."""
+    ``scale`` and ``rescaled`` at G*, ``grid_max`` (G* at it means "at least"), with
+    ``replicates`` ``safe_G``/``safe_regret`` (:func:`gpolab.theory.gstar.regret_bound` on the
+    noise-to-signal ``nsr`` over :func:`gpolab.theory.gstar.constant_box`: the G whose noise
+    excess over the best is least in the worst case the log allows), ``notes`` and ``reason``
+    (None, or why there is no G*: then ``gstar`` is None)."""
     m = fit(c1, g_sq, s, a, alpha, beta)
     if isinstance(m, str):
         return {"gstar": None, "gstar_lo": None, "gstar_hi": None, "reason": m}
@@ -231,15 +232,19 @@ def gstar(
         "reason": None,
     }
     if replicates is not None:
-        draws = [
-            best(t, r, N)
-            for r in (fit(*rep, alpha, beta) for rep in np.asarray(replicates, np.float64))
-            if not isinstance(r, str)
-        ]
+        models = [fit(*rep, alpha, beta) for rep in np.asarray(replicates, np.float64)]
+        models = [r for r in models if not isinstance(r, str)]
+        draws = [best(t, r, N) for r in models]
         out["replicates_used"] = len(draws)
         if draws:
             lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], method="nearest")
             out["gstar_lo"], out["gstar_hi"] = int(lo), int(hi)
+            keep = t.G <= N
+            box = (fit(*c, alpha, beta) for c in constant_box(replicates, level))
+            safe = regret_bound(
+                [criteria(t, r, N)["nsr"][keep] for r in box if not isinstance(r, str)], t.G[keep]
+            )
+            out["safe_G"], out["safe_regret"] = safe["G"], safe["regret"]
     return out
 
 

@@ -143,5 +143,18 @@ def test_run_json_says_whether_the_files_decide_gstar_yet(tmp_path):
     undecided = {"decided": False, "groups_measured": 100, "c1": 0.5, "c1_se": 0.5}
     undecided |= {"groups_needed": 385, "more_steps": 50}
     assert "about 385 would decide it: ~50 more steps" in files.decision_text(undecided)
+    assert "Meanwhile" not in files.decision_text(undecided)
+    safe = files.decision_text({**undecided, "safe_G": 6, "safe_regret": 0.1})
+    assert safe.endswith(
+        "Meanwhile use G = 6: for loo it costs at most 10% more gradient noise "
+        "than the best G at this run's responses per step, whatever c1 and C3 "
+        "are within their 95% intervals"
+    )
+    # the hook's run and plan both give a safe G on the grid, with a bound (their bootstraps
+    # differ in size, so not always the same G)
+    from gpolab.theory.gstar import GRID
+
+    assert d["safe_G"] in GRID and s["safe_G"] in GRID
+    assert d["safe_regret"] >= 0 and s["safe_regret"] >= 0
     decided = {"decided": True, "gstar": 4.2, "gstar_lo": 3.8, "gstar_hi": 5.0}
     assert "G* = 4.2 (95% 3.8 .. 5)" in files.decision_text({**decided, "groups_measured": 9})

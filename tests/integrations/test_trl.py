@@ -111,6 +111,10 @@ def test_the_hook_records_its_seconds_and_the_trainer_settings(run):
     # the run's files decide loo's G* (plan recommends a finite interval on them, above)
     d = info["decision"]
     assert d["decided"] and d["groups_measured"] == STEPS * GROUPS and d["gstar_hi"] < np.inf
+    # and a safe G on the grid with its bound (what the end-of-training line names if undecided)
+    from gpolab.theory.gstar import GRID
+
+    assert d["safe_G"] in GRID and d["safe_regret"] >= 0
 
 
 def test_a_trainer_without_the_hook_is_refused_in_one_line_before_training():

@@ -440,6 +440,12 @@ def test_the_report_says_when_the_log_cannot_pin_the_headline_G():
             "the log cannot decide G*: the prompt",
         ),
         ({"gstar": None, "gstar_reason": "no proxy"}, "the log cannot decide G*: no proxy"),
+        (
+            {"gstar": None, "gstar_c1": -2.0, "gstar_lo": 3.0, "safe_G": 6, "safe_regret": 0.07},
+            "use G = 6: for loo (the law alone, no model), G = 6 costs at most 7% more gradient "
+            "noise than the best G, whatever the log's constants are within their 95% bootstrap "
+            "intervals.  G* itself is not decided: the prompt",
+        ),
     ],
 )
 def test_the_recommendation_line(p, start):
@@ -457,6 +463,13 @@ def test_the_recommendation_line(p, start):
     line = plan_report.recommendation({**p, **model})
     decided = p.get("gstar") is not None
     assert line.startswith("use G = 8 for trl/grpo" if decided else start)
+    # undecided, with a safe G for the run's estimator too: that one leads, loo's beside it
+    line = plan_report.recommendation(
+        {**p, **model, "estimator_safe_G": 10, "estimator_safe_regret": 0.04}
+    )
+    if "safe_G" in p:
+        assert line.startswith("use G = 10 for trl/grpo, the estimator this run trains with: ")
+        assert "at most 4% more noise against its own mean" in line and "G = 6 costs" in line
     undecided_with_c1 = not decided and "gstar_c1" in p
     assert line.endswith("puts G* at 8 for trl/grpo (95% 6 or more; loo's 8)") == undecided_with_c1
 

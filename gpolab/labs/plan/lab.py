@@ -369,6 +369,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     gs = gstar_row(cfg, log, levels, norms)
     replicates = gs.pop("replicates", None)
     pooled_row = {**summary.iloc[-1].to_dict(), **gs}
+    gs |= safe_row(pooled_row, replicates)
     gs |= estimator_row(cfg, trainer, pooled_row, replicates) | rule_row(cfg, pooled_row)
     for k, v in gs.items():
         summary[k] = [v if w == POOLED else None for w in summary["window"]]
@@ -664,7 +665,28 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
     }
 
 
-ESTIMATOR_KEYS = ("gstar", "gstar_lo", "gstar_hi", "gstar_mse", "scale", "notes", "reason")
+def safe_row(p: dict, replicates) -> dict:
+    """loo's G with the least worst-case noise excess over the best G that the log's bootstrap
+    replicates allow (:func:`gpolab.theory.gstar.safe_g`), at the log's responses per step:
+    given whether or not the log decides G*."""
+    out = {"safe_G": None, "safe_regret": None}
+    if replicates is None or not p.get("budget"):
+        return out
+    safe = gstar.safe_g(replicates, float(p["budget"]))
+    return out if safe["G"] is None else {"safe_G": safe["G"], "safe_regret": safe["regret"]}
+
+
+ESTIMATOR_KEYS = (
+    "gstar",
+    "gstar_lo",
+    "gstar_hi",
+    "gstar_mse",
+    "scale",
+    "safe_G",
+    "safe_regret",
+    "notes",
+    "reason",
+)
 
 
 def estimator_row(cfg: Config, run: dict, p: dict, replicates) -> dict:

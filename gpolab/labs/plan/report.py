@@ -70,6 +70,8 @@ def summary_json(cfg, tables: dict) -> dict:
         "gstar_lo": p.get("gstar_lo"),
         "gstar_hi": p.get("gstar_hi"),
         "gstar_reason": p.get("gstar_reason"),
+        "safe_G": p.get("safe_G"),
+        "safe_regret": p.get("safe_regret"),
         **{k: p.get(k) for k in p if k.startswith(("estimator_", "loo_model_"))},
         "notes": p.get("notes") or "",
         "windows": [_clean(r) for r in s[s["window"] != POOLED].to_dict(orient="records")],
@@ -371,6 +373,8 @@ def recommendation(p: dict) -> str:
         )
     c1, se = p.get("gstar_c1"), p.get("gstar_c1_se")
     head = "the log cannot decide G*"
+    if p.get("safe_G") is not None:
+        head = f"{safe_text(p)}.  G* itself is not decided"
     factor = gstar.information_factor(c1, se)
     if _finite(factor):
         n = p.get("prompts") or 0
@@ -386,9 +390,33 @@ def recommendation(p: dict) -> str:
         return (
             f"{head}: the prompt variance c1 = {c1:.3g} is not above 0 at all, so no "
             "amount of this log pins G* (a lower bound: "
-            f"{lo if lo is not None else 'none'}); log more steps with score norms" + _model_said(p)
+            f"{_fmt(lo) if lo is not None else 'none'}); log more steps with score norms"
+            + _model_said(p)
         )
     return f"{head}: {p.get('gstar_reason')}"
+
+
+def safe_text(p: dict) -> str:
+    """ "use G = …" with its worst-case noise excess (gpolab's regret bound, theory.gstar.
+    regret_bound): for the run's estimator under the transfer model when modelled, and loo's
+    from the log's constants alone."""
+    loo = (
+        f"G = {p['safe_G']} costs at most {_pct(p['safe_regret'])} more gradient noise than "
+        "the best G, whatever the log's constants are within their 95% bootstrap intervals"
+    )
+    spec, G = p.get("estimator_spec"), p.get("estimator_safe_G")
+    if G is None or spec == "loo":
+        return f"use G = {p['safe_G']}: for loo (the law alone, no model), {loo}"
+    return (
+        f"use G = {G} for {spec}, the estimator this run trains with: it costs at most "
+        f"{_pct(p.get('estimator_safe_regret'))} more noise against its own mean than its best G "
+        "over the same intervals (under gpolab's transfer model); for loo (the law alone, no "
+        f"model), {loo}"
+    )
+
+
+def _pct(x) -> str:
+    return f"{100 * float(x):.0f}%" if _finite(x) else "n/a"
 
 
 def rule_text(p: dict) -> list[str]:

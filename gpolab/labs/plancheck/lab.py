@@ -517,7 +517,30 @@ def compare(truth: dict, tables: dict, cfg: Config, **ids) -> list[dict]:
             **ids,
         )
     )
-    return rows + estimator_rows(truth, p, cfg.estimator, **ids)
+    return rows + safe_rows(truth, p, **ids) + estimator_rows(truth, p, cfg.estimator, **ids)
+
+
+def safe_rows(truth: dict, p: dict, **ids) -> list[dict]:
+    """plan's "use G = …" for loo when G* is not decided (:func:`gpolab.theory.gstar.safe_g`):
+    that G against the grid's exact best (the truth's c1, C2, C3 at the log's responses per
+    step), and the exact noise excess at it over the best against the bound plan states
+    (covered when within it)."""
+    from gpolab.theory import gstar
+
+    G, bound = p.get("safe_G"), p.get("safe_regret")
+    grid = [k for k in gstar.GRID if k <= p["budget"]]
+    gamma = truth["c1"] + truth["g_sq"]
+    consts = np.array(
+        [[truth["c1"]], [truth["g_sq"]], [truth["C3"] - gamma], [truth["C2"] + gamma]]
+    )
+    noise = gstar.loo_noise(*consts, grid)[0]
+    best = grid[int(np.argmin(noise))]
+    excess = np.nan if G is None else float(noise[grid.index(G)] / noise.min() - 1)
+    lo, hi = (np.nan, np.nan) if G is None else (0.0, float(bound))
+    return [
+        _row("safe G (loo)", best, G, **ids),
+        _row("noise excess at plan's safe G (loo)", excess, bound, lo, hi, **ids),
+    ]
 
 
 def estimator_rows(truth: dict, p: dict, spec: str, **ids) -> list[dict]:
