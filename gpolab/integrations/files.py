@@ -7,7 +7,9 @@ Under ``<output_dir>/gpolab/``:
   of the whole response (NaN where it was not measured: only the sampled groups carry it);
   ``exact_proxy`` and ``logit_proxy`` (verl's forward-only W, where a hook measured it): then
   ``proxy`` is the exact norm where there is one, else W times k = Σq/ΣW over the responses
-  with both (``run.json``: ``proxy_scale``, ``proxy_scale_responses``);
+  with both (``run.json``: ``proxy_scale``, ``proxy_scale_responses``); ``pair_score`` on the
+  exactly measured groups (:func:`gpolab.theory.gstar.pair_scores`, from the inner products of
+  the responses' scores: c1 with less variance);
 * ``grad_norms.csv``: ``step``, ``batch`` (prompts B), ``grad_norm`` = ‖ĝ_B‖ of the plain
   leave-one-out estimate (1/(B·G)) Σ A_loo ∇ log π over B of the step's sampled groups (one row
   per disjoint run of B groups: :func:`batch_norms`);
@@ -60,12 +62,15 @@ class Writer:
         self._groups = 0
 
     def add_groups(
-        self, step: int, prompts, rewards: np.ndarray, proxy: np.ndarray, logit=None
+        self, step: int, prompts, rewards: np.ndarray, proxy: np.ndarray, logit=None, pairs=None
     ) -> None:
-        """One step's groups: ``prompts`` (n,), ``rewards``, ``proxy`` (exact score norms) and
-        ``logit`` (verl's forward-only W, optional) (n, G) (NaN: not measured)."""
-        logit = np.full(np.shape(proxy), np.nan) if logit is None else logit
-        for x, z, q, w in zip(prompts, rewards, proxy, logit, strict=True):
+        """One step's groups: ``prompts`` (n,), ``rewards``, ``proxy`` (exact score norms),
+        ``logit`` (verl's forward-only W, optional) and ``pairs`` (the exact groups'
+        :func:`gpolab.theory.gstar.pair_scores`, optional) (n, G) (NaN: not measured)."""
+        nan = np.full(np.shape(proxy), np.nan)
+        logit = nan if logit is None else logit
+        pairs = nan if pairs is None else pairs
+        for x, z, q, w, u in zip(prompts, rewards, proxy, logit, pairs, strict=True):
             self.rows += [
                 {
                     "step": int(step),
@@ -74,8 +79,9 @@ class Writer:
                     "reward": float(r),
                     "exact_proxy": float(p),
                     "logit_proxy": float(v),
+                    "pair_score": float(c),
                 }
-                for r, p, v in zip(z, q, w, strict=True)
+                for r, p, v, c in zip(z, q, w, u, strict=True)
             ]
             self._groups += 1
 
@@ -102,7 +108,7 @@ class Writer:
         k·W elsewhere, k from the responses with both)."""
         import pandas as pd
 
-        cols = ["step", "prompt", "group", "reward", "exact_proxy", "logit_proxy"]
+        cols = ["step", "prompt", "group", "reward", "exact_proxy", "logit_proxy", "pair_score"]
         rows = pd.DataFrame(self.rows, columns=cols)
         k, n = self.proxy_scale()
         if n:
@@ -158,9 +164,11 @@ def decision(rows, norms, boot: int = 200) -> dict:
         boot=boot,
         clusters=f["prompt"].to_numpy(),
         keep_replicates=True,
+        pairs=gstar.pairs_of(f),
     )
     c1, se = res.get("c1"), res.get("c1_se")
     out |= {"c1": c1, "c1_se": se, "gstar_lo": res.get("gstar_lo"), "reason": res["reason"]}
+    out["c1_method"] = res.get("c1_method")
     if res.get("replicates") is not None:  # a G to use meanwhile, at the run's responses per step
         safe = gstar.safe_g(res["replicates"], float(rows.groupby("step").size().median()))
         if safe["G"] is not None:

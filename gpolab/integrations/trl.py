@@ -33,6 +33,7 @@ from transformers import TrainerCallback
 from gpolab import validate
 from gpolab.estimators import loo_advantages
 from gpolab.integrations.files import Writer, batch_norms, batch_sizes, decision_text
+from gpolab.theory import gstar
 
 FLUSH_EVERY = 20  # rewrite the files every this many trainer logs (and at the end)
 SETTINGS = (
@@ -179,6 +180,7 @@ class PlanCallback(TrainerCallback):
         groups = n // G
         step = trainer.state.global_step + 1  # TRL names this step's completions file so
         proxy, logit = np.full((groups, G), np.nan), np.full((groups, G), np.nan)
+        pairs = np.full((groups, G), np.nan)
         main = trainer.accelerator.is_main_process
         if main and (step - 1) % self.every == 0:
             k = min(self.groups_per_step, len(inputs) // G)
@@ -186,6 +188,8 @@ class PlanCallback(TrainerCallback):
             for j in range(k):
                 W = self.scores(output, range(j * G, (j + 1) * G))
                 proxy[j] = np.sum(W * W, axis=1)
+                if G >= 3:  # the scores' inner products: E‖g_x‖² without within-group noise
+                    pairs[j] = gstar.pair_scores(rewards[j * G : (j + 1) * G], W @ W.T)
                 if not self.cheap:  # cheap: the norms come from every group below
                     grads.append(self._advantages(rewards, j) @ W / G)
             if len(grads) >= 2:
@@ -200,7 +204,9 @@ class PlanCallback(TrainerCallback):
             if local >= 2:
                 self.writer.add_norms(step, batch_norms(np.stack(grads), batch_sizes(local)))
         if main:
-            self.writer.add_groups(step, prompts[::G], rewards.reshape(groups, G), proxy, logit)
+            self.writer.add_groups(
+                step, prompts[::G], rewards.reshape(groups, G), proxy, logit, pairs
+            )
 
     def _advantages(self, rewards: np.ndarray, j: int) -> np.ndarray:
         """Group j's leave-one-out advantages (G,)."""

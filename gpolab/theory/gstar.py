@@ -54,6 +54,44 @@ def proxy_moments(rewards, proxy, group) -> tuple[np.ndarray, np.ndarray]:
     )[used]
 
 
+def pair_scores(rewards, gram) -> np.ndarray:
+    """Per response of a group of n >= 3 (leading axes: several groups),
+
+        r_i = (1/(n − 1)) Σ_{j≠i} (Z_i − b_ij)(Z_j − b_ij) W_i·W_j
+
+    with b_ij the mean reward of the other n − 2 responses and ``gram`` (n, n) the inner
+    products W_i·W_j of the responses' scores (gpolab's).  Their mean over the group is unbiased
+    for ‖g_x‖²: b_ij is independent of responses i and j, which are independent of each other,
+    and E[(Z − b) W] = g_x for any b independent of (Z, W) because E W = 0.  Unlike ‖ĝ‖², no
+    diagonal term ‖W_i‖²(Z_i − b)² enters, so the within-group noise that c1 is otherwise
+    recovered under (:func:`constants_from_proxy`) is not there to subtract."""
+    z = np.asarray(rewards, np.float64)
+    K = np.asarray(gram, np.float64)
+    n = z.shape[-1] if z.ndim else 0
+    if n < 3 or K.shape != (*z.shape, n):
+        raise validate.ConfigError(
+            f"pair_scores: got rewards of shape {z.shape} and a Gram matrix of shape {K.shape}; "
+            "allowed: (..., n >= 3) rewards and their (..., n, n) score inner products"
+        )
+    b = (z.sum(-1)[..., None, None] - z[..., :, None] - z[..., None, :]) / (n - 2)
+    prod = (z[..., :, None] - b) * (z[..., None, :] - b) * K * (1 - np.eye(n))
+    return prod.sum(-1) / (n - 1)
+
+
+def pair_moments(rewards, pairs, group) -> np.ndarray:
+    """Per group with n >= 3 responses (the groups :func:`proxy_moments` keeps, in its order),
+    the mean of :func:`pair_scores` (``pairs``: one per response): u_x, unbiased for ‖g_x‖²."""
+    z, u, idx = _groups(rewards, np.zeros(np.size(rewards)), group)
+    u = np.asarray(pairs, np.float64).ravel()
+    if u.size != z.size or not np.all(np.isfinite(u)):
+        raise validate.ConfigError(
+            f"pairs: got {u.size} values for {z.size} responses (or a NaN); allowed: one finite "
+            "pair score per response of the measured groups"
+        )
+    n = np.bincount(idx).astype(np.float64)
+    return (np.bincount(idx, u, n.size) / np.maximum(n, 1))[n >= 3]
+
+
 def _norm_rows(norms) -> tuple[list[np.ndarray], np.ndarray]:
     """Squared gradient norms grouped by batch size (batch sizes with >= 2 rows only)."""
     cols = set(getattr(norms, "columns", ()))
@@ -90,6 +128,12 @@ def constants_from_proxy(s: float, a: float, g_sq: float, T: float, G: int) -> d
     c1 = (T - a / G - s / GG + g_sq * (G - 2) / GG) * GG / (G * G - 2 * G + 2)
     gamma = c1 + g_sq
     return {"c1": c1, "C2": a - gamma, "C3": s + gamma}
+
+
+def constants_from_pairs(s: float, a: float, g_sq: float, gamma: float) -> dict:
+    """c1, C2, C3 from γ = E‖g_X‖² measured directly (:func:`pair_moments`), ‖g‖² and the
+    proxy's s, a: c1 = γ − ‖g‖², C2 = a − γ, C3 = s + γ (theory §3; gpolab's)."""
+    return {"c1": gamma - g_sq, "C2": a - gamma, "C3": s + gamma}
 
 
 def _g_star(c1: float, C3: float) -> float:
@@ -129,6 +173,7 @@ def gstar(
     seed: int = 0,
     clusters=None,
     keep_replicates: bool = False,
+    pairs=None,
 ) -> dict:
     """MSE-optimal group size G* = 1 + √(C3/c1) of the loo estimator at a fixed budget N = B·G
     (theory §3; the recovery of c1 and C3 from a run's log is gpolab's derivation).
@@ -147,9 +192,12 @@ def gstar(
     groups at different steps are not independent); ``c1_se``, ``C3_se`` the bootstrap SDs.
     ``keep_replicates``: also return ``replicates``, the (boot, 4) bootstrap replicates of
     (c1, ‖g‖², s, a) (:func:`gpolab.theory.gstar_model.gstar` reads them for another
-    estimator's interval).  ``reason`` is None when G* is given, else says why not (no proxy,
-    < 2 batch sizes, no group of >= 3, c1 not resolved above 0: then ``gstar`` is None and
-    ``gstar_lo`` the lower bound the data allow)."""
+    estimator's interval).  ``pairs`` (optional, one :func:`pair_scores` value per response):
+    E‖g_X‖² is then measured directly by :func:`pair_moments` and only ‖g‖² is taken from the
+    norms (:func:`constants_from_pairs`; ``c1_method`` says which; both unbiased, the pairs'
+    without the within-group noise to subtract).  ``reason`` is None when G* is given, else says
+    why not (no proxy, < 2 batch sizes, no group of >= 3, c1 not resolved above 0: then
+    ``gstar`` is None and ``gstar_lo`` the lower bound the data allow)."""
     validate.integer("G", G, 2)
     validate.integer("boot", boot, 10)
     if proxy is None:
@@ -168,12 +216,17 @@ def gstar(
         )
     var = np.array([max(r.var(ddof=1), 1e-12 * r.mean() ** 2, 1e-300) / r.size for r in rows])
     g_sq, T = _line(np.array([r.mean() for r in rows]), var, sizes)
-    point = constants_from_proxy(s, a, g_sq, T, G)
+    u_x = None if pairs is None else pair_moments(rewards, pairs, group)
+    if u_x is None:
+        point = constants_from_proxy(s, a, g_sq, T, G)
+    else:
+        point = constants_from_pairs(s, a, g_sq, float(u_x.mean()))
     cl = None if clusters is None else _group_clusters(rewards, proxy, group, clusters)
-    reps = _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, cl)
+    reps = _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, cl, u_x)
     lo, hi = _band(reps[:, 0], level)
     out = {
         **point,
+        "c1_method": "norms" if u_x is None else "pairs",
         "g_sq": g_sq,
         "T": T,
         "s": s,
@@ -204,6 +257,15 @@ def measured(frame):
     sizes = f.groupby("group").size().to_numpy()
     G = int(np.bincount(sizes).argmax()) if sizes.size else 0  # the smallest of tied modes
     return f, G
+
+
+def pairs_of(frame):
+    """The ``pair_score`` column of measured rows (:func:`measured`) when every one has it, for
+    :func:`gstar`'s ``pairs``; else None (the norms path)."""
+    if "pair_score" not in frame:
+        return None
+    u = frame["pair_score"].to_numpy(np.float64)
+    return u if u.size and np.all(np.isfinite(u)) else None
 
 
 def information_factor(c1: float, se: float) -> float:
@@ -287,14 +349,16 @@ def _group_clusters(rewards, proxy, group, clusters) -> np.ndarray:
     return code[first][np.bincount(idx) >= 3]
 
 
-def _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, clusters=None) -> np.ndarray:
+def _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, clusters=None, u_x=None) -> np.ndarray:
     """(boot, 6) replicates of (G*, c1, C3, s, a, ‖g‖²): groups (or whole clusters of groups)
-    resampled, norm rows within batch size."""
+    resampled, norm rows within batch size (``u_x``: the groups' pair means, resampled with
+    them)."""
     rng = np.random.default_rng(seed)
     out = np.empty((boot, 6))
     code = np.arange(s_x.size) if clusters is None else np.unique(clusters, return_inverse=True)[1]
     C = int(code.max()) + 1
     sums_s, sums_a = np.bincount(code, s_x, C), np.bincount(code, a_x, C)
+    sums_u = None if u_x is None else np.bincount(code, u_x, C)
     count = np.bincount(code, minlength=C).astype(np.float64)
     for k in range(boot):
         i = rng.integers(0, C, C)
@@ -302,7 +366,10 @@ def _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, clusters=None) -> np.n
         g_sq, T = _line(means, var, sizes)
         m = count[i].sum()
         s, a = sums_s[i].sum() / m, sums_a[i].sum() / m
-        c = constants_from_proxy(s, a, g_sq, T, G)
+        if sums_u is None:
+            c = constants_from_proxy(s, a, g_sq, T, G)
+        else:
+            c = constants_from_pairs(s, a, g_sq, sums_u[i].sum() / m)
         out[k] = _g_star(c["c1"], c["C3"]), c["c1"], c["C3"], s, a, g_sq
     return out
 

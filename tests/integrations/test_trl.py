@@ -62,6 +62,31 @@ def test_plan_on_the_output_folder_recommends_a_G_with_a_finite_interval(run, tm
     s = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert 2 <= s["gstar_lo"] <= s["gstar"] <= s["gstar_hi"] < np.inf
     assert "loss_type = dapo" in report
+    # every measured group carries its pair scores, so c1 comes from them
+    assert "c1 from the pair products of the responses' scores" in report
+
+
+def test_pair_scores_fill_every_measured_group_and_follow_the_formula(run):
+    """The hook writes ``pair_score`` on every measured group (here all), from the Gram matrix
+    of the group's per-response gradients; on a group of the trained model, gstar.pair_scores
+    of those gradients equals the formula written out with loops."""
+    from gpolab.theory import gstar
+
+    out, _, callback = run
+    rows = pd.read_parquet(out / "gpolab" / "rollouts.parquet")
+    assert rows["pair_score"].notna().all()
+    _, _, output = _one_group()
+    W = callback.scores(output, range(4))
+    z = np.array([1.0, 0.0, 0.0, 1.0])
+    direct = []
+    for i in range(4):
+        total = 0.0
+        for j in range(4):
+            if j != i:
+                b = (z.sum() - z[i] - z[j]) / 2
+                total += (z[i] - b) * (z[j] - b) * float(W[i] @ W[j])
+        direct.append(total / 3)
+    assert gstar.pair_scores(z, W @ W.T) == pytest.approx(direct, rel=1e-9)
 
 
 P = 4  # the prompt length of _one_group

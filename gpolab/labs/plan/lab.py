@@ -651,7 +651,13 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
         out = gstar.gstar_bounds(*args)
     else:
         out = gstar.gstar(
-            *args, norms, G, seed=cfg.seed, clusters=f["prompt"].to_numpy(), keep_replicates=True
+            *args,
+            norms,
+            G,
+            seed=cfg.seed,
+            clusters=f["prompt"].to_numpy(),
+            keep_replicates=True,
+            pairs=gstar.pairs_of(f),
         )
     reason, replicates = out.pop("reason", None), out.pop("replicates", None)
     out["proxy_groups"] = int(f["group"].nunique())

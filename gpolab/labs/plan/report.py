@@ -489,9 +489,21 @@ def _fmt(x) -> str:
     return f"{float(x):.3g}" if _finite(x) else "n/a"
 
 
+def _c1_source(p: dict) -> str:
+    """Where c1 came from (the hook's pair scores, or the gradient norms' 1/B slope)."""
+    if p.get("gstar_c1_method") == "pairs":
+        return (
+            "c1 from the pair products of the responses' scores within each measured group "
+            "(column pair_score: no within-group noise to subtract) and ‖g‖² from the "
+            "gradient norms"
+        )
+    return "c1 from the gradient norms' 1/B slope less the proxy's within-group noise"
+
+
 def _gstar_text(p: dict) -> str:
     if p.get("gstar") is None:
-        return f"not estimated: {p.get('gstar_reason')}\n\n{estimator_text(p)}"
+        how = f" ({_c1_source(p)})" if p.get("gstar_c1_method") else ""
+        return f"not estimated: {p.get('gstar_reason')}{how}\n\n{estimator_text(p)}"
     terms = ", ".join(
         f"{k[6:]} = {p[k]:.4g}"
         for k in ("gstar_c1", "gstar_C2", "gstar_C3")
@@ -500,5 +512,6 @@ def _gstar_text(p: dict) -> str:
     return (
         f"G* = 1 + sqrt(C3/c1) = {p['gstar']:.3g} (95% {p['gstar_lo']:.3g} .. "
         f"{p['gstar_hi']:.3g}; {terms}; gpolab's estimate from the proxy column and the "
-        "gradient norms, assuming the loo estimator's MSE law)\n\n" + estimator_text(p)
+        f"gradient norms, assuming the loo estimator's MSE law; {_c1_source(p)})\n\n"
+        + estimator_text(p)
     )

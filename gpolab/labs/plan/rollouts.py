@@ -71,12 +71,12 @@ __all__ = [
 ]
 
 FORMATS = ("trl", "verl", "table")
-FRAME_COLUMNS = ("step", "group", "prompt", "reward", "length", "proxy")
+FRAME_COLUMNS = ("step", "group", "prompt", "reward", "length", "proxy", "pair_score")
 TRL_FIXED = ("step", "prompt", "completion", "advantage")
 TRL_SIGNATURE = ("prompt", "completion", "advantage")
 VERL_REQUIRED = ("input", "score")
 TABLE_REQUIRED = ("prompt", "reward")
-TABLE_OPTIONAL = ("step", "length", "group", "proxy")
+TABLE_OPTIONAL = ("step", "length", "group", "proxy", "pair_score")
 _SUFFIXES = {".parquet", ".csv", ".jsonl"}
 _TRL_NAME = re.compile(r"completions_(\d+)\.parquet$")
 _ALLOWED = (
@@ -90,7 +90,8 @@ class Log:
     """A rollout log read into one row per response.
 
     ``frame`` columns: step (int64), group (int64, 0..n-1 in step/file order, unique over the
-    log), prompt (str), reward (float64), length and proxy (float64, NaN if absent).
+    log), prompt (str), reward (float64), length, proxy and pair_score (float64, NaN if absent;
+    pair_score: :func:`gpolab.theory.gstar.pair_scores`, written by the training hook).
     """
 
     format: str
@@ -451,6 +452,9 @@ def _read_table(f: Path, reward_column, proxy_column, length_column):
             "reward": _numeric(f, repr(reward), df[reward], where, finite=True),
             "length": _extra(df, f, length, "length column", where),
             "proxy": _extra(df, f, proxy, "proxy column", where),
+            "pair_score": _extra(
+                df, f, "pair_score" if "pair_score" in cols else None, "column", where
+            ),
         }
     )
     return out, [reward]
@@ -596,6 +600,8 @@ def read(path, *, format=None, reward_column=None, proxy_column=None, length_col
         )
     if fmt == "trl" and reward_column is None:
         notes += _advantage_note(frame, frame["advantage"].to_numpy(), rcols)
+    if "pair_score" not in frame:  # only a table carries it (the training hook's files)
+        frame["pair_score"] = np.nan
     frame = frame[list(FRAME_COLUMNS)].astype({"prompt": str})
     return Log(
         fmt, str(path), tuple(map(str, files)), _reward_text(fmt, rcols), frame, tuple(notes)

@@ -108,9 +108,12 @@ def batch_order(key: jax.Array, prompts: int, steps: int, B: int) -> np.ndarray:
     return order[:steps].astype(np.int64)
 
 
-def rollout_frame(order, rewards, proxy, length, completion, logit_proxy) -> pd.DataFrame:
+def rollout_frame(
+    order, rewards, proxy, length, completion, logit_proxy, pair_score=None
+) -> pd.DataFrame:
     """One row per response from (steps, B) prompt ids and (steps, B, G) per-response values
-    (``logit_proxy``: verl's forward-only W(τ), :func:`gpolab.envs.arithmetic.logit_proxy`)."""
+    (``logit_proxy``: verl's forward-only W(τ), :func:`gpolab.envs.arithmetic.logit_proxy`;
+    ``pair_score``: :func:`gpolab.theory.gstar.pair_scores`, NaN when not given)."""
     steps, B, G = np.shape(rewards)
     ids = np.repeat(np.asarray(order, dtype=np.int64).reshape(-1), G)
     return pd.DataFrame(
@@ -123,6 +126,9 @@ def rollout_frame(order, rewards, proxy, length, completion, logit_proxy) -> pd.
             "length": np.asarray(length, dtype=np.float64).reshape(-1),
             "completion": list(completion),
             "logit_proxy": np.asarray(logit_proxy, dtype=np.float64).reshape(-1),
+            "pair_score": np.full(np.size(rewards), np.nan)
+            if pair_score is None
+            else np.asarray(pair_score, dtype=np.float64).reshape(-1),
         }
     )
 
@@ -179,6 +185,20 @@ def bandit_proxy(params: bandit.BanditParams, prompts, actions) -> np.ndarray:
     return 1 - 2 * pa + np.sum(pi**2, axis=-1, keepdims=True)
 
 
+def bandit_pairs(params: bandit.BanditParams, prompts, actions, rewards) -> np.ndarray:
+    """:func:`gpolab.theory.gstar.pair_scores` of each group (rows of ``actions``/``rewards``,
+    (n, G)) from the tabular W's inner products (e_a − π)·(e_b − π) = [a = b] − π(a) − π(b) +
+    ‖π‖², float64, shape of ``actions``."""
+    from gpolab.theory import gstar
+
+    pi = np.asarray(bandit.policy(params), dtype=np.float64)[np.asarray(prompts)]  # (n, A)
+    a = np.asarray(actions)
+    pa = np.take_along_axis(pi, a, axis=-1)
+    gram = (a[:, :, None] == a[:, None, :]) - pa[:, :, None] - pa[:, None, :]
+    gram = gram + np.sum(pi**2, axis=-1)[:, None, None]
+    return gstar.pair_scores(np.asarray(rewards, np.float64), gram)
+
+
 def simulate_bandit(
     *,
     steps=50,
@@ -217,6 +237,7 @@ def simulate_bandit(
         np.asarray(bandit.response_length(params, jnp.asarray(order.reshape(-1)), actions_)),
         (f"a{a}" for a in actions_.reshape(-1)),
         proxy,
+        bandit_pairs(params, order.reshape(-1), actions_, np.asarray(rewards)),
     )
     norms = grad_norms(bandit.ENV, params, jax.random.fold_in(key, 3), G, norm_batches, norm_steps)
     truth = truth_summary(bandit.exact(params), G, norm_batches, settings=settings, V_exact=True)
