@@ -90,7 +90,17 @@ COLUMNS = [
     "plan_model",
     "trl_version",
 ]
-PLAN_COLUMNS = ["base_G", "groups", "plan_gstar", "plan_lo", "plan_hi", "plan_model", "reason"]
+PLAN_COLUMNS = [
+    "base_G",
+    "groups",
+    "plan_gstar",
+    "plan_lo",
+    "plan_hi",
+    "plan_model",
+    "reason",
+    "safe_G",
+    "safe_regret",
+]
 
 
 # ---- bookkeeping (numpy only) -------------------------------------------------------------------
@@ -262,7 +272,8 @@ def plan_gstar(summary: dict) -> dict:
     """G* and its 95% interval from ``gpolab plan``'s plan.json: the run's estimator's
     (``estimator_gstar*``, named by ``estimator_spec``) where plan gives it, else loo's
     (``gstar*``; with no G*, ``gstar_lo`` is the lower bound the log allows).  An interval end at
-    the top of plan's G grid (``estimator_grid_max``) is open: ∞."""
+    the top of plan's G grid (``estimator_grid_max``) is open: ∞.  ``safe_G``/``safe_regret``:
+    plan's safe G and its worst excess noise (the run's estimator's where plan gives it)."""
     if summary.get("estimator_gstar") is not None:
         key, model = "estimator_gstar", str(summary.get("estimator_spec") or "estimator")
         if summary.get("gstar") is None:
@@ -271,6 +282,7 @@ def plan_gstar(summary: dict) -> dict:
         key, model = "gstar", "loo"
         if summary.get("estimator_spec"):
             model += f"; the run's estimator {summary['estimator_spec']}: not estimated"
+    safe = "estimator_safe" if summary.get("estimator_safe_G") is not None else "safe"
     hi = _nan(summary.get(f"{key}_hi"))
     top = summary.get("estimator_grid_max") if key == "estimator_gstar" else None
     if top is not None and hi >= float(top):
@@ -281,6 +293,8 @@ def plan_gstar(summary: dict) -> dict:
         "hi": hi,
         "model": model,
         "reason": summary.get("estimator_reason" if key == "estimator_gstar" else "gstar_reason"),
+        "safe_G": _nan(summary.get(f"{safe}_G")),
+        "safe_regret": _nan(summary.get(f"{safe}_regret")),
     }
 
 
@@ -340,6 +354,8 @@ def plan_row(G: int, s: dict, folder: Path) -> dict:
         "groups": s["steps"] * (s["rollouts"] // G),
         **{f"plan_{k}": p[k] for k in ("gstar", "lo", "hi", "model")},
         "reason": p["reason"] or "",
+        "safe_G": p["safe_G"],
+        "safe_regret": p["safe_regret"],
     }
 
 

@@ -99,7 +99,13 @@ def test_compare_without_a_reached_G_or_a_plan_bound_makes_no_comparison():
 def test_plan_gstar_reads_the_runs_estimator_first_and_open_ends_as_infinity():
     loo = {"gstar": 5.9, "gstar_lo": 4.6, "gstar_hi": 15.0, "gstar_reason": None}
     want = {"gstar": 5.9, "lo": 4.6, "hi": 15.0, "model": "loo", "reason": None}
-    assert tg.plan_gstar(loo) == want
+    got = tg.plan_gstar(loo)
+    assert math.isnan(got.pop("safe_G")) and math.isnan(got.pop("safe_regret")) and got == want
+    # the safe G: the run's estimator's where plan gives it, else loo's
+    safe = {**loo, "safe_G": 6, "safe_regret": 0.08}
+    assert (tg.plan_gstar(safe)["safe_G"], tg.plan_gstar(safe)["safe_regret"]) == (6, 0.08)
+    both = {**safe, "estimator_gstar": 8, "estimator_safe_G": 8, "estimator_safe_regret": 0.05}
+    assert (tg.plan_gstar(both)["safe_G"], tg.plan_gstar(both)["safe_regret"]) == (8, 0.05)
     est = {
         **loo,
         "estimator_spec": "trl/grpo[scale_rewards=group]",
