@@ -15,7 +15,7 @@ import pytest
 from gpolab import engine, envs
 from gpolab.validate import ConfigError
 
-CASES = ("bandit", "bandit-loglinear", "loglinear", "arithmetic")
+CASES = ("bandit", "bandit-loglinear", "loglinear", "arithmetic", "markov")
 
 
 @functools.cache
@@ -28,6 +28,10 @@ def instance(case: str):
         if case == "bandit":
             return bandit.make(1, prompts=3, actions=4)
         return bandit.make(1, prompts=3, actions=5, kind="loglinear", dim=3)
+    if case == "markov":
+        from gpolab.envs import markov
+
+        return markov.make(markov.Instance(prompts=3, vocab=3, length=6, instance_seed=1))
     if case == "loglinear":
         from gpolab.envs import loglinear
 
@@ -45,7 +49,7 @@ def test_registry_names_every_env_and_get_checks_the_name():
         env = envs.get(name)
         assert isinstance(env, envs.Env) and env.name == name
         hash(env)  # a jit static argument
-    with pytest.raises(ConfigError, match="env: .*allowed: arithmetic, bandit, loglinear$"):
+    with pytest.raises(ConfigError, match="env: .*allowed: arithmetic, bandit, loglinear, markov$"):
         envs.get("atari")
     with pytest.raises(ConfigError, match="env: got 'tree'; allowed: arithmetic, bandit, "):
         envs.get("tree")  # an env without an Env contract
@@ -57,17 +61,24 @@ def test_one_registry_found_by_listing_the_package():
     import pkgutil
 
     listed = {m.name for m in pkgutil.iter_modules(envs.__path__)}
-    assert envs.names() == ("arithmetic", "bandit", "gaussian", "loglinear", "tree")
+    assert envs.names() == ("arithmetic", "bandit", "gaussian", "loglinear", "markov", "tree")
     assert listed - set(envs.names()) == {"questions", "sampling"}
     assert envs.names("token_logp") == ("arithmetic", "bandit")
-    assert envs.names("kl") == ("bandit",) and envs.names("curvature") == ("loglinear",)
+    assert envs.names("kl") == ("bandit", "markov") and envs.names("curvature") == ("loglinear",)
     assert envs.names("mse_law") == ("arithmetic", "bandit")
     assert envs.names("token_logp", "kl") == ("bandit",)
 
 
 def test_first_leads_and_the_rest_stay_sorted():
     assert envs.names("token_logp", first="bandit") == ("bandit", "arithmetic")
-    assert envs.names(first="tree") == ("tree", "arithmetic", "bandit", "gaussian", "loglinear")
+    assert envs.names(first="tree") == (
+        "tree",
+        "arithmetic",
+        "bandit",
+        "gaussian",
+        "loglinear",
+        "markov",
+    )
     # negative controls: no first, or a first the capability excludes, leave the sorted order
     assert envs.names("token_logp", first="tree") == envs.names("token_logp")
     assert envs.names("token_logp") == ("arithmetic", "bandit")

@@ -11,15 +11,16 @@ import numpy as np
 import pytest
 
 from gpolab import configs, validate
-from gpolab.envs import arithmetic, bandit, gaussian, loglinear, tree
+from gpolab.envs import arithmetic, bandit, gaussian, loglinear, markov, tree
 
-MODULES = (bandit, tree, arithmetic, loglinear, gaussian)
+MODULES = (bandit, tree, arithmetic, loglinear, gaussian, markov)
 BAD = {  # one bad value per env: the field the error must name
     bandit: ("actions", 1),
     tree: ("K", (1,)),
     arithmetic: ("strength", (0.5, 0.4, 0.6)),
     loglinear: ("rho", 2.0),
     gaussian: ("h_min", 0.0),
+    markov: ("length", 0),
 }
 
 
