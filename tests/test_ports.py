@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpolab.estimators import aggregation, offpolicy, registry
+from gpolab.estimators import aggregation, mismatch, offpolicy, registry
 from gpolab.labs.allocate import rules as allocation
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -113,6 +113,7 @@ def _published(source: str) -> bool:
     [
         ("allocate.md", allocation.RULES),
         ("offpolicy.md", {**offpolicy.RATIOS, **{f"kl {k}": v for k, v in offpolicy.KLS.items()}}),
+        ("offpolicy.md", mismatch.REGISTRY),
     ],
 )
 def test_every_published_allocation_and_offpolicy_rule_has_a_port_row(page, rules):
