@@ -56,11 +56,12 @@ import numpy as np
 from gpolab import engine, envs
 from gpolab.engine import train
 from gpolab.envs import arithmetic as arithmetic_env
-from gpolab.envs import bandit
+from gpolab.envs import bandit, markov
 from gpolab.envs import loglinear as loglinear_env
 from gpolab.envs import tree as tree_env
 from gpolab.labs.allocate import lab as allocate_lab
 from gpolab.labs.offpolicy import lab as offpolicy_lab
+from gpolab.labs.offpolicy import mismatch as mismatch_lab
 from gpolab.labs.sweep import cells
 from gpolab.labs.sweep import lab as sweep_lab
 from gpolab.theory import allocation
@@ -408,6 +409,49 @@ def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
     )
 
 
+def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
+    """The rollout–training mismatch kernel (:mod:`gpolab.labs.offpolicy.mismatch`) on the Markov
+    env at T tokens (8 prompts × 4 responses per seed, ``trl/sequence_mask``, noise 0.05), and
+    the env's exact gradient by dynamic programming against enumerating all 4^T_enum responses
+    of each of its 8 prompts at T_enum: ``dp_vs_enumeration`` = enumeration's seconds over the
+    DP's (both compiled first, the same θ; their gradients agree to 1e-5, checked here)."""
+    params = markov.make(markov.Instance(length=T))
+    theta = markov.init_theta(params)
+    mu = markov.behaviour_logits(params, theta, "noise", 0.05)
+    args = (params, theta, mu, markov.exact(params, theta).g)
+    cell = mismatch_lab.Cell("trl/sequence_mask", 8, 4)
+    n = 256 if cfg.quick else 2048
+    key = jax.random.key(cfg.seed)
+    seconds, compile_s, _, chunk = _timed_run(mismatch_lab.per_seed, cell, args, key, n, 0)
+    small = markov.make(markov.Instance(length=T_enum))
+    ys = jnp.array(np.indices((small.vocab,) * T_enum).reshape(T_enum, -1).T, jnp.int32)
+    P = small.num_prompts
+    every = jnp.broadcast_to(ys, (P, *ys.shape))
+    hit = (jnp.sum(ys == 0, -1)[None, :] >= small.k[:, None]).astype(jnp.float32)
+
+    def enumerated(t, every, hit):  # the responses are arguments, not folded constants
+        lp = markov.table_logp(small, markov.table(small, t), jnp.arange(P), every)
+        return jnp.mean(jnp.sum(jnp.exp(jnp.sum(lp, -1)) * hit, -1))
+
+    t0 = markov.init_theta(small)
+    by_enum = jax.jit(jax.grad(enumerated))
+    by_dp = jax.jit(lambda t: markov.exact(small, t).g)
+    g_enum = by_enum(t0, every, hit).block_until_ready()
+    g_dp = by_dp(t0).block_until_ready()
+    if not np.allclose(g_enum, g_dp, atol=1e-5):
+        raise RuntimeError("markov: the DP gradient differs from enumeration")
+    enum_s = min(_timed(lambda: by_enum(t0, every, hit))[0] for _ in range(3))
+    dp_s = min(_timed(lambda: by_dp(t0))[0] for _ in range(3))
+    return _row(
+        f"mismatch kernel, Markov env T={T}, 8x4 per seed, trl/sequence_mask",
+        n,
+        seconds,
+        compile_s,
+        chunk=chunk,
+        dp_vs_enumeration=enum_s / dp_s,
+    )
+
+
 def allocate(cfg: BenchConfig) -> list[dict]:
     """``gpolab allocate``'s Monte Carlo, in numpy (group sizes differ per prompt and per seed,
     and some rules read rewards between rounds): one budget (N = 256) of its static results,
@@ -556,6 +600,7 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
     add(tree(cfg))
     add(arithmetic(cfg))
     add(offpolicy(cfg))
+    add(mismatch(cfg))
     for row in allocate(cfg):
         add(row)
     add(training(cfg))

@@ -84,6 +84,8 @@ def test_bench_quick_end_to_end(capsys):
     (off,) = [r for r in rows if r["workload"].startswith("offpolicy")]
     np.testing.assert_allclose(off["updates_per_s"], off["seeds_per_s"] * 8 * 4, rtol=1e-6)
     assert off["vs_one_eta_at_a_time"] > 0
+    (mm,) = [r for r in rows if r["workload"].startswith("mismatch kernel")]
+    assert mm["n_seeds"] == 256 and mm["seeds_per_s"] > 0 and mm["dp_vs_enumeration"] > 0
     peers = [r for r in rows if "numba" in r["workload"]]
     if numba_ref.missing() is not None:
         assert peers == [] and "numba_seeds_per_s" not in w1
