@@ -22,6 +22,7 @@ def test_without_mismatch_every_correction_is_unbiased(name):
     assert abs(r["bias_sq"]) <= 3 * r["bias_sq_se"] + 1e-7
     assert r["flagged"] == 0.0 and abs(r["mismatch_kl_seq"]) < 1e-5
     assert r["mse"] == pytest.approx(r["bias_sq"] + r["variance"], rel=1e-6, abs=1e-9)
+    assert r["scale"] == pytest.approx(1.0, abs=4 * np.sqrt(r["variance"] / 1024 / r["g_sq"]))
 
 
 def test_with_mismatch_sequence_is_is_unbiased_and_no_correction_is_not():

@@ -11,7 +11,8 @@ per-token weights with its framework's denominator; the estimate is
 T times the per-token aggregation, so that with no mismatch every correction's estimate is the
 plain leave-one-out gradient, unbiased for g (responses have exactly T tokens).  Over seeds:
 bias² = ‖E ĝ − g‖² (the unbiased estimate, with its standard error from ``splits`` independent
-seed batches), variance = tr Cov ĝ, MSE, cos(E ĝ, g) and the share of tokens the correction
+seed batches), variance = tr Cov ĝ, MSE, cos(E ĝ, g), scale = E ĝ·g/‖g‖² (1: no shrinkage; a
+correction that zeroes most sequences drives it to 0) and the share of tokens the correction
 truncated, masked or rejected.  gpolab's measurement; the corrections are ported from their
 frameworks' code (each registry entry names its source).
 """
@@ -102,5 +103,6 @@ def measure(
     for name, x in (("bias_sq", bias), ("variance", var), ("mse", sq), ("flagged", flagged)):
         out[name], out[f"{name}_se"] = mean_se(x)
     out["cos"] = float(mean_g @ g_np / (np.linalg.norm(mean_g) * np.linalg.norm(g_np)))
+    out["scale"] = float(mean_g @ g_np / (g_np @ g_np))  # E ĝ along g: 1 unbiased, 0 collapsed
     out["g_sq"] = float(g_np @ g_np)
     return {**out, **{f"mismatch_{k}": v for k, v in size_of.items()}}
