@@ -296,9 +296,10 @@ def mismatch(params: MarkovParams, theta, mu_logits) -> dict:
         return jax.nn.logsumexp(logm)
 
     log2 = jax.vmap(log_second)(w)
+    kl_seq = jnp.mean(jnp.sum(occ * kl_rows, -1))
     return {
-        "kl_token": jnp.mean(jnp.sum(occ * kl_rows, -1)) / T,
-        "kl_seq": jnp.mean(jnp.sum(occ * kl_rows, -1)),
+        "kl_token": kl_seq / T,
+        "kl_seq": kl_seq,
         "chi2_token": jnp.mean(jnp.sum(occ * chi_rows, -1)) / T,
         "chi2_seq": jnp.mean(jnp.expm1(log2)),
         "log1p_chi2_seq": jax.nn.logsumexp(log2) - jnp.log(log2.shape[0]),

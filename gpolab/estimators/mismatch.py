@@ -105,6 +105,11 @@ def _seq_sum(x, m):
     return jnp.sum(x * m, -1, keepdims=True)
 
 
+def _seq_mean(x, m):
+    """The mean over a sequence's real tokens (an empty row counts as one token, mean 0)."""
+    return _seq_sum(x, m) / jnp.maximum(jnp.sum(m, -1, keepdims=True), 1.0)
+
+
 def _out(coef, m, flagged, kept=None):
     """Weights with coef broadcast to the tokens and zeroed off ``kept`` (without inf·0)."""
     kept = m if kept is None else kept
@@ -158,7 +163,7 @@ def _rs_keep(d, m, stat, k, threshold):
     if stat == "seq_sum":
         kt = _seq_sum(kt, m)
     elif stat == "seq_mean":
-        kt = _seq_sum(kt, m) / jnp.maximum(jnp.sum(m, -1, keepdims=True), 1.0)
+        kt = _seq_mean(kt, m)
     if k == 1:
         return (kt >= jnp.log(threshold[0])) & (kt <= jnp.log(threshold[1]))
     return kt <= threshold
@@ -180,7 +185,7 @@ def verl_corr(A, d, m, *, level=None, rs=None, is_threshold=None, rs_threshold=N
 
 
 def verl_gspo(A, d, m, *, eps_low, eps_high):
-    log_s = _seq_sum(d, m) / jnp.maximum(jnp.sum(m, -1, keepdims=True), 1.0)
+    log_s = _seq_mean(d, m)
     s = jnp.exp(jnp.minimum(log_s, GSPO_CLAMP))
     cut = _ppo_cut(s, A, 1.0 - eps_low, 1.0 + eps_high) | (log_s > GSPO_CLAMP)
     return _out(jnp.where(cut, 0.0, A * s), m, cut)

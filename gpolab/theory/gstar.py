@@ -81,7 +81,7 @@ def pair_scores(rewards, gram) -> np.ndarray:
 def pair_moments(rewards, pairs, group) -> np.ndarray:
     """Per group with n >= 3 responses (the groups :func:`proxy_moments` keeps, in its order),
     the mean of :func:`pair_scores` (``pairs``: one per response): u_x, unbiased for ‖g_x‖²."""
-    z, u, idx = _groups(rewards, np.zeros(np.size(rewards)), group)
+    z, _, idx = _groups(rewards, np.zeros(np.size(rewards)), group)  # rewards and groups checked
     u = np.asarray(pairs, np.float64).ravel()
     if u.size != z.size or not np.all(np.isfinite(u)):
         raise validate.ConfigError(
@@ -289,11 +289,11 @@ def regret_bound(noise, grid) -> dict:
     noise(G)/min_G′ noise(G′) − 1; ``regret`` is its maximum over the points and ``G`` the grid
     size where that is least (the smaller on ties).  So "G costs at most ``regret`` more noise
     than the best G whatever the constants are in that region": defined when G* itself is not
-    (c1 not resolved above 0), because a G past the point where noise stops falling costs little
-    either way.  Points with a non-positive or non-finite noise are left out (``used`` counts
-    the rest); ``G`` is None when none is usable."""
-    noise = np.asarray(noise, np.float64)
+    (c1 not resolved above 0), because the log still bounds c1 from above; the bound says how
+    much the choice can cost.  Points with a non-positive or non-finite noise are left out
+    (``used`` counts the rest); ``G`` is None when none is usable (or there are no points)."""
     grid = np.asarray(grid)
+    noise = np.asarray(noise, np.float64).reshape(-1, grid.size)
     ok = np.all(np.isfinite(noise) & (noise > 0), axis=1)
     if not ok.any():
         return {"G": None, "regret": _NAN, "used": 0}
@@ -316,14 +316,19 @@ def constant_box(replicates, level: float = 0.95, steps: int = 41) -> np.ndarray
 
 
 def loo_noise(c1, g_sq, s, a, grid) -> np.ndarray:
-    """loo's MSE at a fixed budget N, times N, at each G of ``grid`` (theory §3):
-    c1·G + C2 + C3/(G − 1), from arrays of the log's (c1, ‖g‖², s, a) (one row each; c1 and ‖g‖²
-    taken as at least 0, since they are a variance and a squared norm)."""
+    """loo's MSE at a fixed budget N, times N, at each G of ``grid``
+    (:func:`gpolab.theory.groupsize.fixed_n_mse` at N = 1: c1·G + C2 + C3/(G − 1)), from arrays
+    of the log's (c1, ‖g‖², s, a) (one row each; c1 and ‖g‖² taken as at least 0, since they are
+    a variance and a squared norm; C2 = a − E‖g_X‖², C3 = s + E‖g_X‖² as in
+    :func:`constants_from_proxy`)."""
+    from gpolab.theory import groupsize
+
     c1, g_sq = np.maximum(np.asarray(c1, np.float64), 0), np.maximum(np.asarray(g_sq), 0)
     gamma = c1 + g_sq
-    C2, C3 = np.asarray(a) - gamma, np.asarray(s) + gamma
-    G = np.asarray(grid, np.float64)
-    return c1[..., None] * G + C2[..., None] + C3[..., None] / (G - 1)
+    c = groupsize.Constants(
+        c1[..., None], (np.asarray(a) - gamma)[..., None], (np.asarray(s) + gamma)[..., None]
+    )
+    return groupsize.fixed_n_mse(c, 1, np.asarray(grid, np.float64))
 
 
 def safe_g(replicates, N: float, level: float = 0.95) -> dict:

@@ -250,7 +250,7 @@ def test_the_safe_g_bound_covers_the_truths_regret_over_many_logs():
     (exact constants, N = 256) is within the stated bound in >= 90% of all logs and >= 85% of
     the undecided ones (measured 96% and 92% of 62).  Control: the same rule over 50% intervals
     states smaller bounds that cover far less (below 80% of the undecided logs; measured 47%)."""
-    from gpolab.theory import gstar
+    from gpolab.theory import groupsize, gstar
 
     N, grid = 256, [G for G in gstar.GRID if G <= 256]
     hits, hits_und, half_und, undecided = 0, 0, 0, 0
@@ -261,9 +261,8 @@ def test_the_safe_g_bound_covers_the_truths_regret_over_many_logs():
         args = (f["reward"].to_numpy(), f["proxy"].to_numpy(), group, sim.norms, 8)
         kw = dict(clusters=f["prompt"].to_numpy(), boot=1000, seed=seed, keep_replicates=True)
         o = gstar.gstar(*args, **kw)
-        gamma = t["c1"] + t["g_sq"]
-        truth = [[t["c1"]], [t["g_sq"]], [t["C3"] - gamma], [t["C2"] + gamma]]
-        noise = gstar.loo_noise(*np.array(truth), grid)[0]
+        c = groupsize.Constants(t["c1"], t["C2"], t["C3"])
+        noise = groupsize.fixed_n_mse(c, 1, np.asarray(grid, np.float64))
         regret = dict(zip(grid, noise / noise.min() - 1, strict=True))
         safe, half = gstar.safe_g(o["replicates"], N), gstar.safe_g(o["replicates"], N, 0.5)
         ok = regret[safe["G"]] <= safe["regret"] + 1e-12

@@ -17,6 +17,11 @@ def test_regret_bound_by_hand():
     # a point with a non-positive noise is left out; none usable: no G
     assert gstar.regret_bound([[1.0, -1.0, 2.0], *noise], [2, 4, 8])["used"] == 2
     assert gstar.regret_bound([[0.0, 1.0, 1.0]], [2, 4, 8])["G"] is None
+    assert gstar.regret_bound([], [2, 4, 8]) == {
+        "G": None,
+        "regret": pytest.approx(np.nan, nan_ok=True),
+        "used": 0,
+    }
 
 
 def test_loo_noise_is_minimised_at_the_closed_form_gstar():

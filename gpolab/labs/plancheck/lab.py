@@ -550,11 +550,8 @@ def safe_rows(truth: dict, p: dict, **ids) -> list[dict]:
 
     G, bound = p.get("safe_G"), p.get("safe_regret")
     grid = [k for k in gstar.GRID if k <= p["budget"]]
-    gamma = truth["c1"] + truth["g_sq"]
-    consts = np.array(
-        [[truth["c1"]], [truth["g_sq"]], [truth["C3"] - gamma], [truth["C2"] + gamma]]
-    )
-    noise = gstar.loo_noise(*consts, grid)[0]
+    c = groupsize.Constants(truth["c1"], truth["C2"], truth["C3"])
+    noise = groupsize.fixed_n_mse(c, 1, np.asarray(grid, np.float64))
     best = grid[int(np.argmin(noise))]
     excess = np.nan if G is None else float(noise[grid.index(G)] / noise.min() - 1)
     lo, hi = (np.nan, np.nan) if G is None else (0.0, float(bound))
