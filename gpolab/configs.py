@@ -509,8 +509,10 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
     made = cls() if instances(cls) else None
     for name, (owner, info) in _flat(cls).items():
         default = getattr(owner(), name)
+        others = []
         if made is not None and owner is not cls:
             default = getattr(made.instance, name, default)
+            others = _env_defaults(cls, name, made, default)
         help_text = info["help"].replace("%", "%%")  # argparse formats help with %
         if info["when"]:
             when = info["when"].items()
@@ -525,7 +527,8 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
                 help=help_text,
             )
             continue
-        shown = "; with ".join([_shown(default), *_mode_defaults(cls, name)]).replace("%", "%%")
+        shown = "; with ".join([_shown(default), *_mode_defaults(cls, name), *others])
+        shown = shown.replace("%", "%%")
         parser.add_argument(
             flag(name),
             dest=name,
@@ -537,6 +540,19 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
 
 def _shown(v) -> str:
     return ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def _env_defaults(cls, name: str, made, default) -> list[str]:
+    """An instance field several envs declare: the other envs' defaults where they differ from
+    the default env's (``--env markov: 8``)."""
+    selector, classes = instances(cls)
+    out = []
+    for env, icls in classes.items():
+        if env != getattr(made, selector) and name in {f.name for f in dataclasses.fields(icls)}:
+            value = getattr(icls(), name)
+            if value != default:
+                out.append(f"{flag(selector)} {env}: {_shown(value)}")
+    return out
 
 
 def _mode_defaults(cls, name: str) -> list[str]:

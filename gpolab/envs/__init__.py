@@ -57,7 +57,10 @@ class Env:
     * ``values(params, θ) -> (f, V)`` (optional): the prompt distribution f (P,) and V_x(θ) =
       E_θ[Z | x] (P,), differentiable in θ (so ∇_θ Σ_x w_x V_x is exact for any weights w);
     * ``kl(params, θ, θ_ref) -> KL`` (optional): Σ_x f_x KL(π_θ(·|x) ‖ π_θref(·|x)) exactly (by
-      enumeration), differentiable in θ.
+      enumeration), differentiable in θ;
+    * ``behaviour(params, θ, kind, size) -> logits`` (optional, the off-policy lab's mismatch
+      mode): the sampler's policy μ, a rollout engine's version of π_θ, whose distance from π_θ
+      the env knows exactly (the Markov env: :func:`gpolab.envs.markov.mismatch`).
     """
 
     name: str
@@ -72,6 +75,7 @@ class Env:
     token_logp: Callable | None = None
     values: Callable | None = None
     kl: Callable | None = None
+    behaviour: Callable | None = None
     mse_law: bool = False  # ``exact`` carries the loo MSE law's per-prompt constants (S2, c1, ...)
 
 

@@ -82,9 +82,11 @@ class Instance(configs.Config):
     p_low: float = option(0.1, "success probability of the hardest prompt (about, at theta_0)")
     p_high: float = option(0.9, "success probability of the easiest prompt (about, at theta_0)")
     instance_seed: int = option(0, "seed of the instance")
+    batch: int = option(8, "prompts per batch B (iid uniform; the off-policy lab's mismatch mode)")
 
     def validate(self) -> None:
         validate.integer("prompts", self.prompts, 1, 4096)
+        validate.integer("batch", self.batch, 1, 4096)
         validate.integer("vocab", self.vocab, 2, 64)
         validate.integer("length", self.length, 1, 4096)
         validate.real("scale", self.scale, 0.0, 10.0)
@@ -137,6 +139,30 @@ def behaviour_logits(params: MarkovParams, theta, kind: str, size) -> jax.Array:
     if kind == "temperature":
         return logits / size
     return (logits + size).astype(jnp.bfloat16).astype(logits.dtype) - size
+
+
+# the sizes each kind allows, [low, high] (temperature (0, 20]); no mismatch: noise 0, temperature 1
+MISMATCH_SIZES = {"noise": (0.0, 10.0), "temperature": (0.0, 20.0), "bf16": (0.0, 1e4)}
+
+
+def parse_mismatch(spec: str) -> tuple[str, float]:
+    """``"kind:size"`` (``noise:0.2``, ``temperature:1.1``, ``bf16:8``) → (kind, size), checked."""
+    kind, sep, raw = str(spec).strip().partition(":")
+    if not sep:
+        raise validate.ConfigError(
+            f"mismatch: got {spec!r}; allowed: KIND:SIZE with KIND one of "
+            f"{', '.join(MISMATCH_KINDS)} (e.g. noise:0.2)"
+        )
+    validate.choice("mismatch kind", kind, MISMATCH_KINDS)
+    try:
+        size = float(raw)
+    except ValueError:
+        raise validate.ConfigError(
+            f"mismatch {kind}: got size {raw!r}; allowed: a number"
+        ) from None
+    low, high = MISMATCH_SIZES[kind]
+    validate.real(f"mismatch {kind} size", size, low, high, open_low=kind == "temperature")
+    return kind, size
 
 
 def _step(alpha: jax.Array, logp: jax.Array) -> jax.Array:
@@ -320,6 +346,8 @@ ENV = Env(
     sample,
     gradient,
     optimum,
+    token_logp=token_logp,
     values=values,
     kl=kl,
-)  # token_logp (above) joins the contract when the off-policy lab takes this env (issue 43)
+    behaviour=behaviour_logits,
+)

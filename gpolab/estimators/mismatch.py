@@ -50,7 +50,16 @@ import jax.numpy as jnp
 
 from gpolab import validate
 
-__all__ = ["REGISTRY", "Weights", "Estimate", "Correction", "correction", "estimate_weights"]
+__all__ = [
+    "REGISTRY",
+    "Weights",
+    "Estimate",
+    "Correction",
+    "correction",
+    "estimate_weights",
+    "parse",
+    "spec",
+]
 
 CLAMP = 20.0  # verl's SAFETY_BOUND on log ratios (rollout_corr_helper.py, core_algos.py)
 GSPO_CLAMP = 10.0  # verl's GSPO: log s_i,t clamped at max 10
@@ -382,3 +391,47 @@ def estimate_weights(name: str, A, logp, logp_mu, mask, **overrides) -> Estimate
         w = coef / (A.size * (jnp.maximum(counts, 1.0) if agg == "seq-mean-token-mean" else 1.0))
     share = jnp.sum(flagged) / jnp.maximum(jnp.sum(mask), 1.0)
     return Estimate(w, share.astype(w.dtype))
+
+
+def parse(spec: str) -> tuple[str, dict]:
+    """``"name"`` or ``"name[key=value,...]"`` → (name, overrides) checked as :func:`correction`
+    checks them: a number, ``none`` (no bound) or a pair ``L_U``, e.g.
+    ``verl/seq_tis[is_threshold=1e9]`` or ``trl/token_truncate[clip_max=2,clip_min=none]``."""
+    text = str(spec).strip()
+    name, sep, rest = text.partition("[")
+    if sep and not rest.endswith("]"):
+        raise validate.ConfigError(
+            f"correction: got {spec!r}; allowed: NAME or NAME[key=value,...]"
+        )
+    overrides = {}
+    for item in filter(None, (s.strip() for s in rest[:-1].split(","))) if sep else ():
+        key, eq, raw = item.partition("=")
+        if not eq:
+            raise validate.ConfigError(
+                f"correction {name}: option {item!r} not understood; allowed: key=value"
+            )
+        raw = raw.strip()
+        try:
+            pair = tuple(float(v) for v in raw.split("_")) if "_" in raw else None
+            value = None if raw.lower() == "none" else (pair or float(raw))
+        except ValueError:
+            raise validate.ConfigError(
+                f"correction {name} {key.strip()}: got {raw!r}; allowed: a number, none or 'L_U'"
+            ) from None
+        overrides[key.strip()] = value
+    _params(name.strip(), overrides)
+    return name.strip(), overrides
+
+
+def spec(name: str, overrides: dict | None = None) -> str:
+    """The one spelling of (name, overrides) that :func:`parse` reads back (keys sorted)."""
+
+    def text(v):
+        if v is None:
+            return "none"
+        if isinstance(v, tuple):
+            return "_".join(repr(float(x)) for x in v)
+        return repr(float(v)) if isinstance(v, (int, float)) else str(v)
+
+    items = sorted((overrides or {}).items())
+    return name + (f"[{','.join(f'{k}={text(v)}' for k, v in items)}]" if items else "")

@@ -63,14 +63,15 @@ def test_one_registry_found_by_listing_the_package():
     listed = {m.name for m in pkgutil.iter_modules(envs.__path__)}
     assert envs.names() == ("arithmetic", "bandit", "gaussian", "loglinear", "markov", "tree")
     assert listed - set(envs.names()) == {"questions", "sampling"}
-    assert envs.names("token_logp") == ("arithmetic", "bandit")
+    assert envs.names("token_logp") == ("arithmetic", "bandit", "markov")
     assert envs.names("kl") == ("bandit", "markov") and envs.names("curvature") == ("loglinear",)
     assert envs.names("mse_law") == ("arithmetic", "bandit")
-    assert envs.names("token_logp", "kl") == ("bandit",)
+    assert envs.names("token_logp", "kl") == ("bandit", "markov")
+    assert envs.names("behaviour") == ("markov",)  # a rollout engine's μ: the mismatch mode
 
 
 def test_first_leads_and_the_rest_stay_sorted():
-    assert envs.names("token_logp", first="bandit") == ("bandit", "arithmetic")
+    assert envs.names("token_logp", first="bandit") == ("bandit", "arithmetic", "markov")
     assert envs.names(first="tree") == (
         "tree",
         "arithmetic",
@@ -81,7 +82,7 @@ def test_first_leads_and_the_rest_stay_sorted():
     )
     # negative controls: no first, or a first the capability excludes, leave the sorted order
     assert envs.names("token_logp", first="tree") == envs.names("token_logp")
-    assert envs.names("token_logp") == ("arithmetic", "bandit")
+    assert envs.names("token_logp") == ("arithmetic", "bandit", "markov")
 
 
 def test_each_lab_derives_the_envs_it_accepted_before_the_registry():
@@ -95,7 +96,8 @@ def test_each_lab_derives_the_envs_it_accepted_before_the_registry():
     from gpolab.labs.sweep import lab as sweep
     from gpolab.labs.zoo import lab as zoo
 
-    assert tuple(offpolicy.INSTANCES) == ("bandit", "arithmetic")
+    assert tuple(offpolicy.INSTANCES) == ("bandit", "arithmetic", "markov")
+    assert offpolicy.REUSE_ENVS == ("bandit", "arithmetic")  # markov: the mismatch mode (#43)
     assert zoo.ENVS == plancheck.ENVS == groupsize.ENVS == ("bandit", "arithmetic")
     for name in groupsize.ENVS:  # stdnorm sends B·G = N training on them to groupsize
         with pytest.raises(ConfigError, match=f"use gpolab groupsize --train --env {name}"):

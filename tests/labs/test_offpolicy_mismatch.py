@@ -20,7 +20,7 @@ THETA = markov.init_theta(PARAMS)
 def test_without_mismatch_every_correction_is_unbiased(name):
     r = mismatch.measure(PARAMS, THETA, "noise", 0.0, name, seeds=1024, key=jax.random.key(1))
     assert abs(r["bias_sq"]) <= 3 * r["bias_sq_se"] + 1e-7
-    assert r["flagged"] == 0.0 and abs(r["mismatch_kl_seq"]) < 1e-5
+    assert r["truncated_share"] == 0.0 and abs(r["mismatch_kl_seq"]) < 1e-5
     assert r["mse"] == pytest.approx(r["bias_sq"] + r["variance"], rel=1e-6, abs=1e-9)
     assert r["scale"] == pytest.approx(1.0, abs=4 * np.sqrt(r["variance"] / 1024 / r["g_sq"]))
 
@@ -51,4 +51,4 @@ def test_with_mismatch_sequence_is_is_unbiased_and_no_correction_is_not():
 def test_every_registry_entry_runs_and_reports_a_share_in_range():
     for name in corrections.REGISTRY:
         r = mismatch.measure(PARAMS, THETA, "temperature", 1.3, name, seeds=64, splits=2)
-        assert 0.0 <= r["flagged"] <= 1.0 and np.isfinite(r["mse"]), name
+        assert 0.0 <= r["truncated_share"] <= 1.0 and np.isfinite(r["mse"]), name

@@ -38,6 +38,7 @@ def test_example_parses_and_resolves(example, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # plan's examples name a log: there it exists (validate checks)
     (tmp_path / "completions.parquet").touch()
     (tmp_path / "rollouts").mkdir()
+    (tmp_path / "grpo_config.yaml").write_text("use_vllm: true\n")  # offpolicy --from-config
     argv = shlex.split(example)[1:]
     args = cli.build_parser(argv).parse_args(argv)  # an unknown flag exits here
     name = argv[0]

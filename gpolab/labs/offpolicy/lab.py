@@ -41,66 +41,78 @@ from flax import struct
 
 from gpolab import configs, engine, envs, estimators, validate
 from gpolab.configs import option
-from gpolab.envs import arithmetic, bandit
+from gpolab.envs import arithmetic, bandit, markov
+from gpolab.estimators import mismatch as corrections
 from gpolab.estimators import offpolicy as rules
-from gpolab.labs.offpolicy import plots
+from gpolab.labs.offpolicy import mismatch, plots
 from gpolab.runner.labs import table_text
 from gpolab.runner.store import PROVENANCE, cell_key, config_hash, resume
 from gpolab.theory import exact
 
 NAME = "offpolicy"
-TABLES = ("results", "updates", "scaling", "safe_reuse")
-# the envs with per-token log-probs, bandit first (its flags and choices lead)
+TABLES = ("results", "updates", "scaling", "safe_reuse", "decision")
+# the envs with per-token log-probs, bandit first (its flags and choices lead); those whose env
+# also has a sampler's version of π_θ (``behaviour``) measure the rollout–training mismatch
+# (:mod:`gpolab.labs.offpolicy.mismatch`), the others minibatch reuse and staleness
 INSTANCES = envs.instances(*envs.names("token_logp", first="bandit"))
+MISMATCH_ENVS = envs.names("token_logp", "behaviour")
+REUSE_ENVS = tuple(e for e in INSTANCES if e not in MISMATCH_ENVS)
+REUSE = {"env": REUSE_ENVS}  # ``when`` of the reuse grid's fields
+MISMATCH = {"env": MISMATCH_ENVS}
 SPLITS = 8  # independent seed batches: the standard errors of bias² and of epoch averages
 SAFE = 1.10  # "safe reuse": MSE within 10% of the on-policy update's
 SCHEMA = 4  # 4: dual is ppo's symmetric clip plus the floor; KL columns in the lab's metric
 KL_ESTIMATORS = tuple(k for k in rules.KLS if k != "none")
-JSON = (
-    "env",
-    "policy",
-    "advantage",
-    "ratio",
-    "clip",
-    "eps_low",
-    "eps_high",
-    "clip_c",
-    "kl",
-    "kappa",
-    "G",
-    "B",
-    "m",
-    "eta",
-    "staleness",
-    "bias_sq",
-    "bias_sq_se",
-    "variance",
-    "mse",
-    "mse_se",
-    "mse_fresh",
-    "excess_mse",
-    "excess_mse_se",
-    "scaled_mse",
-    "excess_scaled",
-    "excess_scaled_se",
-    "best_scale",
-    "cos",
-    "snr",
-    "target",
-    "bias_sq_g",
-    "mse_g",
-    "bias_sq_dagger",
-    "mse_dagger",
-    "bias_sq_paired",
-    "bias_sq_paired_se",
-    "clip_frac",
-    "kl_bias_sq",
-    "kl_bias_sq_se",
-    "kl_mse",
-    "kl_grad_sq",
-    "theory_mse_g",
-    "theory",
-    "n_seeds",
+JSON = tuple(
+    dict.fromkeys(
+        (
+            "env",
+            "policy",
+            "advantage",
+            "ratio",
+            "clip",
+            "eps_low",
+            "eps_high",
+            "clip_c",
+            "kl",
+            "kappa",
+            "G",
+            "B",
+            "m",
+            "eta",
+            "staleness",
+            "bias_sq",
+            "bias_sq_se",
+            "variance",
+            "mse",
+            "mse_se",
+            "mse_fresh",
+            "excess_mse",
+            "excess_mse_se",
+            "scaled_mse",
+            "excess_scaled",
+            "excess_scaled_se",
+            "best_scale",
+            "cos",
+            "snr",
+            "target",
+            "bias_sq_g",
+            "mse_g",
+            "bias_sq_dagger",
+            "mse_dagger",
+            "bias_sq_paired",
+            "bias_sq_paired_se",
+            "clip_frac",
+            "kl_bias_sq",
+            "kl_bias_sq_se",
+            "kl_mse",
+            "kl_grad_sq",
+            "theory_mse_g",
+            "theory",
+            "n_seeds",
+            *mismatch.JSON,
+        )
+    )
 )
 
 
@@ -117,21 +129,25 @@ class Config(configs.Config):
         ("env", "arithmetic"): {
             "defaults": {"eta": (0.125, 0.25, 0.5, 1.0), "seeds": 1024},
             "quick": {"seeds": 128, "eta": (0.25, 1.0), "staleness": (0,), "m": (1, 2, 4)},
-        }
+        },
+        **{("env", e): {"defaults": {"G": 4}, "quick": {"seeds": 512}} for e in MISMATCH_ENVS},
     }
 
     env: str = option(
         "bandit",
         "bandit (softmax bandit, one-token responses: token = sequence "
-        "= sis) or arithmetic (token sequences: the ratio rules differ)",
+        "= sis), arithmetic (token sequences: the ratio rules differ) or markov (responses of T "
+        "tokens from a rollout engine whose policy differs from the trainer's: the "
+        "rollout-training mismatch and each framework's correction)",
     )
     advantages: tuple[str, ...] = option(
         ("loo",),
         "comma list of advantage estimators (reward-only registry names, e.g. loo, "
         "grpo, rloo): the weight c_g = A_g/G of each response",
+        when=REUSE,
     )
     ratio: tuple[str, ...] = option(
-        tuple(rules.RATIOS), "comma list of ratio rules: " + ", ".join(rules.RATIOS)
+        tuple(rules.RATIOS), "comma list of ratio rules: " + ", ".join(rules.RATIOS), when=REUSE
     )
     clip: tuple[str, ...] = option(
         ("none", "ppo"),
@@ -140,14 +156,18 @@ class Config(configs.Config):
         "(eps_low, eps_high), dual (ppo, eps_low both sides, and the "
         "floor clip_c*A for A < 0: verl's vanilla loss at its "
         "defaults; sequence/dual is gpolab's extension)",
+        when=REUSE,
     )
-    eps_low: float = option(0.2, "PPO clip epsilon (clip_ratio_low / epsilon)")
-    eps_high: float = option(0.28, "upper clip epsilon of clip-higher and cispo (DAPO 0.28)")
-    clip_c: float = option(3.0, "dual-clip floor c > 1 (verl clip_ratio_c)")
+    eps_low: float = option(0.2, "PPO clip epsilon (clip_ratio_low / epsilon)", when=REUSE)
+    eps_high: float = option(
+        0.28, "upper clip epsilon of clip-higher and cispo (DAPO 0.28)", when=REUSE
+    )
+    clip_c: float = option(3.0, "dual-clip floor c > 1 (verl clip_ratio_c)", when=REUSE)
     kl: tuple[str, ...] = option(
         ("none",),
         "comma list of KL estimators in the loss: none, k1, "
         "k2, k3 (needs an env with exact KL: bandit)",
+        when=REUSE,
     )
     kappa: tuple[float, ...] = option(
         (0.1,),
@@ -157,6 +177,7 @@ class Config(configs.Config):
     ref_scale: float = option(
         0.5,
         "the reference policy: theta_ref = theta_old + ref_scale * z, z ~ N(0, I) (seed: seed + 1)",
+        when=REUSE,
     )
     G: int = option(8, "group size")
     eta: tuple[float, ...] = option(
@@ -164,10 +185,39 @@ class Config(configs.Config):
         "comma list of SGD step sizes (the "
         "default bandit's gradient is small: 16 moves a logit ~0.1 "
         "per step)",
+        when=REUSE,
     )
-    m: tuple[int, ...] = option((1, 2, 4, 8), "comma list of minibatch updates per rollout batch")
+    m: tuple[int, ...] = option(
+        (1, 2, 4, 8), "comma list of minibatch updates per rollout batch", when=REUSE
+    )
     staleness: tuple[int, ...] = option(
-        (0, 2, 8), "comma list of policy versions the rollouts are behind (async trainers)"
+        (0, 2, 8),
+        "comma list of policy versions the rollouts are behind (async trainers)",
+        when=REUSE,
+    )
+    T: tuple[int, ...] = option(
+        (16, 64, 256),
+        "comma list of response lengths (markov: one instance per T, its length replaced)",
+        when=MISMATCH,
+    )
+    mismatch: tuple[str, ...] = option(
+        ("noise:0.05", "noise:0.2"),
+        "comma list of the rollout engine's mismatch as KIND:SIZE: noise:S (fixed log-prob "
+        "noise of scale S), temperature:TAU, bf16:OFFSET (logits rounded to bfloat16)",
+        when=MISMATCH,
+    )
+    correction: tuple[str, ...] = option(
+        tuple(corrections.REGISTRY),
+        "comma list of mismatch corrections (registry names, NAME[key=value,...] for other "
+        "thresholds): " + ", ".join(corrections.REGISTRY),
+        when=MISMATCH,
+    )
+    from_config: str = option(
+        "",
+        "a TRL GRPOConfig (JSON/YAML) or verl config (YAML): adds the correction it runs, "
+        "with its thresholds, as the rows marked yours",
+        when=MISMATCH,
+        key=False,
     )
     seeds: int = option(4096, f"Monte Carlo seeds per cell ({SPLITS} independent batches)")
     chunk: int = option(
@@ -177,7 +227,7 @@ class Config(configs.Config):
     out: str = option(
         "results/offpolicy", "output folder (tables, config.toml, figures)", key=False
     )
-    instance: bandit.Instance | arithmetic.Instance = option(
+    instance: bandit.Instance | arithmetic.Instance | markov.Instance = option(
         None, "the env's settings (default: the env's defaults)"
     )
 
@@ -191,6 +241,12 @@ class Config(configs.Config):
         env = envs.get(self.env)
         validate.integer("G", self.G, 2)
         validate.group_sizes("G", self.G)
+        validate.seeds("seeds", self.seeds, 2 * SPLITS)
+        validate.integer("chunk", self.chunk, 0)
+        validate.integer("seed", self.seed, 0)
+        if self.env in MISMATCH_ENVS:
+            mismatch.check(self)
+            return
         if not self.advantages:
             raise validate.ConfigError("advantages: got an empty list; allowed: registry names")
         for spec in self.advantages:
@@ -232,9 +288,6 @@ class Config(configs.Config):
         validate.at_most("m", self.m, 256, "the updates of an epoch are unrolled per seed")
         validate.integers("staleness", self.staleness, 0)
         validate.at_most("staleness", self.staleness, 256, "stale steps are unrolled per seed")
-        validate.seeds("seeds", self.seeds, 2 * SPLITS)
-        validate.integer("chunk", self.chunk, 0)
-        validate.integer("seed", self.seed, 0)
         batch_size(self)  # B >= 1 where the env needs it
 
 
@@ -283,7 +336,10 @@ def rule_ids(cfg: Config) -> list[dict]:
 
 
 def units(cfg: Config) -> list[dict]:
-    """One unit of work per (policy, rule): every η, k, m of it in one engine run."""
+    """One unit of work per (policy, rule): every η, k, m of it in one engine run (the mismatch
+    mode: per (T, mismatch, correction))."""
+    if cfg.env in MISMATCH_ENVS:
+        return mismatch.units(cfg)
     return [{"policy": p, **r} for p in contexts(cfg) for r in rule_ids(cfg)]
 
 
@@ -293,7 +349,8 @@ def cells(cfg: Config) -> int:
 
 def settings(cfg: Config) -> dict:
     """Every setting the numbers depend on besides the unit's own (its store key)."""
-    return configs.key_settings(cfg, exclude=("advantages", "ratio", "clip", "kl", "kappa"))
+    unit_fields = ("advantages", "ratio", "clip", "kl", "kappa", "T", "mismatch", "correction")
+    return configs.key_settings(cfg, exclude=unit_fields)
 
 
 def cell_keys(cfg: Config) -> list[str]:
@@ -1015,6 +1072,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     cfg.validate()
     key = jax.random.key(cfg.seed) if key is None else key
     todo = units(cfg)
+    if cfg.env in MISMATCH_ENVS:
+        return _run_mismatch(cfg, key, todo, store, progress)
 
     def compute(i: int) -> list[dict]:
         unit = todo[i]
@@ -1042,10 +1101,40 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         "updates": updates,
         "scaling": scaling(updates, results),
         "safe_reuse": safe_reuse(results),
+        "decision": pd.DataFrame(),
+    }
+
+
+def _run_mismatch(cfg: Config, key, todo: list, store, progress) -> dict:
+    """The mismatch mode's tables: ``results`` (one row per (T, mismatch, correction)) and
+    ``decision`` (:func:`gpolab.labs.offpolicy.mismatch.decision`); the reuse tables are empty."""
+
+    def compute(i: int) -> list[dict]:
+        unit = todo[i]
+        return mismatch.unit_rows(cfg, unit, engine.cell_key(key, NAME, "mismatch", unit["T"]))
+
+    df = resume(
+        store,
+        cell_keys(cfg),
+        compute,
+        config_hash=config_hash(cfg),
+        on_skip=None if progress is None else progress.skip,
+        on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
+    )
+    results = df.drop(columns=[c for c in PROVENANCE if c in df]).reset_index(drop=True)
+    empty = pd.DataFrame()
+    return {
+        "results": results,
+        "updates": empty,
+        "scaling": empty,
+        "safe_reuse": empty,
+        "decision": mismatch.decision(results),
     }
 
 
 def label(row: dict) -> str:
+    if "correction" in row:
+        return f"T={row['T']} {row['mismatch']} {row['correction']}"
     clip = f"/{row['clip']}" if row["clip"] != "none" else ""
     kl = f" {row['kl']}(kappa={row['kappa']:g})" if row["kl"] != "none" else ""
     return f"{row['advantage']} {row['ratio']}{clip}{kl}"
@@ -1209,11 +1298,14 @@ REPORT = [
 
 def report(cfg: Config, tables: dict) -> str:
     df = tables["results"]
-    return table_text(df, REPORT)
+    return table_text(df, mismatch.REPORT if cfg.env in MISMATCH_ENVS else REPORT)
 
 
 def notes(cfg: Config, tables: dict) -> str:
-    """The safe-reuse table, Thm 12's slopes and which rule wins at each (η, m)."""
+    """The safe-reuse table, Thm 12's slopes and which rule wins at each (η, m) (the mismatch
+    mode: its decision table)."""
+    if cfg.env in MISMATCH_ENVS:
+        return "\n".join(mismatch.notes(cfg, tables)).strip()
     lines = []
     safe = tables["safe_reuse"]
     if not safe.empty:
@@ -1325,6 +1417,8 @@ rule_name = rules.rule_name
 
 
 def figures(tables: dict) -> dict:
+    if "correction" in tables["results"]:
+        return {"offpolicy_mismatch.png": plots.mismatch_figure}
     out = {"offpolicy_m.png": plots.reuse_figure}
     if tables["results"]["staleness"].nunique() > 1:
         out["offpolicy_staleness.png"] = plots.staleness_figure

@@ -20,15 +20,40 @@ frameworks' code (each registry entry names its source).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 
-from gpolab import engine, estimators
+from gpolab import engine, estimators, validate
 from gpolab.envs import markov
 from gpolab.estimators import mismatch
+
+# the frameworks' defaults, as the decision table names them: TRL's vLLM IS mode (GRPOConfig
+# vllm_importance_sampling_mode = sequence_mask, cap 3) and verl's (rollout_is off: none)
+DEFAULTS = {"trl": "trl/sequence_mask", "verl": "none"}
+LARGE_B = 512  # the decision's large batch: prompts per step of a production run
+JSON = (
+    "T",
+    "mismatch",
+    "mismatch_kl",
+    "mismatch_kl_seq",
+    "mismatch_chi2_seq",
+    "correction",
+    "yours",
+    "truncated_share",
+    "truncated_share_se",
+    "bias_sq_se",
+    "variance_se",
+    "rel_mse",
+    "rel_mse_se",
+    "cos_se",
+    "scale",
+    "scale_se",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +84,13 @@ def per_seed(cell: Cell, key: jax.Array, args: tuple) -> dict:
     return {"err": e, "sq": e @ e, "flagged": est.flagged_share}
 
 
+def truth(params: markov.MarkovParams, theta, kind: str, size: float) -> tuple:
+    """(μ's logit table, the exact g at θ, the mismatch's exact size as floats) of one cell."""
+    mu = markov.behaviour_logits(params, theta, kind, size)
+    sizes = {k: float(v) for k, v in markov.mismatch(params, theta, mu).items()}
+    return mu, markov.exact(params, theta).g, sizes
+
+
 def measure(
     params: markov.MarkovParams,
     theta,
@@ -72,37 +104,293 @@ def measure(
     splits: int = 8,
     key=None,
     options: dict | None = None,
+    exact: tuple | None = None,
+    chunk: int = 0,
 ) -> dict:
-    """bias², variance, MSE, cos and the flagged share of ``correction`` under the mismatch
-    (``kind``, ``size``) at θ, with standard errors from ``splits`` seed batches of
-    ``seeds // splits`` each, and the mismatch's exact size (:func:`gpolab.envs.markov.mismatch`).
-    All corrections measured with the same ``key`` see the same draws (paired)."""
+    """bias², variance, MSE (and relative to ‖g‖²), cos, scale and the truncated share of
+    ``correction`` under the mismatch (``kind``, ``size``) at θ, with standard errors from
+    ``splits`` seed batches of ``seeds // splits`` each (cos: the jackknife over the batches),
+    and the mismatch's exact size (:func:`gpolab.envs.markov.mismatch`).  ``exact``: the cell's
+    :func:`truth` when the caller has it.  All corrections measured with the same ``key`` see
+    the same draws (paired)."""
     key = jax.random.key(0) if key is None else key
-    mu = markov.behaviour_logits(params, theta, kind, size)
-    g = markov.exact(params, theta).g
+    mu, g, size_of = truth(params, theta, kind, size) if exact is None else exact
     cell = Cell(correction, B, G, tuple(sorted((options or {}).items())))
     n = seeds // splits
     parts = [
-        engine.run(per_seed, cell, (params, theta, mu, g), jax.random.fold_in(key, s), n)
+        engine.run(per_seed, cell, (params, theta, mu, g), jax.random.fold_in(key, s), n, chunk)
         for s in range(splits)
     ]
-    mean_e = np.stack([m.mean("err") for m in parts])  # (splits, D)
-    sq = np.array([m.mean("sq") for m in parts])
-    flagged = np.array([m.mean("flagged") for m in parts])
+    mean_e = np.stack([m.mean("err") for m in parts]).astype(np.float64)  # (splits, D)
+    sq = np.array([m.mean("sq") for m in parts], np.float64)
+    flagged = np.array([m.mean("flagged") for m in parts], np.float64)
     # per split: bias² = ‖ē‖² − tr Cov/n (unbiased), variance = n/(n − 1)(mean ‖e‖² − ‖ē‖²)
     var = n / (n - 1) * (sq - np.sum(mean_e**2, axis=1))
     bias = np.sum(mean_e**2, axis=1) - var / n
     g_np = np.asarray(g, np.float64)
-    mean_g = g_np + mean_e.mean(0)
-    size_of = {k: float(v) for k, v in markov.mismatch(params, theta, mu).items()}
+    g_sq = float(g_np @ g_np)
 
     def mean_se(x):
         return float(x.mean()), float(x.std(ddof=1) / math.sqrt(splits))
 
+    def cos_scale(e):  # of the mean estimate E ĝ = g + e
+        m = g_np + e
+        norm = np.linalg.norm(m)
+        return (m @ g_np / (norm * math.sqrt(g_sq)) if norm > 0 else math.nan), m @ g_np / g_sq
+
+    full = np.array(cos_scale(mean_e.mean(0)))
+    loo = np.array([cos_scale((mean_e.sum(0) - mean_e[i]) / (splits - 1)) for i in range(splits)])
+    jack = np.sqrt((splits - 1) / splits * np.sum((loo - loo.mean(0)) ** 2, axis=0))
     out = {"T": params.T, "kind": kind, "size": size, "correction": correction, "B": B, "G": G}
-    for name, x in (("bias_sq", bias), ("variance", var), ("mse", sq), ("flagged", flagged)):
+    for name, x in (
+        ("bias_sq", bias),
+        ("variance", var),
+        ("mse", sq),
+        ("rel_mse", sq / g_sq),
+        ("truncated_share", flagged),
+    ):
         out[name], out[f"{name}_se"] = mean_se(x)
-    out["cos"] = float(mean_g @ g_np / (np.linalg.norm(mean_g) * np.linalg.norm(g_np)))
-    out["scale"] = float(mean_g @ g_np / (g_np @ g_np))  # E ĝ along g: 1 unbiased, 0 collapsed
-    out["g_sq"] = float(g_np @ g_np)
+    out["cos"], out["scale"] = (float(v) for v in full)  # scale: 1 unbiased, 0 collapsed
+    out["cos_se"], out["scale_se"] = (float(v) for v in jack)
+    out["g_sq"] = g_sq
     return {**out, **{f"mismatch_{k}": v for k, v in size_of.items()}}
+
+
+# ---------------------------------------------------------------- the lab's mismatch mode
+# ``gpolab offpolicy --env markov``: one unit per (T, mismatch, correction); the corrections of
+# one (T, mismatch) share their draws, and so do the mismatches of one T (common random numbers).
+
+
+def check(cfg) -> None:
+    """The mismatch grid's checks (plain Python, before anything is traced); the user's own
+    correction (``from_config``) is read here, so a bad file is one error before any run."""
+    for field in ("T", "mismatch", "correction"):
+        if len(getattr(cfg, field)) == 0:
+            raise validate.ConfigError(f"{field}: got an empty list; allowed: one or more values")
+    validate.integers("T", cfg.T, 1)
+    validate.at_most("T", cfg.T, 4096, "the exact gradient's dynamic program is O(T²A²)")
+    for spec in cfg.mismatch:
+        markov.parse_mismatch(spec)
+    for spec in cfg.correction:
+        mismatch.parse(spec)
+    yours(cfg)
+
+
+@functools.cache
+def _yours(path: str) -> tuple[str, str]:
+    from gpolab.labs.offpolicy import from_config
+
+    found = from_config.correction_of(from_config.read(path))
+    if found["name"] is None:
+        raise validate.ConfigError(f"from_config: {path}: {found['text']}")
+    return mismatch.spec(found["name"], found["overrides"]), found["text"]
+
+
+def yours(cfg) -> tuple[str, str] | None:
+    """(the correction spec, one sentence naming it) of ``cfg.from_config``, or None."""
+    return _yours(str(cfg.from_config)) if cfg.from_config else None
+
+
+def specs(cfg) -> list[str]:
+    """The corrections measured, each spelled once (:func:`gpolab.estimators.mismatch.spec`),
+    the user's own (``from_config``) last unless the grid has it."""
+    out = [mismatch.spec(*mismatch.parse(c)) for c in cfg.correction]
+    mine = yours(cfg)
+    return list(dict.fromkeys(out + ([mine[0]] if mine else [])))
+
+
+def units(cfg) -> list[dict]:
+    return [
+        {"T": int(T), "mismatch": m, "correction": c}
+        for T in cfg.T
+        for m in cfg.mismatch
+        for c in specs(cfg)
+    ]
+
+
+@functools.lru_cache(maxsize=8)
+def _cell_truth(instance, T: int, spec: str) -> tuple:
+    params = markov.make(dataclasses.replace(instance, length=T))
+    theta = markov.init_theta(params)
+    return params, theta, truth(params, theta, *markov.parse_mismatch(spec))
+
+
+def unit_rows(cfg, unit: dict, key) -> list[dict]:
+    """The one row of a (T, mismatch, correction) unit (``key``: its T's draws)."""
+    params, theta, exact = _cell_truth(cfg.instance, unit["T"], unit["mismatch"])
+    kind, size = markov.parse_mismatch(unit["mismatch"])
+    name, options = mismatch.parse(unit["correction"])
+    r = measure(
+        params,
+        theta,
+        kind,
+        size,
+        name,
+        B=cfg.instance.batch,
+        G=cfg.G,
+        seeds=cfg.seeds,
+        key=key,
+        options=options,
+        exact=exact,
+        chunk=cfg.chunk,
+    )
+    entry = mismatch.REGISTRY[name]
+    row = {
+        "env": cfg.env,
+        "T": unit["T"],
+        "mismatch": unit["mismatch"],
+        "mismatch_kind": kind,
+        "mismatch_size": size,
+        "mismatch_kl": r["mismatch_kl_token"],
+        **{k: v for k, v in r.items() if k.startswith("mismatch_") and k != "mismatch_kl_token"},
+        "correction": unit["correction"],
+        "level": entry.level,
+        "kind": entry.kind,
+        "yours": bool(cfg.from_config) and unit["correction"] == yours(cfg)[0],
+    }
+    skip = {"T", "kind", "size", "correction"}
+    row.update({k: v for k, v in r.items() if k not in skip and not k.startswith("mismatch_")})
+    row["n_seeds"] = cfg.seeds // 8 * 8
+    return [row]
+
+
+def at_batch(results: pd.DataFrame, prompts: int) -> pd.DataFrame:
+    """The rows' MSE at a batch of ``prompts`` prompts (G responses each): bias² + variance·B/
+    ``prompts``, with its SE (gpolab's extrapolation: the batch is iid prompt groups, so the
+    variance falls as 1/B exactly where the denominator is fixed — TRL's dapo, verl's seq-mean
+    modes — and about so where rejected tokens leave verl's token-mean denominator)."""
+    f = results["B"] / prompts
+    out = results.copy()
+    out["mse"] = results["bias_sq"] + f * results["variance"]
+    out["mse_se"] = np.hypot(results["bias_sq_se"], f * results["variance_se"])
+    out["rel_mse"] = out["mse"] / results["g_sq"]
+    return out
+
+
+def decision(results: pd.DataFrame, large: int = LARGE_B) -> pd.DataFrame:
+    """Per (T, mismatch): the correction of least MSE at the measured batch and at ``large``
+    prompts (:func:`at_batch`; and whether each leads the runner-up by more than one SE of
+    either), the one of best direction (largest cos of E ĝ with g, among those whose mean
+    estimate is resolved along g: scale > 2 SE), what TRL's and verl's defaults give there and,
+    where a run's own config was given, its place in the MSE order."""
+    if results.empty:
+        return pd.DataFrame()
+    rows = []
+    for (T, spec), g in results.groupby(["T", "mismatch"], sort=False):
+        resolved = g[(g["scale"] > 2 * g["scale_se"]) & np.isfinite(g["cos"])]
+        least = _leader(g, "mse", "mse_se", lower=True)
+        big = _leader(at_batch(g, large), "mse", "mse_se", lower=True)
+        best = _leader(resolved, "cos", "cos_se", lower=False)
+        row = {
+            "T": int(T),
+            "mismatch": spec,
+            "mismatch_kl_seq": float(g["mismatch_kl_seq"].iloc[0]),
+            "mismatch_chi2_seq": float(g["mismatch_chi2_seq"].iloc[0]),
+            "least_mse": least["names"],
+            "least_mse_rel": least["rel_mse"],
+            "least_mse_cos": least["cos"],
+            "least_mse_lead": least["lead"],
+            "large_B": large,
+            "least_mse_large": big["names"],
+            "least_mse_large_rel": big["rel_mse"],
+            "least_mse_large_lead": big["lead"],
+            "best_cos": best["names"],
+            "best_cos_value": best["cos"],
+            "best_cos_se": best["cos_se"],
+            "best_cos_rel_mse": best["rel_mse"],
+            "best_cos_lead": best["lead"],
+        }
+        for who, name in (*DEFAULTS.items(), *((("yours", None),) if g["yours"].any() else ())):
+            at = g[g["yours"]] if who == "yours" else g[g["correction"] == name]
+            if at.empty:
+                continue
+            r = at.iloc[0]
+            if who == "yours":
+                row["yours"] = r["correction"]
+            row[f"{who}_rel_mse"] = float(r["rel_mse"])
+            row[f"{who}_rel_mse_large"] = float(at_batch(at.iloc[:1], large)["rel_mse"].iloc[0])
+            row[f"{who}_cos"] = float(r["cos"])
+            row[f"{who}_scale"] = float(r["scale"])
+            row[f"{who}_mse_rank"] = int((g["mse"] < r["mse"]).sum()) + 1
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _leader(g: pd.DataFrame, col: str, se: str, *, lower: bool) -> dict:
+    """The best row of ``g`` by ``col``: its name (ties, the same numbers, joined by " = "), its
+    rel_mse, cos and cos SE, and whether it leads the next different row by more than one SE of
+    either ("clear") or not ("within 1 SE of ...")."""
+    if g.empty:
+        nan = math.nan
+        return {"names": "none resolved", "rel_mse": nan, "cos": nan, "cos_se": nan, "lead": ""}
+    g = g.sort_values(col, ascending=lower)
+    top = g.iloc[0]
+    same = np.isclose(g[col], top[col], rtol=1e-9, atol=0.0)
+    lead = "—"
+    if (~same).any():
+        nxt = g[~same].iloc[0]
+        clear = abs(nxt[col] - top[col]) > max(top[se], nxt[se])
+        lead = "clear" if clear else f"within 1 SE of {nxt['correction']}"
+    return {
+        "names": " = ".join(g[same]["correction"]),
+        "rel_mse": float(top["rel_mse"]),
+        "cos": float(top["cos"]),
+        "cos_se": float(top["cos_se"]),
+        "lead": lead,
+    }
+
+
+REPORT = [
+    "T",
+    "mismatch",
+    "mismatch_kl_seq",
+    "correction",
+    "truncated_share",
+    "bias_sq",
+    "variance",
+    "rel_mse",
+    "cos",
+    "scale",
+]
+DECISION = [
+    "T",
+    "mismatch",
+    "mismatch_kl_seq",
+    "least_mse",
+    "least_mse_rel",
+    "least_mse_cos",
+    "least_mse_lead",
+    "least_mse_large",
+    "least_mse_large_rel",
+    "best_cos",
+    "best_cos_value",
+    "best_cos_lead",
+    "trl_rel_mse",
+    "trl_rel_mse_large",
+    "trl_cos",
+    "verl_rel_mse",
+    "verl_rel_mse_large",
+    "verl_cos",
+    "yours_rel_mse",
+    "yours_rel_mse_large",
+    "yours_cos",
+    "yours_mse_rank",
+]
+
+
+def notes(cfg, tables: dict) -> list[str]:
+    """The decision table, and where the user's own setting lands."""
+    from gpolab.runner.labs import table_text
+
+    dec = tables["decision"]
+    lines = [
+        "",
+        "Which correction (rel_mse = MSE/|g|^2 at the measured batch; _large: at "
+        f"{LARGE_B} prompts, bias^2 + variance*B/{LARGE_B}; cos of the mean estimate with g; "
+        f"trl: TRL's default {DEFAULTS['trl']}, verl: verl's default {DEFAULTS['verl']}):",
+        table_text(dec, [c for c in DECISION if c in dec]),
+    ]
+    mine = yours(cfg)
+    if mine is not None:
+        lines += ["", f"Your config ({cfg.from_config}): {mine[1]}"]
+    return lines

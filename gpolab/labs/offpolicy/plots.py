@@ -105,3 +105,50 @@ def staleness_figure(tables: dict, path) -> Path:
     return _figure(
         df, "staleness", {"m": df["m"].min()}, path, "Stale rollouts: k policy versions behind"
     )
+
+
+def mismatch_figure(tables: dict, path) -> Path:
+    """The mismatch mode: per mismatch (columns), MSE/‖g‖², cos(E ĝ, g) and the truncated share
+    against the response length T; one line per correction (solid: token level, dashed:
+    sequence level; the user's own config thick)."""
+    plt = pyplot()
+    df = tables["results"]
+    specs = list(dict.fromkeys(df["mismatch"]))
+    names = list(dict.fromkeys(df["correction"]))
+    fig, axes = plt.subplots(
+        3, len(specs), figsize=(4.6 * len(specs) + 2.6, 9.5), squeeze=False, constrained_layout=True
+    )
+    cmap = plt.get_cmap("tab20")
+    for col, spec in enumerate(specs):
+        d = df[df["mismatch"] == spec]
+        for i, name in enumerate(names):
+            g = d[d["correction"] == name].sort_values("T")
+            if g.empty:
+                continue
+            style = dict(
+                color=cmap(i % 20),
+                marker="o",
+                ms=3,
+                lw=2.6 if g["yours"].any() else 1.1,
+                ls="--" if g["level"].iloc[0] == "sequence" else "-",
+                label=name + (" (yours)" if g["yours"].any() else ""),
+            )
+            axes[0][col].errorbar(g["T"], g["rel_mse"], yerr=g["rel_mse_se"], capsize=2, **style)
+            axes[1][col].errorbar(g["T"], g["cos"], yerr=g["cos_se"], capsize=2, **style)
+            axes[2][col].plot(g["T"], g["truncated_share"], **style)
+        axes[0][col].set(yscale="log", title=f"mismatch {spec}")
+        for ax in axes[:, col]:
+            ax.set(xscale="log", xlabel="response length T")
+            ax.set_xticks(sorted(d["T"].unique()), [str(int(t)) for t in sorted(d["T"].unique())])
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.grid(alpha=0.3)
+    axes[0][0].set(ylabel="MSE / ‖g‖² (±1 SE)")
+    axes[1][0].set(ylabel="cos(E ĝ, g) (±1 SE)")
+    axes[2][0].set(ylabel="share of tokens truncated,\nmasked, rejected or cut")
+    axes[0][-1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    first = df.iloc[0]
+    fig.suptitle(
+        f"Rollout–training mismatch: each correction against the exact gradient ({first['env']}, "
+        f"B = {int(first['B'])}, G = {int(first['G'])}, {seeds_label(df)})"
+    )
+    return save(fig, path)

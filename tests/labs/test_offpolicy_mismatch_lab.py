@@ -1,0 +1,220 @@
+"""``gpolab offpolicy --env markov``: the rollout–training mismatch mode (issue 43).  Its rows carry
+the issue's columns with standard errors; without a mismatch every correction is unbiased and
+truncates nothing (the control); bad input is one error before anything runs; ``--from-config``
+adds the run's own correction as the rows marked yours; the decision table names ties, leads
+within one SE and never picks a collapsed or NaN direction."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpolab import configs
+from gpolab.estimators import mismatch as corrections
+from gpolab.labs.offpolicy import lab as offpolicy
+from gpolab.labs.offpolicy import mismatch
+from gpolab.runner.cli import main
+from gpolab.validate import ConfigError
+
+SMALL = ["--env", "markov", "--prompts", "3", "--batch", "4", "--G", "4", "--seeds", "256"]
+SEQ_IS = "verl/seq_tis[is_threshold=1e9]"  # untruncated below the ±20 clamp: unbiased
+
+
+def _run(tmp_path, capsys, *extra):
+    out = tmp_path / "o"
+    argv = ["offpolicy", *SMALL, "--out", str(out), "--json", *extra]
+    assert main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    return out, rows
+
+
+def test_rows_carry_the_issue_columns_with_standard_errors(tmp_path, capsys):
+    out, rows = _run(
+        tmp_path,
+        capsys,
+        "--T",
+        "4,8",
+        "--mismatch",
+        "noise:0.3",
+        "--correction",
+        f"none,trl/sequence_mask,{SEQ_IS}",
+    )
+    need = {"T", "mismatch_kl", "correction", "truncated_share", "bias_sq", "variance", "mse"}
+    need |= {"cos", "bias_sq_se", "variance_se", "mse_se", "cos_se", "truncated_share_se"}
+    assert len(rows) == 2 * 3 and all(need <= set(r) for r in rows)
+    assert {r["T"] for r in rows} == {4, 8}
+    assert {r["correction"] for r in rows} == {
+        "none",
+        "trl/sequence_mask",
+        "verl/seq_tis[is_threshold=1000000000.0]",
+    }
+    for r in rows:
+        assert r["mismatch_kl"] > 0 and r["mismatch_kl_seq"] == pytest.approx(
+            r["T"] * r["mismatch_kl"], rel=1e-5
+        )
+        assert 0 <= r["truncated_share"] <= 1 and r["cos_se"] > 0
+        assert r["mse"] == pytest.approx(r["bias_sq"] + r["variance"], rel=1e-6)
+    dec = pd.read_parquet(out / "decision.parquet")
+    assert len(dec) == 2 and {"least_mse", "best_cos", "trl_rel_mse", "verl_cos"} <= set(dec)
+    assert (out / "offpolicy_mismatch.png").stat().st_size > 1000
+    _, table, _ = configs.split_file(out / "config.toml", "offpolicy")
+    assert table["T"] == [4, 8] and "ratio" not in table and "eta" not in table
+
+
+def test_without_mismatch_every_correction_is_unbiased_and_truncates_nothing(tmp_path, capsys):
+    """The control: μ = π_θ (noise 0), every entry's estimate is the plain loo gradient."""
+    names = ",".join(["none", "trl/token_truncate", "verl/seq_tis", "verl/gspo", "verl/geo_mean"])
+    _, rows = _run(tmp_path, capsys, "--T", "8", "--mismatch", "noise:0", "--correction", names)
+    for r in rows:
+        assert abs(r["bias_sq"]) <= 3 * r["bias_sq_se"] + 1e-7, r["correction"]
+        assert r["truncated_share"] == 0.0 and abs(r["mismatch_kl"]) < 1e-6
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--ratio", "token"], "--ratio: not used with env = markov"),
+        (["--staleness", "2"], "--staleness: not used with env = markov"),
+        (["--mismatch", "noise"], "mismatch: got 'noise'; allowed: KIND:SIZE"),
+        (["--mismatch", "temperature:0"], "mismatch temperature size"),
+        (["--correction", "nope"], "correction: got 'nope'"),
+        (["--correction", "verl/seq_tis[cap=2]"], "verl/seq_tis keyword: got 'cap'"),
+        (["--T", "0"], "T"),
+        (["--T", "100000"], "T"),
+    ],
+)
+def test_bad_input_is_one_error_before_anything_runs(tmp_path, capsys, extra, message):
+    out = tmp_path / "o"
+    assert main(["offpolicy", *SMALL, "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_mismatch_flags_are_refused_without_the_markov_env(tmp_path, capsys):
+    for flag, value in (("--T", "8"), ("--correction", "none"), ("--from-config", "x.yaml")):
+        assert main(["offpolicy", flag, value, "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag}: not used with env = bandit" in err and "markov" in err
+
+
+def test_a_bad_config_file_is_one_error_naming_it(tmp_path, capsys):
+    bad = tmp_path / "grpo.yaml"
+    bad.write_text("use_vllm: [unclosed\n")
+    for path in (bad, tmp_path / "missing.yaml"):
+        out = tmp_path / "o"
+        assert main(["offpolicy", *SMALL, "--from-config", str(path), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert str(path) in err and "Traceback" not in err
+        assert not out.exists()
+
+
+def test_from_config_adds_the_runs_own_correction_as_yours(tmp_path, capsys):
+    """A TRL GRPOConfig with token-level truncation at 2: its rows are marked yours, with the
+    user's cap; the grid's own entries stay unmarked and the notes name the file."""
+    trl = tmp_path / "grpo.yaml"
+    trl.write_text(
+        "use_vllm: true\nvllm_importance_sampling_mode: token_truncate\n"
+        "vllm_importance_sampling_clip_max: 2.0\n"
+    )
+    out = tmp_path / "o"
+    argv = ["offpolicy", *SMALL, "--T", "8", "--mismatch", "noise:0.3", "--out", str(out)]
+    assert main([*argv, "--correction", "none,trl/sequence_mask", "--from-config", str(trl)]) == 0
+    text = capsys.readouterr().out
+    results = pd.read_parquet(out / "results.parquet")
+    mine = results[results["yours"]]
+    assert list(mine["correction"]) == ["trl/token_truncate[clip_max=2.0,clip_min=none]"]
+    assert not results[~results["yours"]]["correction"].str.startswith("trl/token").any()
+    assert "Your config" in text and "trl/token_truncate" in text
+    dec = pd.read_parquet(out / "decision.parquet")
+    assert 1 <= int(dec["yours_mse_rank"].iloc[0]) <= 3
+
+
+def _table(rows):
+    base = {"T": 8, "mismatch": "noise:0.2", "mismatch_kl_seq": 1.0, "mismatch_chi2_seq": 2.0}
+    return pd.DataFrame([{**base, "yours": False, **r} for r in rows])
+
+
+def _row(name, mse, cos, scale=1.0, mse_se=0.01, cos_se=0.001, scale_se=0.01, bias_sq=0.0):
+    return dict(
+        correction=name,
+        B=8,
+        g_sq=1.0,
+        bias_sq=bias_sq,
+        bias_sq_se=0.0,
+        variance=mse - bias_sq,
+        variance_se=mse_se,
+        mse=mse,
+        mse_se=mse_se,
+        rel_mse=mse,
+        cos=cos,
+        cos_se=cos_se,
+        scale=scale,
+        scale_se=scale_se,
+    )
+
+
+def test_the_decision_names_ties_and_leads_within_one_se():
+    dec = mismatch.decision(
+        _table(
+            [
+                _row("a", 1.0, 0.90),
+                _row("b", 1.0, 0.95),  # the same MSE: a tie
+                _row("c", 1.005, 0.9505),  # within one SE of b on both
+                _row("none", 2.0, 0.5),
+                _row("trl/sequence_mask", 3.0, 0.7),
+            ]
+        )
+    ).iloc[0]
+    assert dec["least_mse"] == "a = b" and dec["least_mse_lead"] == "within 1 SE of c"
+    assert dec["best_cos"] == "c" and dec["best_cos_lead"] == "within 1 SE of b"
+    assert dec["trl_rel_mse"] == 3.0 and dec["verl_cos"] == 0.5 and "yours_rel_mse" not in dec
+
+
+def test_at_a_large_batch_the_bias_decides():
+    """The variance falls as 1/B: a biased low-variance rule leads at the measured batch, the
+    unbiased one at 512 prompts (bias² + variance·8/512)."""
+    dec = mismatch.decision(
+        _table(
+            [
+                _row("shrinks", 1.0, 0.8, bias_sq=0.5),  # at 512: 0.5 + 0.5/64
+                _row("unbiased", 3.0, 0.99),  # at 512: 3/64
+                _row("none", 4.0, 0.7, bias_sq=0.2),
+            ]
+        )
+    ).iloc[0]
+    assert dec["least_mse"] == "shrinks" and dec["least_mse_large"] == "unbiased"
+    assert dec["least_mse_large_rel"] == pytest.approx(3.0 / 64)
+    assert dec["verl_rel_mse_large"] == pytest.approx(0.2 + 3.8 / 64)
+
+
+def test_a_collapsed_or_nan_direction_is_never_the_best():
+    """A correction that zeroes every sequence (scale 0, cos NaN or a noisy cos of a vanishing
+    mean) has the least MSE at a small batch but never the best direction."""
+    dec = mismatch.decision(
+        _table(
+            [
+                _row("collapsed", 1.0, math.nan, scale=0.0, scale_se=0.0),
+                _row("tiny", 1.01, 0.999, scale=0.001, scale_se=0.01),
+                _row("a", 3.0, 0.8),
+                _row("none", 4.0, 0.7),
+            ]
+        )
+    ).iloc[0]
+    assert dec["least_mse"] == "collapsed" and dec["best_cos"] == "a"
+    assert mismatch.decision(pd.DataFrame()).empty
+
+
+def test_every_registry_entry_is_a_default_correction_and_spelled_once():
+    cfg = offpolicy.Config(env="markov")
+    assert mismatch.specs(cfg) == list(corrections.REGISTRY)
+    cfg = offpolicy.Config(env="markov", correction=("none", "verl/seq_tis[is_threshold=2]"))
+    assert mismatch.specs(cfg) == ["none", "verl/seq_tis[is_threshold=2.0]"]
+    assert np.all([corrections.parse(s)[0] in corrections.REGISTRY for s in mismatch.specs(cfg)])
+
+
+def test_a_bad_from_config_raises_before_the_grid(tmp_path):
+    with pytest.raises(ConfigError, match="from_config|missing"):
+        offpolicy.Config(env="markov", from_config=str(tmp_path / "missing.json")).validate()
