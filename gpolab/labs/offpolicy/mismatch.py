@@ -133,14 +133,20 @@ def measure(
     def mean_se(x):
         return float(x.mean()), float(x.std(ddof=1) / math.sqrt(splits))
 
-    def cos_scale(e):  # of the mean estimate E ĝ = g + e
-        m = g_np + e
-        norm = np.linalg.norm(m)
-        return (m @ g_np / (norm * math.sqrt(g_sq)) if norm > 0 else math.nan), m @ g_np / g_sq
+    def cos_scale(e, b):  # of the mean estimate E ĝ = g + e, given the unbiased bias² b
+        scale = 1.0 + e @ g_np / g_sq
+        norm_sq = 2.0 * scale - 1.0 + b / g_sq  # ‖E ĝ‖²/‖g‖², the Monte Carlo noise removed
+        return (scale / math.sqrt(norm_sq) if norm_sq > 0 else math.nan), scale
 
-    full = np.array(cos_scale(mean_e.mean(0)))
-    loo = np.array([cos_scale((mean_e.sum(0) - mean_e[i]) / (splits - 1)) for i in range(splits)])
-    jack = np.sqrt((splits - 1) / splits * np.sum((loo - loo.mean(0)) ** 2, axis=0))
+    S = splits
+    full = np.array(cos_scale(mean_e.mean(0), bias.mean()))
+    loo = np.array(
+        [
+            cos_scale((mean_e.sum(0) - mean_e[i]) / (S - 1), (bias.sum() - bias[i]) / (S - 1))
+            for i in range(S)
+        ]
+    )
+    jack = np.sqrt((S - 1) / S * np.sum((loo - loo.mean(0)) ** 2, axis=0))
     out = {"T": params.T, "kind": kind, "size": size, "correction": correction, "B": B, "G": G}
     for name, x in (
         ("bias_sq", bias),
@@ -278,9 +284,9 @@ def decision(results: pd.DataFrame, large: int = LARGE_B) -> pd.DataFrame:
     rows = []
     for (T, spec), g in results.groupby(["T", "mismatch"], sort=False):
         resolved = g[(g["scale"] > 2 * g["scale_se"]) & np.isfinite(g["cos"])]
-        least = _leader(g, "mse", "mse_se", lower=True)
-        big = _leader(at_batch(g, large), "mse", "mse_se", lower=True)
-        best = _leader(resolved, "cos", "cos_se", lower=False)
+        least = leader(g, "mse", "mse_se", lower=True)
+        big = leader(at_batch(g, large), "mse", "mse_se", lower=True)
+        best = leader(resolved, "cos", "cos_se", lower=False)
         row = {
             "T": int(T),
             "mismatch": spec,
@@ -316,7 +322,7 @@ def decision(results: pd.DataFrame, large: int = LARGE_B) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _leader(g: pd.DataFrame, col: str, se: str, *, lower: bool) -> dict:
+def leader(g: pd.DataFrame, col: str, se: str, *, lower: bool) -> dict:
     """The best row of ``g`` by ``col``: its name (ties, the same numbers, joined by " = "), its
     rel_mse, cos and cos SE, and whether it leads the next different row by more than one SE of
     either ("clear") or not ("within 1 SE of ...")."""
