@@ -55,12 +55,9 @@ def test_every_registry_entry_runs_and_reports_a_share_in_range():
 
 
 def test_the_cosine_does_not_fall_with_fewer_seeds():
-    """cos(E ĝ, g) takes ‖E ĝ‖² from the unbiased bias², not from the noisy mean: 256 seeds and
-    4,096 agree within their SEs where the cosine of the sample mean would drop (its ‖ē‖²
-    carries tr Cov/n)."""
+    """cos(E ĝ, g) takes ‖E ĝ‖² from the unbiased bias², not from the noisy mean (whose ‖ē‖²
+    carries tr Cov/n): 256 seeds and 4,096 agree within their SEs."""
     kw = dict(key=jax.random.key(5), options={"clip_max": 1e9})
     few = mismatch.measure(PARAMS, THETA, "noise", 0.4, "trl/sequence_truncate", seeds=256, **kw)
     many = mismatch.measure(PARAMS, THETA, "noise", 0.4, "trl/sequence_truncate", seeds=4096, **kw)
     assert abs(few["cos"] - many["cos"]) <= 3 * np.hypot(few["cos_se"], many["cos_se"])
-    naive_drop = 1 - np.sqrt(few["g_sq"] / (few["g_sq"] + few["variance"] / 256))
-    assert naive_drop > 3 * np.hypot(few["cos_se"], many["cos_se"])  # what it would have cost
