@@ -110,6 +110,19 @@ RUNS = {
             kl=("none", "k2"),
         ),
     ),
+    "offpolicy-markov": (
+        offpolicy,
+        dict(
+            env="markov",
+            prompts=3,
+            batch=2,
+            G=2,
+            T=(4,),
+            mismatch=("noise:0.2",),
+            correction=("none", "trl/sequence_mask"),
+            seeds=32,
+        ),
+    ),
     "allocate": (
         allocate,
         dict(

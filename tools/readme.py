@@ -543,6 +543,86 @@ def _offpolicy_kl_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+def _offpolicy_mismatch_extract(t: dict) -> dict:
+    from gpolab.labs.offpolicy import mismatch
+
+    res = t["offpolicy_mismatch"]["results"]
+    big = mismatch.at_batch(res, mismatch.LARGE_B)
+    out = {}
+    for (_, r), (_, b) in zip(res.iterrows(), big.iterrows(), strict=True):
+        cell = f"T={int(r['T'])} {r['mismatch']}"
+        out[f"{cell} kl_seq"] = (_f(r["mismatch_kl_seq"]), 0.0)
+        key = f"{cell} {r['correction']}"
+        out[f"{key} rel"] = (_f(r["rel_mse"]), _f(r["rel_mse_se"]))
+        out[f"{key} large"] = (_f(b["rel_mse"]), _f(b["mse_se"]) / _f(r["g_sq"]))
+        out[f"{key} cos"] = (_f(r["cos"]), _f(r["cos_se"]))
+        out[f"{key} scale"] = (_f(r["scale"]), _f(r["scale_se"]))
+    return out
+
+
+def _offpolicy_mismatch_render(v: dict) -> str:
+    import pandas as pd
+
+    from gpolab.estimators import mismatch as corrections
+    from gpolab.labs.offpolicy import mismatch
+
+    cells: dict[tuple, list[str]] = {}
+    for key in v:
+        if key.endswith(" rel"):
+            T, spec, corr = key[: -len(" rel")].split(" ", 2)
+            cells.setdefault((int(T[2:]), spec), []).append(corr)
+    lines = [
+        f"| T | mismatch | KL(μ‖π) per sequence | least MSE, B = 8 (MSE/‖g‖²) | least MSE, "
+        f"{mismatch.LARGE_B} prompts | best direction (cos) | a † pairing better at "
+        f"{mismatch.LARGE_B} | TRL default `{mismatch.DEFAULTS['trl']}`: MSE/‖g‖², B = 8 · "
+        f"{mismatch.LARGE_B} · cos | verl default (`none`): the same |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def frame(cell, names, col):
+        key = f"T={cell[0]} {cell[1]}"
+        return pd.DataFrame(
+            {
+                "correction": names,
+                "mse": [v[f"{key} {n} {col}"][0] for n in names],
+                "mse_se": [v[f"{key} {n} {col}"][1] for n in names],
+                "rel_mse": [v[f"{key} {n} {col}"][0] for n in names],
+                **{
+                    c: [v[f"{key} {n} {c.removesuffix('_se')}"][c.endswith("_se")] for n in names]
+                    for c in ("cos", "cos_se", "scale", "scale_se")
+                },
+            }
+        )
+
+    def mark(spec: str) -> str:  # † a loss against μ that verl does not run so (Ports)
+        return f"`{spec}`" + "†" * corrections.gpolab_pairing(corrections.parse(spec)[0])
+
+    def named(names: str, value: float, lead: str, digits: int = 3) -> str:
+        if not names:
+            return "—"
+        tie = "" if lead in ("clear", "—", "") else f" ({lead})"
+        return " = ".join(mark(n) for n in names.split(" = ")) + f" {_num(value, digits)}{tie}"
+
+    def default(cell, name):
+        key = f"T={cell[0]} {cell[1]} {name}"
+        if f"{key} rel" not in v:
+            return "—"
+        return " · ".join(_num(_v(v, f"{key} {c}"), 3) for c in ("rel", "large", "cos"))
+
+    for cell, names in cells.items():
+        d = mismatch.decide(frame(cell, names, "rel"), frame(cell, names, "large"))
+        lines.append(
+            f"| {cell[0]} | {cell[1]} | {_num(_v(v, f'T={cell[0]} {cell[1]} kl_seq'), 3)} | "
+            f"{named(d['least_mse'], d['least_mse_rel'], d['least_mse_lead'])} | "
+            f"{named(d['least_mse_large'], d['least_mse_large_rel'], d['least_mse_large_lead'])} | "
+            f"{named(d['best_cos'], d['best_cos_value'], d['best_cos_lead'], 4)} | "
+            f"{named(d['pairing_large'], d['pairing_large_rel'], '')} | "
+            f"{default(cell, mismatch.DEFAULTS['trl'])} | "
+            f"{default(cell, mismatch.DEFAULTS['verl'])} |"
+        )
+    return "\n".join(lines)
+
+
 # ---- per-prompt allocation (docs/allocate.md) ------------------------------------------------
 
 ALLOC_BUDGETS = (256, 1024)  # the static table's budgets (the quick run has 256)
@@ -1116,6 +1196,14 @@ BLOCKS = {
             _offpolicy_tokens_extract,
             _offpolicy_tokens_render,
             "the η at which the lag slope is read (no SE)",
+        ),
+        Block(
+            "offpolicy-mismatch",
+            ("offpolicy_mismatch",),
+            _offpolicy_mismatch_extract,
+            _offpolicy_mismatch_render,
+            "which correction leads (names): each correction's MSE, MSE at 512 prompts, cos and "
+            "scale are checked instead",
         ),
         Block(
             "offpolicy-kl",

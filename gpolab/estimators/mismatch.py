@@ -59,6 +59,7 @@ __all__ = [
     "estimate_weights",
     "parse",
     "spec",
+    "gpolab_pairing",
 ]
 
 CLAMP = 20.0  # verl's SAFETY_BOUND on log ratios (rollout_corr_helper.py, core_algos.py)
@@ -391,6 +392,12 @@ def estimate_weights(name: str, A, logp, logp_mu, mask, **overrides) -> Estimate
         w = coef / (A.size * (jnp.maximum(counts, 1.0) if agg == "seq-mean-token-mean" else 1.0))
     share = jnp.sum(flagged) / jnp.maximum(jnp.sum(mask), 1.0)
     return Estimate(w, share.astype(w.dtype))
+
+
+def gpolab_pairing(name: str) -> bool:
+    """Whether entry ``name`` is a loss evaluated against μ that its framework does not run that
+    way (verl's bypass mode runs only ppo_clip and reinforce): gpolab's pairing, not verl's."""
+    return BYPASS in REGISTRY[name].source
 
 
 def parse(spec: str) -> tuple[str, dict]:

@@ -160,16 +160,18 @@ def test_the_decision_names_ties_and_leads_within_one_se():
     dec = mismatch.decision(
         _table(
             [
-                _row("a", 1.0, 0.90),
-                _row("b", 1.0, 0.95),  # the same MSE: a tie
-                _row("c", 1.005, 0.9505),  # within one SE of b on both
+                _row("verl/token_tis", 1.0, 0.90),
+                _row("trl/token_truncate", 1.0, 0.95),  # the same MSE: a tie
+                _row("verl/seq_tis", 1.005, 0.9505),  # within one SE of both on each
                 _row("none", 2.0, 0.5),
                 _row("trl/sequence_mask", 3.0, 0.7),
             ]
         )
     ).iloc[0]
-    assert dec["least_mse"] == "a = b" and dec["least_mse_lead"] == "within 1 SE of c"
-    assert dec["best_cos"] == "c" and dec["best_cos_lead"] == "within 1 SE of b"
+    assert dec["least_mse"] == "verl/token_tis = trl/token_truncate"
+    assert dec["least_mse_lead"] == "within 1 SE of verl/seq_tis"
+    assert dec["best_cos"] == "verl/seq_tis"
+    assert dec["best_cos_lead"] == "within 1 SE of trl/token_truncate"
     assert dec["trl_rel_mse"] == 3.0 and dec["verl_cos"] == 0.5 and "yours_rel_mse" not in dec
 
 
@@ -179,15 +181,26 @@ def test_at_a_large_batch_the_bias_decides():
     dec = mismatch.decision(
         _table(
             [
-                _row("shrinks", 1.0, 0.8, bias_sq=0.5),  # at 512: 0.5 + 0.5/64
-                _row("unbiased", 3.0, 0.99),  # at 512: 3/64
+                _row("trl/sequence_mask", 1.0, 0.8, bias_sq=0.5),  # at 512: 0.5 + 0.5/64
+                _row("verl/token_tis", 3.0, 0.99),  # at 512: 3/64
                 _row("none", 4.0, 0.7, bias_sq=0.2),
             ]
         )
     ).iloc[0]
-    assert dec["least_mse"] == "shrinks" and dec["least_mse_large"] == "unbiased"
+    assert dec["least_mse"] == "trl/sequence_mask" and dec["least_mse_large"] == "verl/token_tis"
     assert dec["least_mse_large_rel"] == pytest.approx(3.0 / 64)
     assert dec["verl_rel_mse_large"] == pytest.approx(0.2 + 3.8 / 64)
+
+
+def test_a_gpolab_pairing_is_never_the_choice_only_a_note_when_clearly_better():
+    """verl/sapo against μ is gpolab's pairing (verl does not run it): never a choice; named in
+    pairing_large only when it beats the choice at 512 prompts by more than one SE."""
+    rows = [_row("verl/sapo", 0.5, 0.999), _row("verl/token_tis", 1.0, 0.99), _row("none", 2, 0.9)]
+    dec = mismatch.decision(_table(rows)).iloc[0]
+    assert dec["least_mse"] == "verl/token_tis" and dec["best_cos"] == "verl/token_tis"
+    assert dec["pairing_large"] == "verl/sapo"
+    rows[0] = _row("verl/sapo", 0.999, 0.999, mse_se=0.1)  # inside one SE: not named
+    assert mismatch.decision(_table(rows)).iloc[0]["pairing_large"] == ""
 
 
 def test_a_collapsed_or_nan_direction_is_never_the_best():
@@ -196,14 +209,14 @@ def test_a_collapsed_or_nan_direction_is_never_the_best():
     dec = mismatch.decision(
         _table(
             [
-                _row("collapsed", 1.0, math.nan, scale=0.0, scale_se=0.0),
-                _row("tiny", 1.01, 0.999, scale=0.001, scale_se=0.01),
-                _row("a", 3.0, 0.8),
+                _row("verl/rs_seq_mean_k3", 1.0, math.nan, scale=0.0, scale_se=0.0),
+                _row("trl/sequence_mask", 1.01, 0.999, scale=0.001, scale_se=0.01),
+                _row("verl/token_tis", 3.0, 0.8),
                 _row("none", 4.0, 0.7),
             ]
         )
     ).iloc[0]
-    assert dec["least_mse"] == "collapsed" and dec["best_cos"] == "a"
+    assert dec["least_mse"] == "verl/rs_seq_mean_k3" and dec["best_cos"] == "verl/token_tis"
     assert mismatch.decision(pd.DataFrame()).empty
 
 

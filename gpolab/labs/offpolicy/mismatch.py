@@ -189,7 +189,8 @@ def _yours(path: str) -> tuple[str, str]:
     found = from_config.correction_of(from_config.read(path))
     if found["name"] is None:
         raise validate.ConfigError(f"from_config: {path}: {found['text']}")
-    return mismatch.spec(found["name"], found["overrides"]), found["text"]
+    text = found["text"] + "".join(f"\n  - {note}" for note in found["notes"])
+    return mismatch.spec(found["name"], found["overrides"]), text
 
 
 def yours(cfg) -> tuple[str, str] | None:
@@ -273,38 +274,60 @@ def at_batch(results: pd.DataFrame, prompts: int) -> pd.DataFrame:
     return out
 
 
+def shipped(corrections: pd.Series) -> np.ndarray:
+    """Which corrections a framework runs as gpolab measures them (not a gpolab pairing, †)."""
+    return np.array([not mismatch.gpolab_pairing(mismatch.parse(c)[0]) for c in corrections])
+
+
+def decide(small: pd.DataFrame, large: pd.DataFrame) -> dict:
+    """One cell's choices from its rows at the measured batch (``small``) and at the large one
+    (``large``, :func:`at_batch`), each with ``correction``, ``mse``, ``mse_se``, ``rel_mse``,
+    ``cos``, ``cos_se``, ``scale``, ``scale_se``: among the corrections the frameworks run
+    (:func:`shipped`) the least MSE at each batch and the best direction (largest cos among
+    means resolved along g: scale > 2 SE); and the best gpolab pairing at the large batch, when
+    it does better there by more than one SE of either (else "")."""
+    own = shipped(small["correction"])
+    resolved = (small["scale"] > 2 * small["scale_se"]) & np.isfinite(small["cos"])
+    least = leader(small[own], "mse", "mse_se", lower=True)
+    big = leader(large[own], "mse", "mse_se", lower=True)
+    best = leader(small[own & resolved.to_numpy()], "cos", "cos_se", lower=False)
+    pair = leader(large[~own], "mse", "mse_se", lower=True) if (~own).any() else None
+    gap = None if pair is None else big["value"] - pair["value"]
+    better = gap is not None and gap > max(big["value_se"], pair["value_se"])  # beyond one SE
+    return {
+        "least_mse": least["names"],
+        "least_mse_rel": least["rel_mse"],
+        "least_mse_cos": least["cos"],
+        "least_mse_lead": least["lead"],
+        "least_mse_large": big["names"],
+        "least_mse_large_rel": big["rel_mse"],
+        "least_mse_large_lead": big["lead"],
+        "best_cos": best["names"],
+        "best_cos_value": best["cos"],
+        "best_cos_se": best["cos_se"],
+        "best_cos_rel_mse": best["rel_mse"],
+        "best_cos_lead": best["lead"],
+        "pairing_large": pair["names"] if better else "",
+        "pairing_large_rel": pair["rel_mse"] if better else math.nan,
+    }
+
+
 def decision(results: pd.DataFrame, large: int = LARGE_B) -> pd.DataFrame:
-    """Per (T, mismatch): the correction of least MSE at the measured batch and at ``large``
-    prompts (:func:`at_batch`; and whether each leads the runner-up by more than one SE of
-    either), the one of best direction (largest cos of E ĝ with g, among those whose mean
-    estimate is resolved along g: scale > 2 SE), what TRL's and verl's defaults give there and,
-    where a run's own config was given, its place in the MSE order."""
+    """Per (T, mismatch): :func:`decide` at the measured batch and at ``large`` prompts (and
+    whether each choice leads the runner-up by more than one SE of either), what TRL's and
+    verl's defaults give there and, where a run's own config was given, its place in the MSE
+    order."""
     if results.empty:
         return pd.DataFrame()
     rows = []
     for (T, spec), g in results.groupby(["T", "mismatch"], sort=False):
-        resolved = g[(g["scale"] > 2 * g["scale_se"]) & np.isfinite(g["cos"])]
-        least = leader(g, "mse", "mse_se", lower=True)
-        big = leader(at_batch(g, large), "mse", "mse_se", lower=True)
-        best = leader(resolved, "cos", "cos_se", lower=False)
         row = {
             "T": int(T),
             "mismatch": spec,
             "mismatch_kl_seq": float(g["mismatch_kl_seq"].iloc[0]),
             "mismatch_chi2_seq": float(g["mismatch_chi2_seq"].iloc[0]),
-            "least_mse": least["names"],
-            "least_mse_rel": least["rel_mse"],
-            "least_mse_cos": least["cos"],
-            "least_mse_lead": least["lead"],
             "large_B": large,
-            "least_mse_large": big["names"],
-            "least_mse_large_rel": big["rel_mse"],
-            "least_mse_large_lead": big["lead"],
-            "best_cos": best["names"],
-            "best_cos_value": best["cos"],
-            "best_cos_se": best["cos_se"],
-            "best_cos_rel_mse": best["rel_mse"],
-            "best_cos_lead": best["lead"],
+            **decide(g, at_batch(g, large)),
         }
         for who, name in (*DEFAULTS.items(), *((("yours", None),) if g["yours"].any() else ())):
             at = g[g["yours"]] if who == "yours" else g[g["correction"] == name]
@@ -328,7 +351,15 @@ def leader(g: pd.DataFrame, col: str, se: str, *, lower: bool) -> dict:
     either ("clear") or not ("within 1 SE of ...")."""
     if g.empty:
         nan = math.nan
-        return {"names": "none resolved", "rel_mse": nan, "cos": nan, "cos_se": nan, "lead": ""}
+        return {
+            "names": "none resolved",
+            "rel_mse": nan,
+            "cos": nan,
+            "cos_se": nan,
+            "lead": "",
+            "value": nan,
+            "value_se": nan,
+        }
     g = g.sort_values(col, ascending=lower)
     top = g.iloc[0]
     same = np.isclose(g[col], top[col], rtol=1e-9, atol=0.0)
@@ -343,6 +374,8 @@ def leader(g: pd.DataFrame, col: str, se: str, *, lower: bool) -> dict:
         "cos": float(top["cos"]),
         "cos_se": float(top["cos_se"]),
         "lead": lead,
+        "value": float(top[col]),
+        "value_se": float(top[se]),
     }
 
 
@@ -371,6 +404,7 @@ DECISION = [
     "best_cos",
     "best_cos_value",
     "best_cos_lead",
+    "pairing_large",
     "trl_rel_mse",
     "trl_rel_mse_large",
     "trl_cos",

@@ -108,15 +108,23 @@ def staleness_figure(tables: dict, path) -> Path:
 
 
 def mismatch_figure(tables: dict, path) -> Path:
-    """The mismatch mode: per mismatch (columns), MSE/‖g‖², cos(E ĝ, g) and the truncated share
-    against the response length T; one line per correction (solid: token level, dashed:
+    """The mismatch mode: per mismatch (columns), MSE/‖g‖² at the measured batch and at 512
+    prompts (:func:`gpolab.labs.offpolicy.mismatch.at_batch`), cos(E ĝ, g) and the truncated
+    share against the response length T; one line per correction (solid: token level, dashed:
     sequence level; the user's own config thick)."""
+    from gpolab.labs.offpolicy import mismatch
+
     plt = pyplot()
     df = tables["results"]
+    big = mismatch.at_batch(df, mismatch.LARGE_B)
     specs = list(dict.fromkeys(df["mismatch"]))
     names = list(dict.fromkeys(df["correction"]))
     fig, axes = plt.subplots(
-        3, len(specs), figsize=(4.6 * len(specs) + 2.6, 9.5), squeeze=False, constrained_layout=True
+        4,
+        len(specs),
+        figsize=(4.6 * len(specs) + 2.6, 12.5),
+        squeeze=False,
+        constrained_layout=True,
     )
     cmap = plt.get_cmap("tab20")
     for col, spec in enumerate(specs):
@@ -133,18 +141,26 @@ def mismatch_figure(tables: dict, path) -> Path:
                 ls="--" if g["level"].iloc[0] == "sequence" else "-",
                 label=name + (" (yours)" if g["yours"].any() else ""),
             )
+            b = big.loc[g.index]
             axes[0][col].errorbar(g["T"], g["rel_mse"], yerr=g["rel_mse_se"], capsize=2, **style)
-            axes[1][col].errorbar(g["T"], g["cos"], yerr=g["cos_se"], capsize=2, **style)
-            axes[2][col].plot(g["T"], g["truncated_share"], **style)
+            axes[1][col].errorbar(
+                g["T"], b["rel_mse"], yerr=b["mse_se"] / g["g_sq"], capsize=2, **style
+            )
+            axes[2][col].errorbar(g["T"], g["cos"], yerr=g["cos_se"], capsize=2, **style)
+            axes[3][col].plot(g["T"], g["truncated_share"], **style)
         axes[0][col].set(yscale="log", title=f"mismatch {spec}")
+        axes[1][col].set(yscale="log")
         for ax in axes[:, col]:
             ax.set(xscale="log", xlabel="response length T")
             ax.set_xticks(sorted(d["T"].unique()), [str(int(t)) for t in sorted(d["T"].unique())])
             ax.xaxis.set_minor_locator(plt.NullLocator())
             ax.grid(alpha=0.3)
-    axes[0][0].set(ylabel="MSE / ‖g‖² (±1 SE)")
-    axes[1][0].set(ylabel="cos(E ĝ, g) (±1 SE)")
-    axes[2][0].set(ylabel="share of tokens truncated,\nmasked, rejected or cut")
+    axes[0][0].set(ylabel=f"MSE / ‖g‖², B = {int(df['B'].iloc[0])} (±1 SE)")
+    axes[1][0].set(
+        ylabel=f"MSE / ‖g‖² at {mismatch.LARGE_B} prompts\n(bias² + variance·B/{mismatch.LARGE_B})"
+    )
+    axes[2][0].set(ylabel="cos(E ĝ, g) (±1 SE)")
+    axes[3][0].set(ylabel="share of tokens truncated,\nmasked, rejected or cut")
     axes[0][-1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     first = df.iloc[0]
     fig.suptitle(
