@@ -414,7 +414,9 @@ def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
     env at T tokens (8 prompts × 4 responses per seed, ``trl/sequence_mask``, noise 0.05), and
     the env's exact gradient by dynamic programming against enumerating all 4^T_enum responses
     of each of its 8 prompts at T_enum: ``dp_vs_enumeration`` = enumeration's seconds over the
-    DP's (both compiled first, the same θ; their gradients agree to 1e-5, checked here)."""
+    DP's (both compiled first, the same θ; their gradients agree to 1e-5, checked here); the
+    exact gradient's time at T (``exact_grad_ms``) and at 4T over it (``exact_grad_4T_over_T``:
+    the DP is O(T²A²), so 16 is its order)."""
     params = markov.make(markov.Instance(length=T))
     theta = markov.init_theta(params)
     mu = markov.behaviour_logits(params, theta, "noise", 0.05)
@@ -442,6 +444,12 @@ def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
         raise RuntimeError("markov: the DP gradient differs from enumeration")
     enum_s = min(_timed(lambda: by_enum(t0, every, hit))[0] for _ in range(3))
     dp_s = min(_timed(lambda: by_dp(t0))[0] for _ in range(3))
+    long_s = {}  # the DP at T and 4T: O(T²) predicts 16×
+    for length in (T, 4 * T):
+        p = markov.make(markov.Instance(length=length))
+        grad = jax.jit(lambda t, p=p: markov.exact(p, t).g)
+        grad(markov.init_theta(p)).block_until_ready()
+        long_s[length] = min(_timed(lambda: grad(markov.init_theta(p)))[0] for _ in range(3))
     return _row(
         f"mismatch kernel, Markov env T={T}, 8x4 per seed, trl/sequence_mask",
         n,
@@ -449,6 +457,8 @@ def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
         compile_s,
         chunk=chunk,
         dp_vs_enumeration=enum_s / dp_s,
+        exact_grad_ms=1e3 * long_s[T],
+        exact_grad_4T_over_T=long_s[4 * T] / long_s[T],
     )
 
 
