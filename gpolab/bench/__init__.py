@@ -38,6 +38,7 @@ compiled chunk it ran with.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -409,6 +410,10 @@ def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
     )
 
 
+def _exact_grad(params, theta):
+    return markov.exact(params, theta).g
+
+
 def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
     """The rollout–training mismatch kernel (:mod:`gpolab.labs.offpolicy.mismatch`) on the Markov
     env at T tokens (8 prompts × 4 responses per seed, ``trl/sequence_mask``, noise 0.05), and
@@ -447,9 +452,10 @@ def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
     long_s = {}  # the DP at T and 4T: O(T²) predicts 16×
     for length in (T, 4 * T):
         p = markov.make(markov.Instance(length=length))
-        grad = jax.jit(lambda t, p=p: markov.exact(p, t).g)
-        grad(markov.init_theta(p)).block_until_ready()
-        long_s[length] = min(_timed(lambda: grad(markov.init_theta(p)))[0] for _ in range(3))
+        t_p = markov.init_theta(p)
+        grad = jax.jit(functools.partial(_exact_grad, p))
+        grad(t_p).block_until_ready()
+        long_s[length] = min(_timed(functools.partial(grad, t_p))[0] for _ in range(3))
     return _row(
         f"mismatch kernel, Markov env T={T}, 8x4 per seed, trl/sequence_mask",
         n,

@@ -431,7 +431,9 @@ def parse(spec: str) -> tuple[str, dict]:
 
 
 def spec(name: str, overrides: dict | None = None) -> str:
-    """The one spelling of (name, overrides) that :func:`parse` reads back (keys sorted)."""
+    """The one spelling of (name, overrides) that :func:`parse` reads back: keys sorted, values
+    equal to the entry's defaults left out (``verl/token_tis[is_threshold=2]`` is
+    ``verl/token_tis``)."""
 
     def text(v):
         if v is None:
@@ -440,5 +442,7 @@ def spec(name: str, overrides: dict | None = None) -> str:
             return "_".join(repr(float(x)) for x in v)
         return repr(float(v)) if isinstance(v, (int, float)) else str(v)
 
-    items = sorted((overrides or {}).items())
+    given = _params(name, overrides or {})  # checked, "L_U" strings as pairs
+    same = lambda k, v: v == REGISTRY[name].defaults[k]  # noqa: E731 (the default: not spelled)
+    items = sorted((k, v) for k, v in given.items() if k in (overrides or {}) and not same(k, v))
     return name + (f"[{','.join(f'{k}={text(v)}' for k, v in items)}]" if items else "")

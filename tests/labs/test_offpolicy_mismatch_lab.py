@@ -125,7 +125,7 @@ def test_from_config_adds_the_runs_own_correction_as_yours(tmp_path, capsys):
     text = capsys.readouterr().out
     results = pd.read_parquet(out / "results.parquet")
     mine = results[results["yours"]]
-    assert list(mine["correction"]) == ["trl/token_truncate[clip_max=2.0,clip_min=none]"]
+    assert list(mine["correction"]) == ["trl/token_truncate[clip_max=2.0]"]
     assert not results[~results["yours"]]["correction"].str.startswith("trl/token").any()
     assert "Your config" in text and "trl/token_truncate" in text
     dec = pd.read_parquet(out / "decision.parquet")
@@ -223,8 +223,11 @@ def test_a_collapsed_or_nan_direction_is_never_the_best():
 def test_every_registry_entry_is_a_default_correction_and_spelled_once():
     cfg = offpolicy.Config(env="markov")
     assert mismatch.specs(cfg) == list(corrections.REGISTRY)
-    cfg = offpolicy.Config(env="markov", correction=("none", "verl/seq_tis[is_threshold=2]"))
-    assert mismatch.specs(cfg) == ["none", "verl/seq_tis[is_threshold=2.0]"]
+    cfg = offpolicy.Config(env="markov", correction=("none", "verl/seq_tis[is_threshold=3]"))
+    assert mismatch.specs(cfg) == ["none", "verl/seq_tis[is_threshold=3.0]"]
+    # a threshold equal to the entry's default is the entry: one row, not two
+    cfg = cfg.replace(correction=("verl/seq_tis", "verl/seq_tis[is_threshold=2]"))
+    assert mismatch.specs(cfg) == ["verl/seq_tis"]
     assert np.all([corrections.parse(s)[0] in corrections.REGISTRY for s in mismatch.specs(cfg)])
 
 
