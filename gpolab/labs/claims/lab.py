@@ -407,5 +407,8 @@ _STATS = (
     "two_vs_sixteen",
     "budget_pool_shift",
     "budget_rule",
+    "mismatch_token_bias",
+    "mismatch_seq_variance",
+    "mismatch_seq_collapse",
 )
 STATISTICS = {f.__name__: f for f in (*_OWN, *(getattr(claims_stats, n) for n in _STATS))}

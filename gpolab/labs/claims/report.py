@@ -12,6 +12,8 @@ PAPERS = {
     "N": "arXiv 2601.23135",
     "I": "arXiv 2603.12151",
     "W": "arXiv 2510.00977",
+    "LL": "Liu, Li et al., “When Speed Kills Stability” (blog, 2025)",
+    "R": "practitioners' reports",
     "gpolab": "gpolab's derivation",
 }
 VERDICTS = (

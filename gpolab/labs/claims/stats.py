@@ -1054,3 +1054,218 @@ def budget_rule(t: dict) -> dict:
             for r in s.itertuples()
         ),
     }
+
+
+# ------------------------------------------------------------------ rollout–training mismatch
+# (issue 43) The off-policy lab's mismatch mode (gpolab/labs/offpolicy/mismatch.py): one row per
+# (T, mismatch, correction) with bias_sq, variance and scale (each ± SE from 8 seed batches) and
+# the mismatch's exact size (mismatch_kl per token, mismatch_kl_seq, mismatch_chi2_seq).
+
+UNTRUNCATED = 1e6  # an IS threshold at least this large: no weight of these experiments reaches it
+
+
+def _untruncated(df, name: str):
+    """The rows of correction ``name`` run with a threshold no weight reaches (verl's TIS with
+    is_threshold ≥ :data:`UNTRUNCATED`: plain importance sampling up to the ±20 log clamp)."""
+    from gpolab.estimators import mismatch
+
+    def plain(spec) -> bool:
+        n, options = mismatch.parse(spec)
+        t = options.get("is_threshold")
+        return n == name and isinstance(t, float) and t >= UNTRUNCATED
+
+    return df[df["correction"].map(plain).to_numpy(bool)]
+
+
+def _log_fit(xs, y, se) -> tuple[list[float], list[float]]:
+    """Weighted least squares of log y on 1 and log x for each x in ``xs`` (weights (y/se)², the
+    delta method): the slopes and their SEs, inflated by √(χ²/dof) when the points scatter more
+    than their SEs allow (a curved relation is not read as a precise slope).  NaN unless every y
+    is positive, every se finite and positive and the design has full rank."""
+    import numpy as np
+
+    y, se = np.asarray(y, np.float64), np.asarray(se, np.float64)
+    nan = [math.nan] * len(xs)
+    if not (len(y) > len(xs) and np.all(y > 0) and np.all(np.isfinite(se)) and np.all(se > 0)):
+        return nan, nan
+    X = np.column_stack([np.ones(len(y)), *(np.log(np.asarray(x, np.float64)) for x in xs)])
+    w = (y / se) ** 2
+    A = X.T @ (w[:, None] * X)
+    if np.linalg.matrix_rank(A) < X.shape[1]:
+        return nan, nan
+    cov = np.linalg.inv(A)
+    beta = cov @ (X.T @ (w * np.log(y)))
+    dof = len(y) - X.shape[1]
+    chi2 = float(np.sum(w * (np.log(y) - X @ beta) ** 2))
+    cov *= max(1.0, chi2 / dof) if dof > 0 else 1.0
+    return [float(b) for b in beta[1:]], [float(math.sqrt(cov[i, i])) for i in range(1, len(beta))]
+
+
+def _unbiased_p(rows) -> tuple[float, float]:
+    """(p, largest |z|): is every row's bias² zero?  Per row z = bias_sq/bias_sq_se, a t with
+    splits − 1 degrees of freedom (the SE comes from the lab's seed batches), two-sided, combined
+    by Bonferroni (valid for rows that share draws); NaN without rows or with a NaN."""
+    import inspect
+
+    import numpy as np
+    from scipy.stats import t as student
+
+    from gpolab.labs.offpolicy import mismatch as lab
+
+    splits = inspect.signature(lab.measure).parameters["splits"].default
+    z = (rows["bias_sq"] / rows["bias_sq_se"]).to_numpy(np.float64)
+    if not len(z) or not np.all(np.isfinite(z)):
+        return math.nan, math.nan
+    return _bonferroni(2 * student.sf(np.abs(z), splits - 1)), float(np.max(np.abs(z)))
+
+
+def mismatch_token_bias(t: dict) -> dict:
+    """[LL] token-level IS's O(T² Δ_max) bias, as the order of an upper bound, on untruncated
+    token IS (verl's token TIS, threshold out of reach): ‖bias‖ = √bias² of the rows with a
+    mismatch whose bias² is resolved (≥ 3 SE), fitted as log ‖bias‖ = a + s_T log T + s_Δ log Δ
+    with Δ the per-token KL(μ‖π) over μ's visits (``mismatch_kl``; gpolab's reading: the blog's
+    Δ_max is not defined in the text read, and the per-token TV it measures bias with is not in
+    the table).  ``slope_T`` (≤ 2 for the bound's order in T) and ``slope_delta`` (≤ 1: no faster
+    than linear in Δ) with their SEs; NaN unless the row at the largest T and mismatch is
+    resolved (≥ 3 SE: else no order is seen).  Control ``control_p``: the rows without mismatch
+    (weights 1: unbiased) have bias² 0 (:func:`_unbiased_p`, a p-value: SE 0)."""
+    import numpy as np
+
+    df = _untruncated(t["results"], "verl/token_tis")
+    on = df[df["mismatch_size"] > 0].sort_values(["mismatch_size", "T"])
+    z = (on["bias_sq"] / on["bias_sq_se"]).to_numpy(np.float64)
+    fit = on[z >= 3]
+    top = on.iloc[-1]  # the largest mismatch at its largest T
+    top_z = float(top["bias_sq"] / top["bias_sq_se"])
+    norm = np.sqrt(fit["bias_sq"].clip(lower=0))
+    norm_se = fit["bias_sq_se"] / (2 * norm)
+    (s_T, s_D), (se_T, se_D) = _log_fit([fit["T"], fit["mismatch_kl"]], norm, norm_se)
+    (_, s_n), (_, se_n) = _log_fit([fit["T"], fit["mismatch_size"]], norm, norm_se)
+    if not top_z >= 3:
+        s_T = s_D = se_T = se_D = math.nan
+    per = []
+    for size, rows in fit.groupby("mismatch_size"):
+        b = np.sqrt(rows["bias_sq"])
+        (s,), (s_se,) = _log_fit([rows["T"]], b, rows["bias_sq_se"] / (2 * b))
+        per.append(f"noise {size:g}: T^{s:.2f} ± {s_se:.2f} ({len(rows)} T)")
+    p, zmax = _unbiased_p(df[df["mismatch_size"] == 0])
+    return {
+        "slope_T": s_T,
+        "slope_delta": s_D,
+        "control_p": p,
+        "se": {"slope_T": se_T, "slope_delta": se_D, "control_p": 0.0},
+        "detail": f"untruncated token IS, {len(fit)} of {len(on)} rows with a mismatch resolved "
+        f"(bias² ≥ 3 SE): ‖bias‖ ∝ T^{s_T:.2f} ± {se_T:.2f} · Δ^{s_D:.2f} ± {se_D:.2f}, Δ = "
+        f"per-token KL(μ‖π) (gpolab's reading of Δ_max); in the noise size (∝ per-token TV to "
+        f"first order) ∝ s^{s_n:.2f} ± {se_n:.2f}; per noise: {'; '.join(per)}; at T = "
+        f"{int(top['T'])}, noise {top['mismatch_size']:g}: bias² {top['bias_sq']:.3g} ± "
+        f"{top['bias_sq_se']:.2g} ({top_z:.1f} SE); no mismatch: largest |bias²|/SE {zmax:.2f}",
+    }
+
+
+SEQ_CHI2_RESOLVED = 10.0  # 1 + χ²_seq up to which the seeds see the weights' tail (variance fit)
+
+
+def mismatch_seq_variance(t: dict) -> dict:
+    """[LL] sequence-level IS: zero bias, variance growing like (1 + χ²)^T, on untruncated
+    sequence IS (verl's seq TIS, threshold out of reach; the ±20 log clamp not reached).
+    ``unbiased_p``: every row with a mismatch (every T and size) has bias² 0 (:func:`_unbiased_p`;
+    a p-value: SE 0).  ``slope_dev``: |s − 1|, s the slope of log(variance / the uncorrected
+    variance) against log(1 + χ²_seq), χ²_seq = E_μ[(π/μ)²] − 1 of whole sequences (exact;
+    ≤ (1 + χ²_tok,max)^T − 1), fitted where 1 + χ²_seq ≤ :data:`SEQ_CHI2_RESOLVED` (beyond, the
+    seeds miss the weights' tail and the measured variance falls short); the ratio's SE by the
+    delta method.  Control ``token_slope``: the same slope for untruncated token IS, whose
+    weights do not multiply along the sequence (it stays near 0: the growth is the sequence
+    weights', not the mismatch's)."""
+    import numpy as np
+
+    res = t["results"]
+    base = res[res["correction"] == "none"].set_index(["T", "mismatch"])
+
+    def ratios(rows):  # variance over the uncorrected one (delta-method SE) and 1 + χ²_seq
+        rows = rows[rows["mismatch_size"] > 0]
+        b = base.loc[list(zip(rows["T"], rows["mismatch"], strict=True))]
+        a, sa = rows["variance"].to_numpy(np.float64), rows["variance_se"].to_numpy(np.float64)
+        c, sc = b["variance"].to_numpy(np.float64), b["variance_se"].to_numpy(np.float64)
+        r, x = a / c, 1 + rows["mismatch_chi2_seq"].to_numpy(np.float64)
+        return rows, r, np.abs(r) * np.hypot(sa / a, sc / c), x
+
+    seq, r, r_se, x = ratios(_untruncated(res, "verl/seq_tis"))
+    keep = x <= SEQ_CHI2_RESOLVED
+    (s,), (s_se,) = _log_fit([x[keep]], r[keep], r_se[keep])
+    tok, tr, tr_se, tx = ratios(_untruncated(res, "verl/token_tis"))
+    tkeep = tx <= SEQ_CHI2_RESOLVED
+    (ts,), (ts_se,) = _log_fit([tx[tkeep]], tr[tkeep], tr_se[tkeep])
+    p, zmax = _unbiased_p(seq)
+    pts = ", ".join(
+        f"T = {int(T)} {m}: {a:.3g} ± {b:.2g} vs {c:.3g}"
+        for T, m, a, b, c in zip(seq["T"], seq["mismatch"], r, r_se, x, strict=True)
+    )
+    return {
+        "unbiased_p": p,
+        "slope_dev": abs(s - 1),
+        "token_slope": ts,
+        "se": {"unbiased_p": 0.0, "slope_dev": s_se, "token_slope": ts_se},
+        "detail": f"untruncated sequence IS: variance over the uncorrected one against 1 + χ²_seq "
+        f"(exact): {pts}; fit over the {int(keep.sum())} rows with 1 + χ²_seq ≤ "
+        f"{SEQ_CHI2_RESOLVED:g}: ∝ (1 + χ²_seq)^{s:.2f} ± {s_se:.2f} (token IS: "
+        f"^{ts:.2f} ± {ts_se:.2f}); bias² over {len(seq)} rows with a mismatch: largest "
+        f"|bias²|/SE {zmax:.2f}, joint p = {p:.2g}",
+    }
+
+
+CLAMP = 20.0  # verl's clamp on the summed log-ratio of sequence-level weights (±20)
+COLLAPSED, ALIVE = 0.1, 0.5  # scale = E ĝ·g/‖g‖² of a collapsed estimate, of a working one
+BEFORE_CLAMP = 5.0  # sequence KL at most this: well before the clamp
+
+
+def mismatch_seq_collapse(t: dict) -> dict:
+    """[R] "sequence-level IS collapses once T·KL reaches the ±20 clamp", on the scale E ĝ·g/‖g‖²
+    (1: no shrinkage; 0: the weights zero the estimate) of every sequence-level correction of the
+    experiment (``level == "sequence"``) against the sequence KL T·KL = ``mismatch_kl_seq``:
+    ``collapsed_max``, the largest scale past the clamp (KL_seq > 20; collapse: ≤ 0.1);
+    ``before_min``, the smallest before it (KL_seq ≤ 5, where the claim implies no collapse
+    yet: ≥ 0.5).  Control ``control_min``: the smallest scale of the token-level rows (no
+    correction, token TIS) past the clamp, which the sequence weights' collapse does not touch
+    (> 0.1).  Each with its row's jackknife SE."""
+    import numpy as np
+
+    res = t["results"]
+    seq = res[res["level"] == "sequence"]
+    tok = res[res["level"] == "token"]
+
+    def extreme(rows, pick):  # (value, SE) of the row with the largest or smallest scale
+        if rows.empty or not np.all(np.isfinite(rows["scale"])):
+            return math.nan, math.nan
+        r = rows.loc[getattr(rows["scale"], pick)()]
+        return float(r["scale"]), float(r["scale_se"])
+
+    past = res["mismatch_kl_seq"] > CLAMP
+    before = res["mismatch_kl_seq"] <= BEFORE_CLAMP
+    hi, hi_se = extreme(seq[past[seq.index]], "idxmax")
+    lo, lo_se = extreme(seq[before[seq.index]], "idxmin")
+    ctl, ctl_se = extreme(tok[past[tok.index]], "idxmin")
+    mid = seq[~past[seq.index] & ~before[seq.index]]  # between: past 5, short of the clamp
+    early = (
+        f"; short of the clamp ({BEFORE_CLAMP:g} < KL_seq ≤ {CLAMP:g}) the largest sequence-level "
+        f"scale is already {mid['scale'].max():.3g}"
+        if len(mid)
+        else ""
+    )
+    parts = [
+        f"{c}: "
+        + ", ".join(f"{r.scale:.3g}" for r in rows.sort_values("mismatch_kl_seq").itertuples())
+        for c, rows in res.groupby("correction", sort=False)
+    ]
+    kls = ", ".join(f"{k:.3g}" for k in sorted(res["mismatch_kl_seq"].unique()))
+    return {
+        "collapsed_max": hi,
+        "before_min": lo,
+        "control_min": ctl,
+        "se": {"collapsed_max": hi_se, "before_min": lo_se, "control_min": ctl_se},
+        "detail": f"T = {int(res['T'].max())}, scale E ĝ·g/‖g‖² at KL_seq = {kls}: "
+        + "; ".join(parts)
+        + f"; past the clamp (KL_seq > {CLAMP:g}) the largest sequence-level scale "
+        f"{hi:.3g} ± {hi_se:.2g}; at KL_seq ≤ {BEFORE_CLAMP:g} the smallest {lo:.3g} ± "
+        f"{lo_se:.2g}{early}; token-level past the clamp: smallest {ctl:.3g} ± {ctl_se:.2g}",
+    }
