@@ -1231,8 +1231,9 @@ def mismatch_seq_collapse(t: dict) -> dict:
     import numpy as np
 
     res = t["results"]
-    seq = res[res["level"] == "sequence"]
-    tok = res[res["level"] == "token"]
+    seq = (res["level"] == "sequence").to_numpy()
+    past = (res["mismatch_kl_seq"] > CLAMP).to_numpy()
+    before = (res["mismatch_kl_seq"] <= BEFORE_CLAMP).to_numpy()
 
     def extreme(rows, pick):  # (value, SE) of the row with the largest or smallest scale
         if rows.empty or not np.all(np.isfinite(rows["scale"])):
@@ -1240,12 +1241,10 @@ def mismatch_seq_collapse(t: dict) -> dict:
         r = rows.loc[getattr(rows["scale"], pick)()]
         return float(r["scale"]), float(r["scale_se"])
 
-    past = res["mismatch_kl_seq"] > CLAMP
-    before = res["mismatch_kl_seq"] <= BEFORE_CLAMP
-    hi, hi_se = extreme(seq[past[seq.index]], "idxmax")
-    lo, lo_se = extreme(seq[before[seq.index]], "idxmin")
-    ctl, ctl_se = extreme(tok[past[tok.index]], "idxmin")
-    mid = seq[~past[seq.index] & ~before[seq.index]]  # between: past 5, short of the clamp
+    hi, hi_se = extreme(res[seq & past], "idxmax")
+    lo, lo_se = extreme(res[seq & before], "idxmin")
+    ctl, ctl_se = extreme(res[~seq & past], "idxmin")
+    mid = res[seq & ~past & ~before]  # past 5, short of the clamp
     early = (
         f"; short of the clamp ({BEFORE_CLAMP:g} < KL_seq ≤ {CLAMP:g}) the largest sequence-level "
         f"scale is already {mid['scale'].max():.3g}"
