@@ -334,7 +334,8 @@ def _token_bias_off(df):
     tok = _rows_of(df, "verl/token_tis")
     mismatched = (df["mismatch_size"] > 0).to_numpy()
     on, off = tok & mismatched, tok & ~mismatched
-    b = (df["T"] / df["T"].max()) ** 6 * (df["mismatch_kl"] / df["mismatch_kl"].max()) ** 4
+    tv = df["mismatch_tv_max"] / df["mismatch_tv_max"].max()
+    b = (df["T"] / df["T"].max()) ** 6 * tv**4
     df.loc[on, "bias_sq"] = 0.01 * b[on]
     df.loc[on, "bias_sq_se"] = df.loc[on, "bias_sq"] / 20
     df.loc[off, "bias_sq"] = 10 * df.loc[off, "bias_sq_se"]

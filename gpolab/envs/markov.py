@@ -300,7 +300,9 @@ def kl(params: MarkovParams, theta, theta_ref) -> jax.Array:
 
 def mismatch(params: MarkovParams, theta, mu_logits) -> dict:
     """The sampler μ's distance from π_θ, exactly, averaged over prompts: ``kl_token`` (KL(μ‖π)
-    per token over μ's visits), ``kl_seq`` = T·kl_token (E_μ Σ_t KL_t), ``chi2_token`` (E_μ
+    per token over μ's visits), ``kl_seq`` = T·kl_token (E_μ Σ_t KL_t), ``tv_token`` (the total
+    variation ½Σ_a|μ − π| per token over μ's visits), ``tv_max`` (its largest value over the
+    (prompt, previous token) states μ visits: a Δ_max), ``chi2_token`` (E_μ
     [(π/μ)²] − 1 per token over μ's visits) and ``chi2_seq`` = E_μ[Π_t (π/μ)²] − 1 (and its log
     ``log1p_chi2_seq``, finite when χ² overflows)."""
     lt = jax.nn.log_softmax(table(params, theta), -1)
@@ -323,9 +325,12 @@ def mismatch(params: MarkovParams, theta, mu_logits) -> dict:
 
     log2 = jax.vmap(log_second)(w)
     kl_seq = jnp.mean(jnp.sum(occ * kl_rows, -1))
+    tv_rows = 0.5 * jnp.sum(jnp.abs(jnp.exp(lm) - jnp.exp(lt)), axis=-1)  # (P, A + 1)
     return {
         "kl_token": kl_seq / T,
         "kl_seq": kl_seq,
+        "tv_token": jnp.mean(jnp.sum(occ * tv_rows, -1)) / T,
+        "tv_max": jnp.max(jnp.where(occ > 0, tv_rows, 0.0)),
         "chi2_token": jnp.mean(jnp.sum(occ * chi_rows, -1)) / T,
         "chi2_seq": jnp.mean(jnp.expm1(log2)),
         "log1p_chi2_seq": jax.nn.logsumexp(log2) - jnp.log(log2.shape[0]),

@@ -12,7 +12,7 @@ PAPERS = {
     "N": "arXiv 2601.23135",
     "I": "arXiv 2603.12151",
     "W": "arXiv 2510.00977",
-    "LL": "Liu, Li et al., “When Speed Kills Stability” (blog, 2025)",
+    "LL": "Liu & Li's blog (2025)",
     "R": "practitioners' reports",
     "gpolab": "gpolab's derivation",
 }
@@ -91,7 +91,7 @@ def summary(tables: dict) -> str:
     return note + "\n".join(["| id | claim | verdict |", "|---|---|---|", *rows])
 
 
-HEADLINE = 150  # characters of a claim the README's summary shows (the ledger page has it whole)
+HEADLINE = 120  # characters of a claim the README's summary shows (the ledger page has it whole)
 
 
 def headline(claim: str) -> str:

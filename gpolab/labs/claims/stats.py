@@ -1059,7 +1059,8 @@ def budget_rule(t: dict) -> dict:
 # ------------------------------------------------------------------ rollout–training mismatch
 # (issue 43) The off-policy lab's mismatch mode (gpolab/labs/offpolicy/mismatch.py): one row per
 # (T, mismatch, correction) with bias_sq, variance and scale (each ± SE from 8 seed batches) and
-# the mismatch's exact size (mismatch_kl per token, mismatch_kl_seq, mismatch_chi2_seq).
+# the mismatch's exact size (mismatch_kl per token, mismatch_kl_seq, mismatch_tv_max,
+# mismatch_chi2_seq).
 
 UNTRUNCATED = 1e6  # an IS threshold at least this large: no weight of these experiments reaches it
 
@@ -1123,12 +1124,13 @@ def mismatch_token_bias(t: dict) -> dict:
     """[LL] token-level IS's O(T² Δ_max) bias, as the order of an upper bound, on untruncated
     token IS (verl's token TIS, threshold out of reach): ‖bias‖ = √bias² of the rows with a
     mismatch whose bias² is resolved (≥ 3 SE), fitted as log ‖bias‖ = a + s_T log T + s_Δ log Δ
-    with Δ the per-token KL(μ‖π) over μ's visits (``mismatch_kl``; gpolab's reading: the blog's
-    Δ_max is not defined in the text read, and the per-token TV it measures bias with is not in
-    the table).  ``slope_T`` (≤ 2 for the bound's order in T) and ``slope_delta`` (≤ 1: no faster
-    than linear in Δ) with their SEs; NaN unless the row at the largest T and mismatch is
-    resolved (≥ 3 SE: else no order is seen).  Control ``control_p``: the rows without mismatch
-    (weights 1: unbiased) have bias² 0 (:func:`_unbiased_p`, a p-value: SE 0)."""
+    with Δ = ``mismatch_tv_max``, the largest per-token total variation ½Σ|μ − π| over the
+    states μ visits (gpolab's reading: the blog's Δ_max is not defined in the text read; it
+    measures bias with TV, and verl's docs gloss Δ_max as the maximum per-token policy
+    divergence).  ``slope_T`` (≤ 2 for the bound's order in T) and ``slope_delta`` (≤ 1: no
+    faster than linear in Δ) with their SEs; NaN unless the row at the largest T and mismatch
+    is resolved (≥ 3 SE: else no order is seen).  Control ``control_p``: the rows without
+    mismatch (weights 1: unbiased) have bias² 0 (:func:`_unbiased_p`, a p-value: SE 0)."""
     import numpy as np
 
     df = _untruncated(t["results"], "verl/token_tis")
@@ -1139,7 +1141,7 @@ def mismatch_token_bias(t: dict) -> dict:
     top_z = float(top["bias_sq"] / top["bias_sq_se"])
     norm = np.sqrt(fit["bias_sq"].clip(lower=0))
     norm_se = fit["bias_sq_se"] / (2 * norm)
-    (s_T, s_D), (se_T, se_D) = _log_fit([fit["T"], fit["mismatch_kl"]], norm, norm_se)
+    (s_T, s_D), (se_T, se_D) = _log_fit([fit["T"], fit["mismatch_tv_max"]], norm, norm_se)
     (_, s_n), (_, se_n) = _log_fit([fit["T"], fit["mismatch_size"]], norm, norm_se)
     if not top_z >= 3:
         s_T = s_D = se_T = se_D = math.nan
@@ -1156,8 +1158,8 @@ def mismatch_token_bias(t: dict) -> dict:
         "se": {"slope_T": se_T, "slope_delta": se_D, "control_p": 0.0},
         "detail": f"untruncated token IS, {len(fit)} of {len(on)} rows with a mismatch resolved "
         f"(bias² ≥ 3 SE): ‖bias‖ ∝ T^{s_T:.2f} ± {se_T:.2f} · Δ^{s_D:.2f} ± {se_D:.2f}, Δ = "
-        f"per-token KL(μ‖π) (gpolab's reading of Δ_max); in the noise size (∝ per-token TV to "
-        f"first order) ∝ s^{s_n:.2f} ± {se_n:.2f}; per noise: {'; '.join(per)}; at T = "
+        f"the largest per-token TV(μ, π) (gpolab's reading of Δ_max); in the noise size ∝ "
+        f"s^{s_n:.2f} ± {se_n:.2f}; per noise: {'; '.join(per)}; at T = "
         f"{int(top['T'])}, noise {top['mismatch_size']:g}: bias² {top['bias_sq']:.3g} ± "
         f"{top['bias_sq_se']:.2g} ({top_z:.1f} SE); no mismatch: largest |bias²|/SE {zmax:.2f}",
     }

@@ -355,7 +355,8 @@ def settings(cfg: Config) -> dict:
 
 def cell_keys(cfg: Config) -> list[str]:
     common = settings(cfg)
-    return [cell_key(NAME, schema=SCHEMA, unit=u, settings=common) for u in units(cfg)]
+    schema = f"mismatch-{mismatch.SCHEMA}" if cfg.env in MISMATCH_ENVS else SCHEMA
+    return [cell_key(NAME, schema=schema, unit=u, settings=common) for u in units(cfg)]
 
 
 # ---------------------------------------------------------------- one seed

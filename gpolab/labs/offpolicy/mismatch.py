@@ -35,6 +35,7 @@ from gpolab.estimators import mismatch
 # the frameworks' defaults, as the decision table names them: TRL's vLLM IS mode (GRPOConfig
 # vllm_importance_sampling_mode = sequence_mask, cap 3) and verl's (rollout_is off: none)
 DEFAULTS = {"trl": "trl/sequence_mask", "verl": "none"}
+SCHEMA = 2  # the mismatch rows' store schema (2: the total-variation columns)
 LARGE_B = 512  # the decision's large batch: prompts per step of a production run
 JSON = (
     "T",

@@ -108,29 +108,34 @@ def staleness_figure(tables: dict, path) -> Path:
 
 
 def mismatch_figure(tables: dict, path) -> Path:
-    """The mismatch mode: per mismatch (columns), MSE/‖g‖² at the measured batch and at 512
-    prompts (:func:`gpolab.labs.offpolicy.mismatch.at_batch`), cos(E ĝ, g) and the truncated
-    share against the response length T; one line per correction (solid: token level, dashed:
-    sequence level; the user's own config thick)."""
+    """The mismatch mode: MSE/‖g‖² at the measured batch and at 512 prompts
+    (:func:`gpolab.labs.offpolicy.mismatch.at_batch`), cos(E ĝ, g), scale E ĝ·g/‖g‖² and the
+    truncated share, against the response length T (one column per mismatch) or, with one T,
+    against the exact sequence KL(μ‖π) (one column); one line per correction (solid: token level,
+    dashed: sequence level; the user's own config thick)."""
     from gpolab.labs.offpolicy import mismatch
 
     plt = pyplot()
     df = tables["results"]
     big = mismatch.at_batch(df, mismatch.LARGE_B)
-    specs = list(dict.fromkeys(df["mismatch"]))
+    by_kl = df["T"].nunique() == 1 and df["mismatch"].nunique() > 1
+    x, xlabel = ("mismatch_kl_seq", "KL(μ‖π) per sequence") if by_kl else ("T", "response length T")
+    panels = (
+        [("T", df["T"].iloc[0])] if by_kl else [("mismatch", m) for m in df["mismatch"].unique()]
+    )
     names = list(dict.fromkeys(df["correction"]))
     fig, axes = plt.subplots(
-        4,
-        len(specs),
-        figsize=(4.6 * len(specs) + 2.6, 12.5),
+        5,
+        len(panels),
+        figsize=(4.6 * len(panels) + 2.6, 15.5),
         squeeze=False,
         constrained_layout=True,
     )
     cmap = plt.get_cmap("tab20")
-    for col, spec in enumerate(specs):
-        d = df[df["mismatch"] == spec]
+    for col, (field, value) in enumerate(panels):
+        d = df[df[field] == value]
         for i, name in enumerate(names):
-            g = d[d["correction"] == name].sort_values("T")
+            g = d[d["correction"] == name].sort_values(x)
             if g.empty:
                 continue
             style = dict(
@@ -142,29 +147,45 @@ def mismatch_figure(tables: dict, path) -> Path:
                 label=name + (" (yours)" if g["yours"].any() else ""),
             )
             b = big.loc[g.index]
-            axes[0][col].errorbar(g["T"], g["rel_mse"], yerr=g["rel_mse_se"], capsize=2, **style)
-            axes[1][col].errorbar(
-                g["T"], b["rel_mse"], yerr=b["mse_se"] / g["g_sq"], capsize=2, **style
-            )
-            axes[2][col].errorbar(g["T"], g["cos"], yerr=g["cos_se"], capsize=2, **style)
-            axes[3][col].plot(g["T"], g["truncated_share"], **style)
-        axes[0][col].set(yscale="log", title=f"mismatch {spec}")
+            ax = axes[:, col]
+            ax[0].errorbar(g[x], g["rel_mse"], yerr=g["rel_mse_se"], capsize=2, **style)
+            ax[1].errorbar(g[x], b["rel_mse"], yerr=b["mse_se"] / g["g_sq"], capsize=2, **style)
+            ax[2].errorbar(g[x], g["cos"], yerr=g["cos_se"], capsize=2, **style)
+            ax[3].errorbar(g[x], g["scale"], yerr=g["scale_se"], capsize=2, **style)
+            ax[4].plot(g[x], g["truncated_share"], **style)
+        title = f"T = {value}" if by_kl else f"mismatch {value}"
+        axes[0][col].set(yscale="log", title=title)
         axes[1][col].set(yscale="log")
         for ax in axes[:, col]:
-            ax.set(xscale="log", xlabel="response length T")
-            ax.set_xticks(sorted(d["T"].unique()), [str(int(t)) for t in sorted(d["T"].unique())])
-            ax.xaxis.set_minor_locator(plt.NullLocator())
+            ax.set(xscale="log", xlabel=xlabel)
+            if not by_kl:
+                ticks = sorted(d["T"].unique())
+                ax.set_xticks(ticks, [str(int(t)) for t in ticks])
+                ax.xaxis.set_minor_locator(plt.NullLocator())
             ax.grid(alpha=0.3)
+        if by_kl:
+            for ax in axes[:, col]:
+                ax.axvline(markov_clamp(), color="k", lw=0.8, ls=":", label="verl's ±20 clamp")
     axes[0][0].set(ylabel=f"MSE / ‖g‖², B = {int(df['B'].iloc[0])} (±1 SE)")
     axes[1][0].set(
         ylabel=f"MSE / ‖g‖² at {mismatch.LARGE_B} prompts\n(bias² + variance·B/{mismatch.LARGE_B})"
     )
     axes[2][0].set(ylabel="cos(E ĝ, g) (±1 SE)")
-    axes[3][0].set(ylabel="share of tokens truncated,\nmasked, rejected or cut")
+    axes[3][0].set(ylabel="scale E ĝ·g / ‖g‖² (±1 SE)\n(1: no shrinkage, 0: collapsed)")
+    axes[4][0].set(ylabel="share of tokens truncated,\nmasked, rejected or cut")
     axes[0][-1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     first = df.iloc[0]
     fig.suptitle(
-        f"Rollout–training mismatch: each correction against the exact gradient ({first['env']}, "
-        f"B = {int(first['B'])}, G = {int(first['G'])}, {seeds_label(df)})"
+        "Rollout–training mismatch: each correction against the exact gradient"
+        + ("\n" if by_kl else " ")
+        + f"({first['env']}, B = {int(first['B'])}, G = {int(first['G'])}, {seeds_label(df)})"
     )
     return save(fig, path)
+
+
+def markov_clamp() -> float:
+    """verl's clamp on a sequence's summed log-ratio (the sequence KL at which it binds on an
+    average sequence)."""
+    from gpolab.estimators.mismatch import CLAMP
+
+    return CLAMP
