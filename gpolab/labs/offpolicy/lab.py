@@ -1080,15 +1080,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         unit = todo[i]
         return unit_rows(cfg, unit, engine.cell_key(key, NAME, unit["policy"]))
 
-    df = resume(
-        store,
-        cell_keys(cfg),
-        compute,
-        config_hash=config_hash(cfg),
-        on_skip=None if progress is None else progress.skip,
-        on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
-    )
-    df = df.drop(columns=[c for c in PROVENANCE if c in df])
+    df = _resumed(cfg, compute, store, progress)
     results = (
         df[df["table"] == "results"].drop(columns=["table", "update", "lag"]).reset_index(drop=True)
     )
@@ -1106,14 +1098,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     }
 
 
-def _run_mismatch(cfg: Config, key, todo: list, store, progress) -> dict:
-    """The mismatch mode's tables: ``results`` (one row per (T, mismatch, correction)) and
-    ``decision`` (:func:`gpolab.labs.offpolicy.mismatch.decision`); the reuse tables are empty."""
-
-    def compute(i: int) -> list[dict]:
-        unit = todo[i]
-        return mismatch.unit_rows(cfg, unit, engine.cell_key(key, NAME, "mismatch", unit["T"]))
-
+def _resumed(cfg: Config, compute, store, progress):
+    """Every unit's rows, finished ones read from ``store``, provenance columns dropped."""
     df = resume(
         store,
         cell_keys(cfg),
@@ -1122,7 +1108,18 @@ def _run_mismatch(cfg: Config, key, todo: list, store, progress) -> dict:
         on_skip=None if progress is None else progress.skip,
         on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
     )
-    results = df.drop(columns=[c for c in PROVENANCE if c in df]).reset_index(drop=True)
+    return df.drop(columns=[c for c in PROVENANCE if c in df])
+
+
+def _run_mismatch(cfg: Config, key, todo: list, store, progress) -> dict:
+    """The mismatch mode's tables: ``results`` (one row per (T, mismatch, correction)) and
+    ``decision`` (:func:`gpolab.labs.offpolicy.mismatch.decision`); the reuse tables are empty."""
+
+    def compute(i: int) -> list[dict]:
+        unit = todo[i]
+        return mismatch.unit_rows(cfg, unit, engine.cell_key(key, NAME, "mismatch", unit["T"]))
+
+    results = _resumed(cfg, compute, store, progress).reset_index(drop=True)
     empty = pd.DataFrame()
     return {
         "results": results,
