@@ -22,6 +22,7 @@ LAYERS = {
     "__init__": 0,
     "validate": 0,
     "configs": 0,
+    "spans": 0,  # the library marks its phases; the runner listens (gpolab/spans.py)
     "envs": 1,
     "estimators": 1,
     "theory": 1,

@@ -60,6 +60,7 @@ from gpolab.envs import arithmetic as arithmetic_env
 from gpolab.envs import bandit, markov
 from gpolab.envs import loglinear as loglinear_env
 from gpolab.envs import tree as tree_env
+from gpolab.envs.sampling import alias_draw, alias_tables
 from gpolab.labs.allocate import lab as allocate_lab
 from gpolab.labs.offpolicy import lab as offpolicy_lab
 from gpolab.labs.offpolicy import mismatch as mismatch_lab
@@ -227,19 +228,37 @@ def _w1_prefix(cell, key, args):
     return {"s": jnp.sum(ghat)}
 
 
+def _w1_alias_draw(cell, key, args):
+    """W1's first two steps (its uniforms and one categorical draw per response) with the alias
+    method instead of the inverse CDF: the same law (:func:`gpolab.envs.sampling.alias_tables`)
+    from the same uniforms, summed into one scalar as :func:`_w1_prefix`'s cuts."""
+    params, keep, alias = args
+    prompts = jnp.arange(params.num_prompts, dtype=jnp.int32)
+    dtype = params.success.dtype
+    u = jax.random.uniform(key, (params.num_prompts, cell), dtype=dtype)
+    actions, rewards = bandit.split_outcomes(alias_draw(keep[prompts], alias[prompts], u), dtype)
+    return {"s": jnp.sum(rewards) + jnp.sum(actions).astype(dtype)}
+
+
 def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
     """Where W1's time goes: W1's per-seed function cut after each step (:data:`W1_STAGES`), run
     through the engine at W1's chunk, each cut timed in turn (the fastest of :data:`REPEATS`).
     One row per step: ``seeds_per_s`` of the function up to it, ``stage_us`` = the step's own
     wall time per seed on all devices (the difference of two cuts' times; within the timing
     noise it can come out slightly negative) and ``stage_share`` = that over the whole
-    function's time per seed (the shares add up to 1)."""
+    function's time per seed (the shares add up to 1).  The draw's row adds
+    ``alias_vs_inverse_cdf``: its cut's time (uniforms and inverse-CDF draw) over the same two
+    steps with the alias method (:func:`_w1_alias_draw`)."""
     args, key, cell = _w1_inputs(cfg)
     mesh, n = engine.local_mesh(), cfg.seeds
     runs = {
         s: (lambda s=s: engine.run(_w1_prefix, (s, cell), args, key, n, chunk, mesh=mesh))
         for s in W1_STAGES
     }
+    params = args[0]
+    keep, alias = alias_tables(bandit.outcome_probs(params))
+    alias_args = (params, jnp.asarray(keep, params.success.dtype), jnp.asarray(alias))
+    runs["alias"] = lambda: engine.run(_w1_alias_draw, cell.G, alias_args, key, n, chunk, mesh=mesh)
     for f in runs.values():
         _timed(f)  # compiles
     best = dict.fromkeys(runs, math.inf)
@@ -256,6 +275,8 @@ def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
             }
         )
         before = best[s]
+    # the uniforms and the draw by the alias method (same law, O(1) per draw) against W1's
+    rows[1]["alias_vs_inverse_cdf"] = best[W1_STAGES[1]] / best["alias"]
     return rows
 
 

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpolab import validate
+from gpolab import spans, validate
 from gpolab.engine.devices import (  # noqa: F401  (the engine's public names)
     CLUSTERS,
     _shard,
@@ -92,8 +92,8 @@ def per_seed(fn: Callable, cell, key: jax.Array, args, indices, mesh=None):
     """
     if mesh is not None:
         indices = _shard(np.asarray(indices, dtype=np.uint32), mesh)
-    with prng_mode():
-        return _per_seed(fn, cell, key, args, indices)
+    with prng_mode(), spans.span("monte carlo"):
+        return jax.block_until_ready(_per_seed(fn, cell, key, args, indices))
 
 
 @partial(jax.jit, static_argnames=("fn", "cell"))
@@ -481,7 +481,7 @@ def run(
     timed = n_seeds > step and jax.process_count() == 1  # several calls: each timed (progress;
     # an endless cell refused; one process only: a refusal in one of many would hang the rest)
     start = 0
-    with prng_mode():
+    with prng_mode(), spans.span("monte carlo"):
         while start < n_seeds:
             idx, valid, active = chunk_inputs(start, n_seeds, chunk, per_call)
             if timed and start == 0:  # the first call runs one sub-chunk: a quick, early rate
@@ -496,6 +496,7 @@ def run(
             if timed:
                 jax.block_until_ready(parts[-1])
                 clock.tick(done)
+        jax.block_until_ready(parts)  # the span holds the device's work, not just its dispatch
     return _combine(_layout(fn, cell, key, args), parts, n_seeds)
 
 

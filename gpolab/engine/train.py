@@ -55,7 +55,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from gpolab import engine, validate
+from gpolab import engine, spans, validate
 from gpolab import estimators as est
 from gpolab.envs import Env
 
@@ -314,10 +314,10 @@ def train(run: Run, env: Env, key: jax.Array, params, lrs, seeds: int, eps: floa
         raise validate.ConfigError("lr-grid: got an empty or non-positive list; allowed: lr > 0")
     validate.real("eps", eps, low=0.0)
     n = 1 if run.G == EXACT else seeds
-    with engine.prng_mode():
+    with engine.prng_mode(), spans.span("monte carlo"):
         keys = engine.seed_keys(key, jnp.arange(n, dtype=jnp.uint32))
         out = _train(run, env, keys, params, jnp.asarray(lrs), jnp.asarray(eps, jnp.float32))
-    return {k: np.asarray(v) for k, v in out.items()}
+        return {k: np.asarray(v) for k, v in out.items()}
 
 
 @partial(jax.jit, static_argnames=("run", "env"))

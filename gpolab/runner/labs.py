@@ -17,7 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
-from gpolab import configs
+from gpolab import configs, spans
 from gpolab.runner import output
 
 
@@ -82,7 +82,8 @@ def execute(lab, cfg, *, fresh: bool = False, use_store: bool = True, stream=Non
         paths = output.write_tables(out, tables)
         saved = configs.dumps(configs.absolute_paths(cfg), lab.NAME)  # readable from anywhere
         paths.append(output.write_text(out / "config.toml", saved))
-        paths += draw(lab, out)
+        with spans.span("figures"):
+            paths += draw(lab, out)
     return Result(tables, paths, seconds, out)
 
 

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from gpolab import spans
 from gpolab.validate import ConfigError
 
 LOCK = ".gpolab.lock"
@@ -148,7 +149,7 @@ def write_tables(out, tables: dict) -> list[Path]:
     for name, df in tables.items():
         for suffix, writer in ((".parquet", df.to_parquet), (".csv", df.to_csv)):
             path = Path(out) / f"{name}{suffix}"
-            with atomic(path) as tmp:
+            with spans.span("i/o"), atomic(path) as tmp:
                 writer(tmp, index=False)
             paths.append(path)
     return paths
@@ -164,4 +165,5 @@ def read_tables(out, names) -> dict:
             f"out: {str(out)!r} has no {missing[0]}.parquet; run the lab first (figures are drawn "
             "from saved tables only)"
         )
-    return {n: pd.read_parquet(Path(out) / f"{n}.parquet") for n in names}
+    with spans.span("i/o"):
+        return {n: pd.read_parquet(Path(out) / f"{n}.parquet") for n in names}

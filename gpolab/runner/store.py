@@ -18,6 +18,8 @@ import os
 import time
 from pathlib import Path
 
+from gpolab import spans
+
 PROVENANCE = (
     "cell_key",
     "config_hash",
@@ -87,14 +89,15 @@ class Store:
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         df = pd.DataFrame([{**row, **meta} for row in rows])
-        with output.atomic(self.path(key)) as tmp:
+        with spans.span("i/o"), output.atomic(self.path(key)) as tmp:
             df.to_parquet(tmp, index=False)
 
     def read(self, keys: list[str]):
         """Rows of the given cells, in that order (every key must be finished)."""
         import pandas as pd
 
-        return pd.concat([pd.read_parquet(self.path(k)) for k in keys], ignore_index=True)
+        with spans.span("i/o"):
+            return pd.concat([pd.read_parquet(self.path(k)) for k in keys], ignore_index=True)
 
 
 def cell_key(lab: str, **parts) -> str:

@@ -44,7 +44,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy.stats import binom
 
-from gpolab import validate
+from gpolab import spans, validate
 from gpolab.theory import count_cache
 from gpolab.theory import mse as closed
 from gpolab.theory.mse import target_sq
@@ -187,6 +187,11 @@ def count_table(fn: Callable, G: int, *, name: str = "estimator", strict: bool =
     later processes (:mod:`gpolab.theory.count_cache`; ``GPOLAB_COUNT_CACHE=""`` turns it off).
     """
     validate.integer("G", G, 1)
+    with spans.span("count tables"):
+        return _count_table(fn, G, name, strict)
+
+
+def _count_table(fn: Callable, G: int, name: str, strict: bool) -> Table:
     rewards = canonical_groups(G)
     with _precision() as dtype:  # one input per shape fn is evaluated on (_defect's copies)
         inputs = [rewards] if _copies(G + 1, G) > 1 else [rewards, rewards[:1]]

@@ -20,6 +20,7 @@ from the full one).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import operator
@@ -32,10 +33,10 @@ from gpolab.configs import option
 from gpolab.engine import stats
 from gpolab.labs.claims import stats as claims_stats
 from gpolab.labs.claims.report import PAPERS, VERDICTS, markdown, report  # noqa: F401 (protocol)
-from gpolab.runner import experiments, labs, output
+from gpolab.runner import experiments, labs, output, timings
 
 NAME = "claims"
-TABLES = ("claims",)
+TABLES = ("claims", "timings")
 LEDGER = Path(__file__).with_name("ledger.toml")
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
 _ratio = claims_stats.ratio_and_se  # a ratio and its delta-method SE
@@ -64,6 +65,12 @@ class Config(configs.Config):
     )
     results: str = option("results", "results root (as `gpolab figures --out`)", key=False)
     out: str = option("results/claims", "output folder (claims table, config.toml)", key=False)
+    timings: bool = option(
+        False,
+        "where the time goes, per experiment: compile, count tables, Monte Carlo, figures, I/O "
+        "and analysis (the timings table, printed after the verdicts)",
+        key=False,
+    )
 
     def validate(self) -> None:
         validate.choice("sizes", self.sizes, ("full", "quick"))
@@ -239,8 +246,14 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     cfg.validate()
     cache: dict = {}
     rows = []
+    recorder = timings.Recorder().start() if cfg.timings else None
+    spent: dict[str, dict] = {}  # experiment → its seconds per phase (timings)
     for c in selected(cfg):
-        values, se, detail = measure(cfg, c, cache)
+        with contextlib.nullcontext({}) if recorder is None else recorder.part() as part:
+            ran = c["experiment"] not in cache and not _saved(cfg, c["experiment"])
+            values, se, detail = measure(cfg, c, cache)
+        if recorder is not None:
+            _add(spent, c, part, ran)
         v = verdict(c, values, se)
         rules = c.get("rules", [])
         failed = [r for r in rules if values and check(r, values, se) is False]
@@ -271,7 +284,43 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         )
         if progress is not None:
             progress.update(1, f"{c['id']}: {v}")
-    return {"claims": pd.DataFrame(rows)}
+    if recorder is not None:
+        recorder.stop()
+    return {"claims": pd.DataFrame(rows), "timings": _timings_table(spent)}
+
+
+def _saved(cfg: Config, name: str) -> bool:
+    """Whether experiment ``name``'s tables are saved at ``cfg``'s sizes (read, not run)."""
+    exp = experiments.load(cfg.experiment_dir() / f"{name}.toml")
+    folder = Path(exp.config(cfg.sizes == "quick", cfg.results).out)
+    return all((folder / f"{t}.parquet").exists() for t in labs.get(exp.lab).TABLES)
+
+
+def _add(spent: dict, claim: dict, part: dict, ran: bool) -> None:
+    row = spent.setdefault(
+        claim["experiment"], {"experiment": claim["experiment"], "ran": ran, "claims": []}
+    )
+    row["ran"] = row["ran"] or ran
+    row["claims"].append(claim["id"])
+    for k, v in part.items():
+        row[k] = row.get(k, 0.0) + v
+
+
+def _timings_table(spent: dict):
+    """One row per experiment (``ran``: computed here, else read from saved tables), its seconds
+    and each phase's (:data:`gpolab.runner.timings.PHASES`), slowest first, and a total row."""
+    import pandas as pd
+
+    if not spent:
+        return pd.DataFrame()
+    cols = ["seconds", *timings.PHASES]
+    df = pd.DataFrame([{**r, "claims": ",".join(r["claims"])} for r in spent.values()]).rename(
+        columns={p: f"{p.replace(' ', '_').replace('/', '')}_s" for p in cols}
+    )
+    df = df.sort_values("seconds_s", ascending=False, ignore_index=True)
+    total = {"experiment": "total", "ran": bool(df["ran"].any()), "claims": ""}
+    total |= {c: float(df[c].sum()) for c in df.columns if c.endswith("_s")}
+    return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
 
 
 def measure(cfg: Config, claim: dict, cache: dict) -> tuple[dict | None, dict, str]:

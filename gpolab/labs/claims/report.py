@@ -34,6 +34,11 @@ def report(cfg, tables: dict) -> str:
             f"{r['id']:<13} {r['verdict']:<17} {r['claim']}\n{'':<31}{r['reason']}"
             + (f"\n{'':<31}rules: {r['margins']}" if r.get("margins") else "")
         )
+    spent = tables.get("timings")
+    if spent is not None and not spent.empty:
+        from gpolab.runner.labs import table_text
+
+        lines += ["", "Where the time went (seconds; --timings):", table_text(spent, list(spent))]
     return "\n".join(lines)
 
 
