@@ -234,3 +234,16 @@ def test_every_registry_entry_is_a_default_correction_and_spelled_once():
 def test_a_bad_from_config_raises_before_the_grid(tmp_path):
     with pytest.raises(ConfigError, match="from_config|missing"):
         offpolicy.Config(env="markov", from_config=str(tmp_path / "missing.json")).validate()
+
+
+def test_an_edited_config_file_is_read_again(tmp_path):
+    """The file is read once per run, not once per process: an edit (new mtime) is seen."""
+    import os
+
+    path = tmp_path / "grpo.yaml"
+    path.write_text("use_vllm: true\nvllm_importance_sampling_mode: token_truncate\n")
+    cfg = offpolicy.Config(env="markov", from_config=str(path))
+    assert mismatch.yours(cfg)[0] == "trl/token_truncate"
+    path.write_text("use_vllm: true\nvllm_importance_sampling_mode: sequence_truncate\n")
+    os.utime(path, ns=(1, 10**18))  # a different mtime even on a coarse clock
+    assert mismatch.yours(cfg)[0] == "trl/sequence_truncate"

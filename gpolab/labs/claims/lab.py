@@ -227,14 +227,17 @@ def margin_text(rule: str, values: dict, se: dict) -> str:
 def tables_of(cfg: Config, name: str, cache: dict) -> dict:
     """The saved tables of experiment ``name`` (computed first when missing)."""
     if name not in cache:
-        exp = experiments.load(cfg.experiment_dir() / f"{name}.toml")
-        quick = cfg.sizes == "quick"
-        folder = Path(exp.config(quick, cfg.results).out)
-        lab = labs.get(exp.lab)
-        if not all((folder / f"{t}.parquet").exists() for t in lab.TABLES):
-            experiments.run(exp, cfg.results, quick=quick)
+        exp, folder, lab = _saved_at(cfg, name)
+        if not _saved(cfg, name):
+            experiments.run(exp, cfg.results, quick=cfg.sizes == "quick")
         cache[name] = output.read_tables(folder, lab.TABLES)
     return cache[name]
+
+
+def _saved_at(cfg: Config, name: str):
+    """(experiment, its results folder at ``cfg``'s sizes, its lab) of experiment ``name``."""
+    exp = experiments.load(cfg.experiment_dir() / f"{name}.toml")
+    return exp, Path(exp.config(cfg.sizes == "quick", cfg.results).out), labs.get(exp.lab)
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
@@ -291,9 +294,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
 def _saved(cfg: Config, name: str) -> bool:
     """Whether experiment ``name``'s tables are saved at ``cfg``'s sizes (read, not run)."""
-    exp = experiments.load(cfg.experiment_dir() / f"{name}.toml")
-    folder = Path(exp.config(cfg.sizes == "quick", cfg.results).out)
-    return all((folder / f"{t}.parquet").exists() for t in labs.get(exp.lab).TABLES)
+    _, folder, lab = _saved_at(cfg, name)
+    return all((folder / f"{t}.parquet").exists() for t in lab.TABLES)
 
 
 def _add(spent: dict, claim: dict, part: dict, ran: bool) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -184,7 +185,9 @@ def check(cfg) -> None:
 
 
 @functools.cache
-def _yours(path: str) -> tuple[str, str]:
+def _yours(path: str, stamp) -> tuple[str, str]:
+    """:func:`yours` of the file at ``path`` as it was at ``stamp`` (its mtime, or None when it
+    cannot be read: the reader then gives the one error naming it)."""
     from gpolab.labs.offpolicy import from_config
 
     found = from_config.correction_of(from_config.read(path))
@@ -196,7 +199,14 @@ def _yours(path: str) -> tuple[str, str]:
 
 def yours(cfg) -> tuple[str, str] | None:
     """(the correction spec, one sentence naming it) of ``cfg.from_config``, or None."""
-    return _yours(str(cfg.from_config)) if cfg.from_config else None
+    if not cfg.from_config:
+        return None
+    path = str(cfg.from_config)
+    try:  # read once per run, but again when the file changes (a long-lived session)
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        stamp = None
+    return _yours(path, stamp)
 
 
 def specs(cfg) -> list[str]:

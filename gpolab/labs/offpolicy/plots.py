@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpolab.estimators.mismatch import CLAMP  # verl's clamp on a sequence's summed log-ratio
 from gpolab.estimators.offpolicy import rule_name as _rule
 from gpolab.runner.plots import pyplot, save, seeds_label
 
@@ -165,7 +166,7 @@ def mismatch_figure(tables: dict, path) -> Path:
             ax.grid(alpha=0.3)
         if by_kl:
             for ax in axes[:, col]:
-                ax.axvline(markov_clamp(), color="k", lw=0.8, ls=":", label="verl's ±20 clamp")
+                ax.axvline(CLAMP, color="k", lw=0.8, ls=":", label="verl's ±20 clamp")
     axes[0][0].set(ylabel=f"MSE / ‖g‖², B = {int(df['B'].iloc[0])} (±1 SE)")
     axes[1][0].set(
         ylabel=f"MSE / ‖g‖² at {mismatch.LARGE_B} prompts\n(bias² + variance·B/{mismatch.LARGE_B})"
@@ -181,11 +182,3 @@ def mismatch_figure(tables: dict, path) -> Path:
         + f"({first['env']}, B = {int(first['B'])}, G = {int(first['G'])}, {seeds_label(df)})"
     )
     return save(fig, path)
-
-
-def markov_clamp() -> float:
-    """verl's clamp on a sequence's summed log-ratio (the sequence KL at which it binds on an
-    average sequence)."""
-    from gpolab.estimators.mismatch import CLAMP
-
-    return CLAMP
