@@ -120,16 +120,34 @@ def _chunk_moments(
     the loop pays once (see :data:`CALL_SEEDS`).  With the sub-chunk's seed axis sharded over
     ``parts`` devices each device reduces its own slice: no collective, so no device thread ever
     waits for another (XLA:CPU's in-process all-reduce can deadlock when devices outnumber idle
-    cores); the host adds everything in float64."""
+    cores); the host adds everything in float64.
+
+    Per-seed scalars come back per sub-chunk, (S, parts, k).  Every other output (error vectors,
+    gradients: a vector of 10⁴–10⁶ numbers per sub-chunk) is summed over the sub-chunks inside
+    the loop, with Kahan's compensation (float32 rounding of the sum stays at one unit whatever
+    S), and comes back as (1, parts, m): stacking S copies cost a 2-million-number output
+    (offpolicy_tokens) half a GiB per call and seconds of host conversion."""
     TRACES[(getattr(fn, "__name__", str(fn)), cell)] += 1
     sub = partial(_sub_chunk, fn, cell, key, args, parts=parts)
     zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(sub, idx[0], valid[0]))  # cached trace
+    carried = {g: v[0] for g, v in zeros.items() if g[1] == "arrays"}
 
-    def body(_, xs):
+    def body(acc, xs):
         i, ok, on = xs
-        return None, jax.lax.cond(on, sub, lambda *_: zeros, i, ok)
+        out = jax.lax.cond(on, sub, lambda *_: zeros, i, ok)
+        acc = {g: _kahan_add(*acc[g], out[g][0]) for g in acc}
+        return acc, {g: v for g, v in out.items() if g not in acc}
 
-    return jax.lax.scan(body, None, (idx, valid, active))[1]
+    init = {g: (z, z) for g, z in carried.items()}
+    acc, stacked = jax.lax.scan(body, init, (idx, valid, active))
+    return stacked | {g: (s[None], None) for g, (s, _) in acc.items()}
+
+
+def _kahan_add(total: jax.Array, lost: jax.Array, x: jax.Array):
+    """One step of Kahan's compensated sum: (total + x, the low bits the addition dropped)."""
+    y = x - lost
+    t = total + y
+    return t, (t - total) - y
 
 
 @partial(jax.jit, static_argnames=("fn", "cell", "parts"))
