@@ -14,6 +14,7 @@ import time
 MAX_SECONDS = 24 * 3600.0  # longest projected cell a run accepts (--max-hours; 0: no limit)
 REPORT_S = 10.0  # seconds between progress lines inside one cell
 _ACTIVE: list = []  # the Progress of the run in flight (innermost last)
+PLAIN = False  # plain lines even on a terminal (worker processes sharing one: no bars)
 
 
 class Progress:
@@ -24,7 +25,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.start = time.perf_counter()
         self.bar = None
-        if getattr(self.stream, "isatty", lambda: False)():
+        if not PLAIN and getattr(self.stream, "isatty", lambda: False)():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=name, unit="cell", file=self.stream)

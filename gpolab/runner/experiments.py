@@ -98,7 +98,7 @@ def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = Fals
     """Compute (or resume) an experiment; returns (results folder, seconds of this run)."""
     start = time.perf_counter()
     cfg = exp.config(quick, root)
-    labs.execute(labs.get(exp.lab), cfg, fresh=fresh)
+    labs.execute(labs.get(exp.lab), cfg, fresh=fresh, label=exp.name)
     import jax
 
     # one process runs every experiment: free this one's executables (each holds its own memory
@@ -106,6 +106,142 @@ def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = Fals
     # recompiling cheap)
     jax.clear_caches()
     return Path(cfg.out), time.perf_counter() - start
+
+
+def cores() -> int:
+    """The CPU cores this process may use (Linux's affinity, else all of them)."""
+    import os
+
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
+
+
+def workers(jobs: int, n: int) -> int:
+    """Worker processes for ``n`` experiments: ``jobs`` (0: one per core), at most ``n``."""
+    validate.integer("jobs", jobs, 0)
+    return max(1, min(jobs or cores(), n))
+
+
+def run_all(
+    exps: list[Experiment],
+    root="results",
+    quick: bool = False,
+    fresh: bool = False,
+    jobs: int = 1,
+    timed: bool = False,
+    on_done=None,
+) -> dict:
+    """Compute (or resume) several experiments: ``{name: (results folder, seconds, phases)}``
+    (``phases``: :class:`gpolab.runner.timings.Recorder`'s seconds per phase when ``timed``,
+    else None); ``on_done(name, seconds)`` after each.
+
+    ``jobs`` > 1 runs them in that many worker processes (fresh interpreters, each with the
+    CLI's XLA cache and ``cores() // jobs`` CPU devices), longest first where an earlier run's
+    seconds are known (``<root>/seconds.json``), else in the given order.  Each experiment's
+    numbers are those of a run on its own: cells draw from their own keys; only the CPU
+    device count, and with it the order of float32 partial sums, may differ.  An error in one
+    (a refused cell, say) stops the rest and is raised here, as in one process."""
+    jobs = workers(jobs, len(exps))
+    known = _seconds_file(root)
+    order = sorted(exps, key=lambda e: -known.get(_label(e, quick), 0.0)) if jobs > 1 else exps
+    done: dict = {}
+
+    def finished(name, result):
+        done[name] = result
+        known[_label(next(e for e in exps if e.name == name), quick)] = result[1]
+        _save_seconds(root, known)
+        if on_done is not None:
+            on_done(name, result[1])
+
+    if jobs == 1:
+        for exp in order:
+            finished(exp.name, _run_one(exp, root, quick, fresh, timed))
+        return done
+    import concurrent.futures
+    import multiprocessing
+
+    from gpolab.engine import progress
+
+    devices = max(1, cores() // jobs)
+    pool = concurrent.futures.ProcessPoolExecutor(
+        jobs, mp_context=multiprocessing.get_context("spawn")
+    )
+    worker = (devices, progress.MAX_SECONDS)
+    with pool:
+        futures = {
+            pool.submit(_run_one, e, root, quick, fresh, timed, worker): e.name for e in order
+        }
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                finished(futures[future], future.result())
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return done
+
+
+def _label(exp: Experiment, quick: bool) -> str:
+    return f"{exp.name}-quick" if quick else exp.name
+
+
+def _seconds_file(root) -> dict:
+    """Seconds each experiment last took to compute here (``<root>/seconds.json``; {} if none)."""
+    import json
+
+    try:
+        data = json.loads((Path(root) / "seconds.json").read_text())
+        return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def _save_seconds(root, known: dict) -> None:
+    import json
+
+    from gpolab.runner import output
+
+    output.write_text(Path(root) / "seconds.json", json.dumps(known, indent=1, sort_keys=True))
+
+
+_STARTED: list = []  # a worker process's set-up, done once (its first experiment)
+
+
+def _start_worker(devices: int, max_seconds: float) -> None:
+    """A worker process's set-up: what the CLI does first (XLA cache, CPU devices), its share of
+    the cores, the parent's ``--max-hours``, and progress as plain lines (no bars).  Inside the
+    first task, not the pool's initializer: an error here (a bad ``GPOLAB_CPU_DEVICES``) is
+    then the run's one error, not a broken pool."""
+    import os
+
+    from gpolab.engine import progress
+    from gpolab.runner import cli
+
+    if _STARTED:
+        return
+    os.environ.setdefault("GPOLAB_CPU_DEVICES", str(devices))
+    cli.enable_compilation_cache()
+    cli.use_cpu_cores()
+    progress.MAX_SECONDS = max_seconds
+    progress.PLAIN = True
+    _STARTED.append(True)
+
+
+def _run_one(exp: Experiment, root, quick: bool, fresh: bool, timed: bool, worker=None) -> tuple:
+    """(results folder, seconds, phases or None) of :func:`run` on one experiment (in a worker
+    process: ``worker`` = :func:`_start_worker`'s arguments)."""
+    if worker is not None:
+        _start_worker(*worker)
+    if not timed:
+        return (*run(exp, root, quick, fresh), None)
+    from gpolab.runner import timings
+
+    recorder = timings.Recorder().start()
+    try:
+        with recorder.part() as part:
+            out, seconds = run(exp, root, quick, fresh)
+    finally:
+        recorder.stop()
+    return out, seconds, part
 
 
 def plot(exp: Experiment, results: Path, out: str | Path) -> list[Path]:

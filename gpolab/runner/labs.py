@@ -54,8 +54,11 @@ class Result:
     out: Path
 
 
-def execute(lab, cfg, *, fresh: bool = False, use_store: bool = True, stream=None) -> Result:
-    """Run ``lab`` with the validated ``cfg`` into ``cfg.out`` (see the module docstring).
+def execute(
+    lab, cfg, *, fresh: bool = False, use_store: bool = True, stream=None, label: str = ""
+) -> Result:
+    """Run ``lab`` with the validated ``cfg`` into ``cfg.out`` (see the module docstring);
+    ``label`` names the run in progress lines (default: the lab's name).
     Ctrl-C raises :class:`gpolab.runner.output.Interrupted` saying how many cells are kept."""
     import jax
 
@@ -68,7 +71,7 @@ def execute(lab, cfg, *, fresh: bool = False, use_store: bool = True, stream=Non
             store.clear()
         start = time.perf_counter()
         try:
-            with Progress(lab.cells(cfg), lab.NAME, stream=stream) as progress:
+            with Progress(lab.cells(cfg), label or lab.NAME, stream=stream) as progress:
                 tables = lab.run(
                     cfg, jax.random.key(getattr(cfg, "seed", 0)), store=store, progress=progress
                 )

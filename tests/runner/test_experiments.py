@@ -153,3 +153,48 @@ def test_tree_mean_only_cells_ignore_eps(tmp_path):
     df = run_sweep(cfg.replace(eps=0.5), store=Store(tmp_path), on_row=computed.append)
     assert [(r["variant"], r["M"]) for r in computed] == [("thought-std", 1), ("thought-std", 2)]
     assert df[df.variant == "mean-only"]["eps"].isna().all()
+
+
+def _two_experiments(folder: Path) -> list:
+    folder.mkdir()
+    texts = {
+        "a": 'lab = "sweep"\n[sweep]\nestimators = ["loo", "oracle"]\nG = [4]\nseeds = 400\n'
+        "prompts = 4\nactions = 8\n",
+        "b": 'lab = "sweep"\n[sweep]\nestimators = ["grpo"]\nG = [2, 4]\nseeds = 300\n'
+        "prompts = 4\nactions = 8\n",
+    }
+    for name, text in texts.items():
+        (folder / f"{name}.toml").write_text(text)
+    return experiments.discover(folder)
+
+
+def test_worker_processes_give_each_experiment_the_numbers_of_a_run_on_its_own(tmp_path):
+    """--jobs 2: each experiment in its own worker (fresh interpreter, one CPU device): the same
+    cells, the same draws; sums in another float32 order at most (rounding, not noise)."""
+    exps = _two_experiments(tmp_path / "exps")
+    seen = []
+    one = experiments.run_all(exps, tmp_path / "one", jobs=1, on_done=lambda n, s: seen.append(n))
+    two = experiments.run_all(exps, tmp_path / "two", jobs=2, timed=True)
+    assert seen == ["a", "b"] and set(two) == {"a", "b"}
+    for name in ("a", "b"):
+        assert one[name][2] is None and two[name][2]["monte carlo"] > 0  # timed in the worker
+        x, y = (pd.read_parquet(run[name][0] / "results.parquet") for run in (one, two))
+        numeric = [c for c in x if x[c].dtype.kind == "f" and c not in ("seconds", "wall_s")]
+        assert list(x.columns) == list(y.columns) and len(x) == len(y) > 0
+        pd.testing.assert_frame_equal(x[numeric], y[numeric], rtol=1e-5)
+    known = experiments._seconds_file(tmp_path / "two")
+    assert set(known) == {"a", "b"} and min(known.values()) > 0  # longest first next time
+
+
+def test_an_error_in_a_worker_is_the_one_error_of_the_run(tmp_path, monkeypatch):
+    exps = _two_experiments(tmp_path / "exps")
+    monkeypatch.setenv("GPOLAB_CPU_DEVICES", "many")  # the workers' set-up refuses it
+    with pytest.raises(ConfigError, match="GPOLAB_CPU_DEVICES: got 'many'"):
+        experiments.run_all(exps, tmp_path / "out", jobs=2)
+
+
+@pytest.mark.parametrize("argv", [["figures", "--jobs", "-1"], ["claims", "--jobs", "999"]])
+def test_a_bad_jobs_count_is_one_error_before_anything_runs(tmp_path, capsys, argv):
+    out = tmp_path / "results"
+    assert main([*argv, "--out", str(out)]) == 2
+    assert "jobs: got" in capsys.readouterr().err and not out.exists()

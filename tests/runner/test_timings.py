@@ -103,10 +103,13 @@ def test_claims_timings_give_one_row_per_experiment_and_a_total(tmp_path, capsys
     )
     base = ["claims", "--ledger", str(ledger), "--experiments", str(exp)]
     base += ["--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]
-    assert main([*base, "--timings"]) == 0
+    assert main([*base, "--timings", "--jobs", "1"]) == 0
     assert "Where the time went" in capsys.readouterr().out
     t = output.read_tables(tmp_path / "out", claims.TABLES)["timings"]
-    assert list(t["experiment"]) == ["small", "total"] and t["ran"].tolist() == [True, True]
+    assert list(t["experiment"]) == ["small", "total", "wall (1 worker process)"]
+    assert t["seconds_s"].iloc[2] >= t["seconds_s"].iloc[0] > 0  # wall: the whole run
+    t = t.iloc[:2]
+    assert t["ran"].tolist() == [True, True]
     assert t["claims"].iloc[0] == "A,B"
     phases = [c for c in t if c.endswith("_s") and c != "seconds_s"]
     assert len(phases) == len(timings.PHASES)

@@ -25,6 +25,7 @@ import dataclasses
 import math
 import operator
 import re
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -71,9 +72,16 @@ class Config(configs.Config):
         "and analysis (the timings table, printed after the verdicts)",
         key=False,
     )
+    jobs: int = option(
+        0,
+        "worker processes for the experiments to compute (0: one per core; 1: this process); "
+        "each experiment's numbers do not depend on it",
+        key=False,
+    )
 
     def validate(self) -> None:
         validate.choice("sizes", self.sizes, ("full", "quick"))
+        validate.integer("jobs", self.jobs, 0, 256)
         claims = load(self.ledger)
         ids = [c["id"] for c in claims]
         for i in ids_of(self.only):
@@ -249,13 +257,17 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     cfg.validate()
     cache: dict = {}
     rows = []
-    recorder = timings.Recorder().start() if cfg.timings else None
     spent: dict[str, dict] = {}  # experiment → its seconds per phase (timings)
+    start = time.perf_counter()
+    computed = _compute_missing(cfg)  # every experiment the selected claims need, then read
+    recorder = timings.Recorder().start() if cfg.timings else None
     for c in selected(cfg):
         with contextlib.nullcontext({}) if recorder is None else recorder.part() as part:
-            ran = c["experiment"] not in cache and not _saved(cfg, c["experiment"])
             values, se, detail = measure(cfg, c, cache)
         if recorder is not None:
+            ran = c["experiment"] in computed
+            if c["experiment"] not in spent and ran:
+                part = {k: part.get(k, 0.0) + computed[c["experiment"]][2][k] for k in part}
             _add(spent, c, part, ran)
         v = verdict(c, values, se)
         rules = c.get("rules", [])
@@ -289,7 +301,21 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
             progress.update(1, f"{c['id']}: {v}")
     if recorder is not None:
         recorder.stop()
-    return {"claims": pd.DataFrame(rows), "timings": _timings_table(spent)}
+    wall = time.perf_counter() - start
+    jobs = experiments.workers(cfg.jobs, len(computed)) if computed else 1
+    return {"claims": pd.DataFrame(rows), "timings": _timings_table(spent, wall, jobs)}
+
+
+def _compute_missing(cfg: Config) -> dict:
+    """Compute every experiment the selected claims read whose tables are not saved (in
+    ``cfg.jobs`` worker processes): :func:`gpolab.runner.experiments.run_all`'s results."""
+    names = dict.fromkeys(c["experiment"] for c in selected(cfg))
+    missing = [_saved_at(cfg, n)[0] for n in names if not _saved(cfg, n)]
+    if not missing:
+        return {}
+    return experiments.run_all(
+        missing, cfg.results, quick=cfg.sizes == "quick", jobs=cfg.jobs, timed=cfg.timings
+    )
 
 
 def _saved(cfg: Config, name: str) -> bool:
@@ -308,9 +334,11 @@ def _add(spent: dict, claim: dict, part: dict, ran: bool) -> None:
         row[k] = row.get(k, 0.0) + v
 
 
-def _timings_table(spent: dict):
+def _timings_table(spent: dict, wall: float = math.nan, jobs: int = 1):
     """One row per experiment (``ran``: computed here, else read from saved tables), its seconds
-    and each phase's (:data:`gpolab.runner.timings.PHASES`), slowest first, and a total row."""
+    and each phase's (:data:`gpolab.runner.timings.PHASES`), slowest first, a total row (their
+    sums: with ``jobs`` > 1 worker processes, more than the wall time) and the run's ``wall``
+    seconds."""
     import pandas as pd
 
     if not spent:
@@ -322,7 +350,8 @@ def _timings_table(spent: dict):
     df = df.sort_values("seconds_s", ascending=False, ignore_index=True)
     total = {"experiment": "total", "ran": bool(df["ran"].any()), "claims": ""}
     total |= {c: float(df[c].sum()) for c in df.columns if c.endswith("_s")}
-    return pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+    whole = {"experiment": f"wall ({jobs} worker process{'es' * (jobs > 1)})", "seconds_s": wall}
+    return pd.concat([df, pd.DataFrame([total, whole])], ignore_index=True)
 
 
 def measure(cfg: Config, claim: dict, cache: dict) -> tuple[dict | None, dict, str]:

@@ -38,6 +38,13 @@ def register(sub) -> None:
         help="directory of experiment files (default: the repository's experiments/)",
     )
     p.add_argument("--fresh", action="store_true", help="discard saved results and recompute")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=0,
+        help="worker processes for the experiments (0: one per core; 1: this process); the "
+        "numbers do not depend on it",
+    )
     p.set_defaults(func=run)
 
 
@@ -47,6 +54,7 @@ def folders(args) -> tuple[str, str]:
 
 
 def run(args) -> int:
+    import time
     from pathlib import Path
 
     from gpolab import configs, validate
@@ -60,17 +68,22 @@ def run(args) -> int:
         for n in wanted:
             validate.choice("only", n, names)
         found = [e for e in found if e.name in wanted]
+    validate.integer("jobs", args.jobs, 0, 256)
+    start = time.perf_counter()
     output.prepare(results_root)
     output.prepare(figures_dir, "figures_dir")
+    if args.replot:
+        ran = {e.name: (Path(results_root) / (e.name + "-quick" * args.quick), 0.0) for e in found}
+    else:
+        ran = experiments.run_all(found, results_root, args.quick, args.fresh, jobs=args.jobs)
     timings = []
     for exp in found:
-        if args.replot:
-            results, seconds = Path(results_root) / (exp.name + "-quick" * args.quick), 0.0
-        else:
-            results, seconds = experiments.run(exp, results_root, args.quick, args.fresh)
+        results, seconds = ran[exp.name][:2]
         timings.append((exp.name, seconds, experiments.plot(exp, results, figures_dir)))
     width = max(len(n) for n, _, _ in timings)
     for name, seconds, paths in timings:
         print(f"{name:<{width}}  {seconds:7.1f} s  {', '.join(map(str, paths))}")
-    print(f"{'total':<{width}}  {sum(t for _, t, _ in timings):7.1f} s")
+    jobs = 1 if args.replot else experiments.workers(args.jobs, len(found))
+    wall = f"wall {time.perf_counter() - start:.1f} s, {jobs} worker process{'es' * (jobs > 1)}"
+    print(f"{'total':<{width}}  {sum(t for _, t, _ in timings):7.1f} s  ({wall})")
     return 0
