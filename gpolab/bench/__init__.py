@@ -692,12 +692,11 @@ def machine_info() -> dict:
     runs XLA's intra-op thread pool over every core unless ``XLA_FLAGS`` says otherwise), and
     the environment that changes it (``XLA_FLAGS``, ``GPOLAB_CPU_DEVICES``)."""
     model, flags = _cpuinfo()
-    affinity = getattr(os, "sched_getaffinity", None)
     dev = jax.devices()[0]
     return {
         "cpu": model,
         "cpu_flags": [f for f in CPU_FLAGS if f in flags],
-        "cores": len(affinity(0)) if affinity else os.cpu_count(),
+        "cores": engine.usable_cores(),
         "llc_mib": round(engine.reported_cache_bytes() / 2**20, 1),
         "cache_budget_mib": round(engine.cache_bytes() / 2**20, 1),  # what auto_chunk sizes for
         "jax": jax.__version__,

@@ -47,6 +47,7 @@ from gpolab.engine.devices import (  # noqa: F401  (the engine's public names)
     init_distributed,
     local_mesh,
     seed_mesh,
+    usable_cores,
     use_cpu_devices,
 )
 from gpolab.engine.progress import Clock
@@ -278,9 +279,7 @@ def cache_bytes() -> int:
     (480 MiB on a 2-core slice of a large Xeon), shared with every other tenant; sizing chunks
     for all of it chose 8,192 seeds per chunk for W1 where 256–1,024 run 2.1× faster (issue 32).
     Machines that report at most 16 MiB per core (32 MiB on 2 cores) are unchanged."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
-    return min(reported_cache_bytes(), cores * CACHE_PER_CORE)
+    return min(reported_cache_bytes(), usable_cores() * CACHE_PER_CORE)
 
 
 _AUTO_CHUNKS: dict = {}

@@ -41,6 +41,12 @@ def full_precision() -> None:
     jax.config.update("jax_default_matmul_precision", "highest")
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may use (Linux's affinity), else all of them (macOS)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity else os.cpu_count() or 1
+
+
 def use_cpu_devices(count: int | None = None) -> None:
     """Ask for ``count`` CPU devices (default: one per core the process may use) before JAX has
     started its backends (a no-op once JAX has run; starts nothing itself, so
@@ -51,9 +57,8 @@ def use_cpu_devices(count: int | None = None) -> None:
     whose XLA:CPU spreads each small op over both (``gpolab bench`` shows the device count).
     The CLI calls this first thing (``GPOLAB_CPU_DEVICES`` sets the count).
     """
-    if count is None:  # the cores this process may use (Linux), else all of them (macOS)
-        affinity = getattr(os, "sched_getaffinity", None)
-        count = len(affinity(0)) if affinity else os.cpu_count() or 1
+    if count is None:
+        count = usable_cores()
     validate.integer("devices", count, 1)
     try:
         jax.config.update("jax_num_cpu_devices", count)

@@ -108,18 +108,12 @@ def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = Fals
     return Path(cfg.out), time.perf_counter() - start
 
 
-def cores() -> int:
-    """The CPU cores this process may use (Linux's affinity, else all of them)."""
-    import os
-
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity else os.cpu_count() or 1
-
-
 def workers(jobs: int, n: int) -> int:
     """Worker processes for ``n`` experiments: ``jobs`` (0: one per core), at most ``n``."""
+    from gpolab.engine import usable_cores
+
     validate.integer("jobs", jobs, 0)
-    return max(1, min(jobs or cores(), n))
+    return max(1, min(jobs or usable_cores(), n))
 
 
 def run_all(
@@ -136,8 +130,8 @@ def run_all(
     else None); ``on_done(name, seconds)`` after each.
 
     ``jobs`` > 1 runs them in that many worker processes (fresh interpreters, each with the
-    CLI's XLA cache and ``cores() // jobs`` CPU devices), longest first where an earlier run's
-    seconds are known (``<root>/seconds.json``), else in the given order.  Each experiment's
+    CLI's XLA cache and ``usable_cores() // jobs`` CPU devices), longest first where an earlier
+    run's seconds are known (``<root>/seconds.json``), else in the given order.  Each experiment's
     numbers are those of a run on its own: cells draw from their own keys; only the CPU
     device count, and with it the order of float32 partial sums, may differ.  An error in one
     (a refused cell, say) stops the rest and is raised here, as in one process."""
@@ -160,9 +154,9 @@ def run_all(
     import concurrent.futures
     import multiprocessing
 
-    from gpolab.engine import progress
+    from gpolab.engine import progress, usable_cores
 
-    devices = max(1, cores() // jobs)
+    devices = max(1, usable_cores() // jobs)
     pool = concurrent.futures.ProcessPoolExecutor(
         jobs, mp_context=multiprocessing.get_context("spawn")
     )

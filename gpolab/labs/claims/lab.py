@@ -350,7 +350,8 @@ def _timings_table(spent: dict, wall: float = math.nan, jobs: int = 1):
     df = df.sort_values("seconds_s", ascending=False, ignore_index=True)
     total = {"experiment": "total", "ran": bool(df["ran"].any()), "claims": ""}
     total |= {c: float(df[c].sum()) for c in df.columns if c.endswith("_s")}
-    whole = {"experiment": f"wall ({jobs} worker process{'es' * (jobs > 1)})", "seconds_s": wall}
+    whole = {"experiment": f"wall ({jobs} worker process{'es' * (jobs > 1)})"}
+    whole |= {"ran": total["ran"], "claims": "", "seconds_s": wall}
     return pd.concat([df, pd.DataFrame([total, whole])], ignore_index=True)
 
 
