@@ -140,16 +140,16 @@ def run_all(
     order = sorted(exps, key=lambda e: -known.get(_label(e, quick), 0.0)) if jobs > 1 else exps
     done: dict = {}
 
-    def finished(name, result):
-        done[name] = result
-        known[_label(next(e for e in exps if e.name == name), quick)] = result[1]
+    def finished(exp, result):
+        done[exp.name] = result
+        known[_label(exp, quick)] = result[1]
         _save_seconds(root, known)
         if on_done is not None:
-            on_done(name, result[1])
+            on_done(exp.name, result[1])
 
     if jobs == 1:
         for exp in order:
-            finished(exp.name, _run_one(exp, root, quick, fresh, timed))
+            finished(exp, _run_one(exp, root, quick, fresh, timed))
         return done
     import concurrent.futures
     import multiprocessing
@@ -162,9 +162,7 @@ def run_all(
     )
     worker = (devices, progress.MAX_SECONDS)
     with pool:
-        futures = {
-            pool.submit(_run_one, e, root, quick, fresh, timed, worker): e.name for e in order
-        }
+        futures = {pool.submit(_run_one, e, root, quick, fresh, timed, worker): e for e in order}
         try:
             for future in concurrent.futures.as_completed(futures):
                 finished(futures[future], future.result())
