@@ -7,7 +7,7 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
   function that only draws the same uniforms and sums them).  W1 and numpy are each the fastest
   of :data:`REPEATS` timings, the bound the fastest of :data:`RNG_CHUNKS`
   on all devices or one.  When numba is installed (``gpolab[bench]``), a numba peer of W1
-  (:mod:`gpolab.bench.numba_ref`: ``prange`` over seeds, binary-search inverse CDF, the same
+  (:mod:`gpolab.bench.numba_ref`: ``prange`` over seeds, the same alias draw, the same
   statistic) is timed in the same turns, its MSE checked equal to W1's within standard error,
   and reported as a row of its own with ``gpolab_speedup`` = W1's seeds/s over its seeds/s.
 * ``loglinear``: log-linear bandit (d = 8), G = 16, five estimators on common draws.
@@ -17,7 +17,7 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
 * ``offpolicy``: ``gpolab offpolicy``'s per-seed function (token ratio, the default bandit,
   m = 8 minibatch updates, 4 step sizes vmapped): seeds/s, updates/s and the ratio to the same
   work one step size per call.
-* ``W1 profile``: W1's per-seed function cut after each step (uniforms, inverse-CDF draw, loo
+* ``W1 profile``: W1's per-seed function cut after each step (uniforms, alias draw, loo
   weights, scatter-add of the scores, error and sums), each cut timed at W1's chunk: where the
   time goes on this machine (``stage_us``, ``stage_share``).
 * ``allocate``: ``gpolab allocate``'s numpy Monte Carlo: one budget of its static results (every
@@ -60,7 +60,6 @@ from gpolab.envs import arithmetic as arithmetic_env
 from gpolab.envs import bandit, markov
 from gpolab.envs import loglinear as loglinear_env
 from gpolab.envs import tree as tree_env
-from gpolab.envs.sampling import alias_draw, alias_tables
 from gpolab.labs.allocate import lab as allocate_lab
 from gpolab.labs.offpolicy import lab as offpolicy_lab
 from gpolab.labs.offpolicy import mismatch as mismatch_lab
@@ -136,14 +135,14 @@ def _w1_inputs(cfg: BenchConfig, G: int = 16) -> tuple:
     """W1's (args, key, cell): the 16 × 64 tabular bandit, loo at G, ‖e‖² per seed only (the
     numpy reference's statistic)."""
     params = bandit.make(bandit.Instance(prompts=16, actions=64))
-    args = (params, bandit.exact(params), np.float32(1e-4))
+    args = (params, bandit.exact(params), bandit.outcome_tables(params), np.float32(1e-4))
     return args, jax.random.key(cfg.seed), cells.BanditCell(("loo",), G=G, mean_error=False)
 
 
 def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) -> dict:
     n = n or cfg.seeds
     args, key, cell = _w1_inputs(cfg, G)
-    params, truth, _ = args
+    params, truth, *_ = args
     seconds, compile_s, m, chunk = _timed_run(cells.bandit_error, cell, args, key, n, cfg.chunk)
     stats = engine.error_stats(m, "loo/err", "loo/sq")
     row = _row(
@@ -195,7 +194,7 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
 PROFILE = "W1 profile: + "  # the profile rows' workload: PROFILE + the step
 W1_STAGES = (
     "uniforms",
-    "inverse-CDF draw",
+    "alias draw",
     "loo weights",
     "scatter-add scores",
     "error and sums",
@@ -210,12 +209,12 @@ def _w1_prefix(cell, key, args):
     stage, bc = cell
     if stage == W1_STAGES[-1]:
         return cells.bandit_error(bc, key, args)
-    params, truth, eps = args
+    params, truth, tables, eps = args
     prompts = jnp.arange(params.num_prompts, dtype=jnp.int32)
     dtype = params.success.dtype
     if stage == W1_STAGES[0]:  # the PRNG bound's function, at W1's chunk
         return _uniforms_cell(("uniforms", (params.num_prompts, bc.G)), key, None)
-    actions, rewards = bandit.sample(key, params, prompts, bc.G)
+    actions, rewards = bandit.sample(key, params, prompts, bc.G, tables)
     if stage == W1_STAGES[1]:
         return {"s": jnp.sum(rewards) + jnp.sum(actions).astype(dtype)}
     inputs = cells.bandit_inputs(key, params, truth, prompts, actions)
@@ -228,15 +227,14 @@ def _w1_prefix(cell, key, args):
     return {"s": jnp.sum(ghat)}
 
 
-def _w1_alias_draw(cell, key, args):
-    """W1's first two steps (its uniforms and one categorical draw per response) with the alias
-    method instead of the inverse CDF: the same law (:func:`gpolab.envs.sampling.alias_tables`)
-    from the same uniforms, summed into one scalar as :func:`_w1_prefix`'s cuts."""
-    params, keep, alias = args
+def _w1_inverse_cdf_draw(cell, key, args):
+    """W1's first two steps (its uniforms and one categorical draw per response) with the
+    two-level inverse CDF (W1's sampler before the alias method) instead: the same law from the
+    same uniforms, summed into one scalar as :func:`_w1_prefix`'s cuts."""
+    params = args[0]
     prompts = jnp.arange(params.num_prompts, dtype=jnp.int32)
     dtype = params.success.dtype
-    u = jax.random.uniform(key, (params.num_prompts, cell), dtype=dtype)
-    actions, rewards = bandit.split_outcomes(alias_draw(keep[prompts], alias[prompts], u), dtype)
+    actions, rewards = bandit.sample(key, params, prompts, cell)
     return {"s": jnp.sum(rewards) + jnp.sum(actions).astype(dtype)}
 
 
@@ -247,18 +245,17 @@ def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
     wall time per seed on all devices (the difference of two cuts' times; within the timing
     noise it can come out slightly negative) and ``stage_share`` = that over the whole
     function's time per seed (the shares add up to 1).  The draw's row adds
-    ``alias_vs_inverse_cdf``: its cut's time (uniforms and inverse-CDF draw) over the same two
-    steps with the alias method (:func:`_w1_alias_draw`)."""
+    ``alias_vs_inverse_cdf``: the same two steps' time with the inverse CDF
+    (:func:`_w1_inverse_cdf_draw`) over its cut's (uniforms and alias draw)."""
     args, key, cell = _w1_inputs(cfg)
     mesh, n = engine.local_mesh(), cfg.seeds
     runs = {
         s: (lambda s=s: engine.run(_w1_prefix, (s, cell), args, key, n, chunk, mesh=mesh))
         for s in W1_STAGES
     }
-    params = args[0]
-    keep, alias = alias_tables(bandit.outcome_probs(params))
-    alias_args = (params, jnp.asarray(keep, params.success.dtype), jnp.asarray(alias))
-    runs["alias"] = lambda: engine.run(_w1_alias_draw, cell.G, alias_args, key, n, chunk, mesh=mesh)
+    runs["inverse"] = lambda: engine.run(
+        _w1_inverse_cdf_draw, cell.G, args[:1], key, n, chunk, mesh=mesh
+    )
     for f in runs.values():
         _timed(f)  # compiles
     best = dict.fromkeys(runs, math.inf)
@@ -275,24 +272,39 @@ def w1_profile(cfg: BenchConfig, chunk: int) -> list[dict]:
             }
         )
         before = best[s]
-    # the uniforms and the draw by the alias method (same law, O(1) per draw) against W1's
-    rows[1]["alias_vs_inverse_cdf"] = best[W1_STAGES[1]] / best["alias"]
+    # W1's uniforms and alias draw (O(1) per draw) against the same law by the inverse CDF
+    rows[1]["alias_vs_inverse_cdf"] = best["inverse"] / best[W1_STAGES[1]]
     return rows
 
 
+# the numba peers' column prefixes in W1's row: the alias draw (the engine's sampler) and the
+# binary-search inverse CDF (the peer before issue 44, kept so the two ratios meet in one run)
+NUMBA = {"alias": "numba", "binary": "numba_binary"}
+NUMBA_NAMES = {
+    "alias": "W1 numba peer (prange over seeds, alias draw)",
+    "binary": "W1 numba peer (prange over seeds, binary-search inverse CDF)",
+}
+
+
 def _numba_columns(cfg: BenchConfig, best: dict, rate: float, stats) -> dict:
-    """W1's numba reference columns (its rate, MSE and agreement with the engine's)."""
-    nb_rate = cfg.numba_seeds / best["numba_s"]
-    nb_mse, nb_se = best["numba"]
-    return {
-        "numba_n_seeds": cfg.numba_seeds,
-        "numba_seeds_per_s": nb_rate,
-        "speedup_vs_numba": rate / nb_rate,
-        "numba_mse": nb_mse,
-        "numba_mse_se": nb_se,
-        "numba_compile_s": best["numba_compile_s"],
-        "numba_agrees": _agree(nb_mse, nb_se, stats.mse, stats.mse_se),
-    }
+    """W1's numba peers' columns (rate, MSE and agreement with the engine's), one prefix per
+    draw of :data:`NUMBA`."""
+    out = {}
+    for p in NUMBA.values():
+        nb_rate = cfg.numba_seeds / best[f"{p}_s"]
+        nb_mse, nb_se = best[p]
+        out.update(
+            {
+                f"{p}_n_seeds": cfg.numba_seeds,
+                f"{p}_seeds_per_s": nb_rate,
+                f"speedup_vs_{p}": rate / nb_rate,
+                f"{p}_mse": nb_mse,
+                f"{p}_mse_se": nb_se,
+                f"{p}_compile_s": best[f"{p}_compile_s"],
+                f"{p}_agrees": _agree(nb_mse, nb_se, stats.mse, stats.mse_se),
+            }
+        )
+    return out
 
 
 def _agree(mse, se, mse2, se2) -> bool:
@@ -302,56 +314,63 @@ def _agree(mse, se, mse2, se2) -> bool:
 
 def _in_turn(cfg: BenchConfig, engine_once, ref) -> dict:
     """The engine (compiled and timed once by the caller), the numpy reference and, when
-    installed, the numba peer, timed in turn: the fastest of :data:`REPEATS` timings each (the
-    engine's first is the caller's), so all meet the same machine.
+    installed, the numba peers (:data:`NUMBA`), timed in turn: the fastest of :data:`REPEATS`
+    timings each (the engine's first is the caller's), so all meet the same machine.
 
-    Returns ``engine_s``, ``numpy_s``, ``numpy`` = (mse, se) and, with numba, ``numba_s``,
-    ``numba`` = (mse, se) and ``numba_compile_s`` (its first small call minus the same again).
+    Returns ``engine_s``, ``numpy_s``, ``numpy`` = (mse, se) and, with numba, per peer prefix p
+    ``p_s``, ``p`` = (mse, se) and ``p_compile_s`` (its first small call minus the same again).
     """
     from gpolab.bench import numba_ref, numpy_ref
 
     best = {"engine_s": math.inf, "numpy_s": math.inf}
-    use_numba = numba_ref.missing() is None
-    if use_numba:
-        small = lambda: numba_ref.w1_errors(cfg.seed, *ref, 1_000)  # noqa: E731
+    peers = NUMBA if numba_ref.missing() is None else {}
+    for draw, p in peers.items():
+        small = lambda d=draw: numba_ref.w1_errors(cfg.seed, *ref, 1_000, d)  # noqa: E731
         first = _timed(small)[0]
-        best.update(numba_s=math.inf, numba_compile_s=first - _timed(small)[0])
+        best.update({f"{p}_s": math.inf, f"{p}_compile_s": first - _timed(small)[0]})
     for r in range(REPEATS):
         if r:  # the caller timed the engine once already
             best["engine_s"] = min(best["engine_s"], _timed(engine_once)[0])
         t, best["numpy"] = _timed(lambda: numpy_ref.w1_mse(cfg.seed, *ref, cfg.numpy_seeds))
         best["numpy_s"] = min(best["numpy_s"], t)
-        if use_numba:
-            t, best["numba"] = _timed(lambda: numba_ref.w1_mse(cfg.seed, *ref, cfg.numba_seeds))
-            best["numba_s"] = min(best["numba_s"], t)
+        for draw, p in peers.items():
+            t, best[p] = _timed(
+                lambda d=draw: numba_ref.w1_mse(cfg.seed, *ref, cfg.numba_seeds, draw=d)
+            )
+            best[f"{p}_s"] = min(best[f"{p}_s"], t)
     return best
 
 
-def numba_row(w1_row: dict) -> dict | None:
-    """W1's numba peer as a row of its own (None when numba did not run): its seeds/s, its ratio
+def numba_rows(w1_row: dict) -> list[dict]:
+    """W1's numba peers as rows of their own (none when numba did not run): seeds/s, the ratio
     to numpy, and ``gpolab_speedup`` = W1's seeds/s over the peer's."""
     if "numba_seeds_per_s" not in w1_row:
-        return None
-    rate = w1_row["numba_seeds_per_s"]
-    return {
-        "workload": "W1 numba peer (prange over seeds, binary-search inverse CDF)",
-        "n_seeds": w1_row["numba_n_seeds"],
-        "chunk": None,
-        "seeds_per_s": rate,
-        "compile_s": w1_row["numba_compile_s"],
-        "peak_rss_mb": peak_rss_mb(),
-        "numpy_seeds_per_s": w1_row["numpy_seeds_per_s"],
-        "speedup_vs_numpy": rate / w1_row["numpy_seeds_per_s"],
-        "gpolab_speedup": w1_row["speedup_vs_numba"],
-        "mse": w1_row["numba_mse"],
-        "mse_se": w1_row["numba_mse_se"],
-        "agrees_with_W1": w1_row["numba_agrees"],
-    }
+        return []
+    rows = []
+    for draw, p in NUMBA.items():
+        rate = w1_row[f"{p}_seeds_per_s"]
+        rows.append(
+            {
+                "workload": NUMBA_NAMES[draw],
+                "n_seeds": w1_row[f"{p}_n_seeds"],
+                "chunk": None,
+                "seeds_per_s": rate,
+                "compile_s": w1_row[f"{p}_compile_s"],
+                "peak_rss_mb": peak_rss_mb(),
+                "numpy_seeds_per_s": w1_row["numpy_seeds_per_s"],
+                "speedup_vs_numpy": rate / w1_row["numpy_seeds_per_s"],
+                "gpolab_speedup": w1_row[f"speedup_vs_{p}"],
+                "mse": w1_row[f"{p}_mse"],
+                "mse_se": w1_row[f"{p}_mse_se"],
+                "agrees_with_W1": w1_row[f"{p}_agrees"],
+            }
+        )
+    return rows
 
 
 def loglinear(cfg: BenchConfig) -> dict:
     params = bandit.make(0, prompts=16, actions=64, kind="loglinear", dim=8)
-    args = (params, bandit.exact(params), np.float32(1e-4))
+    args = (params, bandit.exact(params), bandit.outcome_tables(params), np.float32(1e-4))
     cell = cells.BanditCell(("vanilla", "oracle", "loo", "mean", "grpo"), G=16)
     n = cfg.seeds // 2
     seconds, compile_s, _, chunk = _timed_run(
@@ -629,7 +648,7 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
             on_row(row)
 
     add(w1(cfg))
-    if (peer := numba_row(rows[0])) is not None:
+    for peer in numba_rows(rows[0]):
         add(peer)
     for row in w1_profile(cfg, rows[0]["chunk"]):
         add(row)

@@ -3,10 +3,12 @@
 The same statistic as :mod:`gpolab.bench.numpy_ref` and ``gpolab.labs.sweep.cells.bandit_error``
 with
 ``BanditCell(("loo",), G, mean_error=False)``: per seed, every prompt x gets G responses, each one
-(action, reward) pair drawn with one uniform by a binary-search inverse CDF over the 2A joint
-outcomes; leave-one-out advantages; the per-seed error Σ_x f(x) ‖ĝ_x − g_x‖² with
-ĝ_x = Σ_g (A_g / G)(e_{a_g} − π_x).  Written as a numba user would: ``@njit(parallel=True)``
-with ``prange`` over blocks of seeds (one scratch buffer per block), float64 arithmetic.
+(action, reward) pair drawn with one uniform over the 2A joint outcomes by the alias method (the
+engine's sampler; tables built once on the host) or, as the peer drew before the engine took it,
+by a binary-search inverse CDF; leave-one-out advantages; the per-seed
+error Σ_x f(x) ‖ĝ_x − g_x‖² with ĝ_x = Σ_g (A_g / G)(e_{a_g} − π_x).  Written as a numba user
+would: ``@njit(parallel=True)`` with ``prange`` over blocks of seeds (one scratch buffer per
+block), float64 arithmetic.
 
 Random numbers: numba's ``np.random`` has one stream per thread, so a ``prange`` loop draws
 different numbers under different thread schedules.  Each seed therefore has its own SplitMix64
@@ -37,9 +39,14 @@ def missing() -> str | None:
     return None
 
 
+DRAWS = ("alias", "binary")  # the engine's sampler; the binary-search peer before issue 44
+
+
 @functools.cache
-def _kernel():
-    """The compiled kernel (built on first use, so importing this module never needs numba)."""
+def _kernel(draw: str = "alias"):
+    """The compiled kernel with the alias draw or a binary-search inverse CDF (the peer's draw
+    before the engine took the alias method), built on first use: importing this module never
+    needs numba."""
     import numba
 
     gamma = np.uint64(0x9E3779B97F4A7C15)
@@ -53,10 +60,30 @@ def _kernel():
         z = (z ^ (z >> s27)) * m2
         return z ^ (z >> s31)
 
-    @numba.njit(parallel=True)
-    def w1_errors(seed, cdf, pi, g_local, prompt_probs, G, n_seeds):
-        P, A = pi.shape
+    @numba.njit(inline="always")
+    def alias_draw(keep, alias, cdf, x, u):
+        C = keep.shape[1]
+        i = min(int(u * C), C - 1)  # a column, kept or replaced by its alias
+        return i if u * C - i < keep[x, i] else alias[x, i]
+
+    @numba.njit(inline="always")
+    def binary_draw(keep, alias, cdf, x, u):
         C = cdf.shape[1]
+        u = u * cdf[x, C - 1]
+        lo, hi = 0, C  # number of CDF entries <= u (searchsorted, "right")
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if cdf[x, mid] <= u:
+                lo = mid + 1
+            else:
+                hi = mid
+        return min(lo, C - 1)
+
+    pick = alias_draw if draw == "alias" else binary_draw
+
+    @numba.njit(parallel=True)
+    def w1_errors(seed, keep, alias, cdf, pi, g_local, prompt_probs, G, n_seeds):
+        P, A = pi.shape
         out = np.empty(n_seeds)
         for blk in numba.prange((n_seeds + BLOCK - 1) // BLOCK):
             actions = np.empty(G, np.int64)
@@ -69,15 +96,7 @@ def _kernel():
                     total = 0.0
                     for g in range(G):
                         state += gamma
-                        u = (mix(state) >> s11) * scale * cdf[x, C - 1]
-                        lo, hi = 0, C  # number of CDF entries <= u (searchsorted, "right")
-                        while lo < hi:
-                            mid = (lo + hi) >> 1
-                            if cdf[x, mid] <= u:
-                                lo = mid + 1
-                            else:
-                                hi = mid
-                        o = min(lo, C - 1)
+                        o = pick(keep, alias, cdf, x, (mix(state) >> s11) * scale)
                         actions[g], z[g] = o >> 1, o & 1
                         total += z[g]
                     c_sum = 0.0
@@ -106,17 +125,24 @@ def w1_errors(
     prompt_probs: np.ndarray,
     G: int,
     n_seeds: int,
+    draw: str = "alias",
 ) -> np.ndarray:
     """Per-seed squared errors (n_seeds,) of the loo estimator; arrays as in
-    :func:`gpolab.bench.numpy_ref.w1_errors` (float64, ``pi``, ``success``, ``g_local`` (P, A))."""
+    :func:`gpolab.bench.numpy_ref.w1_errors` (float64, ``pi``, ``success``, ``g_local`` (P, A));
+    ``draw``: ``alias`` (the engine's sampler) or ``binary`` (a binary-search inverse CDF)."""
     if G < 2 or pi.shape != success.shape or pi.shape != g_local.shape:
         raise ValueError(f"need G >= 2 and equal (P, A) shapes; got G={G}, {pi.shape}")
     f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
-    cdf = numpy_ref.joint_cdf(f64(pi), f64(success))
-    return _kernel()(seed, cdf, f64(pi), f64(g_local), f64(prompt_probs), G, n_seeds)
+    if draw not in DRAWS:
+        raise ValueError(f"draw: got {draw!r}; allowed: {', '.join(DRAWS)}")
+    keep, alias = numpy_ref.joint_tables(f64(pi), f64(success))
+    alias = np.ascontiguousarray(alias, np.int64)
+    cdf = np.cumsum(numpy_ref.joint_probs(f64(pi), f64(success)), -1)
+    kernel = _kernel(draw)
+    return kernel(seed, keep, alias, cdf, f64(pi), f64(g_local), f64(prompt_probs), G, n_seeds)
 
 
-def w1_mse(seed: int, pi, success, g_local, prompt_probs, G: int, n_seeds: int):
+def w1_mse(seed: int, pi, success, g_local, prompt_probs, G: int, n_seeds: int, draw="alias"):
     """(mse, standard error) over ``n_seeds`` seeds."""
-    errs = w1_errors(seed, pi, success, g_local, prompt_probs, G, n_seeds)
+    errs = w1_errors(seed, pi, success, g_local, prompt_probs, G, n_seeds, draw)
     return float(errs.mean()), float(errs.std(ddof=1) / np.sqrt(n_seeds))

@@ -11,11 +11,30 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpolab.envs.sampling import alias_tables
 
-def joint_cdf(pi: np.ndarray, success: np.ndarray) -> np.ndarray:
-    """(P, 2A) CDF of the joint outcomes (a, z), column 2a + z (as ``bandit.outcome_probs``)."""
+
+def joint_probs(pi: np.ndarray, success: np.ndarray) -> np.ndarray:
+    """(P, 2A) probabilities of the joint outcomes (a, z), column 2a + z (as
+    ``bandit.outcome_probs``)."""
     P, A = pi.shape
-    return np.cumsum(np.stack([pi * (1 - success), pi * success], -1).reshape(P, 2 * A), -1)
+    return np.stack([pi * (1 - success), pi * success], -1).reshape(P, 2 * A)
+
+
+def joint_tables(pi: np.ndarray, success: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Alias tables (keep, alias), each (P, 2A), of :func:`joint_probs` (as
+    ``bandit.outcome_tables``; :func:`gpolab.envs.sampling.alias_tables`, float64)."""
+    return alias_tables(joint_probs(pi, success))
+
+
+def alias_outcomes(keep: np.ndarray, alias: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Outcomes (n, P, G) drawn from the (P, C) alias tables, one uniform ``u`` (n, P, G) each:
+    column i = ⌊u·C⌋ kept when u·C − i < keep[x, i], else alias[x, i]."""
+    C = keep.shape[1]
+    x = u * C
+    i = np.minimum(x.astype(np.int64), C - 1)
+    rows = np.arange(keep.shape[0])[None, :, None]
+    return np.where(x - i < keep[rows, i], i, alias[rows, i])
 
 
 def w1_errors(
@@ -32,13 +51,8 @@ def w1_errors(
     ``pi``, ``success``: (P, A); ``g_local``: (P, A) exact per-prompt gradients (tabular rows).
     """
     P, A = pi.shape
-    # one uniform per response: inverse CDF over the 2A joint outcomes (a, z), column 2a + z
-    cdf = joint_cdf(pi, success)
-    u = rng.random((n_seeds, P, G))
-    outcome = np.empty((n_seeds, P, G), dtype=np.int64)
-    for x in range(P):  # vectorized over seeds and the group
-        outcome[:, x] = np.searchsorted(cdf[x], u[:, x] * cdf[x, -1], "right")
-    outcome = np.minimum(outcome, 2 * A - 1)
+    # one uniform per response: an alias draw over the 2A joint outcomes (a, z), column 2a + z
+    outcome = alias_outcomes(*joint_tables(pi, success), rng.random((n_seeds, P, G)))
     actions, z = outcome >> 1, (outcome & 1).astype(np.float64)
     adv = z - (z.sum(-1, keepdims=True) - z) / (G - 1)  # leave-one-out
     c = adv / G

@@ -24,7 +24,7 @@ from flax import struct
 from gpolab import configs, validate
 from gpolab.configs import option
 from gpolab.envs import Env
-from gpolab.envs.sampling import inverse_cdf, inverse_cdf_rows
+from gpolab.envs.sampling import alias_draw, alias_tables, inverse_cdf, inverse_cdf_rows
 
 KINDS = ("tabular", "loglinear")
 # response-length models (tokens per (prompt, action)); "one" = one token per response
@@ -328,15 +328,45 @@ def split_outcomes(idx: jax.Array, dtype=jnp.float32) -> tuple[jax.Array, jax.Ar
     return idx >> 1, (idx & 1).astype(dtype)
 
 
-def sample(key: jax.Array, params: BanditParams, prompts: jax.Array, G: int):
+@struct.dataclass
+class OutcomeTables:
+    """Walker's alias tables of every prompt's joint outcomes (:func:`outcome_probs`), built once
+    on the host for one instance at its own θ (:func:`outcome_tables`)."""
+
+    keep: jax.Array  # (P, 2A) probability of keeping the uniformly picked column
+    alias: jax.Array  # (P, 2A) int32 outcome taken otherwise
+
+
+def outcome_tables(params: BanditParams) -> OutcomeTables:
+    """The alias tables of ``params``' joint outcomes at its own θ, for :func:`sample`: built on
+    the host in float64 (:func:`~gpolab.envs.sampling.alias_tables`, O(P·A)), ``keep`` cast to
+    the instance's precision.  Tables belong to one instance: built from another θ or other
+    success probabilities they draw another law, so they are made where the instance is."""
+    keep, alias = alias_tables(np.asarray(outcome_probs(params), np.float64))
+    return OutcomeTables(jnp.asarray(keep, params.success.dtype), jnp.asarray(alias))
+
+
+def sample(
+    key: jax.Array,
+    params: BanditParams,
+    prompts: jax.Array,
+    G: int,
+    tables: OutcomeTables | None = None,
+):
     """G responses per prompt in ``prompts`` (B,): actions (B, G) int32 and rewards (B, G).
 
-    One uniform per response: (action, reward) is a single inverse-CDF draw over the 2A joint
+    One uniform per response: (action, reward) is a single categorical draw over the 2A joint
     outcomes (:func:`outcome_probs`), the same law as an action from π then a Bernoulli reward,
     at half the random numbers and without a gather of p(x, a) (W1 1.3× faster, ``gpolab bench``).
+    With the instance's ``tables`` (:func:`outcome_tables`) the draw is the alias method (one
+    column picked by the uniform and one keep-or-alias test: O(1) per draw; what the sweep and
+    ``gpolab bench``'s W1 use); without, the two-level inverse CDF (what :func:`sample_at` draws
+    at a moving θ, where tables would be rebuilt every step).  The same law, other draws.
     """
     dtype = params.success.dtype
     u = jax.random.uniform(key, (prompts.shape[0], G), dtype=dtype)
+    if tables is not None:
+        return split_outcomes(alias_draw(tables.keep[prompts], tables.alias[prompts], u), dtype)
     return split_outcomes(inverse_cdf(outcome_probs(params)[prompts], u), dtype)
 
 
@@ -442,8 +472,8 @@ def exact_at(params: BanditParams, theta: jax.Array) -> BanditTruth:
 
 def sample_at(key, params: BanditParams, theta, prompts: jax.Array, G: int, truth=None):
     """G (action, reward) pairs per prompt of ``prompts`` (n,) at flat θ: actions (n, G) int32
-    and rewards (n, G), the draws of :func:`sample` (same uniforms, same inverse CDF over the
-    joint outcomes) gathering only row x_i's ≈ √(2A) block ends and one block per draw
+    and rewards (n, G), the draws of :func:`sample` without tables (same uniforms, same inverse
+    CDF over the joint outcomes) gathering only row x_i's ≈ √(2A) block ends and one block per draw
     (:func:`~gpolab.envs.sampling.inverse_cdf_rows`).  ``truth`` is not needed."""
     params = at(params, theta)
     dtype = params.success.dtype

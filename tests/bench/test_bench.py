@@ -42,7 +42,7 @@ def test_numpy_reference_matches_engine_and_theory():
     m = engine.run(
         cells.bandit_error,
         cells.BanditCell(("loo",), G),
-        (params, truth, 1e-4),
+        (params, truth, bandit.outcome_tables(params), 1e-4),
         jax.random.key(7),
         n,
     )
@@ -90,10 +90,13 @@ def test_bench_quick_end_to_end(capsys):
     if numba_ref.missing() is not None:
         assert peers == [] and "numba_seeds_per_s" not in w1
         return
-    (peer,) = peers  # right after W1, its ratio from the same run's rates
-    assert rows[1] is peer and peer["n_seeds"] == 10_000 and peer["agrees_with_W1"] is True
-    np.testing.assert_allclose(peer["gpolab_speedup"], w1["seeds_per_s"] / peer["seeds_per_s"])
-    assert abs(peer["mse"] - exact) < 4 * peer["mse_se"]
+    assert rows[1:3] == peers and [p["workload"] for p in peers] == list(
+        bench.NUMBA_NAMES.values()
+    )  # right after W1: the alias peer, then the binary-search one, ratios from the same run
+    for peer in peers:
+        assert peer["n_seeds"] == 10_000 and peer["agrees_with_W1"] is True
+        np.testing.assert_allclose(peer["gpolab_speedup"], w1["seeds_per_s"] / peer["seeds_per_s"])
+        assert abs(peer["mse"] - exact) < 4 * peer["mse_se"]
 
 
 def _ref(params, truth, G):
@@ -102,23 +105,24 @@ def _ref(params, truth, G):
     return pi, success, f64(truth.g_local), f64(truth.prompt_probs), G
 
 
-def test_numba_peer_matches_exact_mse_whatever_the_thread_count():
-    """The numba kernel's loo MSE against the exact finite-G MSE (6 × 10 bandit, G = 5) within
-    4 SE; per-seed streams make its errors identical on 1 thread and on all of them."""
+@pytest.mark.parametrize("draw", numba_ref.DRAWS)
+def test_numba_peer_matches_exact_mse_whatever_the_thread_count(draw):
+    """The numba kernel's loo MSE, by either draw, against the exact finite-G MSE (6 × 10 bandit,
+    G = 5) within 4 SE; per-seed streams make its errors identical on 1 thread and on all."""
     numba = pytest.importorskip("numba")
     params = bandit.make(1, prompts=6, actions=10)
     truth = bandit.exact(params)
     ref = _ref(params, truth, 5)
-    mse, se = numba_ref.w1_mse(7, *ref, 30_000)
+    mse, se = numba_ref.w1_mse(7, *ref, 30_000, draw=draw)
     assert abs(mse - theory.mse(truth, "loo", 5)) < 4 * se
     threads = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
-        one = numba_ref.w1_errors(7, *ref, 1_000)
+        one = numba_ref.w1_errors(7, *ref, 1_000, draw)
     finally:
         numba.set_num_threads(threads)
-    np.testing.assert_array_equal(one, numba_ref.w1_errors(7, *ref, 1_000))
-    assert not np.array_equal(one, numba_ref.w1_errors(8, *ref, 1_000))  # seeds differ
+    np.testing.assert_array_equal(one, numba_ref.w1_errors(7, *ref, 1_000, draw))
+    assert not np.array_equal(one, numba_ref.w1_errors(8, *ref, 1_000, draw))  # seeds differ
 
 
 def test_without_numba_no_peer_row_and_one_note_line(monkeypatch, capsys):
@@ -133,14 +137,16 @@ def test_without_numba_no_peer_row_and_one_note_line(monkeypatch, capsys):
     row = {"workload": "W1 tabular 16x64 G=16 loo", "seeds_per_s": 2.0, "numpy_seeds_per_s": 1.0}
     row |= {"speedup_vs_numpy": 2.0, "rng_seeds_per_s": 4.0, "rng_bound_fraction": 0.5}
     row |= {"numpy_agrees": True, "compile_s": 0.1, "peak_rss_mb": 1.0}
-    assert bench.numba_row(row) is None
+    assert bench.numba_rows(row) == []
     sweep = {"workload": "default sweep", "seeds_per_s": 1.0, "compile_share": 0.5}
     sweep |= {"cold_s": 2.0, "rerun_s": 1.5, "warm_s": 1.0, "rerun_compile_share": 0.3}
     monkeypatch.setattr(bench, "run_bench", lambda cfg, on_row=None: [row, sweep])
     monkeypatch.setattr(bench, "machine", lambda info=None: "test machine")
     from gpolab.runner.commands import bench as command
 
-    args = argparse.Namespace(quick=True, chunk=0, seeds=None, json=False)
+    args = argparse.Namespace(
+        quick=True, chunk=0, seeds=None, json=False, ledger=None, baseline=None
+    )
     assert command.run(args) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if "numba" in line] == [

@@ -12,7 +12,7 @@ from gpolab.labs.sweep import cells
 
 def setup():
     params = bandit.make(0, prompts=4, actions=8)
-    return (params, bandit.exact(params), np.float32(1e-4))
+    return (params, bandit.exact(params), bandit.outcome_tables(params), np.float32(1e-4))
 
 
 CELL = cells.BanditCell(("loo", "grpo"), G=4)
@@ -66,8 +66,10 @@ def test_no_recompile_when_only_seed_count_changes():
         engine.run(cells.bandit_error, cell, args, key, n, chunk=512)
     assert engine.TRACES[("bandit_error", cell)] == before == 1
     # new continuous values (eps, success probabilities) do not retrace either
-    params, truth, _ = args
-    engine.run(cells.bandit_error, cell, (params, truth, np.float32(1e-8)), key, 100, chunk=512)
+    params, truth, tables, _ = args
+    engine.run(
+        cells.bandit_error, cell, (params, truth, tables, np.float32(1e-8)), key, 100, chunk=512
+    )
     assert engine.TRACES[("bandit_error", cell)] == 1
 
 
@@ -191,7 +193,14 @@ def test_full_precision_matmuls_change_nothing_on_cpu():
 
     def once():
         truth = bandit.exact(params)
-        m = engine.run(cells.bandit_error, cell, (params, truth, np.float32(1e-4)), key, 300, 64)
+        m = engine.run(
+            cells.bandit_error,
+            cell,
+            (params, truth, bandit.outcome_tables(params), np.float32(1e-4)),
+            key,
+            300,
+            64,
+        )
         return np.asarray(truth.g), m.sums["loo/sq"], m.sums["grpo/err"]
 
     old = jax.config.jax_default_matmul_precision

@@ -27,7 +27,7 @@ EIGHT_DEVICES = textwrap.dedent(
     from gpolab.envs import bandit
     assert jax.device_count() == 8
     params = bandit.make(0, prompts=4, actions=8)
-    args = (params, bandit.exact(params), np.float32(1e-4))
+    args = (params, bandit.exact(params), bandit.outcome_tables(params), np.float32(1e-4))
     cell = cells.BanditCell(("loo", "grpo"), G=5)
     key = jax.random.key(3)
     mesh = engine.seed_mesh()

@@ -122,6 +122,39 @@ def test_inverse_cdf_sampling_matches_policy():
     assert np.all(np.abs(np.asarray(rewards.mean(-1)) - V) < 4 * se)
 
 
+def test_alias_sampling_follows_the_joint_law_and_the_inverse_cdf_sampler():
+    """The sweep's draw (alias tables of the joint outcomes, ``bandit.outcome_tables``): its exact
+    law is the joint law (float64 identity), 200k draws per prompt pass a χ² test against it and a
+    two-sample test against the inverse-CDF sampler's draws (other uniforms); zero-probability
+    outcomes are never drawn.  Negative control: tables of another instance fail."""
+    params = small("tabular", logit_scale=2.0)
+    params = params.replace(success=params.success.at[0, 0].set(0.0).at[0, 1].set(1.0))
+    joint = np.asarray(bandit.outcome_probs(params), np.float64)
+    tables = bandit.outcome_tables(params)
+    keep, alias = np.asarray(tables.keep, np.float64), np.asarray(tables.alias)
+    C = joint.shape[1]
+    for x in range(joint.shape[0]):
+        law = keep[x] / C
+        np.add.at(law, alias[x], (1 - keep[x]) / C)
+        np.testing.assert_allclose(law, joint[x] / joint[x].sum(), atol=1e-7)
+    prompts, n = jnp.arange(4, dtype=jnp.int32), 200_000
+    a_alias, r_alias = bandit.sample(jax.random.key(5), params, prompts, n, tables)
+    a_inv, r_inv = bandit.sample(jax.random.key(6), params, prompts, n)
+    other = bandit.outcome_tables(bandit.make(9, prompts=4, actions=6, logit_scale=2.0))
+    a_other, r_other = bandit.sample(jax.random.key(5), params, prompts, n, other)
+    for x in range(4):
+        counts = [
+            np.bincount(2 * np.asarray(a[x]) + np.asarray(r[x]).astype(int), minlength=C)
+            for a, r in ((a_alias, r_alias), (a_inv, r_inv), (a_other, r_other))
+        ]
+        live = joint[x] > 0
+        assert counts[0][~live].sum() == 0
+        expected = joint[x][live] / joint[x][live].sum() * n
+        assert stats.chisquare(counts[0][live], expected).pvalue > 1e-3
+        assert stats.chi2_contingency(np.stack([counts[0], counts[1]])[:, live]).pvalue > 1e-3
+        assert stats.chi2_contingency(np.stack([counts[2], counts[1]])[:, live]).pvalue < 1e-6
+
+
 def test_prompt_sampling_follows_f():
     params = small("tabular")
     params = params.replace(prompt_probs=jnp.array([0.1, 0.2, 0.3, 0.4]))

@@ -95,20 +95,24 @@ def test_batch_scale_cell_equals_numpy_on_the_same_draws(ddof):
     key = jax.random.key(5)
     idx = np.arange(n, dtype=np.uint32)
     got = np.asarray(
-        engine.per_seed(cells.bandit_error, cell, key, (params, truth, eps), idx)["grpo"]["sq"],
+        engine.per_seed(
+            cells.bandit_error, cell, key, (params, truth, bandit.outcome_tables(params), eps), idx
+        )["grpo"]["sq"],
         np.float64,
     )
     prompts = np.arange(params.num_prompts, dtype=np.int32)
     with engine.prng_mode():
         keys = engine.seed_keys(key, idx)
-        actions, rewards = jax.vmap(bandit.sample, in_axes=(0, None, None, None))(
-            keys, params, prompts, G
+        actions, rewards = jax.vmap(bandit.sample, in_axes=(0, None, None, None, None))(
+            keys, params, prompts, G, bandit.outcome_tables(params)
         )
     ref = _numpy_grpo_batch_sq(params, truth, np.asarray(actions), np.asarray(rewards), ddof, eps)
     np.testing.assert_allclose(got, ref, rtol=2e-4, atol=1e-7)
     # the batch std is not the group std: the group-scaled estimator differs on these draws
     group = cells.BanditCell(("grpo",), G=G, scale="group", ddof=ddof)
-    other = engine.per_seed(cells.bandit_error, group, key, (params, truth, eps), idx)
+    other = engine.per_seed(
+        cells.bandit_error, group, key, (params, truth, bandit.outcome_tables(params), eps), idx
+    )
     assert np.max(np.abs(np.asarray(other["grpo"]["sq"]) - got)) > 1e-3
 
 

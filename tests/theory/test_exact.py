@@ -308,7 +308,7 @@ def measure(params, G, B, ddof, eps, names=("grpo", "loo"), seeds=SEEDS, key=0):
     m = engine.run(
         cells.bandit_error,
         cell,
-        (params, truth, np.float32(eps)),
+        (params, truth, bandit.outcome_tables(params), np.float32(eps)),
         jax.random.key(key),
         seeds,
         chunk=5000,

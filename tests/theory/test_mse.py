@@ -19,7 +19,7 @@ def measure(params, G, B=0, estimators=EXACT, seeds=SEEDS, key=0):
     m = engine.run(
         cells.bandit_error,
         cell,
-        (params, truth, np.float32(1e-4)),
+        (params, truth, bandit.outcome_tables(params), np.float32(1e-4)),
         jax.random.key(key),
         seeds,
         chunk=5000,
@@ -102,7 +102,7 @@ def test_float64_mode_matches_theory(x64):
     m = engine.run(
         cells.bandit_error,
         cell,
-        (params, truth, np.float64(1e-4)),
+        (params, truth, bandit.outcome_tables(params), np.float64(1e-4)),
         jax.random.key(0),
         20_000,
         chunk=5000,

@@ -226,7 +226,11 @@ def simulate_bandit(
     key = jax.random.key(seed)
     order = batch_order(jax.random.fold_in(key, 1), prompts, steps, B)
     actions_, rewards = jax.jit(bandit.sample, static_argnums=3)(
-        jax.random.fold_in(key, 2), params, jnp.asarray(order.reshape(-1), jnp.int32), G
+        jax.random.fold_in(key, 2),
+        params,
+        jnp.asarray(order.reshape(-1), jnp.int32),
+        G,
+        bandit.outcome_tables(params),
     )
     actions_ = np.asarray(actions_)
     proxy = bandit_proxy(params, order.reshape(-1), actions_)  # also verl's W (one token)

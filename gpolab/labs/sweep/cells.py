@@ -71,17 +71,19 @@ def bandit_inputs(key, params, truth, prompts, actions, lengths_dtype=None) -> d
 
 
 def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
-    """Errors of gradient estimates against the exact gradient.  ``args = (params, truth, eps)``.
+    """Errors of gradient estimates against the exact gradient.  ``args = (params, truth, tables,
+    eps)``: the instance, its exact truth and its alias tables
+    (:func:`gpolab.envs.bandit.outcome_tables`).
 
     Returns ``{name: {"err": e, "sq": ‖e‖²}}`` per estimator plus the degenerate-group fraction.
     """
-    params, truth, eps = args
+    params, truth, tables, eps = args
     if cell.B == 0:
         prompts, k_group = jnp.arange(params.num_prompts, dtype=jnp.int32), key
     else:
         k_prompts, k_group = jax.random.split(key)
         prompts = bandit.sample_prompts(k_prompts, params, cell.B)
-    actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
+    actions, rewards = bandit.sample(k_group, params, prompts, cell.G, tables)
     out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
     inputs = bandit_inputs(key, params, truth, prompts, actions)
     weights = cell_weights(cell, rewards, inputs, eps)  # (E, B, G)
@@ -336,16 +338,16 @@ def _batch_estimates(cell, key, params, truth, eps, prompts, actions, rewards, k
 
 
 def dynamic_bandit_error(cell: DynamicBanditCell, key: jax.Array, args) -> dict:
-    """``args = (params, truth, eps)``.  Per estimator: ``{sq, err, cos, dot, norm2}`` of the
-    kept-groups estimate and the same of plain sampling with ``plain_B`` groups (``plain/…``);
+    """``args = (params, truth, tables, eps)``.  Per estimator: ``{sq, err, cos, dot, norm2}`` of
+    the kept-groups estimate and the same of plain sampling with ``plain_B`` groups (``plain/…``);
     per seed: groups drawn (whole batches until B are kept, at most ``max_draws``), groups kept
     and whether the cap was reached with fewer than B kept (verl raises there; we keep what we
     have).  Batch-scoped estimators see the non-kept padding rows only in capped seeds."""
-    params, truth, eps = args
+    params, truth, tables, eps = args
     B, n = cell.B, cell.B * cell.max_draws
     k_prompts, k_group = jax.random.split(key)
     prompts = bandit.sample_prompts(k_prompts, params, n)
-    actions, rewards = bandit.sample(k_group, params, prompts, cell.G)
+    actions, rewards = bandit.sample(k_group, params, prompts, cell.G, tables)
     ok = jnp.logical_or(~estimators.degenerate(rewards), cell.G == 1)
     rank = jnp.cumsum(ok)  # kept groups so far, in draw order
     filled = rank[B - 1 :: B] >= B  # after each batch: are B kept?

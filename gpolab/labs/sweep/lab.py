@@ -177,12 +177,16 @@ def cell_keys(cfg: Config) -> list[str]:
     """Store key of every row: a hash of the row's id and of :func:`row_settings` (not the grids
     it sits in, the output folder, the chunk size, the sharding or an option it ignores)."""
     ids = _row_ids(cfg)
-    return _keys(ids, _settings(cfg, ids))
+    return _keys(cfg, ids, _settings(cfg, ids))
 
 
-def _keys(ids: list[dict], settings: list[dict]) -> list[str]:
+def _keys(cfg: Config, ids: list[dict], settings: list[dict]) -> list[str]:
+    """The rows' store keys; an env's ``DRAWS`` (how its Monte Carlo draws, when that changed
+    after rows were stored) joins them, so rows drawn another way are computed again."""
+    draws = units.ENVS[cfg.env].DRAWS
+    tag = {"draws": draws} if draws else {}
     return [
-        cell_key(NAME, schema=SCHEMA, settings=s, row=rid)
+        cell_key(NAME, schema=SCHEMA, settings=s, row=rid, **tag)
         for rid, s in zip(ids, settings, strict=True)
     ]
 
@@ -274,7 +278,7 @@ def run_sweep(
         _check_share(*share)
     ids, plan = _row_ids(cfg), {}
     settings = _settings(cfg, ids)
-    keys, group = _keys(ids, settings), _grouper(cfg, ids, plan)
+    keys, group = _keys(cfg, ids, settings), _grouper(cfg, ids, plan)
     compute = _computer(cfg, plan, settings, key)
     on_unit = None if on_row is None else lambda rows: on_row(rows[0])
     df = resume(

@@ -164,6 +164,7 @@ class Grouped:
     """Envs with groups of G responses per prompt (the bandit, the arithmetic surrogate)."""
 
     name = ""
+    DRAWS = ""  # how the Monte Carlo draws, in the store keys once it changed ("": as first stored)
     ESTIMATORS = ("vanilla", "oracle", "loo", "mean", "grpo")
     REPORT: tuple[str, ...] = ()
     KEYS: tuple[str, ...] = ("estimator", "G", "loss_agg")
@@ -353,6 +354,7 @@ class Grouped:
 
 class Bandit(Grouped):
     name = "bandit"
+    DRAWS = "alias"  # responses drawn by the alias method (issue 44): rows stored before recompute
     REPORT = (
         "estimator",
         "G",
@@ -376,7 +378,8 @@ class Bandit(Grouped):
     def setup(self, cfg):
         params = bandit.make(cfg.instance)
         truth = bandit.exact(params)
-        return lambda _: ((params, truth), truth)
+        tables = bandit.outcome_tables(params)  # the alias draw's tables, built once
+        return lambda _: ((params, truth, tables), truth)
 
     def cell(self, cfg, names, G, mode):
         inst = cfg.instance
@@ -586,6 +589,7 @@ class Tree:
     ``gpolab tree``); the estimators are the tree's variants."""
 
     name = "tree"
+    DRAWS = ""
     ESTIMATORS = ("thought-std",)
     REPORT = [
         "variant",
