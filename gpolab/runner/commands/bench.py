@@ -6,7 +6,11 @@ import json
 import sys
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
-EXAMPLES = ("gpolab bench --quick", "gpolab bench --json")
+EXAMPLES = (
+    "gpolab bench --quick",
+    "gpolab bench --json",
+    "gpolab bench --ledger quick --baseline HEAD~1",
+)
 
 COLUMNS = [
     "workload",
@@ -56,6 +60,20 @@ def register(sub) -> None:
         default=0,
         help="seeds per compiled chunk (default 0: the engine's cache-sized auto chunk)",
     )
+    p.add_argument(
+        "--ledger",
+        choices=("quick", "full"),
+        default=None,
+        help="instead of the throughput rows: the wall time of `gpolab claims` and `gpolab "
+        "figures` at this size, cold (empty caches) and warm, each in a fresh process (quick: "
+        "about 25 minutes on 2 cores)",
+    )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="with --ledger: a git commit (e.g. the previous release's tag) whose same four runs "
+        "alternate with this checkout's; each row gets the ratio baseline/this",
+    )
     p.set_defaults(func=run)
 
 
@@ -64,6 +82,9 @@ def run(args) -> int:
 
     from gpolab import bench, validate
     from gpolab.bench import BenchConfig, numba_ref, run_bench
+
+    if args.ledger is not None or args.baseline is not None:
+        return run_ledger(args)
 
     cfg = BenchConfig(quick=args.quick, chunk=args.chunk)
     if args.seeds is not None:
@@ -103,8 +124,10 @@ def run(args) -> int:
         print(note)
     else:
         print(
-            f"W1 = {w1['speedup_vs_numba']:.1f}x numba ({w1['numba_seeds_per_s']:,.0f} seeds/s); "
-            f"numba agrees within 4 SE: {w1['numba_agrees']}"
+            f"W1 = {w1['speedup_vs_numba']:.1f}x numba with the same alias draw "
+            f"({w1['numba_seeds_per_s']:,.0f} seeds/s), {w1['speedup_vs_numba_binary']:.1f}x "
+            f"numba with a binary-search draw ({w1['numba_binary_seeds_per_s']:,.0f} seeds/s); "
+            f"both agree within 4 SE: {w1['numba_agrees'] and w1['numba_binary_agrees']}"
         )
     cut = bench.PROFILE
     stages = [r for r in rows if r["workload"].startswith(cut)]
@@ -121,4 +144,34 @@ def run(args) -> int:
         f"), re-run from the persistent XLA cache {sweep['rerun_s']:.1f} s (compile "
         f"{100 * sweep['rerun_compile_share']:.0f}%), warm {sweep['warm_s']:.1f} s"
     )
+    return 0
+
+
+def run_ledger(args) -> int:
+    """``--ledger``: :func:`gpolab.bench.ledger.rows`, printed as a table or JSON lines."""
+    import pandas as pd
+
+    from gpolab import bench, validate
+    from gpolab.bench import ledger
+
+    if args.ledger is None:
+        raise validate.ConfigError("baseline: needs --ledger quick or --ledger full")
+    for flag, given in (("quick", args.quick), ("seeds", args.seeds), ("chunk", args.chunk)):
+        if given:
+            raise validate.ConfigError(
+                f"{flag}: not with --ledger (it times the CLI's own runs at --ledger's size)"
+            )
+    ledger.check(args.ledger, args.baseline)  # before anything runs
+
+    def progress(row):
+        print(f"{row['workload']}: {row['seconds']:,.1f} s", file=sys.stderr, flush=True)
+
+    rows = ledger.rows(args.ledger, args.baseline, on_row=progress)
+    info = bench.machine_info()
+    if args.json:
+        for r in rows:
+            print(json.dumps({**r, "machine": info}))
+        return 0
+    print(f"machine: {bench.machine(info)}")
+    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:,.3g}"))
     return 0
