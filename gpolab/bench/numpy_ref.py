@@ -45,14 +45,17 @@ def w1_errors(
     prompt_probs: np.ndarray,
     G: int,
     n_seeds: int,
+    tables: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Per-seed squared errors (n_seeds,) of the loo estimator; all arrays float64 numpy.
 
-    ``pi``, ``success``: (P, A); ``g_local``: (P, A) exact per-prompt gradients (tabular rows).
+    ``pi``, ``success``: (P, A); ``g_local``: (P, A) exact per-prompt gradients (tabular rows);
+    ``tables``: :func:`joint_tables` of ``pi`` and ``success`` (built here when not given).
     """
     P, A = pi.shape
+    tables = joint_tables(pi, success) if tables is None else tables
     # one uniform per response: an alias draw over the 2A joint outcomes (a, z), column 2a + z
-    outcome = alias_outcomes(*joint_tables(pi, success), rng.random((n_seeds, P, G)))
+    outcome = alias_outcomes(*tables, rng.random((n_seeds, P, G)))
     actions, z = outcome >> 1, (outcome & 1).astype(np.float64)
     adv = z - (z.sum(-1, keepdims=True) - z) / (G - 1)  # leave-one-out
     c = adv / G
@@ -67,11 +70,13 @@ def w1_errors(
 def w1_mse(
     seed: int, pi, success, g_local, prompt_probs, G: int, n_seeds: int, batch: int = 2048
 ) -> tuple[float, float]:
-    """(mse, standard error) over ``n_seeds`` seeds, in batches of ``batch``."""
+    """(mse, standard error) over ``n_seeds`` seeds, in batches of ``batch`` (the alias tables
+    built once, as the engine's are)."""
     rng = np.random.default_rng(seed)
+    tables = joint_tables(pi, success)
     errs = np.concatenate(
         [
-            w1_errors(rng, pi, success, g_local, prompt_probs, G, min(batch, n_seeds - i))
+            w1_errors(rng, pi, success, g_local, prompt_probs, G, min(batch, n_seeds - i), tables)
             for i in range(0, n_seeds, batch)
         ]
     )
