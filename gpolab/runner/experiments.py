@@ -13,8 +13,9 @@ A file names its lab and holds that lab's config table and optional quick sizes:
 
 Every file is validated when loaded (unknown table or key, wrong type, bad value → one error
 naming the file, the table and the field) and runs through :func:`gpolab.runner.labs.execute` into
-``results/<name>``, resumable per cell.  Figures are drawn from the saved tables alone
-(``gpolab figures --replot`` redraws without computing).
+``results/<name>``, resumable per cell; a cell another experiment under ``results/`` already
+finished (the same store key) is copied from its store, not computed again.  Figures are drawn
+from the saved tables alone (``gpolab figures --replot`` redraws without computing).
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = Fals
     """Compute (or resume) an experiment; returns (results folder, seconds of this run)."""
     start = time.perf_counter()
     cfg = exp.config(quick, root)
-    labs.execute(labs.get(exp.lab), cfg, fresh=fresh, label=exp.name)
+    # a cell another experiment under ``root`` finished (the same key) is copied, not rerun
+    labs.execute(labs.get(exp.lab), cfg, fresh=fresh, label=exp.name, peers=root)
     import jax
 
     # one process runs every experiment: free this one's executables (each holds its own memory

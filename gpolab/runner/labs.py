@@ -55,10 +55,19 @@ class Result:
 
 
 def execute(
-    lab, cfg, *, fresh: bool = False, use_store: bool = True, stream=None, label: str = ""
+    lab,
+    cfg,
+    *,
+    fresh: bool = False,
+    use_store: bool = True,
+    stream=None,
+    label: str = "",
+    peers=None,
 ) -> Result:
     """Run ``lab`` with the validated ``cfg`` into ``cfg.out`` (see the module docstring);
-    ``label`` names the run in progress lines (default: the lab's name).
+    ``label`` names the run in progress lines (default: the lab's name); ``peers``: a folder of
+    other stores whose finished cells this run copies instead of computing (not with
+    ``fresh``; :class:`gpolab.runner.store.Store`).
     Ctrl-C raises :class:`gpolab.runner.output.Interrupted` saying how many cells are kept."""
     import jax
 
@@ -66,7 +75,7 @@ def execute(
     from gpolab.runner.store import Store
 
     with output.hold(cfg.out) as out:
-        store = Store(out) if use_store else None
+        store = Store(out, None if fresh else peers) if use_store else None
         if fresh and store is not None:
             store.clear()
         start = time.perf_counter()

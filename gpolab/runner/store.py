@@ -7,7 +7,10 @@ the cell's numbers depend on, so
 * re-running skips finished cells;
 * an interrupted run (Ctrl-C, kill) loses at most the cell in flight and never duplicates one
   (a cell is either fully renamed into place or absent);
-* a changed config invalidates exactly the cells whose inputs changed.
+* a changed config invalidates exactly the cells whose inputs changed;
+* a store given ``peers`` (the experiments' results folder) takes a cell that another
+  experiment's store under that folder already finished (a copy of its file) instead of
+  computing it again: the same key means the same numbers.
 """
 
 from __future__ import annotations
@@ -50,9 +53,14 @@ def provenance() -> dict:
 
 
 class Store:
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, peers: str | os.PathLike | None = None):
+        """``root``: this store's folder (``<root>/cells``).  ``peers``: a folder whose other
+        subfolders are stores too (``results/`` of ``gpolab figures``): :meth:`has` copies a
+        cell finished there."""
         self.root = Path(root)
         self.cells = self.root / "cells"
+        self.peers = Path(peers) if peers is not None else None
+        self.adopted = 0  # cells copied from a peer store
 
     def path(self, key: str) -> Path:
         return self.cells / f"{key}.parquet"
@@ -67,7 +75,28 @@ class Store:
             path.unlink()
 
     def has(self, key: str) -> bool:
-        return self.path(key).exists()
+        """Whether cell ``key`` is finished here, or in a peer store (then copied here)."""
+        return self.path(key).exists() or self._adopt(key)
+
+    def _adopt(self, key: str) -> bool:
+        """Copy cell ``key`` from the first peer store that finished it (atomically: a peer's
+        file is complete, as every store's is); False when none has it."""
+        if self.peers is None:
+            return False
+        import shutil
+
+        from gpolab.runner import output
+
+        own = self.root.resolve()
+        for source in sorted(self.peers.glob(f"*/cells/{key}.parquet")):
+            if source.parents[1].resolve() == own:
+                continue
+            self.cells.mkdir(parents=True, exist_ok=True)
+            with spans.span("i/o"), output.atomic(self.path(key)) as tmp:
+                shutil.copyfile(source, tmp)
+            self.adopted += 1
+            return True
+        return False
 
     def write(self, key: str, rows: list[dict], config_hash: str, wall_s: float) -> None:
         """Write one cell's rows atomically (:func:`gpolab.runner.output.atomic`: temp file in the
@@ -142,8 +171,9 @@ def resume(
       returned are that share's.
     * ``agree(pending, n) -> pending``: make every process compute the same cells (a
       multi-process run: process 0, which holds the store, decides).
-    * ``on_skip(n)``: the number of cells found finished; ``on_unit(rows)``: after each
-      computed cell, with its rows.
+    * ``on_skip(n)``: the number of cells found finished (again for a unit a peer store
+      finished while this run went on); ``on_unit(rows)``: after each computed cell, with its
+      rows.
     """
     import pandas as pd
 
@@ -160,6 +190,12 @@ def resume(
         on_skip(len(mine) - len(pending))
     computed = {}
     for unit in group(pending):
+        # a unit a peer store finished meanwhile (another experiment running beside this one)
+        # is copied, not computed; not in a multi-process run, whose processes compute together
+        if store is not None and agree is None and all(store.has(keys[i]) for i in unit):
+            if on_skip is not None:
+                on_skip(len(unit))
+            continue
         start = time.perf_counter()
         rows = compute(unit) if per_unit else [compute(unit[0])]
         computed.update(zip(unit, rows, strict=True))

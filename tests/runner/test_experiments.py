@@ -198,3 +198,48 @@ def test_a_bad_jobs_count_is_one_error_before_anything_runs(tmp_path, capsys, ar
     out = tmp_path / "results"
     assert main([*argv, "--out", str(out)]) == 2
     assert "jobs: got" in capsys.readouterr().err and not out.exists()
+
+
+def test_an_experiment_copies_the_cells_another_one_finished(tmp_path, capsys):
+    """Two experiments under one results folder with a cell in common (the same store key): the
+    second copies it (the same file, so the same numbers) and computes only its own; --fresh
+    computes everything."""
+    folder = tmp_path / "exps"
+    folder.mkdir()
+    common = "prompts = 4\nactions = 8\nseeds = 400\n"
+    (folder / "a.toml").write_text(
+        f'lab = "sweep"\n[sweep]\nestimators = ["loo"]\nG = [4]\n{common}'
+    )
+    (folder / "b.toml").write_text(
+        f'lab = "sweep"\n[sweep]\nestimators = ["loo"]\nG = [4, 8]\n{common}'
+    )
+    a, b = experiments.discover(folder)
+    results = tmp_path / "results"
+    experiments.run(a, results)
+    capsys.readouterr()
+    experiments.run(b, results)
+    assert "1 cells already finished" in capsys.readouterr().err
+    shared = list((results / "a" / "cells").glob("*.parquet"))
+    assert len(shared) == 1
+    assert (results / "b" / "cells" / shared[0].name).read_bytes() == shared[0].read_bytes()
+    x, y = (pd.read_parquet(results / n / "results.parquet") for n in ("a", "b"))
+    pd.testing.assert_frame_equal(strip(x), strip(y[y["G"] == 4]).reset_index(drop=True))
+    experiments.run(b, results, fresh=True)
+    assert "already finished" not in capsys.readouterr().err
+
+
+def test_the_shared_cells_docs_name_are_those_of_the_shipped_experiments():
+    """docs/figures.md's counts of cells two shipped experiments share (copied, not rerun)."""
+    import re
+
+    def keys(name):
+        exp = experiments.load(experiments.DEFAULT_DIR / f"{name}.toml")
+        return set(labs.get(exp.lab).cell_keys(exp.config(False)))
+
+    text = " ".join((Path(__file__).parents[2] / "docs" / "figures.md").read_text().split())
+    pairs = re.findall(r"`(\w+)` shares (\d+) of its (\d+) cells with `(\w+)`", text)
+    pairs += re.findall(r"`(\w+)` (\d+) of its (\d+) with `(\w+)`", text)
+    assert len(pairs) == 2
+    for name, shared, total, other in pairs:
+        mine = keys(name)
+        assert (len(mine & keys(other)), len(mine)) == (int(shared), int(total))

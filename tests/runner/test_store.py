@@ -116,3 +116,41 @@ def test_agreement_decides_the_pending_cells(tmp_path):
     calls.clear()  # every cell stored; process 0 says cell 1 is still pending: it is recomputed
     st.resume(store, keys, lambda i: calls.append(i) or _rows(i), agree=lambda p, n: {1})
     assert calls == [1]
+
+
+def test_a_cell_another_store_finished_is_copied_not_computed(tmp_path):
+    results = tmp_path / "results"
+    first = st.Store(results / "a", peers=results)
+    st.resume(first, ["k0", "k1"], _rows)
+    second, calls, skipped = st.Store(results / "b", peers=results), [], []
+    df = st.resume(
+        second, ["k1", "k2"], lambda i: calls.append(i) or _rows(i), on_skip=skipped.append
+    )
+    assert calls == [1] and skipped == [1] and second.adopted == 1  # k1 copied, k2 computed
+    assert df["cell_key"].tolist() == ["k1", "k2"]  # k1: the first store's row (cell 1)
+    assert second.path("k1").read_bytes() == first.path("k1").read_bytes()
+    assert not list((results / "b" / "cells").glob(".*"))  # no temporary file left
+    # without peers (a lab run on its own, or --fresh) nothing is copied
+    alone, calls = st.Store(results / "c"), []
+    st.resume(alone, ["k1"], lambda i: calls.append(i) or _rows(i))
+    assert calls == [0] and alone.adopted == 0
+
+
+def test_a_unit_a_peer_finishes_meanwhile_is_not_computed(tmp_path):
+    results = tmp_path / "results"
+    peer, mine = st.Store(results / "a"), st.Store(results / "b", peers=results)
+    calls, skipped = [], []
+
+    def compute(i):  # while this run computes cell 0, the peer finishes cell 1
+        calls.append(i)
+        if i == 0:
+            st.resume(peer, ["k1"], lambda j: [{"cell": 1, "value": 1.0}])
+        return _rows(i)
+
+    df = st.resume(mine, ["k0", "k1"], compute, on_skip=skipped.append)
+    assert calls == [0] and skipped == [1] and df["cell"].tolist() == [0, 1]
+    # a multi-process run (agree) computes what its processes agreed on, copied or not
+    calls.clear()
+    other = st.Store(results / "c", peers=results)
+    st.resume(other, ["k0", "k9"], lambda i: calls.append(i) or _rows(i), agree=lambda p, n: p)
+    assert calls == [1]  # k0 copied before the agreement, k9 computed
