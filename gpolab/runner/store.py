@@ -87,16 +87,24 @@ class Store:
 
         from gpolab.runner import output
 
-        own = self.root.resolve()
+        # this store is among the peers' subfolders, but has() looked here first
         for source in sorted(self.peers.glob(f"*/cells/{key}.parquet")):
-            if source.parents[1].resolve() == own:
-                continue
-            self.cells.mkdir(parents=True, exist_ok=True)
+            self._make_cells()
             with spans.span("i/o"), output.atomic(self.path(key)) as tmp:
                 shutil.copyfile(source, tmp)
             self.adopted += 1
             return True
         return False
+
+    def _make_cells(self) -> None:
+        """Create ``<root>/cells``; an ``OSError`` is :func:`~gpolab.runner.output.write_failed`'s
+        one-line error."""
+        from gpolab.runner import output
+
+        try:
+            self.cells.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise output.write_failed(self.cells, err) from None
 
     def write(self, key: str, rows: list[dict], config_hash: str, wall_s: float) -> None:
         """Write one cell's rows atomically (:func:`gpolab.runner.output.atomic`: temp file in the
@@ -106,10 +114,7 @@ class Store:
 
         from gpolab.runner import output
 
-        try:
-            self.cells.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise output.write_failed(self.cells, err) from None
+        self._make_cells()
         meta = {
             "cell_key": key,
             "config_hash": config_hash,
