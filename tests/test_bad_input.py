@@ -159,12 +159,26 @@ def test_an_empty_out_is_an_error_not_the_current_directory(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_figures_only_empty_is_an_error_not_every_experiment(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["figures", "--only", ""],
+        ["claims", "--quick", "--only", ""],  # was the whole ledger (issue 55)
+        ["claims", "--only", ","],
+        ["claims", "--only", "U1,U1"],
+        ["claims", "--only", "no-such-claim"],
+    ],
+)
+def test_an_empty_or_bad_only_is_an_error_not_every_experiment(argv, tmp_path, capsys, monkeypatch):
+    """`figures` and `claims` share one --only check: an empty selection is one line, never the
+    whole set; a repeated or unknown name too."""
     from gpolab.runner import experiments
 
     monkeypatch.setattr(experiments, "run", lambda *a, **k: pytest.fail("computed"))
-    assert main(["figures", "--only", "", "--out", str(tmp_path)]) == 2
-    _one_line(capsys, "gpolab figures: error: only: got ''")
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    _one_line(capsys, f"gpolab {argv[0]}: error: only: got ")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "results").exists()
 
 
 def test_a_failed_cell_write_is_one_line_and_leaves_no_temporary_file(tmp_path, monkeypatch):

@@ -95,6 +95,16 @@ def discover(directory: str | Path = DEFAULT_DIR) -> list[Experiment]:
     return [load(p) for p in paths]
 
 
+def selection(field: str, value, allowed) -> tuple[str, ...]:
+    """``--only``'s names (a comma list or a list), each one of ``allowed``.  An empty selection
+    (``--only ''``) is an error, not "all": only an ``--only`` not given means all (``gpolab
+    figures`` and ``gpolab claims`` share this check)."""
+    wanted = configs.coerce_list(field, value)
+    for name in wanted:
+        validate.choice(field, name, allowed)
+    return wanted
+
+
 def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = False):
     """Compute (or resume) an experiment; returns (results folder, seconds of this run)."""
     start = time.perf_counter()

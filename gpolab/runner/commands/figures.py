@@ -57,16 +57,14 @@ def run(args) -> int:
     import time
     from pathlib import Path
 
-    from gpolab import configs, validate
+    from gpolab import validate
     from gpolab.runner import experiments, output
 
     results_root, figures_dir = folders(args)
     found = experiments.discover(args.experiments or experiments.DEFAULT_DIR)
     names = [e.name for e in found]
     if args.only is not None:  # `--only ''` is an empty selection, not "all"
-        wanted = configs.coerce_list("only", args.only)
-        for n in wanted:
-            validate.choice("only", n, names)
+        wanted = experiments.selection("only", args.only, names)
         found = [e for e in found if e.name in wanted]
     validate.integer("jobs", args.jobs, 0, 256)
     start = time.perf_counter()
