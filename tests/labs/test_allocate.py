@@ -374,7 +374,7 @@ def test_gvm_reads_a_fresh_first_stage_counted_in_the_rollouts():
     M = lab.response_slots(cfg, 8)
     z = np.zeros((1, 2, M), bool)
     z[0, :, 0] = True  # stage 1 (2 per prompt): one success each
-    a = np.zeros((1, 2, M), np.int64)
+    a = np.broadcast_to(np.argmin(pi, -1)[None, :, None], (1, 2, M))  # a score norm ≈ 1
     out = {}
     for name in ("gvm", "gpolab-gvm-last"):
         G, _, gen, _, n, _, _ = lab.step(

@@ -12,7 +12,9 @@ turns each prompt's group into ĝ_x; the step's ĝ = Σ_x f_x ĝ_x is compared w
 
 * ``results`` (static): at the instance's θ, after one earlier step of ``history`` responses per
   prompt (the information the rules read; the policy has not moved: no drift), per rule and
-  budget: MSE, bias², variance, cos, snr, rollouts generated, the share of rollouts in
+  budget: MSE, bias², variance, the MSE after the best single rescaling of ĝ (``scaled_mse``:
+  scale-free, so a rule with a rescaled estimator such as GRPO compares fairly), cos, snr,
+  rollouts generated, the share of rollouts in
   zero-signal groups, and each rule on the published rules' own objectives (Knapsack RL's value
   at the true p, the share of groups with both outcomes, the update cost: responses trained on
   per response generated); for rules fixing group sizes before sampling (or, GVM-RAFT, after
@@ -54,7 +56,8 @@ TABLES = ("results", "match", "training", "trained", "allocation")
 INSTANCES = envs.instances("bandit")  # the rules read the tabular bandit's per-prompt p
 # the lab's instance: a skewed difficulty mix (bandit.Instance defaults otherwise)
 INSTANCE = {"prompts": 64, "actions": 8, "logit_scale": 2.0, "success_a": 0.5, "success_b": 2.0}
-SCHEMA = 2  # 2: faithful Knapsack RL and GVM-RAFT, own-objective columns (issue 40)
+SCHEMA = 3  # 2: faithful Knapsack RL and GVM-RAFT, own-objective columns (issue 40); 3: GVM's
+# gradient quantity, Knapsack RL's advantage clip and verl GRPO, scaled_mse (issue 55)
 MAY_BE_NAN = {
     "results": ("theory_mse", "theory_mse_se"),
     "trained": ("rollouts_to_half_gap", "rollouts_to_half_gap_ci"),
@@ -74,6 +77,8 @@ JSON = (
     "bias_sq",
     "bias_sq_se",
     "variance",
+    "scaled_mse",
+    "scaled_mse_se",
     "cos",
     "cos_se",
     "snr",
@@ -237,21 +242,39 @@ class Bandit:
 
     def truth(self, pi: np.ndarray) -> dict:
         """Exact per-prompt quantities at policy π (..., P, A): V, g_x (local), ‖g_x‖², S2 =
-        E‖W‖² and e_wz2 = E[‖W‖² Z] with W = e_a − π (theory §3)."""
+        E‖W‖², e_wz2 = E[‖W‖² Z] and w_correct = E[‖W‖ | Z = 1] (0 where V = 0) with W = e_a − π
+        the response's score ∇_θx log π(a|x) (theory §3)."""
         p = self.success
         V = np.sum(pi * p, -1)
         g = pi * (p - V[..., None])
-        w2 = 1 - 2 * pi + np.sum(pi**2, -1, keepdims=True)  # ‖e_a − π‖²
+        w2 = score_sq(pi)
+        e_wz = np.sum(pi * p * np.sqrt(w2), -1)
         return {
             "V": V,
             "g": g,
             "gsq": np.sum(g**2, -1),
             "S2": np.sum(pi * w2, -1),
             "e_wz2": np.sum(pi * p * w2, -1),
+            "w_correct": np.where(V > 0, e_wz / np.where(V > 0, V, 1), 0.0),
         }
 
     def optimum(self) -> float:
         return float(self.f @ self.success.max(-1))
+
+
+def score_sq(pi: np.ndarray) -> np.ndarray:
+    """‖e_a − π‖² (..., P, A): the squared norm of each action's score ∇_θx log π(a|x)."""
+    return 1 - 2 * pi + np.sum(pi**2, -1, keepdims=True)
+
+
+def correct_score_norm(pi: np.ndarray, a: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """GVM-RAFT's gradient quantity from sampled responses (their ``calc_grad_logp``): the mean
+    over the correct responses of each group (actions ``a``, rewards ``z``, (S, P, M)) of the
+    score norm ‖∇ log π(a|x)‖ = ‖e_a − π_x‖; 0 where no response is correct."""
+    norm = np.sqrt(score_sq(pi))  # (P, A)
+    per = np.take_along_axis(np.broadcast_to(norm, z.shape[:2] + norm.shape[-1:]), a, -1)
+    wins = z.sum(-1)
+    return np.where(wins > 0, np.sum(per * z, -1) / np.maximum(wins, 1), 0.0)
 
 
 def draw(rng, pi: np.ndarray, success: np.ndarray, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -344,10 +367,20 @@ def stage_size(budget: int, P: int) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _tables(spec: str, g_max: int) -> tuple:
+def _tables(spec: str, g_max: int, clip: float | None = None) -> tuple:
     """Count tables of ``spec`` at G ≤ ``g_max`` (:func:`gpolab.theory.allocation.tables`),
-    once per process."""
-    return theory.tables(spec, g_max)
+    once per process; with ``clip``, every advantage clipped to [−clip, clip] (the trainer's
+    clamp after the estimator, as Knapsack RL's ``adv_clip_value``)."""
+    a1, a0, reasons = theory.tables(spec, g_max)
+    if clip is not None:
+        a1, a0 = np.clip(a1, -clip, clip), np.clip(a0, -clip, clip)
+    return a1, a0, reasons
+
+
+def rule_tables(rule: rules.Rule, spec: str, g_max: int) -> tuple:
+    """The count tables ``rule`` trains with: its own estimator (else the lab's ``spec``), its
+    advantages clipped where its authors clip them."""
+    return _tables(rule.estimator or spec, g_max, rule.adv_clip)
 
 
 def oracle_curves(t: dict, a1, a0) -> dict:
@@ -362,6 +395,8 @@ def view_of(cfg: Config, env: Bandit, pi, state: dict, a1, a0, oracle) -> rules.
         f=env.f,
         p=t["V"],
         gnorm=np.sqrt(t["gsq"]),
+        score_correct=t["w_correct"],
+        gvm_norm=t["w_correct"],
         oracle=oracle,
         **state,
         a1=a1,
@@ -441,14 +476,18 @@ def observe(state: dict, c: np.ndarray, n: np.ndarray, decay: float, z=None) -> 
 def step(rule: rules.Rule, view: rules.View, budget: int, pi, success, a, z, rng_rule, a1, a0):
     """One step of ``rule``: its allocation, the responses it uses, its estimate.  ``staged``
     (GVM-RAFT): the first ``stage_size`` slots of every prompt are its fresh first stage, read
-    by the rule and counted in the rollouts; the allocation of the rest is trained on."""
-    if rule.estimator is not None:
-        a1, a0 = _tables(rule.estimator, a1.shape[0] - 1)[:2]
+    by the rule (its success rate and the mean score norm of its correct responses) and counted
+    in the rollouts; the allocation of the rest is trained on."""
+    if rule.estimator is not None or rule.adv_clip is not None:
+        a1, a0 = rule_tables(rule, view.estimator, a1.shape[0] - 1)[:2]
     if rule.kind == "staged":
         P = z.shape[1]
         s = stage_size(budget, P)
         first = dataclasses.replace(
-            view, last_c=z[..., :s].sum(-1).astype(float), last_n=np.full(view.shape, float(s))
+            view,
+            last_c=z[..., :s].sum(-1).astype(float),
+            last_n=np.full(view.shape, float(s)),
+            gvm_norm=correct_score_norm(pi, a[..., :s], z[..., :s]),
         )
         G = rule.fn(first, budget - s * P, rng_rule)
         pos = np.arange(z.shape[-1])
@@ -494,12 +533,10 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
     pi = env.policy(env.theta)
     t = env.truth(pi)
     a1, a0, reasons = _tables(cfg.estimator, cfg.cap)
-    own = {r: _tables(rules.RULES[r].estimator or cfg.estimator, cfg.cap) for r in cfg.rules}
-    oracles = {
-        e: oracle_curves(t, *_tables(e, cfg.cap)[:2])
-        for e in {rules.RULES[r].estimator or cfg.estimator for r in cfg.rules}
-    }
-    oracle = oracles[cfg.estimator] if cfg.estimator in oracles else oracle_curves(t, a1, a0)
+    own = {r: rule_tables(rules.RULES[r], cfg.estimator, cfg.cap) for r in cfg.rules}
+    trains = {r: (rules.RULES[r].estimator or cfg.estimator, rules.RULES[r].adv_clip) for r in own}
+    oracles = {k: oracle_curves(t, *_tables(k[0], cfg.cap, k[1])[:2]) for k in set(trains.values())}
+    oracle = oracles.get((cfg.estimator, None)) or oracle_curves(t, a1, a0)
     M = response_slots(cfg, budget)
     acc = {r: _Acc(P, A) for r in cfg.rules}
     for start in range(0, cfg.seeds, CHUNK):
@@ -514,7 +551,7 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
             G, weight, gen, ghat, n, c, _ = step(
                 rule, view, budget, pi, env.success, a, z, _rng(cfg, budget, start, name), a1, a0
             )
-            own_oracle = oracles[rule.estimator or cfg.estimator]
+            own_oracle = oracles[trains[name]]
             exact = (
                 exact_given(own_oracle, env.f, G, weight)
                 if rule.kind in ("allocate", "staged")
@@ -592,6 +629,10 @@ class _Acc:
                 "ex",
                 "ex2",
                 "norm2",
+                "norm4",
+                "dot",
+                "dot2",
+                "dot_norm2",
                 "value",
                 "mixed",
                 "cost",
@@ -622,6 +663,11 @@ class _Acc:
         s["zero"] += zero.sum()
         s["kept"] += np.sum(n >= 2)
         s["norm2"] += np.sum(norm**2)
+        s["norm4"] += np.sum(norm**4)
+        dot = np.sum(est * tgt, (-1, -2))
+        s["dot"] += dot.sum()
+        s["dot2"] += np.sum(dot**2)
+        s["dot_norm2"] += np.sum(dot * norm**2)
         own = own_objectives(n, c, gen, p)
         s["value"] += own["knapsack_value"].sum()
         s["mixed"] += own["nonzero_groups"].sum()
@@ -655,6 +701,20 @@ class _Acc:
         loo = np.array([pairs(np.delete(every, i)) for i in every])
         return float(full), float(np.sqrt((SPLITS - 1) / SPLITS * np.sum((loo - loo.mean()) ** 2)))
 
+    def scaled_mse(self, f, g) -> tuple[float, float]:
+        """The MSE after the best single rescaling of ĝ, ‖g‖² − E[ĝ·g]²/E‖ĝ‖² (f-weighted;
+        invariant to rescaling the advantages, as the zoo's ``scaled_mse``), with its delta-method
+        SE over the seeds."""
+        s, n = self.sums, self.n
+        a, b = s["dot"] / n, s["norm2"] / n
+        if b <= 0:
+            return float(np.sum((f[:, None] * g) ** 2)), 0.0
+        va, vb = s["dot2"] / n - a * a, s["norm4"] / n - b * b
+        cov = s["dot_norm2"] / n - a * b
+        da, db = -2 * a / b, a * a / (b * b)
+        var = max(da * da * va + 2 * da * db * cov + db * db * vb, 0.0) / (n - 1)
+        return float(np.sum((f[:, None] * g) ** 2) - a * a / b), math.sqrt(var)
+
     def row(self, f, g) -> dict:
         s, n = self.sums, self.n
 
@@ -670,6 +730,7 @@ class _Acc:
         m = f[:, None] * self.mean / n
         variance = max(s["norm2"] / n - float(np.sum(m**2)), 0.0) * n / (n - 1)
         bias_sq, bias_sq_se = self.bias_sq(f, g)
+        scaled, scaled_se = self.scaled_mse(f, g)
         signal = float(np.sum(m**2))
         snr = signal / variance if variance > 0 else math.inf if signal > 0 else math.nan
         return {
@@ -681,6 +742,8 @@ class _Acc:
             "bias_sq": bias_sq,
             "bias_sq_se": bias_sq_se,
             "variance": variance,
+            "scaled_mse": scaled,
+            "scaled_mse_se": scaled_se,
             "cos": cos,
             "cos_se": cos_se,
             "snr": snr,

@@ -31,7 +31,11 @@ class View:
 
     f: np.ndarray  # (P,) prompt weights
     p: np.ndarray  # (P,) true success probabilities (oracle rules only)
-    gnorm: np.ndarray  # (P,) true ‖g_x‖ (oracle rules, GVM's measured gradient norm)
+    gnorm: np.ndarray  # (P,) true ‖g_x‖ (oracle rules, gpolab's GVM variants)
+    score_correct: np.ndarray  # (P,) exact E[‖∇ log π(y|x)‖ | y correct] (0 where p_x = 0)
+    gvm_norm: np.ndarray  # GVM-RAFT's gradient quantity: the mean score norm ‖∇ log π(y|x)‖
+    # over the correct responses of the group it reads, 0 where none is correct ((S, P); ``staged``
+    # rules: their fresh first stage; else ``score_correct``)
     oracle: dict | None  # exact curves of the lab's estimator at the current θ: "mse",
     # "second_moment", "kappa" ((..., P, g_max + 1)) and "gsq" = ‖g_x‖² (oracle rules only)
     alpha: np.ndarray  # Beta posterior of p_x from the rewards seen so far (prior Beta(1, 1))
@@ -65,6 +69,7 @@ class Rule:
     source: str
     assumed: str = ""
     estimator: str | None = None  # the rule's own estimator (None: the lab's)
+    adv_clip: float | None = None  # advantages clipped to ±adv_clip after the estimator (None: not)
 
 
 def _even(view: View, budget: int, eligible: np.ndarray) -> np.ndarray:
@@ -172,6 +177,7 @@ def gpolab_posterior(view: View, budget: int, rng) -> np.ndarray:
 
 KNAPSACK_MIN_N, KNAPSACK_MIN_BUFFER = 2, 8  # their run script: MIN_N (= NEGATIVE_N = POSITIVE_N)
 KNAPSACK_BUFFER = 16  # and REWARD_BUFFER_LENGTH, MIN_BUFFER_LENGTH
+KNAPSACK_ADV_CLIP = 5.0  # their ADV_CLIP_VALUE: ray_trainer.py clamps the advantages to ±5
 
 
 def knapsack_value(N, p):
@@ -331,15 +337,39 @@ def vip(view: View, budget: int, rng) -> np.ndarray:
     return theory.greedy(curve, np.ones(view.shape[-1]), budget, g_min=lo).astype(np.int64)
 
 
-def gvm(view: View, budget: int, rng) -> np.ndarray:
-    """GVM-RAFT (``calc_sample_ratio``, em/stage_2_calc_sample_size.py): n_x ∝ ‖g_x‖ / √(p_x +
-    α/p_x^(β−1)), α = 1e-3, β = 2, n_x = 0 where p_x = 0; p_x the success rate of the group in
-    ``last_c``/``last_n`` (``gvm``: the fresh first stage of the step; ``gpolab-gvm-last``: the
-    prompt's last step), ‖g_x‖ the gradient norm (given exactly here)."""
+def _gvm(view: View, budget: int, norm: np.ndarray) -> np.ndarray:
+    """GVM-RAFT's ``calc_sample_ratio`` (em/stage_2_calc_sample_size.py): n_x ∝ G_x / √(p_x +
+    α/p_x^(β−1)), α = 1e-3, β = 2, n_x = 0 where G_x = 0 or p_x = 0, rounded to sum to the
+    budget (their ``float_to_int_preserve_sum``: largest remainders), each ≤ cap; p_x the success
+    rate of the group in ``last_c``/``last_n``."""
     p = _last_rate(view, 0.5)
+    ok = (p > 0) & (norm > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.where(p > 0, view.gnorm / np.sqrt(p + 1e-3 / np.where(p > 0, p, 1)), 0.0)
+        share = np.where(ok, norm / np.sqrt(p + 1e-3 / np.where(ok, p, 1)), 0.0)
     return _rounded(share, budget, view.cap)
+
+
+def gvm(view: View, budget: int, rng) -> np.ndarray:
+    """GVM-RAFT as its scripts run it: :func:`_gvm` with their gradient quantity G_x, the mean
+    ‖∇ log π(y|x)‖ over the first stage's correct responses (``calc_grad_logp`` in
+    em/stage_2_calc_acceptRates_grads.py: each correct output's sequence log-probability
+    differentiated, its norm taken, the norms averaged; 0 where none is correct), from the same
+    stage as p_x (``view.gvm_norm``)."""
+    return _gvm(view, budget, view.gvm_norm)
+
+
+def gvm_exact(view: View, budget: int, rng) -> np.ndarray:
+    """gpolab's variant of GVM-RAFT: :func:`_gvm` with their gradient quantity computed exactly,
+    E[‖∇ log π(y|x)‖ | y correct], instead of estimated from the first stage's correct responses
+    (p_x still from the first stage)."""
+    return _gvm(view, budget, np.broadcast_to(view.score_correct, view.shape))
+
+
+def gvm_gnorm(view: View, budget: int, rng) -> np.ndarray:
+    """gpolab's variant of GVM-RAFT: :func:`_gvm` with the prompt's exact expected-gradient norm
+    ‖g_x‖ instead of their mean per-response score norm over correct answers (the lab's ``gvm``
+    before issue 55)."""
+    return _gvm(view, budget, view.gnorm)
 
 
 def mopps(view: View, budget: int, rng, select: float = 0.5) -> np.ndarray:
@@ -422,16 +452,23 @@ RULES: dict[str, Rule] = {
                 "update_sample_state",
             ),
             "the lab's estimator (loo) instead of their GRPO (see knapsack-grpo); sizes held to "
-            "the cap",
+            "the cap; their advantage clip at ±5 (never binds for loo's |A| ≤ 1)",
+            adv_clip=KNAPSACK_ADV_CLIP,
         ),
         Rule(
             "knapsack-grpo",
             knapsack,
             "allocate",
             "history",
-            _src("2509.25849", "as knapsack, with their estimator (ADV_ESTIMATOR = grpo)"),
-            "GRPO's ĝ estimates g/σ, not g: its MSE against g carries that scale",
-            "grpo",
+            _src(
+                "2509.25849",
+                "as knapsack, with their estimator (ADV_ESTIMATOR = grpo: verl's "
+                "compute_grpo_outcome_advantage) and ADV_CLIP_VALUE = 5 (ray_trainer.py fit)",
+            ),
+            "GRPO's ĝ estimates g/σ, not g: its MSE against g carries that scale (compare it "
+            "scale-free: scaled_mse)",
+            "verl/grpo",
+            KNAPSACK_ADV_CLIP,
         ),
         Rule(
             "gpolab-knapsack-truth",
@@ -475,16 +512,36 @@ RULES: dict[str, Rule] = {
                 "2505.02391",
                 "RLHFlow/GVM em/stage_2_calc_sample_size.py calc_sample_ratio, em/run_em.sh",
             ),
-            "half the step's rollouts measure p in a fresh first stage (their 8 + 8 per prompt), "
-            "the other half are allocated and trained on; the gradient norm is given exactly; "
-            "the lab's estimator instead of RAFT",
+            "half the step's rollouts measure p and their gradient quantity (the mean score "
+            "norm over correct answers, from those responses as theirs) in a fresh first stage "
+            "(their 8 + 8 per prompt), the other half are allocated and trained on; the lab's "
+            "estimator instead of RAFT",
+        ),
+        Rule(
+            "gpolab-gvm-exact",
+            gvm_exact,
+            "staged",
+            "fresh stage",
+            "gpolab's variant of GVM-RAFT: its staged rule with their gradient quantity computed "
+            "exactly, E[‖∇ log π‖ | correct], instead of estimated from the first stage",
+            "the exact conditional mean score norm: a truth no trainer has",
+        ),
+        Rule(
+            "gpolab-gvm-gnorm",
+            gvm_gnorm,
+            "staged",
+            "fresh stage",
+            "gpolab's variant of GVM-RAFT: its staged rule with the exact ‖g_x‖ in place of "
+            "their mean score norm over correct answers (the lab's gvm before issue 55)",
+            "‖g_x‖ = ‖E[(r − V) ∇ log π]‖ given exactly: a truth no trainer has",
         ),
         Rule(
             "gpolab-gvm-last",
-            gvm,
+            gvm_gnorm,
             "allocate",
             "last step",
-            "gpolab's variant of GVM-RAFT: its rule on the prompt's last step (no first stage)",
+            "gpolab's variant of GVM-RAFT: its rule on the prompt's last step (no first stage), "
+            "with the exact ‖g_x‖",
             "p from the last group: a prompt last seen at p = 0 gets nothing again",
         ),
         Rule(
@@ -527,8 +584,8 @@ AIMS = {
     "greso": "fewer rollouts on prompts likely to give a zero-variance group again (their saving "
     "is generation time; here the budget is refilled, column zero_signal)",
     "vip": "the gradient variance of RLOO/GRPO plus a per-rollout cost (column mse)",
-    "gvm": "the gradient variance of the RAFT step, n ∝ ‖g‖/√(p + α/p), after a first sampling "
-    "stage (columns mse, rollouts)",
+    "gvm": "the gradient variance of the RAFT step, n ∝ G/√(p + α/p) with G their mean score "
+    "norm over correct answers, after a first sampling stage (columns mse, rollouts)",
     "mopps": "the prompts whose predicted success rate is nearest 1/2, without extra rollouts "
     "(column nonzero_groups)",
     "pods": "a cheaper update: generate N, train on the most informative half (column "
