@@ -33,7 +33,12 @@ The ratio losses (gspo, geo_mean, cispo, sapo, bypass_ppo_clip) are evaluated as
 mode (old_log_prob := the rollout log-probs), so their ratio is π_θ/μ at π_θ = π_old.
 Aggregations (w/coef): ``dapo`` 1/Σ_batch mask (TRL: masked weights count as zeros);
 ``token-mean`` 1/Σ_batch kept; ``seq-mean-token-mean`` 1/(N·T_i) over kept; ``seq-mean`` 1/N.
-Counts below 1 are taken as 1 (verl adds 1e-8; the numerator is then 0).
+Counts below 1 are taken as 1: the numerator is then 0.  verl's token-mean divides by the
+batch's kept-token count with no epsilon (core_algos.py::agg_loss, batch_num_tokens =
+loss_mask.sum()), so an all-rejected batch is 0/0, a NaN loss, and the actor skips the step (its
+grad norm is not finite): the same zero update.  Where the denominator counts the kept tokens of
+the whole batch (verl's rejection under token-mean: :func:`batch_dependent`), the *mean* update
+depends on the batch size; elsewhere it does not.
 """
 
 from __future__ import annotations
@@ -60,6 +65,8 @@ __all__ = [
     "parse",
     "spec",
     "gpolab_pairing",
+    "batch_dependent",
+    "sequence_weight_bound",
 ]
 
 CLAMP = 20.0  # verl's SAFETY_BOUND on log ratios (rollout_corr_helper.py, core_algos.py)
@@ -286,7 +293,7 @@ REGISTRY: dict[str, Correction] = {
     "verl/rs_seq_mean_k1": _rs_entry("seq_mean_k1", "seq_mean", 1, (0.999, 1.001), "preset "
                                      "decoupled_geo_rs, Geo-RS"),
     "verl/rs_seq_mean_k3": _rs_entry("seq_mean_k3", "seq_mean", 3, 0.01, "preset "
-                                     "bypass_ppo_clip_k3_rs"),
+                                     "decoupled_k3_rs"),
     "verl/seq_is_rs": _entry(
         verl_corr, f"{VERL_IS} + compute_rollout_rejection_mask: preset decoupled_seq_is_rs "
         "(sequence TIS 2.0, seq_sum_k1 '0.5_2.0')" + AGG, "sequence",
@@ -398,6 +405,32 @@ def gpolab_pairing(name: str) -> bool:
     """Whether entry ``name`` is a loss evaluated against μ that its framework does not run that
     way (verl's bypass mode runs only ppo_clip and reinforce): gpolab's pairing, not verl's."""
     return BYPASS in REGISTRY[name].source
+
+
+def batch_dependent(name: str) -> bool:
+    """Whether entry ``name``'s mean update depends on the batch size: its denominator counts the
+    kept tokens of the whole batch (token-mean after rejection), so E ĝ at B prompts is a ratio of
+    sums, not B times one prompt's term."""
+    entry = REGISTRY[name]
+    return entry.aggregation == "token-mean" and "reject" in entry.kind
+
+
+def sequence_weight_bound(name: str, overrides: dict | None = None) -> float | None:
+    """The largest per-sequence weight ω(y) of an entry whose coefficient is A·ω(y), ω a function
+    of the response alone (sequence-level IS, truncated or masked, no rejection, no cut that reads
+    A): TRL's cap (∞ without one; times min(1, ε_high) for CISPO), verl's upper threshold (at most
+    e^20, its clamp).  None for every other entry."""
+    entry, params = REGISTRY[name], _params(name, overrides or {})
+    fn = entry.fn.func
+    if entry.level != "sequence" or "reject" in entry.kind:
+        return None
+    if fn in (trl_is, trl_cispo):
+        cap = math.inf if params["clip_max"] is None else float(params["clip_max"])
+        return cap * (min(1.0, params["eps_high"]) if fn is trl_cispo else 1.0)
+    if fn is verl_corr and entry.fn.keywords.get("level") == "sequence":
+        t = params["is_threshold"]
+        return min(float(t[1] if isinstance(t, tuple) else t), math.exp(CLAMP))
+    return None
 
 
 def parse(spec: str) -> tuple[str, dict]:

@@ -36,7 +36,8 @@ from gpolab.estimators import mismatch
 # the frameworks' defaults, as the decision table names them: TRL's vLLM IS mode (GRPOConfig
 # vllm_importance_sampling_mode = sequence_mask, cap 3) and verl's (rollout_is off: none)
 DEFAULTS = {"trl": "trl/sequence_mask", "verl": "none"}
-SCHEMA = 2  # the mismatch rows' store schema (2: the total-variation columns)
+SCHEMA = 3  # the mismatch rows' store schema (2: the total-variation columns; 3: the large
+# batch measured for batch-dependent entries, the π-sampled mean of unresolved sequence weights)
 LARGE_B = 512  # the decision's large batch: prompts per step of a production run
 JSON = (
     "T",
@@ -55,6 +56,10 @@ JSON = (
     "cos_se",
     "scale",
     "scale_se",
+    "resolved",
+    "large_from",
+    "mse_large",
+    "mse_large_se",
 )
 
 
@@ -93,6 +98,94 @@ def truth(params: markov.MarkovParams, theta, kind: str, size: float) -> tuple:
     return mu, markov.exact(params, theta).g, sizes
 
 
+def per_seed_pi(cell: Cell, key: jax.Array, args: tuple) -> dict:
+    """One batch from π_θ for the mean of a sequence-weighted correction (coefficient A·ω(y)):
+    m = T·Σ_batch u·(r − V_μ(x))·Σ_t ∇log π_θ / (B·G·T) with u = ω·μ/π ≤ 1 where ω ≤ π/μ, whose
+    mean is E ĝ under μ (iid group members: E_μ[A ω s | x] = E_μ[r ω s | x] − V_μ(x) E_μ[ω s | x];
+    gpolab's identity).  The error e = m − g; ``sq`` is this sampler's, not ĝ's."""
+    params, theta, mu, g, v_mu = args
+    k_prompts, k_responses = jax.random.split(key)
+    prompts = markov.sample_prompts(k_prompts, params, cell.B)
+    ys, rewards = markov.sample(k_responses, params, theta, prompts, cell.G)
+    logp = markov.table_logp(params, markov.table(params, theta), prompts, ys)
+    logp_mu = markov.table_logp(params, mu, prompts, ys)
+    ones = jnp.ones_like(rewards)
+    omega = mismatch.correction(cell.correction, ones, logp, logp_mu, jnp.ones_like(logp),
+                                **dict(cell.options)).coef[..., 0]  # fmt: skip
+    log_ratio = jnp.sum(logp - logp_mu, axis=-1)
+    u = jnp.where(omega > 0, jnp.exp(jnp.log(jnp.where(omega > 0, omega, 1.0)) - log_ratio), 0.0)
+    c = u * (rewards - v_mu[prompts][:, None]) / rewards.size
+    e = markov.token_gradient(params, theta, prompts, ys, jnp.broadcast_to(c[..., None], ys.shape))
+    e = e - g
+    return {"err": e, "sq": e @ e, "flagged": jnp.zeros((), e.dtype)}
+
+
+def _moments(parts: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the mean error per split (S, D), mean ‖e‖² per split, mean flagged share per split)."""
+    mean_e = np.stack([m.mean("err") for m in parts]).astype(np.float64)
+    sq = np.array([m.mean("sq") for m in parts], np.float64)
+    return mean_e, sq, np.array([m.mean("flagged") for m in parts], np.float64)
+
+
+def _summary(mean_e, sq, n: int, g) -> dict:
+    """bias², variance, MSE (and relative to ‖g‖²) with SEs over the S splits of ``n`` seeds
+    each, and cos, scale of the mean estimate with jackknife SEs over the splits."""
+    S = len(sq)
+    # per split: bias² = ‖ē‖² − tr Cov/n (unbiased), variance = n/(n − 1)(mean ‖e‖² − ‖ē‖²)
+    var = n / (n - 1) * (sq - np.sum(mean_e**2, axis=1))
+    bias = np.sum(mean_e**2, axis=1) - var / n
+    g_np = np.asarray(g, np.float64)
+    g_sq = float(g_np @ g_np)
+
+    def cos_scale(e, b):  # of the mean estimate E ĝ = g + e, given the unbiased bias² b
+        scale = 1.0 + e @ g_np / g_sq
+        norm_sq = 2.0 * scale - 1.0 + b / g_sq  # ‖E ĝ‖²/‖g‖², the Monte Carlo noise removed
+        return (scale / math.sqrt(norm_sq) if norm_sq > 0 else math.nan), scale
+
+    full = np.array(cos_scale(mean_e.mean(0), bias.mean()))
+    loo = np.array(
+        [
+            cos_scale((mean_e.sum(0) - mean_e[i]) / (S - 1), (bias.sum() - bias[i]) / (S - 1))
+            for i in range(S)
+        ]
+    )
+    jack = np.sqrt((S - 1) / S * np.sum((loo - loo.mean(0)) ** 2, axis=0))
+    out = {}
+    for name, x in (("bias_sq", bias), ("variance", var), ("mse", sq), ("rel_mse", sq / g_sq)):
+        out[name], out[f"{name}_se"] = _mean_se(x)
+    out["cos"], out["scale"] = (float(v) for v in full)  # scale: 1 unbiased, 0 collapsed
+    out["cos_se"], out["scale_se"] = (float(v) for v in jack)
+    out["g_sq"] = g_sq
+    return out
+
+
+def _mean_se(x) -> tuple[float, float]:
+    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(len(x)))
+
+
+MEAN_ONLY = ("variance", "mse", "rel_mse")  # withheld where μ's draws cannot see the weight's tail
+RESOLVE = 0.01  # resolved: the weight's variance bound at most RESOLVE × the sequences drawn
+
+
+def resolution(name: str, options: dict, chi2_seq: float, n_sequences: int) -> str:
+    """Whether sampling from μ resolves a sequence-weighted correction's row (gpolab's rule): its
+    weight ω ≤ W has Var_μ ω ≤ min(1 + χ²_seq, W²) (χ²_seq = χ²(π‖μ) over whole responses, exact);
+    the row is resolved when that bound is at most ``RESOLVE`` × the responses drawn (the weight's
+    own mean then known to ±0.1 at one SE).  Else its mean comes from :func:`per_seed_pi`, which
+    sees the tail (u = ω·μ/π ≤ 1), and its variance and MSE are withheld.  "" for the rows it
+    does not concern (bounded weights: token level, masks, rejections)."""
+    bound = mismatch.sequence_weight_bound(name, options)
+    if bound is None:
+        return ""
+    var = min(1.0 + chi2_seq, bound**2)
+    if var <= RESOLVE * n_sequences:
+        return ""
+    return (
+        f"mean from pi: Var_mu(w) <= {var:.3g} > {RESOLVE:g} x {n_sequences} responses drawn; "
+        "variance and MSE withheld"
+    )
+
+
 def measure(
     params: markov.MarkovParams,
     theta,
@@ -114,7 +207,9 @@ def measure(
     ``splits`` seed batches of ``seeds // splits`` each (cos: the jackknife over the batches),
     and the mismatch's exact size (:func:`gpolab.envs.markov.mismatch`).  ``exact``: the cell's
     :func:`truth` when the caller has it.  All corrections measured with the same ``key`` see
-    the same draws (paired)."""
+    the same draws (paired).  A sequence weight that μ's draws cannot resolve
+    (:func:`resolution`) takes its bias², cos and scale from draws of π (:func:`per_seed_pi`,
+    on the key folded with 1) and withholds its variance and MSE (NaN); ``resolved`` says so."""
     key = jax.random.key(0) if key is None else key
     mu, g, size_of = truth(params, theta, kind, size) if exact is None else exact
     cell = Cell(correction, B, G, tuple(sorted((options or {}).items())))
@@ -123,44 +218,24 @@ def measure(
         engine.run(per_seed, cell, (params, theta, mu, g), jax.random.fold_in(key, s), n, chunk)
         for s in range(splits)
     ]
-    mean_e = np.stack([m.mean("err") for m in parts]).astype(np.float64)  # (splits, D)
-    sq = np.array([m.mean("sq") for m in parts], np.float64)
-    flagged = np.array([m.mean("flagged") for m in parts], np.float64)
-    # per split: bias² = ‖ē‖² − tr Cov/n (unbiased), variance = n/(n − 1)(mean ‖e‖² − ‖ē‖²)
-    var = n / (n - 1) * (sq - np.sum(mean_e**2, axis=1))
-    bias = np.sum(mean_e**2, axis=1) - var / n
-    g_np = np.asarray(g, np.float64)
-    g_sq = float(g_np @ g_np)
-
-    def mean_se(x):
-        return float(x.mean()), float(x.std(ddof=1) / math.sqrt(splits))
-
-    def cos_scale(e, b):  # of the mean estimate E ĝ = g + e, given the unbiased bias² b
-        scale = 1.0 + e @ g_np / g_sq
-        norm_sq = 2.0 * scale - 1.0 + b / g_sq  # ‖E ĝ‖²/‖g‖², the Monte Carlo noise removed
-        return (scale / math.sqrt(norm_sq) if norm_sq > 0 else math.nan), scale
-
-    S = splits
-    full = np.array(cos_scale(mean_e.mean(0), bias.mean()))
-    loo = np.array(
-        [
-            cos_scale((mean_e.sum(0) - mean_e[i]) / (S - 1), (bias.sum() - bias[i]) / (S - 1))
-            for i in range(S)
-        ]
-    )
-    jack = np.sqrt((S - 1) / S * np.sum((loo - loo.mean(0)) ** 2, axis=0))
+    mean_e, sq, flagged = _moments(parts)
     out = {"T": params.T, "kind": kind, "size": size, "correction": correction, "B": B, "G": G}
-    for name, x in (
-        ("bias_sq", bias),
-        ("variance", var),
-        ("mse", sq),
-        ("rel_mse", sq / g_sq),
-        ("truncated_share", flagged),
-    ):
-        out[name], out[f"{name}_se"] = mean_se(x)
-    out["cos"], out["scale"] = (float(v) for v in full)  # scale: 1 unbiased, 0 collapsed
-    out["cos_se"], out["scale_se"] = (float(v) for v in jack)
-    out["g_sq"] = g_sq
+    out.update(_summary(mean_e, sq, n, g))
+    out["truncated_share"], out["truncated_share_se"] = _mean_se(flagged)
+    why = resolution(correction, options or {}, size_of["chi2_seq"], n * splits * B * G)
+    if why:
+        v_mu = markov.values(params, mu.reshape(-1))[1]
+        pi_key = jax.random.fold_in(key, 1)
+        args = (params, theta, mu, g, v_mu)
+        pi = [
+            engine.run(per_seed_pi, cell, args, jax.random.fold_in(pi_key, s), n, chunk)
+            for s in range(splits)
+        ]
+        pi_e, pi_sq, _ = _moments(pi)
+        mean = _summary(pi_e, pi_sq, n, g)
+        out.update({k: v for k, v in mean.items() if not k.startswith(MEAN_ONLY)})
+        out.update({k: math.nan for k in out if k.startswith(MEAN_ONLY)})
+    out["resolved"] = why or "yes"
     return {**out, **{f"mismatch_{k}": v for k, v in size_of.items()}}
 
 
@@ -233,25 +308,28 @@ def _cell_truth(instance, T: int, spec: str) -> tuple:
     return params, theta, truth(params, theta, *markov.parse_mismatch(spec))
 
 
+def large_seeds(cfg) -> int:
+    """Seeds for a batch-dependent entry's measurement at ``LARGE_B`` prompts: the measured
+    batch's prompt draws (seeds × B / LARGE_B), at least two per split."""
+    return max(cfg.seeds * cfg.instance.batch // LARGE_B, 2 * SPLITS) // SPLITS * SPLITS
+
+
+SPLITS = 8  # measure's default splits: the seed batches behind every SE
+
+
 def unit_rows(cfg, unit: dict, key) -> list[dict]:
-    """The one row of a (T, mismatch, correction) unit (``key``: its T's draws)."""
+    """The one row of a (T, mismatch, correction) unit (``key``: its T's draws).  An entry whose
+    mean depends on the batch (:func:`gpolab.estimators.mismatch.batch_dependent`) is measured
+    again at ``LARGE_B`` prompts (its ``*_large`` columns, ``large_from`` = "measured"); for every
+    other entry the large batch's MSE is exact from the measured one (``large_from`` = "exact")."""
     params, theta, exact = _cell_truth(cfg.instance, unit["T"], unit["mismatch"])
     kind, size = markov.parse_mismatch(unit["mismatch"])
     name, options = mismatch.parse(unit["correction"])
-    r = measure(
-        params,
-        theta,
-        kind,
-        size,
-        name,
-        B=cfg.instance.batch,
-        G=cfg.G,
-        seeds=cfg.seeds,
-        key=key,
-        options=options,
-        exact=exact,
-        chunk=cfg.chunk,
-    )
+    at = functools.partial(
+        measure, params, theta, kind, size, name, G=cfg.G, key=key, options=options,
+        exact=exact, chunk=cfg.chunk, splits=SPLITS,
+    )  # fmt: skip
+    r = at(B=cfg.instance.batch, seeds=cfg.seeds)
     entry = mismatch.REGISTRY[name]
     row = {
         "env": cfg.env,
@@ -268,19 +346,37 @@ def unit_rows(cfg, unit: dict, key) -> list[dict]:
     }
     skip = {"T", "kind", "size", "correction"}
     row.update({k: v for k, v in r.items() if k not in skip and not k.startswith("mismatch_")})
-    row["n_seeds"] = cfg.seeds // 8 * 8
+    row["n_seeds"] = cfg.seeds // SPLITS * SPLITS
+    measured = mismatch.batch_dependent(name) and cfg.instance.batch != LARGE_B
+    row["large_from"] = "measured" if measured else "exact"
+    big = (
+        at(B=LARGE_B, seeds=large_seeds(cfg), key=jax.random.fold_in(key, LARGE_B))
+        if measured
+        else {}
+    )
+    for col in ("bias_sq", "variance", "mse"):
+        for suffix in ("", "_se"):
+            row[f"{col}_large{suffix}"] = big.get(f"{col}{suffix}", math.nan)
+    row["n_seeds_large"] = large_seeds(cfg) if measured else 0
     return [row]
 
 
 def at_batch(results: pd.DataFrame, prompts: int) -> pd.DataFrame:
-    """The rows' MSE at a batch of ``prompts`` prompts (G responses each): bias² + variance·B/
-    ``prompts``, with its SE (gpolab's extrapolation: the batch is iid prompt groups, so the
-    variance falls as 1/B exactly where the denominator is fixed — TRL's dapo, verl's seq-mean
-    modes — and about so where rejected tokens leave verl's token-mean denominator)."""
+    """The rows' MSE at a batch of ``prompts`` prompts (G responses each), with its SE: where the
+    mean update does not depend on the batch (``large_from`` "exact": a fixed denominator) the
+    batch is iid prompt groups, so bias² stays and the variance falls as B/``prompts`` exactly;
+    where it does (verl's rejection under token-mean), the measurement at ``LARGE_B`` prompts
+    (``prompts`` must then be ``LARGE_B``)."""
     f = results["B"] / prompts
     out = results.copy()
     out["mse"] = results["bias_sq"] + f * results["variance"]
     out["mse_se"] = np.hypot(results["bias_sq_se"], f * results["variance_se"])
+    if "large_from" in results:
+        measured = (results["large_from"] == "measured").to_numpy()
+        if measured.any() and prompts != LARGE_B:
+            raise ValueError(f"batch-dependent rows are measured at {LARGE_B} prompts only")
+        out.loc[measured, "mse"] = results.loc[measured, "mse_large"]
+        out.loc[measured, "mse_se"] = results.loc[measured, "mse_large_se"]
     out["rel_mse"] = out["mse"] / results["g_sq"]
     return out
 
@@ -437,10 +533,20 @@ def notes(cfg, tables: dict) -> list[str]:
     lines = [
         "",
         "Which correction (rel_mse = MSE/|g|^2 at the measured batch; _large: at "
-        f"{LARGE_B} prompts, bias^2 + variance*B/{LARGE_B}; cos of the mean estimate with g; "
+        f"{LARGE_B} prompts, bias^2 + variance*B/{LARGE_B} (exact where the mean update does not "
+        f"depend on the batch), measured at {LARGE_B} prompts for verl's rejections (their "
+        "token-mean counts the batch's kept tokens); cos of the mean estimate with g; "
         f"trl: TRL's default {DEFAULTS['trl']}, verl: verl's default {DEFAULTS['verl']}):",
         table_text(dec, [c for c in DECISION if c in dec]),
     ]
+    res = tables.get("results", pd.DataFrame())
+    if "resolved" in res and (res["resolved"] != "yes").any():
+        lines += [
+            "",
+            "Unresolved by draws from the sampler (bias^2, cos and scale from draws of pi with "
+            "the bounded weight w*mu/pi; variance and MSE withheld):",
+            table_text(res[res["resolved"] != "yes"], ["T", "mismatch", "correction", "resolved"]),
+        ]
     mine = yours(cfg)
     if mine is not None:
         lines += ["", f"Your config ({cfg.from_config}): {mine[1]}"]
