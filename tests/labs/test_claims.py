@@ -24,7 +24,7 @@ from tools import readme as docs_blocks
 
 def test_the_shipped_ledger_validates_and_covers_the_three_papers():
     ledger = claims.load(claims.LEDGER)
-    assert {c["paper"] for c in ledger} == {"U", "T", "N", "I", "W", "LL", "R", "gpolab"}
+    assert {c["paper"] for c in ledger} == {"U", "T", "N", "I", "W", "LL", "FK", "gpolab"}
     assert len({c["id"] for c in ledger}) == len(ledger)
     claims.Config().validate()  # every experiment named exists, every statistic is known
 
@@ -42,19 +42,17 @@ def test_every_paper_claim_cites_the_papers_numbering_and_quotes_the_read_text()
     """Every claim of the U-statistic paper (the one whose text was read) names a numbered result
     (Lemma, Thm, Prop, Cor, Fig., Table, …) and quotes the paper's own sentence, found word for
     word on docs/papers.md (the page that quotes the text with its location); so does every claim
-    of Liu & Li's blog (LL: its TL;DR's sentence, no numbering); claims of the papers read from
-    their abstracts only say so, and the practitioners' reports (R) say no text was found."""
+    of Liu & Li's and Fang & Khazi's blogs (LL, FK: their TL;DR's words, no numbering); claims
+    of the papers read from their abstracts only say so."""
     page = _plain(PAPERS_PAGE.read_text(encoding="utf-8"))
     for c in claims.load(claims.LEDGER):
-        if c["paper"] in ("U", "LL"):
+        if c["paper"] in ("U", "LL", "FK"):
             if c["paper"] == "U":
                 assert NUMBERED.search(c["where"]), f"{c['id']}: where names no numbered result"
             assert c.get("quote"), f"{c['id']}: no quote of the paper's sentence"
             assert _plain(c["quote"]) in page, f"{c['id']}: quote not on docs/papers.md"
         elif c["paper"] in ("T", "N", "I", "W"):  # read from abstracts only
             assert "abstract" in c["where"] and not c.get("quote"), c["id"]
-        elif c["paper"] == "R":  # no published text: nothing to quote
-            assert "no published text" in c["where"] and not c.get("quote"), c["id"]
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ PAPERS = {
     "I": "arXiv 2603.12151",
     "W": "arXiv 2510.00977",
     "LL": "Liu & Li's blog (2025)",
-    "R": "practitioners' reports",
+    "FK": "Fang & Khazi's blog (2025)",
     "gpolab": "gpolab's derivation",
 }
 VERDICTS = (

@@ -1127,8 +1127,9 @@ def mismatch_token_bias(t: dict) -> dict:
     with Δ = ``mismatch_tv_max``, the largest per-token total variation ½Σ|μ − π| over the
     states μ visits (gpolab's reading: the blog's Δ_max is not defined in the text read; it
     measures bias with TV, and verl's docs gloss Δ_max as the maximum per-token policy
-    divergence).  ``slope_T`` (≤ 2 for the bound's order in T) and ``slope_delta`` (≤ 1: no
-    faster than linear in Δ) with their SEs; NaN unless the row at the largest T and mismatch
+    divergence).  ``slope_T`` (≤ 2 for the bound's order in T) and ``slope_delta`` (≥ 1: a
+    bound C·T²·Δ on Δ ≤ 1 needs the bias to vanish no slower than linearly as Δ → 0; a larger
+    power is inside it) with their SEs; NaN unless the row at the largest T and mismatch
     is resolved (≥ 3 SE: else no order is seen).  Control ``control_p``: the rows without
     mismatch (weights 1: unbiased) have bias² 0 (:func:`_unbiased_p`, a p-value: SE 0)."""
     import numpy as np
@@ -1222,14 +1223,16 @@ BEFORE_CLAMP = 5.0  # sequence KL at most this: well before the clamp
 
 
 def mismatch_seq_collapse(t: dict) -> dict:
-    """[R] "sequence-level IS collapses once T·KL reaches the ±20 clamp", on the scale E ĝ·g/‖g‖²
-    (1: no shrinkage; 0: the weights zero the estimate) of every sequence-level correction of the
-    experiment (``level == "sequence"``) against the sequence KL T·KL = ``mismatch_kl_seq``:
-    ``collapsed_max``, the largest scale past the clamp (KL_seq > 20; collapse: ≤ 0.1);
-    ``before_min``, the smallest before it (KL_seq ≤ 5, where the claim implies no collapse
-    yet: ≥ 0.5).  Control ``control_min``: the smallest scale of the token-level rows (no
-    correction, token TIS) past the clamp, which the sequence weights' collapse does not touch
-    (> 0.1).  Each with its row's jackknife SE."""
+    """[FK] "sequence-level IS collapses when [T·KL reaches] verl's clamp of 20, and often earlier",
+    on the scale E ĝ·g/‖g‖² (1: no shrinkage; 0: the weights zero the estimate) of every
+    sequence-level correction of the experiment (``level == "sequence"``) against the sequence KL
+    T·KL = ``mismatch_kl_seq``: ``collapsed_max``, the largest scale past the clamp (KL_seq > 20;
+    collapse: ≤ 0.1).  A row the sampler cannot resolve (``resolved`` ≠ "yes") carries the scale
+    of draws from π (:func:`gpolab.labs.offpolicy.mismatch.per_seed_pi`), which sees the weight's
+    tail.  "Often earlier" bounds nothing, so the smallest scale short of the clamp is reported
+    (``before_min``, KL_seq ≤ 5), not ruled.  Control ``control_min``: the smallest scale of the
+    token-level rows (no correction, token TIS) past the clamp, which the sequence weights'
+    collapse does not touch (> 0.1).  Each with its row's jackknife SE."""
     import numpy as np
 
     res = t["results"]
