@@ -133,3 +133,15 @@ def test_a_rejection_entrys_mean_moves_with_the_batch():
     assert abs(moved) > 5 * se, (moved, se)
     same, se = gap("none")
     assert abs(same) <= 4 * se, (same, se)
+
+
+def test_a_withheld_mse_never_leads_and_has_no_rank():
+    """An unresolved row (its MSE withheld, NaN) is never the least MSE, at either batch, and
+    TRL's default in that state has no MSE rank (it was ranked first when NaN compared false)."""
+    from tests.labs.test_offpolicy_mismatch_lab import _row, _table
+
+    rows = [_row("trl/sequence_mask", math.nan, 0.8), _row("verl/token_tis", 3.0, 0.99),
+            _row("none", 4.0, 0.7, bias_sq=0.2)]  # fmt: skip
+    dec = mismatch.decision(_table(rows)).iloc[0]
+    assert dec["least_mse"] == "verl/token_tis" and dec["least_mse_large"] == "verl/token_tis"
+    assert math.isnan(dec["trl_mse_rank"]) and dec["verl_mse_rank"] == 2

@@ -447,7 +447,8 @@ def decision(results: pd.DataFrame, large: int = LARGE_B) -> pd.DataFrame:
             row[f"{who}_rel_mse_large"] = float(at_batch(at.iloc[:1], large)["rel_mse"].iloc[0])
             row[f"{who}_cos"] = float(r["cos"])
             row[f"{who}_scale"] = float(r["scale"])
-            row[f"{who}_mse_rank"] = int((g["mse"] < r["mse"]).sum()) + 1
+            withheld = not np.isfinite(r["mse"])  # an unresolved row has no MSE to rank
+            row[f"{who}_mse_rank"] = math.nan if withheld else int((g["mse"] < r["mse"]).sum()) + 1
         rows.append(row)
     return pd.DataFrame(rows)
 
