@@ -146,7 +146,12 @@ def run_all(
     run's seconds are known (``<root>/seconds.json``), else in the given order.  Each experiment's
     numbers are those of a run on its own: cells draw from their own keys; only the CPU
     device count, and with it the order of float32 partial sums, may differ.  An error in one
-    (a refused cell, say) stops the rest and is raised here, as in one process."""
+    (a refused cell, say) stops the rest and is raised here, as in one process.
+
+    Ctrl-C stops the workers at once (they ignore SIGINT; this process kills them) and raises
+    :class:`~gpolab.runner.output.Interrupted` counting the finished cells kept in every
+    experiment's folder.  A worker dies with this process, even when it is killed (SIGKILL):
+    :func:`_guard_worker`."""
     jobs = workers(jobs, len(exps))
     known = _seconds_file(root)
     order = sorted(exps, key=lambda e: -known.get(_label(e, quick), 0.0)) if jobs > 1 else exps
@@ -159,29 +164,96 @@ def run_all(
         if on_done is not None:
             on_done(exp.name, result[1])
 
-    if jobs == 1:
-        for exp in order:
-            finished(exp, _run_one(exp, root, quick, fresh, timed))
-        return done
+    from gpolab.runner import output
+
+    try:
+        if jobs == 1:
+            for exp in order:
+                finished(exp, _run_one(exp, root, quick, fresh, timed))
+        else:
+            _run_pool(order, jobs, finished, root, quick, fresh, timed)
+    except (KeyboardInterrupt, output.Interrupted):
+        raise output.Interrupted(_kept(exps, root, quick)) from None
+    return done
+
+
+def _run_pool(order: list[Experiment], jobs: int, finished, *args) -> None:
+    """:func:`run_all` in ``jobs`` worker processes; ``finished(exp, result)`` as each ends.  Any
+    exception here (Ctrl-C, an experiment's error) kills the workers before it is raised."""
     import concurrent.futures
     import multiprocessing
+    import os
 
     from gpolab.engine import progress, usable_cores
 
     devices = max(1, usable_cores() // jobs)
     pool = concurrent.futures.ProcessPoolExecutor(
-        jobs, mp_context=multiprocessing.get_context("spawn")
+        jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_guard_worker,
+        initargs=(os.getpid(),),
     )
     worker = (devices, progress.MAX_SECONDS)
     with pool:
-        futures = {pool.submit(_run_one, e, root, quick, fresh, timed, worker): e for e in order}
+        futures = {pool.submit(_run_one, e, *args, worker): e for e in order}
         try:
             for future in concurrent.futures.as_completed(futures):
                 finished(futures[future], future.result())
         except BaseException:
+            # kill, not shutdown(wait=True): that waits for every running experiment's current
+            # XLA call (34 s after a Ctrl-C); a killed worker loses only its cell in flight
+            for process in list((pool._processes or {}).values()):  # 3.14: pool.kill_workers()
+                process.kill()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-    return done
+
+
+def _kept(exps: list[Experiment], root, quick: bool) -> str:
+    """The interrupt's message: the finished cells kept in every experiment's folder."""
+    from gpolab.runner.store import Store
+
+    counts = {_label(e, quick): Store(Path(root) / _label(e, quick)).count() for e in exps}
+    where = ", ".join(f"{n}: {k}" for n, k in counts.items() if k)
+    return (
+        f"interrupted: {sum(counts.values())} finished cells kept in {root}"
+        + (f" ({where})" if where else "")
+        + "; run the same command again to resume (--fresh starts over)"
+    )
+
+
+def _guard_worker(parent: int) -> None:
+    """A worker process's first act (the pool's initializer; it cannot fail): leave Ctrl-C to
+    ``parent`` (which kills the workers at once), and die when ``parent`` does, even by SIGKILL
+    (which runs no cleanup): on Linux the kernel kills it (``prctl(PR_SET_PDEATHSIG, SIGKILL)``;
+    the workers are started by the thread that calls :func:`run_all`); everywhere a daemon
+    thread checks twice a second that ``parent`` is still its parent (``os.getppid()`` changes
+    when a parent dies)."""
+    import os
+    import signal
+    import sys
+    import threading
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass  # no libc prctl: the thread below still watches
+    if os.getppid() != parent:  # the parent died before the guard was set
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int, every: float = 0.5) -> None:
+    """End this process (no cleanup: the parent's store keeps what is finished) as soon as
+    ``parent`` is no longer its parent."""
+    import os
+
+    while os.getppid() == parent:
+        time.sleep(every)
+    os._exit(1)
 
 
 def _label(exp: Experiment, quick: bool) -> str:
