@@ -9,8 +9,10 @@ Four runs of the CLI, each in a fresh interpreter with its own empty output fold
 * ``figures cold`` / ``figures warm``: ``gpolab figures`` (``--quick`` at the quick size) the same
   two ways, with caches of their own.
 
-With ``--baseline REF`` every run is made for the commit REF too (a ``git worktree`` of it in a
-temporary folder, run by the same Python with that folder first on ``sys.path``), in turn with
+With ``--baseline REF`` every run is made for the commit REF too (its files exported by ``git
+archive`` into a temporary folder, run by the same Python with that folder first on
+``sys.path``; nothing is registered in the repository, so a killed bench leaves it as it was), in
+turn with
 this checkout's, and each row carries ``baseline_s`` and ``vs_baseline`` = baseline seconds over
 these: the ratio measured in one run on one machine, which is what a speed claim may rest on.
 """
@@ -90,6 +92,22 @@ def timed(argv: list[str], caches: Path, work: Path, source: Path | None = None)
     return seconds
 
 
+def export(repo, ref: str, into: Path) -> Path:
+    """Commit ``ref``'s files in the new folder ``into`` (``git archive``, unpacked here): a plain
+    copy the repository does not know of (a ``git worktree`` stayed registered in it when the
+    bench was killed)."""
+    import io
+    import tarfile
+
+    out = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", ref], capture_output=True, check=True
+    )
+    with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
+        # the "data" filter (Python >= 3.11.4): nothing outside ``into``, no device files
+        tar.extractall(into, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return into
+
+
 def rows(size: str, baseline: str | None = None, repo: str | os.PathLike = ".", on_row=None):
     """One row per run of :data:`RUNS`: ``seconds`` (this checkout) and, with a baseline commit,
     ``baseline_s`` and ``vs_baseline``; the two checkouts' runs alternate."""
@@ -99,36 +117,23 @@ def rows(size: str, baseline: str | None = None, repo: str | os.PathLike = ".", 
         tmp = Path(name)
         sources = {"this": None}
         if ref is not None:
-            tree = tmp / "baseline-tree"
-            subprocess.run(
-                ["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), ref],
-                capture_output=True,
-                check=True,
-            )
-            sources["baseline"] = tree
-        try:
-            for run in RUNS:
-                seconds = {}
-                for tag, source in sources.items():
-                    caches = tmp / tag / run.split()[0] / "caches"  # cold empties, warm reuses
-                    if run.endswith("cold"):
-                        shutil.rmtree(caches, ignore_errors=True)
-                    work = tmp / tag / "work"
-                    seconds[tag] = timed(command(run, size, work), caches, work, source)
-                row = {"workload": f"{run} ({size})", "seconds": seconds["this"]}
-                if ref is not None:
-                    row.update(
-                        baseline=ref[:12],
-                        baseline_s=seconds["baseline"],
-                        vs_baseline=seconds["baseline"] / seconds["this"],
-                    )
-                out.append(row)
-                if on_row is not None:
-                    on_row(row)
-        finally:
+            sources["baseline"] = export(repo, ref, tmp / "baseline-tree")
+        for run in RUNS:
+            seconds = {}
+            for tag, source in sources.items():
+                caches = tmp / tag / run.split()[0] / "caches"  # cold empties, warm reuses
+                if run.endswith("cold"):
+                    shutil.rmtree(caches, ignore_errors=True)
+                work = tmp / tag / "work"
+                seconds[tag] = timed(command(run, size, work), caches, work, source)
+            row = {"workload": f"{run} ({size})", "seconds": seconds["this"]}
             if ref is not None:
-                subprocess.run(
-                    ["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)],
-                    capture_output=True,
+                row.update(
+                    baseline=ref[:12],
+                    baseline_s=seconds["baseline"],
+                    vs_baseline=seconds["baseline"] / seconds["this"],
                 )
+            out.append(row)
+            if on_row is not None:
+                on_row(row)
     return out

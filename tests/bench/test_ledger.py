@@ -55,14 +55,24 @@ def test_timed_runs_the_cli_and_a_failure_is_one_error(tmp_path):
         ledger.timed(["claims", "--sizes", "huge"], tmp_path / "c", tmp_path / "w")
 
 
+def _worktrees(repo: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), "worktree", "list", "--porcelain"], capture_output=True, text=True
+    ).stdout
+
+
 @pytest.mark.skipif(not _is_git(REPO), reason="needs the git checkout")
-def test_rows_alternate_with_the_baseline_and_remove_its_worktree(monkeypatch):
+def test_rows_alternate_with_the_baseline_and_register_nothing(monkeypatch):
     calls = []
+    before = _worktrees(REPO)
 
     def fake(argv, caches, work, source=None):
         calls.append((argv[0], "baseline" if source else "this", caches))
-        if source is not None:
-            assert (source / "gpolab" / "__init__.py").exists()  # the baseline's checkout
+        if source is not None:  # the baseline's files, the shipped experiments' link included
+            assert (source / "gpolab" / "__init__.py").exists()
+            assert (source / "gpolab" / "shipped_experiments" / "zoo.toml").exists()
+        # a kill (SIGKILL: no cleanup) would land here: nothing may be registered in the repo
+        assert _worktrees(REPO) == before
         return 2.0 if source else 1.0
 
     monkeypatch.setattr(ledger, "timed", fake)
@@ -72,7 +82,38 @@ def test_rows_alternate_with_the_baseline_and_remove_its_worktree(monkeypatch):
     assert [c[1] for c in calls] == ["this", "baseline"] * len(ledger.RUNS)
     # cold and warm of one command share caches; the ledger's and the figures' are apart
     assert calls[0][2] == calls[2][2] and calls[0][2] != calls[4][2]
-    listed = subprocess.run(
-        ["git", "-C", str(REPO), "worktree", "list"], capture_output=True, text=True
-    ).stdout
-    assert "baseline-tree" not in listed
+    assert _worktrees(REPO) == before
+
+
+KILLED = """
+import sys, time
+from gpolab.bench import ledger
+ledger.timed = lambda *a, **k: time.sleep(60)
+ledger.rows("quick", "HEAD", sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(not _is_git(REPO), reason="needs the git checkout")
+def test_a_killed_baseline_run_leaves_the_repository_as_it_was(tmp_path):
+    """SIGKILL during `bench --ledger --baseline` used to leave a git worktree registered in the
+    user's repository (issue 55); here on a clone, killed while the baseline's files are out."""
+    import os
+    import sys
+    import time
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", "--shared", str(REPO), str(repo)], check=True)
+    before = _worktrees(repo)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(repo)], env=env)
+    try:
+        end = time.monotonic() + 60
+        while not list(temp.glob("gpolab-ledger-*/baseline-tree/gpolab")):
+            assert proc.poll() is None and time.monotonic() < end, "no baseline files"
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _worktrees(repo) == before
