@@ -780,6 +780,8 @@ OWN_RULES = (
     "gpolab-knapsack-truth",
     "gpolab-knapsack-simple",
     *PUBLISHED[2:5],
+    "gpolab-gvm-exact",
+    "gpolab-gvm-gnorm",
     "gpolab-gvm-last",
     *PUBLISHED[5:],
 )
@@ -799,6 +801,8 @@ def _allocate_own_extract(t: dict) -> dict:
     for _, r in res.iterrows():
         key, u = f"{r['rule']} N={int(r['budget'])}", uni.loc[r["budget"]]
         out[f"{key} ratio"] = (_f(r["score"] / u["score"]), None)
+        if "scaled_mse" in r:  # scale-free: after the best single rescaling of ĝ
+            out[f"{key} scaled"] = (_f(r["scaled_mse"] / u["scaled_mse"]), None)
         out[f"{key} value"] = (_f(r["knapsack_value"] / u["knapsack_value"]), None)
         out[f"{key} nonzero"] = (_f(r["nonzero_groups"]), None)
         out[f"{key} cost"] = (_f(r["update_cost"]), None)
@@ -886,6 +890,9 @@ def _allocate_verdicts_render(v: dict) -> str:
         trained, key=lambda r: (_v(v, f"{r} half") != _v(v, f"{r} half"), _v(v, f"{r} half"))
     )
     mse_rank = ", ".join(f"{r} {_num(_v(v, f'{r} N={mid} ratio'), 3)}" for r in by_mse)
+    scaled = [r for r in rules_at if f"{r} N={mid} scaled" in v]
+    by_scaled = sorted(scaled, key=lambda r: _v(v, f"{r} N={mid} scaled"))
+    scaled_rank = ", ".join(f"{r} {_num(_v(v, f'{r} N={mid} scaled'), 3)}" for r in by_scaled)
     train_rank = ", ".join(f"{r} {_count(_v(v, f'{r} half'))}" for r in by_train)
     lines = [
         f"- **Ranked by MSE** at N = {mid} (÷ uniform's, exact given the allocation where "
@@ -894,6 +901,28 @@ def _allocate_verdicts_render(v: dict) -> str:
         "- **Ranked by training** (rollouts until the gap halves, update cost counted as "
         f"free; rules that never get there last): {train_rank}.",
     ]
+    if scaled:
+        lines.insert(
+            1,
+            f"- **Ranked scale-free** at N = {mid} (the MSE after the best single rescaling of ĝ, "
+            "÷ uniform's, Monte Carlo: the fair basis for a rule whose estimator rescales ĝ, "
+            f"knapsack-grpo's GRPO): {scaled_rank}.",
+        )
+    scale_free = (
+        f"; scale-free (after the best single rescaling of ĝ) "
+        f"{ratios('knapsack-grpo', 'scaled')}× uniform's, `knapsack` (loo) "
+        f"{ratios('knapsack', 'scaled')}×"
+        if f"knapsack-grpo N={mid} scaled" in v
+        else ""
+    )
+    gvm_variants = (
+        f"With their gradient quantity computed exactly (`gpolab-gvm-exact`) "
+        f"{ratios('gpolab-gvm-exact')}×, training {_race(v, 'gpolab-gvm-exact')}; with the "
+        f"expected-gradient norm ‖g_x‖ in its place (`gpolab-gvm-gnorm`, the lab's `gvm` before "
+        f"issue 55) {ratios('gpolab-gvm-gnorm')}×, training {_race(v, 'gpolab-gvm-gnorm')}. "
+        if "gpolab-gvm-exact half" in v and "gpolab-gvm-gnorm half" in v
+        else ""
+    )
     say = {
         "knapsack": lambda: (
             f"Knapsack RL as its authors run it (`knapsack`, loo): {ratios('knapsack')}× "
@@ -909,13 +938,13 @@ def _allocate_verdicts_render(v: dict) -> str:
         "knapsack-grpo": lambda: (
             f"Knapsack RL with its own estimator (`knapsack-grpo`, GRPO): {ratios('knapsack-grpo')}"
             f"× uniform's (loo) MSE against g (GRPO's ĝ estimates g/σ, so this MSE carries that "
-            f"scale); training {_race(v, 'knapsack-grpo')}."
+            f"scale){scale_free}; training {_race(v, 'knapsack-grpo')}."
         ),
         "gvm": lambda: (
             f"GVM-RAFT as its scripts run it (`gvm`: a fresh first stage of N/(2P) per prompt, "
             f"then its rule on the other half): {ratios('gvm')}× uniform's MSE at N = {ns}, "
             f"spending {_num(_v(v, f'gvm N={mid} rollouts'), 3)}× N; training {_race(v, 'gvm')}. "
-            f"gpolab's old port on the last step (`gpolab-gvm-last`): training "
+            f"{gvm_variants}gpolab's old port on the last step (`gpolab-gvm-last`): training "
             f"{_race(v, 'gpolab-gvm-last')}."
         ),
         "greso": lambda: f"GRESO: {ratios('greso')}× uniform's MSE; training {_race(v, 'greso')}.",

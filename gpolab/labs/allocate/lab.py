@@ -983,6 +983,7 @@ def report(cfg: Config, tables: dict) -> str:
                 "mse",
                 "mse_se",
                 "theory_mse",
+                "scaled_mse",
                 "cos",
                 "snr",
                 "zero_signal",
