@@ -1,59 +1,120 @@
 """Which mismatch correction a trainer's own config runs: :func:`read` loads a TRL GRPOConfig
-(JSON or YAML, as ``GRPOConfig.to_dict()`` writes it) or a verl config (hydra YAML, nested or
-dotted keys); :func:`correction_of` names the :data:`gpolab.estimators.mismatch.REGISTRY` entry
-with the user's own values as overrides, or None with the reason.  Absent keys take the sources'
-defaults: TRL f2cd57710ae3 ``trl/trainer/grpo_config.py::GRPOConfig``; verl 1dda039b9c63
-``trainer/config/algorithm/rollout_correction.yaml`` and ``trainer/config/actor/actor.yaml``."""
+(JSON or YAML, as ``GRPOConfig.to_dict()`` or ``trl grpo --config`` has it) or a verl config
+(hydra YAML, nested or dotted keys); :func:`correction_of` names the
+:data:`gpolab.estimators.mismatch.REGISTRY` entry with the user's own values as overrides, or
+None with the reason, and names each setting that changes the gradient but is not modelled.
+
+Keys: every key is checked against the framework's own list (``framework_keys.toml``, read from
+the sources it names).  TRL: GRPOConfig's fields with TrainingArguments' (what ``GRPOConfig(**d)``
+accepts under a supported transformers) and the script, model and dataset arguments ``trl grpo
+--config`` accepts.  verl: the fields of the dataclasses behind the sections read
+(``algorithm``, ``algorithm.rollout_correction``, ``actor_rollout_ref.actor``, its
+``policy_loss``, ``actor_rollout_ref.rollout``), which verl's ``omega_conf_to_dataclass`` rejects
+any other key of.  An unknown or duplicate key, a mapping or a wrong type where a read key wants
+a value, and each combination the framework raises for at start-up is one ConfigError naming the
+key, before anything runs.
+
+Defaults: an absent key takes what a run of the framework gets.  TRL f2cd57710ae3: GRPOConfig's
+defaults.  verl 1dda039b9c63: its YAML defaults (``trainer/config/ppo_trainer.yaml`` and the
+files of its defaults list: ``algorithm/rollout_correction.yaml`` ``rollout_is: null``,
+``rollout/rollout.yaml`` ``calculate_log_probs: True``, ``trainer.use_v1: true``), not its Python
+dataclass defaults (``RolloutCorrectionConfig.rollout_is = "sequence"``,
+``RolloutConfig.calculate_log_probs = False``): verl runs through hydra, whose composed YAML
+``omega_conf_to_dataclass`` merges over the dataclass defaults, so a YAML-launched run gets null;
+the Python defaults reach only code that builds the dataclass itself."""
 
 from __future__ import annotations
 
+import difflib
 import json
+import math
+import re
+import tomllib
 from pathlib import Path
 
 import yaml
 
 from gpolab.estimators import mismatch
-from gpolab.validate import ConfigError, choice
+from gpolab.validate import ConfigError
 
 __all__ = ["read", "correction_of"]
 
+KEYS = tomllib.loads(Path(__file__).with_name("framework_keys.toml").read_text())
+TRL_ALL = frozenset(KEYS["trl"]["grpo_config"] + KEYS["trl"]["training_args"] + KEYS["trl"]["cli"])
+TRL_OWN = frozenset(KEYS["trl"]["grpo_config"]) - set(KEYS["trl"]["training_args"])
+RC, ACTOR = "algorithm.rollout_correction", "actor_rollout_ref.actor"
+POLICY, ROLLOUT = f"{ACTOR}.policy_loss", "actor_rollout_ref.rollout"
+SECTIONS = {s: frozenset(KEYS["verl"][s]) for s in ("algorithm", RC, ACTOR, POLICY, ROLLOUT)}
+DEEPEST = sorted(SECTIONS, key=len, reverse=True)
 ALLOWED = (
     "a TRL GRPOConfig or a verl config as JSON (.json) or YAML (.yaml, .yml); TRL keys: "
     "use_vllm, loss_type, vllm_importance_sampling_*; verl keys: algorithm.rollout_correction.*, "
     "actor_rollout_ref.actor.*"
 )
-LOADERS = {".json": ("JSON", json.loads), ".yaml": ("YAML", yaml.safe_load)}
-LOADERS[".yml"] = LOADERS[".yaml"]
-TRL_KEYS = {"use_vllm", "loss_type", "epsilon", "epsilon_high", "num_generations", "beta"}
-TRL = dict(use_vllm=False, vllm_importance_sampling_correction=True,
-           vllm_importance_sampling_mode="sequence_mask", vllm_importance_sampling_clip_max=3.0,
-           vllm_importance_sampling_clip_min=None, vllm_importance_sampling_cap=None,
-           loss_type="dapo", epsilon=0.2, epsilon_high=None, beta=0.0)  # fmt: skip
 TRL_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 PER_SEQ = "per sequence (token mean), then over sequences"
 TRL_AGG = {  # grpo_trainer.py::_compute_loss normalisers other than dapo's global token count
     "grpo": PER_SEQ, "sapo": PER_SEQ, "bnpo": "by the local batch's token count",
     "dr_grpo": "by B·max_completion_length", "luspo": "as sequence losses times their length",
 }  # fmt: skip
+SEQ_LOSS = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "sapo")  # a (B, 1) loss at sequence level
 F32_MAX = 3.4028234663852886e38  # float(np.finfo(np.float32).max): finite for _params
-RC, ACTOR = "algorithm.rollout_correction", "actor_rollout_ref.actor"
-VERL = {f"{RC}.rollout_is": None, f"{RC}.rollout_is_threshold": 2.0, f"{RC}.rollout_rs": None,
-        f"{RC}.rollout_rs_threshold": None, f"{RC}.bypass_mode": False,
-        f"{RC}.loss_type": "ppo_clip", f"{RC}.rollout_is_batch_normalize": False,
-        f"{ACTOR}.policy_loss.loss_mode": "vanilla", f"{ACTOR}.clip_ratio": 0.2,
-        f"{ACTOR}.clip_ratio_low": 0.2, f"{ACTOR}.clip_ratio_high": 0.2,
-        f"{ACTOR}.clip_ratio_c": 3.0, f"{ACTOR}.tau_pos": 1.0, f"{ACTOR}.tau_neg": 1.05,
-        f"{ACTOR}.loss_agg_mode": "token-mean"}  # fmt: skip
-THRESHOLDS = ("rollout_is_threshold", "rollout_rs_threshold")
 RS_OPTIONS = [f"{s}_k{k}" for s in ("token", "seq_sum", "seq_mean") for k in (1, 2, 3)]
 RS_OPTIONS += ["seq_max_k2", "seq_max_k3"]
-PAIRED = ("gspo", "geo_mean", "cispo", "sapo")  # verl losses the registry evaluates in bypass
+PAIRED = ("gspo", "geo_mean", "cispo", "sapo")  # losses with a registry entry against μ
 RATIO_1 = "at the scored θ (π_θ = π_old) the {} loss's own ratio is 1; {}"
+LOO = "the lab's advantages are leave-one-out, r − the mean of the others"
+
+
+# ------------------------------------------------------------------------- reading a file
+
+
+class _Loader(yaml.SafeLoader):
+    """yaml.safe_load's loader with a duplicate key an error (OmegaConf's loader, which verl's
+    hydra uses, rejects one) and 1e-4 a float (as OmegaConf and TRL's argparse types read it;
+    YAML 1.1 reads a string)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _unique(pairs) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+LOADERS = {
+    ".json": ("JSON", lambda text: json.loads(text, object_pairs_hook=_unique)),
+    ".yaml": ("YAML", lambda text: yaml.load(text, _Loader)),  # noqa: S506 (a safe loader)
+}
+LOADERS[".yml"] = LOADERS[".yaml"]
 
 
 def read(path) -> dict:
-    """The settings of a TRL or verl config file as one flat dict (dotted keys); one
-    :class:`ConfigError` naming the file for an unreadable, unknown or foreign file."""
+    """The settings of a TRL or verl config file as one dict (verl: dotted keys), checked as
+    :func:`correction_of` checks them; one :class:`ConfigError` naming the file (and the key)
+    for an unreadable, unknown, foreign or invalid file."""
     path = Path(path)
     kind, load = LOADERS.get(path.suffix.lower(), (None, None))
     if load is None:
@@ -67,9 +128,13 @@ def read(path) -> dict:
         why = f"not UTF-8 text (byte {err.start})"
         raise ConfigError(f"{path}: {why}; allowed: {ALLOWED}") from None
     except (ValueError, yaml.YAMLError) as err:
-        why = str(err).splitlines()[0]
+        why = str(getattr(err, "problem", None) or err).splitlines()[0]
+        mark = getattr(err, "problem_mark", None)
+        why += "" if mark is None else f", line {mark.line + 1}"
         raise ConfigError(f"{path}: not valid {kind} ({why}); allowed: {ALLOWED}") from None
-    return _settings(data, str(path))[0]
+    flat, framework = _settings(data, f"{path}: ")
+    (_trl if framework == "trl" else _verl)(flat, f"{path}: ")  # every check, naming the file
+    return flat
 
 
 def _flat(data: dict, prefix: str = "") -> dict:
@@ -80,59 +145,275 @@ def _flat(data: dict, prefix: str = "") -> dict:
     return out
 
 
+def _near(key: str, known) -> str:
+    near = difflib.get_close_matches(key, list(known), 1, 0.8)
+    return f" (did you mean {near[0]}?)" if near else ""
+
+
 def _settings(data, where: str) -> tuple[dict, str]:
-    """(flat settings, "trl" or "verl"); a Trainer's dict holding them under ``training_args``
-    or ``args`` is unwrapped."""
+    """(settings, "trl" or "verl"): verl's flattened to dotted keys, TRL's top-level keys as
+    given; a Trainer's dict holding them under ``training_args`` or ``args`` is unwrapped."""
     if not isinstance(data, dict):
         got = type(data).__name__
-        raise ConfigError(f"{where}: a {got} at the top level, not a mapping; allowed: {ALLOWED}")
+        raise ConfigError(f"{where}a {got} at the top level, not a mapping; allowed: {ALLOWED}")
     for inner in ("training_args", "args"):
-        if isinstance(data.get(inner), dict) and not TRL_KEYS & set(data):
+        if isinstance(data.get(inner), dict) and not TRL_OWN & set(data):
             data = data[inner]
-    flat = _flat(data)
-    verl = any(k.split(".")[0] in ("algorithm", "actor_rollout_ref") for k in flat)
-    trl = any(k in TRL_KEYS or k.startswith("vllm_importance_sampling") for k in flat)
+    top = {str(k).lstrip("+").split(".")[0] for k in data}
+    verl = bool(top & {"algorithm", "actor_rollout_ref"})
+    trl = any(k in TRL_OWN or str(k).startswith("vllm_importance_sampling") for k in data)
     if verl == trl:
         what = "both TRL and verl keys" if verl else "neither TRL nor verl keys"
-        raise ConfigError(f"{where}: {what}; allowed: {ALLOWED}")
-    return flat, "verl" if verl else "trl"
+        hints = "".join(_near(str(k), TRL_OWN) for k in data)[:200]
+        raise ConfigError(f"{where}{what}{hints}; allowed: {ALLOWED}")
+    if verl:
+        return _flat(data), "verl"
+    for key in data:
+        if key not in TRL_ALL:
+            raise ConfigError(
+                f"{where}{key}: unknown TRL key{_near(str(key), TRL_ALL)}; allowed: the fields "
+                "GRPOConfig(**d) accepts (with TrainingArguments'), or trl grpo --config's "
+                "(gpolab/labs/offpolicy/framework_keys.toml)"
+            )
+    return dict(data), "trl"
+
+
+# ------------------------------------------------------------------------- values
+
+
+def _n(low=-math.inf, high=math.inf, *, none=False, integer=False, open_low=False):
+    """(test, allowed text) of a number in [low, high] ((low, high] if open_low), or null."""
+
+    def test(v) -> bool:
+        if v is None:
+            return none
+        kind = int if integer else (int, float)
+        if isinstance(v, bool) or not isinstance(v, kind) or not math.isfinite(v):
+            return False
+        return (v > low if open_low else v >= low) and v <= high
+
+    what = "an integer" if integer else "a finite number"
+    what += f" {'>' if open_low else '≥'} {low:g}" * (low > -math.inf)
+    what += f" and ≤ {high:g}" * (high < math.inf) + " or null" * none
+    return test, what
+
+
+def _one(*options):
+    """(test, allowed text) of one of ``options`` (true/false only as booleans)."""
+    test = lambda v: any(v == o and type(v) is type(o) for o in options)  # noqa: E731
+    return test, ", ".join("null" if o is None else str(o).lower() for o in options)
+
+
+BOOL = _one(True, False)
+TRL = {  # key: (GRPOConfig's default, check); trl/trainer/grpo_config.py f2cd57710ae3
+    "use_vllm": (False, BOOL),
+    "vllm_importance_sampling_correction": (True, BOOL),
+    "vllm_importance_sampling_mode": ("sequence_mask", _one(*TRL_MODES)),
+    "vllm_importance_sampling_clip_max": (3.0, _n(0, none=True)),
+    "vllm_importance_sampling_clip_min": (None, _n(0, none=True)),
+    "vllm_importance_sampling_cap": (None, _n(0, none=True)),
+    "loss_type": ("dapo", _one("dapo", "cispo", "vespo", *TRL_AGG)),
+    "importance_sampling_level": ("token", _one("token", "sequence")),
+    "epsilon": (0.2, _n(0)),
+    "epsilon_high": (None, _n(0, none=True)),
+    "delta": (None, _n(none=True)),
+    "beta": (0.0, _n()),
+    "scale_rewards": ("group", _one("group", "batch", "none", True, False)),
+    "multi_objective_aggregation": ("sum_then_normalize",
+                                    _one("sum_then_normalize", "normalize_then_sum")),
+    "off_policy_mask_threshold": (None, _n(none=True)),
+    "top_entropy_quantile": (1.0, _n(0, 1)),
+    "entropy_coef": (0.0, _n()),
+    "use_adaptive_entropy": (False, BOOL),
+    "mask_truncated_completions": (False, BOOL),
+    "num_iterations": (1, _n(1, integer=True)),
+    "num_generations": (8, _n(2, integer=True)),  # GRPOConfig raises below 2
+}  # fmt: skip
+VERL = {  # key: (the YAML default of a hydra run, check); verl 1dda039b9c63
+    f"{RC}.rollout_is": (None, _one(None, "token", "sequence")),
+    f"{RC}.rollout_is_threshold": (2.0, None),  # parsed by _is_threshold
+    f"{RC}.rollout_rs": (None, (lambda v: v is None or isinstance(v, str),
+                                "null or a comma list of " + ", ".join(RS_OPTIONS))),
+    f"{RC}.rollout_rs_threshold": (None, None),  # parsed by _rs_thresholds
+    f"{RC}.bypass_mode": (False, BOOL),
+    f"{RC}.loss_type": ("ppo_clip", _one("ppo_clip", "reinforce")),
+    f"{RC}.rollout_is_batch_normalize": (False, BOOL),
+    f"{POLICY}.loss_mode": ("vanilla", _one(*KEYS["verl"]["loss_modes"])),
+    f"{ACTOR}.clip_ratio": (0.2, _n(0)),
+    f"{ACTOR}.clip_ratio_low": (0.2, _n(0, none=True)),
+    f"{ACTOR}.clip_ratio_high": (0.2, _n(0, none=True)),
+    f"{ACTOR}.clip_ratio_c": (3.0, _n(1, open_low=True)),  # core_algos asserts > 1
+    f"{ACTOR}.tau_pos": (1.0, _n(0, open_low=True)),
+    f"{ACTOR}.tau_neg": (1.05, _n(0, open_low=True)),
+    f"{ACTOR}.loss_agg_mode": ("token-mean", _one("token-mean", "token-sum", "seq-mean-token-sum",
+                                                  "seq-mean-token-sum-norm",
+                                                  "seq-mean-token-mean")),
+    f"{ACTOR}.use_kl_loss": (False, BOOL),
+    f"{ACTOR}.kl_loss_coef": (0.001, _n()),
+    f"{ACTOR}.entropy_coeff": (0.0, _n()),
+    f"{ACTOR}.ppo_epochs": (1, _n(1, integer=True)),
+    f"{ROLLOUT}.calculate_log_probs": (True, BOOL),
+    "algorithm.adv_estimator": ("gae", _one(*KEYS["verl"]["adv_estimators"])),
+    "algorithm.norm_adv_by_std_in_grpo": (True, BOOL),
+    "algorithm.use_kl_in_reward": (False, BOOL),
+    "trainer.use_v1": (True, BOOL),
+}  # fmt: skip
+
+
+def _bad(where: str, key: str, value, allowed: str) -> ConfigError:
+    got = "a mapping" if isinstance(value, dict) else repr(value)
+    got = got if len(got) <= 60 else got[:57] + "..."
+    return ConfigError(f"{where}{key}: got {got}; allowed: {allowed}")
+
+
+def _values(s: dict, table: dict, where: str) -> dict:
+    """Every key of ``table`` at the user's value (checked) or the default."""
+    for key, (_, check) in table.items():
+        if key in s and check is not None and not check[0](s[key]):
+            raise _bad(where, key, s[key], check[1])
+    return {key: s.get(key, default) for key, (default, _) in table.items()}
+
+
+def _pair(where: str, key: str, spec, text: str) -> tuple[float, float]:
+    lo, _, hi = text.partition("_")
+    try:
+        return float(lo), float(hi)
+    except ValueError:
+        raise _bad(where, key, spec, "a number U or a string 'L_U'") from None
+
+
+def _is_threshold(where: str, spec):
+    """verl's rollout_is_threshold (rollout_corr_helper._parse_rollout_is_threshold): a number
+    U (TIS) or "U", or "L_U" (IcePop), positive, L ≤ U."""
+    key = f"{RC}.rollout_is_threshold"
+    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
+        raise _bad(where, key, spec, "a number U or a string 'L_U' (positive, L ≤ U)")
+    text = str(spec).strip()
+    value = (
+        _pair(where, key, spec, text) if "_" in text else _pair(where, key, spec, "1_" + text)[1]
+    )
+    for v in value if isinstance(value, tuple) else (value,):
+        if not (math.isfinite(v) and v > 0):
+            raise _bad(where, key, spec, "positive bounds (verl raises)")
+    if isinstance(value, tuple) and value[0] > value[1]:
+        raise _bad(where, key, spec, "L ≤ U (verl raises)")
+    return value
+
+
+def _rs_thresholds(where: str, options: list, spec) -> list:
+    """verl's per-option rollout_rs_threshold (_parse_rollout_rs_thresholds): one shared or one
+    per option, comma separated; k1: "L_U" or U (L = 1/U), k2/k3: a positive U."""
+    key = f"{RC}.rollout_rs_threshold"
+    if spec is None:
+        raise _bad(where, key, None, f"a threshold for rollout_rs {','.join(options)} (verl "
+                   "requires one)")  # fmt: skip
+    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
+        raise _bad(where, key, spec, "a number or a string, one threshold per rollout_rs option")
+    parts = [p.strip() for p in str(spec).split(",") if p.strip()]
+    if len(parts) not in (1, len(options)):
+        raise _bad(where, key, spec, f"one threshold, or {len(options)} (one per option)")
+    out = []
+    parts = parts * len(options) if len(parts) == 1 else parts
+    for option, part in zip(options, parts, strict=True):
+        k1 = option.endswith("k1")
+        if "_" in part and not k1:
+            raise _bad(where, key, spec, f"a single upper bound for {option} (verl raises)")
+        lo, hi = _pair(where, key, spec, part if "_" in part else "1_" + part)
+        if "_" not in part:  # k1: U alone means L = 1/U; k2, k3 have an upper bound only
+            lo = 1 / hi if k1 and hi > 0 else hi
+        if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
+            raise _bad(where, key, spec, f"positive bounds, L ≤ U, for {option} (verl raises)")
+        out.append((lo, hi) if k1 else hi)
+    return out
+
+
+# ------------------------------------------------------------------------- the mapping
 
 
 def correction_of(settings: dict) -> dict:
     """name (a REGISTRY key or None), overrides (``estimate_weights`` keywords from the user's
-    values), framework, text (one sentence) and notes (caveats; the reason first when None)."""
-    flat, framework = _settings(settings, "settings")
-    name, overrides, what, notes = (_trl if framework == "trl" else _verl)(flat)
+    values), framework, text (one sentence), unmodelled (the settings that change the gradient
+    and are not modelled) and notes (caveats, the reason first when None; each unmodelled
+    setting's detail last)."""
+    flat, framework = _settings(settings, "")
+    name, overrides, what, notes, unmodelled = (_trl if framework == "trl" else _verl)(flat, "")
+    labels = [label for label, _ in unmodelled]
     if name is None:
         text = f"{framework}: {what}; no gpolab entry measures it ({notes[0]})."
     else:
-        mismatch._params(name, overrides)  # the user's values, checked as the entry checks them
         given = ", ".join(f"{k}={v}" for k, v in overrides.items())
         text = f"{framework}: {what}; gpolab measures it as {name}" + (f" ({given})" * bool(given))
+        text += f"; not modelled, each changes your gradient: {', '.join(labels)}" * bool(labels)
         text += "."
-    return dict(name=name, overrides=overrides, framework=framework, text=text, notes=notes)
+    notes = notes + [f"not modelled: {label}: {detail}" for label, detail in unmodelled]
+    return dict(name=name, overrides=overrides, framework=framework, text=text,
+                unmodelled=labels, notes=notes)  # fmt: skip
 
 
-def _trl(s: dict):
-    get = lambda k: s.get(k, TRL[k])  # noqa: E731
-    for key in ("use_vllm", "vllm_importance_sampling_correction"):
-        choice(key, get(key), (True, False))
-    loss, mode = get("loss_type"), get("vllm_importance_sampling_mode")
-    choice("loss_type", loss, ["dapo", "cispo", "vespo", *TRL_AGG])
-    choice("vllm_importance_sampling_mode", mode, TRL_MODES)
-    notes = [f"beta {get('beta')}: the KL penalty (not IS-weighted) is not measured"]
-    notes = notes * bool(get("beta"))
-    if not get("use_vllm"):
-        why = "use_vllm false: the trainer samples from π_θ itself, no IS correction (`none`)"
-        return "none", {}, f"loss_type {loss} on the trainer's own rollouts", [why, *notes]
-    if not get("vllm_importance_sampling_correction"):
-        why = "vLLM IS correction off (vllm_importance_sampling_correction false): `none`"
-        return "none", {}, f"loss_type {loss} on vLLM rollouts, uncorrected", [why, *notes]
-    clip_max = get("vllm_importance_sampling_clip_max")
-    clip_min = get("vllm_importance_sampling_clip_min")
-    if (cap := get("vllm_importance_sampling_cap")) is not None:
-        clip_max = cap
+def _checked(name, overrides, where):
+    """The entry's own checks of the user's values (as estimate_weights would), naming the file."""
+    if name is not None:
+        try:
+            mismatch._params(name, overrides)
+        except ConfigError as err:
+            raise ConfigError(f"{where}{err}") from None
+
+
+def _trl(s: dict, where: str):
+    v = _values(s, TRL, where)
+    loss, mode, level = (
+        v["loss_type"],
+        v["vllm_importance_sampling_mode"],
+        v["importance_sampling_level"],
+    )
+    on = v["use_vllm"] and v["vllm_importance_sampling_correction"]
+    notes = []
+    if (cap := v["vllm_importance_sampling_cap"]) is not None:  # GRPOConfig.__post_init__
+        v["vllm_importance_sampling_clip_max"] = cap
         notes.append(f"vllm_importance_sampling_cap {cap} (deprecated) is clip_max, as in TRL")
+    clip_min, clip_max = (
+        v["vllm_importance_sampling_clip_min"],
+        v["vllm_importance_sampling_clip_max"],
+    )
+    raises = [  # GRPOConfig.__post_init__ and GRPOTrainer.__init__ raise for these
+        (clip_min is not None and clip_max is not None and clip_min >= clip_max,
+         "vllm_importance_sampling_clip_min", clip_min,
+         f"less than vllm_importance_sampling_clip_max ({clip_max})"),
+        (v["vllm_importance_sampling_correction"] and mode.endswith("truncate")
+         and clip_min is None and clip_max is None, "vllm_importance_sampling_clip_max", None,
+         f"a bound (clip_max or clip_min) with vllm_importance_sampling_mode {mode}"),
+        (loss == "vespo" and on and not mode.startswith("token"),
+         "vllm_importance_sampling_mode", mode, "token_truncate or token_mask with vespo"),
+        (s.get("generation_batch_size") is not None and s.get("steps_per_generation") is not None,
+         "steps_per_generation", s.get("steps_per_generation"),
+         "null when generation_batch_size is set (one of the two)"),
+        (bool(s.get("auto_find_batch_size")), "auto_find_batch_size", s.get("auto_find_batch_size"),
+         "false (GRPO's batch holds whole groups)"),
+    ]  # fmt: skip
+    for bad, key, value, allowed in raises:
+        if bad:
+            raise _bad(where, key, value, f"{allowed}, as TRL raises otherwise")
+    unmodelled = _trl_unmodelled(v)
+    if v["beta"]:
+        notes.append(f"beta {v['beta']}: the KL penalty (not IS-weighted) is not measured")
+    if not v["use_vllm"]:
+        why = "use_vllm false: the trainer samples from π_θ itself, no IS correction (`none`)"
+        return (
+            "none",
+            {},
+            f"loss_type {loss} on the trainer's own rollouts",
+            [why, *notes],
+            unmodelled,
+        )
+    if not on:
+        why = "vLLM IS correction off (vllm_importance_sampling_correction false): `none`"
+        return (
+            "none",
+            {},
+            f"loss_type {loss} on vLLM rollouts, uncorrected",
+            [why, *notes],
+            unmodelled,
+        )
     if clip_max is None:
         notes.append(
             "vllm_importance_sampling_clip_max None: no upper bound; gpolab passes float32's "
@@ -140,84 +421,165 @@ def _trl(s: dict):
         )
     over = {"clip_max": F32_MAX if clip_max is None else clip_max, "clip_min": clip_min}
     what = f"loss_type {loss} with the vLLM IS weight {mode} [{clip_min}, {clip_max}]"
+    what += ", importance_sampling_level sequence" * (level == "sequence")
+    name, over, notes = _trl_entry(v, loss, mode, level, over, notes)
+    _checked(name, over, where)
+    return name, over, what, notes, unmodelled
+
+
+def _trl_entry(v, loss, mode, level, over, notes):
+    """(name, overrides, notes) of TRL's vLLM-corrected loss; name None with the reason first."""
     if loss == "vespo":
-        why = "vespo folds the IS weight into its sequence log-weight; no registry entry"
-        return None, {}, what, [why, *notes]
+        return None, {}, ["vespo folds the IS weight into its sequence log-weight; no registry "
+                          "entry", *notes]  # fmt: skip
+    if level == "sequence" and mode.startswith("token") and loss in SEQ_LOSS:
+        why = (f"importance_sampling_level sequence with {mode}: TRL multiplies the per-sequence "
+               "loss (B, 1) by the per-token IS weights (B, T), so every token's coefficient is "
+               "A·mean_t ρ̃_t, the sequence's mean token weight; no registry entry")  # fmt: skip
+        return None, {}, [why, *notes]
     if loss != "cispo":
         notes.append(RATIO_1.format(loss, "only the vLLM IS weight acts"))
-    elif (eps := get("epsilon_high")) is None:
-        eps = get("epsilon")
+    elif (eps := v["epsilon_high"]) is None:
+        eps = v["epsilon"]
         notes.append(
             f"TRL's CISPO with epsilon_high unset caps the ratio at epsilon = {eps} (an absolute "
             "cap; TRL's docs recommend epsilon_high 5.0)"
         )
     if loss == "cispo" and mode == "sequence_mask":
-        return "trl/cispo", {"eps_high": eps, **over}, what, notes
+        return "trl/cispo", {"eps_high": eps, **over}, notes
     if loss == "cispo" and eps < 1:
         why = f"trl/cispo is registered with sequence_mask only; {mode} with a cap {eps} < 1 is not"
-        return None, {}, what, [why, *notes]
+        return None, {}, [why, *notes]
     if loss == "cispo":
         notes.append(f"CISPO's cap {eps} ≥ 1 does not bind at ratio 1: trl/{mode}'s weights")
     if loss in TRL_AGG:
         notes.append(f"TRL's {loss} normalises {TRL_AGG[loss]}; trl/{mode} as dapo (all tokens)")
-    return f"trl/{mode}", over, what, notes
+    return f"trl/{mode}", over, notes
 
 
-def _threshold(field: str, value):
-    """verl's threshold strings: "U" a float, "L_U" a pair (as rollout_corr_helper parses; a
-    comma list, one per RS option, is kept)."""
-    try:
-        if isinstance(value, str) and "," not in value:
-            return tuple(map(float, value.split("_"))) if "_" in value else float(value)
-    except ValueError:
-        raise ConfigError(f"{field}: got {value!r}; allowed: a number U or 'L_U'") from None
-    return value
+def _trl_unmodelled(v: dict) -> list[tuple[str, str]]:
+    """(label, detail) of each TRL setting that changes the gradient and the lab does not model."""
+    scale = {True: "group", False: "none"}.get(v["scale_rewards"], v["scale_rewards"])
+    adv = {"group": "(r − group mean)/(group std + 1e-4)",
+           "batch": "(r − group mean)/(batch std + 1e-4)",
+           "none": "r − group mean, (G−1)/G times the lab's (the same direction)"}  # fmt: skip
+    out = [(f"scale_rewards {scale}", f"TRL's advantages are {adv[scale]}; {LOO}")]
+    if v["multi_objective_aggregation"] == "normalize_then_sum":
+        out = [("multi_objective_aggregation normalize_then_sum", "TRL normalises each reward "
+                f"per group, then the sum over the batch; {LOO}")]  # fmt: skip
+    if v["beta"]:
+        out.append((f"beta {v['beta']}", "a KL penalty against the reference model"))
+    if (delta := v["off_policy_mask_threshold"]) is not None:
+        out.append((f"off_policy_mask_threshold {delta}", "TRL drops each sequence with A < 0 "
+                    f"whose mean log μ − log π_θ exceeds {delta} (DeepSeek-V3.2's off-policy "
+                    "sequence mask); no registry entry has it"))  # fmt: skip
+    if (rho := v["top_entropy_quantile"]) < 1:
+        out.append((f"top_entropy_quantile {rho}", f"only the top {rho:g} of tokens by entropy "
+                    "enter the loss; the lab's entries weight every token"))  # fmt: skip
+    if v["entropy_coef"] or v["use_adaptive_entropy"]:
+        out.append((f"entropy_coef {v['entropy_coef']}", "an entropy bonus in the loss"))
+    delta = v["delta"]
+    if delta is not None and delta < 1 and v["loss_type"] in ("grpo", "bnpo", "dr_grpo", "dapo"):
+        out.append((f"delta {delta}", "the two-sided clip caps the ratio 1 at delta < 1, so "
+                    "tokens with A > 0 get no gradient"))  # fmt: skip
+    if v["mask_truncated_completions"]:
+        out.append(("mask_truncated_completions true", "truncated completions leave the loss"))
+    if v["num_iterations"] > 1:
+        out.append((f"num_iterations {v['num_iterations']}", "updates after the first on a batch "
+                    "see a ratio ≠ 1; the lab measures the first"))  # fmt: skip
+    return out
 
 
-def _verl(s: dict):
-    get = lambda k: s.get(k, VERL[k])  # noqa: E731
-    if s.get(RC, {}) is None or not any(k.startswith(RC) for k in s):
-        s = {k: v for k, v in s.items() if not k.startswith(RC)}
-        notes = [f"{RC} absent or null: off, as verl's rollout_correction.yaml default"]
-    else:
-        notes = []
-    is_, rs = get(f"{RC}.rollout_is"), get(f"{RC}.rollout_rs")
-    thr, rs_thr = (_threshold(f"{RC}.{k}", get(f"{RC}.{k}")) for k in THRESHOLDS)
-    bypass, loss_type = get(f"{RC}.bypass_mode"), get(f"{RC}.loss_type")
-    loss = get(f"{ACTOR}.policy_loss.loss_mode")
-    choice(f"{RC}.rollout_is", is_, (None, "token", "sequence"))
-    choice(f"{RC}.bypass_mode", bypass, (True, False))
-    choice(f"{RC}.loss_type", loss_type, ("ppo_clip", "reinforce"))
-    opts = [o.strip() for o in str(rs or "").split(",") if o.strip()]
-    for opt in opts:
-        choice(f"{RC}.rollout_rs", opt, RS_OPTIONS)
-    if opts and rs_thr is None:
-        raise ConfigError(
-            f"{RC}.rollout_rs_threshold: got None; allowed: a threshold for rollout_rs {rs!r} "
-            "(verl requires one)"
-        )
-    ratio = get(f"{ACTOR}.clip_ratio")
-    eps = {f"eps_{side}": ratio if (v := get(f"{ACTOR}.clip_ratio_{side}")) is None else v
-           for side in ("low", "high")}  # fmt: skip
-    own = {"sapo": {"tau_pos": get(f"{ACTOR}.tau_pos"), "tau_neg": get(f"{ACTOR}.tau_neg")}}
-    if bypass:
-        what = f"bypass mode (old_log_prob := μ's), loss_type {loss_type}, loss_mode {loss}"
-        if opts:
-            return None, {}, what, [f"no registry entry pairs bypass with rollout_rs {rs}", *notes]
+def _verl(s: dict, where: str):
+    for sec in SECTIONS:  # a value where verl wants a mapping
+        if sec in s and s[sec] != {} and not (sec == RC and s[sec] is None):
+            raise _bad(where, sec, s[sec], "a mapping" + " or null" * (sec == RC))
+    for key in s:
+        sec = next((x for x in DEEPEST if key.startswith(x + ".")), None)
+        if sec is not None and key[len(sec) + 1 :].split(".")[0] not in SECTIONS[sec]:
+            known = [f"{sec}.{k}" for k in SECTIONS[sec]]
+            raise ConfigError(
+                f"{where}{key}: unknown verl key{_near(key, known)}; allowed: the fields of "
+                f"{sec} (verl 1dda039b9c63; gpolab/labs/offpolicy/framework_keys.toml)"
+            )
+    for key in VERL:
+        if any(k.startswith(key + ".") for k in s):
+            raise _bad(where, key, {}, VERL[key][1][1] if VERL[key][1] else "a value")
+    notes = []
+    if RC in s or not any(k.startswith(RC + ".") for k in s):
+        s = {k: v for k, v in s.items() if not k.startswith(RC + ".")}
+        notes.append(f"{RC} absent or null: off, as verl's ppo_trainer.yaml default")
+    v = _values(s, VERL, where)
+    thr = v[f"{RC}.rollout_is_threshold"]
+    thr = None if thr is None else _is_threshold(where, thr)
+    rs = v[f"{RC}.rollout_rs"]
+    opts = list(dict.fromkeys(o.strip() for o in (rs or "").split(",") if o.strip()))
+    if rs is not None and (not opts or any(o not in RS_OPTIONS for o in opts)):
+        raise _bad(where, f"{RC}.rollout_rs", rs, VERL[f"{RC}.rollout_rs"][1][1])
+    rs_thr = _rs_thresholds(where, opts, v[f"{RC}.rollout_rs_threshold"]) if opts else []
+    if v[f"{RC}.bypass_mode"] and not v[f"{ROLLOUT}.calculate_log_probs"]:
+        raise _bad(where, f"{ROLLOUT}.calculate_log_probs", False, "true with bypass_mode true "
+                   "(verl raises: bypass mode takes the rollout's log-probs as π_old)")  # fmt: skip
+    found = (_bypass if v[f"{RC}.bypass_mode"] else _decoupled)(v, thr, opts, rs_thr, notes)
+    _checked(found[0], found[1], where)
+    return (*found, _verl_unmodelled(s, v))
+
+
+def _eps(v: dict) -> dict:
+    ratio = v[f"{ACTOR}.clip_ratio"]
+    return {f"eps_{side}": ratio if (e := v[f"{ACTOR}.clip_ratio_{side}"]) is None else e
+            for side in ("low", "high")}  # fmt: skip
+
+
+def _bypass(v, thr, opts, rs_thr, notes):
+    """Bypass mode (π_old := μ).  verl's v1 trainer (trainer.use_v1, its default) only swaps
+    π_old (trainer_base._compute_old_log_prob) and runs loss_mode's loss, with no IS or RS; the
+    legacy one replaces the loss by bypass_mode (rollout_corr_helper.apply_bypass_mode):
+    loss_type ppo_clip (vanilla PPO, RS applied, no IS weight) or reinforce."""
+    loss, loss_type = v[f"{POLICY}.loss_mode"], v[f"{RC}.loss_type"]
+    is_, rs = v[f"{RC}.rollout_is"], v[f"{RC}.rollout_rs"]
+    own = {"sapo": {"tau_pos": v[f"{ACTOR}.tau_pos"], "tau_neg": v[f"{ACTOR}.tau_neg"]}}
+    clip = {**_eps(v), "clip_c": v[f"{ACTOR}.clip_ratio_c"]}
+    if v["trainer.use_v1"]:
+        what = f"bypass mode (π_old := the rollout's μ; verl's v1 trainer), loss_mode {loss}"
+        unused = [f"rollout_is {is_}"] * bool(is_) + [f"rollout_rs {rs}"] * bool(opts)
+        unused += [f"loss_type {loss_type}"] * (loss_type != "ppo_clip")
+        if unused:
+            notes.append(f"{', '.join(unused)}: not applied by verl's v1 trainer in bypass mode "
+                         "(it runs the correction in decoupled mode only)")  # fmt: skip
+        if loss == "vanilla":
+            return "verl/bypass_ppo_clip", clip, what, notes
         if loss in PAIRED:
-            notes.append("verl's bypass runs only ppo_clip/reinforce: this is gpolab's pairing")
-            notes += [f"rollout_is {is_} is not part of gpolab's pairing"] * bool(is_)
-            return f"verl/{loss}", own.get(loss, eps), what, notes
-        if loss_type == "reinforce":
-            why = "bypass reinforce (preset bypass_pg_is) is not in the registry"
-            return None, {}, what, [why, *notes]
-        notes += [f"rollout_is {is_} has no effect: bypass ppo_clip has no IS weight"] * bool(is_)
-        return "verl/bypass_ppo_clip", {**eps, "clip_c": get(f"{ACTOR}.clip_ratio_c")}, what, notes
+            return f"verl/{loss}", own.get(loss, _eps(v)), what, notes
+        return None, {}, what, [f"loss_mode {loss}: no registry entry for its gradient", *notes]
+    what = f"bypass mode (verl's legacy trainer, trainer.use_v1 false), loss_type {loss_type}"
+    if loss != "vanilla":
+        notes.append(f"loss_mode {loss} is replaced by bypass_mode (apply_bypass_mode)")
+    if opts:
+        return None, {}, what, [f"no registry entry pairs bypass with rollout_rs {rs}", *notes]
+    if loss_type == "reinforce":
+        return None, {}, what, ["bypass reinforce (preset bypass_pg_is) is not in the registry",
+                                *notes]  # fmt: skip
+    notes += [f"rollout_is {is_} has no effect: bypass ppo_clip has no IS weight"] * bool(is_)
+    return "verl/bypass_ppo_clip", clip, what, notes
+
+
+def _decoupled(v, thr, opts, rs_thr, notes):
+    """Decoupled mode (π_old recomputed): the IS weight and RS mask of rollout_corr_helper, when
+    the rollout's log-probs exist (calculate_log_probs) and rollout_is_threshold is set."""
+    loss, is_, rs = v[f"{POLICY}.loss_mode"], v[f"{RC}.rollout_is"], v[f"{RC}.rollout_rs"]
     what = f"decoupled mode, loss_mode {loss}, rollout_is {is_}" + f" ({thr})" * bool(is_)
-    what += f", rollout_rs {rs}" + f" ({rs_thr})" * bool(opts)
-    if get(f"{RC}.rollout_is_batch_normalize"):
-        why = "rollout_is_batch_normalize true: no batch-normalised entry"
-        return None, {}, what, [why, *notes]
+    what += f", rollout_rs {rs}" + f" ({v[f'{RC}.rollout_rs_threshold']})" * bool(opts)
+    if not v[f"{ROLLOUT}.calculate_log_probs"] and (is_ or opts):
+        notes.append(f"{ROLLOUT}.calculate_log_probs false: no rollout log-probs, so verl skips "
+                     "the rollout correction (ray_trainer, trainer_base): `none`")  # fmt: skip
+        is_, opts = None, []
+    if is_ and thr is None:
+        notes.append(f"rollout_is {is_} with rollout_is_threshold null: verl applies no IS weight")
+        is_ = None
+    if is_ and v[f"{RC}.rollout_is_batch_normalize"]:
+        return None, {}, what, ["rollout_is_batch_normalize true: no batch-normalised entry",
+                                *notes]  # fmt: skip
     if loss not in ("vanilla", *PAIRED):
         return None, {}, what, [f"loss_mode {loss}: no registry entry for its gradient", *notes]
     if loss == "geo_mean" and (is_ or opts):
@@ -231,9 +593,9 @@ def _verl(s: dict):
     elif not opts:
         name, over = f"verl/{level}_{kind}", {"is_threshold": thr}
     elif not is_ and len(opts) == 1 and f"verl/rs_{opts[0]}" in mismatch.REGISTRY:
-        name, over = f"verl/rs_{opts[0]}", {"rs_threshold": rs_thr}
+        name, over = f"verl/rs_{opts[0]}", {"rs_threshold": rs_thr[0]}
     elif (level, kind, opts) == ("seq", "tis", ["seq_sum_k1"]):
-        name, over = "verl/seq_is_rs", {"is_threshold": thr, "rs_threshold": rs_thr}
+        name, over = "verl/seq_is_rs", {"is_threshold": thr, "rs_threshold": rs_thr[0]}
     else:
         have = "verl/rs_{token_k1, seq_sum_k1, seq_mean_k1, seq_mean_k3} alone, verl/seq_is_rs"
         why = f"rollout_is {is_} ({kind}) with rollout_rs {rs}: not in the registry ({have})"
@@ -243,7 +605,38 @@ def _verl(s: dict):
         notes.append(RATIO_1.format(loss, acts))
     # gspo and sapo force seq-mean-token-mean; GMPO's mean over sequences of (1/T)Σ_t is it too
     agg = dict.fromkeys(("gspo", "sapo", "geo_mean"), "seq-mean-token-mean")
-    agg = agg.get(loss, get(f"{ACTOR}.loss_agg_mode"))
+    agg = agg.get(loss, v[f"{ACTOR}.loss_agg_mode"])
     if agg != "token-mean":
         notes.append(f"verl aggregates {agg} here; {name} (closest entry) aggregates token-mean")
     return name, over, what, notes
+
+
+def _verl_unmodelled(s: dict, v: dict) -> list[tuple[str, str]]:
+    """(label, detail) of each verl setting that changes the gradient and the lab does not model."""
+    adv, norm = v["algorithm.adv_estimator"], v["algorithm.norm_adv_by_std_in_grpo"]
+    out = []
+    if adv in ("grpo", "grpo_vectorized"):
+        form = (
+            "(r − group mean)/(group std + 1e-6)"
+            if norm
+            else ("r − group mean, (G−1)/G times the lab's (the same direction)")
+        )
+        out.append((f"algorithm.adv_estimator {adv} with norm_adv_by_std_in_grpo "
+                    f"{str(norm).lower()}", f"verl's advantages are {form}; {LOO}"))  # fmt: skip
+    elif adv not in ("rloo", "rloo_vectorized"):
+        label = f"algorithm.adv_estimator {adv}" + " (verl's YAML default)" * (
+            "algorithm.adv_estimator" not in s
+        )
+        out.append((label, f"verl's {adv} advantages" + " (a critic's)" * (adv == "gae")
+                    + f"; {LOO}"))  # fmt: skip
+    if v["algorithm.use_kl_in_reward"]:
+        out.append(("algorithm.use_kl_in_reward true", "a KL penalty in the reward"))
+    if v[f"{ACTOR}.use_kl_loss"]:
+        out.append((f"{ACTOR}.use_kl_loss true (kl_loss_coef {v[f'{ACTOR}.kl_loss_coef']})",
+                    "a KL loss against the reference model"))  # fmt: skip
+    if v[f"{ACTOR}.entropy_coeff"]:
+        out.append((f"{ACTOR}.entropy_coeff {v[f'{ACTOR}.entropy_coeff']}", "an entropy bonus"))
+    if v[f"{ACTOR}.ppo_epochs"] > 1:
+        out.append((f"{ACTOR}.ppo_epochs {v[f'{ACTOR}.ppo_epochs']}", "updates after the first "
+                    "on a batch see a ratio ≠ 1; the lab measures the first"))  # fmt: skip
+    return out
