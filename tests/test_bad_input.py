@@ -356,6 +356,9 @@ def test_long_cells_report_progress_and_results_do_not_change(monkeypatch):
             "pool: got 1000000000000; allowed: at most 1,048,576",
         ),
         (["zoo", "--G", "1,4"], "G: got 1; allowed: integers >= 2"),
+        # issue 55: listing 2^30's divisors took minutes before the first line
+        (["groupsize", "--N", "256,1073741824"], "N: got 1073741824; allowed: at most 65,536"),
+        (["groupsize", "--train", "--bandit-N", "131072"], "bandit_N: got 131072; allowed: at"),
         (["sweep", "--num-processes", "0"], "num-processes: not used without --coordinator"),
         (["sweep", "--process-id", "3"], "process-id: not used without --coordinator"),
         (["figures", "--experiments", "missing", "--replot"], "experiments: got "),

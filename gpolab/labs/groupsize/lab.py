@@ -71,6 +71,11 @@ ARITH_FIELDS = ("questions", "hidden", "policy", "truth_samples")
 
 
 MAX_POOL = 1 << 20  # prompts in a finite pool (--pool): every seed permutes all of them
+MAX_N = 1 << 16  # a budget N per step: 16 times the largest shipped (4,096)
+WHY_N = (
+    "every divisor G >= 2 of N is a cell drawing N responses per seed (per step with --train), "
+    "and N·MSE = c1·G + C2 + C3/(G - 1) holds at every N: a larger N costs time, not a new test"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +224,7 @@ class Config(configs.Config):
             bandit_instance(self).validate()
         if not self.train:
             validate.integers("N", self.N, 2)
+            validate.at_most("N", self.N, MAX_N, WHY_N)  # before its divisors are listed
             for N in self.N:
                 theory.check_budget(N)
             validate.integer("chunk", self.chunk, 0)
@@ -234,6 +240,7 @@ class Config(configs.Config):
             validate.choice("schedules", s, SCHEDULES)
         for env in self.envs:
             validate.integers(f"{env}_N", getattr(self, f"{env}_N"), 4)
+            validate.at_most(f"{env}_N", getattr(self, f"{env}_N"), MAX_N, WHY_N)
             for N in getattr(self, f"{env}_N"):
                 theory.check_budget(N, field=f"{env}_N")
             if not self.budget:
