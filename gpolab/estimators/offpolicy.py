@@ -13,15 +13,23 @@ The ratio rules compare at one loss aggregation, the token sum per response (seq
 unbiased on-policy); GSPO's own length normalization is a loss aggregation
 (:mod:`gpolab.estimators.aggregation`), not part of its ratio.
 
-=========== ============================================================== ================
-rule        gradient of one response (clip = none)                         where it is from
-=========== ============================================================== ================
-``none``    c Σ_t s_t (the rollouts treated as on-policy)                  REINFORCE
-``token``   c Σ_t ρ_t s_t                                                  PPO / GRPO
-``sequence`` c r Σ_t s_t, r = exp(mean_t log ρ_t) (geometric mean)         GSPO
-``sis``     c (Π_t ρ_t) Σ_t s_t (unbiased with a y-independent baseline)  [U] App. A μ^(g)
-``cispo``   c Σ_t sg(clamp(ρ_t, 1 − ε_low, 1 + ε_high)) s_t               CISPO
-=========== ============================================================== ================
+=================== ====================================================== =====================
+rule                gradient of one response (clip = none)                 where it is from
+=================== ====================================================== =====================
+``none``            c Σ_t s_t (the rollouts treated as on-policy)          REINFORCE
+``token``           c Σ_t ρ_t s_t                                          PPO / GRPO
+``sequence``        c r Σ_t s_t, r = exp(mean_t log ρ_t) (geometric mean)  GSPO's ratio
+``gspo``            ``sequence/higher`` at GSPO's ε (3e-4, 4e-4)           GSPO as shipped
+``sis``             c (Π_t ρ_t) Σ_t s_t (unbiased, y-independent baseline) [U] App. A μ^(g)
+``cispo``           c Σ_t sg(clamp(ρ_t, 1 − ε_low, 1 + ε_high)) s_t at     CISPO as shipped
+                    verl's recipe's ε (10, 0.2): sg(min(ρ_t, 1.2))
+``cispo-two-sided`` the same clamp at the lab's ε (0.2, 0.28): [0.8, 1.28]  gpolab's variant
+=================== ====================================================== =====================
+
+``gspo`` and ``cispo`` are the authors' rules at their shipped settings (:data:`GSPO_EPS`,
+:data:`CISPO_EPS`: the lab's defaults ``gspo_eps_*``, ``cispo_eps_*``); ``sequence`` under the
+lab's clip modes and ``cispo-two-sided`` are gpolab's variants at the lab's PPO/DAPO ε (before
+issue 55 they were the lab's only GSPO and CISPO rows).
 
 Clipping (``token`` and ``sequence``): ``ppo`` the objective min(ρc, clip(ρ, 1 − ε, 1 + ε)c)
 (symmetric ε = ε_low), ``higher`` the same with ε_low, ε_high (DAPO's clip-higher), ``dual``
@@ -50,10 +58,24 @@ import jax.numpy as jnp
 
 from gpolab import validate
 
-__all__ = ["RATIOS", "CLIPS", "KLS", "Rule", "objective", "kl_terms", "rule_clips", "rule_name"]
+__all__ = [
+    "RATIOS",
+    "CLIPS",
+    "KLS",
+    "GSPO_EPS",
+    "CISPO_EPS",
+    "Rule",
+    "objective",
+    "kl_terms",
+    "rule_clips",
+    "rule_name",
+]
 
 VERL = "volcengine/verl 0.9.1 verl/trainer/ppo/core_algos.py::{}"
 TRL = "huggingface/trl 1.16.0 trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss ({})"
+# the authors' shipped clip settings (ε_low, ε_high), as verl-project/verl 1dda039b9c63 ships them
+GSPO_EPS = (3e-4, 4e-4)  # examples/gspo_trainer/run_qwen3_8b_fsdp.sh; GSPO paper v2 §5.1
+CISPO_EPS = (10.0, 0.2)  # examples/cispo_trainer/run_qwen3_8b_fsdp.sh: 10 = no lower clamp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +145,8 @@ def ratio_sis(logp, old, c, mask, clip, eps_low, eps_high, clip_c):
 
 def ratio_cispo(logp, old, c, mask, clip, eps_low, eps_high, clip_c):
     """CISPO: the clipped ratio as a stop-gradient weight, sg(clamp(ρ_t, 1 − ε_low,
-    1 + ε_high))·c·log π (no token's gradient is cut, only reweighted)."""
+    1 + ε_high))·c·log π (no token's gradient is cut, only reweighted; log ρ_t clamped to ±20
+    first, as verl).  ε_low ≥ 1 is no lower clamp (verl's recipe's 10)."""
     ratio = jnp.exp(jnp.clip(logp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     w = jnp.clip(ratio, 1 - eps_low, 1 + eps_high)
     return _sg(w) * c * logp, w != ratio
@@ -153,14 +176,26 @@ RATIOS: dict[str, Rule] = {
         Rule(
             "sequence",
             ratio_sequence,
-            "GSPO's sequence ratio exp(mean_t log ρ_t); clip "
-            "none/ppo/higher, and dual: gpolab's extension (verl's GSPO loss has no dual clip)",
+            "GSPO's sequence ratio exp(mean_t log ρ_t) under the lab's clip modes at the lab's ε "
+            "(gpolab's variants; gspo is GSPO as shipped): none/ppo/higher, and dual: gpolab's "
+            "extension (verl's GSPO loss has no dual clip)",
             VERL.format("compute_policy_loss_gspo")
             + "; "
             + TRL.format('importance_sampling_level="sequence"')
             + "; clip dual: gpolab's extension (no clip_ratio_c in compute_policy_loss_gspo; "
             "TRL's delta at the sequence level gives its gradient)",
             _CLIPPED,
+        ),
+        Rule(
+            "gspo",
+            ratio_sequence,
+            "GSPO as its authors ship it: the sequence ratio in PPO's min with clip(r, "
+            "1 − ε_low, 1 + ε_high) per response at ε (3e-4, 4e-4) (the lab's gspo_eps_*)",
+            VERL.format("compute_policy_loss_gspo")
+            + "; clip_ratio_low 3e-4, clip_ratio_high 4e-4 from verl-project/verl 1dda039b9c63 "
+            "examples/gspo_trainer/run_qwen3_8b_fsdp.sh (GSPO paper v2 §5.1; TRL's "
+            "paper_index: epsilon 3e-4, epsilon_high 4e-4)",
+            ("higher",),
         ),
         Rule(
             "sis",
@@ -171,9 +206,20 @@ RATIOS: dict[str, Rule] = {
         Rule(
             "cispo",
             ratio_cispo,
-            "sg(clamp(ρ_t, 1−ε_low, 1+ε_high)) as a weight (CISPO)",
+            "CISPO as its authors ship it: sg(clamp(ρ_t, 1−ε_low, 1+ε_high)) as a weight at "
+            "verl's recipe's ε (10, 0.2): sg(min(ρ_t, 1.2)), no lower clamp (lab: cispo_eps_*)",
             VERL.format("compute_policy_loss_cispo")
-            + " (TRL's loss_type='cispo' clamps at max=epsilon_high instead)",
+            + "; clip_ratio_low 10, clip_ratio_high 0.2 from verl-project/verl 1dda039b9c63 "
+            "examples/cispo_trainer/run_qwen3_8b_fsdp.sh (its README: 'effectively unclamped on "
+            "lower side'); TRL's loss_type='cispo' is one-sided too, clamp(ρ, max=epsilon_high)",
+            ("weight",),
+        ),
+        Rule(
+            "cispo-two-sided",
+            ratio_cispo,
+            "gpolab's CISPO variant: the clamp at the lab's eps_low, eps_high (0.2, 0.28): "
+            "[0.8, 1.28], a lower clamp neither verl's recipe nor TRL has",
+            "gpolab's variant of " + VERL.format("compute_policy_loss_cispo"),
             ("weight",),
         ),
     )
@@ -232,9 +278,10 @@ KLS: dict[str, Rule] = {
 
 
 def rule_name(row) -> str:
-    """``ratio`` or ``ratio/clip`` (and `` +kl``) of a result row (a rule's own clamp, cispo's
-    ``weight``, and ``none`` are not named)."""
-    clip = "" if row["clip"] in ("none", "weight") else f"/{row['clip']}"
+    """``ratio`` or ``ratio/clip`` (and `` +kl``) of a result row (``none`` and the clip of a
+    rule that takes one mode, e.g. cispo's ``weight`` and gspo's ``higher``, are not named)."""
+    only = len(RATIOS[row["ratio"]].clips) == 1 if row["ratio"] in RATIOS else False
+    clip = "" if row["clip"] in ("none", "weight") or only else f"/{row['clip']}"
     kl = "" if row.get("kl", "none") == "none" else f" +{row['kl']}"
     return f"{row['ratio']}{clip}{kl}"
 

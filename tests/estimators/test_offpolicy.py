@@ -147,17 +147,134 @@ def test_clip_modes_cut_the_gradient_where_ppo_does(clip, rho, c, slope):
     assert got == pytest.approx(slope, abs=1e-5)  # d(ρc)/dl = ρc
 
 
-def test_cispo_reweights_without_cutting():
-    """CISPO: sg(clamp(ρ, 0.8, 1.28))·c·log π: slope c·1.28 at ρ = 2, c·0.8 at ρ = 0.5."""
-    old, mask = jnp.zeros((1, 2)), jnp.ones((1, 2))
-    l = jnp.log(jnp.array([[2.0, 0.5]]))
+@pytest.mark.parametrize(
+    "ratio, eps, want",
+    [
+        # verl's CISPO recipe (clip_ratio_low 10, clip_ratio_high 0.2): min(ρ, 1.2), no floor
+        ("cispo", rules.CISPO_EPS, [1.2, 0.5, 0.1, 1.1]),
+        # gpolab's two-sided variant at the lab's ε (0.2, 0.28): clamp(ρ, 0.8, 1.28) — the lab's
+        # only CISPO rule before issue 55
+        ("cispo-two-sided", (0.2, 0.28), [1.28, 0.8, 0.8, 1.1]),
+    ],
+)
+def test_cispo_reweights_without_cutting(ratio, eps, want):
+    """sg(clamp(ρ, 1 − ε_low, 1 + ε_high))·c·log π at ρ = 2, 0.5, 0.1, 1.1: the slope is c times
+    the clamped ratio, never 0."""
+    old, mask = jnp.zeros((1, 4)), jnp.ones((1, 4))
+    l = jnp.log(jnp.array([[2.0, 0.5, 0.1, 1.1]]))
 
     def obj(l):
-        return jnp.sum(
-            rules.objective("cispo", "weight", l, old, jnp.ones(1), mask, 0.2, 0.28, 3.0)[0]
+        return jnp.sum(rules.objective(ratio, "weight", l, old, jnp.ones(1), mask, *eps, 3.0)[0])
+
+    np.testing.assert_allclose(jax.grad(obj)(l), [want], rtol=1e-6)
+
+
+def test_gspo_and_cispo_defaults_are_the_authors_shipped_settings():
+    """Pinned to the numbers in the authors' files (verl-project/verl 1dda039b9c63):
+    examples/gspo_trainer/run_qwen3_8b_fsdp.sh CLIP_RATIO_LOW 3e-4, CLIP_RATIO_HIGH 4e-4 (also the
+    GSPO paper v2 §5.1 and TRL's paper_index); examples/cispo_trainer/run_qwen3_8b_fsdp.sh
+    clip_ratio_low 10, clip_ratio_high 0.2.  The mismatch lab's verl/gspo and verl/cispo read the
+    same scripts and hold the same numbers."""
+    from gpolab.estimators import mismatch
+
+    assert rules.GSPO_EPS == (3e-4, 4e-4)
+    assert rules.CISPO_EPS == (10.0, 0.2)
+    for name, eps in (("verl/gspo", rules.GSPO_EPS), ("verl/cispo", rules.CISPO_EPS)):
+        d = mismatch.REGISTRY[name].defaults
+        assert (d["eps_low"], d["eps_high"]) == eps, name
+    assert "gspo_trainer/run_qwen3_8b_fsdp.sh" in rules.RATIOS["gspo"].source
+    assert "cispo_trainer/run_qwen3_8b_fsdp.sh" in rules.RATIOS["cispo"].source
+    assert rules.RATIOS["cispo-two-sided"].source.startswith("gpolab's variant")
+    assert rules.RATIOS["gspo"].clips == ("higher",)  # verl: clip_ratio_low and _high apart
+
+
+def _verl_gspo_losses(old_log_prob, log_prob, advantages, response_mask, low, high):
+    """verl-project/verl 1dda039b9c63 core_algos.py::compute_policy_loss_gspo up to pg_losses
+    (before agg_loss), line by line in jax (.detach() is stop_gradient)."""
+    sg = jax.lax.stop_gradient
+    negative_approx_kl = log_prob - old_log_prob
+    seq_lengths = jnp.maximum(jnp.sum(response_mask, -1), 1)
+    negative_approx_kl_seq = jnp.sum(negative_approx_kl * response_mask, -1) / seq_lengths
+    log_seq_importance_ratio = log_prob - sg(log_prob) + sg(negative_approx_kl_seq)[:, None]
+    log_seq_importance_ratio = jnp.minimum(log_seq_importance_ratio, 10.0)
+    seq_importance_ratio = jnp.exp(log_seq_importance_ratio)
+    pg_losses1 = -advantages * seq_importance_ratio
+    pg_losses2 = -advantages * jnp.clip(seq_importance_ratio, 1 - low, 1 + high)
+    return jnp.maximum(pg_losses1, pg_losses2)
+
+
+def _verl_cispo_losses(old_log_prob, log_prob, advantages, low, high):
+    """verl-project/verl 1dda039b9c63 core_algos.py::compute_policy_loss_cispo's pg_losses."""
+    negative_approx_kl = jnp.clip(log_prob - old_log_prob, -20.0, 20.0)
+    ratio = jnp.exp(negative_approx_kl)
+    clipped_ratio = jnp.clip(ratio, 1 - low, 1 + high)
+    return -jax.lax.stop_gradient(clipped_ratio) * advantages * log_prob
+
+
+def _trl_cispo_losses(old_log_prob, log_prob, advantages, epsilon_high):
+    """huggingface/trl f2cd57710ae3 grpo_trainer.py::_compute_loss, loss_type="cispo" (token
+    level): clamp(coef_1, max=epsilon_high).detach() · A · log π, negated."""
+    coef_1 = jnp.exp(log_prob - old_log_prob)
+    clamped_ratios = jax.lax.stop_gradient(jnp.minimum(coef_1, epsilon_high))
+    return -clamped_ratios * advantages * log_prob
+
+
+def _token_batch(scale, key=0, G=6, T=4):
+    """log π_old, log π (log ratios ~ N(0, scale²)), c of both signs, a mask with padding."""
+    k1, k2 = jax.random.split(jax.random.key(key))
+    old = -1.0 - jax.random.uniform(k1, (G, T))
+    logp = old + scale * jax.random.normal(k2, (G, T))
+    c = jnp.array([1.0, -1.0, 0.5, -2.0, 1.5, -0.5])[:G]
+    mask = jnp.ones((G, T)).at[1, 3].set(0.0).at[4, 2:].set(0.0)
+    return old, logp, c, mask
+
+
+def test_gspo_weight_is_the_gradient_of_verls_gspo_loss():
+    """∂/∂log π of −Σ mask·objective("gspo") equals ∂/∂log π of verl's Σ mask·pg_losses at the
+    script's ε, token by token, on responses whose sequence ratios fall inside and outside
+    [1 − 3e-4, 1 + 4e-4] with advantages of both signs (the case has both)."""
+    old, logp, c, mask = _token_batch(1e-3)
+    A = jnp.broadcast_to(c[:, None], logp.shape)
+
+    def ours(lp):
+        return -jnp.sum(
+            rules.objective("gspo", "higher", lp, old, c, mask, *rules.GSPO_EPS, 3.0)[0]
         )
 
-    np.testing.assert_allclose(jax.grad(obj)(l), [[1.28, 0.8]], rtol=1e-6)
+    def verl(lp):
+        return jnp.sum(_verl_gspo_losses(old, lp, A, mask, *rules.GSPO_EPS) * mask)
+
+    got, want = jax.grad(ours)(logp), jax.grad(verl)(logp)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    cut = rules.objective("gspo", "higher", logp, old, c, mask, *rules.GSPO_EPS, 3.0)[1]
+    assert bool(cut.any()) and not bool(cut[mask > 0].all())  # both kinds of token occur
+    # the lab's pre-issue-55 GSPO rows (sequence/ppo at ε 0.2) cut none of these tokens
+    old_rule = rules.objective("sequence", "ppo", logp, old, c, mask, 0.2, 0.28, 3.0)[1]
+    assert not bool(old_rule.any())
+
+
+def test_cispo_weight_is_the_gradient_of_verls_and_trls_cispo_loss():
+    """∂/∂log π of −Σ mask·objective("cispo") at verl's recipe's ε equals the gradient of verl's
+    pg_losses there, and of TRL's one-sided clamp at epsilon_high = 1.2 (TRL's ε_high is the
+    cap itself): verl's recipe and TRL's loss are one rule; log ratios up to ±1.5 reach both
+    sides of the old two-sided band [0.8, 1.28], which gives other numbers."""
+    old, logp, c, mask = _token_batch(0.5, key=1)
+    A = jnp.broadcast_to(c[:, None], logp.shape)
+    low, high = rules.CISPO_EPS
+
+    def ours(ratio, eps):
+        f = lambda lp: -jnp.sum(rules.objective(ratio, "weight", lp, old, c, mask, *eps, 3.0)[0])  # noqa: E731
+        return jax.grad(f)(logp)
+
+    verl = jax.grad(lambda lp: jnp.sum(_verl_cispo_losses(old, lp, A, low, high) * mask))(logp)
+    trl = jax.grad(lambda lp: jnp.sum(_trl_cispo_losses(old, lp, A, 1 + high) * mask))(logp)
+    got = ours("cispo", rules.CISPO_EPS)
+    np.testing.assert_allclose(got, verl, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got, trl, rtol=1e-6, atol=1e-7)
+    rho = np.exp(np.asarray(logp - old))[np.asarray(mask) > 0]
+    assert (rho < 0.8).any() and (rho > 1.28).any()
+    two_sided = ours("cispo-two-sided", (0.2, 0.28))
+    assert np.abs(np.asarray(two_sided - got)).max() > 0.1 * np.abs(np.asarray(got)).max()
 
 
 def test_kl_estimators_expected_gradients_by_enumeration():
@@ -207,6 +324,7 @@ def test_registry_entries_name_their_sources():
     [
         (lambda a: rules.objective("tokn", "none", *a), "ratio: got 'tokn'"),
         (lambda a: rules.objective("cispo", "ppo", *a), "clip: got 'ppo'"),
+        (lambda a: rules.objective("gspo", "ppo", *a), "clip: got 'ppo'"),
         (lambda a: rules.kl_terms("k4", a[0], a[1], a[3]), "kl: got 'k4'"),
     ],
 )

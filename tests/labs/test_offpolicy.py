@@ -33,8 +33,10 @@ def _cfg(**kw):
     [
         (dict(env="arithmetic", kl=("k3",)), "kl"),
         (dict(clip=("clip",)), "clip"),
-        (dict(ratio=("gspo",)), "ratio"),
+        (dict(ratio=("gpso",)), "ratio"),
         (dict(eps_low=1.5), "eps_low"),
+        (dict(gspo_eps_low=0.0), "gspo_eps_low"),
+        (dict(cispo_eps_high=-0.2), "cispo_eps_high"),
         (dict(clip_c=0.5), "clip_c"),
         (dict(m=(0,)), "m"),
         (dict(m=(100_000,)), "m"),
@@ -66,6 +68,61 @@ def test_rule_grid_clips_only_what_takes_a_clip_and_kappa_only_with_kl():
     assert {("token", c, "none", 0.0) for c in ("none", "ppo", "dual")} <= ids
     assert ("cispo", "weight", "k2", 0.2) in ids and ("cispo", "none", "none", 0.0) not in ids
     assert len(ids) == (1 + 3 + 1) * (1 + 2)
+
+
+def test_gspo_and_cispo_read_their_authors_settings_by_default():
+    """Issue 55: gspo runs verl's GSPO scripts' clip (3e-4, 4e-4) and cispo verl's CISPO recipe's
+    (10, 0.2: no lower clamp) unless told otherwise; cispo-two-sided keeps the lab's (0.2, 0.28).
+    Before, cispo read the lab's (0.2, 0.28), a lower clamp at 0.8, and the GSPO rows were
+    sequence/ppo at 0.2: this test fails there."""
+    cfg = offpolicy.Config()
+    units = {u["ratio"]: u for u in offpolicy.units(cfg)}
+    want = {"gspo": (3e-4, 4e-4), "cispo": (10.0, 0.2), "cispo-two-sided": (0.2, 0.28)}
+    for ratio, eps in want.items():
+        assert offpolicy._eps(units[ratio], cfg) == eps, ratio
+        args = offpolicy.inputs(cfg, units[ratio])[1]
+        np.testing.assert_allclose(args[5:7], eps, rtol=1e-6, err_msg=ratio)
+    assert units["gspo"]["clip"] == "higher" and units["cispo"]["clip"] == "weight"
+
+
+def test_a_rules_own_settings_move_only_its_cells_and_need_the_rule():
+    """A changed cispo_eps_high (TRL's recommended cap 5.0 is 4.0 here) gives cispo a new store
+    key and leaves every other unit's key as it was; the flag without cispo in the grid is one
+    error naming it."""
+    base, trl = offpolicy.Config(), offpolicy.Config(cispo_eps_high=4.0)
+    moved = [
+        u["ratio"]
+        for u, a, b in zip(
+            offpolicy.units(base), offpolicy.cell_keys(base), offpolicy.cell_keys(trl), strict=True
+        )
+        if a != b
+    ]
+    assert moved == ["cispo"]
+    with pytest.raises(ConfigError, match="^--cispo-eps-high: not used"):
+        configs.resolve(offpolicy.Config, typed={"cispo_eps_high": 4.0, "ratio": ("token",)})
+
+
+def test_gspo_clips_far_more_than_the_old_gspo_rows_and_cispo_moves():
+    """After one step of η = 64 (m = 4) the shipped GSPO band [1 − 3e-4, 1 + 4e-4] cuts a larger
+    share of tokens than sequence/ppo's [0.8, 1.2] (the rule gpolab ran as GSPO before issue 55);
+    cispo (no lower clamp, cap 1.2) gives other updates than cispo-two-sided; each row carries
+    the ε it ran with."""
+    cfg = _cfg(
+        ratio=("sequence", "gspo", "cispo", "cispo-two-sided"),
+        clip=("ppo",),
+        eta=(4.0,),
+        m=(1, 4),
+        seeds=64,
+    )
+    res = offpolicy.run(cfg)["results"].set_index(["ratio", "m"])
+    gspo, seq = res.loc[("gspo", 4)], res.loc[("sequence", 4)]
+    assert gspo["clip_frac"] > seq["clip_frac"] + 0.1
+    assert (gspo["eps_low"], gspo["eps_high"]) == (3e-4, 4e-4)
+    assert (seq["eps_low"], seq["eps_high"]) == (0.2, 0.2)
+    cispo, two = res.loc[("cispo", 4)], res.loc[("cispo-two-sided", 4)]
+    assert (cispo["eps_low"], cispo["eps_high"]) == (10.0, 0.2)
+    assert (two["eps_low"], two["eps_high"]) == (0.2, 0.28)
+    assert cispo["mse"] != two["mse"]
 
 
 @pytest.fixture(scope="module")

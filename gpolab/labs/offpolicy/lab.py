@@ -62,6 +62,8 @@ MISMATCH = {"env": MISMATCH_ENVS}
 SPLITS = 8  # independent seed batches: the standard errors of bias² and of epoch averages
 SAFE = 1.10  # "safe reuse": MSE within 10% of the on-policy update's
 SCHEMA = 4  # 4: dual is ppo's symmetric clip plus the floor; KL columns in the lab's metric
+# the rules that read their authors' own clip settings (``_eps``), not the lab's eps_low/eps_high
+OWN_EPS = {"gspo": ("gspo_eps_low", "gspo_eps_high"), "cispo": ("cispo_eps_low", "cispo_eps_high")}
 KL_ESTIMATORS = tuple(k for k in rules.KLS if k != "none")
 JSON = tuple(
     dict.fromkeys(
@@ -158,9 +160,32 @@ class Config(configs.Config):
         "defaults; sequence/dual is gpolab's extension)",
         when=REUSE,
     )
-    eps_low: float = option(0.2, "PPO clip epsilon (clip_ratio_low / epsilon)", when=REUSE)
+    eps_low: float = option(
+        0.2, "PPO clip epsilon (clip_ratio_low / epsilon; cispo-two-sided's lower)", when=REUSE
+    )
     eps_high: float = option(
-        0.28, "upper clip epsilon of clip-higher and cispo (DAPO 0.28)", when=REUSE
+        0.28, "upper clip epsilon of clip-higher and cispo-two-sided (DAPO 0.28)", when=REUSE
+    )
+    gspo_eps_low: float = option(
+        rules.GSPO_EPS[0],
+        "gspo's clip_ratio_low (verl's GSPO scripts and the GSPO paper: 3e-4)",
+        when={**REUSE, "ratio": ("gspo",)},
+    )
+    gspo_eps_high: float = option(
+        rules.GSPO_EPS[1],
+        "gspo's clip_ratio_high (verl's GSPO scripts and the GSPO paper: 4e-4)",
+        when={**REUSE, "ratio": ("gspo",)},
+    )
+    cispo_eps_low: float = option(
+        rules.CISPO_EPS[0],
+        "cispo's clip_ratio_low (verl's CISPO recipe: 10, no lower clamp)",
+        when={**REUSE, "ratio": ("cispo",)},
+    )
+    cispo_eps_high: float = option(
+        rules.CISPO_EPS[1],
+        "cispo's clip_ratio_high (verl's CISPO recipe: 0.2; TRL's recommended absolute cap "
+        "epsilon_high 5.0 is 4.0 here)",
+        when={**REUSE, "ratio": ("cispo",)},
     )
     clip_c: float = option(3.0, "dual-clip floor c > 1 (verl clip_ratio_c)", when=REUSE)
     kl: tuple[str, ...] = option(
@@ -267,6 +292,8 @@ class Config(configs.Config):
         if self.eps_low >= 1:
             raise validate.ConfigError(f"eps_low: got {self.eps_low!r}; allowed: (0, 1)")
         validate.real("eps_high", self.eps_high, low=0.0, open_low=True)
+        for field in sum(OWN_EPS.values(), ()):
+            validate.real(field, getattr(self, field), low=0.0, open_low=True)
         validate.real("clip_c", self.clip_c, low=1.0, open_low=True)
         _nonempty("kl", self.kl)
         for k in self.kl:
@@ -350,13 +377,24 @@ def cells(cfg: Config) -> int:
 def settings(cfg: Config) -> dict:
     """Every setting the numbers depend on besides the unit's own (its store key)."""
     unit_fields = ("advantages", "ratio", "clip", "kl", "kappa", "T", "mismatch", "correction")
-    return configs.key_settings(cfg, exclude=unit_fields)
+    return configs.key_settings(cfg, exclude=unit_fields + sum(OWN_EPS.values(), ()))
 
 
 def cell_keys(cfg: Config) -> list[str]:
+    """One store key per unit; a rule with its own clip settings (``OWN_EPS``) carries them in
+    its unit, so changing them moves only its cells."""
     common = settings(cfg)
     schema = f"mismatch-{mismatch.SCHEMA}" if cfg.env in MISMATCH_ENVS else SCHEMA
-    return [cell_key(NAME, schema=schema, unit=u, settings=common) for u in units(cfg)]
+    return [
+        cell_key(NAME, schema=schema, unit=_own_eps(cfg, u), settings=common) for u in units(cfg)
+    ]
+
+
+def _own_eps(cfg: Config, unit: dict) -> dict:
+    """``unit`` with its rule's own clip settings (rules in ``OWN_EPS``), else as it is."""
+    if unit.get("ratio") not in OWN_EPS:
+        return unit
+    return {**unit, "eps": list(_eps(unit, cfg))}
 
 
 # ---------------------------------------------------------------- one seed
@@ -690,8 +728,10 @@ def inputs(cfg: Config, unit: dict, etas=None) -> tuple:
         theta_ref,
         sigma,
         f32(cfg.eta if etas is None else etas),
-        f32(cfg.eps_low),
-        f32(cfg.eps_high),
+        *(
+            f32(getattr(cfg, k) if e is None else e)
+            for k, e in zip(EPS, _eps(unit, cfg), strict=True)
+        ),
         f32(cfg.clip_c),
         f32(unit["kappa"]),
     )
@@ -973,8 +1013,14 @@ def _scaled_epoch(s: dict, sl) -> dict:
     }
 
 
+EPS = ("eps_low", "eps_high")
+
+
 def _eps(unit: dict, cfg: Config) -> tuple:
-    """The (eps_low, eps_high) a rule reads (None where it reads none)."""
+    """The (eps_low, eps_high) a rule reads (None where it reads none): gspo's and cispo's own
+    (``OWN_EPS``, their authors' settings by default), else the lab's for its clip mode."""
+    if unit["ratio"] in OWN_EPS:
+        return tuple(getattr(cfg, k) for k in OWN_EPS[unit["ratio"]])
     clip = unit["clip"]
     if clip in ("ppo", "dual"):
         return cfg.eps_low, cfg.eps_low
