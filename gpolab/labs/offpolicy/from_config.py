@@ -394,26 +394,12 @@ def _trl(s: dict, where: str):
         if bad:
             raise _bad(where, key, value, f"{allowed}, as TRL raises otherwise")
     unmodelled = _trl_unmodelled(v)
-    if v["beta"]:
-        notes.append(f"beta {v['beta']}: the KL penalty (not IS-weighted) is not measured")
-    if not v["use_vllm"]:
-        why = "use_vllm false: the trainer samples from π_θ itself, no IS correction (`none`)"
-        return (
-            "none",
-            {},
-            f"loss_type {loss} on the trainer's own rollouts",
-            [why, *notes],
-            unmodelled,
-        )
     if not on:
-        why = "vLLM IS correction off (vllm_importance_sampling_correction false): `none`"
-        return (
-            "none",
-            {},
-            f"loss_type {loss} on vLLM rollouts, uncorrected",
-            [why, *notes],
-            unmodelled,
-        )
+        why = ("vLLM IS correction off (vllm_importance_sampling_correction false): `none`"
+               if v["use_vllm"] else "use_vllm false: the trainer samples from π_θ itself, no "
+               "IS correction (`none`)")  # fmt: skip
+        whose = "vLLM rollouts, uncorrected" if v["use_vllm"] else "the trainer's own rollouts"
+        return "none", {}, f"loss_type {loss} on {whose}", [why, *notes], unmodelled
     if clip_max is None:
         notes.append(
             "vllm_importance_sampling_clip_max None: no upper bound; gpolab passes float32's "
