@@ -46,3 +46,16 @@ def test_budget_figure_is_drawn(draw_all):
     tables = exact_tables(lab.Config(leaves=8, seeds=64))
     assert draw_all(lab.figures(tables), tables) == ["tree_budget.png"]
     assert draw_all({"b.png": plots.budget}, tables) == ["b.png"]
+
+
+def test_the_heatmap_names_its_dashed_lines(monkeypatch, tmp_path):
+    """The equal-budget lines are dashed on the heatmap; a legend says what they are (issue 55:
+    the tree lab's heatmap, titled by its data, left them unexplained)."""
+    drawn = []
+    monkeypatch.setattr(sweep_plots, "save", lambda fig, path: drawn.append(fig) or path)
+    tables = exact_tables(lab.Config(K=(2, 4), M=(1, 2, 4), seeds=64))
+    plots.heatmap(tables, tmp_path / "h.png")
+    (fig,) = drawn
+    texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    sweep_plots.pyplot().close(fig)
+    assert texts == ["white dashed: equal leaf budget K·M = 2, 8"]  # log2 K·M from 1 to 4

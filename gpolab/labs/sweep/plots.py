@@ -108,7 +108,7 @@ def _mse_panel(ax, df) -> None:
 
 def tree_heatmap(df, path: str | Path, value: str = "mse", title: str | None = None) -> Path:
     """K × M heatmap of ``value`` (log colour scale), each cell labelled with its value, and the
-    equal-budget diagonals K·M = 2^j dashed (for power-of-two grids)."""
+    equal-budget lines (K·M every other power of two) dashed, named in a legend under the plot."""
     plt = pyplot()
     from matplotlib.colors import LogNorm
 
@@ -136,9 +136,18 @@ def tree_heatmap(df, path: str | Path, value: str = "mse", title: str | None = N
     if len(Ks) > 1 and len(Ms) > 1:
         levels = np.arange(np.ceil(budget.min()), np.floor(budget.max()) + 1, 2)
         ax.contour(budget, levels=levels, colors="w", linewidths=0.8, linestyles="--", alpha=0.6)
+        if len(levels):
+            budgets = ", ".join(f"{2 ** int(j):,}" for j in levels)
+            fig.legend(
+                handles=[plt.Line2D([], [], color="0.45", lw=0.8, ls="--")],
+                labels=[f"white dashed: equal leaf budget K·M = {budgets}"],
+                loc="outside lower center",
+                fontsize=8,
+                frameon=False,
+            )
     ax.set_xticks(range(len(Ms)), labels=map(str, Ms))
     ax.set_yticks(range(len(Ks)), labels=map(str, Ks))
     ax.set(xlabel="M (continuations per thought)", ylabel="K (thoughts)")
     fig.colorbar(im, ax=ax, label=f"{value}: thought advantage vs (p − E p)/sd(p)")
-    ax.set_title(title or "Tree branching: MSE over (K, M), equal budgets dashed")
+    ax.set_title(title or "Tree branching: MSE over (K, M)")
     return save(fig, path)
