@@ -6,7 +6,10 @@ the staleness k; one line per rule, one row of panels per step size shown."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
+
+import numpy as np
 
 from gpolab.estimators.mismatch import CLAMP  # verl's clamp on a sequence's summed log-ratio
 from gpolab.estimators.offpolicy import rule_name as _rule
@@ -81,9 +84,10 @@ def _figure(df, axis: str, fixed: dict, path, title: str) -> Path:
             ax.grid(alpha=0.3)
     axes[0][1].legend(fontsize=7, ncol=2)
     where = ", ".join(f"{k} {v}" for k, v in keep.items())
-    fig.suptitle(
+    _suptitle(
+        fig,
         f"{title} ({df['env'].iloc[0]}{', ' + where if where else ''}, G = "
-        f"{int(first['G'])}, {seeds_label(df)})"
+        f"{int(first['G'])}, {seeds_label(df)})",
     )
     return save(fig, path)
 
@@ -135,6 +139,7 @@ def mismatch_figure(tables: dict, path) -> Path:
     cmap = plt.get_cmap("tab20")
     for col, (field, value) in enumerate(panels):
         d = df[df[field] == value]
+        mse_small, mse_large = [], []  # what each log panel draws
         for i, name in enumerate(names):
             g = d[d["correction"] == name].sort_values(x)
             if g.empty:
@@ -151,12 +156,15 @@ def mismatch_figure(tables: dict, path) -> Path:
             ax = axes[:, col]
             ax[0].errorbar(g[x], g["rel_mse"], yerr=g["rel_mse_se"], capsize=2, **style)
             ax[1].errorbar(g[x], b["rel_mse"], yerr=b["mse_se"] / g["g_sq"], capsize=2, **style)
+            mse_small += list(g["rel_mse"])
+            mse_large += list(b["rel_mse"])
             ax[2].errorbar(g[x], g["cos"], yerr=g["cos_se"], capsize=2, **style)
             ax[3].errorbar(g[x], g["scale"], yerr=g["scale_se"], capsize=2, **style)
             ax[4].plot(g[x], g["truncated_share"], **style)
         title = f"T = {value}" if by_kl else f"mismatch {value}"
-        axes[0][col].set(yscale="log", title=title)
-        axes[1][col].set(yscale="log")
+        axes[0][col].set(title=title)
+        _log_axis(axes[0][col], mse_small)
+        _log_axis(axes[1][col], mse_large)
         for ax in axes[:, col]:
             ax.set(xscale="log", xlabel=xlabel)
             if not by_kl:
@@ -176,9 +184,39 @@ def mismatch_figure(tables: dict, path) -> Path:
     axes[4][0].set(ylabel="share of tokens truncated,\nmasked, rejected or cut")
     axes[0][-1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     first = df.iloc[0]
-    fig.suptitle(
-        "Rollout–training mismatch: each correction against the exact gradient"
-        + ("\n" if by_kl else " ")
-        + f"({first['env']}, B = {int(first['B'])}, G = {int(first['G'])}, {seeds_label(df)})"
+    _suptitle(
+        fig,
+        "Rollout–training mismatch: each correction against the exact gradient "
+        f"({first['env']}, B = {int(first['B'])}, G = {int(first['G'])}, {seeds_label(df)})",
     )
     return save(fig, path)
+
+
+def _log_axis(ax, values) -> None:
+    """A log y axis for the panel's ``values``.  Where some are ≤ 0 (an MSE extrapolated as bias² +
+    variance·B/512 is negative when the unbiased bias² estimate is), a symlog axis instead,
+    linear below the smallest positive value, and a note in the panel saying how many: no point
+    is dropped from the axis silently."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    low = int((v <= 0).sum())
+    if not low:
+        ax.set_yscale("log")
+        return
+    linthresh = float(v[v > 0].min()) if (v > 0).any() else 1.0
+    ax.set_yscale("symlog", linthresh=linthresh)
+    ax.axhline(0.0, color="k", lw=0.6)
+    ax.text(
+        0.02,
+        0.02,
+        f"{low} value{'s' * (low > 1)} ≤ 0: symlog axis,\nlinear below {linthresh:.2g}",
+        fontsize=6.5,
+        transform=ax.transAxes,
+        va="bottom",
+    )
+
+
+def _suptitle(fig, text: str) -> None:
+    """``text`` as the figure's title, wrapped to the figure's width (a character of the 12 pt
+    title is about 7 pt wide on average; 7.6 leaves a margin)."""
+    fig.suptitle(textwrap.fill(text, int(fig.get_figwidth() * 72 / 7.6)))
