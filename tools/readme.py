@@ -346,8 +346,10 @@ OFF_RULES = (
     "sequence",
     "sequence/ppo",
     "sequence/dual",
+    "gspo",
     "sis",
     "cispo",
+    "cispo-two-sided",
 )
 OFF_LABELS = {"sequence/dual": "sequence/dual (gpolab's extension: verl's GSPO has no dual clip)"}
 
@@ -567,7 +569,6 @@ def _offpolicy_mismatch_extract(t: dict) -> dict:
 def _offpolicy_mismatch_render(v: dict) -> str:
     import pandas as pd
 
-    from gpolab.estimators import mismatch as corrections
     from gpolab.labs.offpolicy import mismatch
 
     cells: dict[tuple, list[str]] = {}
@@ -577,10 +578,10 @@ def _offpolicy_mismatch_render(v: dict) -> str:
             cells.setdefault((int(T[2:]), spec), []).append(corr)
     lines = [
         f"| T | mismatch | KL(μ‖π) per sequence | least MSE, B = 8 (MSE/‖g‖²) | least MSE, "
-        f"{mismatch.LARGE_B} prompts | best direction (cos) | a † pairing better at "
-        f"{mismatch.LARGE_B} | TRL default `{mismatch.DEFAULTS['trl']}`: MSE/‖g‖², B = 8 · "
-        f"{mismatch.LARGE_B} · cos | verl default (`none`): the same |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"{mismatch.LARGE_B} prompts | best direction (cos) | TRL default "
+        f"`{mismatch.DEFAULTS['trl']}`: MSE/‖g‖², B = 8 · {mismatch.LARGE_B} · cos | verl "
+        "default (`none`): the same |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def frame(cell, names, col):
@@ -598,14 +599,9 @@ def _offpolicy_mismatch_render(v: dict) -> str:
             }
         )
 
-    def mark(spec: str) -> str:  # † a loss against μ that verl does not run so (Ports)
-        return f"`{spec}`" + "†" * corrections.gpolab_pairing(corrections.parse(spec)[0])
-
     def named(names: str, value: float, lead: str, digits: int = 3) -> str:
-        if not names:
-            return "—"
         tie = "" if lead in ("clear", "—", "") else f" ({lead})"
-        return " = ".join(mark(n) for n in names.split(" = ")) + f" {_num(value, digits)}{tie}"
+        return " = ".join(f"`{n}`" for n in names.split(" = ")) + f" {_num(value, digits)}{tie}"
 
     def default(cell, name):
         key = f"T={cell[0]} {cell[1]} {name}"
@@ -620,7 +616,6 @@ def _offpolicy_mismatch_render(v: dict) -> str:
             f"{named(d['least_mse'], d['least_mse_rel'], d['least_mse_lead'])} | "
             f"{named(d['least_mse_large'], d['least_mse_large_rel'], d['least_mse_large_lead'])} | "
             f"{named(d['best_cos'], d['best_cos_value'], d['best_cos_lead'], 4)} | "
-            f"{named(d['pairing_large'], d['pairing_large_rel'], '')} | "
             f"{default(cell, mismatch.DEFAULTS['trl'])} | "
             f"{default(cell, mismatch.DEFAULTS['verl'])} |"
         )

@@ -29,8 +29,11 @@ from the losses as the sources write them (ρ = e^d, m the mask, T = Σ_t m_t):
 - ``trl/cispo``: TRL's CISPO ratio is π_θ/π_old = 1, capped absolutely at ε_high, times the vLLM
   IS weight (sequence_mask, 3.0): A·min(1, ε_high)·ρ̃.
 
-The ratio losses (gspo, geo_mean, cispo, sapo, bypass_ppo_clip) are evaluated as in verl's bypass
-mode (old_log_prob := the rollout log-probs), so their ratio is π_θ/μ at π_θ = π_old.
+The ratio losses (gspo, geo_mean, cispo, sapo, bypass_ppo_clip) are what verl runs in bypass mode
+under its default v1 trainer (``trainer.use_v1: true``): old_log_prob := the rollout log-probs and
+``policy_loss.loss_mode``'s own loss, no IS or RS weight, so their ratio is π_θ/μ at π_θ = π_old.
+verl's legacy trainer (``use_v1: false``) instead replaces the loss by its bypass PPO-clip or
+REINFORCE (only ``verl/bypass_ppo_clip`` is that).
 Aggregations (w/coef): ``dapo`` 1/Σ_batch mask (TRL: masked weights count as zeros);
 ``token-mean`` 1/Σ_batch kept; ``seq-mean-token-mean`` 1/(N·T_i) over kept; ``seq-mean`` 1/N.
 Counts below 1 are taken as 1: the numerator is then 0.  verl's token-mean divides by the
@@ -64,7 +67,6 @@ __all__ = [
     "estimate_weights",
     "parse",
     "spec",
-    "gpolab_pairing",
     "batch_dependent",
     "sequence_weight_bound",
 ]
@@ -82,10 +84,19 @@ VERL_IS = VERL + "ppo/rollout_corr_helper.py::compute_rollout_correction_weights
 VERL_RS = VERL + "ppo/rollout_corr_helper.py::compute_rollout_rejection_mask"
 AGG = "; actor loss_agg_mode token-mean"
 AT = " at θ where π_θ = π_old"
-BYPASS = (  # verl's bypass_mode itself replaces the loss by compute_policy_loss_bypass_mode
-    "; gpolab evaluates the loss in bypass mode (old_log_prob := rollout log-probs, as "
-    "ray_trainer's apply_bypass_mode sets; verl's bypass_mode runs only ppo_clip/reinforce)" + AT
+V1_BYPASS = (  # what verl's default trainer does with bypass_mode true
+    "verl's default v1 trainer (trainer.use_v1 true) runs it in bypass mode: "
+    "ppo/v1/trainer_base.py::PPOTrainer._compute_old_log_prob sets old_log_probs := "
+    "rollout_log_probs (no IS or RS weight: _compute_advantage skips the correction) and "
+    "verl/workers/utils/losses.py::ppo_loss runs policy_loss.loss_mode's loss"
 )
+LEGACY = (
+    "; the legacy trainer (use_v1 false: ppo/ray_trainer.py::RayPPOTrainer.fit → "
+    "ppo/rollout_corr_helper.py::apply_bypass_mode) replaces loss_mode by "
+    "ppo/core_algos.py::compute_policy_loss_bypass_mode (loss_type ppo_clip or reinforce), so "
+    "it does not run this loss against μ"
+)
+BYPASS = f"; {V1_BYPASS}{LEGACY}{AT}"
 
 
 class Weights(NamedTuple):
@@ -321,10 +332,12 @@ REGISTRY: dict[str, Correction] = {
         tau_pos=1.0, tau_neg=1.05,
     ),
     "verl/bypass_ppo_clip": _entry(
-        verl_bypass_ppo_clip, VERL + "ppo/core_algos.py::compute_policy_loss_vanilla via "
+        verl_bypass_ppo_clip, VERL + "ppo/core_algos.py::compute_policy_loss_vanilla against μ "
+        "(ActorConfig ε 0.2/0.2, clip_ratio_c 3.0): " + V1_BYPASS + " (loss_mode vanilla, its "
+        "default); the legacy trainer (use_v1 false) runs the same numbers through "
         "compute_policy_loss_bypass_mode (loss_type ppo_clip, no IS weight, no RS: preset "
-        "bypass_ppo_clip; ActorConfig ε 0.2/0.2, clip_ratio_c 3.0); gpolab evaluates it"
-        + AT + AGG, "token", "loss", "token-mean", eps_low=0.2, eps_high=0.2, clip_c=3.0,
+        "bypass_ppo_clip)" + AT + AGG, "token", "loss", "token-mean",
+        eps_low=0.2, eps_high=0.2, clip_c=3.0,
     ),
 }  # fmt: skip
 
@@ -399,12 +412,6 @@ def estimate_weights(name: str, A, logp, logp_mu, mask, **overrides) -> Estimate
         w = coef / (A.size * (jnp.maximum(counts, 1.0) if agg == "seq-mean-token-mean" else 1.0))
     share = jnp.sum(flagged) / jnp.maximum(jnp.sum(mask), 1.0)
     return Estimate(w, share.astype(w.dtype))
-
-
-def gpolab_pairing(name: str) -> bool:
-    """Whether entry ``name`` is a loss evaluated against μ that its framework does not run that
-    way (verl's bypass mode runs only ppo_clip and reinforce): gpolab's pairing, not verl's."""
-    return BYPASS in REGISTRY[name].source
 
 
 def batch_dependent(name: str) -> bool:

@@ -292,3 +292,20 @@ def test_bad_names_and_keywords_give_one_config_error(name, over, message):
     with pytest.raises(ConfigError) as err:
         mm.estimate_weights(name, *args, **over)
     assert message in str(err.value)
+
+
+V1_BYPASS = "ppo/v1/trainer_base.py::PPOTrainer._compute_old_log_prob"
+
+
+@pytest.mark.parametrize("name", ["verl/gspo", "verl/geo_mean", "verl/cispo", "verl/sapo"])
+def test_verl_ratio_losses_cite_the_v1_bypass_that_runs_them_and_the_legacy_replacement(name):
+    """verl 1dda039b9c63 runs these losses against μ: bypass mode under its default v1 trainer
+    (trainer.use_v1 true) sets π_old := μ and keeps loss_mode's loss; only the legacy trainer
+    replaces it (apply_bypass_mode).  Before: labelled gpolab's pairing (mm.gpolab_pairing)."""
+    source = mm.REGISTRY[name].source
+    assert V1_BYPASS in source and "trainer.use_v1 true" in source
+    assert "use_v1 false" in source and "apply_bypass_mode" in source
+    assert "does not run this loss" in source.split("legacy")[1]
+    assert not hasattr(mm, "gpolab_pairing")
+    bypass_ppo = mm.REGISTRY["verl/bypass_ppo_clip"].source
+    assert V1_BYPASS in bypass_ppo and "compute_policy_loss_bypass_mode" in bypass_ppo

@@ -192,15 +192,15 @@ def test_at_a_large_batch_the_bias_decides():
     assert dec["verl_rel_mse_large"] == pytest.approx(0.2 + 3.8 / 64)
 
 
-def test_a_gpolab_pairing_is_never_the_choice_only_a_note_when_clearly_better():
-    """verl/sapo against μ is gpolab's pairing (verl does not run it): never a choice; named in
-    pairing_large only when it beats the choice at 512 prompts by more than one SE."""
+def test_a_verl_ratio_loss_against_mu_can_be_the_choice():
+    """verl/sapo against μ is what verl's default (v1) trainer runs in bypass mode, so it is a
+    candidate like every entry (before: never a choice, set aside as "gpolab's pairing" in a
+    pairing_large column, which is gone)."""
     rows = [_row("verl/sapo", 0.5, 0.999), _row("verl/token_tis", 1.0, 0.99), _row("none", 2, 0.9)]
     dec = mismatch.decision(_table(rows)).iloc[0]
-    assert dec["least_mse"] == "verl/token_tis" and dec["best_cos"] == "verl/token_tis"
-    assert dec["pairing_large"] == "verl/sapo"
-    rows[0] = _row("verl/sapo", 0.999, 0.999, mse_se=0.1)  # inside one SE: not named
-    assert mismatch.decision(_table(rows)).iloc[0]["pairing_large"] == ""
+    assert dec["least_mse"] == dec["least_mse_large"] == dec["best_cos"] == "verl/sapo"
+    assert dec["least_mse_large_rel"] == pytest.approx(0.5 / 64)
+    assert not [c for c in dec.index if "pairing" in c] and "pairing_large" not in mismatch.DECISION
 
 
 def test_a_collapsed_or_nan_direction_is_never_the_best():

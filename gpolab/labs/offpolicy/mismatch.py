@@ -381,26 +381,17 @@ def at_batch(results: pd.DataFrame, prompts: int) -> pd.DataFrame:
     return out
 
 
-def shipped(corrections: pd.Series) -> np.ndarray:
-    """Which corrections a framework runs as gpolab measures them (not a gpolab pairing, †)."""
-    return np.array([not mismatch.gpolab_pairing(mismatch.parse(c)[0]) for c in corrections])
-
-
 def decide(small: pd.DataFrame, large: pd.DataFrame) -> dict:
     """One cell's choices from its rows at the measured batch (``small``) and at the large one
     (``large``, :func:`at_batch`), each with ``correction``, ``mse``, ``mse_se``, ``rel_mse``,
-    ``cos``, ``cos_se``, ``scale``, ``scale_se``: among the corrections the frameworks run
-    (:func:`shipped`) the least MSE at each batch and the best direction (largest cos among
-    means resolved along g: scale > 2 SE); and the best gpolab pairing at the large batch, when
-    it does better there by more than one SE of either (else "")."""
-    own = shipped(small["correction"])
+    ``cos``, ``cos_se``, ``scale``, ``scale_se``: the least MSE at each batch and the best
+    direction (largest cos among means resolved along g: scale > 2 SE).  Every registry entry is
+    a configuration its framework runs (verl's ratio losses against μ: its default v1 trainer in
+    bypass mode), so every row is a candidate."""
     resolved = (small["scale"] > 2 * small["scale_se"]) & np.isfinite(small["cos"])
-    least = leader(small[own], "mse", "mse_se", lower=True)
-    big = leader(large[own], "mse", "mse_se", lower=True)
-    best = leader(small[own & resolved.to_numpy()], "cos", "cos_se", lower=False)
-    pair = leader(large[~own], "mse", "mse_se", lower=True) if (~own).any() else None
-    gap = None if pair is None else big["value"] - pair["value"]
-    better = gap is not None and gap > max(big["value_se"], pair["value_se"])  # beyond one SE
+    least = leader(small, "mse", "mse_se", lower=True)
+    big = leader(large, "mse", "mse_se", lower=True)
+    best = leader(small[resolved.to_numpy()], "cos", "cos_se", lower=False)
     return {
         "least_mse": least["names"],
         "least_mse_rel": least["rel_mse"],
@@ -414,8 +405,6 @@ def decide(small: pd.DataFrame, large: pd.DataFrame) -> dict:
         "best_cos_se": best["cos_se"],
         "best_cos_rel_mse": best["rel_mse"],
         "best_cos_lead": best["lead"],
-        "pairing_large": pair["names"] if better else "",
-        "pairing_large_rel": pair["rel_mse"] if better else math.nan,
     }
 
 
@@ -459,15 +448,7 @@ def leader(g: pd.DataFrame, col: str, se: str, *, lower: bool) -> dict:
     either ("clear") or not ("within 1 SE of ...")."""
     if g.empty:
         nan = math.nan
-        return {
-            "names": "none resolved",
-            "rel_mse": nan,
-            "cos": nan,
-            "cos_se": nan,
-            "lead": "",
-            "value": nan,
-            "value_se": nan,
-        }
+        return {"names": "none resolved", "rel_mse": nan, "cos": nan, "cos_se": nan, "lead": ""}
     g = g.sort_values(col, ascending=lower)
     top = g.iloc[0]
     same = np.isclose(g[col], top[col], rtol=1e-9, atol=0.0)
@@ -482,8 +463,6 @@ def leader(g: pd.DataFrame, col: str, se: str, *, lower: bool) -> dict:
         "cos": float(top["cos"]),
         "cos_se": float(top["cos_se"]),
         "lead": lead,
-        "value": float(top[col]),
-        "value_se": float(top[se]),
     }
 
 
@@ -512,7 +491,6 @@ DECISION = [
     "best_cos",
     "best_cos_value",
     "best_cos_lead",
-    "pairing_large",
     "trl_rel_mse",
     "trl_rel_mse_large",
     "trl_cos",
