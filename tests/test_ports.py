@@ -44,12 +44,17 @@ def port_rows(text: str) -> dict[str, list[str]]:
     for line in text.splitlines():
         if not line.startswith("|") or re.match(r"^\|[\s:|-]+\|$", line):
             continue
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = _cells(line)
         if cells[0] == "entry":
             continue
         for name in re.findall(r"`([^`]+)`", cells[0]):
             rows[name] = cells
     return rows
+
+
+def _cells(line: str) -> list[str]:
+    """A table row's cells: split at each "|" that is not escaped ("\\|" is a pipe in a cell)."""
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
 
 
 def _rows_of(page: str, heading: str | None = None) -> dict[str, list[str]] | None:
@@ -137,7 +142,7 @@ def port_problems(
     for line in section.splitlines() if cells else ():
         if not line.startswith("|") or re.match(r"^\|[\s:|-]+\|$", line):
             continue
-        row = [c.strip() for c in line.strip().strip("|").split("|")]
+        row = _cells(line)
         if width is None or row[0] in ("entry", "rule"):
             width = len(row)
             continue
@@ -156,25 +161,41 @@ def _word(cell: str) -> bool:
     return re.search(r"[^\W\d_]{2,}", cell) is not None
 
 
-# (page, rules, check the cells, check the commits): docs/offpolicy.md's cells are not checked
-# yet (a formula cell "|log r| > 20" splits its verl/bypass_ppo_clip row; "—" cells)
+MISMATCH = "### Rollout–training mismatch corrections"
+# (page, rules, check the cells, check the commits, the "###" table checked, None: the section):
+# the cells of docs/offpolicy.md's reuse table are not checked yet ("—" cells), its mismatch
+# table's are
 PAGES = [
-    ("allocate.md", allocation.RULES, True, True),
+    ("allocate.md", allocation.RULES, True, True, None),
     (
         "offpolicy.md",
         {**offpolicy.RATIOS, **{f"kl {k}": v for k, v in offpolicy.KLS.items()}},
         0,
         0,
+        None,
     ),
-    ("offpolicy.md", mismatch.REGISTRY, False, False),
+    ("offpolicy.md", mismatch.REGISTRY, True, False, MISMATCH),
 ]
 
 
-@pytest.mark.parametrize("page, rules, cells, commits", PAGES)
+def _under(text: str, heading: str | None) -> str:
+    """The "## Ports" section cut to the table under its ``heading`` (to the next heading); ""
+    (no section: a failure) where the heading is missing."""
+    if heading is None:
+        return text
+    section = _section(text, "Ports") or ""
+    if heading not in section:
+        return ""
+    rest = section[section.index(heading) + len(heading) :]
+    end = re.search(r"^#", rest, re.M)
+    return "## Ports\n" + rest[: end.start() if end else len(rest)]
+
+
+@pytest.mark.parametrize("page, rules, cells, commits, under", PAGES)
 def test_every_published_allocation_and_offpolicy_rule_has_a_full_port_row(
-    page, rules, cells, commits
+    page, rules, cells, commits, under
 ):
-    text = (DOCS / page).read_text(encoding="utf-8")
+    text = _under((DOCS / page).read_text(encoding="utf-8"), under)
     problems = port_problems(text, rules, cells=cells, commits=commits)
     assert not problems, f"docs/{page} § Ports: {problems}"
 
@@ -219,3 +240,21 @@ def test_a_row_emptied_to_one_character_or_without_its_commit_fails():
     assert bare != line
     problems = port_problems(ALLOCATE.replace(line, bare), allocation.RULES, commits=True)
     assert problems == ["`gvm` (GVM-RAFT, arXiv 2505.02391): the authors' code names no commit"]
+
+
+OFFPOLICY = (DOCS / "offpolicy.md").read_text(encoding="utf-8")
+
+
+def test_a_bare_pipe_or_a_dash_in_the_mismatch_table_fails():
+    """The mismatch table's cells are checked: its formula's escaped pipes keep the row whole,
+    a bare one splits it, a cell emptied to "—" fails, and the reuse table is not read."""
+    assert port_problems(_under(OFFPOLICY, MISMATCH), mismatch.REGISTRY) == []
+    assert r"\|log r\|" in OFFPOLICY
+    bare = _under(OFFPOLICY.replace(r"\|log r\|", "|log r|"), MISMATCH)
+    assert port_problems(bare, {}) == ["`verl/bypass_ppo_clip`: 8 cells, its header has 6"]
+    line = next(ln for ln in OFFPOLICY.splitlines() if ln.startswith("| `none` | none: a run"))
+    dashed = line.replace("| A per token |", "| — |")
+    assert dashed != line
+    problems = port_problems(_under(OFFPOLICY.replace(line, dashed), MISMATCH), {})
+    assert problems == ["`none`: cell 3 '—' holds no word"]
+    assert _under(OFFPOLICY.replace(MISMATCH, "### Renamed"), MISMATCH) == ""
