@@ -507,3 +507,107 @@ def test_gstar_cluster_bootstrap_resamples_whole_prompts(bandit_truth):
     assert shared["C3_se"] == pytest.approx(plain["C3_se"], rel=0.25)
     with pytest.raises(ConfigError, match="clusters"):
         gstar.gstar(z, q, group, norms, 4, boot=20, clusters=group[:-1])
+
+
+# ---------------------------------------------------- the maximum and the binomial limit (issue 55)
+
+
+def _profile_max(c, n) -> float:
+    """An independent search for sup ℓ: scipy's betabinom.logpmf over the distinct (c, n),
+    maximized over the mean (bounded Brent) on a fine grid of log(a + b) from 10^-1 to 10^6
+    (where its log-gamma differences are accurate to ~1e-4 nats over 250k groups; 1e-3 at
+    3e6), refined by Brent around the grid's best point, and the binomial log-likelihood (the
+    limit a + b → ∞) at its closed-form mean."""
+    from scipy import optimize
+
+    (uc, un), w = np.unique(np.stack([c, n]), axis=1, return_counts=True)
+
+    def profile(log_s):
+        s = np.exp(log_s)
+        f = lambda m: -w @ stats.betabinom.logpmf(uc, un, m * s, (1 - m) * s)  # noqa: E731
+        opts = {"xatol": 1e-12}
+        return -optimize.minimize_scalar(
+            f, bounds=(1e-6, 1 - 1e-6), method="bounded", options=opts
+        ).fun
+
+    grid = np.log(np.logspace(-1, 6, 141))
+    i = int(np.argmax([profile(x) for x in grid]))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
+    fine = -optimize.minimize_scalar(
+        lambda x: -profile(x), bounds=(lo, hi), method="bounded", options={"xatol": 1e-10}
+    ).fun
+    m = c.sum() / n.sum()
+    return max(w @ stats.binom.logpmf(uc, un, m), fine)
+
+
+def test_fit_reaches_the_maximum_on_binomial_logs():
+    """issue 55: 250k prompts x 8, every p = 0.3: the old search stopped 6.4 nats below the
+    maximum at Beta(283, 662), predicted 0.05873 flat groups for 0.05772 and its count check
+    rejected the binomial log.  The maximum is at a + b = ∞ (the binomial): the fit stops at the
+    cap, within ~1e-3 nats of it (the cap's θ = 1/(a + b) ≈ 7e-7 times ∂ℓ/∂θ), flags it, gives
+    no interval and predicts the binomial's flat fraction."""
+    rng = np.random.default_rng(50)  # a log whose maximum is the binomial (about half are)
+    n = np.full(250_000, 8)
+    c = rng.binomial(n, 0.3)
+    f = difficulty.fit(c, n)
+    top, m = _profile_max(c, n), c.sum() / n.sum()
+    assert top == pytest.approx(np.sum(stats.binom.logpmf(c, n, m)), abs=1e-9)  # the limit
+    assert top - 0.01 < f.loglik <= top + 1e-6
+    assert f.binomial_limit and f.at_bound and not f.has_interval
+    assert f.se_method.startswith("none: the likelihood is highest at a + b → ∞")
+    want = m**8 + (1 - m) ** 8
+    assert difficulty.degenerate_fraction(f.a, f.b, 8) == pytest.approx(want, abs=1e-5)
+    check = difficulty.count_check(c, n, f)
+    assert check["df"] == check["cells"] - 1 - 1  # only the mean was fitted
+    assert check["p_value"] > 0.01
+
+
+@pytest.mark.parametrize("a, b, prompts", [(30.0, 70.0, 250_000), (0.4, 0.3, 5_000)])
+def test_fit_reaches_the_maximum_inside(a, b, prompts):
+    """Inside the box (a spread beyond binomial noise, a near-binomial one included): the fit's
+    log-likelihood is the independent search's maximum to 1e-6 nats, with an interval."""
+    rng = np.random.default_rng(7)
+    n = rng.choice([4, 8, 16], prompts)
+    c = rng.binomial(n, rng.beta(a, b, prompts))
+    f = difficulty.fit(c, n)
+    assert not f.binomial_limit and f.has_interval
+    assert f.loglik == pytest.approx(_profile_max(c, n), abs=1e-6)
+    assert abs(f.a - a) < 4 * f.a_se and abs(f.b - b) < 4 * f.b_se
+
+
+@pytest.mark.slow
+def test_the_count_check_is_calibrated_on_binomial_logs():
+    """Exactly binomial logs (1,000 prompts x 8 at p = 0.3, 2,000 of them): the count check
+    rejects at its nominal 5% within 3 Monte Carlo SEs (about half the fits sit at the binomial
+    limit, where df counts the mean only; with two parameters counted there it rejected 6.6%)."""
+    rng = np.random.default_rng(2)
+    R = 2000
+    p = np.empty(R)
+    limit = 0
+    for r in range(R):
+        n = np.full(1000, 8)
+        c = rng.binomial(n, 0.3)
+        f = difficulty.fit(c, n)
+        p[r], limit = difficulty.count_check(c, n, f)["p_value"], limit + f.binomial_limit
+    assert 0.3 < limit / R < 0.7
+    assert abs(np.mean(p < 0.05) - 0.05) < 3 * np.sqrt(0.05 * 0.95 / R)
+    assert stats.kstest(p, "uniform").pvalue > 1e-3
+
+
+def test_the_check_holds_bounded_memory_at_large_group_sizes():
+    """issue 55: a log of groups of 65,536 made the check hold draws x G products (10 GB at
+    4,000 draws); now chunks of at most CHECK_ELEMENTS, whatever the group size."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    n = np.full(4, 16_384)
+    c = rng.binomial(n, rng.beta(2, 3, 4))
+    f = difficulty.fit(c, n)
+    tracemalloc.start()
+    try:
+        difficulty.logged_check(c, n, f, draws=2000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    unbounded = 8 * 2000 * 16_385  # one float64 array of draws x G: the old path held several
+    assert peak < 16 * 8 * difficulty.CHECK_ELEMENTS < unbounded * 2
