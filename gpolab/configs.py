@@ -408,9 +408,25 @@ def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source
     file's ``[quick]``) over them; a dict: exactly those sizes.  A config may declare
     ``MODES = {(field, value): {"defaults": {...}, "quick": {...}}}``: defaults and quick sizes
     that apply when the (file and typed) settings put ``field`` at ``value``.  Errors about file
-    entries name ``source`` (the file) and its table."""
+    entries name ``source`` (the file) and its table.  ``file_quick`` is checked whether or not
+    ``quick`` is set (issue 55): every key coerced, and without ``quick`` the config ``--quick``
+    would give resolved too, so a bad ``[quick]`` never waits for the run that uses it."""
     lab = getattr(cls, "LAB", cls.__name__)
     name = Path(source).name if source else ""
+    for k, v in (file_quick or {}).items():  # a key a flag overrides is still the file's
+        try:
+            coerce(cls, k, v)
+        except ConfigError as err:
+            raise ConfigError(f"{name} [quick] {err}".lstrip()) from None
+    if file_quick and quick is False:  # the run --quick would be (after this run's own checks)
+        cfg = resolve(cls, typed=typed, table=table, file_quick=None, source=source)
+        try:
+            resolve(cls, typed=typed, table=table, quick=True, file_quick=file_quick, source=source)
+        except ConfigError as err:
+            raise ConfigError(
+                str(err) if "[quick]" in str(err) else f"{err} (with --quick)"
+            ) from None
+        return cfg
     typed, table = dict(typed or {}), inline(table or {})
     mode_defaults, mode_quick = {}, {}
     for (field, value), extra in getattr(cls, "MODES", {}).items():
