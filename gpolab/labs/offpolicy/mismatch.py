@@ -74,14 +74,20 @@ class Cell:
     options: tuple = ()
 
 
+def _batch(key, cell: Cell, params, theta, mu, sampler) -> tuple:
+    """B prompts × G responses drawn from the logit table ``sampler`` (μ's or π_θ's), with their
+    rewards and per-token log-probabilities under π_θ and under μ."""
+    k_prompts, k_responses = jax.random.split(key)
+    prompts = markov.sample_prompts(k_prompts, params, cell.B)
+    ys, rewards = markov.sample_table(k_responses, params, sampler, prompts, cell.G)
+    logp = markov.table_logp(params, markov.table(params, theta), prompts, ys)
+    return prompts, ys, rewards, logp, markov.table_logp(params, mu, prompts, ys)
+
+
 def per_seed(cell: Cell, key: jax.Array, args: tuple) -> dict:
     """One batch from μ: the error e = ĝ − g, ‖e‖² and the flagged share."""
     params, theta, mu, g = args
-    k_prompts, k_responses = jax.random.split(key)
-    prompts = markov.sample_prompts(k_prompts, params, cell.B)
-    ys, rewards = markov.sample_table(k_responses, params, mu, prompts, cell.G)
-    logp = markov.table_logp(params, markov.table(params, theta), prompts, ys)
-    logp_mu = markov.table_logp(params, mu, prompts, ys)
+    prompts, ys, rewards, logp, logp_mu = _batch(key, cell, params, theta, mu, mu)
     A = estimators.loo_advantages(rewards)
     est = mismatch.estimate_weights(
         cell.correction, A, logp, logp_mu, jnp.ones_like(logp), **dict(cell.options)
@@ -104,11 +110,8 @@ def per_seed_pi(cell: Cell, key: jax.Array, args: tuple) -> dict:
     mean is E ĝ under μ (iid group members: E_μ[A ω s | x] = E_μ[r ω s | x] − V_μ(x) E_μ[ω s | x];
     gpolab's identity).  The error e = m − g; ``sq`` is this sampler's, not ĝ's."""
     params, theta, mu, g, v_mu = args
-    k_prompts, k_responses = jax.random.split(key)
-    prompts = markov.sample_prompts(k_prompts, params, cell.B)
-    ys, rewards = markov.sample(k_responses, params, theta, prompts, cell.G)
-    logp = markov.table_logp(params, markov.table(params, theta), prompts, ys)
-    logp_mu = markov.table_logp(params, mu, prompts, ys)
+    pi = markov.table(params, theta)
+    prompts, ys, rewards, logp, logp_mu = _batch(key, cell, params, theta, mu, pi)
     ones = jnp.ones_like(rewards)
     omega = mismatch.correction(cell.correction, ones, logp, logp_mu, jnp.ones_like(logp),
                                 **dict(cell.options)).coef[..., 0]  # fmt: skip
