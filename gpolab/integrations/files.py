@@ -23,9 +23,13 @@ Under ``<output_dir>/gpolab/``:
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
+
+from gpolab.validate import ConfigError
 
 FOLDER = "gpolab"
 ROLLOUTS, NORMS, RUN = "rollouts.parquet", "grad_norms.csv", "run.json"
@@ -123,9 +127,9 @@ class Writer:
         import pandas as pd
 
         rows = self.frame()
-        rows.to_parquet(self.dir / ROLLOUTS, index=False)
+        replace(self.dir / ROLLOUTS, lambda tmp: rows.to_parquet(tmp, index=False))
         norms = pd.DataFrame(self.norms, columns=["step", "batch", "grad_norm"])
-        norms.to_csv(self.dir / NORMS, index=False)
+        replace(self.dir / NORMS, lambda tmp: norms.to_csv(tmp, index=False))
         self.settings["decision"] = decision(rows, norms)
 
     def write_run(self) -> None:
@@ -135,7 +139,21 @@ class Writer:
             "seconds": self.seconds,
             "overhead": self.seconds["hook"] / max(self.seconds["train"], 1e-9),
         }
-        (self.dir / RUN).write_text(json.dumps(run, indent=1, default=str))
+        text = json.dumps(run, indent=1, default=str)
+        replace(self.dir / RUN, lambda tmp: tmp.write_text(text))
+
+
+def replace(path: Path, write) -> None:
+    """``write(tmp)`` to a temporary name beside ``path``, then rename it onto ``path``: a
+    trainer killed mid-write leaves the previous whole file, never a cut-off one (the name
+    follows gpolab.runner.output.atomic's, whose stale-file sweep knows it; the integrations
+    sit below the runner, so they cannot import it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def decision(rows, norms, boot: int = 200) -> dict:
@@ -226,5 +244,25 @@ def find(path) -> dict | None:
         return None
     norms = folder / NORMS
     has_norms = norms.is_file() and len(norms.read_text().strip().splitlines()) > 1
-    run = json.loads((folder / RUN).read_text()) if (folder / RUN).is_file() else {}
+    run = read_run(folder / RUN) if (folder / RUN).is_file() else {}
     return {"log": folder / ROLLOUTS, "norms": norms if has_norms else None, "run": run}
+
+
+def read_run(path: Path) -> dict:
+    """The hook's ``run.json``; a file that is not one JSON object (cut off by a trainer killed
+    while a hook older than the atomic write wrote it, or edited) is one error naming it."""
+    try:
+        run = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        why = getattr(err, "msg", None) or "not UTF-8 text"
+        raise ConfigError(
+            f"log: {str(path)!r} is not valid JSON ({why}; cut off, e.g. by a trainer killed "
+            "while writing it?); allowed: the hook's run.json whole: rerun the hook's flush, "
+            "or delete the file to plan without the trainer's settings"
+        ) from None
+    if not isinstance(run, dict):
+        raise ConfigError(
+            f"log: {str(path)!r} holds a JSON {type(run).__name__}; allowed: one JSON object "
+            "(the trainer's settings), or no run.json"
+        )
+    return run

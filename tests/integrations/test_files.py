@@ -120,11 +120,13 @@ def test_verl_logger_on_a_verl_dump_gives_what_plan_reads_from_the_dump(tmp_path
     assert a["group"].nunique() == b["group"].nunique() == 18
     out = {}
     for name, log in (("dump", dump), ("hook", tmp_path / "run")):
-        assert main(["plan", str(log), "--out", str(tmp_path / name), "--quick"]) == 0
-        out[name] = pd.read_parquet(tmp_path / name / "summary.parquet").iloc[-1]
+        report = tmp_path / f"plan-{name}"  # not the dump's own folder (issue 55: refused)
+        assert main(["plan", str(log), "--out", str(report), "--quick"]) == 0
+        out[name] = pd.read_parquet(report / "summary.parquet").iloc[-1]
     for col in ("a", "b", "mean_p", "groups"):
         assert out["dump"][col] == pytest.approx(out["hook"][col], rel=1e-9)
-    assert "trainer: verl (adv_estimator = grpo)" in (tmp_path / "hook" / "report.md").read_text()
+    text = (tmp_path / "plan-hook" / "report.md").read_text()
+    assert "trainer: verl (adv_estimator = grpo)" in text
     with pytest.raises(ConfigError, match="^log_generations: got 2 inputs, 1 scores"):
         logger.log_generations(4, ["a", "b"], [1.0])
 
@@ -158,3 +160,46 @@ def test_run_json_says_whether_the_files_decide_gstar_yet(tmp_path):
     assert d["safe_regret"] >= 0 and s["safe_regret"] >= 0
     decided = {"decided": True, "gstar": 4.2, "gstar_lo": 3.8, "gstar_hi": 5.0}
     assert "G* = 4.2 (95% 3.8 .. 5)" in files.decision_text({**decided, "groups_measured": 9})
+
+
+def test_run_json_is_written_whole_when_the_writer_is_killed(tmp_path, monkeypatch):
+    """issue 55: the hook wrote run.json in place, so a trainer killed mid-write left it cut
+    off.  Now a temporary name renamed into place: a write stopped half way (here: the text
+    half written, then an interrupt) leaves the previous whole file and no temporary one."""
+    run = _hooked_run(tmp_path / "run", steps=2)
+    path = run / files.FOLDER / files.RUN
+    before = path.read_text()
+    w = files.Writer(run, {"loss_type": "grpo"})
+    real = type(path).write_text
+
+    def killed(self, text, *args, **kwargs):
+        real(self, text[: len(text) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(path), "write_text", killed)
+    with pytest.raises(KeyboardInterrupt):
+        w.write_run()
+    monkeypatch.undo()
+    assert path.read_text() == before and json.loads(before)["loss_type"] == "dapo"
+    assert sorted(p.name for p in path.parent.iterdir()) == [files.NORMS, files.ROLLOUTS, files.RUN]
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ('{"loss_type": "dapo", "num_gen', "is not valid JSON (Unterminated string"),
+        ("", "is not valid JSON (Expecting value"),
+        (b"\xff\xfe{", "is not valid JSON (not UTF-8 text"),
+        ("[1, 2]", "holds a JSON list; allowed: one JSON object"),
+    ],
+)
+def test_plan_on_a_cut_off_run_json_is_one_line(tmp_path, capsys, text, words):
+    """issue 55: a run.json cut off (as a killed trainer left it) ended plan in a
+    JSONDecodeError traceback; now one line naming the file, and nothing written."""
+    run = _hooked_run(tmp_path / "run", steps=2)
+    path = run / files.FOLDER / files.RUN
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert main(["plan", str(run), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and words in err[0], err
+    assert not (tmp_path / "out").exists()

@@ -495,7 +495,10 @@ def _plan(tmp_path, log, *flags, out="out"):
 def test_plan_on_one_prompt_gives_a_report_with_na_fields(tmp_path, capsys, flags):
     """issue 40 defect 4: a one-prompt log crashed (a_se = b_se = NaN formatted), with and
     without --allocate, after writing tables; now a report, the SEs "n/a (why)"."""
-    log = one_prompt_log(tmp_path / "log.csv")
+    # its success rate varies across steps (at a constant p the log is binomial: the fit is at
+    # the binomial limit, whose SEs are n/a for that reason, issue 55)
+    steps = np.random.default_rng(1).beta(2.0, 3.0, (20, 1))
+    log = one_prompt_log(tmp_path / "log.csv", p=steps)
     assert _plan(tmp_path, log, *flags) == 0
     report = (tmp_path / "out" / "report.md").read_text()
     assert "one prompt:" in report and "± n/a (none: 1 prompt" in report
@@ -758,3 +761,30 @@ def test_plan_without_the_trainers_estimator_says_loo_only(tmp_path):
 def test_a_trainer_estimator_without_count_tables_is_one_error(tmp_path, spec):
     with pytest.raises(ConfigError, match="trainer_estimator|estimator"):
         config(tmp_path, beta_log(tmp_path / "log.csv"), trainer_estimator=spec).validate()
+
+
+def test_plan_says_when_a_log_shows_no_spread_beyond_binomial_noise(tmp_path):
+    """issue 55: on binomial logs the old fit stalled nats below the maximum at a finite Beta
+    and its check rejected them.  Now the report says the fit is at the binomial limit, once,
+    with no SE or band, and the check counts the mean as its one fitted parameter."""
+    rng = np.random.default_rng(50)
+    z = rng.random((3000, 8)) < 0.3
+    log = tmp_path / "log.csv"
+    pd.DataFrame(
+        {
+            "step": np.repeat(np.arange(3000) % 5, 8),
+            "prompt": np.repeat([f"q{i}" for i in range(3000)], 8),
+            "reward": z.ravel().astype(float),
+        }
+    ).to_csv(log, index=False)
+    cfg = config(tmp_path, log)
+    tables = plan.run(cfg)
+    p = plan.pooled(tables)
+    assert p["se_method"] == difficulty.BINOMIAL_LIMIT and p["a_se"] is None
+    m = z.mean()
+    curve = tables["curve"].set_index("G")
+    assert curve.loc[8, "predicted"] == pytest.approx(m**8 + (1 - m) ** 8, abs=1e-5)
+    assert curve.loc[8, "lo"] == curve.loc[8, "hi"] == curve.loc[8, "predicted"]
+    assert p["fit_df"] == 5 and p["fit_p"] > 0.05  # 7 cells − 1 size − 1 (the mean)
+    text = plan.report(cfg, tables)
+    assert text.count("a + b → ∞") == 1 and "± n/a (at the binomial limit)" in text

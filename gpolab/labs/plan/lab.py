@@ -135,6 +135,12 @@ class Config(configs.Config):
             raise validate.ConfigError("log: missing; allowed: a rollout log file or folder")
         if not os.path.exists(self.log):
             raise validate.ConfigError(f"log: {self.log!r} does not exist")
+        if not (os.path.isfile(self.log) or os.path.isdir(self.log)):  # stat only: a FIFO
+            raise validate.ConfigError(  # is never opened (a read would block)
+                f"log: {self.log!r} is not a regular file or a folder (a pipe or a device); "
+                f"allowed: a folder or a file of the supported formats ({rollouts.ALLOWED})"
+            )
+        check_out(self.log, self.out)
         validate.choice("format", self.format, FORMATS)
         if not (math.isnan(self.success_threshold) or math.isfinite(self.success_threshold)):
             raise validate.ConfigError(
@@ -178,6 +184,19 @@ class Config(configs.Config):
                 "the allocation reads their count tables",
             )
             validate.real("allocate_rho", self.allocate_rho, low=0.0, high=1.0)
+
+
+def check_out(log: str, out: str) -> None:
+    """``out`` is not the log's folder nor inside it: the report's tables there would make the
+    folder a log of mixed formats, and every later read of it fail (issue 55)."""
+    if not out:
+        return
+    path, where = os.path.realpath(log), os.path.realpath(out)
+    if where == path or (os.path.isdir(log) and where.startswith(path + os.sep)):
+        raise validate.ConfigError(
+            f"out: got {out!r}, which is the log {log!r} or inside its folder; allowed: a "
+            "folder outside the log (plan's tables there would be read as part of the log)"
+        )
 
 
 def draws_bytes(draws: int) -> float:
@@ -359,6 +378,12 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     levels = rollouts.binary_levels(log)
     groups = _windows(groups, cfg.window)
     check_groups(cfg, groups)
+    G = _modal(groups["n"])
+    if cfg.allocate and G > MAX_G:  # before any fit: the tables would not fit in memory
+        raise validate.ConfigError(
+            f"allocate: the log's G = {G:,} is above {MAX_G}; allowed: a log with G <= {MAX_G} "
+            f"(the allocation's count tables hold (8G)^2 numbers: {(8 * G) ** 2:,} here)"
+        )
     summary, curve = [], []
     for window, sub in _by_window(groups):
         row, rows = analyze_window(cfg, sub, levels, window, log.frame)

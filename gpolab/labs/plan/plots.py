@@ -8,6 +8,8 @@ import numpy as np
 
 from gpolab.runner.plots import pyplot, save
 
+BARS = 64  # at most this many bars in the count histogram (a log of G = 65,536 drew 65,537)
+
 
 def _pooled(tables: dict) -> dict:
     s = tables["summary"]
@@ -27,10 +29,15 @@ def _difficulty(ax, tables: dict, p: dict) -> None:
     n = int(p["G"])
     at = g[g["n"] == n]
     counts = np.bincount(at["successes"].astype(int), minlength=n + 1) / max(len(at), 1)
-    x = np.arange(n + 1) / n
-    ax.bar(x, counts, width=0.8 / n, color="0.65", label=f"log ({len(at):,} groups of {n})")
+    start = np.unique(np.linspace(0, n + 1, min(n + 1, BARS) + 1).astype(int))[:-1]
+    width = np.diff(np.append(start, n + 1))  # counts c in [start, start + width) share a bar
+    x = (start + (width - 1) / 2) / n
+    shown = f"log ({len(at):,} groups of {n}" + (
+        f", {width.max()} counts a bar)" if n >= BARS else ")"
+    )
+    ax.bar(x, np.add.reduceat(counts, start), width=0.8 * width / n, color="0.65", label=shown)
     if np.isfinite(p["a"]):  # all-pass or all-fail logs have no fit
-        fit = stats.betabinom.pmf(np.arange(n + 1), n, p["a"], p["b"])
+        fit = np.add.reduceat(stats.betabinom.pmf(np.arange(n + 1), n, p["a"], p["b"]), start)
         ax.plot(x, fit, "o-", color="C3", ms=3, label=f"Beta({p['a']:.2g}, {p['b']:.2g}) fit")
     ax.set_xlabel("success rate c/n of a group")
     ax.set_ylabel("share of groups")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from gpolab.runner.labs import json_value, table_text
-from gpolab.theory import gstar
+from gpolab.theory import difficulty, gstar
 
 POOLED = "all"  # the window of the whole log
 MAX_G = 256  # the curve's grid is 2..MAX_G; larger G: kappa's exact cost grows as G^2
@@ -152,9 +152,13 @@ def _difficulty_text(p: dict) -> list[str]:
             f"degenerate groups in the log: {p['logged_measured']:.4g} (every group all-equal)",
         ]
     no_se = p.get("se_method") or "no standard error"
+    limit = no_se == difficulty.BINOMIAL_LIMIT
+    if limit:  # said once, in the note
+        no_se = "at the binomial limit"
     return [
         "## Difficulty (beta-binomial fit of per-prompt success rates)",
         *([f"note: {p['fit_reason']}"] if p.get("fit_reason") else []),
+        *([f"note: no spread of difficulty beyond binomial noise: {_LIMIT_NOTE}"] if limit else []),
         f"{head}; p ~ Beta(a = {p['a']:.3g} ± {_num(p['a_se'], '.2g', no_se)}, "
         f"b = {p['b']:.3g} ± {_num(p['b_se'], '.2g', no_se)}), "
         f"mean {p['mean_p']:.3g}, 10/50/90%: {p['p10']:.3g} / {p['p50']:.3g} / {p['p90']:.3g}",
@@ -167,6 +171,14 @@ def _difficulty_text(p: dict) -> list[str]:
     ]
 
 
+_LIMIT_NOTE = (
+    "the likelihood is highest at a + b → ∞, every prompt at the mean success rate, so the "
+    "fit stops at the cap max(a, b) = 1e6 (its predictions are the binomial ones to ~1e-6) "
+    "and gives no standard errors or bands (an asymptotic normal does not hold at a boundary); "
+    "the chi-square check counts the mean as the one fitted parameter"
+)
+
+
 def _se_text(p: dict) -> str:
     """How the standard errors and intervals treat prompts seen in more than one group."""
     method = p.get("se_method")
@@ -175,6 +187,8 @@ def _se_text(p: dict) -> str:
             "standard errors: cluster-robust by prompt for the zero-std fraction (no model "
             "fit for these rewards)"
         )
+    if method == difficulty.BINOMIAL_LIMIT:
+        return "standard errors and intervals: none at the binomial limit (note above)"
     if method.startswith("cluster"):
         return (
             f"standard errors and intervals: {method}: a prompt drawn at several steps keeps "

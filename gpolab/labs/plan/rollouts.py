@@ -79,7 +79,7 @@ TABLE_REQUIRED = ("prompt", "reward")
 TABLE_OPTIONAL = ("step", "length", "group", "proxy", "pair_score")
 _SUFFIXES = {".parquet", ".csv", ".jsonl"}
 _TRL_NAME = re.compile(r"completions_(\d+)\.parquet$")
-_ALLOWED = (
+ALLOWED = (
     "TRL completions/completions_*.parquet, verl {step}.jsonl, or a .csv/.parquet table "
     "with prompt, reward"
 )
@@ -194,14 +194,16 @@ def _candidates(folder: Path) -> list[Path]:
             )
         top = top or inner
     if not top:
-        raise ConfigError(f"{folder}: no rollout files; allowed: {_ALLOWED}")
+        raise ConfigError(f"{folder}: no rollout files; allowed: {ALLOWED}")
     return top
 
 
 def _scan(path, format: str | None) -> tuple[str, list[Path]]:
     p = Path(path)
     if not p.exists():
-        raise ConfigError(f"{p}: no such file or folder; allowed: {_ALLOWED}")
+        raise ConfigError(f"{p}: no such file or folder; allowed: {ALLOWED}")
+    if not (p.is_dir() or p.is_file()):  # a FIFO or a device: stat only, never opened
+        raise ConfigError(f"{p}: not a regular file or a folder; allowed: {ALLOWED}")
     files = _candidates(p) if p.is_dir() else [p]
     if format is not None:
         choice("format", format, FORMATS)
@@ -269,9 +271,20 @@ def _runs(codes: np.ndarray) -> np.ndarray:
 
 
 def _extra(df: pd.DataFrame, f: Path, name: str | None, what: str, where) -> np.ndarray:
+    """An optional per-response column: empty or NaN means not measured; ±inf is an error
+    naming the column, its count and the first row (one inf among 1,024 pair scores dropped
+    the whole column and flipped plan's G from 256 to 2, issue 55)."""
     if name is None:
         return np.full(len(df), np.nan)
-    return _numeric(f, f"{what} {name!r}", df[name], where, finite=False)
+    x = _numeric(f, f"{what} {name!r}", df[name], where, finite=False)
+    inf = np.isinf(x)
+    if inf.any():
+        raise ConfigError(
+            f"{f}: {what} {name!r} is {x[inf][0]} at {where(int(np.flatnonzero(inf)[0]))} "
+            f"({int(inf.sum()):,} of {x.size:,} rows are infinite); allowed: a finite number, "
+            "or empty/NaN where not measured"
+        )
+    return x
 
 
 # ---------------------------------------------------------------------------------------------
