@@ -66,3 +66,14 @@ def test_a_negative_extrapolated_mse_is_drawn_and_said_not_dropped(figure):
     assert drawn.min() == pytest.approx((-0.1 + 2.0 * 8 / 512) / 2.0) and low <= drawn.min()
     assert fig.axes[0].get_yscale() == "log"  # nothing ≤ 0 there: log as before
     assert figure(_table(0.2)).axes[1].get_yscale() == "log"
+
+
+def test_a_withheld_mse_is_said_not_dropped_silently(figure):
+    """An unresolved row (its variance and MSE withheld, NaN) draws no point on the MSE panels;
+    each panel says how many it withholds."""
+    df = _table(0.2)
+    df.loc[3, ["rel_mse", "rel_mse_se", "variance", "variance_se"]] = np.nan
+    fig = figure(df)
+    for ax in fig.axes[:2]:
+        assert any("1 withheld" in t.get_text() for t in ax.texts), [t.get_text() for t in ax.texts]
+    assert not any("withheld" in t.get_text() for t in figure(_table(0.2)).axes[0].texts)

@@ -177,7 +177,7 @@ def mismatch_figure(tables: dict, path) -> Path:
                 ax.axvline(CLAMP, color="k", lw=0.8, ls=":", label="verl's ±20 clamp")
     axes[0][0].set(ylabel=f"MSE / ‖g‖², B = {int(df['B'].iloc[0])} (±1 SE)")
     axes[1][0].set(
-        ylabel=f"MSE / ‖g‖² at {mismatch.LARGE_B} prompts\n(bias² + variance·B/{mismatch.LARGE_B})"
+        ylabel=f"MSE / ‖g‖² at {mismatch.LARGE_B} prompts\n(verl's rejections: measured)"
     )
     axes[2][0].set(ylabel="cos(E ĝ, g) (±1 SE)")
     axes[3][0].set(ylabel="scale E ĝ·g / ‖g‖² (±1 SE)\n(1: no shrinkage, 0: collapsed)")
@@ -195,25 +195,25 @@ def mismatch_figure(tables: dict, path) -> Path:
 def _log_axis(ax, values) -> None:
     """A log y axis for the panel's ``values``.  Where some are ≤ 0 (an MSE extrapolated as bias² +
     variance·B/512 is negative when the unbiased bias² estimate is), a symlog axis instead,
-    linear below the smallest positive value, and a note in the panel saying how many: no point
-    is dropped from the axis silently."""
+    linear below the smallest positive value; a note in the panel says how many, and how many are
+    withheld (NaN: a row the sampler cannot resolve has no MSE): no point leaves the axis
+    silently."""
     v = np.asarray(values, dtype=float)
+    withheld = int((~np.isfinite(v)).sum())
     v = v[np.isfinite(v)]
     low = int((v <= 0).sum())
+    notes = [f"{withheld} withheld (unresolved rows: no MSE)"] if withheld else []
     if not low:
         ax.set_yscale("log")
-        return
-    linthresh = float(v[v > 0].min()) if (v > 0).any() else 1.0
-    ax.set_yscale("symlog", linthresh=linthresh)
-    ax.axhline(0.0, color="k", lw=0.6)
-    ax.text(
-        0.02,
-        0.02,
-        f"{low} value{'s' * (low > 1)} ≤ 0: symlog axis,\nlinear below {linthresh:.2g}",
-        fontsize=6.5,
-        transform=ax.transAxes,
-        va="bottom",
-    )
+    else:
+        linthresh = float(v[v > 0].min()) if (v > 0).any() else 1.0
+        ax.set_yscale("symlog", linthresh=linthresh)
+        ax.axhline(0.0, color="k", lw=0.6)
+        notes.insert(
+            0, f"{low} value{'s' * (low > 1)} ≤ 0: symlog axis,\nlinear below {linthresh:.2g}"
+        )
+    if notes:
+        ax.text(0.02, 0.02, "\n".join(notes), fontsize=6.5, transform=ax.transAxes, va="bottom")
 
 
 def _suptitle(fig, text: str) -> None:
