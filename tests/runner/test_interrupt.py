@@ -104,7 +104,8 @@ def test_workers_die_with_a_killed_parent(tmp_path):
         time.sleep(1.0)  # let them get into their work
         proc.kill()
         proc.wait()
-        gone = _wait(lambda: not any(_state(w) not in (None, "Z") for w in workers), 5.0)
+        # the workers used to compute on for minutes; a loaded CI machine may take some seconds
+        gone = _wait(lambda: not any(_state(w) not in (None, "Z") for w in workers), 20.0)
         assert gone, {w: _state(w) for w in workers}
     finally:
         proc.kill()
@@ -133,7 +134,7 @@ def test_ctrl_c_stops_every_worker_at_once_and_counts_every_kept_cell(tmp_path):
         _, err = proc.communicate(timeout=60)
         seconds = time.monotonic() - start
         assert proc.returncode == 130, err
-        assert seconds < 5.0, seconds
+        assert seconds < 15.0, seconds  # 33 s before (the workers finished their XLA call)
         assert not any(_state(w) not in (None, "Z") for w in workers)
         last = err.strip().splitlines()[-1]
         kept = _cells(results)
