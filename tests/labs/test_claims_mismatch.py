@@ -71,16 +71,19 @@ def test_log_fit_recovers_powers_and_widens_its_se_on_a_curve():
 
 
 def test_token_bias_reads_untruncated_token_is_and_recovers_its_powers():
-    v, se = _measure(claims_stats.mismatch_token_bias, _scaling())
-    assert v["slope_T"] == pytest.approx(0.9) and v["slope_delta"] == pytest.approx(0.5)
+    """A bias ∝ T^0.9·Δ^1.5 is inside an O(T²Δ) bound on Δ ≤ 1 (it vanishes faster than Δ)."""
+    v, se = _measure(claims_stats.mismatch_token_bias, _scaling(b=1.5))
+    assert v["slope_T"] == pytest.approx(0.9) and v["slope_delta"] == pytest.approx(1.5)
     assert v["control_p"] == 1.0 and se["control_p"] == 0.0 and se["slope_T"] > 0
     assert claims.verdict(LEDGER["LL-token-bias"], v, se) == "reproduced"
 
 
 @pytest.mark.parametrize(
-    "a, b, failed", [(2.5, 0.5, "slope_T <= 2"), (0.9, 1.5, "slope_delta <= 1")]
+    "a, b, failed", [(2.5, 1.5, "slope_T <= 2"), (0.9, 0.5, "slope_delta >= 1")]
 )
-def test_token_bias_faster_than_the_bound_fails(a, b, failed):
+def test_token_bias_outside_the_bound_fails(a, b, failed):
+    """Faster than T² in the length, or slower than linear as Δ → 0 (Δ^0.5 > C·Δ near 0): the
+    bound's order is broken and the claim is partly reproduced (the control still holds)."""
     v, se = _measure(claims_stats.mismatch_token_bias, _scaling(a=a, b=b))
     assert claims.check(failed, v, se) is False
     assert claims.verdict(LEDGER["LL-token-bias"], v, se) == "partly"
@@ -151,7 +154,12 @@ def test_collapse_past_the_clamp_and_not_before():
     assert claims.verdict(LEDGER["R-seq-collapse"], v, se) == "reproduced"
     df.loc[(df["correction"] == "verl/seq_tis") & (df["mismatch_kl_seq"] == 3.4), "scale"] = 0.2
     v, se = _measure(claims_stats.mismatch_seq_collapse, df)  # shrinks well before the clamp
-    assert v["before_min"] == 0.2
+    assert v["before_min"] == 0.2  # reported: the source says collapse "often" comes earlier
+    assert claims.verdict(LEDGER["R-seq-collapse"], v, se) == "reproduced"
+    alive = (df["correction"] == "verl/seq_tis") & (df["mismatch_kl_seq"] == 26.2)
+    df.loc[alive, "scale"] = 0.3  # a sequence weight that keeps its scale past the clamp
+    v, se = _measure(claims_stats.mismatch_seq_collapse, df)
+    assert claims.check("collapsed_max <= 0.1", v, se) is False
     assert claims.verdict(LEDGER["R-seq-collapse"], v, se) == "partly"
     df.loc[df["mismatch_kl_seq"] == 26.2, "scale"] = math.nan
     v, se = _measure(claims_stats.mismatch_seq_collapse, df)
