@@ -476,8 +476,13 @@ def dumps(cfg, lab: str) -> str:
         f"[{lab}]",
     ]
     own = [f.name for f in dataclasses.fields(cfg) if f.name != "instance"]
-    # what the mode ignores would be rejected when read back
-    lines += [f"{n} = {_toml_value(getattr(cfg, n))}" for n in own if used(cfg, n)]
+    # what the mode ignores would be rejected when read back; so would an empty list, which only
+    # a default can be (claims' `only`: every claim) and which reading back restores
+    lines += [
+        f"{n} = {_toml_value(getattr(cfg, n))}"
+        for n in own
+        if used(cfg, n) and getattr(cfg, n) != ()
+    ]
     spec = instances(type(cfg))
     if spec is not None and cfg.instance is not None:
         lines += ["", f"[{lab}.{getattr(cfg, spec[0])}]"]
