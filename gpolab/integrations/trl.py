@@ -15,10 +15,13 @@ It wraps the trainer's ``_generate_and_score_completions`` (read in TRL 1.16.0,
 ``trl/trainer/grpo_trainer.py``: it returns ``prompt_ids``, ``prompt_mask``,
 ``completion_ids``, ``completion_mask``, and has just extended ``trainer._logs`` with the
 gathered prompts and every reward function's rewards), so the groups are the ones TRL trained
-on; consecutive ``num_generations`` rows form a group, as in TRL.  Cost: a forward and backward
-pass per measured response (``groups_per_step`` × G per measured step, vmapped per group);
-``run.json`` records the hook's seconds against the training's.  Needs torch and transformers
-(the ``trl`` extra).
+on; consecutive ``num_generations`` rows form a group, as in TRL.  Responses are scored under
+softmax(logits / ``args.temperature``), the distribution TRL samples from and its loss scores
+(``add_fused_lm_head(..., temperature=self.temperature)`` in ``GRPOTrainer.__init__``), and a
+generation setting that samples from another (:data:`SAMPLING`) is refused before training.
+Cost: a forward and backward pass per measured response (``groups_per_step`` × G per measured
+step, vmapped per group); ``run.json`` records the hook's seconds against the training's.  Needs
+torch and transformers (the ``trl`` extra).
 """
 
 from __future__ import annotations
@@ -52,6 +55,18 @@ SETTINGS = (
     "temperature",
     "learning_rate",
 )
+# GRPOConfig's generation settings (TRL 1.16.0, trl/trainer/grpo_config.py) that make TRL sample
+# from another distribution than softmax(logits / temperature), the one its loss scores
+# (GRPOTrainer.__init__ passes them to GenerationConfig or vLLM, the temperature alone to the
+# loss's log-probs), with the values that leave it unchanged (the first: TRL's default)
+SAMPLING = {
+    "top_p": (1.0, None),
+    "top_k": (0, None),
+    "min_p": (None, 0.0),
+    "repetition_penalty": (1.0, None),
+    "generation_kwargs": (None, {}),
+    "vllm_structured_outputs_regex": (None, ""),
+}
 
 
 def settings_of(trainer) -> dict:
@@ -76,6 +91,22 @@ def refuse_unhooked(trainer) -> None:
             "groups cannot be logged; use trl.GRPOTrainer with PlanCallback, or write each "
             "group's rewards with gpolab.integrations.verl.PlanLogger and run gpolab plan"
         )
+
+
+def refuse_unscorable(args) -> None:
+    """One line, before any training step, for a generation setting of :data:`SAMPLING` that
+    the callback cannot reproduce: its scores (score norms, pair scores, gradient norms) are
+    those of softmax(logits / temperature), which TRL's loss uses, and would not be those of the
+    distribution the responses were drawn from."""
+    for name, neutral in SAMPLING.items():
+        value = getattr(args, name, neutral[0])
+        if value not in neutral:
+            raise validate.ConfigError(
+                f"PlanCallback: {name}: got {value!r}; allowed: {neutral[0]!r} (TRL's default): "
+                "with it TRL samples from another distribution than softmax(logits / "
+                "temperature), the one its loss and the callback's score norms and pair scores "
+                "use, so they would not be those of the sampled responses"
+            )
 
 
 @contextlib.contextmanager
@@ -134,6 +165,7 @@ class PlanCallback(TrainerCallback):
         cheap: bool = False,
     ):
         refuse_unhooked(trainer)
+        refuse_unscorable(trainer.args)
         validate.integer("groups_per_step", groups_per_step, 2)
         validate.integer("every", every, 1)
         if not isinstance(cheap, bool):
@@ -141,6 +173,7 @@ class PlanCallback(TrainerCallback):
         self.trainer, self.groups_per_step, self.every = trainer, groups_per_step, every
         self.cheap = cheap
         self.G = int(trainer.num_generations)
+        self.temperature = float(trainer.args.temperature)
         settings = {
             **settings_of(trainer),
             "groups_per_step": groups_per_step,
@@ -214,8 +247,9 @@ class PlanCallback(TrainerCallback):
         return np.asarray(loo_advantages(rewards[j * G : (j + 1) * G]), np.float64)
 
     def scores(self, output, rows) -> np.ndarray:
-        """(len(rows), D) ∇θ log πθ(completion | prompt) per response of one group, the model in
-        eval mode (no dropout) and float32 (outside the trainer's mixed-precision autocast).  The
+        """(len(rows), D) ∇θ log πθ(completion | prompt) per response of one group under
+        softmax(logits / temperature) (TRL's loss's log-probs), the model in eval mode (no
+        dropout) and float32 (outside the trainer's mixed-precision autocast).  The
         group's rows share their (left-padded) prompt, and padding after a completion cannot
         change the causal log-probs before it, so one ``torch.func.vmap`` of the per-response
         gradient serves the group; a model that vmap cannot trace falls back to one backward
@@ -224,13 +258,13 @@ class PlanCallback(TrainerCallback):
         with _float32_eval(model):
             if self.writer.settings.get("score_method") != "loop":
                 try:
-                    out = self._vmap_scores(model, ids, mask, P)
+                    out = self._vmap_scores(model, ids, mask, P, self.temperature)
                     self.writer.settings["score_method"] = "vmap"
                     return out
                 except Exception as err:  # a model vmap cannot trace: the loop, said once
                     self.writer.settings["score_method"] = "loop"
                     self.writer.settings["vmap_error"] = f"{type(err).__name__}: {err}"[:300]
-            return self._loop_scores(model, ids, mask, P)
+            return self._loop_scores(model, ids, mask, P, self.temperature)
 
     def _group(self, output, rows):
         """(model, ids, completion mask, prompt length) of one group's rows: they share their
@@ -247,13 +281,14 @@ class PlanCallback(TrainerCallback):
 
     def group_pass(self, output, rows, A) -> tuple[np.ndarray, np.ndarray]:
         """One forward and one backward pass over a group (``cheap``): verl's W(τ) per response
-        (G,) and the group's gradient (1/G) Σ_g A_g ∇θ log πθ(y_g) (D,), float32, eval mode."""
+        (G,) and the group's gradient (1/G) Σ_g A_g ∇θ log πθ(y_g) (D,), float32, eval mode; both
+        of softmax(logits / temperature), the distribution :meth:`scores` scores."""
         import torch
 
         model, ids, mask, P = self._group(output, rows)
         params = [p for p in model.parameters() if p.requires_grad]
         with _float32_eval(model):
-            logits = model(input_ids=ids).logits[:, P - 1 : -1].float()
+            logits = model(input_ids=ids).logits[:, P - 1 : -1].float() / self.temperature
             logp = logits.log_softmax(-1)
             lp = logp.gather(-1, ids[:, P:, None])[..., 0]
             with torch.no_grad():
@@ -266,7 +301,7 @@ class PlanCallback(TrainerCallback):
         return W.double().cpu().numpy(), _flat(grads, params).double().cpu().numpy()
 
     @staticmethod
-    def _vmap_scores(model, ids, mask, P: int) -> np.ndarray:
+    def _vmap_scores(model, ids, mask, P: int, T: float) -> np.ndarray:
         """Per-response gradients by ``torch.func``: the embeddings looked up from the parameter
         itself and passed as ``inputs_embeds`` (the model's checks on token ids, such as the
         padding warning, and gradient checkpointing's embedding hook are data-dependent or call
@@ -282,20 +317,20 @@ class PlanCallback(TrainerCallback):
         def logp(p, x, m):
             e = torch.nn.functional.embedding(x, p[emb])[None]
             logits = functional_call(model, (p, buffers), (), {"inputs_embeds": e}).logits
-            lp = logits[0, P - 1 : -1].float().log_softmax(-1).gather(-1, x[P:, None])[:, 0]
+            lp = (logits[0, P - 1 : -1].float() / T).log_softmax(-1).gather(-1, x[P:, None])[:, 0]
             return (lp * m).sum()
 
         g = vmap(grad(logp), in_dims=(None, 0, 0))(params, ids, mask)
         return torch.cat([v.reshape(len(ids), -1) for v in g.values()], 1).double().cpu().numpy()
 
     @staticmethod
-    def _loop_scores(model, ids, mask, P: int) -> np.ndarray:
+    def _loop_scores(model, ids, mask, P: int, T: float) -> np.ndarray:
         import torch
 
         params = [p for p in model.parameters() if p.requires_grad]
         out = []
         for x, m in zip(ids, mask, strict=True):
-            logits = model(input_ids=x[None]).logits[0, P - 1 : -1].float()
+            logits = model(input_ids=x[None]).logits[0, P - 1 : -1].float() / T
             logp = (logits.log_softmax(-1).gather(-1, x[P:, None])[:, 0] * m).sum()
             out.append(_flat(torch.autograd.grad(logp, params, allow_unused=True), params))
         return torch.stack(out).double().cpu().numpy()

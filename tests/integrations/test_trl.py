@@ -206,3 +206,76 @@ def test_a_cheap_run_fills_the_proxy_by_one_scale_and_plan_reads_it(tmp_path):
     norms = pd.read_csv(tmp_path / "run" / "gpolab" / "grad_norms.csv")
     assert set(norms["batch"]) == {1, 2, 4, 8} and (norms["batch"] == 1).sum() == 12 * 8
     assert main(["plan", str(tmp_path / "run"), "--out", str(tmp_path / "plan"), "--quick"]) == 0
+
+
+def test_scores_at_a_temperature_equal_autograd_of_trls_own_log_probs(tmp_path):
+    """At temperature 0.7 TRL samples from softmax(logits / 0.7) and its loss's log-probs are
+    those of that distribution (``add_fused_lm_head(..., temperature)``): the callback's
+    per-response score norms equal plain autograd of TRL's own per-token log-probs
+    (``GRPOTrainer._get_per_token_logps_and_entropies``, float32: ``bf16=False``) on a group of
+    the trained model, and differ from the temperature-1 norms the hook computed before."""
+    from gpolab.integrations.trl import PlanCallback
+    from gpolab.integrations.trl_task import build
+
+    trainer = build(tmp_path, G=G, groups=4, steps=2, lr=1e-5, temperature=0.7, bf16=False)
+    callback = PlanCallback(trainer, groups_per_step=2, every=1)
+    trainer.add_callback(callback)
+    trainer.train()
+    prompt, answers, output = _one_group()
+    W = callback.scores(output, range(4))
+    model = trainer.model
+    model.eval()
+    params = [p for p in model.parameters() if p.requires_grad]
+    ids = torch.cat([prompt.expand(4, -1), answers], 1)
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, torch.ones_like(ids), 1)
+    ref = []
+    for i in range(4):
+        grads = torch.autograd.grad(logps[i].sum(), params, retain_graph=True, allow_unused=True)
+        ref.append(sum(float((g.double() ** 2).sum()) for g in grads if g is not None))
+    np.testing.assert_allclose(np.sum(W * W, axis=1), ref, rtol=1e-4)
+    callback.temperature = 1.0  # what the hook scored before: another distribution
+    W1 = callback.scores(output, range(4))
+    assert np.all(np.abs(np.sum(W1 * W1, axis=1) / ref - 1) > 0.05)
+
+
+@pytest.mark.parametrize(
+    "setting, value",
+    [
+        ("top_p", 0.9),
+        ("top_k", 5),
+        ("min_p", 0.05),
+        ("repetition_penalty", 1.2),
+        ("generation_kwargs", {"num_beams": 2}),
+        ("vllm_structured_outputs_regex", "[a-n]"),
+    ],
+)
+def test_a_sampling_setting_the_scores_cannot_follow_is_refused(tmp_path, setting, value):
+    """A GRPOConfig generation setting that makes TRL sample from another distribution than
+    softmax(logits / temperature) (the one its loss and the callback score) is refused at
+    construction, before any training step, in one line naming it and its value; nothing is
+    written."""
+    from gpolab.integrations.trl import PlanCallback
+    from gpolab.integrations.trl_task import build
+    from gpolab.validate import ConfigError
+
+    trainer = build(tmp_path / "run", G=G, groups=2, steps=1, lr=1e-5, **{setting: value})
+    with pytest.raises(ConfigError) as err:
+        PlanCallback(trainer, output_dir=tmp_path / "out")
+    text = str(err.value)
+    assert "\n" not in text and f"{setting}: got {value!r}" in text
+    assert not (tmp_path / "out").exists() and trainer.state.global_step == 0
+
+
+def test_trls_default_sampling_settings_pass(tmp_path):
+    """GRPOConfig's defaults (top_p 1, top_k 0, min_p None, repetition_penalty 1, no
+    generation_kwargs) and their neutral spellings (min_p 0, top_k None) pass."""
+    from trl import GRPOConfig
+
+    from gpolab.integrations.trl import SAMPLING, PlanCallback
+    from gpolab.integrations.trl_task import build
+
+    defaults = GRPOConfig(output_dir=str(tmp_path / "d"), use_cpu=True)
+    assert {k: getattr(defaults, k) for k in SAMPLING} == {k: v[0] for k, v in SAMPLING.items()}
+    for extra in ({}, {"min_p": 0.0, "top_k": None, "temperature": 0.7}):
+        trainer = build(tmp_path / "run", G=G, groups=2, steps=1, lr=1e-5, **extra)
+        PlanCallback(trainer, output_dir=tmp_path / "out")
