@@ -1030,154 +1030,124 @@ def _budget_render(v: dict) -> str:
     return "\n".join(lines)
 
 
-# ---- TRL's GRPOTrainer at several G against plan (tools/trl_groupsize.py, the TRL venv) ---------
-TRL_CSV = "docs/data/trl_groupsize.csv"
-TRL_PLANS_CSV = "docs/data/trl_groupsize_plans.csv"
+# ---- TRL's own per-step gradient at several G against plan (tools/trl_pergrad.py) -------------
+TRL_CSV = "docs/data/trl_pergrad.csv"
+TRL_SUMMARY_CSV = "docs/data/trl_pergrad_summary.csv"
+TRL_ROW_KEYS = tuple(
+    f"{k}{e}"
+    for k in ("noise", "noise_rel", "nsr_rel", "pred_noise_rel", "pred_nsr_rel", "loo_nsr_rel")
+    for e in ("", "_lo", "_hi")
+) + ("B", "nsr", "to_best_lo", "to_best_hi")
+TRL_ROW_KEYS += ("exact_noise", "exact_signal", "exact_nsr", "exact_nsr_rel")
+TRL_SUMMARY_KEYS = (
+    "rollouts_per_step",
+    "draws",
+    "train_G",
+    "train_steps",
+    "lr",
+    "plan_G",
+    "plan_steps",
+    "ref",
+    "plan_gstar",
+    "plan_lo",
+    "plan_hi",
+    "safe_G",
+    "safe_regret",
+    "loo_gstar",
+)
 
 
 def _trl_extract(t: dict) -> dict:
-    """The stored table of ``tools.trl_groupsize`` (TRL cannot run in the main venv): every value
-    as exact (SE 0), so the check compares the block with the file; the final reward keeps its
-    SE across seeds."""
+    """The stored tables of ``tools.trl_pergrad`` (TRL cannot run in the main venv): every value
+    as exact (SE 0), so the check compares the block with the files."""
     import pandas as pd
 
-    df = pd.read_csv(Path(__file__).resolve().parents[1] / TRL_CSV)
-    first = df.iloc[0]
-    out = {
-        k: (float(first[col]), 0.0)
-        for k, col in (
-            ("N", "rollouts_per_step"),
-            ("steps", "steps"),
-            ("lr", "lr"),
-            ("target", "target"),
-            ("window", "window"),
-            ("base G", "base_G"),
-            ("plan gstar", "plan_gstar"),
-            ("plan lo", "plan_lo"),
-            ("plan hi", "plan_hi"),
-        )
-    }
-    model = first["plan_model"] if isinstance(first["plan_model"], str) else ""
-    out[f"plan model: {model}"] = (1.0, 0.0)
-    for r in df.to_dict("records"):
-        G = int(r["G"])
-        for k in ("B", "seeds", "reached", "rollouts_median", "rollouts_lo", "rollouts_hi") + (
-            "diff_median",
-            "diff_lo",
-            "diff_hi",
-        ):
-            out[f"G={G} {k}"] = (float(r[k]), 0.0)
-        out[f"G={G} final"] = (float(r["final_mean"]), float(r["final_se"]))
-    plans = pd.read_csv(Path(__file__).resolve().parents[1] / TRL_PLANS_CSV)
-    for r in plans.to_dict("records"):
-        at = f"base={int(r['base_G'])}"
-        for k in ("groups", "plan_gstar", "plan_lo", "plan_hi", "safe_G", "safe_regret"):
-            if k in r:  # the safe G: tables written since it exists
-                out[f"{at} {k}"] = (float(r[k]), 0.0)
-        out[f"{at} model: {r['plan_model'] if isinstance(r['plan_model'], str) else ''}"] = (
-            1.0,
-            0.0,
-        )
+    root = Path(__file__).resolve().parents[1]
+    s = pd.read_csv(root / TRL_SUMMARY_CSV).iloc[0]
+    out = {k: (float(s[k]), 0.0) for k in TRL_SUMMARY_KEYS}
+    out[f"spec: {s['spec']}"] = (1.0, 0.0)
+    for r in pd.read_csv(root / TRL_CSV).to_dict("records"):
+        out |= {f"G={int(r['G'])} {k}": (float(r[k]), 0.0) for k in TRL_ROW_KEYS}
     return out
 
 
 def _trl_rows(v: dict) -> list[dict]:
-    """The per-G rows of :func:`tools.trl_groupsize.compare` from a block's values."""
+    """The per-G rows of :func:`tools.trl_pergrad.compare` from a block's values."""
     Gs = sorted(int(m[1]) for k in v if (m := re.fullmatch(r"G=(\d+) B", k)))
-    plan = {f"plan_{k}": _v(v, f"plan {k}") for k in ("gstar", "lo", "hi")}
-    return [
-        {
-            "G": G,
-            **{k: _v(v, f"G={G} {k}") for k in ("B", "seeds", "reached")},
-            **{
-                f"{k}_{e}": _v(v, f"G={G} {k}_{e}")
-                for k in ("rollouts", "diff")
-                for e in ("median", "lo", "hi")
-            },
-            "final": v[f"G={G} final"],
-            **plan,
-        }
-        for G in Gs
-    ]
+    return [{"G": G, **{k: _v(v, f"G={G} {k}") for k in TRL_ROW_KEYS}} for G in Gs]
 
 
-def _rollouts(x: float) -> str:
-    return "not reached" if math.isinf(x) else f"{x:,.0f}"
+def _trl_cell(r: dict, k: str, digits: int = 3) -> str:
+    lo, hi = r[f"{k}_lo"], r[f"{k}_hi"]
+    return f"{_num(r[k], digits)} ({_num(lo, digits)} .. {_num(hi, digits)})"
 
 
-def _trl_plans(v: dict, rows: list[dict]) -> list[str]:
-    """The base runs' table: plan's G* from each, and the comparison it would give."""
-    from tools.trl_groupsize import compare
+def _trl_overlap(rows: list[dict], k: str) -> int:
+    """How many G's measured and predicted intervals of ``k`` overlap."""
+    return sum(
+        r[f"{k}_lo"] <= r[f"pred_{k}_hi"] and r[f"pred_{k}_lo"] <= r[f"{k}_hi"] for r in rows
+    )
 
-    bases = sorted(int(m[1]) for k in v if (m := re.fullmatch(r"base=(\d+) groups", k)))
-    lines = [
-        "| `gpolab plan` on the base run at G | groups measured | G* (95% interval) | modelled "
-        "| its comparison with the table | safe G (worst excess noise) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for G in bases:
-        at = f"base={G}"
-        g, lo, hi = (_v(v, f"{at} plan_{k}") for k in ("gstar", "lo", "hi"))
-        model = next(k.split(": ", 1)[1] for k in v if k.startswith(f"{at} model: "))
-        if math.isnan(g):
-            said = "none" if math.isnan(lo) else f"none (bound ≥ {lo:.3g})"
-        else:
-            said = f"{g:.3g} ({lo:.3g} .. {'∞' if math.isinf(hi) else f'{hi:.3g}'})"
-        c = compare([{**r, "plan_gstar": g, "plan_lo": lo, "plan_hi": hi} for r in rows])
-        held = f"holds G = {', '.join(map(str, c['inside']))}" if c["inside"] else "holds none"
-        verdict = c["verdict"] if c["verdict"] == "no comparison" else f"{c['verdict']}: {held}"
-        sg, sr = (v.get(f"{at} safe_{k}", (math.nan, 0.0))[0] for k in ("G", "regret"))
-        safe = "—" if math.isnan(sg) else f"{sg:.0f} (≤ {100 * sr:.0f}%)"
-        lines.append(
-            f"| {G} | {_v(v, f'{at} groups'):,.0f} | {said} | {model or '—'} | {verdict} | {safe} |"
-        )
-    return lines
+
+def _trl_inside(rows: list[dict]) -> int:
+    """How many G's exact relative nsr lies in plan's predicted interval."""
+    return sum(r["pred_nsr_rel_lo"] <= r["exact_nsr_rel"] <= r["pred_nsr_rel_hi"] for r in rows)
+
+
+def _trl_gap(rows: list[dict]) -> str:
+    """The largest relative difference of plan's relative nsr from the exact one."""
+    gap = max(abs(r["pred_nsr_rel"] / r["exact_nsr_rel"] - 1) for r in rows)
+    return f"{100 * gap:.1f}%"
 
 
 def _trl_render(v: dict) -> str:
-    from tools.trl_groupsize import compare
+    from tools.trl_pergrad import compare, compare_exact
 
     rows = _trl_rows(v)
-    verdict = compare(rows)
-    model = next(k.split(": ", 1)[1] for k in v if k.startswith("plan model: "))
+    ref = int(_v(v, "ref"))
+    plan = {k: _v(v, f"plan_{k}") for k in ("gstar", "lo", "hi", "safe_G")}
+    verdict, exact = compare(rows, plan), compare_exact(rows, plan)
+    spec = next(k.split(": ", 1)[1] for k in v if k.startswith("spec: "))
     lines = [
-        "| G | prompts per step B | seeds reached | rollouts to target: median (95% interval) "
-        "| minus the fastest G's, paired by seed | final reward ± SE |",
-        "|---|---|---|---|---|---|",
+        f"| G | B | TRL's noise V (95% interval) | V / exact V | V / V(G = {ref}): TRL "
+        f"| plan's model | nsr / nsr(G = {ref}): TRL | exact | plan's model | loo's model |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        f, se = r["final"]
-        d = (
-            "—"
-            if math.isnan(r["diff_median"])
-            else "(the fastest)"
-            if r["G"] == verdict["best"]
-            else (
-                f"{r['diff_median']:+,.0f} ({r['diff_lo']:+,.0f} .. {r['diff_hi']:+,.0f})"
-            ).replace("-", "−")
-        )
+        G = str(r["G"])
+        G = f"**{G}**" if r["G"] == exact["best"] else G
+        over = {f"x{e}": r[f"noise{e}"] / r["exact_noise"] for e in ("", "_lo", "_hi")}
         lines.append(
-            f"| {r['G']} | {r['B']:.0f} | {r['reached']:.0f} of {r['seeds']:.0f} | "
-            f"{_rollouts(r['rollouts_median'])} ({_rollouts(r['rollouts_lo'])} .. "
-            f"{_rollouts(r['rollouts_hi'])}) | {d} | {f:.3f} ± {se:.3f} |"
+            f"| {G} | {r['B']:.0f} | {_trl_cell(r, 'noise')} | {_trl_cell(over, 'x')} | "
+            f"{_trl_cell(r, 'noise_rel')} | {_trl_cell(r, 'pred_noise_rel')} | "
+            f"{_trl_cell(r, 'nsr_rel')} | {_num(r['exact_nsr_rel'], 3)} | "
+            f"{_trl_cell(r, 'pred_nsr_rel')} | {_trl_cell(r, 'loo_nsr_rel')} |"
         )
-    g, lo, hi = (_v(v, f"plan {k}") for k in ("gstar", "lo", "hi"))
-    if math.isnan(g):
-        said = f"no G* (the log cannot decide; lower bound {lo:.3g})"
-    else:
-        said = f"G* = {g:.3g} (95% interval {lo:.3g} .. {'∞' if math.isinf(hi) else f'{hi:.3g}'})"
-    lines += ["", *_trl_plans(v, rows)]
+    g, sg, sr, loo = (_v(v, k) for k in ("plan_gstar", "safe_G", "safe_regret", "loo_gstar"))
+    said = (
+        f"G* = {g:.3g} (95% interval {plan['lo']:.3g} .. {plan['hi']:.3g})"
+        if not math.isnan(g)
+        else "no G*"
+    )
+    safe = "" if math.isnan(sg) else f", safe G = {sg:.0f} (worst excess noise {100 * sr:.0f}%)"
+    loo = "loo's G*: not estimated" if math.isnan(loo) else f"loo's G* = {loo:.3g}"
+    others = [r for r in rows if r["G"] != ref]  # the reference is 1 on every curve
+    n = len(others)
     lines += [
         "",
-        f"N = {_v(v, 'N'):.0f} rollouts per step at every G, {_v(v, 'steps'):.0f} steps, "
-        f"learning rate {_v(v, 'lr'):g} (constant); target: the mean reward over "
-        f"{_v(v, 'window'):.0f} steps reaches {_v(v, 'target'):g}; the final reward is the mean "
-        f"of the last {_v(v, 'window'):.0f} steps. `gpolab plan` on the base run (G = "
-        f"{_v(v, 'base G'):.0f}, seed 0, every group measured): {said}"
-        + (f" for {model}" if model else "")
-        + ".",
+        f"N = {_v(v, 'rollouts_per_step'):.0f} rollouts per step at every G, "
+        f"{_v(v, 'draws'):.0f} batches per G at the frozen checkpoint ({_v(v, 'train_steps'):.0f}"
+        f" training steps at G = {_v(v, 'train_G'):.0f}, learning rate {_v(v, 'lr'):g}); bold: "
+        f"the least exact nsr. `gpolab plan` on the callback's log at the same checkpoint "
+        f"({_v(v, 'plan_steps'):.0f} steps at G = {_v(v, 'plan_G'):.0f}, every group measured) "
+        f"for {spec}: {said}{safe}; {loo}. Of the {n} G other than {ref}, the 95% intervals of "
+        f"TRL's and plan's curves overlap at {_trl_overlap(others, 'noise_rel')} for V and "
+        f"{_trl_overlap(others, 'nsr_rel')} for nsr; the exact nsr lies in plan's interval at "
+        f"{_trl_inside(others)}, and plan's value is {_trl_gap(others)} from it at most.",
         "",
-        f"**Comparison**: {verdict['text']}.",
+        f"**Measured**: {verdict['text']}.",
+        "",
+        f"**Exact**: {exact['text']}.",
     ]
     return "\n".join(lines)
 
@@ -1285,14 +1255,14 @@ BLOCKS = {
             "ratios and shares (no SE); rollouts to half the gap are checked",
         ),
         Block(
-            "trl-groupsize",
+            "trl-pergrad",
             (),
             _trl_extract,
             _trl_render,
             "TRL is not rerun (no torch in the main venv): the values are compared with the "
-            f"stored {TRL_CSV} and {TRL_PLANS_CSV}, which `.venv-trl/bin/python -m "
-            "tools.trl_groupsize` writes",
-            f"{TRL_CSV}, {TRL_PLANS_CSV}",
+            f"stored {TRL_CSV} and {TRL_SUMMARY_CSV}, which `.venv-trl/bin/python -m "
+            "tools.trl_pergrad` writes",
+            f"{TRL_CSV}, {TRL_SUMMARY_CSV}",
         ),
     )
 }

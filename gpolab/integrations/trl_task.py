@@ -2,7 +2,7 @@
 character tokenizer built here, 3-character prompts with single-token answers and a binary reward
 (success: the answer lies in the prompt's set of characters, 10 of 14 for the easy half of the
 prompts, 3 for the hard half).  The TRL integration test (``tests/integrations/test_trl.py``) and
-the group-size experiment (``tools/trl_groupsize.py``) build their trainers here.  Needs the
+the per-step gradient check (``tools/trl_pergrad.py``) build their trainers here.  Needs the
 ``trl`` extra (torch, transformers, trl, datasets); imported lazily.
 """
 

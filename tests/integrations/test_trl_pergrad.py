@@ -322,8 +322,8 @@ def test_exact_prompts_are_the_gradient_of_each_prompts_success_probability():
 # ---- the docs block ----------------------------------------------------------------------------
 def test_the_docs_block_is_the_stored_table_and_its_verdict():
     """docs/plan.md's block renders its stored values, which equal the committed CSVs' (TRL is
-    not rerun in the main venv); its verdict line is :func:`compare` of the CSVs' rows and
-    plan's answer; a number that differs from the CSV is caught."""
+    not rerun in the main venv); its verdict lines are :func:`compare` and :func:`compare_exact`
+    of the CSVs' rows and plan's answer; a number that differs from the CSV is caught."""
     from tools import readme
 
     root = readme.Path(__file__).resolve().parents[2]
@@ -333,9 +333,12 @@ def test_the_docs_block_is_the_stored_table_and_its_verdict():
     assert readme.stale(block, found["trl-pergrad"], fresh) == []
     g = pd.read_csv(root / readme.TRL_CSV)
     s = pd.read_csv(root / readme.TRL_SUMMARY_CSV).iloc[0]
-    plan = {"gstar": s["plan_gstar"], "lo": s["plan_lo"], "hi": s["plan_hi"]}
-    assert f"**Verdict**: {tp.compare(g, plan)['text']}." in found["trl-pergrad"]["body"]
+    plan = {k: s[f"plan_{k}"] for k in ("gstar", "lo", "hi")} | {"safe_G": s["safe_G"]}
+    body = found["trl-pergrad"]["body"]
+    assert f"**Measured**: {tp.compare(g, plan)['text']}." in body
+    assert f"**Exact**: {tp.compare_exact(g, plan)['text']}." in body
     assert s["text"] == tp.compare(g, plan)["text"]
+    assert s["exact_text"] == tp.compare_exact(g, plan)["text"]
     key = f"G={int(g['G'].iloc[0])} noise"
     edited = {**fresh, key: (fresh[key][0] * 1.01, 0.0)}
     assert readme.compare(edited, fresh)
