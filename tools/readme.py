@@ -1039,22 +1039,6 @@ TRL_ROW_KEYS = tuple(
     for e in ("", "_lo", "_hi")
 ) + ("B", "nsr", "to_best_lo", "to_best_hi")
 TRL_ROW_KEYS += ("exact_noise", "exact_signal", "exact_nsr", "exact_nsr_rel")
-TRL_SUMMARY_KEYS = (
-    "rollouts_per_step",
-    "draws",
-    "train_G",
-    "train_steps",
-    "lr",
-    "plan_G",
-    "plan_steps",
-    "ref",
-    "plan_gstar",
-    "plan_lo",
-    "plan_hi",
-    "safe_G",
-    "safe_regret",
-    "loo_gstar",
-)
 
 
 def _trl_extract(t: dict) -> dict:
@@ -1062,9 +1046,12 @@ def _trl_extract(t: dict) -> dict:
     as exact (SE 0), so the check compares the block with the files."""
     import pandas as pd
 
+    from tools.trl_pergrad import SUMMARY_COLUMNS
+
     root = Path(__file__).resolve().parents[1]
     s = pd.read_csv(root / TRL_SUMMARY_CSV).iloc[0]
-    out = {k: (float(s[k]), 0.0) for k in TRL_SUMMARY_KEYS}
+    numbers = [k for k in SUMMARY_COLUMNS if k != "tied" and pd.api.types.is_number(s[k])]
+    out = {k: (float(s[k]), 0.0) for k in numbers}
     out[f"spec: {s['spec']}"] = (1.0, 0.0)
     for r in pd.read_csv(root / TRL_CSV).to_dict("records"):
         out |= {f"G={int(r['G'])} {k}": (float(r[k]), 0.0) for k in TRL_ROW_KEYS}
