@@ -164,7 +164,7 @@ def decision(rows, norms, boot: int = 200) -> dict:
     (gpolab's rule of thumb, as plan's recommendation; ``None`` when c1 is not above 0 at all),
     and at this run's measuring rate that many more steps.  Decided or not, ``safe_G`` and
     ``safe_regret``: loo's G with the least worst-case noise excess over the best G at the run's
-    responses per step, over the 95% intervals of the constants
+    responses per step, over the joint 95% region of the constants
     (:func:`gpolab.theory.gstar.safe_g`)."""
     from gpolab.theory import gstar
 
@@ -188,7 +188,8 @@ def decision(rows, norms, boot: int = 200) -> dict:
     out |= {"c1": c1, "c1_se": se, "gstar_lo": res.get("gstar_lo"), "reason": res["reason"]}
     out["c1_method"] = res.get("c1_method")
     if res.get("replicates") is not None:  # a G to use meanwhile, at the run's responses per step
-        safe = gstar.safe_g(res["replicates"], float(rows.groupby("step").size().median()))
+        N = float(rows.groupby("step").size().median())
+        safe = gstar.safe_g(res["replicates"], N, df=res.get("boot_df", np.inf))
         if safe["G"] is not None:
             out |= {"safe_G": safe["G"], "safe_regret": safe["regret"]}
     if res["gstar"] is not None:
@@ -226,7 +227,7 @@ def decision_text(d: dict) -> str:
     return (
         f"{head}.  Meanwhile use G = {d['safe_G']}: for loo it costs at most "
         f"{100 * d['safe_regret']:.0f}% more gradient noise than the best G at this run's "
-        "responses per step, whatever c1 and C3 are within their 95% intervals"
+        "responses per step, whatever the constants are within their joint 95% region"
     )
 
 

@@ -192,7 +192,9 @@ def gstar(
     groups at different steps are not independent); ``c1_se``, ``C3_se`` the bootstrap SDs.
     ``keep_replicates``: also return ``replicates``, the (boot, 4) bootstrap replicates of
     (c1, ‖g‖², s, a) (:func:`gpolab.theory.gstar_model.gstar` reads them for another
-    estimator's interval).  ``pairs`` (optional, one :func:`pair_scores` value per response):
+    estimator's interval), and ``boot_df``, the fewest independent units behind them less one
+    (norm rows of a batch size, or clusters: :func:`radius`'s small-sample correction).
+    ``pairs`` (optional, one :func:`pair_scores` value per response):
     E‖g_X‖² is then measured directly by :func:`pair_moments` and only ‖g‖² is taken from the
     norms (:func:`constants_from_pairs`; ``c1_method`` says which; both unbiased, the pairs'
     without the within-group noise to subtract).  ``reason`` is None when G* is given, else says
@@ -236,6 +238,9 @@ def gstar(
         "gstar_lo": float(lo),
         "gstar_hi": float(hi),
     }
+    # the fewest independent units behind the constants (norm rows of a batch size, clusters)
+    units = min(min(r.size for r in rows), np.unique(cl).size if cl is not None else s_x.size)
+    out["boot_df"] = float(units - 1)
     if keep_replicates:
         out["replicates"] = reps[:, [1, 5, 3, 4]]
     c1_lo = float(_band(reps[:, 1], level)[0])
@@ -280,33 +285,103 @@ def information_factor(c1: float, se: float) -> float:
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256)
 
 
+def excess(noise, grid) -> dict:
+    """Each G's noise excess over the best G of ``grid``, from ``noise`` (R, len(grid)): row 0
+    the point estimate, the others the points of a region of constants (any positive criterion
+    with the estimator's minimiser).  At a row the excess of G is noise(G)/min_G′ noise(G′) − 1;
+    ``point`` is row 0's, ``lo``/``hi`` the least and the largest over the usable rows (finite,
+    positive noise; ``used`` counts them): NaN arrays when none is usable."""
+    grid = np.asarray(grid)
+    noise = np.asarray(noise, np.float64).reshape(-1, grid.size)
+    ok = np.all(np.isfinite(noise) & (noise > 0), axis=1)
+    nan = np.full(grid.size, np.nan)
+    if not ok.any():
+        return {"G": grid, "point": nan, "lo": nan, "hi": nan, "used": 0}
+    rel = noise[ok] / noise[ok].min(axis=1, keepdims=True) - 1.0
+    return {
+        "G": grid,
+        "point": rel[0] if ok[0] else nan,
+        "lo": rel.min(axis=0),
+        "hi": rel.max(axis=0),
+        "used": int(ok.sum()),
+    }
+
+
 def regret_bound(noise, grid) -> dict:
     """The G of ``grid`` whose worst noise excess over the best G is least (gpolab's rule).
 
     ``noise`` (R, len(grid)): one row per point of the region the log allows for its constants
-    (:func:`constant_box`), the gradient noise at each G at a fixed budget (any positive
-    criterion with the estimator's minimiser).  At a point, the regret of G is
-    noise(G)/min_G′ noise(G′) − 1; ``regret`` is its maximum over the points and ``G`` the grid
-    size where that is least (the smaller on ties).  So "G costs at most ``regret`` more noise
-    than the best G whatever the constants are in that region": defined when G* itself is not
-    (c1 not resolved above 0), because the log still bounds c1 from above; the bound says how
-    much the choice can cost.  Points with a non-positive or non-finite noise are left out
-    (``used`` counts the rest); ``G`` is None when none is usable (or there are no points)."""
-    grid = np.asarray(grid)
-    noise = np.asarray(noise, np.float64).reshape(-1, grid.size)
-    ok = np.all(np.isfinite(noise) & (noise > 0), axis=1)
-    if not ok.any():
+    (:func:`region`), the gradient noise at each G at a fixed budget.  ``regret`` is G's largest
+    :func:`excess` over the points and ``G`` the grid size where that is least (the smaller on
+    ties).  So "G costs at most ``regret`` more noise than the best G whatever the constants
+    are in that region": defined when G* itself is not (c1 not resolved above 0), because the
+    log still bounds c1 from above.  ``G`` is None when no point is usable."""
+    ex = excess(noise, grid)
+    if not ex["used"]:
         return {"G": None, "regret": _NAN, "used": 0}
-    worst = (noise[ok] / noise[ok].min(axis=1, keepdims=True) - 1.0).max(axis=0)
-    i = int(np.argmin(worst))
-    return {"G": int(grid[i]), "regret": float(worst[i]), "used": int(ok.sum())}
+    i = int(np.argmin(ex["hi"]))
+    return {"G": int(ex["G"][i]), "regret": float(ex["hi"][i]), "used": ex["used"]}
+
+
+# directions of the region's surface (a fixed, seeded set: the same log gives the same answer)
+DIRECTIONS = 1024
+
+
+def radius(level: float = 0.95, df: float = np.inf) -> float:
+    """The region's radius in bootstrap SDs: √χ²₄(level), times two small-sample factors where
+    the constants rest on few independent units (``df`` + 1: the fewest gradient-norm rows of a
+    batch size, or prompt clusters): the bootstrap of n units underestimates a mean's variance
+    by (n − 1)/n, and its SD is itself estimated from n units, so Student's t with n − 1
+    degrees of freedom replaces the normal quantile (gpolab's correction; 1 as df → ∞)."""
+    from scipy.stats import chi2, norm, t
+
+    r = float(np.sqrt(chi2.ppf(level, 4)))
+    if not np.isfinite(df):
+        return r
+    df = max(float(df), 1.0)
+    q = (1 + level) / 2
+    return r * float(t.ppf(q, df) / norm.ppf(q)) * float(np.sqrt((df + 1) / df))
+
+
+def region(
+    replicates, level: float = 0.95, directions: int = DIRECTIONS, df: float = np.inf
+) -> np.ndarray:
+    """Points (c1, ‖g‖², s, a) spanning a joint ``level`` region of the log's constants
+    (gpolab's rule): the ellipsoid (θ − m)ᵀ S⁻¹ (θ − m) <= χ²₄(level) of :func:`gstar`'s
+    bootstrap ``replicates`` (mean m, covariance S), its centre first, then its surface along
+    ``directions`` fixed directions and the ± axes of S.
+
+    Joint, not four marginal intervals (whose box holds all four constants only ~85% of the
+    time): its radius 3.08 SDs is χ²₄'s, so it holds the constants with probability ``level``
+    where the bootstrap is normal, and every linear function of them within ±3.08 SDs, hence
+    still within ±1.85 SDs if the bootstrap were 0.6× too narrow.  At the boundary: c1 and ‖g‖²
+    are a variance and a squared norm, so the centre's are taken as at least 0 (an estimate
+    below 0 is noise around a value >= 0: the region then reaches 3.08 SDs above 0, never
+    stopping at 0) and the points are cut at 0.  The noise ratios :func:`excess` reads are
+    ratios of affine functions of the constants, whose largest value over an ellipsoid lies on
+    its surface.  ``df``: :func:`radius`'s small-sample correction (:func:`gstar`'s
+    ``boot_df``)."""
+    reps = np.asarray(replicates, np.float64).reshape(-1, 4)
+    reps = reps[np.all(np.isfinite(reps), axis=1)]
+    if reps.shape[0] < 2:
+        return reps
+    m = reps.mean(axis=0)
+    m[:2] = np.maximum(m[:2], 0.0)
+    w, V = np.linalg.eigh(np.cov(reps.T))
+    root = V * np.sqrt(np.maximum(w, 0.0))  # root @ root.T = S
+    u = np.random.default_rng(0).standard_normal((directions, 4))
+    u = np.vstack([u / np.linalg.norm(u, axis=1, keepdims=True), np.eye(4), -np.eye(4)])
+    pts = np.vstack([m, m + radius(level, df) * u @ root.T])
+    pts[:, :2] = np.maximum(pts[:, :2], 0.0)
+    return pts
 
 
 def constant_box(replicates, level: float = 0.95, steps: int = 41) -> np.ndarray:
-    """(steps·8, 4) points (c1, ‖g‖², s, a) spanning the region a log allows its constants: each
-    one's percentile interval over :func:`gstar`'s bootstrap ``replicates`` (c1 and ‖g‖² cut at
-    0: a variance and a squared norm), c1 on ``steps`` values across its interval (the regret is
-    not monotone in it), the others at both ends."""
+    """(steps·8, 4) points spanning each constant's own percentile interval over the bootstrap
+    ``replicates`` (c1 and ‖g‖² cut at 0), c1 on ``steps`` values, the others at both ends: the
+    rule before issue 56, kept as the negative control of :func:`region`'s coverage (four
+    marginal intervals hold the constants jointly only ~85% of the time, and cut at 0 a c1
+    whose interval lies below 0 states a bound of 0%)."""
     reps = np.asarray(replicates, np.float64)
     lo, hi = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2], axis=0)
     lo[:2], hi[:2] = np.maximum(lo[:2], 0), np.maximum(hi[:2], 0)
@@ -331,13 +406,40 @@ def loo_noise(c1, g_sq, s, a, grid) -> np.ndarray:
     return groupsize.fixed_n_mse(c, 1, np.asarray(grid, np.float64))
 
 
-def safe_g(replicates, N: float, level: float = 0.95) -> dict:
-    """:func:`regret_bound` for loo over :func:`constant_box` of :func:`gstar`'s ``replicates``
-    (c1, ‖g‖², s, a), on the sizes of :data:`GRID` up to N responses per step.  On 200
-    simulated bandit logs of plancheck's quick sizes the truth's regret at ``G`` is within the
-    bound in at least 90% (tests/labs/test_plancheck.py)."""
-    grid = [G for G in GRID if G <= N] or [2]
-    return regret_bound(loo_noise(*constant_box(replicates, level).T, grid), grid)
+MAX_SIZE = 256  # the largest G a recommendation names
+
+
+def settable(N: float) -> list[int]:
+    """The group sizes a run with N responses per step can set without changing its batch: the
+    divisors G of N in 2..MAX_SIZE (B = N/G prompts per step: TRL's num_generations divides its
+    generation batch, verl's n times its prompt batch is N); when there is at most one (N
+    prime: only G = N, one prompt per step), :data:`GRID`'s sizes up to N beside it (a size
+    that does not divide N needs another batch: the report says so)."""
+    n = int(round(N))
+    sizes = [G for G in range(2, min(n, MAX_SIZE) + 1) if n % G == 0] if n == N else []
+    if len(sizes) > 1:
+        return sizes
+    return sorted({*sizes, *(G for G in GRID if G <= N)}) or [2]
+
+
+def safe_g(
+    replicates, N: float, level: float = 0.95, box: bool = False, df: float = np.inf
+) -> dict:
+    """:func:`regret_bound` for loo over :func:`region` of :func:`gstar`'s ``replicates``
+    (c1, ‖g‖², s, a), on the sizes a run at N responses per step can set (:func:`settable`),
+    with ``excess`` (:func:`excess`: every size's point, least and largest excess) and
+    ``c1_max`` (the largest c1 of the region).  ``box``: the marginal box of
+    :func:`constant_box` instead (the negative control); ``df``: :func:`radius`'s.  Its
+    coverage on known truth, by stratum: tests/labs/test_plancheck.py."""
+    grid = settable(N)
+    pts = constant_box(replicates, level) if box else region(replicates, level, df=df)
+    if box:  # the box has no centre of its own: its first row stands in
+        pts = np.vstack([np.median(np.asarray(replicates, np.float64), axis=0), pts])
+    noise = loo_noise(*pts.T, grid) if len(pts) else np.zeros((0, len(grid)))
+    out = regret_bound(noise, grid)
+    out["excess"] = excess(noise, grid)
+    out["c1_max"] = float(pts[:, 0].max()) if len(pts) else _NAN
+    return out
 
 
 def _group_clusters(rewards, proxy, group, clusters) -> np.ndarray:

@@ -55,7 +55,7 @@ from scipy.special import betaln, gammaln
 
 from gpolab import validate
 from gpolab.theory import exact
-from gpolab.theory.gstar import GRID, constant_box, regret_bound
+from gpolab.theory.gstar import GRID, excess, region, regret_bound
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,20 +203,25 @@ def gstar(
     N: float,
     replicates: np.ndarray | None = None,
     level: float = 0.95,
+    grid=GRID,
+    df: float = np.inf,
 ) -> dict:
     """G* of estimator ``spec`` at N responses per step under the transfer model set by the
-    log's constants; ``replicates`` (boot, 4) of (c1, g_sq, s, a) give a percentile interval
+    log's constants, on the sizes of ``grid`` (plan passes the ones the run can set,
+    :func:`gpolab.theory.gstar.settable`); ``replicates`` (boot, 4) of (c1, g_sq, s, a) give a
+    percentile interval
     (replicates the model cannot be set from are left out and counted).  Returns ``gstar``
     (target ``rescaled``), ``gstar_lo``/``gstar_hi``, ``gstar_mse`` (target ``mse``),
     ``scale`` and ``rescaled`` at G*, ``grid_max`` (G* at it means "at least"), with
     ``replicates`` ``safe_G``/``safe_regret`` (:func:`gpolab.theory.gstar.regret_bound` on the
-    noise-to-signal ``nsr`` over :func:`gpolab.theory.gstar.constant_box`: the G whose noise
-    excess over the best is least in the worst case the log allows), ``notes`` and ``reason``
+    noise-to-signal ``nsr`` over :func:`gpolab.theory.gstar.region`: the G whose noise excess
+    over the best is least in the worst case the log allows) and ``excess`` (every G's,
+    :func:`gpolab.theory.gstar.excess`), ``notes`` and ``reason``
     (None, or why there is no G*: then ``gstar`` is None)."""
     m = fit(c1, g_sq, s, a, alpha, beta)
     if isinstance(m, str):
         return {"gstar": None, "gstar_lo": None, "gstar_hi": None, "reason": m}
-    t = estimator_terms(spec, alpha, beta)
+    t = estimator_terms(spec, alpha, beta, grid)
     crit = criteria(t, m, N)
     G = best(t, m, N)
     i = int(np.flatnonzero(t.G == G)[0])
@@ -240,11 +245,16 @@ def gstar(
             lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], method="nearest")
             out["gstar_lo"], out["gstar_hi"] = int(lo), int(hi)
             keep = t.G <= N
-            box = (fit(*c, alpha, beta) for c in constant_box(replicates, level))
-            safe = regret_bound(
-                [criteria(t, r, N)["nsr"][keep] for r in box if not isinstance(r, str)], t.G[keep]
-            )
+            pts = region(replicates, level, df=df)  # its centre first
+            noise = [
+                criteria(t, r, N)["nsr"][keep]
+                if not isinstance(r, str)
+                else np.full(keep.sum(), np.nan)
+                for r in (fit(*c, alpha, beta) for c in pts)
+            ]
+            safe = regret_bound(noise, t.G[keep])
             out["safe_G"], out["safe_regret"] = safe["G"], safe["regret"]
+            out["excess"] = excess(noise, t.G[keep])
     return out
 
 

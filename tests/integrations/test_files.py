@@ -149,8 +149,8 @@ def test_run_json_says_whether_the_files_decide_gstar_yet(tmp_path):
     safe = files.decision_text({**undecided, "safe_G": 6, "safe_regret": 0.1})
     assert safe.endswith(
         "Meanwhile use G = 6: for loo it costs at most 10% more gradient noise "
-        "than the best G at this run's responses per step, whatever c1 and C3 "
-        "are within their 95% intervals"
+        "than the best G at this run's responses per step, whatever the constants "
+        "are within their joint 95% region"
     )
     # the hook's run and plan both give a safe G on the grid, with a bound (their bootstraps
     # differ in size, so not always the same G)

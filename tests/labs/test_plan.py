@@ -411,6 +411,26 @@ def test_the_report_says_when_the_log_cannot_pin_the_headline_G():
     assert plan_report.power_text(tight, p) == ""
 
 
+PRICES = [
+    {"G": 4, "point": 0.02, "lo": 0.0, "hi": 0.3},
+    {"G": 6, "point": 0.0, "lo": 0.0, "hi": 0.07},
+    {"G": 8, "point": 0.01, "lo": 0.0, "hi": 0.2},
+]
+LEAD = {
+    "lead_G": 6,
+    "lead_for": "loo",
+    "lead_excess": 0.0,
+    "lead_excess_lo": 0.0,
+    "lead_excess_hi": 0.07,
+    "current_G": 8,
+    "current_excess": 0.01,
+    "current_excess_lo": 0.0,
+    "current_excess_hi": 0.2,
+    "budget": 48,
+    "prices": json.dumps(PRICES),
+}
+
+
 @pytest.mark.parametrize(
     "p, start",
     [
@@ -421,8 +441,11 @@ def test_the_report_says_when_the_log_cannot_pin_the_headline_G():
                 "gstar_hi": 15.0,
                 "gstar_proxy_groups": 960,
                 "gstar_norm_rows": 1860,
+                "lead_rule": "decided: the least noise at the log's constants",
             },
-            "use G = 6 (G* = 5.98, 95% interval 4.6 .. 15;",
+            "use G = 6: the least gradient noise at the log's constants among the sizes this run "
+            "can set at N = 48 responses per step (B = N/G prompts); over the log's joint 95% "
+            "region it costs at most 7% more noise than the best G",
         ),
         (
             {
@@ -432,46 +455,59 @@ def test_the_report_says_when_the_log_cannot_pin_the_headline_G():
                 "gstar_c1": 1.5,
                 "gstar_c1_se": 1.0,
                 "prompts": 8,
+                "lead_rule": "not decided",
             },
-            "the log cannot decide G*: c1 = 1.5 ± 1",
+            "use G = 6: among the sizes this run can set at N = 48 responses per step (B = N/G "
+            "prompts), the one whose worst excess noise over the best G is least: at most 7%, "
+            "whatever the log's constants are within their joint 95% region.  G* itself is not "
+            "decided: c1 = 1.5 ± 1",
         ),
         (
-            {"gstar": None, "gstar_c1": -2.0, "gstar_lo": 3.0},
-            "the log cannot decide G*: the prompt",
-        ),
-        ({"gstar": None, "gstar_reason": "no proxy"}, "the log cannot decide G*: no proxy"),
-        (
-            {"gstar": None, "gstar_c1": -2.0, "gstar_lo": 3.0, "safe_G": 6, "safe_regret": 0.07},
-            "use G = 6: for loo (the law alone, no model), G = 6 costs at most 7% more gradient "
-            "noise than the best G, whatever the log's constants are within their 95% bootstrap "
-            "intervals.  G* itself is not decided: the prompt",
+            {"gstar": None, "gstar_c1": -2.0, "gstar_lo": 3.0, "lead_rule": "not decided"},
+            "use G = 6: among the sizes",
         ),
     ],
 )
-def test_the_recommendation_line(p, start):
+def test_the_recommendation_leads_with_one_g_and_prices_the_users(p, start):
+    """One G leads (issue 56), with its worst-case price; the run's own G and the settable
+    sizes next to the lead are priced; every other G says why it differs; the optimum is named."""
     from gpolab.labs.plan import report as plan_report
 
-    assert plan_report.recommendation(p).startswith(start)
-    model = {
-        "estimator_gstar": 8,
-        "estimator_spec": "trl/grpo",
-        "estimator_gstar_lo": 6,
-        "estimator_gstar_hi": 128,
-        "estimator_grid_max": 128,
-        "loo_model_gstar": 8,
-    }
-    line = plan_report.recommendation({**p, **model})
-    decided = p.get("gstar") is not None
-    assert line.startswith("use G = 8 for trl/grpo" if decided else start)
-    # undecided, with a safe G for the run's estimator too: that one leads, loo's beside it
-    line = plan_report.recommendation(
-        {**p, **model, "estimator_safe_G": 10, "estimator_safe_regret": 0.04}
+    lines = plan_report.recommendation({**LEAD, **p})
+    assert lines[0].startswith(start)
+    assert lines[1].startswith(
+        "your G = 8 costs 1% more noise than the best G at the log's constants (0% .. 20% over "
+        "the region)"
     )
-    if "safe_G" in p:
-        assert line.startswith("use G = 10 for trl/grpo, the estimator this run trains with: ")
-        assert "at most 4% more noise against its own mean" in line and "G = 6 costs" in line
-    undecided_with_c1 = not decided and "gstar_c1" in p
-    assert line.endswith("puts G* at 8 for trl/grpo (95% 6 or more; loo's 8)") == undecided_with_c1
+    assert "G = 4: 2% (0% .. 30%), G = 6: 0% (0% .. 7%), G = 8 (yours): 1% (0% .. 20%)" in lines[1]
+    assert lines[-1] == plan_report.OPTIMUM and "per-step optima" in lines[-1]
+    # another G in the report says why it differs from the lead
+    other = plan_report.recommendation({**LEAD, **p, "rule_G": 4, "rule_reason": "the pool"})
+    assert "gpolab's training rule gives G = 4 for loo: the pool" in "\n".join(other)
+    # the run's own estimator leads when modelled
+    est = plan_report.recommendation({**LEAD, **p, "lead_for": "trl/grpo"})
+    assert est[0].startswith("use G = 6 (trl/grpo, the estimator this run trains with")
+
+
+def test_no_lead_says_why():
+    from gpolab.labs.plan import report as plan_report
+
+    for p, said in (
+        ({"gstar": None, "gstar_reason": "no proxy"}, "the log gives no G to use: no proxy"),
+        (
+            {"gstar": None, "gstar_c1": -2.0, "gstar_lo": 3.0},
+            "the log gives no G to use: the prompt variance c1 = -2 is not above 0",
+        ),
+    ):
+        lines = plan_report.recommendation(p)
+        assert lines[0].startswith(said) and len(lines) == 2
+
+
+def test_a_size_the_batch_cannot_hold_says_how_to_change_it():
+    from gpolab.labs.plan import report as plan_report
+
+    p = {**LEAD, "budget": 47, "lead_G": 6, "lead_rule": "not decided", "gstar": None}
+    assert "no divisor of N = 47 in 2..256: change the batch" in plan_report.recommendation(p)[0]
 
 
 # ----------------------------------------------------------------------------- issue 40
@@ -718,8 +754,16 @@ def test_plan_gives_the_trainers_estimator_gstar_beside_loos(tmp_path):
     assert p["loo_model_gstar"] in (below, above)
     text = plan.report(plan.Config(log=str(paths["table"]), **kw), tables)
     head = text.splitlines()[text.splitlines().index("## Recommendation") + 1]
-    assert head.startswith(f"use G = {g} for trl/grpo, the estimator this run trains with")
-    assert "loo's G* = " in head and "The run's estimator: trl/grpo" in text
+    assert head.startswith(f"use G = {g} (trl/grpo, the estimator this run trains with")
+    assert p["lead_G"] == g and p["lead_for"] == "trl/grpo"
+    assert p["current_G"] == 8 and 0 <= p["current_excess_lo"] <= p["current_excess_hi"]
+    # plan.json carries every field of summary.csv's pooled row (the lead, prices, rule)
+    js = plan.summary_json(plan.Config(log=str(paths["table"]), **kw), tables)
+    assert {"lead_G", "current_excess_hi", "rule_G", "rule_reason", "safe_c1_max"} <= set(js)
+    assert [r["G"] for r in js["prices"]] == sorted(r["G"] for r in js["prices"])
+    rec = text.split("## Recommendation")[1].split("\n\n")[0]
+    assert "loo's G* = " in rec and "the lead is for the run's estimator" in rec
+    assert "The run's estimator: trl/grpo" in text
     loo = plan.pooled(plan.run(config(tmp_path, paths["table"], trainer_estimator="loo", **kw)))
     assert loo["estimator_gstar"] == loo["loo_model_gstar"] == p["loo_model_gstar"]
     # the training rule on the log's own constants: 480 groups of 512 prompts, none repeated
@@ -727,7 +771,8 @@ def test_plan_gives_the_trainers_estimator_gstar_beside_loos(tmp_path):
 
     c = groupsize.Constants(p["gstar_c1"], p["gstar_C2"], p["gstar_C3"])
     assert p["rule_pool"] == 0 and p["rule_G"] == groupsize.training_rule(c, 256, 0)["G"]
-    assert "Training rule for loo" in text and f"use G = {p['rule_G']}:" in text
+    said = f"gpolab's training rule gives G = {p['rule_G']} for loo: " in text
+    assert said == (p["rule_G"] != p["lead_G"])  # named only where it differs from the lead
 
 
 @pytest.mark.parametrize(

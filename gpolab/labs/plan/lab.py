@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import os
 from typing import ClassVar
@@ -394,8 +395,12 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     gs = gstar_row(cfg, log, levels, norms)
     replicates = gs.pop("replicates", None)
     pooled_row = {**summary.iloc[-1].to_dict(), **gs}
-    gs |= safe_row(pooled_row, replicates)
-    gs |= estimator_row(cfg, trainer, pooled_row, replicates) | rule_row(cfg, pooled_row)
+    safe = safe_row(pooled_row, replicates)
+    loo_excess = safe.pop("excess", None)
+    est = estimator_row(cfg, trainer, {**pooled_row, **safe}, replicates)
+    est_excess = est.pop("excess", None)
+    gs |= safe | est | rule_row(cfg, pooled_row)
+    gs |= price_row({**pooled_row, **gs}, loo_excess, est_excess)
     for k, v in gs.items():
         summary[k] = [v if w == POOLED else None for w in summary["window"]]
     summary["format"], summary["reward"] = log.format, log.reward
@@ -697,14 +702,81 @@ def gstar_row(cfg: Config, log, levels, norms) -> dict:
 
 
 def safe_row(p: dict, replicates) -> dict:
-    """loo's G with the least worst-case noise excess over the best G that the log's bootstrap
-    replicates allow (:func:`gpolab.theory.gstar.safe_g`), at the log's responses per step:
-    given whether or not the log decides G*."""
-    out = {"safe_G": None, "safe_regret": None}
+    """loo's G with the least worst-case noise excess over the best G over the joint 95% region
+    the log's bootstrap replicates allow (:func:`gpolab.theory.gstar.safe_g`), among the sizes
+    the run can set at its responses per step: given whether or not the log decides G*; with
+    ``safe_c1_max``, the largest c1 of that region, and ``excess`` (popped by :func:`run`)."""
+    out = {"safe_G": None, "safe_regret": None, "safe_c1_max": None}
     if replicates is None or not p.get("budget"):
         return out
-    safe = gstar.safe_g(replicates, float(p["budget"]))
-    return out if safe["G"] is None else {"safe_G": safe["G"], "safe_regret": safe["regret"]}
+    safe = gstar.safe_g(replicates, float(p["budget"]), df=_df(p))
+    if safe["G"] is None:
+        return out
+    return {
+        "safe_G": safe["G"],
+        "safe_regret": safe["regret"],
+        "safe_c1_max": safe["c1_max"],
+        "excess": safe["excess"],
+    }
+
+
+def price_row(p: dict, loo: dict | None, est: dict | None) -> dict:
+    """The one G the report leads with, and the price of the run's own G and of the settable
+    sizes next to the lead (gpolab's rule; issue 56).  ``loo``/``est``: the excess tables
+    (:func:`gpolab.theory.gstar.excess`) of loo and of the run's estimator over the joint
+    region, on the sizes the run can set.  The lead: for the run's estimator when it is
+    modelled, else loo; when the log decides loo's G*, the settable G with the least noise at
+    the region's centre (the log's constants), else the one with the least worst-case excess
+    (the safe G).  Each price: the excess at the centre and its least and largest over the
+    region ("costs 0% .. 12% more noise than the best G")."""
+    out = {
+        "lead_G": None,
+        "lead_for": None,
+        "lead_rule": None,
+        **{f"{w}_excess{k}": None for w in ("lead", "current") for k in ("", "_lo", "_hi")},
+        "current_G": p.get("G"),
+        "prices": None,
+    }
+    ex, who = (est, p.get("estimator_spec")) if est and est.get("used") else (loo, "loo")
+    if not ex or not ex.get("used"):
+        out["lead_rule"] = "no G: needs loo's constants from score norms and gradient norms"
+        return out
+    decided = p.get("gstar") is not None and _finite_all(p.get("gstar_hi"))
+    by = ex["point"] if decided and np.isfinite(ex["point"]).any() else ex["hi"]
+    i = int(np.nanargmin(by))
+    sizes = [int(g) for g in ex["G"]]
+
+    def price(j: int) -> dict:
+        return {"G": sizes[j], **{k: _float(ex[k][j]) for k in ("point", "lo", "hi")}}
+
+    rows = [price(j) for j in sorted({max(i - 1, 0), i, min(i + 1, len(sizes) - 1)})]
+    if p.get("G") in sizes:
+        cur = price(sizes.index(p["G"]))
+        out |= {
+            f"current_excess{k}": cur[c] for k, c in (("", "point"), ("_lo", "lo"), ("_hi", "hi"))
+        }
+        rows = [r for r in rows if r["G"] != cur["G"]] + [cur]
+    lead = price(i)
+    out |= {f"lead_excess{k}": lead[c] for k, c in (("", "point"), ("_lo", "lo"), ("_hi", "hi"))}
+    out |= {
+        "lead_G": lead["G"],
+        "lead_for": who,
+        "lead_rule": "decided: the least noise at the log's constants"
+        if by is ex["point"]
+        else "not decided: the least worst-case excess over the joint 95% region",
+        "prices": json.dumps(sorted(rows, key=lambda r: r["G"])),
+    }
+    return out
+
+
+def _df(p: dict) -> float:
+    """The bootstrap's degrees of freedom (:func:`gpolab.theory.gstar.radius`), inf if unknown."""
+    df = p.get("gstar_boot_df")
+    return float(df) if _finite_all(df) else math.inf
+
+
+def _float(x) -> float | None:
+    return float(x) if np.isfinite(x) else None
 
 
 ESTIMATOR_KEYS = (
@@ -750,15 +822,17 @@ def estimator_row(cfg: Config, run: dict, p: dict, replicates) -> dict:
         )
         return out
     args = (*consts, p["a"], p["b"], p["budget"], replicates)
+    grid = gstar.settable(float(p["budget"]))
     try:
-        est = gstar_model.gstar(which["spec"], *args)
-        loo = gstar_model.gstar("loo", *args)
+        est = gstar_model.gstar(which["spec"], *args, grid=grid, df=_df(p))
+        loo = gstar_model.gstar("loo", *args, grid=grid, df=_df(p))
     except validate.ConfigError as err:  # e.g. an option value run.json gave that TRL has not
         out["estimator_reason"] = f"{which['spec']}: {err}"
         return out
     out.update({f"estimator_{k}": est.get(k) for k in ESTIMATOR_KEYS})
     out.update({f"loo_model_{k}": loo.get(k) for k in ("gstar", "gstar_lo", "gstar_hi")})
     out["estimator_grid_max"] = est.get("grid_max")
+    out["excess"] = est.get("excess")  # popped by run()
     return out
 
 

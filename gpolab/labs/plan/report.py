@@ -4,6 +4,7 @@ lab's ``Config``."""
 
 from __future__ import annotations
 
+import json
 import math
 
 from gpolab.runner.labs import json_value, table_text
@@ -41,7 +42,7 @@ def summary_json(cfg, tables: dict) -> dict:
     for rec in tables["kappa"].to_dict(orient="records"):
         kappa.setdefault(rec["estimator"], {})[str(int(rec["G"]))] = json_value(rec["kappa_mean"])
     s = tables["summary"]
-    return {
+    out = {
         "format": p["format"],
         "reward": p["reward"],
         "rewards": p["rewards"],
@@ -76,6 +77,12 @@ def summary_json(cfg, tables: dict) -> dict:
         "notes": p.get("notes") or "",
         "windows": [_clean(r) for r in s[s["window"] != POOLED].to_dict(orient="records")],
     }
+    # every other field of summary.csv's pooled row (the lead, the prices, the training rule):
+    # plan.json and summary.csv carry the same fields
+    out |= {k: v for k, v in p.items() if k not in out and k != "window"}
+    if out.get("prices"):
+        out["prices"] = json.loads(out["prices"])
+    return out
 
 
 def report(cfg, tables: dict) -> str:
@@ -95,8 +102,7 @@ def report(cfg, tables: dict) -> str:
     lines += [
         "",
         "## Recommendation",
-        recommendation(p),
-        *rule_text(p),
+        *recommendation(p),
         "",
         *_difficulty_text(p),
         "",
@@ -364,32 +370,144 @@ def _num(x, spec: str, why: str) -> str:
     return format(float(x), spec) if _finite(x) else f"n/a ({why})"
 
 
-def recommendation(p: dict) -> str:
-    """One line first: "use G = …" with G*'s interval when the log decides it; else why not and
-    how much more log would: the cluster bootstrap's SE of c1 falls like 1/√(information), so
-    resolving c1 above 0 at 95% takes (1.96/z)² times this log's, z = c1/SE (gpolab's rule of
-    thumb; with few prompts the information is the number of prompts, not of steps)."""
-    g, lo, hi = p.get("gstar"), p.get("gstar_lo"), p.get("gstar_hi")
-    if g is not None and _finite(hi):
-        data = (
-            f"from {p.get('gstar_proxy_groups', 0):,} groups with score norms and "
-            f"{p.get('gstar_norm_rows', 0):,} gradient-norm rows"
+OPTIMUM = (
+    "which optimum: G* and the G above are per-step optima at the logged policy (the G whose "
+    "one step of N responses has the least gradient noise).  In gpolab's training experiments "
+    "(docs/groupsize.md) the per-step optimum is also the training optimum while prompts are "
+    "drawn afresh (claim U4-train); a finite pool raises the fastest G with N "
+    "(gpolab-pool-train), and late in long bandit runs the best G moves to N (B = 1): re-run "
+    "plan on the latest steps (--window) as training goes on"
+)
+
+
+def recommendation(p: dict) -> list[str]:
+    """The one G the report leads with (:func:`gpolab.labs.plan.lab.price_row`) and its price,
+    the price of the run's own G and of the sizes next to the lead, why any other G in the
+    report differs, and which optimum they are."""
+    lines = [_lead_text(p)]
+    if p.get("lead_G") is not None:
+        lines += [_prices_text(p), *_boundary_text(p), *_others_text(p)]
+    return [*lines, OPTIMUM]
+
+
+def _lead_text(p: dict) -> str:
+    """ "use G = …" with its price; else why the log gives no G, and what would."""
+    G, who = p.get("lead_G"), p.get("lead_for")
+    if G is None:
+        return _undecided_text(p, "the log gives no G to use")
+    N = p.get("budget")
+    where = f"among the sizes this run can set at N = {N} responses per step (B = N/G prompts)"
+    if not _divides(N, G):
+        where = (
+            f"(no divisor of N = {N} in 2..{gstar.MAX_SIZE}: change the batch so that G divides it)"
         )
-        if p.get("estimator_gstar") is not None:
-            return (
-                f"use G = {p['estimator_gstar']} for {p['estimator_spec']}, the estimator "
-                f"this run trains with ({_interval(p, 'estimator_')}; the G with the least "
-                "gradient noise against its own mean at the log's responses per step); "
-                f"loo's G* = {g:.3g} (95% {lo:.3g} .. {hi:.3g}) beside it; {data}"
-            )
+    model = (
+        ""
+        if who == "loo"
+        else f" ({who}, the estimator this run trains with, under gpolab's transfer model)"
+    )
+    hi = _pct(p.get("lead_excess_hi"))
+    if str(p.get("lead_rule", "")).startswith("decided"):
         return (
-            f"use G = {max(2, round(g))} (G* = {g:.3g}, 95% interval {lo:.3g} .. {hi:.3g}; {data})"
+            f"use G = {G}{model}: the least gradient noise at the log's constants {where}; "
+            f"over the log's joint 95% region it costs at most {hi} more noise than the best G"
         )
-    c1, se = p.get("gstar_c1"), p.get("gstar_c1_se")
-    head = "the log cannot decide G*"
-    if p.get("safe_G") is not None:
-        head = f"{safe_text(p)}.  G* itself is not decided"
+    return (
+        f"use G = {G}{model}: {where}, the one whose worst excess noise over the best G is "
+        f"least: at most {hi}, whatever the log's constants are within their joint 95% region.  "
+        + _undecided_text(p, "G* itself is not decided")
+    )
+
+
+def _divides(N, G) -> bool:
+    return bool(N) and float(N) % G == 0
+
+
+def _prices_text(p: dict) -> str:
+    """The run's own G and the settable sizes next to the lead, each "x% (lo .. hi)"."""
+    rows = json.loads(p["prices"]) if p.get("prices") else []
+    cur = p.get("current_G")
+    said = ", ".join(
+        f"G = {r['G']}{' (yours)' if r['G'] == cur else ''}: {_pct(r['point'])} "
+        f"({_pct(r['lo'])} .. {_pct(r['hi'])})"
+        for r in rows
+    )
+    own = (
+        f"your G = {cur} is the one above"
+        if cur == p.get("lead_G")
+        else f"your G = {cur}: n/a (not a size this run can set at N = {p.get('budget')})"
+        if p.get("current_excess_hi") is None
+        else f"your G = {cur} costs {_pct(p.get('current_excess'))} more noise than the best G at "
+        f"the log's constants ({_pct(p.get('current_excess_lo'))} .. "
+        f"{_pct(p.get('current_excess_hi'))} over the region)"
+    )
+    return (
+        f"{own}; excess noise over the best G at the log's constants (least .. largest over "
+        f"the region) for {p.get('lead_for')}: {said}"
+    )
+
+
+def _boundary_text(p: dict) -> list[str]:
+    """Where the region of c1 reaches 0: what the log does and does not say about large G."""
+    c1_max, C3 = p.get("safe_c1_max"), p.get("gstar_C3")
+    lo = p.get("gstar_c1") is not None and (p.get("gstar") is None)
+    if not (lo and _finite(c1_max) and _finite(C3)) or c1_max <= 0:
+        return []
+    turn = 1 + math.sqrt(max(float(C3), 0.0) / c1_max)
+    return [
+        f"c1's region reaches 0: the log does not tell the noise curve from flat for large G; "
+        f"with c1 as large as the region allows ({c1_max:.3g}) loo's noise is least at "
+        f"G = {turn:.3g} and rises past it, which is why the bounds above are not 0 at large G"
+    ]
+
+
+def _others_text(p: dict) -> list[str]:
+    """Every other G the report names, and why it differs from the lead."""
+    lead, out = p.get("lead_G"), []
+    g = p.get("gstar")
+    if g is not None and _finite(p.get("gstar_hi")):
+        why = (
+            "the lead is for the run's estimator"
+            if p.get("lead_for") not in (None, "loo")
+            else "the lead is the settable size with the least noise at the same constants"
+        )
+        out.append(
+            f"loo's G* = {g:.3g} (95% {p['gstar_lo']:.3g} .. {p['gstar_hi']:.3g}; "
+            f"{_gstar_data(p)}): {why}"
+        )
+    if p.get("safe_G") is not None and p.get("safe_G") != lead:
+        out.append(
+            f"loo's safe G = {p['safe_G']} (at most {_pct(p.get('safe_regret'))} more noise "
+            "than loo's best over the region; the law alone, no model): the lead "
+            + (
+                "is for the run's estimator"
+                if p.get("lead_for") not in (None, "loo")
+                else "uses the log's constants, decided"
+            )
+        )
+    if p.get("rule_G") is not None and p.get("rule_G") != lead:
+        out.append(
+            f"gpolab's training rule gives G = {p['rule_G']} for loo: {p.get('rule_reason')}"
+        )
+    return out
+
+
+def _gstar_data(p: dict) -> str:
+    return (
+        f"from {p.get('gstar_proxy_groups', 0):,} groups with score norms and "
+        f"{p.get('gstar_norm_rows', 0):,} gradient-norm rows"
+    )
+
+
+def _undecided_text(p: dict, head: str) -> str:
+    """Why the log does not decide G*, and how much more log would (the cluster bootstrap's SE
+    of c1 falls like 1/√(information), so resolving c1 above 0 at 95% takes (1.96/z)² times
+    this log's, z = c1/SE: gpolab's rule of thumb; with few prompts the information is the
+    number of prompts, not of steps)."""
+    c1, se, lo = p.get("gstar_c1"), p.get("gstar_c1_se"), p.get("gstar_lo")
     factor = gstar.information_factor(c1, se)
+    if p.get("gstar") is not None and _finite(p.get("gstar_hi")):
+        return f"{head}"
     if _finite(factor):
         n = p.get("prompts") or 0
         return (
@@ -410,37 +528,8 @@ def recommendation(p: dict) -> str:
     return f"{head}: {p.get('gstar_reason')}"
 
 
-def safe_text(p: dict) -> str:
-    """ "use G = …" with its worst-case noise excess (gpolab's regret bound, theory.gstar.
-    regret_bound): for the run's estimator under the transfer model when modelled, and loo's
-    from the log's constants alone."""
-    loo = (
-        f"G = {p['safe_G']} costs at most {_pct(p['safe_regret'])} more gradient noise than "
-        "the best G, whatever the log's constants are within their 95% bootstrap intervals"
-    )
-    spec, G = p.get("estimator_spec"), p.get("estimator_safe_G")
-    if G is None or spec == "loo":
-        return f"use G = {p['safe_G']}: for loo (the law alone, no model), {loo}"
-    return (
-        f"use G = {G} for {spec}, the estimator this run trains with: it costs at most "
-        f"{_pct(p.get('estimator_safe_regret'))} more noise against its own mean than its best G "
-        "over the same intervals (under gpolab's transfer model); for loo (the law alone, no "
-        f"model), {loo}"
-    )
-
-
 def _pct(x) -> str:
     return f"{100 * float(x):.0f}%" if _finite(x) else "n/a"
-
-
-def rule_text(p: dict) -> list[str]:
-    """gpolab's training rule at the log's budget and pool, when loo's G* is decided."""
-    if p.get("rule_G") is None:
-        return []
-    return [
-        "Training rule for loo (gpolab's; checked in SGD training by the claim "
-        f"gpolab-budget-rule, docs/groupsize.md): {p['rule_reason']}."
-    ]
 
 
 def _model_said(p: dict) -> str:
