@@ -6,9 +6,10 @@
   group's (1/G) Σ A_loo W, then :func:`gpolab.integrations.files.batch_norms` at B = 1, 2, 4, …
   up to k over those k groups).
 
-Per design and path: the spread of c1 − truth, the mean bootstrap SE and the coverage of
-c1 ± 1.96 SE, with their standard errors over the logs.  ``python tests/labs/test_pair_design.py
-[logs]`` prints the table at a larger size."""
+Per design and path: the spread of c1 − truth, the mean bootstrap SE (gstar's; for the hook's
+design also one that resamples whole measured steps) and the coverage of c1 ± 1.96 SE, with
+their standard errors over the logs.  ``python tests/labs/test_pair_design.py [logs [G [k,…]]]``
+prints the table at a larger size."""
 
 from __future__ import annotations
 
