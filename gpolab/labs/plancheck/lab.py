@@ -546,14 +546,14 @@ def compare(truth: dict, tables: dict, cfg: Config, **ids) -> list[dict]:
 
 
 def safe_rows(truth: dict, p: dict, **ids) -> list[dict]:
-    """plan's "use G = …" for loo when G* is not decided (:func:`gpolab.theory.gstar.safe_g`):
-    that G against the grid's exact best (the truth's c1, C2, C3 at the log's responses per
-    step), and the exact noise excess at it over the best against the bound plan states
-    (covered when within it)."""
+    """plan's safe G for loo (:func:`gpolab.theory.gstar.safe_g`): that G against the exact best
+    of the sizes it chooses among (the truth's c1, C2, C3 at the log's responses per step), and
+    the exact noise excess at it over the best against the bound plan states (covered when
+    within it)."""
     from gpolab.theory import gstar
 
     G, bound = p.get("safe_G"), p.get("safe_regret")
-    grid = [k for k in gstar.GRID if k <= p["budget"]]
+    grid = gstar.settable(p["budget"])  # the sizes plan chooses among
     c = groupsize.Constants(truth["c1"], truth["C2"], truth["C3"])
     noise = groupsize.fixed_n_mse(c, 1, np.asarray(grid, np.float64))
     best = grid[int(np.argmin(noise))]
@@ -567,12 +567,13 @@ def safe_rows(truth: dict, p: dict, **ids) -> list[dict]:
 
 def estimator_rows(truth: dict, p: dict, spec: str, **ids) -> list[dict]:
     """G* of the trainer's estimator: the exact one (the env's per-prompt truth, the rescaled
-    target of :func:`gpolab.theory.gstar_model.exact_criteria` at the log's responses per step)
+    target of :func:`gpolab.theory.gstar_model.exact_criteria` at the log's responses per step,
+    on the sizes plan chooses among)
     against plan's (the transfer model), and the exact noise-to-signal excess at plan's G* over
     the exact best (0: plan's G is the best; the cost of the model's error)."""
-    from gpolab.theory import gstar_model
+    from gpolab.theory import gstar, gstar_model
 
-    ex = gstar_model.exact_criteria(truth["exact"], spec, p["budget"])
+    ex = gstar_model.exact_criteria(truth["exact"], spec, p["budget"], gstar.settable(p["budget"]))
     best = int(ex["G"][np.argmin(ex["rescaled"])])
     got = p.get("estimator_gstar")
     excess = np.nan if got is None else gstar_model.noise_excess(ex, got)
