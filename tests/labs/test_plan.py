@@ -485,8 +485,11 @@ def test_the_recommendation_leads_with_one_g_and_prices_the_users(p, start):
     other = plan_report.recommendation({**LEAD, **p, "rule_G": 4, "rule_reason": "the pool"})
     assert "gpolab's training rule gives G = 4 for loo: the pool" in "\n".join(other)
     # the run's own estimator leads when modelled
-    est = plan_report.recommendation({**LEAD, **p, "lead_for": "trl/grpo"})
+    est = plan_report.recommendation(
+        {**LEAD, **p, "lead_for": "trl/grpo", "safe_G": 8, "safe_regret": 0.1}
+    )
     assert est[0].startswith("use G = 6 (trl/grpo, the estimator this run trains with")
+    assert "its own error is not in this bound; loo's law alone bounds G = 8 at 10%" in est[0]
 
 
 def test_no_lead_says_why():

@@ -407,15 +407,22 @@ def _lead_text(p: dict) -> str:
         else f" ({who}, the estimator this run trains with, under gpolab's transfer model)"
     )
     hi = _pct(p.get("lead_excess_hi"))
+    caveat = (
+        ""
+        if who == "loo"
+        else " (under the model: its own error is not in this bound; loo's law alone bounds "
+        f"G = {p.get('safe_G')} at {_pct(p.get('safe_regret'))})"
+    )
     if str(p.get("lead_rule", "")).startswith("decided"):
         return (
             f"use G = {G}{model}: the least gradient noise at the log's constants {where}; "
-            f"over the log's joint 95% region it costs at most {hi} more noise than the best G"
+            f"over the log's joint 95% region it costs at most {hi} more noise than the best "
+            f"G{caveat}"
         )
     return (
         f"use G = {G}{model}: {where}, the one whose worst excess noise over the best G is "
-        f"least: at most {hi}, whatever the log's constants are within their joint 95% region.  "
-        + _undecided_text(p, "G* itself is not decided")
+        f"least: at most {hi}, whatever the log's constants are within their joint 95% region"
+        f"{caveat}.  " + _undecided_text(p, "G* itself is not decided")
     )
 
 
