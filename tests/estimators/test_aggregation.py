@@ -177,17 +177,21 @@ def test_token_mean_has_no_closed_form():
     assert np.isnan(bias) and how.startswith("none")
 
 
-def test_default_rows_bit_identical():
+def test_default_rows_unchanged():
     # pinned from the sweep before lengths and loss aggregation existed (commit 604f50f), re-pinned
     # when the engine packed its per-seed outputs before reducing them (float32 sums in another
     # order: 3 of these 6 numbers moved by <= 1e-7 relative, as float32 rounding does); re-pinned
-    # when the bandit's responses came to be drawn by the alias method (same law, other draws)
+    # when the bandit's responses came to be drawn by the alias method (same law, other draws).
+    # The same draws on another jax/XLA (the second-Python job) sum float32 in another order:
+    # compared to 1e-6 relative, far below what other draws move (several percent).
     cfg = sweep.Config(
         seeds=300, G=(4,), estimators=("loo", "grpo", "verl/opo"), prompts=4, actions=6
     )
     df = sweep.run_sweep(cfg)
-    assert df["mse"].tolist() == [0.04090121269226074, 0.08401868184407552, 0.024087390899658202]
-    assert df["cos"].tolist() == [0.4489544677734375, 0.4524100748697917, 0.4552916971842448]
+    want_mse = [0.04090121269226074, 0.08401868184407552, 0.024087390899658202]
+    assert df["mse"].tolist() == pytest.approx(want_mse, rel=1e-6)
+    want_cos = [0.4489544677734375, 0.4524100748697917, 0.4552916971842448]
+    assert df["cos"].tolist() == pytest.approx(want_cos, rel=1e-6)
     assert (df["loss_agg"] == "seq-mean-token-sum").all() and (df["lengths"] == "one").all()
     # a length model changes no reward-only number under the default mode (same draws)
     other = sweep.run_sweep(cfg.replace(lengths="independent", estimators=("loo", "grpo")))

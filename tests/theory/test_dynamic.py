@@ -222,10 +222,7 @@ def test_dynamic_off_is_unchanged():
     assert cell_keys(Config())[:2] == ["ec5134847c3639ac", "1a0b031a59c9b18a"]
     assert cell_keys(Config(B=4))[0] == "f7da9fdfdb5b1987"
     cfg = Config(**SMALL, G=(2, 4), estimators=("loo", "vanilla"), seeds=500, B=4)
-    assert list(run_sweep(cfg)["mse"]) == [
-        0.03872249603271485,
-        0.013935075759887696,
-        0.027003097534179687,
-        0.014528409957885742,
-    ]
+    # the same draws on another jax/XLA sum float32 in another order: 1e-6 relative
+    want = [0.03872249603271485, 0.013935075759887696, 0.027003097534179687, 0.014528409957885742]
+    assert list(run_sweep(cfg)["mse"]) == pytest.approx(want, rel=1e-6)
     assert cell_keys(cfg.replace(dynamic_sampling=True)) != cell_keys(cfg)
