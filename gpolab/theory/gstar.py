@@ -316,7 +316,11 @@ def regret_bound(noise, grid) -> dict:
     ties).  So "G costs at most ``regret`` more noise than the best G whatever the constants
     are in that region": defined when G* itself is not (c1 not resolved above 0), because the
     log still bounds c1 from above.  ``G`` is None when no point is usable."""
-    ex = excess(noise, grid)
+    return least_worst(excess(noise, grid))
+
+
+def least_worst(ex: dict) -> dict:
+    """:func:`regret_bound` from an :func:`excess` table already computed."""
     if not ex["used"]:
         return {"G": None, "regret": _NAN, "used": 0}
     i = int(np.argmin(ex["hi"]))
@@ -436,10 +440,9 @@ def safe_g(
     if box:  # the box has no centre of its own: its first row stands in
         pts = np.vstack([np.median(np.asarray(replicates, np.float64), axis=0), pts])
     noise = loo_noise(*pts.T, grid) if len(pts) else np.zeros((0, len(grid)))
-    out = regret_bound(noise, grid)
-    out["excess"] = excess(noise, grid)
-    out["c1_max"] = float(pts[:, 0].max()) if len(pts) else _NAN
-    return out
+    ex = excess(noise, grid)
+    c1_max = float(pts[:, 0].max()) if len(pts) else _NAN
+    return {**least_worst(ex), "excess": ex, "c1_max": c1_max}
 
 
 def _group_clusters(rewards, proxy, group, clusters) -> np.ndarray:

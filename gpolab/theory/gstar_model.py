@@ -55,7 +55,7 @@ from scipy.special import betaln, gammaln
 
 from gpolab import validate
 from gpolab.theory import exact
-from gpolab.theory.gstar import GRID, excess, region, regret_bound
+from gpolab.theory.gstar import GRID, excess, least_worst, region
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,9 +252,9 @@ def gstar(
                 else np.full(keep.sum(), np.nan)
                 for r in (fit(*c, alpha, beta) for c in pts)
             ]
-            safe = regret_bound(noise, t.G[keep])
-            out["safe_G"], out["safe_regret"] = safe["G"], safe["regret"]
             out["excess"] = excess(noise, t.G[keep])
+            safe = least_worst(out["excess"])
+            out["safe_G"], out["safe_regret"] = safe["G"], safe["regret"]
     return out
 
 

@@ -749,15 +749,16 @@ def price_row(p: dict, loo: dict | None, est: dict | None) -> dict:
     def price(j: int) -> dict:
         return {"G": sizes[j], **{k: _float(ex[k][j]) for k in ("point", "lo", "hi")}}
 
+    def fields(who: str, r: dict) -> dict:  # lead_excess, lead_excess_lo, lead_excess_hi
+        return {f"{who}_excess{k}": r[c] for k, c in (("", "point"), ("_lo", "lo"), ("_hi", "hi"))}
+
     rows = [price(j) for j in sorted({max(i - 1, 0), i, min(i + 1, len(sizes) - 1)})]
     if p.get("G") in sizes:
         cur = price(sizes.index(p["G"]))
-        out |= {
-            f"current_excess{k}": cur[c] for k, c in (("", "point"), ("_lo", "lo"), ("_hi", "hi"))
-        }
+        out |= fields("current", cur)
         rows = [r for r in rows if r["G"] != cur["G"]] + [cur]
     lead = price(i)
-    out |= {f"lead_excess{k}": lead[c] for k, c in (("", "point"), ("_lo", "lo"), ("_hi", "hi"))}
+    out |= fields("lead", lead)
     out |= {
         "lead_G": lead["G"],
         "lead_for": who,

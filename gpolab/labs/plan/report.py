@@ -471,11 +471,12 @@ def _boundary_text(p: dict) -> list[str]:
 def _others_text(p: dict) -> list[str]:
     """Every other G the report names, and why it differs from the lead."""
     lead, out = p.get("lead_G"), []
+    modelled = p.get("lead_for") not in (None, "loo")
     g = p.get("gstar")
     if g is not None and _finite(p.get("gstar_hi")):
         why = (
             "the lead is for the run's estimator"
-            if p.get("lead_for") not in (None, "loo")
+            if modelled
             else "the lead is the settable size with the least noise at the same constants"
         )
         out.append(
@@ -486,11 +487,7 @@ def _others_text(p: dict) -> list[str]:
         out.append(
             f"loo's safe G = {p['safe_G']} (at most {_pct(p.get('safe_regret'))} more noise "
             "than loo's best over the region; the law alone, no model): the lead "
-            + (
-                "is for the run's estimator"
-                if p.get("lead_for") not in (None, "loo")
-                else "uses the log's constants, decided"
-            )
+            + ("is for the run's estimator" if modelled else "uses the log's constants, decided")
         )
     if p.get("rule_G") is not None and p.get("rule_G") != lead:
         out.append(
@@ -514,7 +511,7 @@ def _undecided_text(p: dict, head: str) -> str:
     c1, se, lo = p.get("gstar_c1"), p.get("gstar_c1_se"), p.get("gstar_lo")
     factor = gstar.information_factor(c1, se)
     if p.get("gstar") is not None and _finite(p.get("gstar_hi")):
-        return f"{head}"
+        return head
     if _finite(factor):
         n = p.get("prompts") or 0
         return (
