@@ -46,11 +46,11 @@ def _trim_xla_cache(folder: str, limit: int = XLA_CACHE_MAX_BYTES) -> None:
 
 
 if os.environ["GPOLAB_CACHE_DIR"]:
-    from gpolab.runner import cli
+    from gpolab.engine import devices
 
     if "PYTEST_XDIST_WORKER" not in os.environ and Path(os.environ["GPOLAB_CACHE_DIR"]).is_dir():
         _trim_xla_cache(os.environ["GPOLAB_CACHE_DIR"])
-    cli.enable_compilation_cache()
+    devices.enable_compilation_cache()
     jax.jit(lambda x: x + 1)(1)  # the first compilation: the cache opens on this folder now
 else:
     jax.config.update("jax_enable_compilation_cache", False)

@@ -562,7 +562,7 @@ def rss_subprocess(n: int, G: int = 64, chunk: int = 0) -> dict:
     """W1 at group size G for n seeds in a fresh interpreter; its peak RSS is the memory bound."""
     code = (
         "import json, sys; from gpolab.bench import BenchConfig, w1, peak_rss_mb;"
-        "from gpolab.runner import cli; cli.use_cpu_cores();"
+        "from gpolab.engine import devices; devices.use_cpu_cores();"
         f"r = w1(BenchConfig(chunk={chunk}), G={G}, n={n}, numpy=False);"
         "r['peak_rss_mb'] = peak_rss_mb(); print(json.dumps(r))"
     )
@@ -575,10 +575,10 @@ def rss_subprocess(n: int, G: int = 64, chunk: int = 0) -> dict:
 SWEEP_TIMES = """
 import json, sys, time, jax
 from gpolab import engine
-from gpolab.runner import cli
+from gpolab.engine import devices
 from gpolab.labs.sweep.lab import Config, run_sweep
-cli.use_cpu_cores()  # as `gpolab sweep` starts
-cli.enable_compilation_cache()  # GPOLAB_CACHE_DIR: a fresh, empty directory
+devices.use_cpu_cores()  # as `gpolab sweep` starts
+devices.enable_compilation_cache()  # GPOLAB_CACHE_DIR: a fresh, empty directory
 cfg = Config(out=sys.argv[1], seeds=int(sys.argv[2]))
 times = []
 for clear in (False, True, False):  # cold; from the disk cache; warm

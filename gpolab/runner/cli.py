@@ -81,55 +81,17 @@ def version() -> str:
         return __version__
 
 
-def enable_compilation_cache() -> None:
-    """Keep XLA executables on disk across CLI runs (``GPOLAB_CACHE_DIR``; empty disables).
-
-    Each ``gpolab`` invocation is a new process; with the cache a repeated sweep skips XLA
-    compilation (e.g. a tree cell: 3.0 s cold, 0.7 s from the cache).
-    """
-    import os
-    from pathlib import Path
-
-    cache = os.environ.get("GPOLAB_CACHE_DIR", str(Path.home() / ".cache" / "gpolab" / "xla"))
-    if cache:
-        import jax
-
-        jax.config.update("jax_compilation_cache_dir", cache)
-        # every compilation, not only those over JAX's default 1 s: a sweep cell compiles in
-        # ~1 s and its chunk probe in ~0.6 s, so the default would keep about half of them
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-
-
-def use_cpu_cores() -> None:
-    """One JAX CPU device per core before anything runs (``GPOLAB_CPU_DEVICES=N`` sets N), so the
-    engine runs each core's seeds on its own device (:func:`gpolab.engine.use_cpu_devices`); and
-    float32 matrix products in full float32 (:func:`gpolab.engine.full_precision`)."""
-    import os
-
-    from gpolab import engine, validate
-
-    engine.full_precision()
-    text = os.environ.get("GPOLAB_CPU_DEVICES", "")
-    try:
-        count = int(text) if text else None
-    except ValueError:
-        raise validate.ConfigError(
-            f"GPOLAB_CPU_DEVICES: got {text!r}; allowed: a positive integer"
-        ) from None
-    if count is not None:
-        validate.integer("GPOLAB_CPU_DEVICES", count, 1)
-    engine.use_cpu_devices(count)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    from gpolab.engine import devices
+
     if args.command != "bench":  # bench measures cold compilation
-        enable_compilation_cache()
+        devices.enable_compilation_cache()
     from gpolab.runner.output import Interrupted
 
     try:
-        use_cpu_cores()
+        devices.use_cpu_cores()
         return int(args.func(args) or 0)
     except ConfigError as err:
         print(f"gpolab {args.command}: error: {err}", file=sys.stderr)

@@ -289,14 +289,13 @@ def _start_worker(devices: int, max_seconds: float) -> None:
     then the run's one error, not a broken pool."""
     import os
 
-    from gpolab.engine import progress
-    from gpolab.runner import cli
+    from gpolab.engine import devices, progress
 
     if _STARTED:
         return
     os.environ.setdefault("GPOLAB_CPU_DEVICES", str(devices))
-    cli.enable_compilation_cache()
-    cli.use_cpu_cores()
+    devices.enable_compilation_cache()
+    devices.use_cpu_cores()
     progress.MAX_SECONDS = max_seconds
     progress.PLAIN = True
     _STARTED.append(True)
