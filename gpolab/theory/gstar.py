@@ -7,6 +7,7 @@ bootstrap interval (clustered by prompt when asked), and the bounds rewards alon
 from __future__ import annotations
 
 import itertools
+from typing import NamedTuple
 
 import numpy as np
 
@@ -161,6 +162,71 @@ def _no_gstar(reason: str, **known) -> dict:
     return {**dict.fromkeys(_GSTAR_KEYS, _NAN), "gstar": None, **known, "reason": reason}
 
 
+class Replicates(NamedTuple):
+    """:func:`gstar`'s bootstrap replicates, one (boot,) array each."""
+
+    gstar: np.ndarray
+    c1: np.ndarray
+    C3: np.ndarray
+    s: np.ndarray
+    a: np.ndarray
+    g_sq: np.ndarray
+
+    def constants(self) -> np.ndarray:
+        """(boot, 4) of (c1, ‖g‖², s, a): what :func:`region` and the transfer model read."""
+        return np.stack([self.c1, self.g_sq, self.s, self.a], 1)
+
+
+class _Log(NamedTuple):
+    """A log as :func:`gstar` fits it: per kept group s_x, a_x, the pair means u_x (or None) and
+    the cluster labels (or None); the squared norms per batch size, their means' variances and
+    the batch sizes."""
+
+    s_x: np.ndarray
+    a_x: np.ndarray
+    u_x: np.ndarray | None
+    clusters: np.ndarray | None
+    rows: list[np.ndarray]
+    var: np.ndarray
+    sizes: np.ndarray
+
+
+class _Fit(NamedTuple):
+    """How :func:`gstar` turns a log into constants: at group size G, ``boot`` seeded replicates."""
+
+    G: int
+    boot: int
+    seed: int
+
+
+def _constants(s, a, g_sq, T, u, G: int) -> dict:
+    """c1, C2, C3 from the norms' line (``u`` None) or from the pairs' mean ``u``."""
+    if u is None:
+        return constants_from_proxy(s, a, g_sq, T, G)
+    return constants_from_pairs(s, a, g_sq, u)
+
+
+def _read_log(rewards, proxy, group, norms, clusters, pairs) -> _Log | dict:
+    """The :class:`_Log` of a run's log, or :func:`_no_gstar`'s answer saying what it lacks."""
+    if proxy is None:
+        return _no_gstar("no per-response score-norm proxy (‖∇ log π‖²): C3 and c1 need it")
+    s_x, a_x = proxy_moments(rewards, proxy, group)
+    if s_x.size < 2:
+        return _no_gstar("fewer than 2 groups with >= 3 responses (the U-statistics need 3)")
+    rows, sizes = _norm_rows(norms) if norms is not None else ([], np.zeros(0))
+    if sizes.size < 2:
+        return _no_gstar(
+            "gradient norms at >= 2 batch sizes (>= 2 steps each) are needed for "
+            "c1; C3 lies in [s, 2s] (gstar_bounds)",
+            s=float(s_x.mean()),
+            a=float(a_x.mean()),
+        )
+    var = np.array([max(r.var(ddof=1), 1e-12 * r.mean() ** 2, 1e-300) / r.size for r in rows])
+    u_x = None if pairs is None else pair_moments(rewards, pairs, group)
+    cl = None if clusters is None else _group_clusters(rewards, proxy, group, clusters)
+    return _Log(s_x, a_x, u_x, cl, rows, var, sizes)
+
+
 def gstar(
     rewards,
     proxy,
@@ -185,73 +251,63 @@ def gstar(
     norm; squared here; or ``grad_norm_sq``) of the unnormalized loo estimate (mean over B·G
     responses of A W) at this G.  E‖ĝ_B‖² = ‖g‖² + T/B: the per-batch means, weighted least
     squares over >= 2 batch sizes (each with >= 2 rows), give ‖g‖² and T, then
-    :func:`constants_from_proxy` gives c1, C2, C3.  ``gstar_lo``/``gstar_hi``: ``level``
-    percentile interval over ``boot`` bootstrap replicates (groups resampled, norm rows resampled
-    within each batch size; seeded; with ``clusters``, one label per response such as the
-    prompt, whole clusters of groups are resampled: the cluster bootstrap, since a prompt's
-    groups at different steps are not independent); ``c1_se``, ``C3_se`` the bootstrap SDs.
-    ``keep_replicates``: also return ``replicates``, the (boot, 4) bootstrap replicates of
-    (c1, ‖g‖², s, a) (:func:`gpolab.theory.gstar_model.gstar` reads them for another
-    estimator's interval), and ``boot_df``, the fewest independent units behind them less one
-    (norm rows of a batch size, or clusters: :func:`radius`'s small-sample correction).
-    ``pairs`` (optional, one :func:`pair_scores` value per response):
-    E‖g_X‖² is then measured directly by :func:`pair_moments` and only ‖g‖² is taken from the
-    norms (:func:`constants_from_pairs`; ``c1_method`` says which; both unbiased, the pairs'
-    without the within-group noise to subtract).  ``reason`` is None when G* is given, else says
-    why not (no proxy, < 2 batch sizes, no group of >= 3, c1 not resolved above 0: then
-    ``gstar`` is None and ``gstar_lo`` the lower bound the data allow)."""
+    :func:`constants_from_proxy` gives c1, C2, C3.  ``gstar_lo``/``gstar_hi`` (``level``
+    percentile interval), ``c1_se``, ``C3_se`` and ``boot_df``: :func:`_spread` of ``boot``
+    seeded :func:`_bootstrap` replicates (with ``clusters``, one label per response such as the
+    prompt: the cluster bootstrap).  ``keep_replicates``: also return ``replicates``
+    (:meth:`Replicates.constants`: :func:`gpolab.theory.gstar_model.gstar` reads them for
+    another estimator's interval, :func:`region` with :func:`radius`'s ``boot_df``).
+    ``pairs`` (one :func:`pair_scores` value per response): E‖g_X‖² measured directly
+    (:func:`pair_moments`, :func:`constants_from_pairs`; ``c1_method`` says which).  ``reason``:
+    None when G* is given, else why not (``gstar`` None, ``gstar_lo`` the bound the data allow)."""
     validate.integer("G", G, 2)
     validate.integer("boot", boot, 10)
-    if proxy is None:
-        return _no_gstar("no per-response score-norm proxy (‖∇ log π‖²): C3 and c1 need it")
-    s_x, a_x = proxy_moments(rewards, proxy, group)
-    if s_x.size < 2:
-        return _no_gstar("fewer than 2 groups with >= 3 responses (the U-statistics need 3)")
-    s, a = float(s_x.mean()), float(a_x.mean())
-    rows, sizes = _norm_rows(norms) if norms is not None else ([], np.zeros(0))
-    if sizes.size < 2:
-        return _no_gstar(
-            "gradient norms at >= 2 batch sizes (>= 2 steps each) are needed for "
-            "c1; C3 lies in [s, 2s] (gstar_bounds)",
-            s=s,
-            a=a,
+    log = _read_log(rewards, proxy, group, norms, clusters, pairs)
+    if isinstance(log, dict):
+        return log
+    reps = _bootstrap(log, _Fit(G, boot, seed))
+    out = {**_point(log, G), **_spread(log, reps, level)}
+    if keep_replicates:
+        out["replicates"] = reps.constants()
+    c1_lo = float(_band(reps.c1, level)[0])
+    if out["c1"] <= 0 or c1_lo <= 0:
+        why = (
+            f"c1 = {out['c1']:.3g} (prompt variance of the gradient) is not resolved "
+            f"above 0 (its {level:.0%} interval reaches {c1_lo:.3g}): G* has no upper bound"
         )
-    var = np.array([max(r.var(ddof=1), 1e-12 * r.mean() ** 2, 1e-300) / r.size for r in rows])
-    g_sq, T = _line(np.array([r.mean() for r in rows]), var, sizes)
-    u_x = None if pairs is None else pair_moments(rewards, pairs, group)
-    if u_x is None:
-        point = constants_from_proxy(s, a, g_sq, T, G)
-    else:
-        point = constants_from_pairs(s, a, g_sq, float(u_x.mean()))
-    cl = None if clusters is None else _group_clusters(rewards, proxy, group, clusters)
-    reps = _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, cl, u_x)
-    lo, hi = _band(reps[:, 0], level)
-    out = {
-        **point,
-        "c1_method": "norms" if u_x is None else "pairs",
+        return {**out, "gstar": None, "gstar_hi": float("inf"), "reason": why}
+    return {**out, "gstar": _g_star(out["c1"], out["C3"]), "reason": None}
+
+
+def _point(log: _Log, G: int) -> dict:
+    """The point estimates: c1, C2, C3, how c1 was measured, ‖g‖², T, s and a."""
+    s, a = float(log.s_x.mean()), float(log.a_x.mean())
+    g_sq, T = _line(np.array([r.mean() for r in log.rows]), log.var, log.sizes)
+    u = None if log.u_x is None else float(log.u_x.mean())
+    method = "norms" if u is None else "pairs"
+    return {
+        **_constants(s, a, g_sq, T, u, G),
+        "c1_method": method,
         "g_sq": g_sq,
         "T": T,
         "s": s,
         "a": a,
-        "c1_se": float(reps[:, 1].std()),
-        "C3_se": float(reps[:, 2].std()),
+    }
+
+
+def _spread(log: _Log, reps: Replicates, level: float) -> dict:
+    """The bootstrap's SDs of c1 and C3, G*'s percentile interval and ``boot_df``: the fewest
+    independent units behind the constants (norm rows of a batch size, or clusters) less one."""
+    lo, hi = _band(reps.gstar, level)
+    groups = log.s_x.size if log.clusters is None else np.unique(log.clusters).size
+    units = min(min(r.size for r in log.rows), groups)
+    return {
+        "c1_se": float(reps.c1.std()),
+        "C3_se": float(reps.C3.std()),
         "gstar_lo": float(lo),
         "gstar_hi": float(hi),
+        "boot_df": float(units - 1),
     }
-    # the fewest independent units behind the constants (norm rows of a batch size, clusters)
-    units = min(min(r.size for r in rows), np.unique(cl).size if cl is not None else s_x.size)
-    out["boot_df"] = float(units - 1)
-    if keep_replicates:
-        out["replicates"] = reps[:, [1, 5, 3, 4]]
-    c1_lo = float(_band(reps[:, 1], level)[0])
-    if point["c1"] <= 0 or c1_lo <= 0:
-        why = (
-            f"c1 = {point['c1']:.3g} (prompt variance of the gradient) is not resolved "
-            f"above 0 (its {level:.0%} interval reaches {c1_lo:.3g}): G* has no upper "
-            "bound"
-        )
-        return {**out, "gstar": None, "gstar_hi": float("inf"), "reason": why}
-    return {**out, "gstar": _g_star(point["c1"], point["C3"]), "reason": None}
 
 
 def measured(frame):
@@ -459,29 +515,30 @@ def _group_clusters(rewards, proxy, group, clusters) -> np.ndarray:
     return code[first][np.bincount(idx) >= 3]
 
 
-def _bootstrap(s_x, a_x, rows, var, sizes, G, boot, seed, clusters=None, u_x=None) -> np.ndarray:
-    """(boot, 6) replicates of (G*, c1, C3, s, a, ‖g‖²): groups (or whole clusters of groups)
-    resampled, norm rows within batch size (``u_x``: the groups' pair means, resampled with
-    them)."""
-    rng = np.random.default_rng(seed)
-    out = np.empty((boot, 6))
-    code = np.arange(s_x.size) if clusters is None else np.unique(clusters, return_inverse=True)[1]
+def _bootstrap(log: _Log, fit: _Fit) -> Replicates:
+    """``fit.boot`` replicates: groups (or whole clusters of groups: a prompt's groups at
+    different steps are not independent) resampled, norm rows within batch size (the pair means
+    ``log.u_x`` resampled with their groups)."""
+    rng = np.random.default_rng(fit.seed)
+    out = np.empty((fit.boot, 6))
+    code = (
+        np.arange(log.s_x.size)
+        if log.clusters is None
+        else np.unique(log.clusters, return_inverse=True)[1]
+    )
     C = int(code.max()) + 1
-    sums_s, sums_a = np.bincount(code, s_x, C), np.bincount(code, a_x, C)
-    sums_u = None if u_x is None else np.bincount(code, u_x, C)
+    sums_s, sums_a = np.bincount(code, log.s_x, C), np.bincount(code, log.a_x, C)
+    sums_u = None if log.u_x is None else np.bincount(code, log.u_x, C)
     count = np.bincount(code, minlength=C).astype(np.float64)
-    for k in range(boot):
+    for k in range(fit.boot):
         i = rng.integers(0, C, C)
-        means = np.array([r[rng.integers(0, r.size, r.size)].mean() for r in rows])
-        g_sq, T = _line(means, var, sizes)
+        means = np.array([r[rng.integers(0, r.size, r.size)].mean() for r in log.rows])
+        g_sq, T = _line(means, log.var, log.sizes)
         m = count[i].sum()
         s, a = sums_s[i].sum() / m, sums_a[i].sum() / m
-        if sums_u is None:
-            c = constants_from_proxy(s, a, g_sq, T, G)
-        else:
-            c = constants_from_pairs(s, a, g_sq, sums_u[i].sum() / m)
+        c = _constants(s, a, g_sq, T, None if sums_u is None else sums_u[i].sum() / m, fit.G)
         out[k] = _g_star(c["c1"], c["C3"]), c["c1"], c["C3"], s, a, g_sq
-    return out
+    return Replicates(*out.T)
 
 
 def gstar_bounds(rewards, proxy, group) -> dict:

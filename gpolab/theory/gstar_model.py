@@ -237,24 +237,30 @@ def gstar(
         "reason": None,
     }
     if replicates is not None:
-        models = [fit(*rep, alpha, beta) for rep in np.asarray(replicates, np.float64)]
-        models = [r for r in models if not isinstance(r, str)]
-        draws = [best(t, r, N) for r in models]
-        out["replicates_used"] = len(draws)
-        if draws:
-            lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], method="nearest")
-            out["gstar_lo"], out["gstar_hi"] = int(lo), int(hi)
-            keep = t.G <= N
-            pts = region(replicates, level, df=df)  # its centre first
-            noise = [
-                criteria(t, r, N)["nsr"][keep]
-                if not isinstance(r, str)
-                else np.full(keep.sum(), np.nan)
-                for r in (fit(*c, alpha, beta) for c in pts)
-            ]
-            out["excess"] = excess(noise, t.G[keep])
-            safe = least_worst(out["excess"])
-            out["safe_G"], out["safe_regret"] = safe["G"], safe["regret"]
+        out.update(_interval(t, replicates, alpha, beta, N, level, df))
+    return out
+
+
+def _interval(t: Terms, replicates, alpha, beta, N: float, level: float, df: float) -> dict:
+    """:func:`gstar`'s fields from the bootstrap ``replicates``: ``replicates_used``, the
+    percentile interval of G*, the ``excess`` over :func:`gpolab.theory.gstar.region` and the
+    safe G on it."""
+    models = [fit(*rep, alpha, beta) for rep in np.asarray(replicates, np.float64)]
+    draws = [best(t, r, N) for r in models if not isinstance(r, str)]
+    out = {"replicates_used": len(draws)}
+    if not draws:
+        return out
+    lo, hi = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2], method="nearest")
+    out["gstar_lo"], out["gstar_hi"] = int(lo), int(hi)
+    keep = t.G <= N
+    pts = region(replicates, level, df=df)  # its centre first
+    noise = [
+        criteria(t, r, N)["nsr"][keep] if not isinstance(r, str) else np.full(keep.sum(), np.nan)
+        for r in (fit(*c, alpha, beta) for c in pts)
+    ]
+    out["excess"] = excess(noise, t.G[keep])
+    safe = least_worst(out["excess"])
+    out["safe_G"], out["safe_regret"] = safe["G"], safe["regret"]
     return out
 
 
