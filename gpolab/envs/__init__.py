@@ -3,9 +3,9 @@
 One registry, found by listing this package (no hand-kept list): a module of ``gpolab/envs/``
 that defines an ``Instance`` (the env's settings, a :class:`gpolab.configs.Config`) is an env.
 :func:`make` returns ``(env, instance)`` as gymnax's ``make(name)`` returns (env, params);
-:func:`names` lists the envs, those with given capabilities when asked (a lab states what it
-needs, e.g. ``names("token_logp")``, instead of listing envs); :func:`instances` gives the
-``Instance`` classes a lab config's ``INSTANCES`` holds.
+:func:`names` lists the envs, those a lab's :class:`Needs` admits when asked (a lab states what
+it reads of an env instead of listing envs); :func:`instances` gives the ``Instance`` classes a
+lab config's ``INSTANCES`` holds.
 
 Every env a lab trains on or draws mini-batches from implements one contract, :class:`Env`, as
 its module's ``ENV``; :func:`get` returns it by name.  The labs take envs from here and write no
@@ -79,6 +79,39 @@ class Env:
     mse_law: bool = False  # ``exact`` carries the loo MSE law's per-prompt constants (S2, c1, ...)
 
 
+@dataclasses.dataclass(frozen=True)
+class Needs:
+    """What a lab reads of an env, as plain data (its ``lab.py`` holds one as ``NEEDS`` and takes
+    its envs from ``names(NEEDS)``), so that a new env is either offered and works, or not offered.
+
+    * ``capabilities``: the :class:`Env` fields the lab calls (``"token_logp"``, ``"values"``,
+      ``"kl"``, ``"mse_law"``, ...); an env without an ``ENV`` has none;
+    * ``fields``: the ``Instance`` fields the lab reads (``"B"``, ``"kind"``, ...);
+    * ``only``: the envs the lab's code names (it calls their modules' own functions, e.g.
+      ``bandit.make``), in the lab's order; ``None``: every env with the capabilities and fields
+      (the lab reads nothing else of an env);
+    * ``first``: with ``only=None``, the env that leads (flags, choices and tables); the others
+      stay sorted.
+
+    An env that ``only`` names must have the capabilities and fields (:func:`names` raises
+    ``TypeError`` otherwise: the lab would fail on it)."""
+
+    capabilities: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+    only: tuple[str, ...] | None = None
+    first: str | None = None
+
+
+def missing(name: str, needs: Needs) -> tuple[str, ...]:
+    """The capabilities and ``Instance`` fields of ``needs`` that env ``name`` lacks."""
+    module = _modules()[name]
+    env = getattr(module, "ENV", None)
+    fields = {f.name for f in dataclasses.fields(module.Instance)}
+    return tuple(c for c in needs.capabilities if not getattr(env, c, None)) + tuple(
+        f"Instance.{f}" for f in needs.fields if f not in fields
+    )
+
+
 @functools.cache
 def _modules() -> dict[str, ModuleType]:
     """Every env module of this package by name: those that define ``Instance``."""
@@ -90,17 +123,22 @@ def _modules() -> dict[str, ModuleType]:
     return found
 
 
-def names(*needs: str, first: str | None = None) -> tuple[str, ...]:
-    """Every env's name, sorted; with ``needs`` (:class:`Env` field names, e.g. "token_logp",
-    "values", "kl", "curvature", "mse_law") only the envs whose ``ENV`` has each of them (an env
-    without an ``ENV`` has none).  ``first``: that env leads, the others stay sorted (a lab's
-    order of tables, flags and choices, e.g. ``first="bandit"``)."""
-    found = tuple(
-        name
-        for name, module in sorted(_modules().items())
-        if all(getattr(getattr(module, "ENV", None), need, None) for need in needs)
-    )
-    return tuple(sorted(found, key=lambda name: name != first))  # stable: the rest stay sorted
+def names(*needs: str | Needs, first: str | None = None) -> tuple[str, ...]:
+    """The envs a lab may offer.  ``names(NEEDS)``: those its :class:`Needs` admits (the envs
+    ``only`` names, in that order, each checked; else every env with its capabilities and
+    ``Instance`` fields, sorted, ``first`` leading).  ``names(*capabilities, first=...)`` is
+    ``names(Needs(capabilities, first=first))``; ``names()`` is every env, sorted."""
+    spec = needs[0] if needs and isinstance(needs[0], Needs) else Needs(needs, first=first)
+    if spec.only is not None:
+        from gpolab import validate
+
+        for name in spec.only:
+            validate.choice("env", name, tuple(sorted(_modules())))
+            if missing(name, spec):
+                raise TypeError(f"env {name} lacks {', '.join(missing(name, spec))} (a lab needs)")
+        return tuple(spec.only)
+    found = tuple(name for name in sorted(_modules()) if not missing(name, spec))
+    return tuple(sorted(found, key=lambda name: name != spec.first))  # stable: the rest sorted
 
 
 def make(name: str, **overrides) -> tuple[Env | None, object]:

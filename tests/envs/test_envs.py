@@ -43,69 +43,99 @@ def instance(case: str):
     return arithmetic.ArithmeticInstance(policy, questions, jax.random.key(1), 4)
 
 
+def _listed() -> dict:
+    """{name: module} of every module of gpolab/envs, read without the registry."""
+    import importlib
+    import pkgutil
+
+    return {
+        m.name: importlib.import_module(f"gpolab.envs.{m.name}")
+        for m in pkgutil.iter_modules(envs.__path__)
+    }
+
+
 def test_registry_names_every_env_and_get_checks_the_name():
-    assert set(envs.names("init")) == {case.split("-")[0] for case in CASES}
+    """Every env with an ``ENV`` has a contract case here (its shapes and unbiasedness are
+    tested below), and ``get`` names the envs that have one."""
+    with_env = tuple(name for name, m in sorted(_listed().items()) if hasattr(m, "ENV"))
+    assert envs.names("init") == with_env
+    assert set(with_env) == {case.split("-")[0] for case in CASES}
     for name in envs.names("init"):
         env = envs.get(name)
         assert isinstance(env, envs.Env) and env.name == name
         hash(env)  # a jit static argument
-    with pytest.raises(ConfigError, match="env: .*allowed: arithmetic, bandit, loglinear, markov$"):
+    allowed = ", ".join(with_env)
+    with pytest.raises(ConfigError, match=f"env: .*allowed: {allowed}$"):
         envs.get("atari")
-    with pytest.raises(ConfigError, match="env: got 'tree'; allowed: arithmetic, bandit, "):
-        envs.get("tree")  # an env without an Env contract
+    without = next(name for name in envs.names() if name not in with_env)
+    with pytest.raises(ConfigError, match=f"env: got '{without}'; allowed: {allowed}$"):
+        envs.get(without)  # an env without an Env contract
 
 
 def test_one_registry_found_by_listing_the_package():
     """Every module of gpolab/envs with an ``Instance`` is an env, and only those (the helpers
     questions.py and sampling.py are not); capabilities select envs (no lab lists them)."""
-    import pkgutil
-
-    listed = {m.name for m in pkgutil.iter_modules(envs.__path__)}
-    assert envs.names() == ("arithmetic", "bandit", "gaussian", "loglinear", "markov", "tree")
-    assert listed - set(envs.names()) == {"questions", "sampling"}
-    assert envs.names("token_logp") == ("arithmetic", "bandit", "markov")
-    assert envs.names("kl") == ("bandit", "markov") and envs.names("curvature") == ("loglinear",)
-    assert envs.names("mse_law") == ("arithmetic", "bandit")
-    assert envs.names("token_logp", "kl") == ("bandit", "markov")
+    listed = _listed()
+    assert envs.names() == tuple(n for n, m in sorted(listed.items()) if hasattr(m, "Instance"))
+    assert set(listed) - set(envs.names()) == {"questions", "sampling"}
+    for needs in (("token_logp",), ("kl",), ("curvature",), ("mse_law",), ("token_logp", "kl")):
+        contracts = {n: getattr(listed[n], "ENV", None) for n in envs.names()}
+        has = tuple(n for n, env in contracts.items() if all(getattr(env, c, 0) for c in needs))
+        assert envs.names(*needs) == has and has, needs  # each selects some env, not all
+        assert set(has) < set(envs.names())
     assert envs.names("behaviour") == ("markov",)  # a rollout engine's μ: the mismatch mode
 
 
 def test_first_leads_and_the_rest_stay_sorted():
-    assert envs.names("token_logp", first="bandit") == ("bandit", "arithmetic", "markov")
-    assert envs.names(first="tree") == (
-        "tree",
-        "arithmetic",
+    every = envs.names()
+    assert every == tuple(sorted(every))
+    for first in every:
+        assert envs.names(first=first) == (first, *(n for n in every if n != first))
+    token = envs.names("token_logp")
+    assert envs.names("token_logp", first="bandit") == (
         "bandit",
-        "gaussian",
-        "loglinear",
-        "markov",
+        *(n for n in token if n != "bandit"),
     )
-    # negative controls: no first, or a first the capability excludes, leave the sorted order
-    assert envs.names("token_logp", first="tree") == envs.names("token_logp")
-    assert envs.names("token_logp") == ("arithmetic", "bandit", "markov")
+    # negative control: a first the capability excludes leaves the sorted order
+    assert "tree" not in token and envs.names("token_logp", first="tree") == token
 
 
-def test_each_lab_derives_the_envs_it_accepted_before_the_registry():
-    """The derived sets and their order (flags, choices, tables) are the labs' hand-kept tuples
-    of before: the registry changed where they come from, not what they are."""
+def test_each_lab_takes_its_envs_from_its_needs():
+    """A lab's env list is what the registry admits under its ``NEEDS`` (the throw-away env
+    test across every lab: tests/envs/test_every_lab.py)."""
     from gpolab.labs.allocate import lab as allocate
     from gpolab.labs.groupsize import lab as groupsize
-    from gpolab.labs.offpolicy import lab as offpolicy
     from gpolab.labs.plancheck import lab as plancheck
     from gpolab.labs.stdnorm import lab as stdnorm
     from gpolab.labs.sweep import lab as sweep
     from gpolab.labs.zoo import lab as zoo
 
-    assert tuple(offpolicy.INSTANCES) == ("bandit", "arithmetic", "markov")
-    assert offpolicy.REUSE_ENVS == ("bandit", "arithmetic")  # markov: the mismatch mode (#43)
-    assert zoo.ENVS == plancheck.ENVS == groupsize.ENVS == ("bandit", "arithmetic")
+    for lab in (zoo, plancheck, groupsize, stdnorm, sweep):
+        assert lab.ENVS == envs.names(lab.NEEDS), lab.NAME
+    assert set(zoo.ENVS) <= set(sweep.ENVS)  # the zoo runs the sweep
     for name in groupsize.ENVS:  # stdnorm sends B·G = N training on them to groupsize
         with pytest.raises(ConfigError, match=f"use gpolab groupsize --train --env {name}"):
             stdnorm.Config(env=name).validate()
-    assert tuple(sweep.INSTANCES) == sweep.ENVS == ("bandit", "tree", "arithmetic")
-    assert stdnorm.ENVS == ("loglinear",) and tuple(allocate.INSTANCES) == ("bandit",)
-    for lab in (offpolicy, sweep, allocate):
+    for lab in (sweep, allocate):
+        assert tuple(lab.INSTANCES) == envs.names(lab.NEEDS), lab.NAME
         assert all(lab.INSTANCES[n] is envs.make(n)[1].__class__ for n in lab.INSTANCES)
+
+
+def test_needs_admit_envs_by_capability_and_instance_field():
+    """``names(Needs(...))``: capabilities and ``Instance`` fields both select; ``only`` keeps
+    the lab's named envs in its order and fails on one that lacks what the lab needs."""
+    N = envs.Needs
+    by_field = envs.names(N(fields=("B", "dynamic_sampling")))
+    assert by_field and all(envs.missing(n, N(fields=("B",))) == () for n in by_field)
+    assert envs.names(N(("token_logp",), fields=("vocab",))) == tuple(
+        n for n in envs.names("token_logp") if n in envs.names(N(fields=("vocab",)))
+    )
+    assert envs.names(N(("kl",), only=("markov", "bandit"))) == ("markov", "bandit")
+    assert envs.missing("tree", N(("init",), ("K", "nope"))) == ("init", "Instance.nope")
+    with pytest.raises(TypeError, match="env tree lacks init, Instance.nope"):
+        envs.names(N(("init",), ("K", "nope"), only=("tree",)))
+    with pytest.raises(ConfigError, match="env: got 'atari'"):
+        envs.names(N(only=("atari",)))
 
 
 def test_make_gives_the_env_and_its_default_instance_as_gymnax():
@@ -117,7 +147,7 @@ def test_make_gives_the_env_and_its_default_instance_as_gymnax():
     assert inst == bandit.Instance(B=4, prompts=8)
     env, inst = envs.make("tree", K=3)
     assert env is None and inst == tree.Instance(K=3)  # no Env: nothing to train
-    with pytest.raises(ConfigError, match="env: got 'bandt'; allowed: arithmetic, bandit"):
+    with pytest.raises(ConfigError, match=f"env: got 'bandt'; allowed: {', '.join(envs.names())}$"):
         envs.make("bandt")
     with pytest.raises(ConfigError, match="bandit setting: got 'Bx'; allowed: kind, "):
         envs.make("bandit", Bx=1)
