@@ -53,7 +53,9 @@ from gpolab.theory import allocation as theory
 
 NAME = "allocate"
 TABLES = ("results", "match", "training", "trained", "allocation")
-INSTANCES = envs.instances("bandit")  # the rules read the tabular bandit's per-prompt p
+# the rules read the tabular bandit's per-prompt p (the lab builds its instance)
+NEEDS = envs.Needs(fields=("kind", "prompts", "lengths", "dynamic_sampling"), only=("bandit",))
+INSTANCES = envs.instances(*envs.names(NEEDS))
 # the lab's instance: a skewed difficulty mix (bandit.Instance defaults otherwise)
 INSTANCE = {"prompts": 64, "actions": 8, "logit_scale": 2.0, "success_a": 0.5, "success_b": 2.0}
 SCHEMA = 3  # 2: faithful Knapsack RL and GVM-RAFT, own-objective columns (issue 40); 3: GVM's

@@ -31,7 +31,7 @@ import numpy as np
 from flax import struct
 from scipy import stats
 
-from gpolab import configs, engine, estimators, validate
+from gpolab import configs, engine, envs, estimators, validate
 from gpolab.configs import borrow, option
 from gpolab.engine import train
 from gpolab.engine.progress import Clock
@@ -42,6 +42,8 @@ from gpolab.runner.store import cell_key, config_hash, digest, resume
 from gpolab.theory import chi2 as theory
 
 NAME = "chi2"
+# the χ² lab drives the gaussian env through its own functions
+NEEDS = envs.Needs(only=("gaussian",))
 TABLES = ("results", "samples", "law")
 DEFAULT = ("vanilla", "loo", "oracle", "mean", "grpo")  # the default run; streams 0-4 (stream)
 LAW_POINTS = 4096  # CDF grid of each predicted law (uniform in √x up to its 1 − 1e-10 quantile)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from gpolab import configs, validate
+from gpolab import configs, envs, validate
 from gpolab.configs import option
 from gpolab.engine import stats
 from gpolab.labs.claims import stats as claims_stats
@@ -37,6 +37,7 @@ from gpolab.labs.claims.report import PAPERS, VERDICTS, markdown, report  # noqa
 from gpolab.runner import experiments, labs, output, timings
 
 NAME = "claims"
+NEEDS = envs.Needs(only=())  # no env of its own: it runs the experiments of other labs
 TABLES = ("claims", "timings")
 LEDGER = Path(__file__).with_name("ledger.toml")
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}

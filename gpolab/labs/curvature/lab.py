@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpolab import configs, engine, validate
+from gpolab import configs, engine, envs, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import loglinear
 from gpolab.labs.curvature import plots
@@ -27,6 +27,7 @@ from gpolab.runner.store import PROVENANCE, cell_key, config_hash, resume
 from gpolab.theory import curvature as theory
 
 NAME = "curvature"
+NEEDS = envs.Needs(only=("loglinear",))  # the log-linear env's own Hessian
 TABLES = ("fits", "curvature")
 QUANTITIES = {
     # column: (the bound's constant, the power of B it scales with, what it is)

@@ -46,9 +46,10 @@ from gpolab.theory import groupsize as theory
 
 NAME = "groupsize"
 TABLES = ("results", "summary", "curve")
-# the envs whose truth carries the loo MSE law, bandit first (the stored runs' order: flags,
-# tables, cell keys)
-ENVS = envs.names("mse_law", first="bandit")
+# the envs whose truth carries the loo MSE law, named (make_instance builds them), bandit first
+# (the stored runs' order: flags, tables, cell keys)
+NEEDS = envs.Needs(("mse_law",), ("instance_seed",), only=("bandit", "arithmetic"))
+ENVS = envs.names(NEEDS)
 SCHEDULES = ("constant", "decay")
 POLICIES = ("base", "instruct", "icl")
 SEEDS = {False: 20_000, True: 256}  # seeds = 0: Monte Carlo seeds (fixed θ) / SGD runs (train)

@@ -35,7 +35,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from gpolab import configs, estimators, validate
+from gpolab import configs, envs, estimators, validate
 from gpolab.configs import option
 from gpolab.labs.plan import plots, rollouts
 from gpolab.labs.plan.report import (  # noqa: F401  (the lab's report and JSON summary)
@@ -50,6 +50,7 @@ from gpolab.labs.plan.report import (  # noqa: F401  (the lab's report and JSON 
 from gpolab.theory import difficulty, graded, gstar
 
 NAME = "plan"
+NEEDS = envs.Needs(only=())  # no env: the lab reads a trainer's rollout log
 TABLES = ("summary", "curve", "kappa", "groups")
 FORMATS = ("auto", "trl", "verl", "table")
 GRADED_LEVELS = 10  # at most this many distinct reward values: a Dirichlet-multinomial fit

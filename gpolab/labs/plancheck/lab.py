@@ -331,9 +331,10 @@ def simulate_arithmetic(
 
 NAME = "plancheck"
 TABLES = ("results",)
-# the envs whose truth carries the loo MSE law, bandit first (the stored runs' order: flags,
-# tables, cell keys)
-ENVS = envs.names("mse_law", first="bandit")
+# the envs whose truth carries the loo MSE law, named (the lab simulates each one's logs with
+# its own functions), bandit first (the stored runs' order: flags, tables, cell keys)
+NEEDS = envs.Needs(("mse_law",), only=("bandit", "arithmetic"))
+ENVS = envs.names(NEEDS)
 FORMATS = ("trl", "verl", "table")
 REPORT_G = (2, 4, 8, 16, 32, 64, 128, 256)
 PROXY = "score_norm"  # the proxy's column name in every written log (a TRL/verl extra column)

@@ -70,7 +70,8 @@ NAME = "stdnorm"
 TABLES = ("summary", "gain", "finite_sample", "curves", "phases", *arcsin.TABLES)
 # one env: the lab builds loglinear.Instance (rho, align, block) and its trainer reads that
 # truth's g_global and one_minus_V, which no Env capability names (the registry checks the name)
-ENVS = tuple(envs.instances("loglinear"))
+NEEDS = envs.Needs(("init",), ("rho", "align", "block"), only=("loglinear",))
+ENVS = envs.names(NEEDS)
 REGIMES = ("admissible", "tuned", "arcsin")  # arcsin: labs/stdnorm_arcsin.py (Prop. 13)
 LOGLINEAR = {"env": ("loglinear",)}
 TUNED = {**LOGLINEAR, "regimes": ("tuned",)}

@@ -27,7 +27,8 @@ from gpolab.runner.store import cell_key, config_hash, resume
 
 NAME = "sweep"
 TABLES = ("results",)
-INSTANCES = envs.instances(*units.ENVS)  # the envs the sweep has units for (units.py)
+NEEDS = envs.Needs(only=tuple(units.ENVS))  # the envs the sweep has units for (units.py)
+INSTANCES = envs.instances(*envs.names(NEEDS))
 ENVS = tuple(INSTANCES)
 POLICIES = tuple(arithmetic.POLICIES)
 TREE_VARIANTS = estimators.TREE_VARIANTS

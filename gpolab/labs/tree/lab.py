@@ -40,7 +40,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpolab import configs, engine, estimators, validate
+from gpolab import configs, engine, envs, estimators, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import tree as tree_env
 from gpolab.labs.sweep.cells import tree_cell, tree_error, tree_overlap_error
@@ -51,6 +51,7 @@ from gpolab.theory import tree as theory
 from gpolab.theory import tree_overlap
 from gpolab.theory.tree import TIE_Z, rank, recommend, score  # noqa: F401  (re-exported)
 
+NEEDS = envs.Needs(only=("tree",))  # thoughts × continuations: the tree env's own samplers
 NAME = "tree"
 TABLES = ("results", "floor")
 MODELS = tree_env.MODELS

@@ -30,8 +30,9 @@ from gpolab.labs.sweep import lab as sweep
 NAME = "zoo"
 TABLES = ("results", "kappa")
 # the envs the sweep runs whose truth carries the loo MSE law (the exact finite-G theory beside
-# the Monte Carlo), bandit first (the stored runs' order: flags, tables, cell keys)
-ENVS = tuple(name for name in envs.names("mse_law", first="bandit") if name in sweep.ENVS)
+# the Monte Carlo), named (the lab builds their instances), bandit first (the stored runs' order)
+NEEDS = envs.Needs(("mse_law",), ("instance_seed",), only=("bandit", "arithmetic"))
+ENVS = envs.names(NEEDS)
 ZOO = tuple(n for n, e in estimators.REGISTRY.items() if not e.user)
 REFERENCE = "loo"  # the snr ranking's reference: unbiased, defined at every G >= 2
 ARITH = {"env": ("arithmetic",)}
