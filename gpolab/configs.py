@@ -413,11 +413,7 @@ def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source
     would give resolved too, so a bad ``[quick]`` never waits for the run that uses it."""
     lab = getattr(cls, "LAB", cls.__name__)
     name = Path(source).name if source else ""
-    for k, v in (file_quick or {}).items():  # a key a flag overrides is still the file's
-        try:
-            coerce(cls, k, v)
-        except ConfigError as err:
-            raise ConfigError(f"{name} [quick] {err}".lstrip()) from None
+    _check_file_quick(cls, name, file_quick or {})
     if file_quick and quick is False:  # the run --quick would be (after this run's own checks)
         cfg = resolve(cls, typed=typed, table=table, file_quick=None, source=source)
         try:
@@ -428,23 +424,19 @@ def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source
             ) from None
         return cfg
     typed, table = dict(typed or {}), inline(table or {})
-    mode_defaults, mode_quick = {}, {}
-    for (field, value), extra in getattr(cls, "MODES", {}).items():
-        if coerce(cls, field, typed.get(field, table.get(field, getattr(cls(), field)))) == value:
-            mode_defaults.update(extra.get("defaults", {}))
-            mode_quick.update(extra.get("quick", {}))
+    mode_defaults, mode_quick = _modes(cls, typed, table)
+    if isinstance(quick, dict):
+        sizes = quick
+    else:
+        sizes = {**cls.QUICK, **mode_quick, **(file_quick or {})} if quick else {}
+    quick = {k: v for k, v in sizes.items() if k not in typed}
     if instances(cls) is not None:  # an instance field of another env: named as typed
         selector = instances(cls)[0]
         chosen = typed.get(selector, table.get(selector, mode_defaults.get(selector)))
         chosen = getattr(cls(), selector) if chosen is None else coerce(cls, selector, chosen)
         check_instance_names(cls, chosen, typed, flag)
         check_instance_names(cls, chosen, table, lambda n: f"{name} [{lab}] {n}".strip())
-    if isinstance(quick, dict):
-        sizes = quick
-    else:
-        sizes = {**cls.QUICK, **mode_quick, **(file_quick or {})} if quick else {}
-    quick = {k: v for k, v in sizes.items() if k not in typed}
-    if instances(cls) is not None:  # a quick size of another env's instance is not used
+        # a quick size of another env's instance is not used
         quick = {k: v for k, v in quick.items() if _applies(cls, chosen, k)}
     cfg = replace(cls(), **mode_defaults)
     for where, changes in ((f"[{lab}]", table), ("[quick]", quick), ("", typed)):
@@ -455,9 +447,34 @@ def resolve(cls, *, typed=None, table=None, quick=False, file_quick=None, source
             raise ConfigError(f"{prefix}{err}") from None
     check_used(cfg, typed)
     check_used(cfg, table, lambda n: f"{name} [{lab}] {n}".strip())
+    return _validated(cfg, name, lab, typed=typed, table=table, quick=quick)
+
+
+def _check_file_quick(cls, name: str, file_quick: dict) -> None:
+    """Every key of a file's ``[quick]`` coerced (a key a flag overrides is still the file's)."""
+    for k, v in file_quick.items():
+        try:
+            coerce(cls, k, v)
+        except ConfigError as err:
+            raise ConfigError(f"{name} [quick] {err}".lstrip()) from None
+
+
+def _modes(cls, typed: dict, table: dict) -> tuple[dict, dict]:
+    """The defaults and quick sizes of ``cls.MODES`` that the settings select."""
+    mode_defaults, mode_quick = {}, {}
+    for (field, value), extra in getattr(cls, "MODES", {}).items():
+        if coerce(cls, field, typed.get(field, table.get(field, getattr(cls(), field)))) == value:
+            mode_defaults.update(extra.get("defaults", {}))
+            mode_quick.update(extra.get("quick", {}))
+    return mode_defaults, mode_quick
+
+
+def _validated(cfg, name: str, lab: str, *, typed: dict, table: dict, quick: dict):
+    """``cfg`` once its ``validate`` passes; an error about a file's value says where it came
+    from."""
     try:
         cfg.validate()
-    except ConfigError as err:  # a value from the file: say where it came from
+    except ConfigError as err:
         field = re.split(r"[: (]", str(err), maxsplit=1)[0]
         where = "[quick]" if field in quick else f"[{lab}]" if field in table else ""
         if name and where and field not in typed:
