@@ -159,15 +159,7 @@ def register(
     ``fn`` takes without a default; ``options`` to its other keyword parameters with defaults;
     ``reward_only`` to "group-scoped and needs nothing"; ``limit`` (the G → ∞ direction, see
     :class:`Entry`) to unknown.  Returns the entry."""
-    if not isinstance(name, str) or not name or any(c in name for c in "[],= "):
-        raise validate.ConfigError(
-            f"estimator name: got {name!r}; allowed: a non-empty string without [ ] , = or spaces"
-        )
-    if not callable(fn):
-        raise validate.ConfigError(f"estimator {name}: got {fn!r}; allowed: a callable")
-    validate.choice(f"scope (of {name})", scope, SCOPES)
-    if not callable(limit):
-        validate.choice(f"limit (of {name})", limit, ("", *LIMITS))
+    _check_entry(name, fn, scope, limit)
     params = _parameters(fn)
     if needs is None:
         needs = tuple(n for n in NEEDS if n in params and params[n] is inspect.Parameter.empty)
@@ -195,6 +187,19 @@ def register(
     )
     REGISTRY[name] = entry
     return entry
+
+
+def _check_entry(name, fn, scope: str, limit) -> None:
+    """One line naming the field when a registration's name, function, scope or limit is bad."""
+    if not isinstance(name, str) or not name or any(c in name for c in "[],= "):
+        raise validate.ConfigError(
+            f"estimator name: got {name!r}; allowed: a non-empty string without [ ] , = or spaces"
+        )
+    if not callable(fn):
+        raise validate.ConfigError(f"estimator {name}: got {fn!r}; allowed: a callable")
+    validate.choice(f"scope (of {name})", scope, SCOPES)
+    if not callable(limit):
+        validate.choice(f"limit (of {name})", limit, ("", *LIMITS))
 
 
 def _parameters(fn: Callable) -> dict:
