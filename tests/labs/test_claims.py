@@ -17,6 +17,7 @@ from gpolab.labs.claims import lab as claims
 from gpolab.labs.claims import report as claims_report
 from gpolab.labs.claims import stats as claims_stats
 from gpolab.runner import output
+from gpolab.labs.claims import stats_sweep
 from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 from tools import readme as docs_blocks
@@ -138,7 +139,7 @@ def test_oracle_match_statistic_on_a_table():
             "n_seeds": [1000] * 4,
         }
     )
-    v = claims.oracle_match({"results": df})
+    v = claims.STATISTICS["oracle_match"]({"results": df})
     se = v.pop("se")
     assert v["loo_over_oracle_at_max_G"] == pytest.approx(1.056)
     # delta method: 1.056 · √((0.001/0.0264)² + (0.001/0.025)²)
@@ -273,7 +274,7 @@ def _gain_table(rows):
 def test_group_size_gain_with_one_sampled_G_is_not_testable_not_a_comparison_with_itself():
     """gpolab-N4 compared G = 32 with itself when one G was sampled (quick sizes)."""
     g = _gain_table([("admissible", "rho=0", 32.0, False, 1.35, 1.34, 1.37)])
-    v = claims_stats.group_size_gain({"gain": g})
+    v = claims.STATISTICS["group_size_gain"]({"gain": g})
     se, detail = v.pop("se"), v.pop("detail")
     assert math.isnan(v["gain_small_G"]) and math.isnan(v["gain_large_G"])
     assert "not testable at these sizes" in detail
@@ -291,14 +292,14 @@ def test_fading_needs_a_decrease_that_matters():
             ("oracle step", "rho=0.9", inf, False, 0.84, 0.84, 0.84),
         ]
     )
-    v = claims_stats.gain_fades({"gain": g})
+    v = claims.STATISTICS["gain_fades"]({"gain": g})
     se = v.pop("se")
     assert v["excess_kept"] == pytest.approx(0.38 / 0.47)
     ledger = {c["id"]: c for c in claims.load(claims.LEDGER)}
     assert claims.check("excess_kept <= 0.5", v, se) is False
     assert claims.verdict(ledger["N3"], v, se) == "partly"
     g.loc[1, ["gain", "gain_ci_low", "gain_ci_high"]] = 1.2
-    v = claims_stats.gain_fades({"gain": g})
+    v = claims.STATISTICS["gain_fades"]({"gain": g})
     assert claims.verdict(ledger["N3"], v, v.pop("se")) == "reproduced"
 
 
@@ -316,14 +317,14 @@ def test_a_tied_best_group_size_never_matches_the_prediction():
             "tied_G": ["4,8,16"] * 4 + ["4"] * 4,
         }
     )
-    v = claims_stats.train_optimum({"summary": s})
+    v = claims.STATISTICS["train_optimum"]({"summary": s})
     se = v.pop("se")
     assert v["matches_prediction_frac"] == 0.5 and v["separated_frac"] == 0.5
     assert se["matches_prediction_frac"] == pytest.approx(math.sqrt(0.25 / 8))
     ledger = {c["id"]: c for c in claims.load(claims.LEDGER)}
     assert claims.verdict(ledger["U6"], v, se) == "inconclusive"
     s["tied_G"] = "4,8"
-    v = claims_stats.train_optimum({"summary": s})
+    v = claims.STATISTICS["train_optimum"]({"summary": s})
     assert v["matches_prediction_frac"] == 0.0
     assert claims.verdict(ledger["U6"], v, v.pop("se")) == "partly"  # the interior still holds
 
@@ -343,7 +344,7 @@ def test_a_nan_recovery_is_never_covered():
             "covered": [True, True],
         }
     )
-    v = claims_stats.plan_recovery({"results": df})
+    v = claims.STATISTICS["plan_recovery"]({"results": df})
     se = v.pop("se")
     assert v["uncovered"] == 1
     assert claims.check("uncovered == 0", v, se) is False
@@ -367,22 +368,22 @@ def test_mean_baseline_z_uses_the_bias_standard_error():
         }
     )
     rules = {"rules": ["bias_theory_abs_z <= 3", "bias_z >= 3", "lowest_mse_gap > 0"]}
-    v = claims_stats.mean_baseline({"results": df})  # an unbiased "mean": bias² 0
+    v = claims.STATISTICS["mean_baseline"]({"results": df})  # an unbiased "mean": bias² 0
     se = v.pop("se")
     assert theory / 2.3e-4 == pytest.approx(2.93, abs=0.01)  # the old z: a pass at <= 3
     assert v["bias_theory_abs_z"] > 8 and v["bias_z"] == 0  # bias² SE ≤ 8.2e-5
     assert claims.verdict(rules, v, se) == "partly"  # only its low MSE holds
     df.loc[0, "bias_sq"] = 6.65e-4  # the full-size measurement
-    v = claims_stats.mean_baseline({"results": df})
+    v = claims.STATISTICS["mean_baseline"]({"results": df})
     assert claims.verdict(rules, v, v.pop("se")) == "reproduced"
 
 
 def test_a_nan_p_value_is_never_a_bonferroni_pass():
     """Python's min(1.0, nan) is 1.0: a diverged run's NaN KS p-value used to read as p = 1."""
-    assert claims_stats._bonferroni([0.2, 0.3]) == pytest.approx(0.4)
-    assert math.isnan(claims_stats._bonferroni([0.2, float("nan")]))
-    assert math.isnan(claims_stats._bonferroni([]))
-    assert claims.check("p >= 0.01", {"p": claims_stats._bonferroni([float("nan")])}) is None
+    assert claims_stats.bonferroni([0.2, 0.3]) == pytest.approx(0.4)
+    assert math.isnan(claims_stats.bonferroni([0.2, float("nan")]))
+    assert math.isnan(claims_stats.bonferroni([]))
+    assert claims.check("p >= 0.01", {"p": claims_stats.bonferroni([float("nan")])}) is None
 
 
 def test_no_exact_theory_rows_give_a_nan_joint_test_not_a_crash():
@@ -398,7 +399,7 @@ def test_no_exact_theory_rows_give_a_nan_joint_test_not_a_crash():
             "n_seeds": [100],
         }
     )
-    assert all(math.isnan(v) for v in claims._joint(rows))
+    assert all(math.isnan(v) for v in stats_sweep._joint(rows))
 
 
 def test_an_exact_equality_rule_does_not_hang_on_the_last_bit():

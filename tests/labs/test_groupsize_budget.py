@@ -12,7 +12,7 @@ import pytest
 
 from gpolab import configs, validate
 from gpolab.labs.claims import lab as claims
-from gpolab.labs.claims import stats as claims_stats
+from gpolab.labs.claims import stats_groupsize
 from gpolab.labs.groupsize import budget as budgets
 from gpolab.labs.groupsize import lab as groupsize
 from gpolab.theory import groupsize as theory
@@ -99,7 +99,7 @@ def test_budget_rows_cover_the_feasible_divisors_and_carry_the_rule():
     for r in s.itertuples():
         sub = df[(df["pool"] == r.pool) & (df["N"] == r.N)]
         assert r.best_G == int(sub.loc[sub["rollouts"].idxmin(), "G"])
-        assert r.best_G in claims_stats._gs(r.tied_G)
+        assert r.best_G in stats_groupsize._gs(r.tied_G)
         c = budgets.pool_constants(sub)
         assert r.rule_G == theory.training_rule(c, r.N, r.pool)["G"]
     assert groupsize.cell_keys(cfg) != groupsize.cell_keys(cfg.replace(target=0.4))
@@ -173,7 +173,7 @@ def summary(rows) -> pd.DataFrame:
 
 
 def verdict(claim_id: str, tables: dict) -> str:
-    values = getattr(claims_stats, LEDGER[claim_id]["statistic"])(tables)
+    values = claims.STATISTICS[LEDGER[claim_id]["statistic"]](tables)
     values.pop("detail")
     return claims.verdict(LEDGER[claim_id], values, values.pop("se"))
 
@@ -268,7 +268,7 @@ def test_rule_match_and_its_control():
     assert verdict("gpolab-budget-rule", {"summary": flat}) == "partly"
     half = s.assign(rule_in_ties=[True, False] * 4)  # 4 of 8: at the threshold, within one SE
     assert verdict("gpolab-budget-rule", {"summary": half}) == "inconclusive"
-    assert math.isfinite(claims_stats.budget_rule({"summary": s})["se"]["rule_match_frac"])
+    assert math.isfinite(claims.STATISTICS["budget_rule"]({"summary": s})["se"]["rule_match_frac"])
 
 
 def test_the_budget_statistics_read_each_env_on_its_own():
@@ -291,7 +291,9 @@ def test_the_budget_statistics_read_each_env_on_its_own():
     ).reset_index(drop=True)
     assert verdict("gpolab-pool-train", {"summary": mixed}) == "reproduced"
     across = mixed.assign(env=["bandit", "arithmetic", "bandit", "arithmetic"])
-    assert claims_stats.budget_pool_shift({"summary": across})["rises"] == 0  # never across envs
+    assert (
+        claims.STATISTICS["budget_pool_shift"]({"summary": across})["rises"] == 0
+    )  # never across envs
 
 
 @pytest.mark.parametrize(

@@ -31,8 +31,8 @@ from typing import ClassVar
 
 from gpolab import configs, envs, validate
 from gpolab.configs import option
-from gpolab.engine import stats
 from gpolab.labs.claims import stats as claims_stats
+from gpolab.labs.claims import stats_chi2, stats_gain, stats_groupsize, stats_sweep, stats_tree
 from gpolab.labs.claims.report import PAPERS, VERDICTS, markdown, report  # noqa: F401 (protocol)
 from gpolab.runner import experiments, labs, output, timings
 
@@ -41,7 +41,6 @@ NEEDS = envs.Needs(only=())  # no env of its own: it runs the experiments of oth
 TABLES = ("claims", "timings")
 LEDGER = Path(__file__).with_name("ledger.toml")
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq}
-_ratio = claims_stats.ratio_and_se  # a ratio and its delta-method SE
 RULE = re.compile(r"^\s*([A-Za-z_0-9]+)\s*(<=|>=|==|<|>)\s*([A-Za-z_0-9.+-]+)\s*$")
 
 
@@ -248,8 +247,6 @@ def _saved_at(cfg: Config, name: str):
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{"claims": one row per claim}``: values, verdict and the reason in one line."""
-    import json
-
     import pandas as pd
 
     cfg.validate()
@@ -267,41 +264,46 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
             if c["experiment"] not in spent and ran:
                 part = {k: part.get(k, 0.0) + computed[c["experiment"]][2][k] for k in part}
             _add(spent, c, part, ran)
-        v = verdict(c, values, se)
-        rules = c.get("rules", [])
-        failed = [r for r in rules if values and check(r, values, se) is False]
-        unsure = [r for r in rules if values and check(r, values, se) is None]
-        reason = detail + (f"; fails: {', '.join(failed)}" if failed else "")
-        reason += f"; inconclusive: {', '.join(unsure)}" if unsure else ""
-        margins = "; ".join(margin_text(r, values, se) for r in rules) if values else ""
-        if v == "not testable here":
-            reason = c.get("reason", "") + (f" (measured: {detail})" if detail else "")
-        rows.append(
-            {
-                "id": c["id"],
-                "paper": PAPERS[c["paper"]],
-                "where": c.get("where", ""),
-                "claim": c["claim"],
-                "quote": c.get("quote", ""),
-                "experiment": c["experiment"],
-                "statistic": c["statistic"],
-                "rules": "; ".join(c.get("rules", [])),
-                "values": json.dumps(values, default=float),
-                "se": json.dumps(se, default=float),
-                "margins": margins,
-                "verdict": v,
-                "reason": reason,
-                "quick": c.get("quick", ""),
-                "sizes": cfg.sizes,
-            }
-        )
+        rows.append(_row(cfg, c, values, se, detail))
         if progress is not None:
-            progress.update(1, f"{c['id']}: {v}")
+            progress.update(1, f"{c['id']}: {rows[-1]['verdict']}")
     if recorder is not None:
         recorder.stop()
     wall = time.perf_counter() - start
     jobs = experiments.workers(cfg.jobs, len(computed)) if computed else 1
     return {"claims": pd.DataFrame(rows), "timings": _timings_table(spent, wall, jobs)}
+
+
+def _row(cfg: Config, c: dict, values: dict | None, se: dict, detail: str) -> dict:
+    """The claims table's row of claim ``c``: its ledger fields, values, margins and verdict, and
+    the reason in one line (the statistic's detail, the rules that fail or are inconclusive)."""
+    import json
+
+    v = verdict(c, values, se)
+    rules = c.get("rules", [])
+    failed = [r for r in rules if values and check(r, values, se) is False]
+    unsure = [r for r in rules if values and check(r, values, se) is None]
+    reason = detail + (f"; fails: {', '.join(failed)}" if failed else "")
+    reason += f"; inconclusive: {', '.join(unsure)}" if unsure else ""
+    if v == "not testable here":
+        reason = c.get("reason", "") + (f" (measured: {detail})" if detail else "")
+    return {
+        "id": c["id"],
+        "paper": PAPERS[c["paper"]],
+        "where": c.get("where", ""),
+        "claim": c["claim"],
+        "quote": c.get("quote", ""),
+        "experiment": c["experiment"],
+        "statistic": c["statistic"],
+        "rules": "; ".join(rules),
+        "values": json.dumps(values, default=float),
+        "se": json.dumps(se, default=float),
+        "margins": "; ".join(margin_text(r, values, se) for r in rules) if values else "",
+        "verdict": v,
+        "reason": reason,
+        "quick": c.get("quick", ""),
+        "sizes": cfg.sizes,
+    }
 
 
 def _compute_missing(cfg: Config) -> dict:
@@ -377,117 +379,5 @@ def figures(tables: dict) -> dict:
     return {}
 
 
-# ------------------------------------------------------------------ statistics (saved tables)
-# Each returns its values, ``se`` (one SE per ruled quantity: 0 when exact or count-valued) and a
-# one-line ``detail``.
-
-
-def _joint(rows, by=("estimator",)) -> tuple[float, float]:
-    """(joint p, largest |z|) of :func:`gpolab.engine.stats.joint_test`; NaN when no row has exact
-    theory (no test is no pass)."""
-    t = stats.joint_test(rows, by)
-    return (math.nan, math.nan) if t is None else (t["joint_p"], t["max_abs_z"])
-
-
-def oracle_match(t: dict) -> dict:
-    df = t["results"]
-    Gmax = int(df["G"].max())
-    at = df[df["G"] == Gmax].set_index("estimator")
-    ratio, ratio_se = _ratio(
-        at.loc["loo", "mse"],
-        at.loc["loo", "mse_se"],
-        at.loc["oracle", "mse"],
-        at.loc["oracle", "mse_se"],
-    )
-    joint, zmax = _joint(df)
-    return {
-        "loo_over_oracle_at_max_G": ratio,
-        "joint_p": joint,
-        "max_abs_z": zmax,
-        "se": {"loo_over_oracle_at_max_G": ratio_se, "joint_p": 0.0, "max_abs_z": 0.0},
-        "detail": f"loo/oracle = {ratio:.3f} ± {ratio_se:.3f} at G = {Gmax}; exact theory vs "
-        f"Monte Carlo: joint p = {joint:.2g} (Bonferroni over estimators of Σ_G z²; "
-        f"a p-value is its own test: SE 0), largest |z| {zmax:.2f}; "
-        f"{int(df['n_seeds'].min()):,} seeds",
-    }
-
-
-def arithmetic_ordering(t: dict) -> dict:
-    """Fig. 4's observation 1 over the paper's group sizes (G >= 4): a (policy, G) cell violates
-    "vanilla has the largest MSE" unless vanilla is above both loo and the oracle by 2 SE of the
-    difference (a count: SE 0); and the exact theory's joint test over every cell."""
-    import numpy as np
-
-    df = t["results"]
-    paper = df[df["G"] >= 4]
-    bad, cells = 0, 0
-    for _, sub in paper.groupby(["policy", "G"]):
-        m = sub.set_index("estimator")
-        cells += 1
-        for lo in ("loo", "oracle"):
-            gap = m.loc["vanilla", "mse"] - m.loc[lo, "mse"]
-            bad += gap <= 2 * np.hypot(m.loc["vanilla", "mse_se"], m.loc[lo, "mse_se"])
-    joint, zmax = _joint(df, ("policy", "estimator"))
-    Gs = ", ".join(str(int(g)) for g in sorted(set(paper["G"])))
-    return {
-        "ordering_violations": int(bad),
-        "joint_p": joint,
-        "se": {"ordering_violations": 0.0, "joint_p": 0.0},
-        "detail": f"{int(bad)} of {2 * cells} gaps (policy × G = {Gs} × loo, oracle) where "
-        f"vanilla's MSE is not above by 2 SE; exact theory (every G) joint p = "
-        f"{joint:.2g}, largest |z| {zmax:.2f}",
-    }
-
-
-def zoo_theory(t: dict) -> dict:
-    df = t["results"]
-    out, parts = {}, []
-    for env, rows in df.groupby("env"):
-        joint, zmax = _joint(rows)
-        out[f"joint_p_{env}"] = joint
-        parts.append(
-            f"{env}: joint p = {joint:.2g}, largest |z| {zmax:.2f} "
-            f"({int(rows['theory_mse'].notna().sum())} cells)"
-        )
-    return {**out, "se": dict.fromkeys(out, 0.0), "detail": "; ".join(parts)}
-
-
-_OWN = (oracle_match, arithmetic_ordering, zoo_theory)  # the joint tests against exact theory
-_STATS = (
-    "strength_order",
-    "strength_family",
-    "tree_branching",
-    "mean_baseline",
-    "gain_fades",
-    "group_size_gain",
-    "normalization_direction",
-    "groupsize_argmin",
-    "not_measured",
-    "train_optimum",
-    "chi2_law",
-    "tree_floor",
-    "tree_decay",
-    "curvature_bounds",
-    "stdnorm_gain",
-    "kappa_values",
-    "plan_recovery",
-    "oracle_close",
-    "no_filler_flip",
-    "ustat_identity",
-    "chi2_rate",
-    "chi2_prompt_only",
-    "pool_argmin",
-    "tree_overlap_boundary",
-    "arcsin_direction",
-    "lemma11_ratio",
-    "offpolicy_order",
-    "budget_universal",
-    "budget_compute_rise",
-    "two_vs_sixteen",
-    "budget_pool_shift",
-    "budget_rule",
-    "mismatch_token_bias",
-    "mismatch_seq_variance",
-    "mismatch_seq_collapse",
-)
-STATISTICS = {f.__name__: f for f in (*_OWN, *(getattr(claims_stats, n) for n in _STATS))}
+FAMILIES = (stats_sweep, stats_tree, stats_gain, stats_chi2, stats_groupsize, claims_stats)
+STATISTICS = {f.__name__: f for family in FAMILIES for f in family.STATISTICS}
