@@ -1,0 +1,276 @@
+"""Advantage estimators as the RL frameworks practitioners run compute them, semantics matched.
+
+One pure, jit-traceable function per (framework, estimator), signature
+
+    fn(rewards, *, lengths=None, greedy=None, **options) -> advantages
+
+``rewards`` is ``(P, G)``: P prompts (the batch) times G responses each; group-scoped estimators
+also take any leading shape ``(..., G)``, batch-scoped ones reduce over the last two axes, so
+leading axes are independent batches.  ``lengths`` ``(P, G)`` are response lengths in tokens,
+``greedy`` ``(P,)`` the reward of each prompt's greedy response.  Options carry the framework's
+own names and defaults and must be static Python values under ``jax.jit``.  The result is
+``(P, G)``: per response the advantage every one of its tokens gets (the frameworks broadcast a
+scalar over the response mask; for token-whitened schemes the value is still one per response).
+A function's ``Args:`` leave out the inputs it does not read (``lengths``, ``greedy``).
+One module per family (``verl``, ``trl``, ``openrlhf``, ``nemo``, ``passk``, ``crossprompt``);
+this one names them all and holds :data:`SPECS`, what the registry reads.
+
+Sources read (the ``source`` of each :data:`SPECS` entry names file and function):
+
+* verl 0.9.1 (the PyPI release) and ``b178a3cd`` (v0.7.0-125): ``verl/trainer/ppo/core_algos.py``,
+  ``verl/utils/torch_functional.py::masked_whiten``, ``verl/utils/groupwise.py::group_mean_std``,
+  ``verl/trainer/ppo/ray_trainer.py::compute_advantage`` (what the trainer passes).  Checked by
+  running verl's own functions, both versions, on the same batches as these (G = 1, 2, 3, 4, 5,
+  8; binary, graded and normal rewards; all-equal and tiny-variance groups; float32 and
+  float64): ``tests/estimators/test_verl_reference.py`` holds 0.9.1's outputs and redoes the
+  comparison when verl is installed.  Every verl entry equals both versions up to the float32
+  rounding inside verl, except ``verl/grpo_vectorized``: it follows b178a3cd, and 0.9.1 differs
+  on groups whose variance is below ``epsilon`` (see that function).
+* TRL ``f2cd5771`` (v1.9.0-26): ``trl/trainer/grpo_trainer.py::_generate_and_score_completions``,
+  ``trl/trainer/rloo_trainer.py`` (same method), ``trl/trainer/utils.py::nanstd``.
+* OpenRLHF ``3c3be623`` (v0.11.0): ``openrlhf/trainer/ppo_utils/experience_maker.py::
+  compute_advantages_and_returns``, ``openrlhf/cli/train_ppo_ray.py`` (asserts G > 1).
+* NeMo-RL ``7ea279ab`` (v0.1.0-1338): ``nemo_rl/algorithms/utils.py::
+  calculate_baseline_and_std_per_prompt``, ``nemo_rl/algorithms/advantage_estimator.py::
+  GRPOAdvantageEstimator.compute_advantage``.
+* Pass@k training (arXiv 2508.10751): the authors' ``RUCAIBox/Passk_Training``
+  ``code/passk_adv.py::calc_adv`` @ ``00474d78`` and its README formulas.
+
+Floating-point policy (gpolab's): where a framework's value is exactly 0 in real arithmetic on an
+all-equal group (or an all-equal leave-one-out set), ours is exactly 0; the frameworks can return
+rounding noise there (e.g. torch.mean of three 0.1s), which for std-normalised schemes is then
+amplified by 1/eps.  Where a framework returns NaN, ours is finite and the docstring says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from gpolab.estimators.frameworks.crossprompt import areal_liteppo, jspo, jspo_plus_plus, spo
+from gpolab.estimators.frameworks.nemo import nemo_grpo
+from gpolab.estimators.frameworks.openrlhf import (
+    openrlhf_dr_grpo,
+    openrlhf_group_norm,
+    openrlhf_reinforce_baseline,
+    openrlhf_rloo,
+)
+from gpolab.estimators.frameworks.passk import passk_training
+from gpolab.estimators.frameworks.trl import trl_grpo, trl_rloo
+from gpolab.estimators.frameworks.verl import (
+    verl_gpg,
+    verl_grpo,
+    verl_grpo_passk,
+    verl_grpo_vectorized,
+    verl_opo,
+    verl_reinforce_plus_plus_baseline,
+    verl_remax,
+    verl_rloo,
+    verl_rloo_vectorized,
+)
+
+__all__ = [
+    "Spec",
+    "SPECS",
+    "verl_grpo",
+    "verl_grpo_vectorized",
+    "verl_rloo",
+    "verl_rloo_vectorized",
+    "verl_reinforce_plus_plus_baseline",
+    "verl_opo",
+    "verl_gpg",
+    "verl_grpo_passk",
+    "verl_remax",
+    "trl_grpo",
+    "trl_rloo",
+    "openrlhf_group_norm",
+    "openrlhf_rloo",
+    "openrlhf_reinforce_baseline",
+    "openrlhf_dr_grpo",
+    "nemo_grpo",
+    "passk_training",
+    "areal_liteppo",
+    "jspo",
+    "jspo_plus_plus",
+    "spo",
+]
+
+VERL = (
+    "volcengine/verl verl/trainer/ppo/core_algos.py::{} @ verl 0.9.1 (PyPI) and b178a3cd"
+    " (v0.7.0-125), outputs compared"
+)
+TRL = "huggingface/trl trl/trainer/{}::_generate_and_score_completions @ f2cd5771 (v1.9.0-26)"
+ORLHF = (
+    "OpenRLHF/OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py::"
+    "compute_advantages_and_returns ({}) @ 3c3be623 (v0.11.0)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One framework estimator for the registry.
+
+    ``needs``: extra inputs ("lengths", "greedy"); ``scope``: "group" (a response's advantage
+    depends on its group only) or "batch" (on the whole (P, G) batch) at the default options;
+    ``batch_when``: option → the values that make a group-scoped entry batch-scoped; ``min_group``:
+    smallest G the framework runs; ``reward_only``: group-scoped, no lengths, no greedy at the
+    default options (exact finite-G theory applies); ``source``: repo path::function @ commit.
+    """
+
+    name: str
+    fn: Callable
+    needs: tuple[str, ...] = ()
+    scope: str = "group"
+    min_group: int = 1
+    options: dict = dataclasses.field(default_factory=dict)
+    source: str = ""
+    reward_only: bool = True
+    batch_when: dict[str, tuple] = dataclasses.field(default_factory=dict)
+
+
+_EPS_NORM = {"epsilon": 1e-6, "norm_adv_by_std_in_grpo": True}
+
+SPECS: tuple[Spec, ...] = (
+    Spec(
+        "verl/grpo",
+        verl_grpo,
+        options=dict(_EPS_NORM),
+        source=VERL.format("compute_grpo_outcome_advantage"),
+    ),
+    Spec(
+        "verl/grpo_vectorized",
+        verl_grpo_vectorized,
+        options=dict(_EPS_NORM),
+        source="volcengine/verl verl/trainer/ppo/core_algos.py::"
+        "compute_grpo_vectorized_outcome_advantage + verl/utils/groupwise.py::group_mean_std"
+        " @ b178a3cd (v0.7.0-125), outputs compared; verl 0.9.1 has no variance floor",
+    ),
+    Spec("verl/rloo", verl_rloo, source=VERL.format("compute_rloo_outcome_advantage")),
+    Spec(
+        "verl/rloo_vectorized",
+        verl_rloo_vectorized,
+        source=VERL.format("compute_rloo_vectorized_outcome_advantage"),
+    ),
+    Spec(
+        "verl/reinforce_plus_plus_baseline",
+        verl_reinforce_plus_plus_baseline,
+        needs=("lengths",),
+        scope="batch",
+        reward_only=False,
+        source=VERL.format("compute_reinforce_plus_plus_baseline_outcome_advantage")
+        + " + verl/utils/torch_functional.py::masked_whiten",
+    ),
+    Spec(
+        "verl/opo",
+        verl_opo,
+        needs=("lengths",),
+        reward_only=False,
+        source=VERL.format("compute_opo_outcome_advantage"),
+    ),
+    Spec(
+        "verl/gpg",
+        verl_gpg,
+        scope="batch",
+        options={"f_norm": 1.0},
+        reward_only=False,
+        source=VERL.format("compute_gpg_outcome_advantage"),
+    ),
+    Spec(
+        "verl/grpo_passk",
+        verl_grpo_passk,
+        min_group=2,
+        options=dict(_EPS_NORM),
+        source=VERL.format("compute_grpo_passk_outcome_advantage"),
+    ),
+    Spec(
+        "verl/remax",
+        verl_remax,
+        needs=("greedy",),
+        reward_only=False,
+        source=VERL.format("compute_remax_outcome_advantage"),
+    ),
+    Spec(
+        "trl/grpo",
+        trl_grpo,
+        options={"scale_rewards": "group"},
+        batch_when={"scale_rewards": ("batch",)},
+        source=TRL.format("grpo_trainer.py"),
+    ),
+    Spec(
+        "trl/rloo",
+        trl_rloo,
+        options={"normalize_advantages": False},
+        batch_when={"normalize_advantages": (True,)},
+        source=TRL.format("rloo_trainer.py"),
+    ),
+    Spec(
+        "openrlhf/group_norm", openrlhf_group_norm, min_group=2, source=ORLHF.format("group_norm")
+    ),
+    Spec("openrlhf/rloo", openrlhf_rloo, min_group=2, source=ORLHF.format("rloo")),
+    Spec(
+        "openrlhf/reinforce_baseline",
+        openrlhf_reinforce_baseline,
+        needs=("lengths",),
+        scope="batch",
+        min_group=2,
+        options={"no_std_norm": False},
+        reward_only=False,
+        source=ORLHF.format("reinforce_baseline"),
+    ),
+    Spec("openrlhf/dr_grpo", openrlhf_dr_grpo, min_group=2, source=ORLHF.format("dr_grpo")),
+    Spec(
+        "nemo/grpo",
+        nemo_grpo,
+        options={"normalize_rewards": True, "use_leave_one_out_baseline": True},
+        source="NVIDIA-NeMo/RL nemo_rl/algorithms/utils.py::calculate_baseline_and_std_per_prompt"
+        " + nemo_rl/algorithms/advantage_estimator.py::GRPOAdvantageEstimator.compute_advantage"
+        " @ 7ea279ab (v0.1.0-1338)",
+    ),
+    Spec(
+        "paper/passk-training",
+        passk_training,
+        min_group=4,
+        options={"k": 4},
+        source="RUCAIBox/Passk_Training code/passk_adv.py::calc_adv @ 00474d78 (arXiv 2508.10751)",
+    ),
+    Spec(
+        "areal/liteppo",
+        areal_liteppo,
+        scope="batch",
+        reward_only=False,
+        source="inclusionAI/AReaL areal/utils/data.py::Normalization (mean_level=group, "
+        "std_level=batch) @ 4aef98d8 (LitePPO, arXiv 2508.08221); the example config's "
+        "second, token-level adv_norm pass is not modelled",
+    ),
+    Spec(
+        "jspo/jspo",
+        jspo,
+        scope="batch",
+        min_group=2,
+        options={"epsilon": 1e-6},
+        reward_only=False,
+        source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
+        "compute_jspo_outcome_advantage @ 3f8539de (James-Stein baselines)",
+    ),
+    Spec(
+        "jspo/jspo_plus_plus",
+        jspo_plus_plus,
+        scope="batch",
+        min_group=2,
+        options={"epsilon": 1e-6},
+        reward_only=False,
+        source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
+        "compute_jspo_plus_plus_outcome_advantage @ 3f8539de (James-Stein baselines); "
+        "js_smooth_coef 0, the code's default (the authors' run_math.sh: 0.99, not modelled)",
+    ),
+    Spec(
+        "spo/spo",
+        spo,
+        needs=("baseline",),
+        scope="batch",
+        reward_only=False,
+        source="verl-project/verl-recipe spo/spo_ray_trainer.py::RayPPOTrainer.fit @ 550d42f5 "
+        "(arXiv 2509.13232); the tracker's value is the given baseline (the labs: the exact "
+        "V(x), a perfect tracker; SPO's train.sh runs one response per prompt)",
+    ),
+)
