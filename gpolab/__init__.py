@@ -14,7 +14,17 @@ import importlib
 
 __version__ = "0.1.0"
 
-_MODULES = ("estimators", "engine", "envs", "theory", "validate", "configs", "labs", "runner")
+_MODULES = (
+    "estimators",
+    "engine",
+    "envs",
+    "theory",
+    "validate",
+    "configs",
+    "kit",
+    "labs",
+    "runner",
+)
 _NAMES = {
     "run_sweep": "gpolab.labs.sweep.lab",
     "ConfigError": "gpolab.validate",

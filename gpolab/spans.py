@@ -4,7 +4,7 @@ The library marks the phases a timing breakdown separates — ``with spans.span(
 around the engine's seed-vmapped programs (:func:`gpolab.engine.run`, ``engine.per_seed``,
 ``engine.train.train``), ``"count tables"`` around a count table's construction — at
 no cost when nobody listens (one ``None`` check).  The runner's
-:class:`gpolab.runner.timings.Recorder` listens (:func:`listen`) and charges JAX's own compile
+:class:`gpolab.kit.timings.Recorder` listens (:func:`listen`) and charges JAX's own compile
 events to "compile", apart from the span they happen in.  The library never imports the
 runner.
 """

@@ -14,7 +14,7 @@ import pytest
 
 from gpolab import configs, engine, validate
 from gpolab.engine import progress
-from gpolab.runner import store
+from gpolab.kit import store
 from gpolab.runner.cli import commands, main
 
 COMMANDS = tuple(commands())
@@ -172,7 +172,7 @@ def test_an_empty_out_is_an_error_not_the_current_directory(
 def test_an_empty_or_bad_only_is_an_error_not_every_experiment(argv, tmp_path, capsys, monkeypatch):
     """`figures` and `claims` share one --only check: an empty selection is one line, never the
     whole set; a repeated or unknown name too."""
-    from gpolab.runner import experiments
+    from gpolab.kit import experiments
 
     monkeypatch.setattr(experiments, "run", lambda *a, **k: pytest.fail("computed"))
     monkeypatch.chdir(tmp_path)
@@ -395,7 +395,7 @@ def test_the_next_run_removes_the_temporary_files_a_killed_run_left(tmp_path):
     temporary names whose process is gone, and nothing else (issue 40, item 8)."""
     import os
 
-    from gpolab.runner import output
+    from gpolab.kit import output
 
     dead, cells = _dead_pid(), tmp_path / "cells"
     cells.mkdir()

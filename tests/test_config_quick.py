@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpolab.kit.command import config_from_args
 from gpolab.labs.offpolicy import lab as offpolicy
 from gpolab.runner import commands
 from gpolab.runner.cli import build_parser, main
-from gpolab.runner.commands import config_from_args
 
 BAD = [  # ([quick] lines, the error line's text after "gpolab offpolicy: error: ")
     ("eta = [-1.0]", "my.toml [quick] eta: got -1.0; allowed: a finite number in (0.0, inf]"),

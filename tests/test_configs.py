@@ -13,15 +13,15 @@ import pytest
 import gpolab.envs
 from gpolab import configs
 from gpolab.envs import bandit, tree
+from gpolab.kit import running
 from gpolab.labs.sweep import lab as sweep
 from gpolab.labs.zoo import lab as zoo
-from gpolab.runner import labs
 from gpolab.runner.cli import build_parser, main
 
 
 def settings_classes() -> list[type]:
     """Every lab's Config and every env's Instance."""
-    found = [labs.get(name).Config for name in labs.names()]
+    found = [running.get(name).Config for name in running.names()]
     for info in pkgutil.iter_modules(gpolab.envs.__path__):
         module = importlib.import_module(f"gpolab.envs.{info.name}")
         if dataclasses.is_dataclass(getattr(module, "Instance", None)):
@@ -67,7 +67,7 @@ REMOVED = [  # (lab, old name, new name): the one-release spellings, removed
 
 @pytest.mark.parametrize("lab,old,new", REMOVED)
 def test_a_removed_name_is_one_error_naming_it_in_every_form(lab, old, new, tmp_path, capsys):
-    cls = labs.get(lab).Config
+    cls = running.get(lab).Config
     assert new in configs.names(cls) and old not in configs.names(cls)
     unknown = f"^{old}: unknown field; allowed: "
     with pytest.raises(configs.ConfigError, match=unknown):  # typed flags

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpolab.kit import output
+from gpolab.kit.store import Store
 from gpolab.labs.allocate import lab as allocate
 from gpolab.labs.chi2 import lab as chi2
 from gpolab.labs.curvature import lab as curvature
@@ -21,8 +23,6 @@ from gpolab.labs.stdnorm import lab as stdnorm
 from gpolab.labs.sweep import lab as sweep
 from gpolab.labs.tree import lab as tree
 from gpolab.labs.zoo import lab as zoo
-from gpolab.runner import output
-from gpolab.runner.store import Store
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
 HEADING = re.compile(r"^### (\w+/\w+)\s*$", re.M)
@@ -245,7 +245,7 @@ def test_an_undocumented_column_is_caught():
 
 def test_page_parses():
     """Every section lists columns; the provenance section is the store's own list."""
-    from gpolab.runner.store import PROVENANCE
+    from gpolab.kit.store import PROVENANCE
 
     assert all(DOCS.values()), [k for k, v in DOCS.items() if not v]
     assert set(PROVENANCE) <= DOCS["shared/provenance"]

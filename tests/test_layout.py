@@ -12,8 +12,8 @@ import pytest
 
 import gpolab
 from gpolab import labs
+from gpolab.kit import running
 from gpolab.runner import cli
-from gpolab.runner import labs as runner_labs
 from tools import layout
 
 PACKAGE = Path(gpolab.__file__).parent
@@ -53,17 +53,17 @@ def test_the_layout_page_shows_todays_numbers():
 def test_labs_are_found_by_listing_the_package():
     """Every folder of gpolab/labs is a lab and a command; no hand-kept list names them."""
     folders = sorted(p.name for p in (PACKAGE / "labs").iterdir() if (p / "__init__.py").exists())
-    assert list(runner_labs.folders()) == folders
+    assert list(running.folders()) == folders
     assert set(folders) <= set(cli.commands())
-    assert list(runner_labs.names()) == [f for f in folders if f != "train"]
-    for name in runner_labs.names():
-        assert runner_labs.get(name).NAME == name
+    assert list(running.names()) == [f for f in folders if f != "train"]
+    for name in running.names():
+        assert running.get(name).NAME == name
 
 
 THROWAWAY = {
     "__init__.py": '''
         """``gpolab scratch``: a throw-away lab (tests/test_layout.py)."""
-        from gpolab.runner.commands import lab_command
+        from gpolab.kit.command import lab_command
 
         EXAMPLES = ("gpolab scratch --quick", "gpolab scratch --n 3")
         register = lab_command("scratch", help="a throw-away lab", description="Counts to n.")
@@ -136,7 +136,7 @@ def test_a_lab_is_one_folder(scratch_lab, tmp_path, capsys):
     help_text = capsys.readouterr().out
     assert help_text.rstrip().endswith("gpolab scratch --quick\n  gpolab scratch --n 3")
     assert "--n" in help_text
-    assert "scratch" in runner_labs.names()
+    assert "scratch" in running.names()
     out = tmp_path / "out"
     assert cli.main(["scratch", "--n", "3", "--out", str(out)]) == 0
     assert (out / "results.parquet").exists() and (out / "config.toml").exists()

@@ -131,17 +131,17 @@ def test_one_set_of_quick_runs_runs_each_experiment_once(tmp_path, monkeypatch):
     import pandas as pd
 
     from gpolab import configs
-    from gpolab.runner import labs, output
+    from gpolab.kit import output, running
 
     calls = []
 
     def execute(lab, cfg, **kw):
         calls.append(Path(cfg.out).name)
-        return labs.Result(
+        return running.Result(
             {t: pd.DataFrame({"x": [len(calls)]}) for t in lab.TABLES}, [], 0.0, Path(cfg.out)
         )
 
-    monkeypatch.setattr(labs, "execute", execute)
+    monkeypatch.setattr(running, "execute", execute)
     runs = readme.QuickRuns(tmp_path)
     for name in ("allocate", "allocate", "allocate"):
         assert runs.tables(name)["results"]["x"].tolist() == [1]

@@ -4,11 +4,11 @@ cycles, modules loose at the package root, lines.  ``python -m tools.layout [ROO
 tests/test_layout.py checks is current.
 
 Layers, bottom up: the ground (gpolab/__init__.py, validate, configs), the library (envs,
-estimators, theory; then engine), integrations, then labs and the runner (with bench, the
-runner's ``gpolab bench``), then the docs tools.  An import from a lower layer into a higher one
-runs against the layering, and so does an import between two library packages that import each
-other.  A tree from before the redesign is measured with its modules placed where they went
-(:data:`BEFORE`).
+estimators, theory; then engine; then kernels), integrations, the kit the labs use, the labs
+(and bench), the runner (the command line, above the labs), then the docs tools.  An import
+from a lower layer into a higher one runs against the layering, and so does an import between
+two library packages that import each other.  A tree from before the redesign is measured with
+its modules placed where they went (:data:`BEFORE`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,13 @@ LAYERS = {
     "estimators": 1,
     "theory": 1,
     "engine": 2,
+    "kernels": 3,  # the Monte Carlo measurements: per-seed functions the engine runs
     "integrations": 3,
-    "labs": 4,
-    "runner": 4,
-    "bench": 4,
-    "readme": 5,  # gpolab/readme.py: before
+    "kit": 4,  # what every lab uses: its command, store, output folder, tables, plots
+    "labs": 5,
+    "bench": 5,  # `gpolab bench`: the engine's throughput on the library's kernels
+    "runner": 6,  # the command line, built from the labs
+    "readme": 7,  # gpolab/readme.py: before
 }
 # the root modules of the layout before the redesign (commit 6e0a7f7): the layer they went to
 BEFORE = {
@@ -51,7 +53,7 @@ BEFORE = {
     "experiments": "runner",
     "commands": "runner",
 }
-LIBRARY = ("envs", "estimators", "theory", "engine")
+LIBRARY = ("envs", "estimators", "theory", "engine", "kernels")
 
 
 def modules(root: Path) -> dict[str, Path]:

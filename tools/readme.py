@@ -46,10 +46,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpolab import configs, validate
+from gpolab.kit import experiments, running
+from gpolab.kit.output import read_tables, write_text
+from gpolab.kit.store import digest
 from gpolab.labs.claims import report as claims_report
-from gpolab.runner import experiments, labs
-from gpolab.runner.output import read_tables, write_text
-from gpolab.runner.store import digest
 
 Z_MAX = 5.0  # |z| of a stored Monte Carlo value against the quick run
 EXACT_RTOL = 1e-5  # exact values: float32 theory paths, never the last bit
@@ -1259,11 +1259,11 @@ BLOCKS = {
 def _experiment(name: str, quick: bool, root: Path):
     """(lab config, lab) of experiment ``name``; ``sweep`` is the default `gpolab sweep`."""
     if name == "sweep":
-        lab = labs.get("sweep")
+        lab = running.get("sweep")
         out = str(root / ("sweep-quick" if quick else "sweep"))
         return configs.resolve(lab.Config, table={"out": out}, quick=quick), lab
     exp = experiments.load(experiments.DEFAULT_DIR / f"{name}.toml")
-    return exp.config(quick, root), labs.get(exp.lab)
+    return exp.config(quick, root), running.get(exp.lab)
 
 
 def _settings(cfg) -> dict:
@@ -1282,7 +1282,7 @@ def tables(names, quick: bool, root: str | Path = "results") -> dict:
     out = {}
     for name in names:
         cfg, lab = _experiment(name, quick, Path(root))
-        out[name] = labs.execute(lab, cfg, stream=sys.stderr).tables
+        out[name] = running.execute(lab, cfg, stream=sys.stderr).tables
     return out
 
 
@@ -1331,7 +1331,7 @@ class QuickRuns:
                 ):
                     self._tables[cfg.out] = read_tables(out, lab.TABLES)
                 else:
-                    self._tables[cfg.out] = labs.execute(lab, cfg, stream=sys.stderr).tables
+                    self._tables[cfg.out] = running.execute(lab, cfg, stream=sys.stderr).tables
                     import jax
 
                     jax.clear_caches()  # as `gpolab figures`: one process, many experiments
@@ -1458,9 +1458,9 @@ def write_claims(tables: dict, path) -> None:
 
 def _claims_tables(root) -> dict:
     """The claims lab's tables at full size (experiments' saved tables; missing ones computed)."""
-    lab = labs.get("claims")
+    lab = running.get("claims")
     cfg = lab.Config(results=str(root), out=str(Path(root) / "claims"))
-    return labs.execute(lab, cfg, stream=sys.stderr).tables
+    return running.execute(lab, cfg, stream=sys.stderr).tables
 
 
 def update(path: str | Path, root: str | Path = "results", only=()) -> list[str]:

@@ -59,6 +59,20 @@ class Progress:
         print(f"[{self.name}] {self.done}/{self.total} {text}", file=self.stream, flush=True)
 
 
+class Silent:
+    """The progress of a run nobody watches (a test, a library call): every call does nothing, so
+    code that reports progress never asks whether someone listens."""
+
+    def skip(self, n: int) -> None:
+        pass
+
+    def update(self, n: int = 1, note: str = "") -> None:
+        pass
+
+
+SILENT = Silent()
+
+
 def duration(seconds: float) -> str:
     """``seconds`` in the largest sensible unit (s, min, h, days, years)."""
     for unit, size in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600), ("min", 60)):

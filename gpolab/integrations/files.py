@@ -146,7 +146,7 @@ class Writer:
 def replace(path: Path, write) -> None:
     """``write(tmp)`` to a temporary name beside ``path``, then rename it onto ``path``: a
     trainer killed mid-write leaves the previous whole file, never a cut-off one (the name
-    follows gpolab.runner.output.atomic's, whose stale-file sweep knows it; the integrations
+    follows gpolab.kit.output.atomic's, whose stale-file sweep knows it; the integrations
     sit below the runner, so they cannot import it)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:

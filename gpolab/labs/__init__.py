@@ -1,7 +1,7 @@
 """Labs: one folder per lab, one shape for all of them.
 
 ``gpolab/labs/<lab>/`` holds everything the lab owns.  Its ``__init__.py`` is the command (argparse
-only, no JAX: ``register`` from :func:`gpolab.runner.commands.lab_command`, ``EXAMPLES``), found by
+only, no JAX: ``register`` from :func:`gpolab.kit.command.lab_command`, ``EXAMPLES``), found by
 listing this package, so a new lab is one folder (plus its docs page and experiment file).  Its
 ``lab.py`` has
 
@@ -14,12 +14,12 @@ listing this package, so a new lab is one folder (plus its docs page and experim
   ``{name: DataFrame}`` tidy tables, one row per cell and every setting that produced it a column
   (resumable per cell through ``store``); the lab's analysis lives in the lab;
 * ``figures(tables) -> {file name: draw}`` with ``draw(tables, path)`` from
-:mod:`gpolab.runner.plots`,
+:mod:`gpolab.kit.plots`,
   which reads saved tables only;
 * ``report(cfg, tables) -> str`` (the table the CLI prints), optionally ``notes(cfg, tables)``
   (recommendations, summaries; on stderr with ``--json``) and ``JSON`` (the main table's
   columns ``--json`` prints).
 
 and ``plots.py`` draws its figures; helpers private to the lab sit beside them.  The runner
-(:mod:`gpolab.runner.labs`) runs any lab the same way.
+(:mod:`gpolab.kit.running`) runs any lab the same way.
 """

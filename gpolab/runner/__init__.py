@@ -1,5 +1,3 @@
 """The runner: the ``gpolab`` command line (:mod:`~gpolab.runner.cli`), built from the lab folders
-and :mod:`~gpolab.runner.commands`; running any lab into its output folder
-(:mod:`~gpolab.runner.labs`), resumable cells (:mod:`~gpolab.runner.store`), output folders
-(:mod:`~gpolab.runner.output`), declarative experiments (:mod:`~gpolab.runner.experiments`) and
-the one matplotlib setup (:mod:`~gpolab.runner.plots`).  The library never imports it."""
+and the runner's own commands (:mod:`~gpolab.runner.commands`: bench, estimators, figures).  It is
+the top layer: it uses the labs and the kit (:mod:`gpolab.kit`); nothing imports it."""

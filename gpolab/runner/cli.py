@@ -23,10 +23,10 @@ def commands() -> dict:
     ``__path__``, so a folder added there is a command) and every module of
     :mod:`gpolab.runner.commands`, in name order.  Only the light ``__init__`` of each lab is
     imported."""
+    from gpolab.kit import running
     from gpolab.runner import commands as runner_commands
-    from gpolab.runner import labs
 
-    found = {name: f"gpolab.labs.{name}" for name in labs.folders()}
+    found = {name: f"gpolab.labs.{name}" for name in running.folders()}
     for info in pkgutil.iter_modules(runner_commands.__path__):
         if not info.ispkg and not info.name.startswith("_"):
             found[info.name] = f"gpolab.runner.commands.{info.name}"
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command != "bench":  # bench measures cold compilation
         devices.enable_compilation_cache()
-    from gpolab.runner.output import Interrupted
+    from gpolab.kit.output import Interrupted
 
     try:
         devices.use_cpu_cores()

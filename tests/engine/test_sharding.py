@@ -14,7 +14,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from gpolab.runner.store import PROVENANCE
+from gpolab.kit.store import PROVENANCE
 
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
@@ -23,25 +23,25 @@ EIGHT_DEVICES = textwrap.dedent(
     import json, jax, numpy as np
     jax.config.update("jax_num_cpu_devices", 8)
     from gpolab import engine
-    from gpolab.labs.sweep import cells
+    from gpolab.kernels import grouped
     from gpolab.envs import bandit
     assert jax.device_count() == 8
     params = bandit.make(0, prompts=4, actions=8)
     args = (params, bandit.exact(params), bandit.outcome_tables(params), np.float32(1e-4))
-    cell = cells.BanditCell(("loo", "grpo"), G=5)
+    cell = grouped.BanditCell(("loo", "grpo"), G=5)
     key = jax.random.key(3)
     mesh = engine.seed_mesh()
     idx = np.arange(4000, dtype=np.uint32)
-    one = engine.per_seed(cells.bandit_error, cell, key, args, idx)
-    many = engine.per_seed(cells.bandit_error, cell, key, args, idx, mesh=mesh)
+    one = engine.per_seed(grouped.bandit_error, cell, key, args, idx)
+    many = engine.per_seed(grouped.bandit_error, cell, key, args, idx, mesh=mesh)
     assert len(many["loo"]["sq"].sharding.device_set) == 8
     bitwise = all(
         np.array_equal(np.asarray(one[k]["err"]), np.asarray(many[k]["err"]))
         for k in ("loo", "grpo")
     )
-    a = engine.run(cells.bandit_error, cell, args, key, 10_001, chunk=1000, mesh=None)
-    b = engine.run(cells.bandit_error, cell, args, key, 10_001, chunk=1000, mesh=mesh)
-    c = engine.run(cells.bandit_error, cell, args, key, 10_001, chunk=1000)  # LOCAL: all 8
+    a = engine.run(grouped.bandit_error, cell, args, key, 10_001, chunk=1000, mesh=None)
+    b = engine.run(grouped.bandit_error, cell, args, key, 10_001, chunk=1000, mesh=mesh)
+    c = engine.run(grouped.bandit_error, cell, args, key, 10_001, chunk=1000)  # LOCAL: all 8
     local = all(np.array_equal(b.sums[k], c.sums[k]) for k in b.sums)
     # float32 partial sums in another order: rounding ~ n · 6e-8 for per-seed values of order 1
     close = all(np.allclose(a.sums[k], b.sums[k], rtol=1e-5, atol=1e-3) for k in a.sums)
@@ -49,7 +49,7 @@ EIGHT_DEVICES = textwrap.dedent(
     i, ok, on = engine.chunk_inputs(0, 10, 1000, 2)
     i, ok = engine._shard(i, mesh), engine._shard(ok, mesh)
     with engine.prng_mode():
-        hlo = engine._chunk_moments.lower(cells.bandit_error, cell, key, args, i, ok, on, 8)
+        hlo = engine._chunk_moments.lower(grouped.bandit_error, cell, key, args, i, ok, on, 8)
         hlo = hlo.compile().as_text()
     ops = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all")
     got = {"bitwise": bitwise, "close": close, "local": local}

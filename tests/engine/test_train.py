@@ -14,9 +14,9 @@ from gpolab import configs, envs
 from gpolab import estimators as est
 from gpolab.engine import train
 from gpolab.envs import loglinear as ll
+from gpolab.kit.store import Store
 from gpolab.labs.stdnorm import lab as stdnorm
 from gpolab.runner.cli import main
-from gpolab.runner.store import Store
 from gpolab.validate import ConfigError
 
 ENV = envs.get("loglinear")

@@ -1,5 +1,5 @@
 """Shared helpers of the figure tests: each figure is drawn from saved tables into a temporary
-folder (matplotlib's Agg backend, through :func:`gpolab.runner.plots.pyplot`) and must be a
+folder (matplotlib's Agg backend, through :func:`gpolab.kit.plots.pyplot`) and must be a
 non-empty PNG."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gpolab.runner import output
+from gpolab.kit import output
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

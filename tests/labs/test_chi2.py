@@ -17,11 +17,11 @@ from scipy import stats
 from gpolab import configs, engine
 from gpolab.engine import train
 from gpolab.envs import gaussian
+from gpolab.kit import output, running
+from gpolab.kit.store import Store
 from gpolab.labs.chi2 import lab as chi2
 from gpolab.labs.chi2 import plots
-from gpolab.runner import labs, output
 from gpolab.runner.cli import main
-from gpolab.runner.store import Store
 from gpolab.theory import chi2 as theory
 from gpolab.validate import ConfigError
 
@@ -528,7 +528,7 @@ def test_figures_redraw_from_saved_tables_only(tmp_path, monkeypatch):
         (out / png).unlink()
     _no_compute(monkeypatch)
     monkeypatch.setattr(theory, "WeightedChi2", lambda *a: pytest.fail("law recomputed"))
-    paths = labs.draw(chi2, out)
+    paths = running.draw(chi2, out)
     assert sorted(p.name for p in paths) == ["chi2_ecdf.png", "chi2_qq.png"]
     assert all(p.stat().st_size > 10_000 for p in paths)
     # the saved law gives the predicted quantiles and CDF the figures draw

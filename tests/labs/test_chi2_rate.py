@@ -4,8 +4,8 @@ cells and their store keys, bad input, the tables' G column and the rate figure.
 import numpy as np
 import pytest
 
+from gpolab.kit import output, running
 from gpolab.labs.chi2 import lab as chi2
-from gpolab.runner import labs, output
 from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
@@ -90,6 +90,6 @@ def test_paired_grid_tables_and_rate_figure(tmp_path):
     np.testing.assert_array_equal(draws(alone, "loo", 16), draws(t, "loo", 16))
     apart = chi2.run(chi2.Config(**SMALL, G=4))
     assert abs(np.corrcoef(draws(apart, "loo", 4), draws(apart, "oracle", 4))[0, 1]) < 0.5
-    paths = labs.draw(chi2, out, into=tmp_path / "fig", names={"chi2_rate.png": "r.png"})
+    paths = running.draw(chi2, out, into=tmp_path / "fig", names={"chi2_rate.png": "r.png"})
     assert paths[0].stat().st_size > 10_000
     assert "chi2_rate.png" not in chi2.figures(apart)  # one G: no rate figure

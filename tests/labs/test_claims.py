@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from gpolab.kit import output
 from gpolab.labs.claims import lab as claims
 from gpolab.labs.claims import report as claims_report
 from gpolab.labs.claims import stats as claims_stats
-from gpolab.runner import output
 from gpolab.labs.claims import stats_sweep
 from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
@@ -248,7 +248,7 @@ def test_the_shipped_experiments_are_found_from_any_working_directory(tmp_path, 
     import tomllib
     from pathlib import Path
 
-    from gpolab.runner import experiments
+    from gpolab.kit import experiments
 
     monkeypatch.chdir(tmp_path)
     cfg = claims.Config(results=str(tmp_path / "r"), out=str(tmp_path / "o"))

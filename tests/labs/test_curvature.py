@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from gpolab import configs
+from gpolab.kit.store import Store
 from gpolab.labs.curvature import lab as curvature
 from gpolab.runner.cli import main
-from gpolab.runner.store import Store
 
 
 def test_quick_keeps_a_typed_thetas_and_fits_respect_the_bounds(tmp_path, capsys):

@@ -11,11 +11,11 @@ import pytest
 
 from gpolab import configs, engine, estimators, validate
 from gpolab.envs import bandit
+from gpolab.kit import output, running
+from gpolab.kit.store import Store
 from gpolab.labs.groupsize import lab as groupsize
 from gpolab.labs.groupsize import pool as pools
-from gpolab.runner import labs, output
 from gpolab.runner.cli import main
-from gpolab.runner.store import Store
 from gpolab.theory import groupsize as theory
 from gpolab.theory import mse as theory_mse
 
@@ -410,7 +410,7 @@ def test_only_cells_whose_settings_changed_are_recomputed(tmp_path, monkeypatch)
     tables = groupsize.run(train, store=store)
     _no_compute(monkeypatch)
     output.write_tables(tmp_path, tables)
-    (png,) = labs.draw(groupsize, tmp_path)
+    (png,) = running.draw(groupsize, tmp_path)
     assert png.name == "groupsize_train.png" and png.stat().st_size > 10_000
 
 

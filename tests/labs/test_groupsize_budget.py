@@ -136,7 +136,7 @@ def test_the_budget_flag_off_keeps_the_training_configs_hash():
 
 @pytest.mark.slow
 def test_the_experiments_quick_run_has_its_shape():
-    from gpolab.runner import experiments
+    from gpolab.kit import experiments
 
     exp = experiments.load(experiments.DEFAULT_DIR / "groupsize_budget.toml")
     cfg = exp.config(True, "results")

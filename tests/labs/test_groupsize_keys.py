@@ -1,5 +1,5 @@
 """The group-size lab's stored cell keys are pinned: routing it through
-:func:`gpolab.runner.store.resume`
+:func:`gpolab.kit.store.resume`
 (or any refactor of its config) must give byte-identical keys, or stored cells would be
 recomputed.  Values recorded from the code before the lab used the store's key builder."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpolab.kit import experiments
 from gpolab.labs.groupsize.lab import Config, cell_keys
-from gpolab.runner import experiments
 from tests.labs.keys import fingerprint
 
 CONFIGS = {

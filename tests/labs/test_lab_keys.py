@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from gpolab import configs
+from gpolab.kit import experiments
 from gpolab.labs.chi2 import lab as chi2
 from gpolab.labs.curvature import lab as curvature
 from gpolab.labs.stdnorm import lab as stdnorm
 from gpolab.labs.tree import lab as tree
-from gpolab.runner import experiments
 from tests.labs.keys import fingerprint
 
 

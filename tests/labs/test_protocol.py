@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from gpolab import configs, engine
-from gpolab.runner import labs, output
+from gpolab.kit import output, running
+from gpolab.kit.tables import records
 from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
@@ -28,7 +29,7 @@ SMALL = [
 
 def protocol_labs():
     """Every lab module (each lab folder's ``lab.py``), found by listing the labs package."""
-    return [labs.get(name) for name in labs.names()]
+    return [running.get(name) for name in running.names()]
 
 
 def _same(a, b) -> bool:
@@ -203,14 +204,18 @@ def test_ctrl_c_is_one_line_with_the_cells_kept_and_how_to_resume(tmp_path, caps
 
     real, calls = sweep.run_sweep, []
 
-    def interrupted(cfg, on_row=None, store=None, on_skip=None, key=None):
-        def row_then_stop(row):
-            calls.append(row)
-            if len(calls) == 2:
-                raise KeyboardInterrupt
-            on_row(row)
+    def interrupted(cfg, store=None, progress=None, key=None):
+        class StopAfterTwo:  # the run's own progress, until Ctrl-C after the second cell
+            def skip(self, n):
+                progress.skip(n)
 
-        return real(cfg, row_then_stop, store, on_skip, key=key)
+            def update(self, n=1, note=""):
+                calls.append(note)
+                if len(calls) == 2:
+                    raise KeyboardInterrupt
+                progress.update(n, note)
+
+        return real(cfg, store, StopAfterTwo(), key=key)
 
     monkeypatch.setattr(sweep, "run_sweep", interrupted)
     argv = ["sweep", *SMALL, "--out", str(tmp_path)]
@@ -240,7 +245,7 @@ def test_replot_redraws_from_saved_tables_without_computing(tmp_path, monkeypatc
         "gpolab.labs.sweep.lab.Config.QUICK", {"seeds": 300, "K": (2,), "M": (1, 2)}, raising=True
     )
     exp_quick = {"seeds": 300, "K": [2], "M": [1, 2]}
-    from gpolab.runner import experiments
+    from gpolab.kit import experiments
 
     real_load = experiments.load
     monkeypatch.setattr(
@@ -279,6 +284,6 @@ def test_json_rows_are_strict_json():
 
     df = pd.DataFrame({"G": [float("inf"), 2.0], "x": [float("nan"), 1.0]})
     lab = type("Lab", (), {"TABLES": ("results",)})
-    rows = labs.records(lab, {"results": df})
+    rows = records(lab, {"results": df})
     assert rows == [{"G": "inf", "x": None}, {"G": 2.0, "x": 1.0}]
     json.loads(json.dumps(rows, allow_nan=False))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpolab.kit import experiments
 from gpolab.labs.sweep.lab import Config, cell_keys
-from gpolab.runner import experiments
 from tests.labs.keys import fingerprint
 
 CONFIGS = {

@@ -18,9 +18,9 @@ from scipy import stats
 
 from gpolab import configs, engine, estimators
 from gpolab.envs import tree
-from gpolab.labs.sweep import cells
+from gpolab.kernels import tree as tree_kernel
+from gpolab.kit import running
 from gpolab.labs.tree import lab
-from gpolab.runner import labs
 from gpolab.runner.cli import main
 from gpolab.theory import tree as theory
 
@@ -29,10 +29,10 @@ def run_cell(K, M, seeds, *, a=2.0, b=3.0, variant="thought-std", ddof=1, model=
     """Raw engine moments of one cell (eps = 0, so the exact formulas apply as written)."""
     cfg = lab.Config(beta_a=a, beta_b=b, variant=variant, ddof=ddof, eps=0.0, model=model)
     params, truth, law, grad_target = lab.setup(cfg)
-    cell = cells.tree_cell(K, M, variant, ddof, model=model, a=a, b=b, grad=model == "finite")
+    cell = tree_kernel.tree_cell(K, M, variant, ddof, model=model, a=a, b=b, grad=model == "finite")
     args = (params, truth, np.float32(0.0), grad_target)
     chunk = lab.chunk_for(cfg, K, M)
-    return engine.run(cells.tree_error, cell, args, jax.random.key(key), seeds, chunk), law
+    return engine.run(tree_kernel.tree_error, cell, args, jax.random.key(key), seeds, chunk), law
 
 
 def close(m, name, exact, n_se=4.0):
@@ -206,11 +206,11 @@ def test_thought_gradient_exact_and_mean_only_bias():
 def test_one_compilation_per_shape():
     cfg = lab.Config(K=(3,), M=(2,), seeds=10)
     params, truth, _, gt = lab.setup(cfg)
-    cell = cells.TreeCell(3, 2, beta_ints=(2, 3))
+    cell = tree_kernel.TreeCell(3, 2, beta_ints=(2, 3))
     args = (params, truth, np.float32(1e-4), gt)
     before = engine.TRACES[("tree_error", cell)]
     for n in (5, 50, 77):
-        engine.run(cells.tree_error, cell, args, jax.random.key(0), n, chunk=32)
+        engine.run(tree_kernel.tree_error, cell, args, jax.random.key(0), n, chunk=32)
     assert engine.TRACES[("tree_error", cell)] - before <= 1
 
 
@@ -312,7 +312,7 @@ def test_a_config_file_entry_the_mode_does_not_use_names_the_file(tmp_path, caps
 
 
 def test_irrelevant_settings_reuse_cells_and_relevant_ones_recompute(tmp_path, monkeypatch):
-    from gpolab.runner.store import Store
+    from gpolab.kit.store import Store
 
     computed, real = [], engine.run
     monkeypatch.setattr(
@@ -374,11 +374,11 @@ def test_figures_are_drawn_from_saved_tables_only(tmp_path, monkeypatch):
     cfg = configs.resolve(
         lab.Config, typed={"K": "2,4", "M": "1,16", "seeds": 64, "eps": 0.0, "out": str(tmp_path)}
     )
-    labs.execute(lab, cfg)
+    running.execute(lab, cfg)
     monkeypatch.setattr(engine, "run", fail)
     monkeypatch.setattr(lab, "setup", fail)
     monkeypatch.setattr(theory, "floor", fail)
-    paths = labs.draw(lab, tmp_path, into=tmp_path / "again")
+    paths = running.draw(lab, tmp_path, into=tmp_path / "again")
     names = ["tree_floor.png", "tree_variance_vs_M.png", "tree_lab_heatmap.png"]
     assert [p.name for p in paths] == names and all(p.stat().st_size > 10_000 for p in paths)
     floor = pd.read_parquet(tmp_path / "floor.parquet")  # the exact curve: (a+b)/(a+b+M)
@@ -446,17 +446,17 @@ def rescaled(m, c):
 def test_score_is_invariant_to_rescaling_while_the_mse_is_not():
     """corr (and its SE), hence the score, of c·Â equal those of Â; E(cÂ − A)² does not."""
     m, _ = run_cell(4, 2, 2000, key=21)
-    r, se = lab.corr_stats(m)
+    r, se = tree_kernel.corr_stats(m)
     assert 0.3 < r < 0.6 and 0 < se < 0.05
     a, t, aa, tt, at = m.mean("corr_v")
     for c in (0.25, 3.0):
-        r_c, se_c = lab.corr_stats(rescaled(m, c))
+        r_c, se_c = tree_kernel.corr_stats(rescaled(m, c))
         assert math.isclose(r_c, r, rel_tol=1e-9) and math.isclose(se_c, se, rel_tol=1e-6)
         mse, mse_c = aa - 2 * at + tt, c * c * aa - 2 * c * at + tt
         assert abs(mse_c - mse) > 0.1  # the plain MSE moves with the step size
         np.testing.assert_allclose(lab.score(r_c, 2, 256, 256), lab.score(r, 2, 256, 256))
     # c → 0 (an always-zero advantage): the MSE tends to E A² ≈ 1, the corr is undefined
-    r0, _ = lab.corr_stats(rescaled(m, 0.0))
+    r0, _ = tree_kernel.corr_stats(rescaled(m, 0.0))
     assert math.isnan(r0) and abs(tt - 1) < 0.05
 
 
@@ -553,7 +553,7 @@ def test_corr_standard_error_matches_the_spread_of_replicates():
     """30 independent runs of one cell: the sample SD of the pooled corr agrees with the mean
     delta-method SE (ratio in [0.7, 1.35]: the 99% range of an SD ratio on 29 degrees of
     freedom), and the mean corr matches the exact corr within 4 SE of that mean."""
-    pairs = [lab.corr_stats(run_cell(4, 2, 2000, key=100 + i)[0]) for i in range(30)]
+    pairs = [tree_kernel.corr_stats(run_cell(4, 2, 2000, key=100 + i)[0]) for i in range(30)]
     r, se = np.array(pairs).T
     assert 0.7 < np.std(r, ddof=1) / np.mean(se) < 1.35
     exact = theory.corr(theory.beta_law(2.0, 3.0), 4, 2, "thought-std", 1, 0.0)
@@ -582,10 +582,10 @@ def test_cells_draw_from_their_own_key_stream_shared_by_variants():
     cfg = lab.Config(K=(3,), M=(2,), seeds=300)
     row = lab.run(cfg)["results"].iloc[0]
     params, truth, _, gt = lab.setup(cfg)
-    cell = cells.tree_cell(3, 2)
+    cell = tree_kernel.tree_cell(3, 2)
     key = engine.cell_key(jax.random.key(0), "tree", 3, 2)
     args = (params, truth, np.float32(cfg.eps), gt)
-    m = engine.run(cells.tree_error, cell, args, key, 300, lab.chunk_for(cfg, 3, 2))
+    m = engine.run(tree_kernel.tree_error, cell, args, key, 300, lab.chunk_for(cfg, 3, 2))
     assert row["mse"] == pytest.approx(float(m.mean("sq")), rel=1e-6)
     other = lab.run(cfg.replace(K=(2, 3), M=(1, 2)))["results"]
     assert other.query("K == 3 and M == 2")["mse"].iloc[0] == pytest.approx(row["mse"], rel=1e-6)

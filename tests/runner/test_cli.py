@@ -165,7 +165,7 @@ def test_top_level_help_imports_no_lab_and_no_jax():
 
     code = (
         "import sys; from gpolab.runner.cli import build_parser; p = build_parser(['--help']); "
-        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('gpolab.runner.labs.')))"
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('gpolab.kit.running.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

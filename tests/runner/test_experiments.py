@@ -6,12 +6,13 @@ import pandas as pd
 import pytest
 
 from gpolab import engine
+from gpolab.kit import experiments, running
+from gpolab.kit.store import PROVENANCE, Store
 from gpolab.labs.sweep.lab import Config as Sweep
 from gpolab.labs.sweep.lab import cells, run_sweep
-from gpolab.runner import experiments, labs
 from gpolab.runner.cli import main
-from gpolab.runner.store import PROVENANCE, Store
 from gpolab.validate import ConfigError
+from tests.runner.watch import Watch
 
 SHIPPED = sorted(experiments.DEFAULT_DIR.glob("*.toml"))
 
@@ -20,9 +21,9 @@ SHIPPED = sorted(experiments.DEFAULT_DIR.glob("*.toml"))
 def test_every_shipped_experiment_loads(path):
     exp = experiments.load(path)  # validates the full and the quick config
     assert exp.name == path.stem
-    assert exp.lab in labs.names()
+    assert exp.lab in running.names()
     full, quick = exp.config(quick=False), exp.config(quick=True)
-    sizes = [n for n, v in labs.get(exp.lab).Config.QUICK.items() if isinstance(v, int)]
+    sizes = [n for n, v in running.get(exp.lab).Config.QUICK.items() if isinstance(v, int)]
     assert all(getattr(quick, n) <= getattr(full, n) for n in sizes)  # seeds, thetas, ...
     assert full.out.endswith(exp.name) and quick.out.endswith(exp.name + "-quick")
 
@@ -63,6 +64,15 @@ def small_config(out) -> Sweep:
     )
 
 
+def computed_rows(monkeypatch) -> list[dict]:
+    """The rows the sweep computes from now on (it labels each for its progress)."""
+    from gpolab.labs.sweep import lab
+
+    rows = []
+    monkeypatch.setattr(lab, "label", lambda row: rows.append(row) or "")
+    return rows
+
+
 def strip(df: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns=["seconds", *PROVENANCE], errors="ignore")
 
@@ -72,39 +82,39 @@ def test_resume_after_interruption_gives_the_same_table(tmp_path):
     cfg = small_config(tmp_path / "cut")
     seen = []
 
-    def interrupt(row):
-        seen.append(row)
+    def interrupt(note):
+        seen.append(note)
         if len(seen) == 2:  # Ctrl-C after the second finished cell
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(cfg, store=Store(cfg.out), on_row=interrupt)
+        run_sweep(cfg, store=Store(cfg.out), progress=Watch(interrupt))
     assert len(list(Path(cfg.out, "cells").glob("*.parquet"))) == 2  # nothing lost, no temp
     assert not list(Path(cfg.out, "cells").glob(".*"))
-    skipped = []
-    resumed = run_sweep(cfg, store=Store(cfg.out), on_skip=skipped.append)
-    assert skipped == [2]
+    watch = Watch()
+    resumed = run_sweep(cfg, store=Store(cfg.out), progress=watch)
+    assert watch.skipped == [2]
     pd.testing.assert_frame_equal(strip(resumed), strip(whole))
     assert resumed["cell_key"].is_unique
 
 
-def test_changed_config_invalidates_only_changed_cells(tmp_path):
+def test_changed_config_invalidates_only_changed_cells(tmp_path, monkeypatch):
     cfg = small_config(tmp_path)
     run_sweep(cfg, store=Store(tmp_path))
-    computed = []
-    run_sweep(cfg.replace(G=(2, 3, 5, 7)), store=Store(tmp_path), on_row=computed.append)
+    computed = computed_rows(monkeypatch)
+    run_sweep(cfg.replace(G=(2, 3, 5, 7)), store=Store(tmp_path), progress=Watch())
     assert [(r["estimator"], r["G"]) for r in computed] == [("loo", 7), ("mean", 7)]
     computed.clear()  # loo and mean read no eps, scale or ddof: every cell is reused
-    run_sweep(cfg.replace(eps=1e-6, scale="batch"), store=Store(tmp_path), on_row=computed.append)
+    run_sweep(cfg.replace(eps=1e-6, scale="batch"), store=Store(tmp_path), progress=Watch())
     assert computed == []
     grpo = cfg.replace(estimators=("loo", "grpo"))
-    run_sweep(grpo, store=Store(tmp_path), on_row=computed.append)
+    run_sweep(grpo, store=Store(tmp_path), progress=Watch())
     assert [(r["estimator"], r["G"]) for r in computed] == [("grpo", 2), ("grpo", 3), ("grpo", 5)]
     computed.clear()  # grpo reads eps: its cells recompute, loo's are reused
-    run_sweep(grpo.replace(eps=1e-6), store=Store(tmp_path), on_row=computed.append)
+    run_sweep(grpo.replace(eps=1e-6), store=Store(tmp_path), progress=Watch())
     assert {r["estimator"] for r in computed} == {"grpo"} and len(computed) == 3
     computed.clear()  # the feature dimension is not used by a tabular bandit
-    run_sweep(grpo.replace(dim=3), store=Store(tmp_path), on_row=computed.append)
+    run_sweep(grpo.replace(dim=3), store=Store(tmp_path), progress=Watch())
     assert computed == []
     assert len(computed) < cells(cfg)
 
@@ -139,7 +149,7 @@ def test_figures_rejects_unknown_name(capsys):
     assert capsys.readouterr().err.startswith("gpolab figures: error: only: got 'nope'; allowed:")
 
 
-def test_tree_mean_only_cells_ignore_eps(tmp_path):
+def test_tree_mean_only_cells_ignore_eps(tmp_path, monkeypatch):
     cfg = Sweep(
         env="tree",
         K=(2,),
@@ -149,8 +159,8 @@ def test_tree_mean_only_cells_ignore_eps(tmp_path):
         out=str(tmp_path),
     )
     run_sweep(cfg, store=Store(tmp_path))
-    computed = []
-    df = run_sweep(cfg.replace(eps=0.5), store=Store(tmp_path), on_row=computed.append)
+    computed = computed_rows(monkeypatch)
+    df = run_sweep(cfg.replace(eps=0.5), store=Store(tmp_path), progress=Watch())
     assert [(r["variant"], r["M"]) for r in computed] == [("thought-std", 1), ("thought-std", 2)]
     assert df[df.variant == "mean-only"]["eps"].isna().all()
 
@@ -234,7 +244,7 @@ def test_the_shared_cells_docs_name_are_those_of_the_shipped_experiments():
 
     def keys(name):
         exp = experiments.load(experiments.DEFAULT_DIR / f"{name}.toml")
-        return set(labs.get(exp.lab).cell_keys(exp.config(False)))
+        return set(running.get(exp.lab).cell_keys(exp.config(False)))
 
     text = " ".join((Path(__file__).parents[2] / "docs" / "figures.md").read_text().split())
     pairs = re.findall(r"`(\w+)` shares (\d+) of its (\d+) cells with `(\w+)`", text)

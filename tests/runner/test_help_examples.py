@@ -8,8 +8,8 @@ import shlex
 
 import pytest
 
+from gpolab.kit.command import config_from_args
 from gpolab.runner import cli
-from gpolab.runner.commands import config_from_args
 
 COMMANDS = cli.commands()  # {name: module}, found by listing the labs and the runner's commands
 EXAMPLES = {name: module.EXAMPLES for name, module in COMMANDS.items()}

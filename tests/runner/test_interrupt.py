@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpolab.runner import experiments
+from gpolab.kit import experiments
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 

@@ -1,4 +1,4 @@
-"""gpolab.runner.output: folders checked before any computation, one run per folder, atomic
+"""gpolab.kit.output: folders checked before any computation, one run per folder, atomic
 writes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pandas as pd
 import pytest
 
-from gpolab.runner import output
+from gpolab.kit import output
 from gpolab.validate import ConfigError
 
 

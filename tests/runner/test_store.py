@@ -1,4 +1,4 @@
-"""gpolab.runner.store: keys, the config hash, and resume (single cells, units of several cells,
+"""gpolab.kit.store: keys, the config hash, and resume (single cells, units of several cells,
 job-array
 shares, multi-process agreement, interruption)."""
 
@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpolab.kit import store as st
 from gpolab.labs.tree import lab as tree
-from gpolab.runner import store as st
+from tests.runner.watch import Watch
 
 
 def test_cell_key_is_the_digest_labs_have_always_stored():
@@ -31,21 +32,15 @@ def _rows(i):
 
 def test_resume_computes_missing_cells_once(tmp_path):
     store, keys = st.Store(tmp_path), [f"k{i}" for i in range(4)]
-    calls, skipped, seen = [], [], []
-    df = st.resume(
-        store,
-        keys,
-        lambda i: calls.append(i) or _rows(i),
-        on_skip=skipped.append,
-        on_unit=seen.append,
-    )
-    assert calls == [0, 1, 2, 3] and skipped == [] and len(seen) == 4
+    calls, watch = [], Watch()
+    df = st.resume(store, keys, lambda i: calls.append(i) or _rows(i), progress=watch)
+    assert calls == [0, 1, 2, 3] and watch.skipped == [] and len(watch.notes) == 4
     assert df["value"].tolist() == [0.0, 1.0, 4.0, 9.0]
     assert set(df["cell_key"]) == set(keys)
     store.path("k2").unlink()  # one cell lost: only it is recomputed
     calls.clear()
-    df = st.resume(store, keys, lambda i: calls.append(i) or _rows(i), on_skip=skipped.append)
-    assert calls == [2] and skipped == [3] and df["cell"].tolist() == [0, 1, 2, 3]
+    df = st.resume(store, keys, lambda i: calls.append(i) or _rows(i), progress=watch)
+    assert calls == [2] and watch.skipped == [3] and df["cell"].tolist() == [0, 1, 2, 3]
 
 
 def test_resume_without_store_computes_everything():
@@ -122,11 +117,9 @@ def test_a_cell_another_store_finished_is_copied_not_computed(tmp_path):
     results = tmp_path / "results"
     first = st.Store(results / "a", peers=results)
     st.resume(first, ["k0", "k1"], _rows)
-    second, calls, skipped = st.Store(results / "b", peers=results), [], []
-    df = st.resume(
-        second, ["k1", "k2"], lambda i: calls.append(i) or _rows(i), on_skip=skipped.append
-    )
-    assert calls == [1] and skipped == [1] and second.adopted == 1  # k1 copied, k2 computed
+    second, calls, watch = st.Store(results / "b", peers=results), [], Watch()
+    df = st.resume(second, ["k1", "k2"], lambda i: calls.append(i) or _rows(i), progress=watch)
+    assert calls == [1] and watch.skipped == [1] and second.adopted == 1  # k1 copied, k2 computed
     assert df["cell_key"].tolist() == ["k1", "k2"]  # k1: the first store's row (cell 1)
     assert second.path("k1").read_bytes() == first.path("k1").read_bytes()
     assert not list((results / "b" / "cells").glob(".*"))  # no temporary file left
@@ -139,7 +132,7 @@ def test_a_cell_another_store_finished_is_copied_not_computed(tmp_path):
 def test_a_unit_a_peer_finishes_meanwhile_is_not_computed(tmp_path):
     results = tmp_path / "results"
     peer, mine = st.Store(results / "a"), st.Store(results / "b", peers=results)
-    calls, skipped = [], []
+    calls, watch = [], Watch()
 
     def compute(i):  # while this run computes cell 0, the peer finishes cell 1
         calls.append(i)
@@ -147,8 +140,8 @@ def test_a_unit_a_peer_finishes_meanwhile_is_not_computed(tmp_path):
             st.resume(peer, ["k1"], lambda j: [{"cell": 1, "value": 1.0}])
         return _rows(i)
 
-    df = st.resume(mine, ["k0", "k1"], compute, on_skip=skipped.append)
-    assert calls == [0] and skipped == [1] and df["cell"].tolist() == [0, 1]
+    df = st.resume(mine, ["k0", "k1"], compute, progress=watch)
+    assert calls == [0] and watch.skipped == [1] and df["cell"].tolist() == [0, 1]
     # a multi-process run (agree) computes what its processes agreed on, copied or not
     calls.clear()
     other = st.Store(results / "c", peers=results)

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import pytest
 
 from gpolab import spans
+from gpolab.kit import output, timings
 from gpolab.labs.claims import lab as claims
-from gpolab.runner import output, timings
 from gpolab.runner.cli import main
 
 COMPILE = timings.COMPILE_EVENTS[-1]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpolab.runner.plots import pyplot, save
+from gpolab.kit.plots import pyplot, save
 
 STYLE = {  # one color per rule: gpolab's in reds and purples, the published rules in the rest
     "uniform": ("k", "o", "-"),

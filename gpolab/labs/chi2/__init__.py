@@ -3,7 +3,7 @@ under SGD with η_i = β/i ([U] arXiv 2603.01162, Thm 8)."""
 
 from __future__ import annotations
 
-from gpolab.runner.commands import lab_command
+from gpolab.kit.command import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = ("gpolab chi2 --quick", "gpolab chi2 --estimator loo --G 8 --B 4 --seeds 2000")

@@ -36,9 +36,9 @@ from gpolab.configs import borrow, option
 from gpolab.engine import train
 from gpolab.engine.progress import Clock
 from gpolab.envs import gaussian
+from gpolab.kit.store import cell_key, config_hash, digest, resume
+from gpolab.kit.tables import table_text
 from gpolab.labs.chi2 import plots
-from gpolab.runner.labs import table_text
-from gpolab.runner.store import cell_key, config_hash, digest, resume
 from gpolab.theory import chi2 as theory
 
 NAME = "chi2"
@@ -461,12 +461,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         name, G = units[i]
         return estimator_rows(cfg, name, G, laws[units[i]], k_sim, args, mesh)
 
-    on_skip, on_unit = None, None
-    if progress is not None:
-        on_skip, on_unit = progress.skip, lambda rows: progress.update(1, label(rows))
-    df = resume(
-        store, keys, compute, config_hash=config_hash(cfg), on_skip=on_skip, on_unit=on_unit
-    )
+    df = resume(store, keys, compute, config_hash=config_hash(cfg), progress=progress, label=label)
     return split_tables(df)
 
 

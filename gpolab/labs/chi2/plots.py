@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpolab.runner.plots import pyplot, save, seeds_label
+from gpolab.kit.plots import pyplot, save, seeds_label
 
 
 def at_G(tables: dict, G: int | None = None) -> dict:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpolab.runner import labs
-from gpolab.runner.commands import config_from_args, lab_command, run_lab
+from gpolab.kit import running
+from gpolab.kit.command import config_from_args, lab_command, run_lab
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = ("gpolab claims --quick", "gpolab claims --only U1,T1 --markdown")
@@ -19,7 +19,7 @@ def _run(lab, args) -> int:
         return run_lab(lab, args)
     cfg = config_from_args(lab, args)
     cfg.validate()
-    print(lab.markdown(labs.execute(lab, cfg, fresh=args.fresh).tables))
+    print(lab.markdown(running.execute(lab, cfg, fresh=args.fresh).tables))
     return 0
 
 

@@ -31,10 +31,10 @@ from typing import ClassVar
 
 from gpolab import configs, envs, validate
 from gpolab.configs import option
+from gpolab.kit import experiments, output, running, timings
 from gpolab.labs.claims import stats as claims_stats
 from gpolab.labs.claims import stats_chi2, stats_gain, stats_groupsize, stats_sweep, stats_tree
 from gpolab.labs.claims.report import PAPERS, VERDICTS, markdown, report  # noqa: F401 (protocol)
-from gpolab.runner import experiments, labs, output, timings
 
 NAME = "claims"
 NEEDS = envs.Needs(only=())  # no env of its own: it runs the experiments of other labs
@@ -242,7 +242,7 @@ def tables_of(cfg: Config, name: str, cache: dict) -> dict:
 def _saved_at(cfg: Config, name: str):
     """(experiment, its results folder at ``cfg``'s sizes, its lab) of experiment ``name``."""
     exp = experiments.load(cfg.experiment_dir() / f"{name}.toml")
-    return exp, Path(exp.config(cfg.sizes == "quick", cfg.results).out), labs.get(exp.lab)
+    return exp, Path(exp.config(cfg.sizes == "quick", cfg.results).out), running.get(exp.lab)
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
@@ -308,7 +308,7 @@ def _row(cfg: Config, c: dict, values: dict | None, se: dict, detail: str) -> di
 
 def _compute_missing(cfg: Config) -> dict:
     """Compute every experiment the selected claims read whose tables are not saved (in
-    ``cfg.jobs`` worker processes): :func:`gpolab.runner.experiments.run_all`'s results."""
+    ``cfg.jobs`` worker processes): :func:`gpolab.kit.experiments.run_all`'s results."""
     names = dict.fromkeys(c["experiment"] for c in selected(cfg))
     missing = [_saved_at(cfg, n)[0] for n in names if not _saved(cfg, n)]
     if not missing:
@@ -336,7 +336,7 @@ def _add(spent: dict, claim: dict, part: dict, ran: bool) -> None:
 
 def _timings_table(spent: dict, wall: float = math.nan, jobs: int = 1):
     """One row per experiment (``ran``: computed here, else read from saved tables), its seconds
-    and each phase's (:data:`gpolab.runner.timings.PHASES`), slowest first, a total row (their
+    and each phase's (:data:`gpolab.kit.timings.PHASES`), slowest first, a total row (their
     sums: with ``jobs`` > 1 worker processes, more than the wall time) and the run's ``wall``
     seconds."""
     import pandas as pd

@@ -36,7 +36,7 @@ def report(cfg, tables: dict) -> str:
         )
     spent = tables.get("timings")
     if spent is not None and not spent.empty:
-        from gpolab.runner.labs import table_text
+        from gpolab.kit.tables import table_text
 
         lines += ["", "Where the time went (seconds; --timings):", table_text(spent, list(spent))]
     return "\n".join(lines)

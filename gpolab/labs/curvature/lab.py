@@ -22,8 +22,8 @@ import numpy as np
 from gpolab import configs, engine, envs, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import loglinear
+from gpolab.kit.store import PROVENANCE, cell_key, config_hash, resume
 from gpolab.labs.curvature import plots
-from gpolab.runner.store import PROVENANCE, cell_key, config_hash, resume
 from gpolab.theory import curvature as theory
 
 NAME = "curvature"
@@ -150,7 +150,7 @@ def cell_keys(cfg: Config) -> list[str]:
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{fits, curvature}``; the points are one unit of work, resumed from ``store``
-    (:func:`gpolab.runner.store.resume`) under :func:`cell_keys`.  ``key`` is unused: the instance
+    (:func:`gpolab.kit.store.resume`) under :func:`cell_keys`.  ``key`` is unused: the instance
     is
     drawn from ``seed`` and the θ from ``seed + 1``, as before the lab protocol."""
     cfg.validate()
@@ -167,10 +167,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         cell_keys(cfg),
         compute,
         config_hash=config_hash(cfg),
-        on_skip=None if progress is None else progress.skip,
-        on_unit=None
-        if progress is None
-        else lambda rows: progress.update(1, f"{len(rows)} (theta, prompt) points"),
+        progress=progress,
+        label=lambda rows: f"{len(rows)} (theta, prompt) points",
     )
     seconds = float(df["wall_s"].iloc[0]) if "wall_s" in df else timed["seconds"]
     df = df.drop(columns=[c for c in PROVENANCE if c in df])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpolab.runner.plots import pyplot, save
+from gpolab.kit.plots import pyplot, save
 
 PANELS = {
     # quantity: (y label, bound label)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from gpolab.runner.commands import lab_command
+from gpolab.kit.command import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (

@@ -38,10 +38,10 @@ from gpolab import configs, engine, envs, validate
 from gpolab.configs import borrow, option
 from gpolab.engine import train
 from gpolab.envs import Env, arithmetic, bandit
+from gpolab.kit.store import cell_key, resume
 from gpolab.labs.groupsize import budget as budgets
 from gpolab.labs.groupsize import pool as pools
 from gpolab.labs.groupsize.summary import fixed_summary, theory_curve, train_summary
-from gpolab.runner.store import cell_key, resume
 from gpolab.theory import groupsize as theory
 
 NAME = "groupsize"
@@ -657,8 +657,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         cell_keys(cfg),
         compute,
         config_hash=pools.config_hash(cfg),  # no output folder or chunk (or pool = 0)
-        on_skip=None if progress is None else progress.skip,
-        on_unit=None if progress is None else lambda rows: progress.update(1, label(rows[0])),
+        progress=progress,
+        label=lambda rows: label(rows[0]),
     )
     if cfg.budget:
         summary = budgets.budget_summary(df)
@@ -701,7 +701,7 @@ BUDGET_COLUMNS = ["pool", "N", "G", "rollouts", "rollouts_se", "reached", "pass1
 
 
 def report(cfg: Config, tables: dict) -> str:
-    from gpolab.runner.labs import table_text
+    from gpolab.kit.tables import table_text
 
     columns = BUDGET_COLUMNS if cfg.budget else COLUMNS[cfg.train]
     return table_text(tables["results"], [*columns, "seconds"] if cfg.budget else columns)

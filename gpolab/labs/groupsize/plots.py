@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpolab.runner.plots import pyplot, save, seeds_label
+from gpolab.kit.plots import pyplot, save, seeds_label
 
 
 def fixed_figure(tables: dict, path) -> Path:

@@ -26,7 +26,7 @@ import numpy as np
 
 from gpolab import configs
 from gpolab.envs import Env
-from gpolab.runner.store import digest
+from gpolab.kit.store import digest
 from gpolab.theory import groupsize as theory
 
 POOL_TAG = 0x9001  # fold_in tag of the pool draw (from the instance key)
@@ -111,7 +111,7 @@ def row_ids(N: int, P: int) -> tuple[int, ...]:
 
 
 def config_hash(cfg) -> str:
-    """:func:`gpolab.runner.store.config_hash` without ``pool`` when it is 0 and without
+    """:func:`gpolab.kit.store.config_hash` without ``pool`` when it is 0 and without
     ``budget`` when it is off (so configs without them keep their provenance hash)."""
     exclude = (() if cfg.pool else ("pool",)) + (() if cfg.budget else ("budget",))
     return digest(configs.key_settings(cfg, exclude=exclude))

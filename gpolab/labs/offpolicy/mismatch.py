@@ -509,7 +509,7 @@ DECISION = [
 
 def notes(cfg, tables: dict) -> list[str]:
     """The decision table, and where the user's own setting lands."""
-    from gpolab.runner.labs import table_text
+    from gpolab.kit.tables import table_text
 
     dec = tables["decision"]
     lines = [

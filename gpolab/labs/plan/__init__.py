@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 from gpolab import configs, validate
-from gpolab.runner import labs, output
-from gpolab.runner.commands import config_from_args, lab_command
+from gpolab.kit import output, running
+from gpolab.kit.command import config_from_args, lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = ("gpolab plan completions.parquet", "gpolab plan --log rollouts/ --format verl --G 8")
@@ -54,8 +54,10 @@ def _run(lab, args) -> int:
     summary = lab.summary_json(cfg, tables)
     texts = {}
     if cfg.allocate:
-        table, alloc = lab.allocation_table(cfg, tables)
-        text += "\n\n" + lab.allocation_text(alloc)
+        from gpolab.labs.plan import allocation
+
+        table, alloc = allocation.allocation_table(cfg, tables)
+        text += "\n\n" + allocation.allocation_text(alloc)
         tables = {**tables, "allocation": table}
         doc = {**alloc, "G": dict(zip(table["prompt"], map(int, table["G"]), strict=True))}
         texts["allocation.json"] = json.dumps(doc, indent=1) + "\n"
@@ -65,7 +67,7 @@ def _run(lab, args) -> int:
     texts["config.toml"] = configs.dumps(configs.absolute_paths(cfg), lab.NAME)  # from anywhere
     paths = _write(lab, cfg.out, tables, texts)
     if args.figures_dir:
-        labs.copy_figures(paths, args.figures_dir)
+        running.copy_figures(paths, args.figures_dir)
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -85,7 +87,7 @@ def _write(lab, out, tables: dict, texts: dict) -> list[Path]:
         try:
             paths = output.write_tables(stage, tables)
             paths += [output.write_text(stage / name, t) for name, t in texts.items()]
-            paths += labs.draw(lab, stage)
+            paths += running.draw(lab, stage)
             names = [p.name for p in paths]
             for name in OUTPUTS:
                 if name not in names:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpolab.runner.plots import pyplot, save
+from gpolab.kit.plots import pyplot, save
 
 BARS = 64  # at most this many bars in the count histogram (a log of G = 65,536 drew 65,537)
 

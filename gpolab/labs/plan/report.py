@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 
-from gpolab.runner.labs import json_value, table_text
+from gpolab.kit.tables import json_value, table_text
 from gpolab.theory import difficulty, gstar
 
 POOLED = "all"  # the window of the whole log

@@ -590,7 +590,7 @@ def _num(v) -> float:
 
 
 def report(cfg: Config, tables: dict) -> str:
-    from gpolab.runner.labs import table_text
+    from gpolab.kit.tables import table_text
 
     df = tables["results"]
     first = df[df["format"] == df["format"].iloc[0]]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gpolab.kit.command import lab_command
 from gpolab.labs.train import DESCRIPTION, HELP
-from gpolab.runner.commands import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = ("gpolab stdnorm --quick", "gpolab stdnorm --estimators grpo,loo --quick")

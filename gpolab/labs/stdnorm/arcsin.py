@@ -24,8 +24,8 @@ import numpy as np
 
 from gpolab import engine
 from gpolab.envs import loglinear
-from gpolab.runner.labs import table_text
-from gpolab.runner.store import cell_key, config_hash, resume
+from gpolab.kit.store import cell_key, config_hash, resume
+from gpolab.kit.tables import table_text
 from gpolab.theory import arcsin as theory
 
 TABLES = ("arcsin_direction",)
@@ -173,15 +173,14 @@ def tables(cfg, key, store=None, progress=None) -> dict:
         ctx[:] = ctx or [Context(cfg, key)]
         return [direction_row(ctx[0], found[i])]
 
-    hooks = (
-        {}
-        if progress is None
-        else {
-            "on_skip": progress.skip,
-            "on_unit": lambda rows: progress.update(1, f"arcsin direction G={rows[0]['G']}"),
-        }
+    df = resume(
+        store,
+        keys(cfg),
+        compute,
+        config_hash=config_hash(cfg),
+        progress=progress,
+        label=lambda rows: f"arcsin direction G={rows[0]['G']}",
     )
-    df = resume(store, keys(cfg), compute, config_hash=config_hash(cfg), **hooks)
     return {"arcsin_direction": df[DIRECTION].sort_values("G").reset_index(drop=True)}
 
 

@@ -42,6 +42,9 @@ from gpolab import configs, envs, validate
 from gpolab.configs import borrow, option
 from gpolab.engine import train
 from gpolab.envs import loglinear
+from gpolab.kit.store import PROVENANCE, config_hash, resume
+from gpolab.kit.store import cell_key as store_key
+from gpolab.kit.tables import table_text
 from gpolab.labs.groupsize import lab as groupsize  # B·G = N training on its envs
 from gpolab.labs.stdnorm import arcsin, plots
 from gpolab.labs.stdnorm.analysis import (  # noqa: F401  (re-exported: the lab's analysis)
@@ -60,9 +63,6 @@ from gpolab.labs.stdnorm.analysis import (  # noqa: F401  (re-exported: the lab'
     summarize,
     unnormalized,
 )
-from gpolab.runner.labs import table_text
-from gpolab.runner.store import PROVENANCE, config_hash, resume
-from gpolab.runner.store import cell_key as store_key
 from gpolab.theory import curvature
 from gpolab.validate import ConfigError
 
@@ -448,13 +448,6 @@ def bias_row(ctx: _Context, G: int, ddof: int, eps: float) -> dict:
     return row
 
 
-def _hooks(progress, notes: list) -> dict:
-    """``store.resume``'s progress hooks (the note of the unit just computed)."""
-    if progress is None:
-        return {}
-    return {"on_skip": progress.skip, "on_unit": lambda rows: progress.update(1, notes[-1])}
-
-
 def train_curves(cfg: Config, ctx: _Context, store, progress) -> list[tuple[dict, float]]:
     """(curves, seconds) of every training unit, resumed from ``store``: a computed unit's
     curves as trained, a stored one's from its rows."""
@@ -468,7 +461,14 @@ def train_curves(cfg: Config, ctx: _Context, store, progress) -> list[tuple[dict
         return _raw_rows(res, units[i].lrs)
 
     keys = cell_keys(cfg)[0]
-    df = resume(store, keys, compute, config_hash=config_hash(cfg), **_hooks(progress, notes))
+    df = resume(
+        store,
+        keys,
+        compute,
+        config_hash=config_hash(cfg),
+        progress=progress,
+        label=lambda rows: notes[-1],
+    )
     if store is None:
         return [fresh[i] for i in range(len(units))]
     stored = dict(tuple(df.groupby("cell_key", sort=False)))
@@ -488,7 +488,14 @@ def bias_table(cfg: Config, ctx: _Context, store, progress):
         return [bias_row(ctx, G, ddof, eps)]
 
     keys = cell_keys(cfg)[1]
-    df = resume(store, keys, compute, config_hash=config_hash(cfg), **_hooks(progress, notes))
+    df = resume(
+        store,
+        keys,
+        compute,
+        config_hash=config_hash(cfg),
+        progress=progress,
+        label=lambda rows: notes[-1],
+    )
     return df.drop(columns=[c for c in PROVENANCE if c in df])
 
 
@@ -535,7 +542,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """The lab protocol's entry: ``{summary, gain, finite_sample, curves, phases}`` of the
     admissible and tuned regimes and ``{arcsin_direction}`` of the arcsin regime
     (empty tables for a regime that did not run), every unit resumed from ``store``
-    (:func:`gpolab.runner.store.resume`)."""
+    (:func:`gpolab.kit.store.resume`)."""
     cfg.validate()
     import pandas as pd
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpolab.runner.commands import config_from_args, lab_command, run_lab
+from gpolab.kit.command import config_from_args, lab_command, run_lab
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = (
@@ -48,8 +48,8 @@ def parse_share(text: str) -> tuple[int, int]:
 def _share(lab, args, cfg) -> int:
     """One job of an array: this share's cells into the store; no table, no lock (cells are
     written atomically one file each, so jobs of one array can share the folder)."""
-    from gpolab.runner import output
-    from gpolab.runner.store import Store
+    from gpolab.kit import output
+    from gpolab.kit.store import Store
     from gpolab.validate import ConfigError
 
     i, n = parse_share(args.cells)

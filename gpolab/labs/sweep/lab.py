@@ -21,9 +21,9 @@ from gpolab import configs, engine, envs, estimators, validate
 from gpolab.configs import option
 from gpolab.engine.stats import agreement, joint_test  # noqa: F401  (sweep.joint_test: claims, tests)
 from gpolab.envs import arithmetic, bandit, tree
+from gpolab.kit.store import cell_key, config_hash, resume
+from gpolab.kit.tables import table_text
 from gpolab.labs.sweep import units
-from gpolab.runner.labs import table_text
-from gpolab.runner.store import cell_key, config_hash, resume
 
 NAME = "sweep"
 TABLES = ("results",)
@@ -32,7 +32,6 @@ INSTANCES = envs.instances(*envs.names(NEEDS))
 ENVS = tuple(INSTANCES)
 POLICIES = tuple(arithmetic.POLICIES)
 TREE_VARIANTS = estimators.TREE_VARIANTS
-ARITHMETIC_CHUNK = units.ARITHMETIC_CHUNK
 GROUPED = {"env": ("bandit", "arithmetic")}
 STRENGTH = tuple(arithmetic.POLICIES.values())
 # options added after cells were stored: left out of a row's key at their defaults, so stored
@@ -126,17 +125,9 @@ def cells(cfg: Config) -> int:
 
 def make_setup(cfg: Config) -> Callable:
     """``context → (cell args without eps, truth)``, each built once and only when a pending
-    unit needs it (the context is the arithmetic policy; None for the other envs)."""
-    import jax
-
-    if cfg.x64:
-        jax.config.update("jax_enable_x64", True)
+    unit needs it (the context is the arithmetic policy; None for the other envs).  With
+    ``cfg.x64`` call it inside ``engine.float64_mode()`` (as :func:`run_sweep` does)."""
     return units.ENVS[cfg.env].setup(cfg)
-
-
-def arithmetic_chunk() -> int:
-    """The arithmetic surrogate's chunk (:meth:`gpolab.labs.sweep.units.Arithmetic.chunk`)."""
-    return units.Arithmetic().chunk(None)
 
 
 def _bandit_rows(cfg, cell, m, truth, policy, params) -> list[dict]:
@@ -208,7 +199,7 @@ def _agree(pending: set[int], n: int) -> set[int]:
 
 
 def _grouper(cfg: Config, ids: list[dict], plan: dict) -> Callable:
-    """``group(indices)`` of :func:`gpolab.runner.store.resume`: the compiled units covering the
+    """``group(indices)`` of :func:`gpolab.kit.store.resume`: the compiled units covering the
     rows
     ``indices`` (:meth:`gpolab.labs.sweep.units.Grouped.units`), each unit's (context, cell) kept in
     ``plan`` under its rows for :func:`_computer`."""
@@ -224,7 +215,7 @@ def _grouper(cfg: Config, ids: list[dict], plan: dict) -> Callable:
 def share_cells(cfg: Config, i: int, n: int) -> set[int]:
     """The cells (row indices) of share ``i`` of ``n``: whole compiled units, unit j going to
     share j mod n, so jobs of an array never split the draws one unit shares, and their union is
-    every cell exactly once (:func:`gpolab.runner.store.resume`'s ``share``)."""
+    every cell exactly once (:func:`gpolab.kit.store.resume`'s ``share``)."""
     _check_share(i, n)
     ids = _row_ids(cfg)
     group = _grouper(cfg, ids, {})
@@ -246,9 +237,7 @@ def unit_key(cfg: Config, key, context, cell):
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """The lab protocol's entry: ``{"results": table}`` (see :func:`run_sweep`)."""
-    on_row = None if progress is None else lambda row: progress.update(1, label(row))
-    on_skip = None if progress is None else progress.skip
-    return {"results": run_sweep(cfg, on_row, store, on_skip, key=key)}
+    return {"results": run_sweep(cfg, store, progress, key=key)}
 
 
 def label(row: dict) -> str:
@@ -257,16 +246,11 @@ def label(row: dict) -> str:
 
 
 def run_sweep(
-    cfg: Config,
-    on_row: Callable[[dict], None] | None = None,
-    store=None,
-    on_skip: Callable[[int], None] | None = None,
-    key=None,
-    share: tuple[int, int] | None = None,
+    cfg: Config, store=None, progress=None, key=None, share: tuple[int, int] | None = None
 ):
     """Validate ``cfg``, run every cell, return a pandas DataFrame with one row per cell.
 
-    Through :func:`gpolab.runner.store.resume`: with a :class:`gpolab.runner.store.Store`, finished
+    Through :func:`gpolab.kit.store.resume`: with a :class:`gpolab.kit.store.Store`, finished
     rows are
     read back instead of recomputed and each new row is written atomically as soon as its unit
     finishes (resumable).  ``seconds`` is the wall time of the compiled unit a row belongs to
@@ -281,18 +265,18 @@ def run_sweep(
     settings = _settings(cfg, ids)
     keys, group = _keys(cfg, ids, settings), _grouper(cfg, ids, plan)
     compute = _computer(cfg, plan, settings, key)
-    on_unit = None if on_row is None else lambda rows: on_row(rows[0])
-    df = resume(
-        store,
-        keys,
-        compute,
-        group=group,
-        share=share,
-        agree=_agree,
-        on_skip=on_skip,
-        on_unit=on_unit,
-        config_hash=config_hash(cfg),
-    )
+    with engine.float64_mode(cfg.x64):  # scoped: later computations keep their precision
+        df = resume(
+            store,
+            keys,
+            compute,
+            group=group,
+            share=share,
+            agree=_agree,
+            progress=progress,
+            label=lambda rows: label(rows[0]),
+            config_hash=config_hash(cfg),
+        )
     if df.empty:  # a multi-process run's other processes when nothing was left to compute
         return df
     for col in ("G", "K", "M", "B", "ddof"):
@@ -302,7 +286,7 @@ def run_sweep(
 
 
 def _computer(cfg: Config, plan: dict, settings: list[dict], key) -> Callable:
-    """``compute(unit)`` of :func:`gpolab.runner.store.resume`: one row list per cell of the
+    """``compute(unit)`` of :func:`gpolab.kit.store.resume`: one row list per cell of the
     unit, its Monte Carlo row (one engine run of the unit's cell,
     :meth:`gpolab.labs.sweep.units.Grouped.monte_carlo`) joined on its keys with the theory
     table (:meth:`gpolab.labs.sweep.units.Grouped.theory`, every key of the grid, computed from
@@ -337,7 +321,7 @@ def _run_state(cfg: Config, env, key) -> tuple:
     """(setup, key, eps, error function, chunk, mesh) of a run that computes something."""
     import jax
 
-    setup = make_setup(cfg)  # first: it switches float64 mode on before any array is made
+    setup = make_setup(cfg)
     key = jax.random.key(cfg.seed) if key is None else key
     eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
     mesh = engine.seed_mesh() if cfg.shard else engine.LOCAL
@@ -399,51 +383,62 @@ def conclusion(df) -> list[str]:
         return []
     Gs = sorted(rows["G"].unique())
     best = [rows[rows["G"] == G].sort_values("mse").iloc[0] for G in Gs]
-    names = {b["estimator"] for b in best}
-    if len(names) == 1:
-        top = best[0]["estimator"]
-        share = max(float(b["bias_sq"] / b["mse"]) for b in best)
-        biased = (
-            f" (biased: bias² up to {100 * share:.1f}% of its MSE; the plain MSE rewards "
-            "shrinking an estimator, the scale-free MSE below does not)"
-            if share > 0.01
-            else ""
-        )
-        lines = [f"conclusion: lowest MSE at every G: {top}{biased}"]
-    else:
-        lines = [
-            "conclusion: lowest MSE: "
-            + ", ".join(f"G={int(b['G'])} {b['estimator']}" for b in best)
-        ]
+    first = _lowest(best)
     if df["estimator"].isin(REFERENCES).any():
-        lines[0] += f"; {', '.join(REFERENCES)} reads the true values: a reference, not ranked"
-    G = Gs[-1]
-    at = rows[rows["G"] == G].copy()
-    if at["estimator"].nunique() > 1 and "scaled_mse" in at:
-        exact = "theory_scaled_mse" in at and np.isfinite(at["theory_scaled_mse"]).all()
-        at["free"] = at["theory_scaled_mse" if exact else "scaled_mse"]
-        at = at[np.isfinite(at["free"])].sort_values("free")
-    if at["estimator"].nunique() > 1 and "free" in at:
-        first = at.iloc[0]
-        rest = ", ".join(
-            f"{r.estimator} {100 * (r.free / first['free'] - 1):+.1f}%"
-            for r in at.iloc[1:].itertuples()
-        )
-        source = "exact" if exact else "Monte Carlo"
-        lines.append(
-            f"scale-free (scaled_mse, {source}) at G={int(G)}: {first['estimator']} "
-            f"{first['free']:.4g} lowest; {rest}"
-        )
+        first += f"; {', '.join(REFERENCES)} reads the true values: a reference, not ranked"
     ref = rows[rows["estimator"] == best[-1]["estimator"]].sort_values("G")
-    if len(ref) > 1:
-        lo, hi = ref.iloc[0], ref.iloc[-1]
-        trend = "falls" if hi["mse"] < lo["mse"] else "does not fall"
-        lines.append(
-            f"G: {lo['estimator']}'s MSE {trend} from {lo['mse']:.4g} at G={int(lo['G'])} "
-            f"to {hi['mse']:.4g} at G={int(hi['G'])} (more responses for the same "
-            "prompt); this table does not price responses, so it picks no G"
+    return [first, *_scale_free(rows[rows["G"] == Gs[-1]].copy(), Gs[-1]), *_trend(ref)]
+
+
+def _lowest(best: list) -> str:
+    """The conclusion's first line: the lowest-MSE estimator at each G (``best``: its rows)."""
+    if len({b["estimator"] for b in best}) > 1:
+        return "conclusion: lowest MSE: " + ", ".join(
+            f"G={int(b['G'])} {b['estimator']}" for b in best
         )
-    return lines
+    share = max(float(b["bias_sq"] / b["mse"]) for b in best)
+    biased = (
+        f" (biased: bias² up to {100 * share:.1f}% of its MSE; the plain MSE rewards "
+        "shrinking an estimator, the scale-free MSE below does not)"
+        if share > 0.01
+        else ""
+    )
+    return f"conclusion: lowest MSE at every G: {best[0]['estimator']}{biased}"
+
+
+def _scale_free(at, G) -> list[str]:
+    """The scale-free ranking at the largest G (``at``: its rows), where two estimators have it."""
+    if at["estimator"].nunique() < 2 or "scaled_mse" not in at:
+        return []
+    exact = "theory_scaled_mse" in at and np.isfinite(at["theory_scaled_mse"]).all()
+    at["free"] = at["theory_scaled_mse" if exact else "scaled_mse"]
+    at = at[np.isfinite(at["free"])].sort_values("free")
+    if at["estimator"].nunique() < 2:
+        return []
+    first = at.iloc[0]
+    rest = ", ".join(
+        f"{r.estimator} {100 * (r.free / first['free'] - 1):+.1f}%"
+        for r in at.iloc[1:].itertuples()
+    )
+    source = "exact" if exact else "Monte Carlo"
+    return [
+        f"scale-free (scaled_mse, {source}) at G={int(G)}: {first['estimator']} "
+        f"{first['free']:.4g} lowest; {rest}"
+    ]
+
+
+def _trend(ref) -> list[str]:
+    """How the best estimator's MSE moves from the smallest G to the largest (``ref``: its rows
+    by G)."""
+    if len(ref) < 2:
+        return []
+    lo, hi = ref.iloc[0], ref.iloc[-1]
+    trend = "falls" if hi["mse"] < lo["mse"] else "does not fall"
+    return [
+        f"G: {lo['estimator']}'s MSE {trend} from {lo['mse']:.4g} at G={int(lo['G'])} "
+        f"to {hi['mse']:.4g} at G={int(hi['G'])} (more responses for the same "
+        "prompt); this table does not price responses, so it picks no G"
+    ]
 
 
 def figures(tables: dict) -> dict:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpolab.runner.plots import pyplot, save, seeds_label
+from gpolab.kit.plots import pyplot, save, seeds_label
 
 LABELS = {
     "vanilla": "REINFORCE (no baseline)",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpolab.kit.plots import pyplot, save, seeds_label
 from gpolab.labs.sweep.plots import LABELS
-from gpolab.runner.plots import pyplot, save, seeds_label
 from gpolab.theory.dynamic import LOOP_COLUMN, RATE_COLUMN
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpolab.runner.plots import pyplot, save, seeds_label
+from gpolab.kit.plots import pyplot, save, seeds_label
 
 PANELS = (
     ("bias_sq", "bias²  ‖E ĝ − g‖²", "log"),

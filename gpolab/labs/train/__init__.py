@@ -5,7 +5,7 @@ runs the group-size lab's training check for that env instead."""
 from __future__ import annotations
 
 from gpolab import configs
-from gpolab.runner.commands import lab_command, run_lab
+from gpolab.kit.command import lab_command, run_lab
 from gpolab.validate import ConfigError
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each

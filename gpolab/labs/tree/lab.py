@@ -1,10 +1,9 @@
 """The tree-branching lab (issue 6, theory §6, [T] arXiv 2509.24494): K thoughts × M continuations.
 
-One engine run of :func:`gpolab.labs.sweep.cells.tree_error` per (K, M) cell (the sweep's ``env =
-tree``
-runs the same function on the same cells): each seed draws K thought values and two independent
-sets of M continuations per thought (two sets give an unbiased estimate of the conditional
-variance E[Var(Â_k | p)] = E[½(Â¹_k − Â²_k)²]) and the thought advantages of
+One engine run of :func:`gpolab.kernels.tree.tree_error` per (K, M) cell (the sweep's
+``env = tree`` runs the same function on the same cells): each seed draws K thought values and
+two independent sets of M continuations per thought (two sets give an unbiased estimate of the
+conditional variance E[Var(Â_k | p)] = E[½(Â¹_k − Â²_k)²]) and the thought advantages of
 :func:`gpolab.estimators.tree_advantages`.  Rows carry the Monte Carlo metrics, the closed forms of
 :mod:`gpolab.theory.tree` and every setting that produced them; the ``floor`` table holds the
 exact K → ∞ floor on a fine M grid (the curve of the variance-vs-M figure).
@@ -43,16 +42,16 @@ import numpy as np
 from gpolab import configs, engine, envs, estimators, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import tree as tree_env
-from gpolab.labs.sweep.cells import tree_cell, tree_error, tree_overlap_error
+from gpolab.kernels.tree import corr_stats, tree_cell, tree_error, tree_overlap_error
+from gpolab.kit.store import cell_key, config_hash, resume
+from gpolab.kit.tables import table_text
 from gpolab.labs.tree import plots
-from gpolab.runner.labs import table_text
-from gpolab.runner.store import cell_key, config_hash, resume
 from gpolab.theory import tree as theory
 from gpolab.theory import tree_overlap
 from gpolab.theory.tree import TIE_Z, rank, recommend, score  # noqa: F401  (re-exported)
 
-NEEDS = envs.Needs(only=("tree",))  # thoughts × continuations: the tree env's own samplers
 NAME = "tree"
+NEEDS = envs.Needs(only=("tree",))  # thoughts × continuations: the tree env's own samplers
 TABLES = ("results", "floor")
 MODELS = tree_env.MODELS
 LEAVES_PER_CHUNK = validate.MAX_TREE_LEAVES  # seeds per compiled chunk: chunk·K·M ≲ this
@@ -303,29 +302,6 @@ def measure(cfg: Config, K: int, M: int, ctx, key) -> dict:
     return row
 
 
-def corr_stats(m) -> tuple[float, float]:
-    """Pooled Corr(Â_k, A_k) and its delta-method standard error from the per-tree means
-    v = (a, t, aa, tt, at) of :func:`gpolab.labs.sweep.cells.tree_error` (``corr_v``, ``corr_vv``).
-
-    r = (at − a·t)/√((aa − a²)(tt − t²)) on the seed means; SE² = ∇rᵀ Σ ∇r / n with Σ the
-    covariance (ddof 1) of v over the n independent trees and
-    ∇r = (−t/s + r a/va, −a/s + r t/vt, −r/(2 va), −r/(2 vt), 1/s), va = aa − a², vt = tt − t²,
-    s = √(va vt).  (NaN, NaN) when either variance is 0."""
-    n = m.n
-    mean = np.asarray(m.mean("corr_v"), np.float64)
-    a, t, aa, tt, at = mean
-    va, vt = aa - a * a, tt - t * t
-    if not (va > 0 and vt > 0):
-        return math.nan, math.nan
-    s = math.sqrt(va * vt)
-    r = (at - a * t) / s
-    if n < 2:
-        return float(r), math.nan
-    cov = (np.asarray(m.mean("corr_vv"), np.float64) - np.outer(mean, mean)) * n / (n - 1)
-    grad = np.array([-t / s + r * a / va, -a / s + r * t / vt, -r / (2 * va), -r / (2 * vt), 1 / s])
-    return float(r), math.sqrt(max(float(grad @ cov @ grad), 0.0) / n)
-
-
 def grad_stats(m, grad_target) -> dict:
     """The thought-policy gradient ĝ of one tree against ``grad_target`` g: MSE (± SE), tr Cov V,
     bias² (mse − V, unbiased), its share of the MSE, ``grad_dot`` = E ĝ·g = ē·g + ‖g‖² (ē the
@@ -373,15 +349,15 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
     def note(rows):
         r = rows[0]
-        progress.update(1, f"K={r['K']} M={r['M']}: mse={r['mse']:.4g}")
+        return f"K={r['K']} M={r['M']}: mse={r['mse']:.4g}"
 
     df = resume(
         store,
         keys,
         lambda i: [measure(cfg, *splits[i], ctx, key)],
         config_hash=config_hash(cfg),
-        on_skip=None if progress is None else progress.skip,
-        on_unit=None if progress is None else note,
+        progress=progress,
+        label=note,
     )
     df = with_score(cfg, df)
     return {"results": df, "floor": floor_table(cfg, df, ctx[2])}

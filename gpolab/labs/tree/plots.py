@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from gpolab.kit.plots import pyplot, save, seeds_label
 from gpolab.labs.sweep.plots import tree_heatmap
-from gpolab.runner.plots import pyplot, save, seeds_label
 from gpolab.theory import tree_overlap
 from gpolab.theory.tree import rank, recommend
 
@@ -141,11 +141,19 @@ def overlap(tables: dict, path) -> Path:
     the run's ρ); right, the best split's M over (ρ, L_think/L_answer), exact where it exists,
     with the boundary (the smallest ρ at which M > 1 pays) as a line."""
     df = tables["results"].sort_values("K")
-    tt, c = float(df["ov_target_sq"].iloc[0]), float(df["ov_strategy_dot"].iloc[0])
-    ratio = float(df["think_len"].iloc[0] / df["answer_len"].iloc[0])
+    geometry = float(df["ov_target_sq"].iloc[0]), float(df["ov_strategy_dot"].iloc[0])
     rho = np.linspace(0.0, 0.99, 100)
     plt = pyplot()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10.5, 4.2), constrained_layout=True)
+    _cos2_by_overlap(ax, df, rho, *geometry)
+    _best_split_map(plt, ax2, df, rho, *geometry)
+    fig.suptitle(tag(df))
+    return save(fig, path)
+
+
+def _cos2_by_overlap(ax, df, rho, tt: float, c: float) -> None:
+    """:func:`overlap`'s left panel: each split's exact cos² against ρ, Monte Carlo ± 2 SE."""
+    ratio = float(df["think_len"].iloc[0] / df["answer_len"].iloc[0])
     styles = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
     markers = ("s", "^", "v", "D", "P", "X")
     for i, (_, r) in enumerate(df.iterrows()):  # each split its own line style and marker:
@@ -170,6 +178,11 @@ def overlap(tables: dict, path) -> Path:
         title=f"L_think/L_answer = {ratio:g}; lines exact, ● Monte Carlo ± 2 SE",
     )
     ax.legend(fontsize=8)
+
+
+def _best_split_map(plt, ax2, df, rho, tt: float, c: float) -> None:
+    """:func:`overlap`'s right panel: the best split's M over (ρ, L_think/L_answer) and the
+    boundary."""
     ratios = np.geomspace(1 / 64, 4, 25)
     wins = tree_overlap.winners(df, tt, c, overlaps=rho[::3], ratios=ratios)
     grid = wins.pivot(index="ratio", columns="overlap", values="M")
@@ -203,5 +216,3 @@ def overlap(tables: dict, path) -> Path:
         for M, col in zip(Ms, colors, strict=True)
     ]
     ax2.legend(handles=[*patches[::-1], line], fontsize=8, loc="lower right", framealpha=0.9)
-    fig.suptitle(tag(df))
-    return save(fig, path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpolab.runner.commands import lab_command
+from gpolab.kit.command import lab_command
 
 # shown at the end of --help; tests/runner/test_help_examples.py parses and resolves each
 EXAMPLES = ("gpolab zoo --quick", "gpolab zoo --estimators grpo,loo,trl/grpo --G 4,8 --quick")

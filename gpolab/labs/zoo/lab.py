@@ -185,9 +185,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     import pandas as pd
 
     cfg.validate()
-    on_row = None if progress is None else lambda row: progress.update(1, sweep.label(row))
-    on_skip = None if progress is None else progress.skip
-    parts = [sweep.run_sweep(s, on_row, store, on_skip, key=key) for s in sweeps(cfg)]
+    parts = [sweep.run_sweep(s, store, progress, key=key) for s in sweeps(cfg)]
     kappa = kappa_table(cfg)
     if progress is not None:
         progress.update(1, f"kappa table: {kappa['estimator'].nunique()} reward-only estimators")
@@ -214,7 +212,7 @@ COLUMNS = [
 
 def report(cfg: Config, tables: dict) -> str:
     """The results at the group size nearest 8 of each env, best direction (snr) first."""
-    from gpolab.runner.labs import table_text
+    from gpolab.kit.tables import table_text
 
     df = tables["results"]
     parts = []

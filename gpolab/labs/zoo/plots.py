@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from gpolab.engine.stats import families
-from gpolab.runner.plots import pyplot, save, seeds_label
+from gpolab.kit.plots import pyplot, save, seeds_label
 
 
 def _heatmap(ax, grid, rows, cols, *, cmap, norm, fmt, title):
@@ -26,8 +26,6 @@ def zoo_figure(tables: dict, path) -> Path:
     """Per env (rows): MSE relative to the first-order law trΣ_oracle/G (left; how much worse
     than the oracle baseline to first order, bias included) and snr relative to loo (right;
     direction quality, invariant to rescaling the advantages), estimator × G."""
-    from matplotlib.colors import LogNorm, TwoSlopeNorm
-
     plt = pyplot()
     df = tables["results"]
     envs = list(dict.fromkeys(df["env"]))
@@ -40,39 +38,45 @@ def zoo_figure(tables: dict, path) -> Path:
         squeeze=False,
     )
     for row, env in zip(axes, envs, strict=True):
-        sub = df[df["env"] == env]
-        Gs = sorted(sub["G"].unique())
-        rel = sub.assign(rel=sub["mse"] / sub["theory_first_order"])
-        mse = rel.pivot(index="estimator", columns="G", values="rel").reindex(estimators)
-        snr = sub.pivot(index="estimator", columns="G", values="snr_vs_loo").reindex(estimators)
-        label = f"{env}: {seeds_label(sub)}"
-        finite = mse.to_numpy(float)[np.isfinite(mse.to_numpy(float))]
-        im = _heatmap(
-            row[0],
-            mse.to_numpy(float),
-            estimators,
-            Gs,
-            cmap="viridis",
-            norm=LogNorm(max(finite.min(), 1e-3), finite.max()),
-            fmt=lambda v: f"{v:.2g}",
-            title=f"{label}\nMSE / (tr Σ_oracle / G)",
-        )
-        fig.colorbar(im, ax=row[0], shrink=0.8)
-        vals = snr.to_numpy(float)
-        lo, hi = np.nanmin(vals), np.nanmax(vals)
-        norm = TwoSlopeNorm(1.0, min(lo, 0.99), max(hi, 1.01))
-        im = _heatmap(
-            row[1],
-            vals,
-            estimators,
-            Gs,
-            cmap="RdBu",
-            norm=norm,
-            fmt=lambda v: f"{v:.2f}",
-            title=f"{label}\nsnr / snr(loo) (scale-invariant; > 1 better)",
-        )
-        fig.colorbar(im, ax=row[1], shrink=0.8)
+        _env_row(fig, row, df[df["env"] == env], env, estimators)
     return save(fig, path)
+
+
+def _env_row(fig, row, sub, env: str, estimators: list) -> None:
+    """One env's two heatmaps of :func:`zoo_figure` (``sub``: its rows)."""
+    from matplotlib.colors import LogNorm, TwoSlopeNorm
+
+    Gs = sorted(sub["G"].unique())
+    rel = sub.assign(rel=sub["mse"] / sub["theory_first_order"])
+    mse = rel.pivot(index="estimator", columns="G", values="rel").reindex(estimators)
+    snr = sub.pivot(index="estimator", columns="G", values="snr_vs_loo").reindex(estimators)
+    label = f"{env}: {seeds_label(sub)}"
+    finite = mse.to_numpy(float)[np.isfinite(mse.to_numpy(float))]
+    im = _heatmap(
+        row[0],
+        mse.to_numpy(float),
+        estimators,
+        Gs,
+        cmap="viridis",
+        norm=LogNorm(max(finite.min(), 1e-3), finite.max()),
+        fmt=lambda v: f"{v:.2g}",
+        title=f"{label}\nMSE / (tr Σ_oracle / G)",
+    )
+    fig.colorbar(im, ax=row[0], shrink=0.8)
+    vals = snr.to_numpy(float)
+    lo, hi = np.nanmin(vals), np.nanmax(vals)
+    norm = TwoSlopeNorm(1.0, min(lo, 0.99), max(hi, 1.01))
+    im = _heatmap(
+        row[1],
+        vals,
+        estimators,
+        Gs,
+        cmap="RdBu",
+        norm=norm,
+        fmt=lambda v: f"{v:.2f}",
+        title=f"{label}\nsnr / snr(loo) (scale-invariant; > 1 better)",
+    )
+    fig.colorbar(im, ax=row[1], shrink=0.8)
 
 
 def kappa_figure(tables: dict, path) -> Path:

@@ -58,7 +58,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from gpolab import validate
-    from gpolab.runner import experiments, output
+    from gpolab.kit import experiments, output
 
     results_root, figures_dir = folders(args)
     found = experiments.discover(args.experiments or experiments.DEFAULT_DIR)

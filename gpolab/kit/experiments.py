@@ -12,7 +12,7 @@ A file names its lab and holds that lab's config table and optional quick sizes:
     seeds = 2000
 
 Every file is validated when loaded (unknown table or key, wrong type, bad value → one error
-naming the file, the table and the field) and runs through :func:`gpolab.runner.labs.execute` into
+naming the file, the table and the field) and runs through :func:`gpolab.kit.running.execute` into
 ``results/<name>``, resumable per cell; a cell another experiment under ``results/`` already
 finished (the same store key) is copied from its store, not computed again.  Figures are drawn
 from the saved tables alone (``gpolab figures --replot`` redraws without computing).
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from gpolab import configs, validate
-from gpolab.runner import labs
+from gpolab.kit import running
 
 # the shipped experiments: package data (``shipped_experiments``, in a checkout a link to the
 # repository's ``experiments/``), so an installed gpolab finds them from any working directory;
@@ -48,7 +48,7 @@ class Experiment:
 
     def config(self, quick: bool, root: str | Path = "results"):
         """The validated lab config, writing to ``<root>/<name>[-quick]``."""
-        lab = labs.get(self.lab)
+        lab = running.get(self.lab)
         out = Path(root) / (f"{self.name}-quick" if quick else self.name)
         return configs.resolve(
             lab.Config,
@@ -64,9 +64,9 @@ def load(path: str | Path) -> Experiment:
     path = Path(path)
     data = configs.read_toml(path)
     lab = data.get("lab")
-    if lab not in labs.names():
+    if lab not in running.names():
         raise validate.ConfigError(
-            f"{path.name}: lab: got {lab!r}; allowed: {', '.join(labs.names())}"
+            f"{path.name}: lab: got {lab!r}; allowed: {', '.join(running.names())}"
         )
     head, table, quick = configs.split_file(path, lab, data)
     figures = head.get("figures", {})
@@ -110,7 +110,7 @@ def run(exp: Experiment, root="results", quick: bool = False, fresh: bool = Fals
     start = time.perf_counter()
     cfg = exp.config(quick, root)
     # a cell another experiment under ``root`` finished (the same key) is copied, not rerun
-    labs.execute(labs.get(exp.lab), cfg, fresh=fresh, label=exp.name, peers=root)
+    running.execute(running.get(exp.lab), cfg, fresh=fresh, label=exp.name, peers=root)
     import jax
 
     # one process runs every experiment: free this one's executables (each holds its own memory
@@ -138,7 +138,7 @@ def run_all(
     on_done=None,
 ) -> dict:
     """Compute (or resume) several experiments: ``{name: (results folder, seconds, phases)}``
-    (``phases``: :class:`gpolab.runner.timings.Recorder`'s seconds per phase when ``timed``,
+    (``phases``: :class:`gpolab.kit.timings.Recorder`'s seconds per phase when ``timed``,
     else None); ``on_done(name, seconds)`` after each.
 
     ``jobs`` > 1 runs them in that many worker processes (fresh interpreters, each with the
@@ -149,7 +149,7 @@ def run_all(
     (a refused cell, say) stops the rest and is raised here, as in one process.
 
     Ctrl-C stops the workers at once (they ignore SIGINT; this process kills them) and raises
-    :class:`~gpolab.runner.output.Interrupted` counting the finished cells kept in every
+    :class:`~gpolab.kit.output.Interrupted` counting the finished cells kept in every
     experiment's folder.  A worker dies with this process, even when it is killed (SIGKILL):
     :func:`_guard_worker`."""
     jobs = workers(jobs, len(exps))
@@ -164,7 +164,7 @@ def run_all(
         if on_done is not None:
             on_done(exp.name, result[1])
 
-    from gpolab.runner import output
+    from gpolab.kit import output
 
     try:
         if jobs == 1:
@@ -210,7 +210,7 @@ def _run_pool(order: list[Experiment], jobs: int, finished, *args) -> None:
 
 def _kept(exps: list[Experiment], root, quick: bool) -> str:
     """The interrupt's message: the finished cells kept in every experiment's folder."""
-    from gpolab.runner.store import Store
+    from gpolab.kit.store import Store
 
     counts = {_label(e, quick): Store(Path(root) / _label(e, quick)).count() for e in exps}
     where = ", ".join(f"{n}: {k}" for n, k in counts.items() if k)
@@ -274,7 +274,7 @@ def _seconds_file(root) -> dict:
 def _save_seconds(root, known: dict) -> None:
     import json
 
-    from gpolab.runner import output
+    from gpolab.kit import output
 
     output.write_text(Path(root) / "seconds.json", json.dumps(known, indent=1, sort_keys=True))
 
@@ -289,13 +289,14 @@ def _start_worker(devices: int, max_seconds: float) -> None:
     then the run's one error, not a broken pool."""
     import os
 
-    from gpolab.engine import devices, progress
+    from gpolab.engine import progress
+    from gpolab.engine.devices import enable_compilation_cache, use_cpu_cores
 
     if _STARTED:
         return
     os.environ.setdefault("GPOLAB_CPU_DEVICES", str(devices))
-    devices.enable_compilation_cache()
-    devices.use_cpu_cores()
+    enable_compilation_cache()
+    use_cpu_cores()
     progress.MAX_SECONDS = max_seconds
     progress.PLAIN = True
     _STARTED.append(True)
@@ -308,7 +309,7 @@ def _run_one(exp: Experiment, root, quick: bool, fresh: bool, timed: bool, worke
         _start_worker(*worker)
     if not timed:
         return (*run(exp, root, quick, fresh), None)
-    from gpolab.runner import timings
+    from gpolab.kit import timings
 
     recorder = timings.Recorder().start()
     try:
@@ -321,4 +322,4 @@ def _run_one(exp: Experiment, root, quick: bool, fresh: bool, timed: bool, worke
 
 def plot(exp: Experiment, results: Path, out: str | Path) -> list[Path]:
     """Draw the experiment's figures from its saved tables only."""
-    return labs.draw(labs.get(exp.lab), results, into=out, names=exp.figures or None)
+    return running.draw(running.get(exp.lab), results, into=out, names=exp.figures or None)

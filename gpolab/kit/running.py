@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import math
 import pkgutil
 import shutil
 import time
 from pathlib import Path
 
 from gpolab import configs, spans
-from gpolab.runner import output
+from gpolab.kit import output
 
 
 def folders() -> dict[str, Path]:
@@ -67,12 +66,12 @@ def execute(
     """Run ``lab`` with the validated ``cfg`` into ``cfg.out`` (see the module docstring);
     ``label`` names the run in progress lines (default: the lab's name); ``peers``: a folder of
     other stores whose finished cells this run copies instead of computing (not with
-    ``fresh``; :class:`gpolab.runner.store.Store`).
-    Ctrl-C raises :class:`gpolab.runner.output.Interrupted` saying how many cells are kept."""
+    ``fresh``; :class:`gpolab.kit.store.Store`).
+    Ctrl-C raises :class:`gpolab.kit.output.Interrupted` saying how many cells are kept."""
     import jax
 
     from gpolab.engine.progress import Progress
-    from gpolab.runner.store import Store
+    from gpolab.kit.store import Store
 
     with output.hold(cfg.out) as out:
         store = Store(out, None if fresh else peers) if use_store else None
@@ -125,41 +124,3 @@ def copy_figures(paths, into) -> None:
         if Path(path).suffix == ".png":
             with output.atomic(into / Path(path).name) as tmp:
                 shutil.copyfile(path, tmp)
-
-
-def json_value(v):
-    """One table value as strict JSON: NaN/None/NA → None, ±inf → "inf"/"-inf" (strict JSON has
-    no Infinity), numpy scalars → Python."""
-    import pandas as pd
-
-    v = v.item() if hasattr(v, "item") else v
-    if not isinstance(v, (list, tuple, dict, str)) and pd.isna(v):
-        return None
-    if isinstance(v, float) and math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
-
-
-def records(lab, tables) -> list[dict]:
-    """The main table's rows as strict-JSON dicts (:func:`json_value`).  A lab whose answer
-    spans tables names them in ``JSON_TABLES`` ({table: columns or None for all}); each row
-    then says its ``table``."""
-    spec = getattr(lab, "JSON_TABLES", {lab.TABLES[0]: getattr(lab, "JSON", None)})
-    out = []
-    for name, columns in spec.items():
-        df = tables[name]
-        cols = [c for c in (columns or df.columns) if c in df.columns]
-        tag = {"table": name} if len(spec) > 1 else {}
-        out += [
-            {**tag, **{k: json_value(v) for k, v in rec.items()}}
-            for rec in df[cols].to_dict(orient="records")
-        ]
-    return out
-
-
-def table_text(df, columns) -> str:
-    import pandas as pd
-
-    cols = [c for c in columns if c in df.columns]
-    with pd.option_context("display.width", 200, "display.max_columns", 30):
-        return df[cols].to_string(index=False, float_format="%.4g")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpolab.runner.output import atomic
+from gpolab.kit.output import atomic
 
 
 def pyplot():

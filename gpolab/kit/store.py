@@ -85,7 +85,7 @@ class Store:
             return False
         import shutil
 
-        from gpolab.runner import output
+        from gpolab.kit import output
 
         # this store is among the peers' subfolders, but has() looked here first
         for source in sorted(self.peers.glob(f"*/cells/{key}.parquet")):
@@ -97,9 +97,9 @@ class Store:
         return False
 
     def _make_cells(self) -> None:
-        """Create ``<root>/cells``; an ``OSError`` is :func:`~gpolab.runner.output.write_failed`'s
+        """Create ``<root>/cells``; an ``OSError`` is :func:`~gpolab.kit.output.write_failed`'s
         one-line error."""
-        from gpolab.runner import output
+        from gpolab.kit import output
 
         try:
             self.cells.mkdir(parents=True, exist_ok=True)
@@ -107,12 +107,12 @@ class Store:
             raise output.write_failed(self.cells, err) from None
 
     def write(self, key: str, rows: list[dict], config_hash: str, wall_s: float) -> None:
-        """Write one cell's rows atomically (:func:`gpolab.runner.output.atomic`: temp file in the
+        """Write one cell's rows atomically (:func:`gpolab.kit.output.atomic`: temp file in the
         same
         directory, then rename; the temp file is removed and a write error is one line)."""
         import pandas as pd
 
-        from gpolab.runner import output
+        from gpolab.kit import output
 
         self._make_cells()
         meta = {
@@ -155,8 +155,8 @@ def resume(
     compute,
     *,
     config_hash: str = "",
-    on_skip=None,
-    on_unit=None,
+    progress=None,
+    label=None,
     group=None,
     share=None,
     agree=None,
@@ -176,11 +176,16 @@ def resume(
       returned are that share's.
     * ``agree(pending, n) -> pending``: make every process compute the same cells (a
       multi-process run: process 0, which holds the store, decides).
-    * ``on_skip(n)``: the number of cells found finished (again for a unit a peer store
-      finished while this run went on); ``on_unit(rows)``: after each computed cell, with its
-      rows.
+    * ``progress`` (:class:`gpolab.engine.progress.Progress`; None: the silent one)
+      hears ``skip(n)`` for the cells found finished (again for a unit a peer store finished
+      while this run went on) and ``update(1, label(rows))`` after each computed cell
+      (``label``: the note shown for a cell's rows; none by default).
     """
     import pandas as pd
+
+    from gpolab.engine.progress import SILENT
+
+    progress = progress or SILENT
 
     per_unit = group is not None
     group = group or (lambda idx: ([i] for i in idx))
@@ -191,15 +196,14 @@ def resume(
     pending = [i for i in mine if store is None or not store.has(keys[i])]
     if agree is not None:
         pending = sorted(agree(set(pending), len(keys)))
-    if on_skip is not None and len(pending) < len(mine):
-        on_skip(len(mine) - len(pending))
+    if len(pending) < len(mine):
+        progress.skip(len(mine) - len(pending))
     computed = {}
     for unit in group(pending):
         # a unit a peer store finished meanwhile (another experiment running beside this one)
         # is copied, not computed; not in a multi-process run, whose processes compute together
         if store is not None and agree is None and all(store.has(keys[i]) for i in unit):
-            if on_skip is not None:
-                on_skip(len(unit))
+            progress.skip(len(unit))
             continue
         start = time.perf_counter()
         rows = compute(unit) if per_unit else [compute(unit[0])]
@@ -208,8 +212,7 @@ def resume(
         for i in unit:
             if store is not None:
                 store.write(keys[i], computed[i], config_hash, wall)
-            if on_unit is not None:
-                on_unit(computed[i])
+            progress.update(1, label(computed[i]) if label else "")
     if store is not None:
         return store.read([keys[i] for i in mine])
     return pd.DataFrame([row for i in mine if i in computed for row in computed[i]])
