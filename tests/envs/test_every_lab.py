@@ -4,9 +4,10 @@ lab either does not offer a throw-away env (``--env <it>`` is one error line bef
 computed or written) or offers it (``<it>`` is in ``envs.names(lab.NEEDS)``) and runs its quick
 path on it.
 
-* ``coin``: its own ``Instance`` (a heads probability ``p``) and the bandit's functions as its
-  ``ENV``: every capability, none of the bandit's ``Instance`` fields (the env that ended in
-  ``AttributeError: 'Instance' object has no attribute 'B'`` in the off-policy lab);
+* ``coin``: docs/layout.md's add-an-env recipe, word for word: its own ``Instance`` (``p``) and
+  ``Env`` with per-token log-probs, none of the bandit's ``Instance`` fields (the kind of env
+  that ended in ``AttributeError: 'Instance' object has no attribute 'B'`` in the off-policy
+  lab);
 * ``twin``: the bandit under another name (its ``Instance`` a subclass of the bandit's): a lab
   whose ``NEEDS`` admits it by capabilities and fields must run on it.
 """
@@ -21,29 +22,10 @@ import pytest
 from gpolab import configs, engine, envs
 from gpolab.kit import running
 from gpolab.runner.cli import main
+from tests.test_extension import blocks
 
 THROWAWAY = {
-    "coin": '''
-        """A coin: one prompt, heads with probability p (a throw-away env of the tests)."""
-        import dataclasses
-
-        from gpolab import configs
-        from gpolab.configs import option
-        from gpolab.envs import bandit
-
-
-        @dataclasses.dataclass(frozen=True)
-        class Instance(configs.Config):
-            p: float = option(0.5, "heads probability")
-
-            def validate(self):
-                from gpolab import validate
-
-                validate.real("p", self.p, low=0.0, high=1.0)
-
-
-        ENV = dataclasses.replace(bandit.ENV, name="coin")
-        ''',
+    "coin": blocks()["gpolab/envs/coin.py"],  # docs/layout.md's recipe
     "twin": '''
         """The bandit under another name (a throw-away env of the tests)."""
         import dataclasses
@@ -93,7 +75,8 @@ def labs_with_new_envs(tmp_path_factory):
 
 def test_the_throwaway_envs_are_envs(labs_with_new_envs):
     """Both are found by listing the package; ``coin`` lacks the bandit's fields, ``twin`` not."""
-    assert {"coin", "twin"} <= set(envs.names("token_logp", "values", "kl", "mse_law"))
+    assert {"coin", "twin"} <= set(envs.names("token_logp"))
+    assert "twin" in envs.names("token_logp", "values", "kl", "mse_law")
     assert envs.missing("coin", envs.Needs(fields=("B", "kind"))) == ("Instance.B", "Instance.kind")
     assert envs.missing("twin", envs.Needs(("token_logp",), ("B", "kind", "lengths"))) == ()
 
