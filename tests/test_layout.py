@@ -4,14 +4,9 @@ cycle between gpolab's modules."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
 from pathlib import Path
 
-import pytest
-
 import gpolab
-from gpolab import labs
 from gpolab.kit import running
 from gpolab.runner import cli
 from tools import layout
@@ -60,86 +55,8 @@ def test_labs_are_found_by_listing_the_package():
         assert running.get(name).NAME == name
 
 
-THROWAWAY = {
-    "__init__.py": '''
-        """``gpolab scratch``: a throw-away lab (tests/test_layout.py)."""
-        from gpolab.kit.command import lab_command
-
-        EXAMPLES = ("gpolab scratch --quick", "gpolab scratch --n 3")
-        register = lab_command("scratch", help="a throw-away lab", description="Counts to n.")
-        ''',
-    "lab.py": """
-        import dataclasses
-
-        import pandas as pd
-
-        from gpolab import configs
-        from gpolab.configs import option
-
-        NAME = "scratch"
-        TABLES = ("results",)
-
-
-        @dataclasses.dataclass(frozen=True)
-        class Config(configs.Config):
-            n: int = option(5, "how many rows")
-            seed: int = option(0, "unused", key=False)
-            out: str = option("results/scratch", "output folder", key=False)
-            QUICK = {"n": 2}
-
-            def validate(self):
-                from gpolab import validate
-
-                validate.integer("n", self.n, 1, 100)
-
-
-        def cells(cfg):
-            return 1
-
-
-        def run(cfg, key, *, store=None, progress=None):
-            return {"results": pd.DataFrame({"i": range(cfg.n)})}
-
-
-        def figures(tables):
-            return {}
-
-
-        def report(cfg, tables):
-            return tables["results"].to_string(index=False)
-        """,
-}
-
-
-@pytest.fixture
-def scratch_lab(tmp_path, monkeypatch):
-    """A lab folder ``scratch`` in a temporary directory on the labs package's path."""
-    root = tmp_path / "labs_extra"
-    folder = root / "scratch"
-    folder.mkdir(parents=True)
-    for name, text in THROWAWAY.items():
-        (folder / name).write_text(textwrap.dedent(text).lstrip())
-    monkeypatch.setattr(labs, "__path__", [*labs.__path__, str(root)])
-    yield folder
-    for name in [m for m in sys.modules if m.startswith("gpolab.labs.scratch")]:
-        del sys.modules[name]
-
-
-def test_a_lab_is_one_folder(scratch_lab, tmp_path, capsys):
-    """A folder with ``__init__.py`` (its command) and ``lab.py`` is in ``gpolab --help`` with
-    its examples, runs, and is a lab an experiment file may name: nothing else was edited."""
-    with pytest.raises(SystemExit):
-        cli.main(["--help"])
-    assert "scratch" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        cli.main(["scratch", "--help"])
-    help_text = capsys.readouterr().out
-    assert help_text.rstrip().endswith("gpolab scratch --quick\n  gpolab scratch --n 3")
-    assert "--n" in help_text
-    assert "scratch" in running.names()
-    out = tmp_path / "out"
-    assert cli.main(["scratch", "--n", "3", "--out", str(out)]) == 0
-    assert (out / "results.parquet").exists() and (out / "config.toml").exists()
+# a throw-away lab folder run from the command line: docs/layout.md's recipe, followed literally
+# by tests/test_extension.py
 
 
 def test_every_folder_of_the_package_is_a_package():
