@@ -355,12 +355,12 @@ def plan_inputs(run_folder) -> dict:
     loo's constants (c1, ‖g‖², s, a), their bootstrap replicates, the Beta fit (α, β) and the
     log's responses per step (plan's defaults: its seed, its bootstrap)."""
     from gpolab import configs
-    from gpolab.labs.plan import lab, rollouts
+    from gpolab.labs.plan import gstar_rows, lab, rollouts
 
     cfg, _ = lab.with_callback_files(configs.resolve(lab.Config, table={"log": str(run_folder)}))
     log = lab.binarized(cfg, lab.load(cfg))
     levels = rollouts.binary_levels(log)
-    gs = lab.gstar_row(cfg, log, levels, lab.read_norms(cfg.grad_norms))
+    gs = gstar_rows.gstar_row(cfg, log, levels, lab.read_norms(cfg.grad_norms))
     return {"consts": [gs[f"gstar_{k}"] for k in ("c1", "g_sq", "s", "a")], **gs}
 
 

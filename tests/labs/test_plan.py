@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from gpolab.labs import plan as plan_cmd
+from gpolab.labs.plan import gstar_rows
 from gpolab.labs.plan import lab as plan
 from gpolab.runner import cli
 from gpolab.theory import difficulty
@@ -790,11 +791,11 @@ def test_the_training_rule_reads_the_pool(pool, prompts, groups, want):
     p = {"prompts": prompts, "groups": groups, "budget": 64, "gstar": 5.0}
     p |= {"gstar_c1": 0.01, "gstar_C2": 0.1, "gstar_C3": 0.16}
     cfg = plan.Config(log="x", pool=pool)
-    row = plan.rule_row(cfg, p)
+    row = gstar_rows.rule_row(cfg, p)
     c = groupsize.Constants(0.01, 0.1, 0.16)
     assert row["rule_pool"] == want and row["rule_G"] == groupsize.training_rule(c, 64, want)["G"]
     assert row["rule_reason"].startswith("at N = 64 rollouts per step and")
-    undecided = plan.rule_row(cfg, {**p, "gstar": None})
+    undecided = gstar_rows.rule_row(cfg, {**p, "gstar": None})
     assert undecided["rule_G"] is None and "decided" in undecided["rule_reason"]
 
 

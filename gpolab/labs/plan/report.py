@@ -29,6 +29,11 @@ def _clean(d: dict) -> dict:
     return {k: json_value(v) for k, v in d.items()}
 
 
+# plan.json's logged_degenerate_<key> from the pooled row's logged_<column>
+_LOGGED = (("frac", "measured"), ("predicted", "predicted"), ("z", "z"))
+_GSTAR_KEYS = ("gstar", "gstar_lo", "gstar_hi", "gstar_reason", "safe_G", "safe_regret")
+
+
 def summary_json(cfg, tables: dict) -> dict:
     """The whole log as one JSON object (pooled), per-window detail nested under ``windows``."""
     p = pooled(tables)
@@ -42,41 +47,22 @@ def summary_json(cfg, tables: dict) -> dict:
     for rec in tables["kappa"].to_dict(orient="records"):
         kappa.setdefault(rec["estimator"], {})[str(int(rec["G"]))] = json_value(rec["kappa_mean"])
     s = tables["summary"]
-    out = {
-        "format": p["format"],
-        "reward": p["reward"],
-        "rewards": p["rewards"],
-        "steps": p["steps"],
-        "prompts": p["prompts"],
-        "groups": p["groups"],
-        "G": p["G"],
-        "a": p.get("a"),
-        "b": p.get("b"),
-        "a_se": p.get("a_se"),
-        "b_se": p.get("b_se"),
-        "logged_degenerate_frac": p.get("logged_measured"),
-        "logged_degenerate_predicted": p.get("logged_predicted"),
-        "logged_degenerate_z": p.get("logged_z"),
+    out = {k: p[k] for k in ("format", "reward", "rewards", "steps", "prompts", "groups", "G")}
+    out |= {k: p.get(k) for k in ("a", "b", "a_se", "b_se")}
+    out |= {f"logged_degenerate_{k}": p.get(f"logged_{v}") for k, v in _LOGGED}
+    out |= {
         "predicted_degenerate_frac": by_G("predicted"),
         "dapo_draws_per_kept_group": by_G("dapo_draws"),
         "G_needed": p.get("G_needed"),
         "G_needed_text": need_text(p),
         "target": p["target"],
-        "G_needed_min": p.get("G_needed_min"),
-        "fit_reason": p.get("fit_reason"),
-        "se_method": p.get("se_method"),
-        "logged_degenerate_se": p.get("logged_measured_se"),
-        "kappa": kappa,
-        "gstar": p.get("gstar"),
-        "gstar_lo": p.get("gstar_lo"),
-        "gstar_hi": p.get("gstar_hi"),
-        "gstar_reason": p.get("gstar_reason"),
-        "safe_G": p.get("safe_G"),
-        "safe_regret": p.get("safe_regret"),
-        **{k: p.get(k) for k in p if k.startswith(("estimator_", "loo_model_"))},
-        "notes": p.get("notes") or "",
-        "windows": [_clean(r) for r in s[s["window"] != POOLED].to_dict(orient="records")],
     }
+    out |= {k: p.get(k) for k in ("G_needed_min", "fit_reason", "se_method")}
+    out |= {"logged_degenerate_se": p.get("logged_measured_se"), "kappa": kappa}
+    out |= {k: p.get(k) for k in _GSTAR_KEYS}
+    out |= {k: p.get(k) for k in p if k.startswith(("estimator_", "loo_model_"))}
+    out["notes"] = p.get("notes") or ""
+    out["windows"] = [_clean(r) for r in s[s["window"] != POOLED].to_dict(orient="records")]
     # every other field of summary.csv's pooled row (the lead, the prices, the training rule):
     # plan.json and summary.csv carry the same fields
     out |= {k: v for k, v in p.items() if k not in out and k != "window"}
