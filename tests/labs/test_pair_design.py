@@ -1,7 +1,7 @@
 """c1 from pair scores against the gradient norms' 1/B slope, in the TRL hook's own design (issue
 56, item 5): on known truth (plancheck's bandit logs, exact pair scores), the gradient norms built
 
-* ``separate``: from independent steps at B = 8, 64 (plancheck's design, :func:`pc.grad_norms`);
+* ``separate``: from independent steps at B = 8, 64 (plancheck's design, :func:`grad_norms`);
 * ``same k``: from the log's own groups, k per measured step, as ``PlanCallback`` does (each
   group's (1/G) Σ A_loo W, then :func:`gpolab.integrations.files.batch_norms` at B = 1, 2, 4, …
   up to k over those k groups).
@@ -22,7 +22,7 @@ import pytest
 from gpolab.envs import bandit
 from gpolab.estimators import loo_advantages
 from gpolab.integrations.files import batch_norms, batch_sizes
-from gpolab.labs.plancheck import lab as pc
+from gpolab.labs.plancheck import simulate as simulated
 from gpolab.theory import gstar
 
 
@@ -79,7 +79,7 @@ def step_bootstrap_se(f, norms, G: int, k: int, boot: int, seed: int) -> dict:
 
 def one_log(seed: int, G: int, ks, boot: int) -> dict:
     """{(design, path): (c1 − truth, c1_se)} on one simulated log (15 steps × 32 prompts × G)."""
-    sim = pc.simulate_bandit(seed=seed, steps=15, G=G, norm_steps=60)
+    sim = simulated.simulate_bandit(seed=seed, steps=15, G=G, norm_steps=60)
     f, truth = sim.frame, sim.truth["c1"]
     group = (f["step"].astype(str) + "/" + f["prompt"]).to_numpy()
     designs = {"separate": sim.norms} | {f"same {k}": callback_norms(sim, seed, k) for k in ks}

@@ -742,9 +742,10 @@ def test_plan_gives_the_trainers_estimator_gstar_beside_loos(tmp_path):
     G* of trl/grpo (transfer model) with an interval holding it, loo's on the same grid a
     neighbour of loo's 1 + √(C3/c1), and the recommendation naming the trainer's estimator."""
     from gpolab.labs.plancheck import lab as plancheck
+    from gpolab.labs.plancheck import simulate
     from gpolab.theory import gstar_model
 
-    sim = plancheck.simulate_bandit(steps=15, norm_steps=60)
+    sim = simulate.simulate_bandit(steps=15, norm_steps=60)
     paths = plancheck.write_logs(sim, tmp_path / "logs", ("table",))
     kw = dict(proxy_column=plancheck.PROXY, grad_norms=str(paths["norms"]))
     tables = plan.run(config(tmp_path, paths["table"], trainer_estimator="trl/grpo", **kw))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpolab.envs import arithmetic, bandit
-from gpolab.labs.plancheck import lab as pc
+from gpolab.labs.plancheck import simulate as simulated
 from gpolab.validate import ConfigError
 
 COLUMNS = [
@@ -26,13 +26,13 @@ COLUMNS = [
 
 @pytest.fixture(scope="module")
 def sim():
-    return pc.simulate_bandit()  # defaults: 50 steps × 32 prompts × 8, 512 prompts
+    return simulated.simulate_bandit()  # defaults: 50 steps × 32 prompts × 8, 512 prompts
 
 
 @pytest.fixture(scope="module")
 def params():
     """The defaults' instance, rebuilt independently of the simulation."""
-    return bandit.make(0, prompts=512, actions=64, **pc.BANDIT_SETTINGS)
+    return bandit.make(0, prompts=512, actions=64, **simulated.BANDIT_SETTINGS)
 
 
 def _numpy_V(params) -> np.ndarray:
@@ -44,7 +44,7 @@ def _numpy_V(params) -> np.ndarray:
 
 
 def test_degenerate_truth_by_hand():
-    got = pc.degenerate_truth([0.0, 1.0, 0.5], np.full(3, 1 / 3), Gs=(2, 3))
+    got = simulated.degenerate_truth([0.0, 1.0, 0.5], np.full(3, 1 / 3), Gs=(2, 3))
     assert got == pytest.approx({2: (1 + 1 + 0.5) / 3, 3: (1 + 1 + 0.25) / 3}, rel=1e-12)
 
 
@@ -75,7 +75,7 @@ def test_frame_layout(sim):
 
 
 def test_batch_order_is_a_dataloader():
-    order = pc.batch_order(jax.random.key(0), 10, 7, 4)  # 2 steps per epoch, 2 ids dropped
+    order = simulated.batch_order(jax.random.key(0), 10, 7, 4)  # 2 steps per epoch, 2 ids dropped
     assert order.shape == (7, 4)
     for e in range(3):
         assert len(set(order[2 * e : 2 * e + 2].reshape(-1))) == 8
@@ -134,7 +134,11 @@ def test_grad_norms_match_exact_mse(sim):
 
 def test_same_seed_same_log_other_seed_other_log():
     kw = dict(steps=3, B=4, G=4, norm_batches=(2,), norm_steps=3, prompts=16, actions=8)
-    a, b, c = pc.simulate_bandit(**kw), pc.simulate_bandit(**kw), pc.simulate_bandit(seed=1, **kw)
+    a, b, c = (
+        simulated.simulate_bandit(**kw),
+        simulated.simulate_bandit(**kw),
+        simulated.simulate_bandit(seed=1, **kw),
+    )
     assert a.frame.equals(b.frame) and a.norms.equals(b.norms)
     assert not a.frame.equals(c.frame)
 
@@ -152,7 +156,7 @@ def test_same_seed_same_log_other_seed_other_log():
 )
 def test_bad_bandit_settings(kw, field):
     with pytest.raises(ConfigError, match=f"^{field}:"):
-        pc.simulate_bandit(**kw)
+        simulated.simulate_bandit(**kw)
 
 
 @pytest.mark.parametrize(
@@ -160,23 +164,23 @@ def test_bad_bandit_settings(kw, field):
 )
 def test_bad_arithmetic_settings(kw, field):
     with pytest.raises(ConfigError, match=f"^{field}:"):
-        pc.simulate_arithmetic(**kw)
+        simulated.simulate_arithmetic(**kw)
 
 
 def test_answer_text():
-    assert pc.answer_text(arithmetic.encode(-7)) == "-7"
-    assert pc.answer_text(arithmetic.encode(42)) == "42"
-    assert pc.answer_text([arithmetic.EOS] * 4) == ""
+    assert simulated.answer_text(arithmetic.encode(-7)) == "-7"
+    assert simulated.answer_text(arithmetic.encode(42)) == "42"
+    assert simulated.answer_text([arithmetic.EOS] * 4) == ""
 
 
 @pytest.mark.slow
 def test_arithmetic_log_against_truth():
-    sim = pc.simulate_arithmetic()  # defaults: 20 steps × 16 questions × 8
+    sim = simulated.simulate_arithmetic()  # defaults: 20 steps × 16 questions × 8
     fr, t = sim.frame, sim.truth
     assert list(fr.columns) == COLUMNS and len(fr) == 20 * 16 * 8
     assert np.all(np.isfinite(fr[["reward", "proxy", "length"]].to_numpy()))
     assert (fr.proxy > 0).all() and set(fr.reward) <= {0.0, 1.0}
-    filler = pc.ARITHMETIC_SETTINGS["filler"]
+    filler = simulated.ARITHMETIC_SETTINGS["filler"]
     assert fr.length.between(filler + 1, filler + arithmetic.LENGTH).all()
     # the reward is 1 exactly when the completion is the answer's text
     questions = arithmetic.make_questions(0, 500)
@@ -230,7 +234,7 @@ def test_gstar_intervals_cover_the_truth_over_many_logs():
 
     n, hits_g, hits_c1, half = 200, 0, 0, 0
     for seed in range(n):
-        sim = pc.simulate_bandit(seed=seed, steps=15, norm_steps=60)
+        sim = simulated.simulate_bandit(seed=seed, steps=15, norm_steps=60)
         f, t = sim.frame, sim.truth
         group = (f["step"].astype(str) + "/" + f["prompt"]).to_numpy()
         args = (f["reward"].to_numpy(), f["proxy"].to_numpy(), group, sim.norms, 8)
@@ -257,7 +261,7 @@ def _safe_coverage_rows(n: int = 80, N: int = 256) -> list[dict]:
     rows = []
     for d, design in enumerate(SAFE_DESIGNS):
         for seed in range(n):
-            sim = pc.simulate_bandit(seed=seed, steps=2, norm_steps=6, **design)
+            sim = simulated.simulate_bandit(seed=seed, steps=2, norm_steps=6, **design)
             f, t = sim.frame, sim.truth
             group = (f["step"].astype(str) + "/" + f["prompt"]).to_numpy()
             args = (f["reward"].to_numpy(), f["proxy"].to_numpy(), group, sim.norms, 8)
@@ -330,7 +334,7 @@ def test_c1_from_pair_scores_covers_the_truth_with_less_spread():
 
     n, err, hits = 100, {"norms": [], "pairs": []}, 0
     for seed in range(n):
-        sim = pc.simulate_bandit(seed=seed, steps=15, norm_steps=60)
+        sim = simulated.simulate_bandit(seed=seed, steps=15, norm_steps=60)
         f, t = sim.frame, sim.truth
         group = (f["step"].astype(str) + "/" + f["prompt"]).to_numpy()
         args = (f["reward"].to_numpy(), f["proxy"].to_numpy(), group, sim.norms, 8)
