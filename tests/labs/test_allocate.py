@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from gpolab.labs.allocate import lab, rules
+from gpolab.labs.allocate import lab, rules, static, steps
 from gpolab.runner import cli
 from gpolab.theory import allocation as theory
 
@@ -115,14 +115,14 @@ def test_loo_posterior_curve_at_rho_zero_is_sigma2_over_g_minus_1():
 
 def test_sampled_design_spends_the_budget_and_beats_uniform():
     cfg = lab.Config(**{**SMALL, "seeds": 16})
-    env = lab.Bandit.of(cfg.instance)
+    env = steps.Bandit.of(cfg.instance)
     t = env.truth(env.policy(env.theta))
     a1, a0, _ = theory.tables("loo", 16)
-    o = lab.oracle_curves(t, a1, a0)
+    o = steps.oracle_curves(t, a1, a0)
     pi, G, mse = theory.sampled_design(o["second_moment"], o["kappa"], t["gsq"], env.f, 24)[:3]
     assert np.all((pi > 0) & (pi <= 1)) and np.all(G >= 2)
     assert float(pi @ G) == pytest.approx(24, abs=1.0)
-    uniform = lab.exact_given(o, env.f, np.full(8, 3), np.ones(8))
+    uniform = steps.exact_given(o, env.f, np.full(8, 3), np.ones(8))
     assert mse < uniform
 
 
@@ -187,7 +187,7 @@ def test_reinforce_ada_stops_when_both_outcomes_reach_half_the_group():
     z = np.zeros((1, 3, 16), bool)
     z[0, 0, [0, 3]] = True  # two successes in round 1 (r = 4): done after round 1
     z[0, 1, [9, 10]] = True  # successes in round 3
-    use, gen, adv = lab.used_responses(rules.RULES["reinforce-ada"], None, z, budget=12)
+    use, gen, adv = steps.used_responses(rules.RULES["reinforce-ada"], None, z, budget=12)
     assert gen.tolist() == [[4, 12, 16]]  # third prompt never succeeds: all 4 rounds
     assert use.sum(-1).tolist() == [[2, 2, 2]]  # n = r/2 = 2 responses kept
     assert z[0, 0][use[0, 0]].tolist() == [True, False]  # one success, one failure
@@ -198,7 +198,7 @@ def test_pods_keeps_the_most_balanced_half():
     z = np.zeros((1, 2, 8), bool)
     z[0, 0, :1] = True  # 1 success of 8: keep it and 3 failures
     z[0, 1, :6] = True  # 6 of 8: keep 2 and 2
-    use, gen, _ = lab.used_responses(rules.RULES["pods"], np.array([[8, 8]]), z, budget=16)
+    use, gen, _ = steps.used_responses(rules.RULES["pods"], np.array([[8, 8]]), z, budget=16)
     assert use.sum(-1).tolist() == [[4, 4]] and gen.tolist() == [[8, 8]]
     assert (z & use).sum(-1).tolist() == [[1, 2]]
 
@@ -331,26 +331,26 @@ def test_knapsack_matches_the_authors_sampling_budget_by_knapsack(p, valid, budg
 def test_knapsack_reads_the_latest_16_rewards():
     """Their update_sample_state: a group of 16 or more gives its own rate, a smaller one the
     rate of the latest 16 rewards across groups; 8 rewards make a prompt valid."""
-    state = lab.fresh_state(1, 1)
+    state = steps.fresh_state(1, 1)
     z = np.zeros((1, 1, 20), bool)
     for n, wins in ((8, 8), (4, 0), (20, 5), (2, 2)):
         z[:] = False
         z[..., :wins] = True
-        state = lab.observe(state, np.array([[wins]]), np.array([[n]]), 1.0, z)
+        state = steps.observe(state, np.array([[wins]]), np.array([[n]]), 1.0, z)
     # latest 16: the 2 successes, then the last 14 of the 20-group (their reversed order: all
     # failures here), so 2 of 16; the 20-group alone gave 5/20 one step earlier
     assert state["kn_p"][0, 0] == pytest.approx(2 / 16)
     assert state["kn_count"][0, 0] == 34
-    one = lab.observe(
-        lab.fresh_state(1, 1),
+    one = steps.observe(
+        steps.fresh_state(1, 1),
         np.array([[3]]),
         np.array([[4]]),
         1.0,
         np.array([[[1, 1, 1, 0]]], bool),
     )
-    view = lab.view_of(
+    view = steps.view_of(
         lab.Config(prompts=1, actions=2),
-        lab.Bandit.of(lab.Config(prompts=1, actions=2).instance),
+        steps.Bandit.of(lab.Config(prompts=1, actions=2).instance),
         np.full((1, 2), 0.5),
         one,
         None,
@@ -366,18 +366,18 @@ def test_gvm_reads_a_fresh_first_stage_counted_in_the_rollouts():
     at p̂ = 0 is not starved when its fresh stage succeeds (gpolab's old port read the last step
     only and gave it nothing), and the first stage is counted in the rollouts spent."""
     cfg = lab.Config(prompts=2, actions=2, budget=(8,), cap=8)
-    env = lab.Bandit.of(cfg.instance)
+    env = steps.Bandit.of(cfg.instance)
     pi = env.policy(env.theta)
-    state = lab.observe(lab.fresh_state(1, 2), np.array([[0, 1]]), np.array([[2, 2]]), 1.0)
-    a1, a0, _ = lab._tables("loo", 8)
-    view = dataclasses.replace(lab.view_of(cfg, env, pi, state, a1, a0, None), gnorm=np.ones(2))
-    M = lab.response_slots(cfg, 8)
+    state = steps.observe(steps.fresh_state(1, 2), np.array([[0, 1]]), np.array([[2, 2]]), 1.0)
+    a1, a0, _ = steps._tables("loo", 8)
+    view = dataclasses.replace(steps.view_of(cfg, env, pi, state, a1, a0, None), gnorm=np.ones(2))
+    M = steps.response_slots(cfg, 8)
     z = np.zeros((1, 2, M), bool)
     z[0, :, 0] = True  # stage 1 (2 per prompt): one success each
     a = np.broadcast_to(np.argmin(pi, -1)[None, :, None], (1, 2, M))  # a score norm ≈ 1
     out = {}
     for name in ("gvm", "gpolab-gvm-last"):
-        G, _, gen, _, n, _, _ = lab.step(
+        G, _, gen, _, n, _, _ = steps.step(
             rules.RULES[name], view, 8, pi, env.success, a, z, np.random.default_rng(0), a1, a0
         )
         out[name] = (G[0].tolist(), gen[0].tolist(), n[0].tolist())
@@ -385,7 +385,7 @@ def test_gvm_reads_a_fresh_first_stage_counted_in_the_rollouts():
     G, gen, n = out["gvm"]
     assert G[0] > 0 and sum(gen) == 8 and gen == [2 + g for g in G] and n == G
     assert (
-        lab.own_objectives(
+        static.own_objectives(
             np.array([n]), np.array([[1, 1]]), np.array([gen]), np.array([0.5, 0.5])
         )["update_cost"][0]
         == 0.5
@@ -397,7 +397,7 @@ def test_own_objective_columns_against_enumeration(small):
     p_x) exactly and the share of groups with both outcomes has mean 1 − p^G − (1 − p)^G."""
     res = small["loo"]["results"].set_index(["rule", "budget"])
     cfg = lab.Config(**SMALL)
-    env = lab.Bandit.of(cfg.instance)
+    env = steps.Bandit.of(cfg.instance)
     V = env.truth(env.policy(env.theta))["V"]
     for budget in SMALL["budget"]:
         G = budget // SMALL["prompts"]
@@ -411,6 +411,6 @@ def test_own_objective_columns_against_enumeration(small):
     G = np.array(SMALL["budget"]) // SMALL["prompts"]
     np.testing.assert_allclose(pods, np.maximum(G // 2, 2) / G)
     gvm = res.xs("gvm", level="rule")["update_cost"]  # the first stage is not trained on
-    stage = np.array([lab.stage_size(n, SMALL["prompts"]) for n in SMALL["budget"]])
+    stage = np.array([steps.stage_size(n, SMALL["prompts"]) for n in SMALL["budget"]])
     trained = 1 - stage * SMALL["prompts"] / np.array(SMALL["budget"])
     assert gvm.iloc[0] == trained[0] and np.all(gvm <= trained + 1e-12), (gvm, trained)

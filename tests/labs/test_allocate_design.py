@@ -9,7 +9,7 @@ import argparse
 import numpy as np
 import pytest
 
-from gpolab.labs.allocate import lab, rules
+from gpolab.labs.allocate import analysis, lab, rules, static, steps
 from gpolab.theory import allocation as theory
 
 # the lab's default instance and a small one (16 prompts, cap 16)
@@ -18,7 +18,7 @@ INSTANCES = {"default": {}, "small": {"prompts": 16, "cap": 16}}
 
 def _design(kw, estimator, budget):
     cfg = lab.Config(estimator=estimator, **kw)
-    o, f = lab._instance_curves(cfg)
+    o, f = analysis._instance_curves(cfg)
     d = theory.sampled_design(o["second_moment"], o["kappa"], o["gsq"], f, budget)
     keep = theory.step_mse(o["mse"], f**2, theory.greedy(o["mse"], f**2, budget))
     return d, float(keep), cfg, o, f
@@ -61,12 +61,12 @@ def test_gpolab_sample_draws_realize_the_design():
     """The rule's draws (one side of the jump per step, inclusion, weight 1/π): mean rollouts
     and mean exact MSE given the allocation match the design's, within 4 Monte Carlo SE."""
     cfg = lab.Config(prompts=16, cap=16)
-    env = lab.Bandit.of(cfg.instance)
+    env = steps.Bandit.of(cfg.instance)
     pi = env.policy(env.theta)
     a1, a0, _ = theory.tables(cfg.estimator, cfg.cap)
-    oracle = lab.oracle_curves(env.truth(pi), a1, a0)
+    oracle = steps.oracle_curves(env.truth(pi), a1, a0)
     S, budget = 20000, 160
-    view = lab.view_of(cfg, env, pi, lab.fresh_state(S, 16), a1, a0, oracle)
+    view = steps.view_of(cfg, env, pi, steps.fresh_state(S, 16), a1, a0, oracle)
     G, weight = rules.gpolab_sample(view, budget, np.random.default_rng(0))
     d = theory.sampled_design(
         oracle["second_moment"], oracle["kappa"], oracle["gsq"], env.f, budget
@@ -74,7 +74,7 @@ def test_gpolab_sample_draws_realize_the_design():
     assert 0 < float(d.q) < 1  # the jump is randomized here
     spent = G.sum(-1)
     assert abs(spent.mean() - budget) < 4 * spent.std() / np.sqrt(S)
-    exact = lab.exact_given(oracle, env.f, G, weight)
+    exact = steps.exact_given(oracle, env.f, G, weight)
     assert abs(exact.mean() - float(d.mse)) < 4 * exact.std() / np.sqrt(S)
 
 
@@ -111,7 +111,7 @@ def test_bias_verdicts_have_power_and_say_cannot_tell():
             ("gpolab-drop", 128, 3.8e-5, 1.5e-9, 5e-5, 1e-7),  # the negative control: biased
         ]
     )
-    v = dict(zip(res["rule"], lab.bias_verdicts(res), strict=True))
+    v = dict(zip(res["rule"], analysis.bias_verdicts(res), strict=True))
     assert v == {
         "greso": "biased",
         "uniform": "unbiased",
@@ -119,15 +119,15 @@ def test_bias_verdicts_have_power_and_say_cannot_tell():
         "knapsack": "cannot tell",
         "gpolab-drop": "biased",
     }
-    assert list(lab.unbiased(res)["rule"]) == ["uniform"]
+    assert list(analysis.unbiased(res)["rule"]) == ["uniform"]
     # the old rule would have passed GRESO
     assert abs(1.37e-6) <= 4 * 3.8e-7
     # a control not found biased at that size: nothing there is called unbiased
     weak = res.assign(bias_sq_se=np.where(res["rule"] == "gpolab-drop", 1e-4, res["bias_sq_se"]))
-    assert "unbiased" not in set(lab.bias_verdicts(weak))
-    text = lab._verdict_text(weak)
+    assert "unbiased" not in set(analysis.bias_verdicts(weak))
+    text = analysis._verdict_text(weak)
     assert "negative control gpolab-drop was not found biased" in text
-    assert "no negative control" in lab._verdict_text(res[res["rule"] != "gpolab-drop"])
+    assert "no negative control" in analysis._verdict_text(res[res["rule"] != "gpolab-drop"])
 
 
 def test_bias_test_finds_a_known_small_bias_and_cannot_tell_when_too_small():
@@ -136,17 +136,17 @@ def test_bias_test_finds_a_known_small_bias_and_cannot_tell_when_too_small():
     found biased with enough seeds and plain uniform unbiased; at the quick run's 256 seeds the
     same test cannot tell (plain uniform's bound is above the line)."""
     cfg = lab.Config(prompts=16, cap=16)
-    env = lab.Bandit.of(cfg.instance)
+    env = steps.Bandit.of(cfg.instance)
     pi = env.policy(env.theta)
     t = env.truth(pi)
     a1, a0, _ = theory.tables(cfg.estimator, cfg.cap)
     P, g = 16, 4
-    a, z = lab.draw(np.random.default_rng(1), pi, env.success, (4096, P, g))
+    a, z = steps.draw(np.random.default_rng(1), pi, env.success, (4096, P, g))
 
     def row(name, sizes, S):
         use = np.arange(g) < sizes[..., None]
-        ghat, n, c = lab.estimate(pi, a[:S], z[:S], use, None, a1, a0)
-        acc = lab._Acc(P, pi.shape[-1])
+        ghat, n, c = steps.estimate(pi, a[:S], z[:S], use, None, a1, a0)
+        acc = static._Acc(P, pi.shape[-1])
         acc.add(env.f, t["g"], ghat, sizes, n, c, None, sizes, t["V"])
         r = acc.row(env.f, t["g"])
         return (name, P * g, r["bias_sq"], r["bias_sq_se"], r["mse"], r["mse_se"])
@@ -155,8 +155,8 @@ def test_bias_test_finds_a_known_small_bias_and_cannot_tell_when_too_small():
     for S, want in ((4096, ["unbiased", "biased"]), (256, ["cannot tell"])):
         G = np.full((S, P), g)
         uniform = row("uniform", G, S)
-        drop = int(np.argmin(np.abs(np.log(bias / (lab.BIAS_SHARE * uniform[4])))))
-        assert 0.3 < bias[drop] / (lab.BIAS_SHARE * uniform[4]) < 3
+        drop = int(np.argmin(np.abs(np.log(bias / (analysis.BIAS_SHARE * uniform[4])))))
+        assert 0.3 < bias[drop] / (analysis.BIAS_SHARE * uniform[4]) < 3
         dropped = row("gpolab-drop", np.where(np.arange(P) == drop, 0, G), S)
         res = _res([uniform, dropped])
-        assert list(lab.bias_verdicts(res))[: len(want)] == want, (S, res)
+        assert list(analysis.bias_verdicts(res))[: len(want)] == want, (S, res)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from gpolab.labs.allocate import lab, rules
+from gpolab.labs.allocate import analysis, lab, rules, steps
 
 ALPHA, BETA = 1e-3, 2.0  # their calc_sample_ratio defaults (run_em.sh passes the same)
 
@@ -50,10 +50,10 @@ def _their_grad_quantity(norms, correct):
 
 def _view(P=6, S=1, cap=64):
     cfg = lab.Config(prompts=P, actions=4, budget=(4 * P,), cap=cap)
-    env = lab.Bandit.of(cfg.instance)
+    env = steps.Bandit.of(cfg.instance)
     pi = env.policy(env.theta)
-    a1, a0, _ = lab._tables("loo", cap)
-    view = lab.view_of(cfg, env, pi, lab.fresh_state(S, P), a1, a0, None)
+    a1, a0, _ = steps._tables("loo", cap)
+    view = steps.view_of(cfg, env, pi, steps.fresh_state(S, P), a1, a0, None)
     return cfg, env, pi, view, a1, a0
 
 
@@ -70,7 +70,7 @@ def test_gvm_allocates_as_the_authors_code_from_their_stage_one_quantity(seed):
     z = rng.random((1, P, M)) < rng.uniform(0, 0.6, (1, P, 1))
     z[0, 0, :s] = False  # a prompt with no correct answer in stage 1: 0 responses
     budget = 2 * s * P
-    G, *_ = lab.step(rules.RULES["gvm"], view, budget, pi, env.success, a, z, rng, a1, a0)
+    G, *_ = steps.step(rules.RULES["gvm"], view, budget, pi, env.success, a, z, rng, a1, a0)
     norms = np.linalg.norm(np.eye(pi.shape[-1])[a[0, :, :s]] - pi[:, None, :], axis=-1)
     Gs = [_their_grad_quantity(norms[x], z[0, x, :s]) for x in range(P)]
     ps = [z[0, x, :s].sum() / s for x in range(P)]
@@ -85,18 +85,18 @@ def test_stage_one_quantity_is_the_mean_score_norm_over_correct_and_unbiased_for
     pi = np.array([[0.5, 0.3, 0.2]])
     a = np.array([[[0, 1, 2, 1]]])
     z = np.array([[[True, False, True, False]]])
-    norm = np.sqrt(lab.score_sq(pi))[0]
-    got = lab.correct_score_norm(pi, a, z)
+    norm = np.sqrt(steps.score_sq(pi))[0]
+    got = steps.correct_score_norm(pi, a, z)
     assert got[0, 0] == pytest.approx((norm[0] + norm[2]) / 2, abs=1e-15)
-    assert lab.correct_score_norm(pi, a, np.zeros_like(z))[0, 0] == 0.0
+    assert steps.correct_score_norm(pi, a, np.zeros_like(z))[0, 0] == 0.0
     cfg = lab.Config(prompts=4, actions=4, budget=(16,), cap=16)
-    env = lab.Bandit.of(cfg.instance)
+    env = steps.Bandit.of(cfg.instance)
     pi = env.policy(env.theta)
     exact = env.truth(pi)["w_correct"]
-    want = np.sum(pi * env.success * np.sqrt(lab.score_sq(pi)), -1) / np.sum(pi * env.success, -1)
+    want = np.sum(pi * env.success * np.sqrt(steps.score_sq(pi)), -1) / np.sum(pi * env.success, -1)
     np.testing.assert_allclose(exact, want, rtol=1e-12)
-    a, z = lab.draw(np.random.default_rng(3), pi, env.success, (40_000, 4, 8))
-    est = lab.correct_score_norm(pi, a, z)
+    a, z = steps.draw(np.random.default_rng(3), pi, env.success, (40_000, 4, 8))
+    est = steps.correct_score_norm(pi, a, z)
     seen = z.any(-1)
     for x in range(4):
         v = est[seen[:, x], x]
@@ -119,10 +119,10 @@ def test_gvm_reads_their_quantity_and_the_variants_read_theirs():
     z[0, :, :2] = True  # p̂ = 1/2 for both
     budget = 2 * s * P + 40
     G = {
-        n: lab.step(rules.RULES[n], view, budget, pi, env.success, a, z, None, a1, a0)[0][0]
+        n: steps.step(rules.RULES[n], view, budget, pi, env.success, a, z, None, a1, a0)[0][0]
         for n in ("gvm", "gpolab-gvm-gnorm", "gpolab-gvm-exact")
     }
-    ours = lab.correct_score_norm(pi, a[..., :s], z[..., :s])[0]
+    ours = steps.correct_score_norm(pi, a[..., :s], z[..., :s])[0]
     assert ours[0] > 2 * ours[1] and G["gvm"][0] > G["gvm"][1], (ours, G)
     assert G["gpolab-gvm-gnorm"][1] > G["gpolab-gvm-gnorm"][0]
     assert G["gpolab-gvm-exact"][1] > G["gpolab-gvm-exact"][0]
@@ -134,33 +134,33 @@ def test_knapsack_clips_advantages_at_five_as_their_trainer():
     from n = 27; the rule's tables are verl/grpo's clipped there, loo's (|A| ≤ 1) unchanged."""
     grpo = rules.RULES["knapsack-grpo"]
     assert grpo.estimator == "verl/grpo" and grpo.adv_clip == rules.KNAPSACK_ADV_CLIP == 5.0
-    raw = lab._tables("verl/grpo", 64)
-    clipped = lab.rule_tables(grpo, "loo", 64)
+    raw = steps._tables("verl/grpo", 64)
+    clipped = steps.rule_tables(grpo, "loo", 64)
     for n in (26, 27, 40):
         A = (n - 1) / math.sqrt(n) / (1 + 1e-6 * math.sqrt(n))  # (1 − 1/n)/(1/√n + 1e-6)
         assert raw[0][n, 0] == pytest.approx(A, rel=1e-9) and (A > 5) == (n >= 27)
         assert clipped[0][n, 0] == pytest.approx(min(raw[0][n, 0], 5.0), rel=1e-12)
     assert np.all(np.abs(clipped[0]) <= 5) and np.all(np.abs(clipped[1]) <= 5)
     assert (np.abs(raw[0]) > 5).any()  # the negative control: the clip binds
-    loo = lab.rule_tables(rules.RULES["knapsack"], "loo", 64)
-    np.testing.assert_array_equal(loo[0], lab._tables("loo", 64)[0])
+    loo = steps.rule_tables(rules.RULES["knapsack"], "loo", 64)
+    np.testing.assert_array_equal(loo[0], steps._tables("loo", 64)[0])
 
 
 def test_knapsack_grpo_step_trains_on_the_clipped_advantage():
     """One prompt, 32 responses, one success: the step's ĝ_x is (1/32) Σ_i A_i (e_{a_i} − π)
     with the success's A clipped to 5 (unclipped √(31²/32) ≈ 5.48)."""
     cfg = lab.Config(prompts=2, actions=4, budget=(64,), cap=64)
-    env = lab.Bandit.of(cfg.instance)
+    env = steps.Bandit.of(cfg.instance)
     pi = env.policy(env.theta)
-    a1, a0, _ = lab._tables("loo", 64)
-    view = lab.view_of(cfg, env, pi, lab.fresh_state(1, 2), a1, a0, None)
+    a1, a0, _ = steps._tables("loo", 64)
+    view = steps.view_of(cfg, env, pi, steps.fresh_state(1, 2), a1, a0, None)
     rule = dataclasses.replace(rules.RULES["knapsack-grpo"], fn=lambda v, b, r: np.full((1, 2), 32))
     M = 64
     a = np.zeros((1, 2, M), np.int64)
     a[0, :, 0] = 1
     z = np.zeros((1, 2, M), bool)
     z[0, :, 0] = True
-    _, _, _, ghat, *_ = lab.step(rule, view, 64, pi, env.success, a, z, None, a1, a0)
+    _, _, _, ghat, *_ = steps.step(rule, view, 64, pi, env.success, a, z, None, a1, a0)
     n, s = 32, 1 / 32
     std = math.sqrt((s * (1 - s)) * n / (n - 1))
     lose = -s / (std + 1e-6)
@@ -178,7 +178,7 @@ def test_scaled_mse_of_uniform_matches_its_closed_form(est):
         prompts=8, actions=4, budget=(32,), cap=16, seeds=3000, rules=("uniform",), estimator=est
     )
     res = lab.static_rows(cfg, 32)[0]
-    o, f = lab._instance_curves(cfg)
+    o, f = analysis._instance_curves(cfg)
     G = 4
     dot = np.sum(f**2 * o["kappa"][:, G] * o["gsq"])
     norm2 = np.sum(f**2 * o["second_moment"][:, G])
