@@ -60,15 +60,17 @@ from gpolab.envs import arithmetic as arithmetic_env
 from gpolab.envs import bandit, markov
 from gpolab.envs import loglinear as loglinear_env
 from gpolab.envs import tree as tree_env
+from gpolab.kernels import grouped
+from gpolab.kernels import tree as tree_kernel
 from gpolab.labs.allocate import lab as allocate_lab
+from gpolab.kernels import offpolicy as offpolicy_kernel
+from gpolab.kernels import rollout_mismatch as mismatch_lab
 from gpolab.labs.offpolicy import lab as offpolicy_lab
-from gpolab.labs.offpolicy import mismatch as mismatch_lab
-from gpolab.labs.sweep import cells
-from gpolab.labs.sweep import lab as sweep_lab
 from gpolab.theory import allocation
 
 RNG_CHUNKS = (1024, 4096, 8192)  # chunks the PRNG bound is timed at (the fastest counts)
 REPEATS = 3  # W1 and its numpy reference, timed in turn: the fastest of 3 each (shared CPUs vary)
+FIVE = ("vanilla", "oracle", "loo", "mean", "grpo")  # the sweep's default estimators
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,14 +138,14 @@ def _w1_inputs(cfg: BenchConfig, G: int = 16) -> tuple:
     numpy reference's statistic)."""
     params = bandit.make(bandit.Instance(prompts=16, actions=64))
     args = (params, bandit.exact(params), bandit.outcome_tables(params), np.float32(1e-4))
-    return args, jax.random.key(cfg.seed), cells.BanditCell(("loo",), G=G, mean_error=False)
+    return args, jax.random.key(cfg.seed), grouped.BanditCell(("loo",), G=G, mean_error=False)
 
 
 def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) -> dict:
     n = n or cfg.seeds
     args, key, cell = _w1_inputs(cfg, G)
     params, truth, *_ = args
-    seconds, compile_s, m, chunk = _timed_run(cells.bandit_error, cell, args, key, n, cfg.chunk)
+    seconds, compile_s, m, chunk = _timed_run(grouped.bandit_error, cell, args, key, n, cfg.chunk)
     stats = engine.error_stats(m, "loo/err", "loo/sq")
     row = _row(
         f"W1 tabular 16x64 G={G} loo",
@@ -172,7 +174,7 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
         f64(truth.prompt_probs),
         G,
     )
-    again = lambda: engine.run(cells.bandit_error, cell, args, key, n, chunk)  # noqa: E731
+    again = lambda: engine.run(grouped.bandit_error, cell, args, key, n, chunk)  # noqa: E731
     best = _in_turn(cfg, again, ref)
     seconds = min(seconds, best.pop("engine_s"))
     np_rate = cfg.numpy_seeds / best.pop("numpy_s")
@@ -203,12 +205,12 @@ W1_STAGES = (
 
 def _w1_prefix(cell, key, args):
     """W1's per-seed function cut after the step ``cell[0]`` (``cell = (stage, BanditCell)``):
-    the calls :func:`gpolab.labs.sweep.cells.bandit_error` makes up to there, their outputs
+    the calls :func:`gpolab.kernels.grouped.bandit_error` makes up to there, their outputs
     summed into one scalar so that nothing is left out of the program; the last stage is
     ``bandit_error`` itself."""
     stage, bc = cell
     if stage == W1_STAGES[-1]:
-        return cells.bandit_error(bc, key, args)
+        return grouped.bandit_error(bc, key, args)
     params, truth, tables, eps = args
     prompts = jnp.arange(params.num_prompts, dtype=jnp.int32)
     dtype = params.success.dtype
@@ -217,8 +219,9 @@ def _w1_prefix(cell, key, args):
     actions, rewards = bandit.sample(key, params, prompts, bc.G, tables)
     if stage == W1_STAGES[1]:
         return {"s": jnp.sum(rewards) + jnp.sum(actions).astype(dtype)}
-    inputs = cells.bandit_inputs(key, params, truth, prompts, actions)
-    weights = cells.aggregate(bc, cells.cell_weights(bc, rewards, inputs, eps), inputs["lengths"])
+    inputs = grouped.bandit_inputs(key, params, truth, prompts, actions)
+    weights = grouped.cell_weights(bc, rewards, inputs, eps)
+    weights = grouped.aggregate(bc, weights, inputs["lengths"])
     if stage == W1_STAGES[2]:
         return {"s": jnp.sum(weights) + jnp.sum(actions).astype(dtype)}
     ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(
@@ -371,10 +374,10 @@ def numba_rows(w1_row: dict) -> list[dict]:
 def loglinear(cfg: BenchConfig) -> dict:
     params = bandit.make(0, prompts=16, actions=64, kind="loglinear", dim=8)
     args = (params, bandit.exact(params), bandit.outcome_tables(params), np.float32(1e-4))
-    cell = cells.BanditCell(("vanilla", "oracle", "loo", "mean", "grpo"), G=16)
+    cell = grouped.BanditCell(FIVE, G=16)
     n = cfg.seeds // 2
     seconds, compile_s, _, chunk = _timed_run(
-        cells.bandit_error, cell, args, jax.random.key(cfg.seed), n, cfg.chunk
+        grouped.bandit_error, cell, args, jax.random.key(cfg.seed), n, cfg.chunk
     )
     return _row("loglinear 16x64 d=8 G=16, 5 estimators", n, seconds, compile_s, chunk=chunk)
 
@@ -384,25 +387,24 @@ def tree(cfg: BenchConfig) -> dict:
     args = (params, tree_env.exact(params), np.float32(1e-4))
     n = cfg.seeds // 2
     seconds, compile_s, _, chunk = _timed_run(
-        cells.tree_error, cells.TreeCell(8, 8), args, jax.random.key(cfg.seed), n, cfg.chunk
+        tree_kernel.tree_error,
+        tree_kernel.TreeCell(8, 8),
+        args,
+        jax.random.key(cfg.seed),
+        n,
+        cfg.chunk,
     )
     return _row("tree Beta(2,3) K=8 M=8", n, seconds, compile_s, chunk=chunk)
 
 
 def arithmetic(cfg: BenchConfig) -> dict:
     instance = arithmetic_env.Instance(policy=("instruct",))
-    sweep = sweep_lab.Config(env="arithmetic", instance=instance)
-    args, _ = sweep_lab.make_setup(sweep)("instruct")
-    cell = cells.ArithmeticCell(sweep.estimators, G=16, Q=sweep.instance.per_seed)
+    a = arithmetic_env.make(instance)["instruct"]
+    args = (a.policy, jax.jit(arithmetic_env.exact)(a), a.questions, np.float32(1e-4))
+    cell = grouped.ArithmeticCell(FIVE, G=16, Q=instance.per_seed)
     n = 256 if cfg.quick else 2048
-    seconds, compile_s, _, chunk = _timed_run(
-        cells.arithmetic_error,
-        cell,
-        (*args, np.float32(sweep.eps)),
-        jax.random.key(cfg.seed),
-        n,
-        sweep_lab.arithmetic_chunk(),
-    )
+    key, chunk = jax.random.key(cfg.seed), grouped.arithmetic_chunk()
+    seconds, compile_s, _, chunk = _timed_run(grouped.arithmetic_error, cell, args, key, n, chunk)
     return _row(
         "arithmetic surrogate G=16, 8 questions/seed, 5 estimators",
         n,
@@ -427,10 +429,10 @@ def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
     n = 1024 if cfg.quick else 8192
     key = jax.random.key(cfg.seed)
     cell, args = offpolicy_lab.inputs(cfg_lab, unit)
-    all_s, compile_s, _, chunk = _timed_run(offpolicy_lab.per_seed, cell, args, key, n, 0)
+    all_s, compile_s, _, chunk = _timed_run(offpolicy_kernel.per_seed, cell, args, key, n, 0)
     one_s = sum(
         _timed_run(
-            offpolicy_lab.per_seed,
+            offpolicy_kernel.per_seed,
             cell,
             offpolicy_lab.inputs(cfg_lab, unit, (eta,))[1],
             key,
@@ -455,7 +457,7 @@ def _exact_grad(params, theta):
 
 
 def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
-    """The rollout–training mismatch kernel (:mod:`gpolab.labs.offpolicy.mismatch`) on the Markov
+    """The rollout–training mismatch kernel (:mod:`gpolab.kernels.rollout_mismatch`) on the Markov
     env at T tokens (8 prompts × 4 responses per seed, ``trl/sequence_mask``, noise 0.05), and
     the env's exact gradient by dynamic programming against enumerating all 4^T_enum responses
     of each of its 8 prompts at T_enum: ``dp_vs_enumeration`` = enumeration's seconds over the
@@ -470,6 +472,23 @@ def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
     n = 256 if cfg.quick else 2048
     key = jax.random.key(cfg.seed)
     seconds, compile_s, _, chunk = _timed_run(mismatch_lab.per_seed, cell, args, key, n, 0)
+    enum_s, dp_s, long_s = _markov_exact_timings(T, T_enum)
+    return _row(
+        f"mismatch kernel, Markov env T={T}, 8x4 per seed, trl/sequence_mask",
+        n,
+        seconds,
+        compile_s,
+        chunk=chunk,
+        dp_vs_enumeration=enum_s / dp_s,
+        exact_grad_ms=1e3 * long_s[T],
+        exact_grad_4T_over_T=long_s[4 * T] / long_s[T],
+    )
+
+
+def _markov_exact_timings(T: int, T_enum: int) -> tuple[float, float, dict]:
+    """(enumeration's seconds, the DP's seconds) of the Markov env's exact gradient at T_enum
+    (both compiled first, the same θ; their gradients agree to 1e-5, checked here) and the DP's
+    seconds at T and 4T (``{length: seconds}``)."""
     small = markov.make(markov.Instance(length=T_enum))
     ys = jnp.array(np.indices((small.vocab,) * T_enum).reshape(T_enum, -1).T, jnp.int32)
     P = small.num_prompts
@@ -496,16 +515,7 @@ def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
         grad = jax.jit(functools.partial(_exact_grad, p))
         grad(t_p).block_until_ready()
         long_s[length] = min(_timed(functools.partial(grad, t_p))[0] for _ in range(3))
-    return _row(
-        f"mismatch kernel, Markov env T={T}, 8x4 per seed, trl/sequence_mask",
-        n,
-        seconds,
-        compile_s,
-        chunk=chunk,
-        dp_vs_enumeration=enum_s / dp_s,
-        exact_grad_ms=1e3 * long_s[T],
-        exact_grad_4T_over_T=long_s[4 * T] / long_s[T],
-    )
+    return enum_s, dp_s, long_s
 
 
 def allocate(cfg: BenchConfig) -> list[dict]:
@@ -579,7 +589,7 @@ from gpolab.engine import devices
 from gpolab.labs.sweep.lab import Config, run_sweep
 devices.use_cpu_cores()  # as `gpolab sweep` starts
 devices.enable_compilation_cache()  # GPOLAB_CACHE_DIR: a fresh, empty directory
-cfg = Config(out=sys.argv[1], seeds=int(sys.argv[2]))
+cfg = Config(out=sys.argv[1], **({"seeds": int(sys.argv[2])} if sys.argv[2] else {}))
 times = []
 for clear in (False, True, False):  # cold; from the disk cache; warm
     if clear:
@@ -600,7 +610,7 @@ def default_sweep(cfg: BenchConfig) -> dict:
     ``compile_s`` = cold − warm; ``compile_share`` = compile_s / cold; ``rerun_compile_share`` =
     (re-run − warm) / re-run.
     """
-    seeds = 2_000 if cfg.quick else sweep_lab.Config.seeds
+    seeds = "2000" if cfg.quick else ""  # "": the sweep's default
     with tempfile.TemporaryDirectory() as tmp:
         env = {
             **os.environ,
@@ -608,14 +618,14 @@ def default_sweep(cfg: BenchConfig) -> dict:
             "GPOLAB_COUNT_CACHE": os.path.join(tmp, "count-tables"),
         }  # cold: no tables either
         out = subprocess.run(
-            [sys.executable, "-c", SWEEP_TIMES, os.path.join(tmp, "out"), str(seeds)],
+            [sys.executable, "-c", SWEEP_TIMES, os.path.join(tmp, "out"), seeds],
             capture_output=True,
             text=True,
             check=True,
             env=env,
         )
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    cold, rerun, warm = got["times"]
+    (cold, rerun, warm), seeds = got["times"], got["seeds"]
     row = _row(
         f"default sweep ({got['rows']} rows, {seeds} seeds), warm",
         seeds * got["G"],

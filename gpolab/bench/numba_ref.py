@@ -1,11 +1,10 @@
 """A numba implementation of workload W1: a compiled peer of the engine in ``gpolab bench``.
 
-The same statistic as :mod:`gpolab.bench.numpy_ref` and ``gpolab.labs.sweep.cells.bandit_error``
-with
-``BanditCell(("loo",), G, mean_error=False)``: per seed, every prompt x gets G responses, each one
-(action, reward) pair drawn with one uniform over the 2A joint outcomes by the alias method (the
-engine's sampler; tables built once on the host) or, as the peer drew before the engine took it,
-by a binary-search inverse CDF; leave-one-out advantages; the per-seed
+The same statistic as :mod:`gpolab.bench.numpy_ref` and ``gpolab.kernels.grouped.bandit_error``
+with ``BanditCell(("loo",), G, mean_error=False)``: per seed, every prompt x gets G responses,
+each one (action, reward) pair drawn with one uniform over the 2A joint outcomes by the alias
+method (the engine's sampler; tables built once on the host) or, as the peer drew before the
+engine took it, by a binary-search inverse CDF; leave-one-out advantages; the per-seed
 error Σ_x f(x) ‖ĝ_x − g_x‖² with ĝ_x = Σ_g (A_g / G)(e_{a_g} − π_x).  Written as a numba user
 would: ``@njit(parallel=True)`` with ``prange`` over blocks of seeds (one scratch buffer per
 block), float64 arithmetic.

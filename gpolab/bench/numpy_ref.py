@@ -2,9 +2,8 @@
 
 W1: tabular softmax bandit, every prompt gets a group of G responses, leave-one-out advantages,
 per-seed squared error Σ_x f(x) ‖ĝ_x − g_x‖² against the exact gradient.  Same statistic as
-``gpolab.labs.sweep.cells.bandit_error`` with ``BanditCell(("loo",), G)``, computed with numpy only
-and an
-independent random stream, vectorized over a batch of seeds.
+``gpolab.kernels.grouped.bandit_error`` with ``BanditCell(("loo",), G)``, computed with numpy
+only and an independent random stream, vectorized over a batch of seeds.
 """
 
 from __future__ import annotations

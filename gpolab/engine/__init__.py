@@ -42,6 +42,7 @@ from gpolab.engine.devices import (  # noqa: F401  (the engine's public names)
     CLUSTERS,
     _shard,
     detect_cluster,
+    float64_mode,
     full_precision,
     init_auto_distributed,
     init_distributed,

@@ -5,6 +5,7 @@ re-exports every name here."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import jax
@@ -14,6 +15,7 @@ from gpolab import validate
 
 __all__ = [
     "full_precision",
+    "float64_mode",
     "use_cpu_devices",
     "local_mesh",
     "seed_mesh",
@@ -39,6 +41,18 @@ def full_precision() -> None:
     Monte Carlo resolution of 10⁶ seeds.  The CLI calls this first; Python users on an
     accelerator call it themselves."""
     jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@contextlib.contextmanager
+def float64_mode(on: bool = True):
+    """JAX's float64 mode inside the ``with`` block only, when ``on`` (``jax.enable_x64``, a
+    scoped setting): arrays made and functions traced inside are float64, and the process's
+    precision is the same after the block, so a float64 run leaves later computations float32."""
+    if not on:
+        yield
+        return
+    with jax.enable_x64(True):
+        yield
 
 
 def usable_cores() -> int:

@@ -10,7 +10,7 @@ import pytest
 from gpolab import bench, engine
 from gpolab.bench import numba_ref, numpy_ref
 from gpolab.envs import bandit
-from gpolab.labs.sweep import cells
+from gpolab.kernels import grouped
 from gpolab.runner.cli import main
 from gpolab.theory import mse as theory
 
@@ -40,8 +40,8 @@ def test_numpy_reference_matches_engine_and_theory():
         n,
     )
     m = engine.run(
-        cells.bandit_error,
-        cells.BanditCell(("loo",), G),
+        grouped.bandit_error,
+        grouped.BanditCell(("loo",), G),
         (params, truth, bandit.outcome_tables(params), 1e-4),
         jax.random.key(7),
         n,

@@ -7,7 +7,7 @@ import numpy as np
 
 from gpolab import engine
 from gpolab.envs import bandit
-from gpolab.labs.sweep import cells
+from gpolab.kernels import grouped
 
 
 def setup():
@@ -15,16 +15,16 @@ def setup():
     return (params, bandit.exact(params), bandit.outcome_tables(params), np.float32(1e-4))
 
 
-CELL = cells.BanditCell(("loo", "grpo"), G=4)
+CELL = grouped.BanditCell(("loo", "grpo"), G=4)
 
 
 def test_per_seed_draws_are_bitwise_independent_of_batching():
     args = setup()
     key = jax.random.key(0)
     idx = jnp.arange(7000, dtype=jnp.uint32)
-    whole = engine.per_seed(cells.bandit_error, CELL, key, args, idx)
+    whole = engine.per_seed(grouped.bandit_error, CELL, key, args, idx)
     parts = [
-        engine.per_seed(cells.bandit_error, CELL, key, args, idx[i : i + 1000])
+        engine.per_seed(grouped.bandit_error, CELL, key, args, idx[i : i + 1000])
         for i in range(0, 7000, 1000)
     ]
     for name in ("loo", "grpo"):
@@ -35,8 +35,8 @@ def test_per_seed_draws_are_bitwise_independent_of_batching():
 def test_results_do_not_depend_on_chunk_size():
     args = setup()
     key = jax.random.key(1)
-    a = engine.run(cells.bandit_error, CELL, args, key, 20_000, chunk=1000)
-    b = engine.run(cells.bandit_error, CELL, args, key, 20_000, chunk=7000)
+    a = engine.run(grouped.bandit_error, CELL, args, key, 20_000, chunk=1000)
+    b = engine.run(grouped.bandit_error, CELL, args, key, 20_000, chunk=7000)
     assert a.sums.keys() == b.sums.keys() and a.sumsq.keys() == b.sumsq.keys() == {
         "degenerate",
         "loo/sq",
@@ -49,7 +49,7 @@ def test_results_do_not_depend_on_chunk_size():
         np.testing.assert_allclose(a.sumsq[k], b.sumsq[k], rtol=1e-5, atol=1e-7)
     # and both equal the direct per-seed computation
     direct = engine.per_seed(
-        cells.bandit_error, CELL, key, args, jnp.arange(20_000, dtype=jnp.uint32)
+        grouped.bandit_error, CELL, key, args, jnp.arange(20_000, dtype=jnp.uint32)
     )
     np.testing.assert_allclose(
         a.mean("loo/sq"), np.mean(np.asarray(direct["loo"]["sq"], np.float64)), rtol=1e-5
@@ -59,16 +59,16 @@ def test_results_do_not_depend_on_chunk_size():
 def test_no_recompile_when_only_seed_count_changes():
     args = setup()
     key = jax.random.key(2)
-    cell = cells.BanditCell(("loo",), G=6)
-    engine.run(cells.bandit_error, cell, args, key, 100, chunk=512)
+    cell = grouped.BanditCell(("loo",), G=6)
+    engine.run(grouped.bandit_error, cell, args, key, 100, chunk=512)
     before = engine.TRACES[("bandit_error", cell)]
     for n in (1, 511, 512, 513, 3000):
-        engine.run(cells.bandit_error, cell, args, key, n, chunk=512)
+        engine.run(grouped.bandit_error, cell, args, key, n, chunk=512)
     assert engine.TRACES[("bandit_error", cell)] == before == 1
     # new continuous values (eps, success probabilities) do not retrace either
     params, truth, tables, _ = args
     engine.run(
-        cells.bandit_error, cell, (params, truth, tables, np.float32(1e-8)), key, 100, chunk=512
+        grouped.bandit_error, cell, (params, truth, tables, np.float32(1e-8)), key, 100, chunk=512
     )
     assert engine.TRACES[("bandit_error", cell)] == 1
 
@@ -76,35 +76,35 @@ def test_no_recompile_when_only_seed_count_changes():
 def test_auto_chunk_is_a_memoised_power_of_two_that_does_not_change_results():
     args = setup()
     key = jax.random.key(4)
-    cell = cells.BanditCell(("loo",), G=7)
-    chunk = engine.auto_chunk(cells.bandit_error, cell, key, args)
+    cell = grouped.BanditCell(("loo",), G=7)
+    chunk = engine.auto_chunk(grouped.bandit_error, cell, key, args)
     assert 8 <= chunk <= 8192 and chunk & (chunk - 1) == 0
     probed = engine.TRACES[("bandit_error", cell)]  # the probe's trace
-    a = engine.run(cells.bandit_error, cell, args, key, 3000)  # chunk=AUTO
-    engine.run(cells.bandit_error, cell, args, key, 5)
-    assert engine.auto_chunk(cells.bandit_error, cell, key, args) == chunk
+    a = engine.run(grouped.bandit_error, cell, args, key, 3000)  # chunk=AUTO
+    engine.run(grouped.bandit_error, cell, args, key, 5)
+    assert engine.auto_chunk(grouped.bandit_error, cell, key, args) == chunk
     assert engine.TRACES[("bandit_error", cell)] <= probed + 1  # no second probe, one chunk size
-    b = engine.run(cells.bandit_error, cell, args, key, 3000, chunk=1000)
+    b = engine.run(grouped.bandit_error, cell, args, key, 3000, chunk=1000)
     for k in a.sums:
         np.testing.assert_allclose(a.sums[k], b.sums[k], rtol=1e-5, atol=1e-9)
     # more temporaries per seed (five estimators, G = 64) never get a larger chunk
-    big = cells.BanditCell(("vanilla", "oracle", "loo", "mean", "grpo"), G=64)
-    assert engine.auto_chunk(cells.bandit_error, big, key, args) <= chunk
+    big = grouped.BanditCell(("vanilla", "oracle", "loo", "mean", "grpo"), G=64)
+    assert engine.auto_chunk(grouped.bandit_error, big, key, args) <= chunk
 
 
 def test_auto_chunk_is_kept_next_to_the_persistent_compilation_cache(tmp_path):
     args = setup()
     key = jax.random.key(5)
-    cell = cells.BanditCell(("loo",), G=9)
+    cell = grouped.BanditCell(("loo",), G=9)
     old = jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache
     jax.config.update("jax_compilation_cache_dir", str(tmp_path))
     jax.config.update("jax_enable_compilation_cache", True)  # `gpolab bench` turns it off
     try:
-        chunk = engine.auto_chunk(cells.bandit_error, cell, key, args)
+        chunk = engine.auto_chunk(grouped.bandit_error, cell, key, args)
         assert (tmp_path / "gpolab-auto-chunk.json").exists()
         engine.forget_chunks()  # as in a new process
         probed = engine.TRACES[("bandit_error", cell)]
-        assert engine.auto_chunk(cells.bandit_error, cell, key, args) == chunk
+        assert engine.auto_chunk(grouped.bandit_error, cell, key, args) == chunk
         assert engine.TRACES[("bandit_error", cell)] == probed  # read back, not probed again
     finally:
         jax.config.update("jax_compilation_cache_dir", old[0])
@@ -116,8 +116,8 @@ def test_a_short_run_skips_the_idle_sub_chunks_of_its_call():
     args = setup()
     key = jax.random.key(6)
     assert engine.sub_chunks(8) == 64 and engine.sub_chunks(8192) == 2
-    m = engine.run(cells.bandit_error, CELL, args, key, 13, chunk=8)  # 2 of 64 sub-chunks
-    direct = engine.per_seed(cells.bandit_error, CELL, key, args, np.arange(13, dtype=np.uint32))
+    m = engine.run(grouped.bandit_error, CELL, args, key, 13, chunk=8)  # 2 of 64 sub-chunks
+    direct = engine.per_seed(grouped.bandit_error, CELL, key, args, np.arange(13, dtype=np.uint32))
     for name in ("loo", "grpo"):
         sq = np.asarray(direct[name]["sq"], np.float64)
         np.testing.assert_allclose(m.sums[f"{name}/sq"], sq.sum(), rtol=1e-6)
@@ -126,7 +126,7 @@ def test_a_short_run_skips_the_idle_sub_chunks_of_its_call():
 
 def test_per_seed_function_traces_once_under_chex():
     args = setup()
-    counted = chex.assert_max_traces(cells.bandit_error, n=1)
+    counted = chex.assert_max_traces(grouped.bandit_error, n=1)
     fn = jax.jit(jax.vmap(counted, in_axes=(None, 0, None)), static_argnums=0)
     keys = engine.seed_keys(jax.random.key(0), jnp.arange(64, dtype=jnp.uint32))
     fn(CELL, keys, args)
@@ -189,12 +189,12 @@ def test_full_precision_matmuls_change_nothing_on_cpu():
     """The CLI asks for full-float32 products (GPU TF32 / TPU bfloat16 otherwise); on CPU the
     log-linear bandit (its truth and estimates are matrix products) stays bitwise the same."""
     params = bandit.make(1, prompts=4, actions=8, kind="loglinear", dim=3)
-    cell, key = cells.BanditCell(("loo", "grpo"), G=4), jax.random.key(7)
+    cell, key = grouped.BanditCell(("loo", "grpo"), G=4), jax.random.key(7)
 
     def once():
         truth = bandit.exact(params)
         m = engine.run(
-            cells.bandit_error,
+            grouped.bandit_error,
             cell,
             (params, truth, bandit.outcome_tables(params), np.float32(1e-4)),
             key,

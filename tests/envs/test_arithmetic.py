@@ -182,9 +182,9 @@ def test_batched_gradient_estimates_equal_one_at_a_time(filler_setup):
 def _paired(cell, key, args):
     """The arithmetic cell plus per-seed paired differences of ‖ĝ − g‖² (common random numbers:
     every estimator of a seed sees the same questions and answers)."""
-    from gpolab.labs.sweep import cells
+    from gpolab.kernels import grouped
 
-    out = cells.arithmetic_error(cell, key, args)
+    out = grouped.arithmetic_error(cell, key, args)
     out["vanilla-loo"] = out["vanilla"]["sq"] - out["loo"]["sq"]
     out["loo-oracle"] = out["loo"]["sq"] - out["oracle"]["sq"]
     return out
@@ -197,7 +197,7 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators():
     vanilla > loo > oracle from paired per-seed differences on common random numbers, each
     difference > 3 of its own SE and within 4 SE of the exact difference."""
     from gpolab import engine
-    from gpolab.labs.sweep import cells
+    from gpolab.kernels import grouped
     from gpolab.labs.sweep import lab as sweep
 
     cfg = sweep.Config(
@@ -216,14 +216,14 @@ def test_sweep_mse_matches_exact_formula_and_orders_estimators():
     for policy in cfg.instance.policy:
         args, truth = setup(policy)
         for G in cfg.G:
-            cell = cells.ArithmeticCell(cfg.estimators, G, cfg.instance.per_seed)
+            cell = grouped.ArithmeticCell(cfg.estimators, G, cfg.instance.per_seed)
             m = engine.run(
                 _paired,
                 cell,
                 (*args, np.float32(cfg.eps)),
                 jax.random.key(G),
                 cfg.seeds,
-                sweep.ARITHMETIC_CHUNK,
+                grouped.ARITHMETIC_CHUNK,
             )
             sub = pd.DataFrame(sweep._bandit_rows(cfg, cell, m, truth, policy, args[0]))
             rows.append(sub)

@@ -8,7 +8,7 @@ from scipy import stats
 
 from gpolab import configs, engine, estimators
 from gpolab.envs import tree
-from gpolab.labs.sweep import cells
+from gpolab.kernels import tree as tree_kernel
 from gpolab.labs.sweep import lab as sweep
 from gpolab.theory import tree as theory_tree
 from gpolab.validate import ConfigError
@@ -86,7 +86,9 @@ def test_value_pmf_beta_binomial_by_integration():
 def test_degenerate_fraction_matches_exact_probability(model, K, M):
     params = MODELS[model]()
     args = (params, tree.exact(params), np.float32(1e-4))
-    m = engine.run(cells.tree_error, cells.TreeCell(K, M), args, jax.random.key(K * M), 20_000)
+    m = engine.run(
+        tree_kernel.tree_error, tree_kernel.TreeCell(K, M), args, jax.random.key(K * M), 20_000
+    )
     exact = theory_tree.degenerate_prob(params, K, M)
     se = np.sqrt(exact * (1 - exact) / 20_000)
     assert abs(float(m.mean("degenerate")) - exact) < 4 * se + 1e-12
@@ -104,8 +106,12 @@ def test_large_M_advantages_approach_group_target():
     """As M grows the thought advantage tends to the within-group standardized value."""
     params = tree.make_beta(2.0, 3.0)
     args = (params, tree.exact(params), np.float32(0.0))
-    small = engine.run(cells.tree_error, cells.TreeCell(4, 4), args, jax.random.key(0), 4000)
-    large = engine.run(cells.tree_error, cells.TreeCell(4, 256), args, jax.random.key(0), 4000)
+    small = engine.run(
+        tree_kernel.tree_error, tree_kernel.TreeCell(4, 4), args, jax.random.key(0), 4000
+    )
+    large = engine.run(
+        tree_kernel.tree_error, tree_kernel.TreeCell(4, 256), args, jax.random.key(0), 4000
+    )
     assert large.mean("sq_group") < 0.1 * small.mean("sq_group")
     assert large.mean("cond_var") < 0.1 * small.mean("cond_var")
 

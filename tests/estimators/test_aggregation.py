@@ -7,8 +7,8 @@ import pytest
 
 from gpolab import estimators, validate
 from gpolab.envs import bandit
+from gpolab.kernels.grouped import BanditCell, bandit_error
 from gpolab.labs.sweep import lab as sweep
-from gpolab.labs.sweep.cells import BanditCell, bandit_error
 from gpolab.theory import aggregation
 
 MODES = estimators.LOSS_AGG_MODES

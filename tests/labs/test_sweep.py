@@ -12,7 +12,7 @@ import pytest
 
 from gpolab import engine
 from gpolab.envs import bandit, tree
-from gpolab.labs.sweep import cells
+from gpolab.kernels import grouped
 from gpolab.labs.sweep.lab import Config, run_sweep
 from gpolab.runner.cli import main
 from gpolab.theory import exact as ex
@@ -91,12 +91,16 @@ def test_batch_scale_cell_equals_numpy_on_the_same_draws(ddof):
     params = _params()
     truth = bandit.exact(params)
     G, eps, n = 4, 1e-2, 256
-    cell = cells.BanditCell(("grpo",), G=G, scale="batch", ddof=ddof)
+    cell = grouped.BanditCell(("grpo",), G=G, scale="batch", ddof=ddof)
     key = jax.random.key(5)
     idx = np.arange(n, dtype=np.uint32)
     got = np.asarray(
         engine.per_seed(
-            cells.bandit_error, cell, key, (params, truth, bandit.outcome_tables(params), eps), idx
+            grouped.bandit_error,
+            cell,
+            key,
+            (params, truth, bandit.outcome_tables(params), eps),
+            idx,
         )["grpo"]["sq"],
         np.float64,
     )
@@ -109,9 +113,9 @@ def test_batch_scale_cell_equals_numpy_on_the_same_draws(ddof):
     ref = _numpy_grpo_batch_sq(params, truth, np.asarray(actions), np.asarray(rewards), ddof, eps)
     np.testing.assert_allclose(got, ref, rtol=2e-4, atol=1e-7)
     # the batch std is not the group std: the group-scaled estimator differs on these draws
-    group = cells.BanditCell(("grpo",), G=G, scale="group", ddof=ddof)
+    group = grouped.BanditCell(("grpo",), G=G, scale="group", ddof=ddof)
     other = engine.per_seed(
-        cells.bandit_error, group, key, (params, truth, bandit.outcome_tables(params), eps), idx
+        grouped.bandit_error, group, key, (params, truth, bandit.outcome_tables(params), eps), idx
     )
     assert np.max(np.abs(np.asarray(other["grpo"]["sq"]) - got)) > 1e-3
 
@@ -257,3 +261,25 @@ def test_the_default_sweep_ends_with_its_conclusion_and_the_next_command(tmp_pat
     mixed.loc[(mixed["estimator"] == "grpo") & (mixed["G"] == 4), "mse"] = 1e-9  # G=4: grpo
     (first, *_) = sweep.conclusion(mixed)
     assert first.startswith("conclusion: lowest MSE: G=2 loo, G=4 grpo; oracle reads")
+
+
+def test_a_float64_sweep_leaves_the_process_in_float32(monkeypatch):
+    """``x64 = true`` is scoped to the sweep (:func:`gpolab.engine.float64_mode`): its per-seed
+    function is traced on float64 truth, and a computation after it in the same process is
+    float32 again (the sweep once switched the whole process to float64 for good)."""
+    import jax.numpy as jnp
+
+    from gpolab.labs.sweep import units
+
+    seen = []
+
+    def spy(cell, key, args):
+        seen.append(args[1].g.dtype)
+        return grouped.bandit_error(cell, key, args)
+
+    monkeypatch.setattr(units.Bandit, "error", lambda self, cfg: spy)
+    cfg = Config(estimators=("loo",), G=(4,), seeds=64, prompts=4, actions=8, x64=True)
+    df = run_sweep(cfg)
+    assert len(df) == 1 and seen and all(d == jnp.float64 for d in seen)
+    assert not jax.config.jax_enable_x64
+    assert jnp.zeros(2).dtype == jnp.float32 and jnp.sum(jnp.ones(3) / 3).dtype == jnp.float32

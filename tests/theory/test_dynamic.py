@@ -11,7 +11,7 @@ import pytest
 
 from gpolab import engine, estimators, validate
 from gpolab.envs import bandit
-from gpolab.labs.sweep import cells
+from gpolab.kernels import dynamic as dynamic_kernel
 from gpolab.labs.sweep.lab import Config, cell_keys, run_sweep
 from gpolab.theory import dynamic
 from gpolab.theory import exact as ex
@@ -129,10 +129,10 @@ def test_loo_without_cap_estimates_g_over_q():
 def _run_cell(G, B, max_draws, names, seeds, settings=SMALL):
     params = bandit.make(0, **settings)
     truth = bandit.exact(params)
-    cell = cells.DynamicBanditCell(names, G, B, max_draws, 2)
+    cell = dynamic_kernel.DynamicBanditCell(names, G, B, max_draws, 2)
     eps = np.float32(1e-4)
     m = engine.run(
-        cells.dynamic_bandit_error,
+        dynamic_kernel.dynamic_bandit_error,
         cell,
         (params, truth, bandit.outcome_tables(params), eps),
         jax.random.key(3),

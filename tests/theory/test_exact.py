@@ -11,7 +11,7 @@ from scipy.stats import binom
 
 from gpolab import engine, estimators, validate
 from gpolab.envs import bandit
-from gpolab.labs.sweep import cells
+from gpolab.kernels import grouped
 from gpolab.theory import exact as ex
 from gpolab.theory import mse as th
 
@@ -304,9 +304,9 @@ SEEDS = 20_000
 def measure(params, G, B, ddof, eps, names=("grpo", "loo"), seeds=SEEDS, key=0):
     """Engine MSE statistics of ``names`` on one bandit cell (float32, common random numbers)."""
     truth = bandit.exact(params)
-    cell = cells.BanditCell(tuple(names), G=G, B=B, ddof=ddof)
+    cell = grouped.BanditCell(tuple(names), G=G, B=B, ddof=ddof)
     m = engine.run(
-        cells.bandit_error,
+        grouped.bandit_error,
         cell,
         (params, truth, bandit.outcome_tables(params), np.float32(eps)),
         jax.random.key(key),

@@ -6,7 +6,7 @@ import pytest
 
 from gpolab import engine
 from gpolab.envs import bandit
-from gpolab.labs.sweep import cells
+from gpolab.kernels import grouped
 from gpolab.theory import mse as theory
 
 EXACT = ("vanilla", "oracle", "loo", "mean", "ustat")
@@ -15,9 +15,9 @@ SEEDS = 20_000
 
 def measure(params, G, B=0, estimators=EXACT, seeds=SEEDS, key=0):
     truth = bandit.exact(params)
-    cell = cells.BanditCell(tuple(estimators), G=G, B=B)
+    cell = grouped.BanditCell(tuple(estimators), G=G, B=B)
     m = engine.run(
-        cells.bandit_error,
+        grouped.bandit_error,
         cell,
         (params, truth, bandit.outcome_tables(params), np.float32(1e-4)),
         jax.random.key(key),
@@ -98,9 +98,9 @@ def test_float64_mode_matches_theory(x64):
     params = jax.tree.map(lambda x: np.asarray(x, np.float64), bandit.make(9, prompts=4, actions=8))
     truth = bandit.exact(params)
     assert truth.g.dtype == np.float64
-    cell = cells.BanditCell(("loo",), G=5)
+    cell = grouped.BanditCell(("loo",), G=5)
     m = engine.run(
-        cells.bandit_error,
+        grouped.bandit_error,
         cell,
         (params, truth, bandit.outcome_tables(params), np.float64(1e-4)),
         jax.random.key(0),

@@ -3,7 +3,7 @@ methods, so :mod:`gpolab.labs.sweep.lab` never asks which env it runs.
 
 An env object turns the sweep's config (its grid and ``cfg.instance``, the env's
 :class:`Instance`) into the table's keys (:meth:`Grouped.grid`, the store's row ids), compiled
-units ``(rows, context, cell)`` of :mod:`gpolab.labs.sweep.cells`, the instance and its truth
+units ``(rows, context, cell)`` of :mod:`gpolab.kernels`, the instance and its truth
 (``setup``), and two tables on the same keys (:data:`Grouped.KEYS`): the Monte Carlo rows of a
 finished unit (:meth:`Grouped.monte_carlo`, from the engine's moments) and the exact theory of
 every key (:meth:`Grouped.theory`, from the truth only).  :func:`join` merges them into the
@@ -25,17 +25,15 @@ import pandas as pd
 
 from gpolab import engine, estimators, validate
 from gpolab.envs import arithmetic, bandit, tree
-from gpolab.labs.sweep import cells
+from gpolab.kernels import dynamic as dynamic_kernel
+from gpolab.kernels import grouped
+from gpolab.kernels import tree as tree_kernel
 from gpolab.theory import aggregation, dynamic, exact
 from gpolab.theory import mse as theory_mse
 from gpolab.theory import tree as theory_tree
 
 OPTIONS = ("scale", "ddof", "eps")
 DEFAULT_AGG = estimators.DEFAULT_LOSS_AGG
-# the arithmetic surrogate's chunk on CPU: its compilation (~4 s) outweighs what the engine's
-# chunk probe could save at a sweep's few thousand seeds; 32 was the fastest of 4…32 seeds per
-# chunk.  On an accelerator 32 seeds would leave it idle: there the chunk is automatic.
-ARITHMETIC_CHUNK = 32
 
 
 def check_common(cfg) -> None:
@@ -66,16 +64,6 @@ def stats_row(stats) -> dict:
         "variance": stats.variance,
         "bias_sq": stats.bias_sq,
     }
-
-
-def best_scale(m, name: str, target_sq: float) -> dict:
-    """The scale-invariant score (theory §11, applied to gradients): the MSE after the best single
-    rescaling c* = E[ĝ·g]/E‖ĝ‖², ``scaled_mse`` = ‖g‖² − E[ĝ·g]²/E‖ĝ‖² (same averaging as
-    ``mse``).  Shrinking ĝ toward 0 does not lower it, so it ranks directions, not step sizes."""
-    dot, norm2 = float(m.mean(f"{name}/dot")), float(m.mean(f"{name}/norm2"))
-    if norm2 <= 0:
-        return {"best_scale": math.nan, "scaled_mse": target_sq}
-    return {"best_scale": dot / norm2, "scaled_mse": target_sq - dot**2 / norm2}
 
 
 STATS = ("mse", "mse_se", "mse_ci_low", "mse_ci_high", "variance", "bias_sq")
@@ -278,7 +266,7 @@ class Grouped:
                     **stats_row(stats),
                     "cos": float(m.mean(f"{name}/cos")),
                     "target_sq": target_sq,
-                    **best_scale(m, name, target_sq),
+                    **grouped.best_scale(m, name, target_sq),
                     "degenerate_frac": float(m.mean("degenerate")),
                     "loss_agg": mode,
                     "lengths": cfg.instance.lengths,
@@ -384,13 +372,17 @@ class Bandit(Grouped):
     def cell(self, cfg, names, G, mode):
         inst = cfg.instance
         if inst.dynamic_sampling:
-            return cells.DynamicBanditCell(names, G, inst.B, inst.max_draws, 1, cfg.scale, cfg.ddof)
-        return cells.BanditCell(
+            return dynamic_kernel.DynamicBanditCell(
+                names, G, inst.B, inst.max_draws, 1, cfg.scale, cfg.ddof
+            )
+        return grouped.BanditCell(
             names, G, inst.B, cfg.scale, cfg.ddof, True, mode, norm_length=self.norm_length(cfg)
         )
 
     def error(self, cfg):
-        return cells.dynamic_bandit_error if cfg.instance.dynamic_sampling else cells.bandit_error
+        if cfg.instance.dynamic_sampling:
+            return dynamic_kernel.dynamic_bandit_error
+        return grouped.bandit_error
 
     def prepare(self, cfg, cell, truth):
         """A dynamic cell gets ``plain_B`` = round(exact E[groups drawn per step]) (at least 1,
@@ -463,11 +455,7 @@ def dynamic_columns(cell, m, truth, name: str) -> dict:
     """A dynamic-sampling row's Monte Carlo columns: measured draws (groups drawn / groups kept,
     a ratio of means with its delta-method CI), responses per step, the capped-step fraction and
     plain sampling with ``plain_B`` groups on the same draws (``plain_*``)."""
-    drawn, kept, n = float(m.mean("drawn")), float(m.mean("kept")), m.n
-    ratio = drawn / kept if kept > 0 else math.nan
-    cov = (float(m.mean("drawn_kept")) - drawn * kept) * n / max(n - 1, 1)
-    var = m.var("drawn") - 2 * ratio * cov + ratio**2 * m.var("kept")
-    ratio_se = math.sqrt(max(var, 0.0) / n) / kept if kept > 0 else math.nan
+    ratio, ratio_se = dynamic_kernel.draws_per_kept_group(m)
     plain = engine.error_stats(m, err=f"plain/{name}/err", sq=f"plain/{name}/sq")
     target_sq = theory_mse.target_sq(truth, cell.B)
     return {
@@ -475,14 +463,14 @@ def dynamic_columns(cell, m, truth, name: str) -> dict:
         "draws_per_kept_group": ratio,
         "draws_per_kept_group_ci_low": ratio - engine.Z95 * ratio_se,
         "draws_per_kept_group_ci_high": ratio + engine.Z95 * ratio_se,
-        "kept_groups": kept,
-        "responses_per_step": drawn * cell.G,
+        "kept_groups": float(m.mean("kept")),
+        "responses_per_step": float(m.mean("drawn")) * cell.G,
         "cap_reached_frac": float(m.mean("capped")),
         "plain_B": cell.plain_B,
         "plain_mse": plain.mse,
         "plain_mse_se": plain.mse_se,
         "plain_cos": float(m.mean(f"plain/{name}/cos")),
-        "plain_scaled_mse": best_scale(m, f"plain/{name}", target_sq)["scaled_mse"],
+        "plain_scaled_mse": grouped.best_scale(m, f"plain/{name}", target_sq)["scaled_mse"],
     }
 
 
@@ -559,7 +547,7 @@ class Arithmetic(Grouped):
         return arithmetic_setup
 
     def cell(self, cfg, names, G, mode):
-        return cells.ArithmeticCell(
+        return grouped.ArithmeticCell(
             names,
             G,
             cfg.instance.per_seed,
@@ -571,11 +559,10 @@ class Arithmetic(Grouped):
         )
 
     def error(self, cfg):
-        return cells.arithmetic_error
+        return grouped.arithmetic_error
 
     def chunk(self, cfg) -> int:
-        """:data:`ARITHMETIC_CHUNK` on CPU, the engine's automatic chunk on an accelerator."""
-        return ARITHMETIC_CHUNK if jax.default_backend() == "cpu" else 0
+        return grouped.arithmetic_chunk()
 
     def response_length(self, cfg, params):
         return arithmetic.response_length(params)
@@ -637,7 +624,7 @@ class Tree:
             yield (
                 [i],
                 None,
-                cells.tree_cell(
+                tree_kernel.tree_cell(
                     K, M, variant, cfg.ddof, model=inst.model, a=inst.beta_a, b=inst.beta_b
                 ),
             )
@@ -646,7 +633,7 @@ class Tree:
         return cell
 
     def error(self, cfg):
-        return cells.tree_error
+        return tree_kernel.tree_error
 
     def chunk(self, cfg) -> int:
         return engine.AUTO

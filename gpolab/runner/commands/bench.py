@@ -113,6 +113,15 @@ def run(args) -> int:
     print(f"machine: {bench.machine(info)}")
     with pd.option_context("display.width", 200, "display.max_colwidth", 60):
         print(df.to_string(index=False, float_format=lambda x: f"{x:,.3g}"))
+    print_summary(rows, note)
+    return 0
+
+
+def print_summary(rows: list[dict], note: str | None) -> None:
+    """The lines under the bench table: W1 against numpy, the PRNG bound and numba (or why no
+    numba row), W1's profile and the default sweep's compile shares."""
+    from gpolab import bench
+
     w1 = rows[0]
     print(
         f"\nW1: {w1['seeds_per_s']:,.0f} seeds/s = {w1['speedup_vs_numpy']:.1f}x numpy "
@@ -144,7 +153,6 @@ def run(args) -> int:
         f"), re-run from the persistent XLA cache {sweep['rerun_s']:.1f} s (compile "
         f"{100 * sweep['rerun_compile_share']:.0f}%), warm {sweep['warm_s']:.1f} s"
     )
-    return 0
 
 
 def run_ledger(args) -> int:
