@@ -15,6 +15,7 @@ from gpolab.kit import output, running
 from gpolab.kit.store import Store
 from gpolab.labs.groupsize import lab as groupsize
 from gpolab.labs.groupsize import pool as pools
+from gpolab.labs.groupsize import runs
 from gpolab.runner.cli import main
 from gpolab.theory import groupsize as theory
 from gpolab.theory import mse as theory_mse
@@ -109,7 +110,7 @@ def test_monte_carlo_s2_error_is_carried_into_c2_c3_and_g_star(small):
 def test_loo_over_slots_equals_the_estimator_library():
     r = jax.random.bernoulli(jax.random.key(1), 0.4, (32,)).astype(jnp.float32)
     for G in (2, 4, 8, 32):
-        got = jax.jit(groupsize.loo_advantages_slots)(r, jnp.int32(G))  # G traced
+        got = jax.jit(runs.loo_advantages_slots)(r, jnp.int32(G))  # G traced
         want = estimators.loo_advantages(r.reshape(-1, G)).reshape(-1)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
@@ -132,11 +133,11 @@ def test_bandit_env_samples_and_gradients_match_the_env_module(small):
 
 def test_one_compilation_per_n_serves_every_g(small):
     params, truth = small
-    cell = groupsize.FixedCell(bandit.ENV, 48)
+    cell = runs.FixedCell(bandit.ENV, 48)
     theta = params.theta.reshape(-1)
     for G in theory.divisors(48):
         args = (params, theta, truth.g, jnp.int32(G))
-        engine.run(groupsize.fixed_error, cell, args, jax.random.key(0), 64, chunk=32)
+        engine.run(runs.fixed_error, cell, args, jax.random.key(0), 64, chunk=32)
     assert engine.TRACES[("fixed_error", cell)] == 1
 
 
@@ -147,10 +148,10 @@ def test_monte_carlo_fixed_n_mse_matches_exact(small):
     c = theory.constants(truth)
     theta = params.theta.reshape(-1)
     N = 32
-    cell = groupsize.FixedCell(bandit.ENV, N)
+    cell = runs.FixedCell(bandit.ENV, N)
     for G in theory.divisors(N):
         args = (params, theta, truth.g, jnp.int32(G))
-        m = engine.run(groupsize.fixed_error, cell, args, jax.random.key(G), 20_000, 4096)
+        m = engine.run(runs.fixed_error, cell, args, jax.random.key(G), 20_000, 4096)
         s = engine.error_stats(m)
         assert abs(s.mse - theory.fixed_n_mse(c, N, G)) < 4 * s.mse_se
         assert abs(s.bias_sq) < 4 * s.mse_se  # unbiased
@@ -168,11 +169,11 @@ def test_predicted_argmin_matches_monte_carlo_argmin():
         best = theory.best_divisor(c, N)
         ds = theory.divisors(N)
         assert ds[0] < best < ds[-1]  # an interior minimum: a real test of the law
-        cell = groupsize.FixedCell(bandit.ENV, N)
+        cell = runs.FixedCell(bandit.ENV, N)
         stats = {}
         for G in ds:
             args = (params, theta, truth.g, jnp.int32(G))
-            m = engine.run(groupsize.fixed_error, cell, args, jax.random.key(N + G), 8000, 4000)
+            m = engine.run(runs.fixed_error, cell, args, jax.random.key(N + G), 8000, 4000)
             stats[G] = engine.error_stats(m)
         # precondition: every other divisor is worse in theory by > 4 SE of the difference (the
         # closest, G = 16, by 2%), so the Monte Carlo argmin is a decisive check
@@ -200,14 +201,14 @@ def _train_args(params, G, eta=4.0, tau=math.inf):
 
 def test_training_is_deterministic_per_seed_and_vmap_equals_loop(small):
     params, _ = small
-    cell = groupsize.TrainCell(bandit.ENV, 16, 12)
+    cell = runs.TrainCell(bandit.ENV, 16, 12)
     key = jax.random.key(5)
     for G, tau in ((4, math.inf), (8, 3.0)):
         args = _train_args(params, G, tau=tau)
-        a = engine.per_seed(groupsize.train_run, cell, key, args, np.arange(4))
-        b = engine.per_seed(groupsize.train_run, cell, key, args, np.arange(4))
+        a = engine.per_seed(runs.train_run, cell, key, args, np.arange(4))
+        b = engine.per_seed(runs.train_run, cell, key, args, np.arange(4))
         np.testing.assert_array_equal(a["gap"], b["gap"])
-        one = jax.jit(groupsize.train_run, static_argnums=0)
+        one = jax.jit(runs.train_run, static_argnums=0)
         with engine.prng_mode():
             looped = [one(cell, jax.random.fold_in(key, i), args)["gap"] for i in range(4)]
         np.testing.assert_allclose(a["gap"], np.stack(looped), rtol=1e-5, atol=1e-6)
@@ -217,12 +218,10 @@ def test_training_is_deterministic_per_seed_and_vmap_equals_loop(small):
 def test_training_improves_and_reports_gap_to_the_optimum(small):
     params, _ = small
     cfg = groupsize.Config(train=True, prompts=4, actions=8, instance_seed=3)
-    env, data, theta0, j_star, *_ = groupsize.make_setup(cfg, "bandit")
+    env, data, theta0, j_star, *_ = runs.make_setup(cfg, "bandit")
     assert j_star == pytest.approx(float(np.mean(np.max(np.asarray(params.success), 1))))
     gap0 = j_star - float(env.value(data, theta0))
-    gaps = groupsize.train_gaps(
-        env, data, theta0, j_star, 16, 4, 30, 4.0, 10.0, jax.random.key(0), 32
-    )
+    gaps = runs.train_gaps(env, data, theta0, j_star, 16, 4, 30, 4.0, 10.0, jax.random.key(0), 32)
     assert np.all(gaps >= 0) and gaps.mean() < gap0
 
 

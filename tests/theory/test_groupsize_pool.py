@@ -14,6 +14,7 @@ from gpolab import engine, validate
 from gpolab.envs import bandit
 from gpolab.labs.groupsize import lab as groupsize
 from gpolab.labs.groupsize import pool as groupsize_pool
+from gpolab.labs.groupsize import runs
 from gpolab.theory import groupsize as theory
 
 
@@ -119,10 +120,10 @@ def test_monte_carlo_pool_mse_matches_the_closed_form_for_both_targets(small):
     theta = params.theta.reshape(-1)
     P, N = 6, 12
     ps = groupsize_pool.make_pool_setup(bandit.ENV, params, theta, truth.g, P, 5)
-    cell = groupsize.FixedCell(bandit.ENV, N)
+    cell = runs.FixedCell(bandit.ENV, N)
     for G in theory.pool_divisors(N, P):
         args = (params, theta, truth.g, jnp.int32(G), (ps.pool, ps.g))
-        m = engine.run(groupsize.fixed_error, cell, args, jax.random.key(G), 20_000, 4096)
+        m = engine.run(runs.fixed_error, cell, args, jax.random.key(G), 20_000, 4096)
         pool = engine.error_stats(m, "err_pool", "sq_pool")
         exact = theory.pool_mse(ps.constants, N, G, P)
         assert abs(pool.mse - exact) < 4 * pool.mse_se
