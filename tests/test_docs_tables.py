@@ -17,6 +17,7 @@ from gpolab.labs.allocate import lab as allocate
 from gpolab.labs.chi2 import lab as chi2
 from gpolab.labs.curvature import lab as curvature
 from gpolab.labs.groupsize import lab as groupsize
+from gpolab.labs.mismatch import lab as mismatch
 from gpolab.labs.offpolicy import lab as offpolicy
 from gpolab.labs.plan import lab as plan
 from gpolab.labs.stdnorm import lab as stdnorm
@@ -110,10 +111,9 @@ RUNS = {
             kl=("none", "k2"),
         ),
     ),
-    "offpolicy-markov": (
-        offpolicy,
+    "mismatch": (
+        mismatch,
         dict(
-            env="markov",
             prompts=3,
             batch=2,
             G=2,

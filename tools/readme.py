@@ -452,7 +452,7 @@ def _offpolicy_reuse_render(v: dict) -> str:
 
 def _offpolicy_tokens_extract(t: dict) -> dict:
     res, upd = t["offpolicy_tokens"]["results"], t["offpolicy_tokens"]["updates"]
-    from gpolab.labs.offpolicy import lab as offpolicy
+    from gpolab.labs.offpolicy import analysis
 
     m = int(res["m"].max())
     out = {"m": (float(m), 0.0)}
@@ -462,7 +462,7 @@ def _offpolicy_tokens_extract(t: dict) -> dict:
         out[f"{key} bias"] = (_f(r["bias_sq"]), _f(r["bias_sq_se"]))
         out[f"{key} excess"] = (_f(r["excess_mse"]), _f(r["excess_mse_se"]))
         out[f"{key} mse"] = (_f(r["mse"]), _f(r["mse_se"]))
-    for _, r in offpolicy.scaling(upd, res).iterrows():
+    for _, r in analysis.scaling(upd, res).iterrows():
         for col in ("slope_eta", "slope_eta_low", "slope_eta_high", "slope_lag"):
             out[f"{_rule(r)} {col}"] = (_f(r[col]), _f(r[col + "_se"]))
         out[f"{_rule(r)} lag_eta"] = (_f(r["lag_eta"]), None)
@@ -546,7 +546,7 @@ def _offpolicy_kl_render(v: dict) -> str:
 
 
 def _offpolicy_mismatch_extract(t: dict) -> dict:
-    from gpolab.labs.offpolicy import mismatch
+    from gpolab.labs.mismatch import decision as mismatch
 
     res = t["offpolicy_mismatch"]["results"]
     big = mismatch.at_batch(res, mismatch.LARGE_B)
@@ -569,7 +569,7 @@ def _offpolicy_mismatch_extract(t: dict) -> dict:
 def _offpolicy_mismatch_render(v: dict) -> str:
     import pandas as pd
 
-    from gpolab.labs.offpolicy import mismatch
+    from gpolab.labs.mismatch import decision as mismatch
 
     cells: dict[tuple, list[str]] = {}
     for key in v:

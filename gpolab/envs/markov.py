@@ -25,6 +25,7 @@ sampling) by a forward recursion in log space.  ``ENV`` is the :class:`gpolab.en
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -298,7 +299,19 @@ def kl(params: MarkovParams, theta, theta_ref) -> jax.Array:
     return jnp.mean(per)
 
 
-def mismatch(params: MarkovParams, theta, mu_logits) -> dict:
+class Mismatch(NamedTuple):
+    """The sampler μ's distance from π_θ (:func:`mismatch`), each a scalar array."""
+
+    kl_token: jax.Array
+    kl_seq: jax.Array
+    tv_token: jax.Array
+    tv_max: jax.Array
+    chi2_token: jax.Array
+    chi2_seq: jax.Array
+    log1p_chi2_seq: jax.Array
+
+
+def mismatch(params: MarkovParams, theta, mu_logits) -> Mismatch:
     """The sampler μ's distance from π_θ, exactly, averaged over prompts: ``kl_token`` (KL(μ‖π)
     per token over μ's visits), ``kl_seq`` = T·kl_token (E_μ Σ_t KL_t), ``tv_token`` (the total
     variation ½Σ_a|μ − π| per token over μ's visits), ``tv_max`` (its largest value over the
@@ -326,15 +339,15 @@ def mismatch(params: MarkovParams, theta, mu_logits) -> dict:
     log2 = jax.vmap(log_second)(w)
     kl_seq = jnp.mean(jnp.sum(occ * kl_rows, -1))
     tv_rows = 0.5 * jnp.sum(jnp.abs(jnp.exp(lm) - jnp.exp(lt)), axis=-1)  # (P, A + 1)
-    return {
-        "kl_token": kl_seq / T,
-        "kl_seq": kl_seq,
-        "tv_token": jnp.mean(jnp.sum(occ * tv_rows, -1)) / T,
-        "tv_max": jnp.max(jnp.where(occ > 0, tv_rows, 0.0)),
-        "chi2_token": jnp.mean(jnp.sum(occ * chi_rows, -1)) / T,
-        "chi2_seq": jnp.mean(jnp.expm1(log2)),
-        "log1p_chi2_seq": jax.nn.logsumexp(log2) - jnp.log(log2.shape[0]),
-    }
+    return Mismatch(
+        kl_token=kl_seq / T,
+        kl_seq=kl_seq,
+        tv_token=jnp.mean(jnp.sum(occ * tv_rows, -1)) / T,
+        tv_max=jnp.max(jnp.where(occ > 0, tv_rows, 0.0)),
+        chi2_token=jnp.mean(jnp.sum(occ * chi_rows, -1)) / T,
+        chi2_seq=jnp.mean(jnp.expm1(log2)),
+        log1p_chi2_seq=jax.nn.logsumexp(log2) - jnp.log(log2.shape[0]),
+    )
 
 
 def optimum(params: MarkovParams) -> float:

@@ -69,10 +69,10 @@ def test_kl_and_mismatch_sizes_equal_enumeration():
         kl_seq = jnp.mean(jnp.sum(p_mu * (jnp.log(p_mu) - jnp.log(p_pi)), -1))
         chi2_seq = jnp.mean(jnp.sum(p_pi**2 / p_mu, -1)) - 1
         m = markov.mismatch(params, theta, mu)
-        assert m["kl_seq"] == pytest.approx(float(kl_seq), rel=1e-10)
-        assert m["kl_token"] == pytest.approx(float(kl_seq) / params.T, rel=1e-10)
-        assert m["chi2_seq"] == pytest.approx(float(chi2_seq), rel=1e-10)
-        assert float(m["kl_seq"]) > 0 and float(m["chi2_seq"]) > 0
+        assert m.kl_seq == pytest.approx(float(kl_seq), rel=1e-10)
+        assert m.kl_token == pytest.approx(float(kl_seq) / params.T, rel=1e-10)
+        assert m.chi2_seq == pytest.approx(float(chi2_seq), rel=1e-10)
+        assert float(m.kl_seq) > 0 and float(m.chi2_seq) > 0
         # total variation per state (prompt, previous token), visited along every response
         pm, pp = jax.nn.softmax(mu, -1), jax.nn.softmax(markov.table(params, theta), -1)
         tv = 0.5 * jnp.sum(jnp.abs(pm - pp), -1)  # (P, A + 1)
@@ -80,8 +80,8 @@ def test_kl_and_mismatch_sizes_equal_enumeration():
         prev = jnp.concatenate([jnp.full((ys.shape[0], 1), params.vocab), ys[:, :-1]], -1)
         per = jnp.sum(tv[:, prev], -1)  # (P, A^T): Σ_t TV along each response
         tv_token = jnp.mean(jnp.sum(p_mu * per, -1)) / params.T
-        assert m["tv_token"] == pytest.approx(float(tv_token), rel=1e-10)
-        assert m["tv_max"] == pytest.approx(float(jnp.max(tv)), rel=1e-10)  # μ visits every state
+        assert m.tv_token == pytest.approx(float(tv_token), rel=1e-10)
+        assert m.tv_max == pytest.approx(float(jnp.max(tv)), rel=1e-10)  # μ visits every state
     # the env's kl: π_θ against a reference, the same identity
     ref = theta + 0.2 * params.noise.reshape(-1)
     p_ref = enumerate_all(params, markov.table(params, ref))[0]
@@ -89,8 +89,8 @@ def test_kl_and_mismatch_sizes_equal_enumeration():
     assert markov.kl(params, theta, ref) == pytest.approx(float(want), rel=1e-10)
     # no mismatch: zero (control)
     none = markov.mismatch(params, theta, markov.table(params, theta))
-    assert abs(float(none["kl_seq"])) < 1e-12 and abs(float(none["chi2_seq"])) < 1e-12
-    assert float(none["tv_max"]) == 0.0
+    assert abs(float(none.kl_seq)) < 1e-12 and abs(float(none.chi2_seq)) < 1e-12
+    assert float(none.tv_max) == 0.0
 
 
 def test_sampler_and_token_logp_follow_the_law():
@@ -153,8 +153,8 @@ def test_long_responses_stay_exact_and_finite():
     assert float(truth.g[3]) == pytest.approx(float(fd), rel=1e-5, abs=1e-10)
     m = markov.mismatch(params, theta, markov.behaviour_logits(params, theta, "noise", 0.05))
     assert (
-        np.isfinite(float(m["chi2_seq"]))
-        and float(m["chi2_seq"]) > 256 * float(m["chi2_token"]) * 0.9
+        np.isfinite(float(m.chi2_seq))
+        and float(m.chi2_seq) > 256 * float(m.chi2_token) * 0.9
     )
 
 

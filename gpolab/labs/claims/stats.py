@@ -41,10 +41,10 @@ def offpolicy_order(t: dict) -> dict:
     (unbiased)."""
     import numpy as np
 
-    from gpolab.labs.offpolicy import lab as offpolicy
+    from gpolab.labs.offpolicy import analysis
 
     res, upd = t["results"], t["updates"]
-    sc = offpolicy.scaling(upd, res).set_index("ratio").loc["token"]
+    sc = analysis.scaling(upd, res).set_index("ratio").loc["token"]
     tok = res[res["ratio"] == "token"]
     top = tok[
         (tok["m"] == tok["m"].max())
@@ -81,7 +81,7 @@ def offpolicy_order(t: dict) -> dict:
 
 
 # ------------------------------------------------------------------ rollout–training mismatch
-# (issue 43) The off-policy lab's mismatch mode (gpolab/labs/offpolicy/mismatch.py): one row per
+# (issue 43) The mismatch lab (gpolab/labs/mismatch/lab.py): one row per
 # (T, mismatch, correction) with bias_sq, variance and scale (each ± SE from 8 seed batches) and
 # the mismatch's exact size (mismatch_kl per token, mismatch_kl_seq, mismatch_tv_max,
 # mismatch_chi2_seq).
@@ -130,14 +130,11 @@ def _unbiased_p(rows) -> tuple[float, float]:
     """(p, largest |z|): is every row's bias² zero?  Per row z = bias_sq/bias_sq_se, a t with
     splits − 1 degrees of freedom (the SE comes from the lab's seed batches), two-sided, combined
     by Bonferroni (valid for rows that share draws); NaN without rows or with a NaN."""
-    import inspect
-
     import numpy as np
     from scipy.stats import t as student
 
-    from gpolab.labs.offpolicy import mismatch as lab
+    from gpolab.kernels.rollout_mismatch import SPLITS as splits
 
-    splits = inspect.signature(lab.measure).parameters["splits"].default
     z = (rows["bias_sq"] / rows["bias_sq_se"]).to_numpy(np.float64)
     if not len(z) or not np.all(np.isfinite(z)):
         return math.nan, math.nan
@@ -263,7 +260,7 @@ def mismatch_seq_collapse(t: dict) -> dict:
     sequence-level correction of the experiment (``level == "sequence"``) against the sequence KL
     T·KL = ``mismatch_kl_seq``: ``collapsed_max``, the largest scale past the clamp (KL_seq > 20;
     collapse: ≤ 0.1).  A row the sampler cannot resolve (``resolved`` ≠ "yes") carries the scale
-    of draws from π (:func:`gpolab.labs.offpolicy.mismatch.per_seed_pi`), which sees the weight's
+    of draws from π (:func:`gpolab.kernels.rollout_mismatch.per_seed_pi`), which sees the weight's
     tail.  "Often earlier" bounds nothing, so the smallest scale short of the clamp is reported
     (``before_min``, KL_seq ≤ 5), not ruled.  Control ``control_min``: the smallest scale of the
     token-level rows (no correction, token TIS) past the clamp, which the sequence weights'

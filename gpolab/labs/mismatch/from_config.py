@@ -27,44 +27,39 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import re
-import tomllib
 from pathlib import Path
 
 import yaml
 
 from gpolab.estimators import mismatch
+from gpolab.labs.mismatch.framework_settings import (
+    ACTOR,
+    ALLOWED,
+    DEEPEST,
+    F32_MAX,
+    LOO,
+    PAIRED,
+    POLICY,
+    RATIO_1,
+    RC,
+    ROLLOUT,
+    RS_OPTIONS,
+    SECTIONS,
+    SEQ_LOSS,
+    TRL,
+    TRL_AGG,
+    TRL_ALL,
+    TRL_OWN,
+    VERL,
+    bad,
+    checked_values,
+    is_threshold,
+    rs_thresholds,
+)
 from gpolab.validate import ConfigError
 
 __all__ = ["read", "correction_of"]
-
-KEYS = tomllib.loads(Path(__file__).with_name("framework_keys.toml").read_text())
-TRL_ALL = frozenset(KEYS["trl"]["grpo_config"] + KEYS["trl"]["training_args"] + KEYS["trl"]["cli"])
-TRL_OWN = frozenset(KEYS["trl"]["grpo_config"]) - set(KEYS["trl"]["training_args"])
-RC, ACTOR = "algorithm.rollout_correction", "actor_rollout_ref.actor"
-POLICY, ROLLOUT = f"{ACTOR}.policy_loss", "actor_rollout_ref.rollout"
-SECTIONS = {s: frozenset(KEYS["verl"][s]) for s in ("algorithm", RC, ACTOR, POLICY, ROLLOUT)}
-DEEPEST = sorted(SECTIONS, key=len, reverse=True)
-ALLOWED = (
-    "a TRL GRPOConfig or a verl config as JSON (.json) or YAML (.yaml, .yml); TRL keys: "
-    "use_vllm, loss_type, vllm_importance_sampling_*; verl keys: algorithm.rollout_correction.*, "
-    "actor_rollout_ref.actor.*"
-)
-TRL_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-PER_SEQ = "per sequence (token mean), then over sequences"
-TRL_AGG = {  # grpo_trainer.py::_compute_loss normalisers other than dapo's global token count
-    "grpo": PER_SEQ, "sapo": PER_SEQ, "bnpo": "by the local batch's token count",
-    "dr_grpo": "by B·max_completion_length", "luspo": "as sequence losses times their length",
-}  # fmt: skip
-SEQ_LOSS = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "sapo")  # a (B, 1) loss at sequence level
-F32_MAX = 3.4028234663852886e38  # float(np.finfo(np.float32).max): finite for _params
-RS_OPTIONS = [f"{s}_k{k}" for s in ("token", "seq_sum", "seq_mean") for k in (1, 2, 3)]
-RS_OPTIONS += ["seq_max_k2", "seq_max_k3"]
-PAIRED = ("gspo", "geo_mean", "cispo", "sapo")  # losses with a registry entry against μ
-RATIO_1 = "at the scored θ (π_θ = π_old) the {} loss's own ratio is 1; {}"
-LOO = "the lab's advantages are leave-one-out, r − the mean of the others"
-
 
 # ------------------------------------------------------------------------- reading a file
 
@@ -173,158 +168,9 @@ def _settings(data, where: str) -> tuple[dict, str]:
             raise ConfigError(
                 f"{where}{key}: unknown TRL key{_near(str(key), TRL_ALL)}; allowed: the fields "
                 "GRPOConfig(**d) accepts (with TrainingArguments'), or trl grpo --config's "
-                "(gpolab/labs/offpolicy/framework_keys.toml)"
+                "(gpolab/labs/mismatch/framework_keys.toml)"
             )
     return dict(data), "trl"
-
-
-# ------------------------------------------------------------------------- values
-
-
-def _n(low=-math.inf, high=math.inf, *, none=False, integer=False, open_low=False):
-    """(test, allowed text) of a number in [low, high] ((low, high] if open_low), or null."""
-
-    def test(v) -> bool:
-        if v is None:
-            return none
-        kind = int if integer else (int, float)
-        if isinstance(v, bool) or not isinstance(v, kind) or not math.isfinite(v):
-            return False
-        return (v > low if open_low else v >= low) and v <= high
-
-    what = "an integer" if integer else "a finite number"
-    what += f" {'>' if open_low else '≥'} {low:g}" * (low > -math.inf)
-    what += f" and ≤ {high:g}" * (high < math.inf) + " or null" * none
-    return test, what
-
-
-def _one(*options):
-    """(test, allowed text) of one of ``options`` (true/false only as booleans)."""
-    test = lambda v: any(v == o and type(v) is type(o) for o in options)  # noqa: E731
-    return test, ", ".join("null" if o is None else str(o).lower() for o in options)
-
-
-BOOL = _one(True, False)
-TRL = {  # key: (GRPOConfig's default, check); trl/trainer/grpo_config.py f2cd57710ae3
-    "use_vllm": (False, BOOL),
-    "vllm_importance_sampling_correction": (True, BOOL),
-    "vllm_importance_sampling_mode": ("sequence_mask", _one(*TRL_MODES)),
-    "vllm_importance_sampling_clip_max": (3.0, _n(0, none=True)),
-    "vllm_importance_sampling_clip_min": (None, _n(0, none=True)),
-    "vllm_importance_sampling_cap": (None, _n(0, none=True)),
-    "loss_type": ("dapo", _one("dapo", "cispo", "vespo", *TRL_AGG)),
-    "importance_sampling_level": ("token", _one("token", "sequence")),
-    "epsilon": (0.2, _n(0)),
-    "epsilon_high": (None, _n(0, none=True)),
-    "delta": (None, _n(none=True)),
-    "beta": (0.0, _n()),
-    "scale_rewards": ("group", _one("group", "batch", "none", True, False)),
-    "multi_objective_aggregation": ("sum_then_normalize",
-                                    _one("sum_then_normalize", "normalize_then_sum")),
-    "off_policy_mask_threshold": (None, _n(none=True)),
-    "top_entropy_quantile": (1.0, _n(0, 1)),
-    "entropy_coef": (0.0, _n()),
-    "use_adaptive_entropy": (False, BOOL),
-    "mask_truncated_completions": (False, BOOL),
-    "num_iterations": (1, _n(1, integer=True)),
-    "num_generations": (8, _n(2, integer=True)),  # GRPOConfig raises below 2
-}  # fmt: skip
-VERL = {  # key: (the YAML default of a hydra run, check); verl 1dda039b9c63
-    f"{RC}.rollout_is": (None, _one(None, "token", "sequence")),
-    f"{RC}.rollout_is_threshold": (2.0, None),  # parsed by _is_threshold
-    f"{RC}.rollout_rs": (None, (lambda v: v is None or isinstance(v, str),
-                                "null or a comma list of " + ", ".join(RS_OPTIONS))),
-    f"{RC}.rollout_rs_threshold": (None, None),  # parsed by _rs_thresholds
-    f"{RC}.bypass_mode": (False, BOOL),
-    f"{RC}.loss_type": ("ppo_clip", _one("ppo_clip", "reinforce")),
-    f"{RC}.rollout_is_batch_normalize": (False, BOOL),
-    f"{POLICY}.loss_mode": ("vanilla", _one(*KEYS["verl"]["loss_modes"])),
-    f"{ACTOR}.clip_ratio": (0.2, _n(0)),
-    f"{ACTOR}.clip_ratio_low": (0.2, _n(0, none=True)),
-    f"{ACTOR}.clip_ratio_high": (0.2, _n(0, none=True)),
-    f"{ACTOR}.clip_ratio_c": (3.0, _n(1, open_low=True)),  # core_algos asserts > 1
-    f"{ACTOR}.tau_pos": (1.0, _n(0, open_low=True)),
-    f"{ACTOR}.tau_neg": (1.05, _n(0, open_low=True)),
-    f"{ACTOR}.loss_agg_mode": ("token-mean", _one("token-mean", "token-sum", "seq-mean-token-sum",
-                                                  "seq-mean-token-sum-norm",
-                                                  "seq-mean-token-mean")),
-    f"{ACTOR}.use_kl_loss": (False, BOOL),
-    f"{ACTOR}.kl_loss_coef": (0.001, _n()),
-    f"{ACTOR}.entropy_coeff": (0.0, _n()),
-    f"{ACTOR}.ppo_epochs": (1, _n(1, integer=True)),
-    f"{ROLLOUT}.calculate_log_probs": (True, BOOL),
-    "algorithm.adv_estimator": ("gae", _one(*KEYS["verl"]["adv_estimators"])),
-    "algorithm.norm_adv_by_std_in_grpo": (True, BOOL),
-    "algorithm.use_kl_in_reward": (False, BOOL),
-    "trainer.use_v1": (True, BOOL),
-}  # fmt: skip
-
-
-def _bad(where: str, key: str, value, allowed: str) -> ConfigError:
-    got = "a mapping" if isinstance(value, dict) else repr(value)
-    got = got if len(got) <= 60 else got[:57] + "..."
-    return ConfigError(f"{where}{key}: got {got}; allowed: {allowed}")
-
-
-def _values(s: dict, table: dict, where: str) -> dict:
-    """Every key of ``table`` at the user's value (checked) or the default."""
-    for key, (_, check) in table.items():
-        if key in s and check is not None and not check[0](s[key]):
-            raise _bad(where, key, s[key], check[1])
-    return {key: s.get(key, default) for key, (default, _) in table.items()}
-
-
-def _pair(where: str, key: str, spec, text: str) -> tuple[float, float]:
-    lo, _, hi = text.partition("_")
-    try:
-        return float(lo), float(hi)
-    except ValueError:
-        raise _bad(where, key, spec, "a number U or a string 'L_U'") from None
-
-
-def _is_threshold(where: str, spec):
-    """verl's rollout_is_threshold (rollout_corr_helper._parse_rollout_is_threshold): a number
-    U (TIS) or "U", or "L_U" (IcePop), positive, L ≤ U."""
-    key = f"{RC}.rollout_is_threshold"
-    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
-        raise _bad(where, key, spec, "a number U or a string 'L_U' (positive, L ≤ U)")
-    text = str(spec).strip()
-    value = (
-        _pair(where, key, spec, text) if "_" in text else _pair(where, key, spec, "1_" + text)[1]
-    )
-    for v in value if isinstance(value, tuple) else (value,):
-        if not (math.isfinite(v) and v > 0):
-            raise _bad(where, key, spec, "positive bounds (verl raises)")
-    if isinstance(value, tuple) and value[0] > value[1]:
-        raise _bad(where, key, spec, "L ≤ U (verl raises)")
-    return value
-
-
-def _rs_thresholds(where: str, options: list, spec) -> list:
-    """verl's per-option rollout_rs_threshold (_parse_rollout_rs_thresholds): one shared or one
-    per option, comma separated; k1: "L_U" or U (L = 1/U), k2/k3: a positive U."""
-    key = f"{RC}.rollout_rs_threshold"
-    if spec is None:
-        raise _bad(where, key, None, f"a threshold for rollout_rs {','.join(options)} (verl "
-                   "requires one)")  # fmt: skip
-    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
-        raise _bad(where, key, spec, "a number or a string, one threshold per rollout_rs option")
-    parts = [p.strip() for p in str(spec).split(",") if p.strip()]
-    if len(parts) not in (1, len(options)):
-        raise _bad(where, key, spec, f"one threshold, or {len(options)} (one per option)")
-    out = []
-    parts = parts * len(options) if len(parts) == 1 else parts
-    for option, part in zip(options, parts, strict=True):
-        k1 = option.endswith("k1")
-        if "_" in part and not k1:
-            raise _bad(where, key, spec, f"a single upper bound for {option} (verl raises)")
-        lo, hi = _pair(where, key, spec, part if "_" in part else "1_" + part)
-        if "_" not in part:  # k1: U alone means L = 1/U; k2, k3 have an upper bound only
-            lo = 1 / hi if k1 and hi > 0 else hi
-        if not (math.isfinite(lo) and math.isfinite(hi) and 0 < lo <= hi):
-            raise _bad(where, key, spec, f"positive bounds, L ≤ U, for {option} (verl raises)")
-        out.append((lo, hi) if k1 else hi)
-    return out
 
 
 # ------------------------------------------------------------------------- the mapping
@@ -346,8 +192,14 @@ def correction_of(settings: dict) -> dict:
         text += f"; not modelled, each changes your gradient: {', '.join(labels)}" * bool(labels)
         text += "."
     notes = notes + [f"not modelled: {label}: {detail}" for label, detail in unmodelled]
-    return dict(name=name, overrides=overrides, framework=framework, text=text,
-                unmodelled=labels, notes=notes)  # fmt: skip
+    return dict(
+        name=name,
+        overrides=overrides,
+        framework=framework,
+        text=text,
+        unmodelled=labels,
+        notes=notes,
+    )
 
 
 def _checked(name, overrides, where):
@@ -360,7 +212,7 @@ def _checked(name, overrides, where):
 
 
 def _trl(s: dict, where: str):
-    v = _values(s, TRL, where)
+    v = checked_values(s, TRL, where)
     loss, mode, level = (
         v["loss_type"],
         v["vllm_importance_sampling_mode"],
@@ -376,28 +228,51 @@ def _trl(s: dict, where: str):
         v["vllm_importance_sampling_clip_max"],
     )
     raises = [  # GRPOConfig.__post_init__ and GRPOTrainer.__init__ raise for these
-        (clip_min is not None and clip_max is not None and clip_min >= clip_max,
-         "vllm_importance_sampling_clip_min", clip_min,
-         f"less than vllm_importance_sampling_clip_max ({clip_max})"),
-        (v["vllm_importance_sampling_correction"] and mode.endswith("truncate")
-         and clip_min is None and clip_max is None, "vllm_importance_sampling_clip_max", None,
-         f"a bound (clip_max or clip_min) with vllm_importance_sampling_mode {mode}"),
-        (loss == "vespo" and on and not mode.startswith("token"),
-         "vllm_importance_sampling_mode", mode, "token_truncate or token_mask with vespo"),
-        (s.get("generation_batch_size") is not None and s.get("steps_per_generation") is not None,
-         "steps_per_generation", s.get("steps_per_generation"),
-         "null when generation_batch_size is set (one of the two)"),
-        (bool(s.get("auto_find_batch_size")), "auto_find_batch_size", s.get("auto_find_batch_size"),
-         "false (GRPO's batch holds whole groups)"),
-    ]  # fmt: skip
-    for bad, key, value, allowed in raises:
-        if bad:
-            raise _bad(where, key, value, f"{allowed}, as TRL raises otherwise")
+        (
+            clip_min is not None and clip_max is not None and clip_min >= clip_max,
+            "vllm_importance_sampling_clip_min",
+            clip_min,
+            f"less than vllm_importance_sampling_clip_max ({clip_max})",
+        ),
+        (
+            v["vllm_importance_sampling_correction"]
+            and mode.endswith("truncate")
+            and clip_min is None
+            and clip_max is None,
+            "vllm_importance_sampling_clip_max",
+            None,
+            f"a bound (clip_max or clip_min) with vllm_importance_sampling_mode {mode}",
+        ),
+        (
+            loss == "vespo" and on and not mode.startswith("token"),
+            "vllm_importance_sampling_mode",
+            mode,
+            "token_truncate or token_mask with vespo",
+        ),
+        (
+            s.get("generation_batch_size") is not None
+            and s.get("steps_per_generation") is not None,
+            "steps_per_generation",
+            s.get("steps_per_generation"),
+            "null when generation_batch_size is set (one of the two)",
+        ),
+        (
+            bool(s.get("auto_find_batch_size")),
+            "auto_find_batch_size",
+            s.get("auto_find_batch_size"),
+            "false (GRPO's batch holds whole groups)",
+        ),
+    ]
+    for wrong, key, value, allowed in raises:
+        if wrong:
+            raise bad(where, key, value, f"{allowed}, as TRL raises otherwise")
     unmodelled = _trl_unmodelled(v)
     if not on:
-        why = ("vLLM IS correction off (vllm_importance_sampling_correction false): `none`"
-               if v["use_vllm"] else "use_vllm false: the trainer samples from π_θ itself, no "
-               "IS correction (`none`)")  # fmt: skip
+        why = (
+            "vLLM IS correction off (vllm_importance_sampling_correction false): `none`"
+            if v["use_vllm"]
+            else "use_vllm false: the trainer samples from π_θ itself, no IS correction (`none`)"
+        )
         whose = "vLLM rollouts, uncorrected" if v["use_vllm"] else "the trainer's own rollouts"
         return "none", {}, f"loss_type {loss} on {whose}", [why, *notes], unmodelled
     if clip_max is None:
@@ -416,12 +291,17 @@ def _trl(s: dict, where: str):
 def _trl_entry(v, loss, mode, level, over, notes):
     """(name, overrides, notes) of TRL's vLLM-corrected loss; name None with the reason first."""
     if loss == "vespo":
-        return None, {}, ["vespo folds the IS weight into its sequence log-weight; no registry "
-                          "entry", *notes]  # fmt: skip
+        return (
+            None,
+            {},
+            ["vespo folds the IS weight into its sequence log-weight; no registry entry", *notes],
+        )
     if level == "sequence" and mode.startswith("token") and loss in SEQ_LOSS:
-        why = (f"importance_sampling_level sequence with {mode}: TRL multiplies the per-sequence "
-               "loss (B, 1) by the per-token IS weights (B, T), so every token's coefficient is "
-               "A·mean_t ρ̃_t, the sequence's mean token weight; no registry entry")  # fmt: skip
+        why = (
+            f"importance_sampling_level sequence with {mode}: TRL multiplies the per-sequence "
+            "loss (B, 1) by the per-token IS weights (B, T), so every token's coefficient is "
+            "A·mean_t ρ̃_t, the sequence's mean token weight; no registry entry"
+        )
         return None, {}, [why, *notes]
     if loss != "cispo":
         notes.append(RATIO_1.format(loss, "only the vLLM IS weight acts"))
@@ -446,66 +326,96 @@ def _trl_entry(v, loss, mode, level, over, notes):
 def _trl_unmodelled(v: dict) -> list[tuple[str, str]]:
     """(label, detail) of each TRL setting that changes the gradient and the lab does not model."""
     scale = {True: "group", False: "none"}.get(v["scale_rewards"], v["scale_rewards"])
-    adv = {"group": "(r − group mean)/(group std + 1e-4)",
-           "batch": "(r − group mean)/(batch std + 1e-4)",
-           "none": "r − group mean, (G−1)/G times the lab's (the same direction)"}  # fmt: skip
+    adv = {
+        "group": "(r − group mean)/(group std + 1e-4)",
+        "batch": "(r − group mean)/(batch std + 1e-4)",
+        "none": "r − group mean, (G−1)/G times the lab's (the same direction)",
+    }
     out = [(f"scale_rewards {scale}", f"TRL's advantages are {adv[scale]}; {LOO}")]
     if v["multi_objective_aggregation"] == "normalize_then_sum":
-        out = [("multi_objective_aggregation normalize_then_sum", "TRL normalises each reward "
-                f"per group, then the sum over the batch; {LOO}")]  # fmt: skip
+        out = [
+            (
+                "multi_objective_aggregation normalize_then_sum",
+                f"TRL normalises each reward per group, then the sum over the batch; {LOO}",
+            )
+        ]
     if v["beta"]:
         out.append((f"beta {v['beta']}", "a KL penalty against the reference model"))
     if (delta := v["off_policy_mask_threshold"]) is not None:
-        out.append((f"off_policy_mask_threshold {delta}", "TRL drops each sequence with A < 0 "
-                    f"whose mean log μ − log π_θ exceeds {delta} (DeepSeek-V3.2's off-policy "
-                    "sequence mask); no registry entry has it"))  # fmt: skip
+        out.append(
+            (
+                f"off_policy_mask_threshold {delta}",
+                "TRL drops each sequence with A < 0 "
+                f"whose mean log μ − log π_θ exceeds {delta} (DeepSeek-V3.2's off-policy "
+                "sequence mask); no registry entry has it",
+            )
+        )
     if (rho := v["top_entropy_quantile"]) < 1:
-        out.append((f"top_entropy_quantile {rho}", f"only the top {rho:g} of tokens by entropy "
-                    "enter the loss; the lab's entries weight every token"))  # fmt: skip
+        out.append(
+            (
+                f"top_entropy_quantile {rho}",
+                f"only the top {rho:g} of tokens by entropy "
+                "enter the loss; the lab's entries weight every token",
+            )
+        )
     if v["entropy_coef"] or v["use_adaptive_entropy"]:
         out.append((f"entropy_coef {v['entropy_coef']}", "an entropy bonus in the loss"))
     delta = v["delta"]
     if delta is not None and delta < 1 and v["loss_type"] in ("grpo", "bnpo", "dr_grpo", "dapo"):
-        out.append((f"delta {delta}", "the two-sided clip caps the ratio 1 at delta < 1, so "
-                    "tokens with A > 0 get no gradient"))  # fmt: skip
+        out.append(
+            (
+                f"delta {delta}",
+                "the two-sided clip caps the ratio 1 at delta < 1, so "
+                "tokens with A > 0 get no gradient",
+            )
+        )
     if v["mask_truncated_completions"]:
         out.append(("mask_truncated_completions true", "truncated completions leave the loss"))
     if v["num_iterations"] > 1:
-        out.append((f"num_iterations {v['num_iterations']}", "updates after the first on a batch "
-                    "see a ratio ≠ 1; the lab measures the first"))  # fmt: skip
+        out.append(
+            (
+                f"num_iterations {v['num_iterations']}",
+                "updates after the first on a batch see a ratio ≠ 1; the lab measures the first",
+            )
+        )
     return out
 
 
 def _verl(s: dict, where: str):
     for sec in SECTIONS:  # a value where verl wants a mapping
         if sec in s and s[sec] != {} and not (sec == RC and s[sec] is None):
-            raise _bad(where, sec, s[sec], "a mapping" + " or null" * (sec == RC))
+            raise bad(where, sec, s[sec], "a mapping" + " or null" * (sec == RC))
     for key in s:
         sec = next((x for x in DEEPEST if key.startswith(x + ".")), None)
         if sec is not None and key[len(sec) + 1 :].split(".")[0] not in SECTIONS[sec]:
             known = [f"{sec}.{k}" for k in SECTIONS[sec]]
             raise ConfigError(
                 f"{where}{key}: unknown verl key{_near(key, known)}; allowed: the fields of "
-                f"{sec} (verl 1dda039b9c63; gpolab/labs/offpolicy/framework_keys.toml)"
+                f"{sec} (verl 1dda039b9c63; gpolab/labs/mismatch/framework_keys.toml)"
             )
     for key in VERL:
         if any(k.startswith(key + ".") for k in s):
-            raise _bad(where, key, {}, VERL[key][1][1] if VERL[key][1] else "a value")
+            raise bad(where, key, {}, VERL[key][1][1] if VERL[key][1] else "a value")
     notes = []
     if RC in s or not any(k.startswith(RC + ".") for k in s):
         s = {k: v for k, v in s.items() if not k.startswith(RC + ".")}
         notes.append(f"{RC} absent or null: off, as verl's ppo_trainer.yaml default")
-    v = _values(s, VERL, where)
+    v = checked_values(s, VERL, where)
     thr = v[f"{RC}.rollout_is_threshold"]
-    thr = None if thr is None else _is_threshold(where, thr)
+    thr = None if thr is None else is_threshold(where, thr)
     rs = v[f"{RC}.rollout_rs"]
     opts = list(dict.fromkeys(o.strip() for o in (rs or "").split(",") if o.strip()))
     if rs is not None and (not opts or any(o not in RS_OPTIONS for o in opts)):
-        raise _bad(where, f"{RC}.rollout_rs", rs, VERL[f"{RC}.rollout_rs"][1][1])
-    rs_thr = _rs_thresholds(where, opts, v[f"{RC}.rollout_rs_threshold"]) if opts else []
+        raise bad(where, f"{RC}.rollout_rs", rs, VERL[f"{RC}.rollout_rs"][1][1])
+    rs_thr = rs_thresholds(where, opts, v[f"{RC}.rollout_rs_threshold"]) if opts else []
     if v[f"{RC}.bypass_mode"] and not v[f"{ROLLOUT}.calculate_log_probs"]:
-        raise _bad(where, f"{ROLLOUT}.calculate_log_probs", False, "true with bypass_mode true "
-                   "(verl raises: bypass mode takes the rollout's log-probs as π_old)")  # fmt: skip
+        raise bad(
+            where,
+            f"{ROLLOUT}.calculate_log_probs",
+            False,
+            "true with bypass_mode true "
+            "(verl raises: bypass mode takes the rollout's log-probs as π_old)",
+        )
     found = (_bypass if v[f"{RC}.bypass_mode"] else _decoupled)(v, thr, opts, rs_thr, notes)
     _checked(found[0], found[1], where)
     return (*found, _verl_unmodelled(s, v))
@@ -513,8 +423,10 @@ def _verl(s: dict, where: str):
 
 def _eps(v: dict) -> dict:
     ratio = v[f"{ACTOR}.clip_ratio"]
-    return {f"eps_{side}": ratio if (e := v[f"{ACTOR}.clip_ratio_{side}"]) is None else e
-            for side in ("low", "high")}  # fmt: skip
+    return {
+        f"eps_{side}": ratio if (e := v[f"{ACTOR}.clip_ratio_{side}"]) is None else e
+        for side in ("low", "high")
+    }
 
 
 def _bypass(v, thr, opts, rs_thr, notes):
@@ -531,8 +443,10 @@ def _bypass(v, thr, opts, rs_thr, notes):
         unused = [f"rollout_is {is_}"] * bool(is_) + [f"rollout_rs {rs}"] * bool(opts)
         unused += [f"loss_type {loss_type}"] * (loss_type != "ppo_clip")
         if unused:
-            notes.append(f"{', '.join(unused)}: not applied by verl's v1 trainer in bypass mode "
-                         "(it runs the correction in decoupled mode only)")  # fmt: skip
+            notes.append(
+                f"{', '.join(unused)}: not applied by verl's v1 trainer in bypass mode "
+                "(it runs the correction in decoupled mode only)"
+            )
         if loss == "vanilla":
             return "verl/bypass_ppo_clip", clip, what, notes
         if loss in PAIRED:
@@ -544,8 +458,12 @@ def _bypass(v, thr, opts, rs_thr, notes):
     if opts:
         return None, {}, what, [f"no registry entry pairs bypass with rollout_rs {rs}", *notes]
     if loss_type == "reinforce":
-        return None, {}, what, ["bypass reinforce (preset bypass_pg_is) is not in the registry",
-                                *notes]  # fmt: skip
+        return (
+            None,
+            {},
+            what,
+            ["bypass reinforce (preset bypass_pg_is) is not in the registry", *notes],
+        )
     notes += [f"rollout_is {is_} has no effect: bypass ppo_clip has no IS weight"] * bool(is_)
     return "verl/bypass_ppo_clip", clip, what, notes
 
@@ -557,15 +475,21 @@ def _decoupled(v, thr, opts, rs_thr, notes):
     what = f"decoupled mode, loss_mode {loss}, rollout_is {is_}" + f" ({thr})" * bool(is_)
     what += f", rollout_rs {rs}" + f" ({v[f'{RC}.rollout_rs_threshold']})" * bool(opts)
     if not v[f"{ROLLOUT}.calculate_log_probs"] and (is_ or opts):
-        notes.append(f"{ROLLOUT}.calculate_log_probs false: no rollout log-probs, so verl skips "
-                     "the rollout correction (ray_trainer, trainer_base): `none`")  # fmt: skip
+        notes.append(
+            f"{ROLLOUT}.calculate_log_probs false: no rollout log-probs, so verl skips "
+            "the rollout correction (ray_trainer, trainer_base): `none`"
+        )
         is_, opts = None, []
     if is_ and thr is None:
         notes.append(f"rollout_is {is_} with rollout_is_threshold null: verl applies no IS weight")
         is_ = None
     if is_ and v[f"{RC}.rollout_is_batch_normalize"]:
-        return None, {}, what, ["rollout_is_batch_normalize true: no batch-normalised entry",
-                                *notes]  # fmt: skip
+        return (
+            None,
+            {},
+            what,
+            ["rollout_is_batch_normalize true: no batch-normalised entry", *notes],
+        )
     if loss not in ("vanilla", *PAIRED):
         return None, {}, what, [f"loss_mode {loss}: no registry entry for its gradient", *notes]
     if loss == "geo_mean" and (is_ or opts):
@@ -607,22 +531,35 @@ def _verl_unmodelled(s: dict, v: dict) -> list[tuple[str, str]]:
             if norm
             else ("r − group mean, (G−1)/G times the lab's (the same direction)")
         )
-        out.append((f"algorithm.adv_estimator {adv} with norm_adv_by_std_in_grpo "
-                    f"{str(norm).lower()}", f"verl's advantages are {form}; {LOO}"))  # fmt: skip
+        out.append(
+            (
+                f"algorithm.adv_estimator {adv} with norm_adv_by_std_in_grpo {str(norm).lower()}",
+                f"verl's advantages are {form}; {LOO}",
+            )
+        )
     elif adv not in ("rloo", "rloo_vectorized"):
         label = f"algorithm.adv_estimator {adv}" + " (verl's YAML default)" * (
             "algorithm.adv_estimator" not in s
         )
-        out.append((label, f"verl's {adv} advantages" + " (a critic's)" * (adv == "gae")
-                    + f"; {LOO}"))  # fmt: skip
+        out.append(
+            (label, f"verl's {adv} advantages" + " (a critic's)" * (adv == "gae") + f"; {LOO}")
+        )
     if v["algorithm.use_kl_in_reward"]:
         out.append(("algorithm.use_kl_in_reward true", "a KL penalty in the reward"))
     if v[f"{ACTOR}.use_kl_loss"]:
-        out.append((f"{ACTOR}.use_kl_loss true (kl_loss_coef {v[f'{ACTOR}.kl_loss_coef']})",
-                    "a KL loss against the reference model"))  # fmt: skip
+        out.append(
+            (
+                f"{ACTOR}.use_kl_loss true (kl_loss_coef {v[f'{ACTOR}.kl_loss_coef']})",
+                "a KL loss against the reference model",
+            )
+        )
     if v[f"{ACTOR}.entropy_coeff"]:
         out.append((f"{ACTOR}.entropy_coeff {v[f'{ACTOR}.entropy_coeff']}", "an entropy bonus"))
     if v[f"{ACTOR}.ppo_epochs"] > 1:
-        out.append((f"{ACTOR}.ppo_epochs {v[f'{ACTOR}.ppo_epochs']}", "updates after the first "
-                    "on a batch see a ratio ≠ 1; the lab measures the first"))  # fmt: skip
+        out.append(
+            (
+                f"{ACTOR}.ppo_epochs {v[f'{ACTOR}.ppo_epochs']}",
+                "updates after the first on a batch see a ratio ≠ 1; the lab measures the first",
+            )
+        )
     return out

@@ -1,4 +1,4 @@
-"""The mismatch figure (gpolab.labs.offpolicy.plots) from a hand-made table with the columns it
+"""The mismatch figure (gpolab.labs.mismatch.plots) from a hand-made table with the columns it
 reads: its title fits the figure however few panels it has, and a value ≤ 0 on a log panel is
 drawn (a symlog axis) and said, never dropped (issue 55)."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab.labs.offpolicy import plots
+from gpolab.labs.mismatch import plots
 
 
 def _table(bias_sq: float) -> pd.DataFrame:

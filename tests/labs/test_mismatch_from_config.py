@@ -1,4 +1,4 @@
-"""gpolab.labs.offpolicy.from_config: a TRL GRPOConfig or verl config file names the mismatch
+"""gpolab.labs.mismatch.from_config: a TRL GRPOConfig or verl config file names the mismatch
 correction it runs, with the user's values as overrides that ``estimate_weights`` accepts, and
 each setting that changes the gradient but is not modelled; a bad file (an unknown or duplicate
 key, a wrong value, a combination the framework raises for) is one ConfigError naming the file and
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from gpolab.estimators import mismatch
-from gpolab.labs.offpolicy import from_config
+from gpolab.labs.mismatch import framework_settings as settings
+from gpolab.labs.mismatch import from_config
 from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
@@ -138,7 +139,7 @@ def test_a_bad_value_names_its_field():
 
 
 # ------------------------------------------------------------------------- issue 55's probes
-SMALL = ["--env", "markov", "--prompts", "3", "--batch", "4", "--G", "4", "--seeds", "256"]
+SMALL = ["--prompts", "3", "--batch", "4", "--G", "4", "--seeds", "256"]
 
 
 def _refused(tmp_path, capsys, text, *fragments, file="cfg.yaml"):
@@ -146,7 +147,7 @@ def _refused(tmp_path, capsys, text, *fragments, file="cfg.yaml"):
     (the key), exit 2, with no output folder written."""
     path, out = tmp_path / file, tmp_path / "o"
     path.write_text(text)
-    assert main(["offpolicy", *SMALL, "--from-config", str(path), "--out", str(out)]) == 2
+    assert main(["mismatch", *SMALL, "--from-config", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(path) in err and "Traceback" not in err, err
     assert all(f in err for f in fragments), err
@@ -226,11 +227,11 @@ def test_keys_the_frameworks_accept_are_accepted():
 
 
 def test_the_key_lists_hold_every_key_the_reader_reads():
-    for key in from_config.TRL:
-        assert key in from_config.TRL_ALL, key
-    for key in from_config.VERL:
-        sec = next((s for s in from_config.DEEPEST if key.startswith(s + ".")), None)
-        assert sec is None or key[len(sec) + 1 :] in from_config.SECTIONS[sec], key
+    for key in settings.TRL:
+        assert key in settings.TRL_ALL, key
+    for key in settings.VERL:
+        sec = next((s for s in settings.DEEPEST if key.startswith(s + ".")), None)
+        assert sec is None or key[len(sec) + 1 :] in settings.SECTIONS[sec], key
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""``gpolab offpolicy --env markov``: the rollout–training mismatch mode (issue 43).  Its rows carry
+"""``gpolab mismatch``: the rollout–training mismatch lab (issue 43; the off-policy lab's
+``--env markov`` mode before issue 57).  Its rows carry
 the issue's columns with standard errors; without a mismatch every correction is unbiased and
 truncates nothing (the control); bad input is one error before anything runs; ``--from-config``
 adds the run's own correction as the rows marked yours; the decision table names ties, leads
@@ -13,18 +14,18 @@ import pytest
 
 from gpolab import configs
 from gpolab.estimators import mismatch as corrections
-from gpolab.labs.offpolicy import lab as offpolicy
-from gpolab.labs.offpolicy import mismatch
+from gpolab.labs.mismatch import decision
+from gpolab.labs.mismatch import lab as mismatch
 from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
 
-SMALL = ["--env", "markov", "--prompts", "3", "--batch", "4", "--G", "4", "--seeds", "256"]
+SMALL = ["--prompts", "3", "--batch", "4", "--G", "4", "--seeds", "256"]
 SEQ_IS = "verl/seq_tis[is_threshold=1e9]"  # untruncated below the ±20 clamp: unbiased
 
 
 def _run(tmp_path, capsys, *extra):
     out = tmp_path / "o"
-    argv = ["offpolicy", *SMALL, "--out", str(out), "--json", *extra]
+    argv = ["mismatch", *SMALL, "--out", str(out), "--json", *extra]
     assert main(argv) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     return out, rows
@@ -58,8 +59,8 @@ def test_rows_carry_the_issue_columns_with_standard_errors(tmp_path, capsys):
         assert r["mse"] == pytest.approx(r["bias_sq"] + r["variance"], rel=1e-6)
     dec = pd.read_parquet(out / "decision.parquet")
     assert len(dec) == 2 and {"least_mse", "best_cos", "trl_rel_mse", "verl_cos"} <= set(dec)
-    assert (out / "offpolicy_mismatch.png").stat().st_size > 1000
-    _, table, _ = configs.split_file(out / "config.toml", "offpolicy")
+    assert (out / "mismatch.png").stat().st_size > 1000
+    _, table, _ = configs.split_file(out / "config.toml", "mismatch")
     assert table["T"] == [4, 8] and "ratio" not in table and "eta" not in table
 
 
@@ -75,8 +76,6 @@ def test_without_mismatch_every_correction_is_unbiased_and_truncates_nothing(tmp
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--ratio", "token"], "--ratio: not used with env = markov"),
-        (["--staleness", "2"], "--staleness: not used with env = markov"),
         (["--mismatch", "noise"], "mismatch: got 'noise'; allowed: KIND:SIZE"),
         (["--mismatch", "temperature:0"], "mismatch temperature size"),
         (["--correction", "nope"], "correction: got 'nope'"),
@@ -87,17 +86,32 @@ def test_without_mismatch_every_correction_is_unbiased_and_truncates_nothing(tmp
 )
 def test_bad_input_is_one_error_before_anything_runs(tmp_path, capsys, extra, message):
     out = tmp_path / "o"
-    assert main(["offpolicy", *SMALL, "--out", str(out), *extra]) == 2
+    assert main(["mismatch", *SMALL, "--out", str(out), *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
 
 
-def test_mismatch_flags_are_refused_without_the_markov_env(tmp_path, capsys):
-    for flag, value in (("--T", "8"), ("--correction", "none"), ("--from-config", "x.yaml")):
-        assert main(["offpolicy", flag, value, "--out", str(tmp_path / "o")]) == 2
-        err = capsys.readouterr().err
-        assert f"{flag}: not used with env = bandit" in err and "markov" in err
+def test_the_old_offpolicy_invocation_is_one_line_naming_the_new_command(tmp_path, capsys):
+    """Issue 57: ``gpolab offpolicy --env markov`` (or a mismatch flag, or a config file with env
+    = markov) was the mismatch mode; it is one error line naming ``gpolab mismatch``, before
+    anything runs.  The reuse lab's flags are not the mismatch lab's (argparse refuses them)."""
+    old = tmp_path / "old.toml"
+    old.write_text('[offpolicy]\nenv = "markov"\nseeds = 64\n')
+    for argv in (
+        ["--env", "markov"],
+        ["--T", "8"],
+        ["--correction", "none"],
+        ["--from-config", "x.yaml"],
+        ["--config", str(old)],
+    ):
+        assert main(["offpolicy", *argv, "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "is now `gpolab mismatch`" in err[0], (argv, err)
+        assert not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit) as stop:
+        main(["mismatch", "--ratio", "token", "--out", str(tmp_path / "o")])
+    assert stop.value.code == 2
 
 
 def test_a_bad_config_file_is_one_error_naming_it(tmp_path, capsys):
@@ -105,7 +119,7 @@ def test_a_bad_config_file_is_one_error_naming_it(tmp_path, capsys):
     bad.write_text("use_vllm: [unclosed\n")
     for path in (bad, tmp_path / "missing.yaml"):
         out = tmp_path / "o"
-        assert main(["offpolicy", *SMALL, "--from-config", str(path), "--out", str(out)]) == 2
+        assert main(["mismatch", *SMALL, "--from-config", str(path), "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert str(path) in err and "Traceback" not in err
         assert not out.exists()
@@ -120,7 +134,7 @@ def test_from_config_adds_the_runs_own_correction_as_yours(tmp_path, capsys):
         "vllm_importance_sampling_clip_max: 2.0\n"
     )
     out = tmp_path / "o"
-    argv = ["offpolicy", *SMALL, "--T", "8", "--mismatch", "noise:0.3", "--out", str(out)]
+    argv = ["mismatch", *SMALL, "--T", "8", "--mismatch", "noise:0.3", "--out", str(out)]
     assert main([*argv, "--correction", "none,trl/sequence_mask", "--from-config", str(trl)]) == 0
     text = capsys.readouterr().out
     results = pd.read_parquet(out / "results.parquet")
@@ -157,7 +171,7 @@ def _row(name, mse, cos, scale=1.0, mse_se=0.01, cos_se=0.001, scale_se=0.01, bi
 
 
 def test_the_decision_names_ties_and_leads_within_one_se():
-    dec = mismatch.decision(
+    dec = decision.decision(
         _table(
             [
                 _row("verl/token_tis", 1.0, 0.90),
@@ -178,7 +192,7 @@ def test_the_decision_names_ties_and_leads_within_one_se():
 def test_at_a_large_batch_the_bias_decides():
     """The variance falls as 1/B: a biased low-variance rule leads at the measured batch, the
     unbiased one at 512 prompts (bias² + variance·8/512)."""
-    dec = mismatch.decision(
+    dec = decision.decision(
         _table(
             [
                 _row("trl/sequence_mask", 1.0, 0.8, bias_sq=0.5),  # at 512: 0.5 + 0.5/64
@@ -197,16 +211,16 @@ def test_a_verl_ratio_loss_against_mu_can_be_the_choice():
     candidate like every entry (before: never a choice, set aside as "gpolab's pairing" in a
     pairing_large column, which is gone)."""
     rows = [_row("verl/sapo", 0.5, 0.999), _row("verl/token_tis", 1.0, 0.99), _row("none", 2, 0.9)]
-    dec = mismatch.decision(_table(rows)).iloc[0]
+    dec = decision.decision(_table(rows)).iloc[0]
     assert dec["least_mse"] == dec["least_mse_large"] == dec["best_cos"] == "verl/sapo"
     assert dec["least_mse_large_rel"] == pytest.approx(0.5 / 64)
-    assert not [c for c in dec.index if "pairing" in c] and "pairing_large" not in mismatch.DECISION
+    assert not [c for c in dec.index if "pairing" in c] and "pairing_large" not in decision.DECISION
 
 
 def test_a_collapsed_or_nan_direction_is_never_the_best():
     """A correction that zeroes every sequence (scale 0, cos NaN or a noisy cos of a vanishing
     mean) has the least MSE at a small batch but never the best direction."""
-    dec = mismatch.decision(
+    dec = decision.decision(
         _table(
             [
                 _row("verl/rs_seq_mean_k3", 1.0, math.nan, scale=0.0, scale_se=0.0),
@@ -217,13 +231,13 @@ def test_a_collapsed_or_nan_direction_is_never_the_best():
         )
     ).iloc[0]
     assert dec["least_mse"] == "verl/rs_seq_mean_k3" and dec["best_cos"] == "verl/token_tis"
-    assert mismatch.decision(pd.DataFrame()).empty
+    assert decision.decision(pd.DataFrame()).empty
 
 
 def test_every_registry_entry_is_a_default_correction_and_spelled_once():
-    cfg = offpolicy.Config(env="markov")
+    cfg = mismatch.Config()
     assert mismatch.specs(cfg) == list(corrections.REGISTRY)
-    cfg = offpolicy.Config(env="markov", correction=("none", "verl/seq_tis[is_threshold=3]"))
+    cfg = mismatch.Config(correction=("none", "verl/seq_tis[is_threshold=3]"))
     assert mismatch.specs(cfg) == ["none", "verl/seq_tis[is_threshold=3.0]"]
     # a threshold equal to the entry's default is the entry: one row, not two
     cfg = cfg.replace(correction=("verl/seq_tis", "verl/seq_tis[is_threshold=2]"))
@@ -233,7 +247,7 @@ def test_every_registry_entry_is_a_default_correction_and_spelled_once():
 
 def test_a_bad_from_config_raises_before_the_grid(tmp_path):
     with pytest.raises(ConfigError, match="from_config|missing"):
-        offpolicy.Config(env="markov", from_config=str(tmp_path / "missing.json")).validate()
+        mismatch.Config(from_config=str(tmp_path / "missing.json")).validate()
 
 
 def test_an_edited_config_file_is_read_again(tmp_path):
@@ -242,7 +256,7 @@ def test_an_edited_config_file_is_read_again(tmp_path):
 
     path = tmp_path / "grpo.yaml"
     path.write_text("use_vllm: true\nvllm_importance_sampling_mode: token_truncate\n")
-    cfg = offpolicy.Config(env="markov", from_config=str(path))
+    cfg = mismatch.Config(from_config=str(path))
     assert mismatch.yours(cfg)[0] == "trl/token_truncate"
     path.write_text("use_vllm: true\nvllm_importance_sampling_mode: sequence_truncate\n")
     os.utime(path, ns=(1, 10**18))  # a different mtime even on a coarse clock
