@@ -550,26 +550,10 @@ def label(row: dict) -> str:
     return f"{row['advantage']} {row['ratio']}{clip}{kl}"
 
 
-REPORT = [
-    "policy",
-    "advantage",
-    "ratio",
-    "clip",
-    "kl",
-    "kappa",
-    "eta",
-    "staleness",
-    "m",
-    "bias_sq",
-    "variance",
-    "mse",
-    "excess_mse",
-    "scaled_mse",
-    "excess_scaled",
-    "cos",
-    "snr",
-    "clip_frac",
-]
+REPORT = (  # the printed table's columns
+    *("policy", "advantage", "ratio", "clip", "kl", "kappa", "eta", "staleness", "m", "bias_sq"),
+    *("variance", "mse", "excess_mse", "scaled_mse", "excess_scaled", "cos", "snr", "clip_frac"),
+)
 
 
 def report(cfg: Config, tables: dict) -> str:
@@ -578,9 +562,8 @@ def report(cfg: Config, tables: dict) -> str:
 
 SAFE_COLUMNS = ("policy", "advantage", "ratio", "clip", "kl", "kappa", "eta", "safe_m")
 SAFE_COLUMNS += ("safe_m_scaled", "safe_staleness", "safe_staleness_scaled")
-SCALING_COLUMNS = ("policy", "advantage", "ratio", "clip", "kl", "kappa", "slope_eta_low")
-SCALING_COLUMNS += ("slope_eta_low_se", "slope_eta_high", "slope_eta_high_se", "slope_lag")
-SCALING_COLUMNS += ("slope_lag_se",)
+SCALING_COLUMNS = (*SAFE_COLUMNS[:6], "slope_eta_low", "slope_eta_low_se", "slope_eta_high")
+SCALING_COLUMNS += ("slope_eta_high_se", "slope_lag", "slope_lag_se")
 
 
 def notes(cfg: Config, tables: dict) -> str:
