@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import flax.linen as nn
 import jax
@@ -484,19 +485,12 @@ def pretrain(
     params = init(seed, hidden, thoughts, thought_vocab, filler, filler_vocab)
     opt = optax.adam(lr)
 
-    def neg_log_v(weights):
-        v = jax.vmap(_success_one, in_axes=(None, None, 0, 0))(
-            weights, params, questions.features, questions.answers
-        )
-        loss = -jnp.mean(jnp.log(v))
-        if filler_sharpen and filler:
-            p = filler_probs(params.replace(weights=weights), questions.features)
-            loss = loss + filler_sharpen * jnp.mean(-jnp.sum(p * jnp.log(p), -1))
-        return loss, jnp.mean(v)
+    sharpen = filler_sharpen if filler else 0.0
+    loss = functools.partial(_pretrain_loss, params=params, questions=questions, sharpen=sharpen)
 
     @jax.jit
     def step(weights, state):
-        (_, mean_v), grad = jax.value_and_grad(neg_log_v, has_aux=True)(weights)
+        (_, mean_v), grad = jax.value_and_grad(loss, has_aux=True)(weights)
         updates, state = opt.update(grad, state, weights)
         return optax.apply_updates(weights, updates), state, mean_v
 
@@ -511,6 +505,19 @@ def pretrain(
             return out
         weights, state = new_weights, new_state
     raise RuntimeError(f"pre-training reached mean V = {float(mean_v):.3f} < targets {pending}")
+
+
+def _pretrain_loss(weights, *, params: ArithmeticParams, questions: Questions, sharpen: float):
+    """:func:`pretrain`'s loss −mean_x log V(x) (plus ``sharpen`` times the filler token's mean
+    entropy) and mean V(x)."""
+    v = jax.vmap(_success_one, in_axes=(None, None, 0, 0))(
+        weights, params, questions.features, questions.answers
+    )
+    loss = -jnp.mean(jnp.log(v))
+    if sharpen:
+        p = filler_probs(params.replace(weights=weights), questions.features)
+        loss = loss + sharpen * jnp.mean(-jnp.sum(p * jnp.log(p), -1))
+    return loss, jnp.mean(v)
 
 
 @struct.dataclass
