@@ -124,55 +124,71 @@ def sampled_design(second, kappa, gsq, f, budget: float, iters: int = 80) -> Des
     MSE, or where the design cannot spend the budget (an MSE curve rising in G), it is returned
     instead, so the design never loses to it.  ``second``, ``kappa``: (..., P, g_max + 1) from
     :func:`all_curves`; ``gsq`` = ‖g_x‖² (..., P)."""
-    second = np.asarray(second, np.float64)
-    kappa = np.asarray(kappa, np.float64)
-    gsq = np.asarray(gsq, np.float64)
+    second, kappa, gsq = (np.asarray(x, np.float64) for x in (second, kappa, gsq))
     G = np.arange(second.shape[-1])
     valid = G >= 2
     w2 = np.asarray(f, np.float64) ** 2
     m2 = w2[:, None] * second
     full = w2[:, None] * (second - 2 * kappa * gsq[..., None] + gsq[..., None])  # f² MSE_x(G)
     g_star = np.argmin(np.where(valid, G * m2, np.inf), -1)
-    m_star = np.take_along_axis(m2, g_star[..., None], -1)[..., 0]
-    rest_a = np.take_along_axis(full - m2, g_star[..., None], -1)[..., 0]  # (a)'s κ terms
+    m_star, rest_a = _at(m2, g_star), _at(full - m2, g_star)  # rest_a: (a)'s κ terms
 
-    def design(lam):
-        lam = lam[..., None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            pa = np.sqrt(m_star / (lam * g_star))
-        cost_a = np.where(pa <= 1, 2 * np.sqrt(lam * g_star * m_star) + rest_a, np.inf)
-        gb = np.argmin(np.where(valid, full + lam[..., None] * G, np.inf), -1)
-        cost_b = np.take_along_axis(full, gb[..., None], -1)[..., 0] + lam * gb
-        use_a = cost_a < cost_b
-        return np.where(use_a, pa, 1.0), np.where(use_a, g_star, gb)
-
-    lo = np.full(second.shape[:-2], 1e-30)
-    hi = np.full(second.shape[:-2], 1e30)
-    for _ in range(iters):
-        mid = np.sqrt(lo * hi)
-        pi, size = design(mid)
-        over = np.sum(pi * size, -1) > budget
-        lo, hi = np.where(over, mid, lo), np.where(over, hi, mid)
-    (pi, size), (alt_pi, alt_size) = design(hi), design(lo)
+    design = functools.partial(_choose, full=full, g_star=g_star, m_star=m_star, rest_a=rest_a)
+    (pi, size), (alt_pi, alt_size) = _bisect(design, budget, second.shape[:-2], iters)
     below, above = np.sum(pi * size, -1), np.sum(alt_pi * alt_size, -1)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.clip(np.where(above > below, (budget - below) / (above - below), 0.0), 0.0, 1.0)
 
     def mse_of(pi, size):
-        kap = np.take_along_axis(kappa, size[..., None], -1)[..., 0]
-        sec = np.take_along_axis(second, size[..., None], -1)[..., 0]
-        return np.sum(w2 * (sec / pi - 2 * kap * gsq + gsq), -1)
+        return np.sum(w2 * (_at(second, size) / pi - 2 * _at(kappa, size) * gsq + gsq), -1)
 
     mse = (1 - q) * mse_of(pi, size) + q * mse_of(alt_pi, alt_size)
+    d = Design(pi, size, mse, alt_pi, alt_size, q)
     P, top = second.shape[-2], second.shape[-1] - 1
     if float(budget).is_integer() and 2 * P <= budget <= top * P:
         keep = greedy(np.where(valid, full, 0.0), np.ones(P), int(budget))
-        keep_mse = np.sum(np.take_along_axis(full, keep[..., None], -1)[..., 0], -1)
         short = (1 - q) * below + q * above < budget * (1 - 1e-12)
-        better = (keep_mse < mse) | short
-        pi, alt_pi = (np.where(better[..., None], 1.0, x) for x in (pi, alt_pi))
-        size, alt_size = (np.where(better[..., None], keep, x) for x in (size, alt_size))
-        mse, q = np.where(better, keep_mse, mse), np.where(better, 0.0, q)
+        d = _or_keep_all(d, keep, np.sum(_at(full, keep), -1), short)
+    return d
+
+
+def _choose(lam, *, full, g_star, m_star, rest_a) -> tuple[np.ndarray, np.ndarray]:
+    """Each prompt's cheaper choice at multiplier λ (:func:`sampled_design`): (a) π_x < 1 at
+    G*_x or (b) π_x = 1 at argmin f_x² MSE_x(G) + λG; returns (π, G), (..., P) each."""
+    lam = lam[..., None]
+    G = np.arange(full.shape[-1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pa = np.sqrt(m_star / (lam * g_star))
+    cost_a = np.where(pa <= 1, 2 * np.sqrt(lam * g_star * m_star) + rest_a, np.inf)
+    gb = np.argmin(np.where(G >= 2, full + lam[..., None] * G, np.inf), -1)
+    use_a = cost_a < _at(full, gb) + lam * gb
+    return np.where(use_a, pa, 1.0), np.where(use_a, g_star, gb)
+
+
+def _at(curve: np.ndarray, G: np.ndarray) -> np.ndarray:
+    """Each prompt's curve (..., P, g_max + 1) at its size G (..., P)."""
+    return np.take_along_axis(curve, G[..., None], -1)[..., 0]
+
+
+def _bisect(design, budget: float, shape: tuple, iters: int) -> tuple:
+    """The designs at the two ends of the multiplier λ's bracket after ``iters`` geometric
+    bisections on the expected rollouts Σ π G against ``budget``: (below it, above it)."""
+    lo, hi = np.full(shape, 1e-30), np.full(shape, 1e30)
+    for _ in range(iters):
+        mid = np.sqrt(lo * hi)
+        pi, size = design(mid)
+        over = np.sum(pi * size, -1) > budget
+        lo, hi = np.where(over, mid, lo), np.where(over, hi, mid)
+    return design(hi), design(lo)
+
+
+def _or_keep_all(d: Design, keep: np.ndarray, keep_mse: np.ndarray, short: np.ndarray) -> Design:
+    """The keep-all design (π = 1, sizes ``keep``) where its exact MSE is lower than ``d``'s or
+    where ``d`` cannot spend the budget (``short``), else ``d``."""
+    better = (keep_mse < d.mse) | short
+    pi, alt_pi = (np.where(better[..., None], 1.0, x) for x in (d.pi, d.alt_pi))
+    size, alt_size = (np.where(better[..., None], keep, x) for x in (d.size, d.alt_size))
+    mse, q = np.where(better, keep_mse, d.mse), np.where(better, 0.0, d.q)
     return Design(pi, size, mse, alt_pi, alt_size, q)
 
 

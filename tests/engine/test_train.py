@@ -15,6 +15,7 @@ from gpolab import estimators as est
 from gpolab.engine import train
 from gpolab.envs import loglinear as ll
 from gpolab.kit.store import Store
+from gpolab.labs.stdnorm import analysis as stdnorm_analysis
 from gpolab.labs.stdnorm import lab as stdnorm
 from gpolab.runner.cli import main
 from gpolab.validate import ConfigError
@@ -185,16 +186,16 @@ def test_finite_sample_bias():
 def test_curve_analysis_hand_derived():
     # hit times: first index at or above 0.5; never → inf
     curves = np.array([[0.1, 0.4, 0.5, 0.9], [0.1, 0.2, 0.3, 0.4]])
-    np.testing.assert_array_equal(stdnorm.hit_time(curves, 0.5), [2.0, np.inf])
+    np.testing.assert_array_equal(stdnorm_analysis.hit_time(curves, 0.5), [2.0, np.inf])
     # slow curve reaches level J_fast[t] at index need; gain = need / t
     fast = np.array([0.0, 0.5, 0.8, 0.9])
     slow = np.array([0.0, 0.2, 0.5, 0.6, 0.8, 0.85])
-    np.testing.assert_allclose(stdnorm.level_gain(fast, slow), [np.nan, 2.0, 2.0, np.nan])
+    np.testing.assert_allclose(stdnorm_analysis.level_gain(fast, slow), [np.nan, 2.0, 2.0, np.nan])
     J = np.zeros((2, 1, 4))
     J[0, 0] = [0, 0.2, 0.6, 0.7]
     J[1, 0] = [0, 0.6, 0.7, 0.8]
-    assert stdnorm.best_lr_index(J, 0.5) == 1
-    assert stdnorm.phase_bounds(np.array([np.nan, 1.0, 2.0, 3.0, 3.0, 2.0])) == (3, 5)
+    assert stdnorm_analysis.best_lr_index(J, 0.5) == 1
+    assert stdnorm_analysis.phase_bounds(np.array([np.nan, 1.0, 2.0, 3.0, 3.0, 2.0])) == (3, 5)
 
 
 def test_pairwise_cosine():

@@ -64,32 +64,12 @@ MAY_BE_NAN = {
 }
 
 
-JSON = (
-    "rule",
-    "budget",
-    "rollouts",
-    "mse",
-    "mse_se",
-    "theory_mse",
-    "theory_mse_se",
-    "theory",
-    "bias_sq",
-    "bias_sq_se",
-    "variance",
-    "scaled_mse",
-    "scaled_mse_se",
-    "cos",
-    "cos_se",
-    "snr",
-    "zero_signal",
-    "kept",
-    "knapsack_value",
-    "nonzero_groups",
-    "update_cost",
-    "reads",
-    "source",
-    "estimator",
-    "n_seeds",
+JSON = tuple(
+    (
+        "rule budget rollouts mse mse_se theory_mse theory_mse_se theory bias_sq bias_sq_se "
+        "variance scaled_mse scaled_mse_se cos cos_se snr zero_signal kept knapsack_value "
+        "nonzero_groups update_cost reads source estimator n_seeds"
+    ).split()
 )
 JSON_TABLES = {"results": JSON, "trained": None, "training": None}  # --json: every answer
 
@@ -240,45 +220,19 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     return {name: tables.get(name, pd.DataFrame()) for name in TABLES}
 
 
+REPORT = (
+    "rule budget rollouts mse mse_se theory_mse scaled_mse cos snr zero_signal kept "
+    "knapsack_value nonzero_groups update_cost"
+).split()
+TRAINED_REPORT = (
+    "rule budget rollouts_to_half_gap rollouts_to_half_gap_ci reached final_gap final_gap_ci"
+).split()
+
+
 def report(cfg: Config, tables: dict) -> str:
-    res = tables["results"]
-    lines = [
-        table_text(
-            res,
-            (
-                "rule",
-                "budget",
-                "rollouts",
-                "mse",
-                "mse_se",
-                "theory_mse",
-                "scaled_mse",
-                "cos",
-                "snr",
-                "zero_signal",
-                "kept",
-                "knapsack_value",
-                "nonzero_groups",
-                "update_cost",
-            ),
-        )
-    ]
-    lines += [
-        "",
-        table_text(
-            tables["trained"],
-            (
-                "rule",
-                "budget",
-                "rollouts_to_half_gap",
-                "rollouts_to_half_gap_ci",
-                "reached",
-                "final_gap",
-                "final_gap_ci",
-            ),
-        ),
-    ]
-    return "\n".join(lines)
+    return "\n\n".join(
+        (table_text(tables["results"], REPORT), table_text(tables["trained"], TRAINED_REPORT))
+    )
 
 
 def figures(tables: dict) -> dict:

@@ -110,31 +110,12 @@ COMPARISONS = {
     "oracle 1/L_t": ("admissible", ("reinforce-iterate",), "iterate"),
     "tuned": ("tuned", None, "max"),  # None: every unnormalized estimator run (limit ∇J)
 }
-GAIN_COLUMNS = (
-    "comparison",
-    "setting",
-    "rho",
-    "control",
-    "optimizer",
-    "G",
-    "reinforce",
-    "lr_grpo",
-    "lr_reinforce",
-    "iters_reinforce",
-    "iters_grpo",
-    "gain",
-    "gain_ci_low",
-    "gain_ci_high",
-    "pred_gain",
-    "gnorm_ratio",
-    "pred_gnorm_ratio",
-    "sigma_bar",
-    "sigma_max",
-    "cos_mean",
-    "cos_final",
-    "n_seeds",
-    "target",
-    "curv_const",
+GAIN_COLUMNS = tuple(
+    (
+        "comparison setting rho control optimizer G reinforce lr_grpo lr_reinforce iters_reinforce "
+        "iters_grpo gain gain_ci_low gain_ci_high pred_gain gnorm_ratio pred_gnorm_ratio sigma_bar "
+        "sigma_max cos_mean cos_final n_seeds target curv_const"
+    ).split()
 )
 
 
@@ -244,17 +225,7 @@ def curve_table(summary, curves: dict):
             gain[: max(5, gain.size // 50)] = np.nan
         cols = {
             k: row[k]
-            for k in (
-                "regime",
-                "setting",
-                "rho",
-                "control",
-                "method",
-                "G",
-                "optimizer",
-                "n_seeds",
-                "target",
-            )
+            for k in "regime setting rho control method G optimizer n_seeds target".split()
         }
         frames.append(
             pd.DataFrame(
@@ -318,17 +289,5 @@ def phase_table(curve_df):
                 peak_gain=peak,
             )
         )
-    columns = [
-        "regime",
-        "setting",
-        "rho",
-        "control",
-        "G",
-        "optimizer",
-        "against",
-        "t1",
-        "t2",
-        "t_end",
-        "peak_gain",
-    ]
+    columns = "regime setting rho control G optimizer against t1 t2 t_end peak_gain".split()
     return pd.DataFrame(rows, columns=columns)

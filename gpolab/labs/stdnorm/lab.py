@@ -47,22 +47,7 @@ from gpolab.kit.store import cell_key as store_key
 from gpolab.kit.tables import table_text
 from gpolab.labs.groupsize import lab as groupsize  # B·G = N training on its envs
 from gpolab.labs.stdnorm import arcsin, plots
-from gpolab.labs.stdnorm.analysis import (  # noqa: F401  (re-exported: the lab's analysis)
-    COMPARISONS,
-    LEVEL_METHODS,
-    PHASE_AGAINST,
-    best_lr_index,
-    bootstrap_hit_ratio,
-    curve_id,
-    curve_table,
-    gain_table,
-    hit_time,
-    level_gain,
-    phase_bounds,
-    phase_table,
-    summarize,
-    unnormalized,
-)
+from gpolab.labs.stdnorm.analysis import curve_id, curve_table, gain_table, phase_table, summarize
 from gpolab.theory import curvature
 from gpolab.validate import ConfigError
 
@@ -515,22 +500,7 @@ def summary_row(cfg: Config, unit: Unit, res: dict, seconds: float, optimum: flo
         "G": math.inf if unit.run.G == train.EXACT else unit.run.G,
         **summarize({**res, "lrs": np.asarray(unit.lrs)}, cfg.target, optimum),
     }
-    row.update(
-        {
-            k: s[k]
-            for k in (
-                "env",
-                "responses",
-                "block",
-                "align",
-                "seed",
-                "steps",
-                "n_seeds",
-                "eps",
-                "ddof",
-            )
-        }
-    )
+    row.update({k: s[k] for k in "env responses block align seed steps n_seeds eps ddof".split()})
     row["lr_grid"] = unit.lr_grid
     row["curv_const"] = cfg.curv_const if unit.regime == "admissible" else None
     row["target"] = cfg.target
@@ -585,47 +555,16 @@ def training_tables(cfg: Config, key, store, progress) -> dict:
 
 # ----------------------------------------------------------------------------- output
 
-SUMMARY_COLUMNS = [
-    "regime",
-    "setting",
-    "optimizer",
-    "G",
-    "method",
-    "best_lr",
-    "iters",
-    "final_J",
-    "gap_q50",
-    "sigma_bar",
-    "cos_mean",
-    "zero_frac",
-]
-GAIN_REPORT = [
-    "comparison",
-    "setting",
-    "optimizer",
-    "G",
-    "reinforce",
-    "iters_reinforce",
-    "iters_grpo",
-    "gain",
-    "gain_ci_low",
-    "gain_ci_high",
-    "pred_gain",
-    "gnorm_ratio",
-    "pred_gnorm_ratio",
-    "cos_mean",
-]
-BIAS_REPORT = [
-    "G",
-    "ddof",
-    "eps",
-    "rel_bias",
-    "rel_bias_noise",
-    "cosine",
-    "norm_ratio",
-    "zero_frac",
-    "zero_frac_theory",
-]
+SUMMARY_COLUMNS = (
+    "regime setting optimizer G method best_lr iters final_J gap_q50 sigma_bar cos_mean zero_frac"
+).split()
+GAIN_REPORT = (
+    "comparison setting optimizer G reinforce iters_reinforce iters_grpo gain gain_ci_low "
+    "gain_ci_high pred_gain gnorm_ratio pred_gnorm_ratio cos_mean"
+).split()
+BIAS_REPORT = (
+    "G ddof eps rel_bias rel_bias_noise cosine norm_ratio zero_frac zero_frac_theory"
+).split()
 
 
 def report(cfg: Config, tables: dict) -> str:
