@@ -394,27 +394,36 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args, mesh=None) -> int:
     family = (fn, *_shapes(args), cpu)
     memo = (cell, *family)
     stored = _chunk_file()
-    if memo not in _AUTO_CHUNKS and stored is not None:
+    if memo in _AUTO_CHUNKS:
+        return _AUTO_CHUNKS[memo]
+    if stored is not None:
         fn_name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', fn)}"
         text = repr((fn_name, cell, *memo[2:], cache_bytes(), PROBE, jax.__version__))
         disk_key = hashlib.sha256((text + _source_digest()).encode()).hexdigest()
         if disk_key in (known := _stored_chunks(stored)):
             _AUTO_CHUNKS[memo] = int(known[disk_key])
-    if memo not in _AUTO_CHUNKS:
-        if family in _GUESS:  # compile the real executable at the guess; check its own analysis
-            parts = 1 if mesh is None else mesh.size
-            guess = -(-_fit(_GUESS[family], cpu) // parts) * parts
-            _GUESS[family] = _compile_at(fn, cell, key, args, guess, mesh)
-        else:  # a probe: buffers are set by XLA's HLO passes, so LLVM's optimisation is skipped
-            with prng_mode():
-                inputs = chunk_inputs(0, PROBE, PROBE, 1)
-                lowered = _chunk_moments.lower(fn, cell, key, args, *inputs)
-            analysis = lowered.compile({"xla_backend_optimization_level": 0}).memory_analysis()
-            _GUESS[family] = getattr(analysis, "temp_size_in_bytes", 0) / PROBE
-        _AUTO_CHUNKS[memo] = _fit(_GUESS[family], cpu)
-        if stored is not None:
-            _store_chunk(stored, disk_key, _AUTO_CHUNKS[memo])
+            return _AUTO_CHUNKS[memo]
+    _GUESS[family] = _bytes_per_seed(fn, cell, key, args, mesh, family)
+    _AUTO_CHUNKS[memo] = _fit(_GUESS[family], cpu)
+    if stored is not None:
+        _store_chunk(stored, disk_key, _AUTO_CHUNKS[memo])
     return _AUTO_CHUNKS[memo]
+
+
+def _bytes_per_seed(fn: Callable, cell, key: jax.Array, args, mesh, family: tuple) -> float:
+    """:func:`auto_chunk`'s temporary bytes per seed: from the executable compiled at the guess
+    an earlier cell of this ``family`` gave, else from a probe (buffers are set by XLA's HLO
+    passes, so LLVM's optimisation is skipped)."""
+    cpu = family[-1]
+    if family in _GUESS:  # compile the real executable at the guess; check its own analysis
+        parts = 1 if mesh is None else mesh.size
+        guess = -(-_fit(_GUESS[family], cpu) // parts) * parts
+        return _compile_at(fn, cell, key, args, guess, mesh)
+    with prng_mode():
+        inputs = chunk_inputs(0, PROBE, PROBE, 1)
+        lowered = _chunk_moments.lower(fn, cell, key, args, *inputs)
+    analysis = lowered.compile({"xla_backend_optimization_level": 0}).memory_analysis()
+    return getattr(analysis, "temp_size_in_bytes", 0) / PROBE
 
 
 _MEMORY: dict = {}  # (fn, cell, shapes, chunk, devices) -> bytes one executable call needs
@@ -487,12 +496,7 @@ def run(
     """
     validate.integer("seeds", n_seeds, 1)
     validate.integer("chunk", chunk, AUTO)
-    if isinstance(mesh, str):
-        validate.choice("mesh", mesh, (LOCAL,))
-        mesh = local_mesh()
-    chunk = chunk or auto_chunk(fn, cell, key, args, mesh)
-    n_parts = 1 if mesh is None else mesh.size
-    chunk = -(-chunk // n_parts) * n_parts
+    mesh, chunk, n_parts = _placed(fn, cell, key, args, chunk, mesh)
     per_call = sub_chunks(chunk)
     check_memory(fn, cell, key, args, chunk, mesh)
     parts, clock, step = [], Clock(n_seeds), chunk * per_call
@@ -516,6 +520,17 @@ def run(
                 clock.tick(done)
         jax.block_until_ready(parts)  # the span holds the device's work, not just its dispatch
     return _combine(_layout(fn, cell, key, args), parts, n_seeds)
+
+
+def _placed(fn: Callable, cell, key: jax.Array, args, chunk: int, mesh):
+    """:func:`run`'s mesh (``LOCAL``: :func:`local_mesh`), its chunk (``AUTO``: :func:`auto_chunk`)
+    rounded up to a multiple of the mesh's devices, and that device count."""
+    if isinstance(mesh, str):
+        validate.choice("mesh", mesh, (LOCAL,))
+        mesh = local_mesh()
+    chunk = chunk or auto_chunk(fn, cell, key, args, mesh)
+    n_parts = 1 if mesh is None else mesh.size
+    return mesh, -(-chunk // n_parts) * n_parts, n_parts
 
 
 def _combine(layout: dict, parts: list, n_seeds: int) -> Moments:
