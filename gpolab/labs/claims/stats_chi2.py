@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gpolab.labs.claims.stats import bonferroni
 
 
@@ -14,7 +16,6 @@ def chi2_law(t: dict) -> dict:
     Σ w_k (SE from its 95% CI) and the KS p-value against the predicted law, each combined over
     the estimators by Bonferroni (valid however the estimators' runs are related).  p-values are
     their own tests: SE 0."""
-    import numpy as np
     from scipy.stats import norm
 
     df = t["results"]
@@ -38,8 +39,6 @@ def chi2_law(t: dict) -> dict:
 def _log_slope(G, y, se) -> tuple[float, float]:
     """Weighted least-squares slope of log y on log G (weights (y/se)², the delta method) and
     its SE; NaN unless every y is positive and every se finite and positive."""
-    import numpy as np
-
     G, y, se = (np.asarray(a, np.float64) for a in (G, y, se))
     if len(G) < 2 or not (np.all(y > 0) and np.all(np.isfinite(se)) and np.all(se > 0)):
         return math.nan, math.nan
@@ -62,7 +61,6 @@ def _rate_table(t: dict) -> dict:
 def _rate_joint(rates: dict) -> tuple[float, float]:
     """Σ z² of the measured differences against the predicted ones (every G, χ² per estimator,
     Bonferroni over estimators) and the largest |z|."""
-    import numpy as np
     from scipy.stats import chi2
 
     ps, zmax = [], 0.0

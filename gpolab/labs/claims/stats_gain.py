@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gpolab.labs.claims.stats import ratio_and_se
 
 
@@ -25,8 +27,6 @@ def _gain_se(row) -> float:
 def gain_fades(t: dict) -> dict:
     """ "Fades": the excess gain (gain − 1) at the highest ρ is at most half of that at ρ = 0 —
     a decrease that matters, not any decrease.  Exact gradients: the gains are deterministic."""
-    import numpy as np
-
     g = t["gain"]
     exact = g[~np.isfinite(g["G"]) & ~g["control"].astype(bool)]
     adm = exact[exact["comparison"].str.startswith("admissible")].set_index("setting")
@@ -53,8 +53,6 @@ def gain_fades(t: dict) -> dict:
 def group_size_gain(t: dict) -> dict:
     """The sampled-group gain at the smallest and the largest G (SE from their 95% intervals);
     NaN, not testable at these sizes, when one G was sampled."""
-    import numpy as np
-
     g = t["gain"]
     adm = g[g["comparison"].str.startswith("admissible") & (g["setting"] == "rho=0")]
     sampled = adm[np.isfinite(adm["G"])].set_index("G")
@@ -89,8 +87,6 @@ def curvature_bounds(t: dict) -> dict:
 def stdnorm_gain(t: dict) -> dict:
     """Exact-gradient gains and norm ratios (deterministic: SE 0) and the best tuned sampled gain
     (SE from its 95% interval)."""
-    import numpy as np
-
     g = t["gain"]
     adm = g[g["comparison"].str.startswith("admissible") & (g["setting"] == "rho=0")]
     base = adm[~np.isfinite(adm["G"])].iloc[0]
@@ -129,8 +125,6 @@ def arcsin_direction(t: dict) -> dict:
     ∇E[2 arcsin √V] at the largest G and at G = 8 (NaN without that G), the steps in G where that
     error does not fall, and how much closer it is to ∇𝒥 than to ∇E V at the largest G (cos
     difference)."""
-    import numpy as np
-
     d = _arcsin_rows(t)
     err = d["rel_err"].to_numpy(np.float64)
     last = d.iloc[-1]
@@ -157,7 +151,6 @@ def arcsin_direction(t: dict) -> dict:
 def lemma11_ratio(t: dict) -> dict:
     """Lemma 11: E‖ĝ − U_std‖²/E‖U_std‖² exactly (SE 0) at the largest G and the steps where it
     does not fall; the measured ratios against the exact ones (Σ z², χ² over G: a p-value)."""
-    import numpy as np
     from scipy.stats import chi2
 
     d = _arcsin_rows(t)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gpolab.labs.claims.stats import ratio_and_se
 
 
@@ -71,8 +73,6 @@ def plan_recovery(t: dict) -> dict:
     """Truth inside plan's 95% intervals on the simulated logs (a count: SE 0); a truth whose
     recovered value or interval is NaN is uncovered (a NaN is never a pass); the three formats
     read alike."""
-    import numpy as np
-
     df = t["results"]
     spread = df.groupby(["env", "quantity", "G"], dropna=False)["recovered"].agg(np.ptp)
     first = df[df["format"] == df["format"].iloc[0]]
@@ -147,8 +147,6 @@ def _gs(text) -> set[int]:
 def _moves(s, before: str, after: str):
     """(up, down) boolean arrays over the rows: the best G of ``after`` above (below) the one of
     ``before``, with ``before``'s best outside ``after``'s ties (a move inside the CIs is none)."""
-    import numpy as np
-
     b, a = s[f"best_G_{before}"].to_numpy(), s[f"best_G_{after}"].to_numpy()
     clear = np.array([g not in _gs(t) for g, t in zip(b, s[f"tied_G_{after}"], strict=True)])
     return (a > b) & clear, (a < b) & clear
@@ -193,8 +191,6 @@ def budget_compute_rise(t: dict) -> dict:
     rises clearly from compute total/8 to total (share, binomial SE over settings), then levels
     off (the best G at total tied with the one at total/2, among the rising settings); control:
     no setting's best G falls clearly (noise would move it both ways)."""
-    import numpy as np
-
     s = t["summary"]
     up, down = _moves(s, "value_c8", "value_c1")
     last = [g in _gs(x) for g, x in zip(s["best_G_value_c1"], s["tied_G_value_c2"], strict=True)]

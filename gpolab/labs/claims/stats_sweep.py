@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gpolab.engine import stats
 from gpolab.labs.claims.stats import ratio_and_se
 
@@ -97,8 +99,6 @@ def normalization_direction(t: dict) -> dict:
     """At G = 8: grpo/loo MSE (Monte Carlo, delta-method SE) and snr/loo from exact theory (count
     tables: SE 0, checked against Monte Carlo by gpolab-1); the Monte Carlo snr/loo has no SE in
     the table and is reported only."""
-    import numpy as np
-
     df = t["results"]
     at = df[(df["G"] == 8)].set_index(["env", "estimator"])
     out, se, parts = {}, {}, []
@@ -117,8 +117,6 @@ def normalization_direction(t: dict) -> dict:
 
 def kappa_values(t: dict) -> dict:
     """κ_8(0.05) from the exact κ table (SE 0)."""
-    import numpy as np
-
     k = t["kappa"]
     k = k[k["G"] == 8]
     want = {"grpo": 2.31, "nemo/grpo": 1.47, "loo": 1.0}
@@ -171,8 +169,6 @@ def no_filler_flip(t: dict) -> dict:
     """Every (policy, G) cell: a violation unless vanilla's MSE is below both the oracle's and
     loo's by 2 SE of the difference (a count: SE 0); and the exact theory's joint test (a p-value
     is its own test: SE 0)."""
-    import numpy as np
-
     df = t["results"]
     bad, cells, worst = 0, 0, (math.inf, "")
     for (policy, G), sub in df.groupby(["policy", "G"]):
@@ -256,8 +252,6 @@ def arithmetic_ordering(t: dict) -> dict:
     """Fig. 4's observation 1 over the paper's group sizes (G >= 4): a (policy, G) cell violates
     "vanilla has the largest MSE" unless vanilla is above both loo and the oracle by 2 SE of the
     difference (a count: SE 0); and the exact theory's joint test over every cell."""
-    import numpy as np
-
     df = t["results"]
     paper = df[df["G"] >= 4]
     bad, cells = 0, 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gpolab.labs.claims.stats import ratio_and_se
 
 THINK_RATIOS = (0.0, 0.25, 1.0, 4.0)  # L_think / L_answer at which tree_branching ranks splits
@@ -37,7 +39,6 @@ def tree_branching(t: dict) -> dict:
     M > 1 and no flat split (M = 1) ties with it, a flat win in the mirror case (counts: SE 0).
     ``tree_wins_think_ge_answer`` counts the settings with L_think >= L_answer and at least 16
     leaves, ``flat_wins_no_think`` those with L_think = 0 (every budget)."""
-    import numpy as np
 
     from gpolab.labs.tree import lab as tree  # defers jax
 
@@ -79,8 +80,6 @@ def tree_branching(t: dict) -> dict:
 
 
 def tree_floor(t: dict) -> dict:
-    import numpy as np
-
     df = t["results"]
     K = int(df["K"].max())
     row = df[df["K"] == K].sort_values("M").iloc[0]
@@ -103,8 +102,6 @@ def tree_floor(t: dict) -> dict:
 def tree_decay(t: dict) -> dict:
     """At the largest K: steps in M where the variance does not fall 2 SE clear (a count: SE 0)
     and the last-over-first ratio (delta-method SE)."""
-    import numpy as np
-
     df = t["results"]
     K = int(df["K"].max())
     sub = df[df["K"] == K].sort_values("M")
@@ -130,7 +127,6 @@ def tree_overlap_boundary(t: dict) -> dict:
     sampling wins when thinking is free; counts (SE 0).  ``joint_p``: the six Monte Carlo
     moments against the exact ones (per moment Σ z² over the cells against χ², Bonferroni over
     the moments, which share draws; a p-value: SE 0)."""
-    import numpy as np
     from scipy.stats import chi2
 
     from gpolab.theory import tree_overlap as ov
