@@ -16,11 +16,11 @@ from gpolab.theory.difficulty import (
     _HI,
     _LO,
     _as_tuple,
-    _check_result,
     _cluster_robust,
     _log_normal_draws,
     _positive_definite,
 )
+from gpolab.theory.fit_checks import _check_result
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from gpolab.labs import plan as plan_cmd
 from gpolab.labs.plan import gstar_rows
 from gpolab.labs.plan import lab as plan
 from gpolab.runner import cli
-from gpolab.theory import difficulty
+from gpolab.theory import difficulty, fit_checks
 from gpolab.validate import ConfigError
 
 A, B = 0.6, 0.9  # true difficulty p ~ Beta(A, B): many hard and many easy prompts
@@ -111,7 +111,7 @@ def test_plan_intervals_cover_the_truth_over_many_logs():
         se.append((fit.a_se, fit.b_se))
         f0 = difficulty.fit(c, n)
         naive.append((f0.a_se, f0.b_se))
-        chk = difficulty.logged_check(c, n, fit, draws=10, clusters=ids)
+        chk = fit_checks.logged_check(c, n, fit, draws=10, clusters=ids)
         flat.append(chk["measured"])
         flat_se.append(chk["measured_se"])
     coverage = np.mean(covered, 0)
@@ -238,7 +238,7 @@ def test_plan_clusters_standard_errors_by_prompt(tmp_path):
     assert p["a_se"] == pytest.approx(fit.a_se, rel=1e-12)
     assert p["a_se"] > 1.2 * difficulty.fit(gc, gn).a_se
     assert p["se_method"].startswith("cluster-robust by prompt (")
-    chk = difficulty.logged_check(gc, gn, fit, clusters=prompt, draws=cfg.draws)
+    chk = fit_checks.logged_check(gc, gn, fit, clusters=prompt, draws=cfg.draws)
     assert p["logged_measured_se"] == pytest.approx(chk["measured_se"], rel=1e-12)
     assert "clustered by prompt" in plan.report(cfg, tables)
 
@@ -665,7 +665,7 @@ def test_logged_check_sums_by_group_size_not_by_group():
     n = rng.choice([4, 8, 8, 16], 400)
     c = rng.binomial(n, rng.beta(A, B, n.size))
     fit = difficulty.fit(c, n)
-    got = difficulty.logged_check(c, n, fit, draws=300, seed=1)
+    got = fit_checks.logged_check(c, n, fit, draws=300, seed=1)
     a, b = difficulty.draws(fit, 300, seed=1)
     per_draw = difficulty.degenerate_fraction(a[:, None], b[:, None], n[None]).mean(axis=1)
     assert got["predicted_se"] == pytest.approx(float(np.std(per_draw)), rel=1e-10)

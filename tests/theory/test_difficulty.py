@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from gpolab.theory import difficulty, graded, gstar
+from gpolab.theory import difficulty, fit_checks, graded, gstar
 from gpolab.validate import ConfigError
 
 
@@ -100,8 +100,8 @@ def test_cluster_robust_covariance_is_the_sandwich_of_the_scores():
     assert not one.has_interval and one.se_method.startswith("none")
     flat = ((c == 0) | (c == n)).astype(float)
     want = np.sqrt(300 / 299 * np.sum(np.bincount(ids, flat - flat.mean()) ** 2)) / flat.size
-    assert difficulty.mean_se(flat, ids) == pytest.approx(want, rel=1e-12)
-    assert difficulty.mean_se(flat) == pytest.approx(
+    assert fit_checks.mean_se(flat, ids) == pytest.approx(want, rel=1e-12)
+    assert fit_checks.mean_se(flat) == pytest.approx(
         np.sqrt(flat.mean() * (1 - flat.mean()) / flat.size)
     )
     g = graded.fit_graded(np.stack([c, n - c], 1), clusters=ids)  # same sandwich, analytic
@@ -184,18 +184,18 @@ def test_degenerate_curve_interval_matches_the_delta_method(fitted):
 
 def test_logged_check_passes_on_beta_binomial_data_with_unequal_groups(fitted):
     c, n, f = fitted
-    chk = difficulty.logged_check(c, n, f)
+    chk = fit_checks.logged_check(c, n, f)
     want = np.mean([difficulty.degenerate_fraction(f.a, f.b, k) for k in n])  # own sizes
     assert chk["predicted"] == pytest.approx(want)
     assert chk["measured"] == np.mean((c == 0) | (c == n)) and abs(chk["z"]) < 3
     assert 0 < chk["predicted_se"] < 0.02 and chk["groups"] == c.size
-    assert difficulty.count_check(c, n, f)["p_value"] > 1e-3
+    assert fit_checks.count_check(c, n, f)["p_value"] > 1e-3
 
 
 def test_checks_fail_when_the_fit_does_not_describe_the_log(fitted):
     _, _, f = fitted
     c, n = _beta_log(2.5, 2.5, 3000, [4, 8, 16], 4)  # a later step: fewer extreme prompts
-    assert difficulty.logged_check(c, n, f)["z"] < -6
+    assert fit_checks.logged_check(c, n, f)["z"] < -6
     # a point mass of impossible prompts beside a peak of easy ones: the maximum-likelihood fit
     # nearly reproduces the flat fraction, the count histogram does not fit
     rng = np.random.default_rng(5)
@@ -204,7 +204,7 @@ def test_checks_fail_when_the_fit_does_not_describe_the_log(fitted):
     n = np.full(2000, 8)
     c = rng.binomial(n, p)
     g = difficulty.fit(c, n)
-    chk = difficulty.count_check(c, n, g)
+    chk = fit_checks.count_check(c, n, g)
     assert chk["p_value"] < 1e-12 and chk["df"] == chk["cells"] - 3
 
 
@@ -215,7 +215,7 @@ def test_all_equal_counts_stay_finite(c):
     assert f.at_bound and np.isfinite([f.a, f.b]).all()
     curve = difficulty.degenerate_curve(f, [2, 8, 64])
     assert np.isfinite(curve[["predicted", "lo", "hi"]].to_numpy()).all()
-    chk = difficulty.logged_check(np.full(50, c), n, f)
+    chk = fit_checks.logged_check(np.full(50, c), n, f)
     assert all(np.isfinite(v) for v in chk.values()) and abs(chk["z"]) < 3
     assert chk["measured"] == (c != 4)
 
@@ -557,7 +557,7 @@ def test_fit_reaches_the_maximum_on_binomial_logs():
     assert f.se_method.startswith("none: the likelihood is highest at a + b → ∞")
     want = m**8 + (1 - m) ** 8
     assert difficulty.degenerate_fraction(f.a, f.b, 8) == pytest.approx(want, abs=1e-5)
-    check = difficulty.count_check(c, n, f)
+    check = fit_checks.count_check(c, n, f)
     assert check["df"] == check["cells"] - 1 - 1  # only the mean was fitted
     assert check["p_value"] > 0.01
 
@@ -588,7 +588,7 @@ def test_the_count_check_is_calibrated_on_binomial_logs():
         n = np.full(1000, 8)
         c = rng.binomial(n, 0.3)
         f = difficulty.fit(c, n)
-        p[r], limit = difficulty.count_check(c, n, f)["p_value"], limit + f.binomial_limit
+        p[r], limit = fit_checks.count_check(c, n, f)["p_value"], limit + f.binomial_limit
     assert 0.3 < limit / R < 0.7
     assert abs(np.mean(p < 0.05) - 0.05) < 3 * np.sqrt(0.05 * 0.95 / R)
     assert stats.kstest(p, "uniform").pvalue > 1e-3
@@ -605,9 +605,9 @@ def test_the_check_holds_bounded_memory_at_large_group_sizes():
     f = difficulty.fit(c, n)
     tracemalloc.start()
     try:
-        difficulty.logged_check(c, n, f, draws=2000)
+        fit_checks.logged_check(c, n, f, draws=2000)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     unbounded = 8 * 2000 * 16_385  # one float64 array of draws x G: the old path held several
-    assert peak < 16 * 8 * difficulty.CHECK_ELEMENTS < unbounded * 2
+    assert peak < 16 * 8 * fit_checks.CHECK_ELEMENTS < unbounded * 2

@@ -193,7 +193,7 @@ def _se_text(p: dict) -> str:
 def _fit_check_text(p: dict) -> str:
     """The goodness of fit of the whole count histogram: the real check of the Beta model.
     The test: Pearson's chi-square of the groups' success counts against the beta-binomial
-    (:func:`gpolab.theory.difficulty.count_check`); read at the conventional 5% level."""
+    (:func:`gpolab.theory.fit_checks.count_check`); read at the conventional 5% level."""
     if p.get("fit_p") is None:
         return (
             "goodness-of-fit test of the beta-binomial model: n/a (too few count cells for "

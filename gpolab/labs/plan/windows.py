@@ -11,7 +11,7 @@ import pandas as pd
 
 from gpolab import estimators
 from gpolab.labs.plan.report import MAX_G, report_sizes
-from gpolab.theory import difficulty, graded
+from gpolab.theory import difficulty, fit_checks, graded
 
 if TYPE_CHECKING:
     from gpolab.labs.plan.lab import Config
@@ -57,8 +57,8 @@ def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dic
         return _boundary_window(cfg, groups, base, levels, grid, budget)
     prompt = groups["prompt"].to_numpy()  # a prompt's groups share its p: clustered SEs
     fit = difficulty.fit(c, n, clusters=prompt)
-    check = difficulty.logged_check(c, n, fit, draws=cfg.draws, seed=cfg.seed, clusters=prompt)
-    counts = difficulty.count_check(c, n, fit)
+    check = fit_checks.logged_check(c, n, fit, draws=cfg.draws, seed=cfg.seed, clusters=prompt)
+    counts = fit_checks.count_check(c, n, fit)
     curve = difficulty.degenerate_curve(fit, grid, draws=cfg.draws, seed=cfg.seed)
     a, b = difficulty.draws(fit, cfg.draws, seed=cfg.seed)
     row = {
@@ -203,7 +203,7 @@ def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[
         pred = graded.degenerate_unbiased(per_group, np.asarray(grid))
         row |= {
             "model": "empirical (U-statistic, G up to the smallest group)",
-            "logged_measured_se": difficulty.mean_se(
+            "logged_measured_se": fit_checks.mean_se(
                 groups["degenerate"].to_numpy(float), groups["prompt"].to_numpy()
             ),
             "G_max_estimated": int(min(base["G_min"], grid[-1])),
