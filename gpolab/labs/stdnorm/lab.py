@@ -433,6 +433,18 @@ def bias_row(ctx: _Context, G: int, ddof: int, eps: float) -> dict:
     return row
 
 
+def _resume(cfg: Config, store, keys: list, compute, progress, notes: list):
+    """:func:`gpolab.kit.store.resume` of ``keys``; a unit's progress label is the last of
+    ``notes`` (``compute`` appends one per unit it computes)."""
+
+    def label(rows) -> str:
+        return notes[-1]
+
+    return resume(
+        store, keys, compute, config_hash=config_hash(cfg), progress=progress, label=label
+    )
+
+
 def train_curves(cfg: Config, ctx: _Context, store, progress) -> list[tuple[dict, float]]:
     """(curves, seconds) of every training unit, resumed from ``store``: a computed unit's
     curves as trained, a stored one's from its rows."""
@@ -446,14 +458,7 @@ def train_curves(cfg: Config, ctx: _Context, store, progress) -> list[tuple[dict
         return _raw_rows(res, units[i].lrs)
 
     keys = cell_keys(cfg)[0]
-    df = resume(
-        store,
-        keys,
-        compute,
-        config_hash=config_hash(cfg),
-        progress=progress,
-        label=lambda rows: notes[-1],
-    )
+    df = _resume(cfg, store, keys, compute, progress, notes)
     if store is None:
         return [fresh[i] for i in range(len(units))]
     stored = dict(tuple(df.groupby("cell_key", sort=False)))
@@ -472,15 +477,7 @@ def bias_table(cfg: Config, ctx: _Context, store, progress):
         notes.append(f"bias G={G} ddof={ddof} eps={eps:g}")
         return [bias_row(ctx, G, ddof, eps)]
 
-    keys = cell_keys(cfg)[1]
-    df = resume(
-        store,
-        keys,
-        compute,
-        config_hash=config_hash(cfg),
-        progress=progress,
-        label=lambda rows: notes[-1],
-    )
+    df = _resume(cfg, store, cell_keys(cfg)[1], compute, progress, notes)
     return df.drop(columns=[c for c in PROVENANCE if c in df])
 
 
