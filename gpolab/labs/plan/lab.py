@@ -36,7 +36,7 @@ import pandas as pd
 
 from gpolab import configs, envs, estimators, validate
 from gpolab.configs import option
-from gpolab.labs.plan import plots, rollouts
+from gpolab.labs.plan import plots, rollout_files, rollouts
 from gpolab.labs.plan.gstar_rows import estimator_row, gstar_row, price_row, rule_row, safe_row
 from gpolab.labs.plan.report import (  # noqa: F401  (the lab's report and JSON summary)
     MAX_G,
@@ -187,7 +187,7 @@ def check_log(log: str, out: str) -> None:
     if not (os.path.isfile(log) or os.path.isdir(log)):  # stat only: a FIFO is never opened
         raise validate.ConfigError(  # (a read would block)
             f"log: {log!r} is not a regular file or a folder (a pipe or a device); "
-            f"allowed: a folder or a file of the supported formats ({rollouts.ALLOWED})"
+            f"allowed: a folder or a file of the supported formats ({rollout_files.ALLOWED})"
         )
     check_out(log, out)
 

@@ -36,27 +36,38 @@ note is added when the logged ``advantage`` is not an increasing function of tha
 group, which is what TRL's ``sum_then_normalize`` (unit weights) produces.
 
 The writers (:mod:`gpolab.labs.plan.rollout_writers`) and the per-group summaries
-(:mod:`gpolab.labs.plan.rollout_groups`) live beside this module and are importable from it.
+(:mod:`gpolab.labs.plan.rollout_groups`) live beside this module and are importable from it;
+finding a log's files and their format: :mod:`gpolab.labs.plan.rollout_files`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.json as pa_json
-import pyarrow.parquet as pq
 
+from gpolab.labs.plan.rollout_files import (
+    FORMATS,
+    TRL_SIGNATURE,
+    csv_columns,
+    detect,
+    first_json,
+    json_line,
+    lines,
+    name_step,
+    one_line,
+    parquet,
+    scan,
+)
 from gpolab.labs.plan.rollout_groups import binary_levels, groups
 from gpolab.labs.plan.rollout_writers import write_table, write_trl, write_verl
-from gpolab.validate import ConfigError, choice
+from gpolab.validate import ConfigError
 
 __all__ = [
     "FORMATS",
@@ -70,19 +81,10 @@ __all__ = [
     "binary_levels",
 ]
 
-FORMATS = ("trl", "verl", "table")
+
 FRAME_COLUMNS = ("step", "group", "prompt", "reward", "length", "proxy", "pair_score")
 TRL_FIXED = ("step", "prompt", "completion", "advantage")
-TRL_SIGNATURE = ("prompt", "completion", "advantage")
-VERL_REQUIRED = ("input", "score")
-TABLE_REQUIRED = ("prompt", "reward")
 TABLE_OPTIONAL = ("step", "length", "group", "proxy", "pair_score")
-_SUFFIXES = {".parquet", ".csv", ".jsonl"}
-_TRL_NAME = re.compile(r"completions_(\d+)\.parquet$")
-ALLOWED = (
-    "TRL completions/completions_*.parquet, verl {step}.jsonl, or a .csv/.parquet table "
-    "with prompt, reward"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,144 +102,6 @@ class Log:
     reward: str
     frame: pd.DataFrame
     notes: tuple[str, ...]
-
-
-# ---------------------------------------------------------------------------------------------
-# finding the files and their format
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:200] if text else type(exc).__name__
-
-
-def _parquet(f: Path, dictionary: tuple[str, ...] = ()) -> pq.ParquetFile:
-    if f.stat().st_size == 0:
-        raise ConfigError(f"{f}: empty file (no rows)")
-    try:
-        return pq.ParquetFile(f, read_dictionary=list(dictionary))
-    except (pa.ArrowException, OSError) as e:
-        raise ConfigError(f"{f}: not a readable parquet file ({_one_line(e)})") from None
-
-
-def _csv_columns(f: Path) -> list[str]:
-    try:
-        return list(pd.read_csv(f, nrows=0).columns)
-    except pd.errors.EmptyDataError:
-        raise ConfigError(f"{f}: empty file (no rows)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as e:
-        raise ConfigError(f"{f}: not a readable CSV file ({_one_line(e)})") from None
-
-
-def _lines(f: Path):
-    """(line number, text) of the non-blank lines of a UTF-8 text file."""
-    with open(f, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ConfigError(f"{f}: line {lineno} is not UTF-8 text") from None
-            if line.strip():
-                yield lineno, line
-
-
-def _first_json(f: Path) -> dict:
-    for lineno, line in _lines(f):
-        return _json_line(f, lineno, line)
-    raise ConfigError(f"{f}: empty file (no rows)")
-
-
-def _json_line(f: Path, lineno: int, line: str) -> dict:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{f}: line {lineno} is not valid JSON ({e.msg})") from None
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{f}: line {lineno} is not a JSON object; allowed: one object a line")
-    return obj
-
-
-def _classify(f: Path) -> str:
-    """The format of one file from its name and columns (ConfigError when it matches none)."""
-    if f.suffix == ".jsonl":
-        keys = set(_first_json(f))
-        if set(VERL_REQUIRED) <= keys:
-            return "verl"
-        missing = [k for k in VERL_REQUIRED if k not in keys]
-        raise ConfigError(
-            f"{f}: verl rollout jsonl lacks {', '.join(missing)}; has {', '.join(sorted(keys))}; "
-            "allowed: input, output, gts, score, step (+ reward extra info)"
-        )
-    cols = set(_csv_columns(f) if f.suffix == ".csv" else _parquet(f).schema_arrow.names)
-    if f.suffix == ".parquet" and set(TRL_SIGNATURE) <= cols:
-        return "trl"
-    if set(TABLE_REQUIRED) <= cols:
-        return "table"
-    hint = "TRL columns step, prompt, completion, <reward functions>, advantage or "
-    if _TRL_NAME.search(f.name):
-        hint = "named like a TRL log but TRL needs step, prompt, completion, advantage; or "
-    raise ConfigError(
-        f"{f}: columns {', '.join(sorted(cols))} match no format; allowed: {hint}"
-        "a table with prompt, reward (+ step, length, group, proxy)"
-    )
-
-
-def _candidates(folder: Path) -> list[Path]:
-    top = sorted(p for p in folder.iterdir() if p.suffix in _SUFFIXES and not p.name[0] == ".")
-    sub = folder / "completions"
-    if sub.is_dir():
-        inner = sorted(p for p in sub.iterdir() if _TRL_NAME.search(p.name))
-        if inner and top:
-            raise ConfigError(
-                f"{folder}: mixed formats: {len(inner)} TRL files under completions/ and "
-                f"{len(top)} other files ({top[0].name}, ...); allowed: one format per folder"
-            )
-        top = top or inner
-    if not top:
-        raise ConfigError(f"{folder}: no rollout files; allowed: {ALLOWED}")
-    return top
-
-
-def _scan(path, format: str | None) -> tuple[str, list[Path]]:
-    p = Path(path)
-    if not p.exists():
-        raise ConfigError(f"{p}: no such file or folder; allowed: {ALLOWED}")
-    if not (p.is_dir() or p.is_file()):  # a FIFO or a device: stat only, never opened
-        raise ConfigError(f"{p}: not a regular file or a folder; allowed: {ALLOWED}")
-    files = _candidates(p) if p.is_dir() else [p]
-    if format is not None:
-        choice("format", format, FORMATS)
-        exts = {"trl": {".parquet"}, "verl": {".jsonl"}, "table": {".csv", ".parquet"}}[format]
-        files = [f for f in files if f.suffix in exts]
-        if not files:
-            raise ConfigError(f"{p}: no {format} files ({', '.join(sorted(exts))})")
-        return format, _order(format, files)
-    if p.is_file() and p.suffix not in _SUFFIXES:
-        raise ConfigError(f"{p}: unknown file type; allowed: .parquet, .jsonl, .csv")
-    kinds: dict[str, list[Path]] = {}
-    for f in files:
-        kinds.setdefault(_classify(f), []).append(f)
-    if len(kinds) > 1:
-        listed = "; ".join(f"{k}: {len(v)} files ({v[0].name}, ...)" for k, v in kinds.items())
-        raise ConfigError(f"{p}: mixed formats ({listed}); allowed: one format, or pass format=")
-    fmt = next(iter(kinds))
-    return fmt, _order(fmt, kinds[fmt])
-
-
-def _name_step(f: Path) -> int | None:
-    m = _TRL_NAME.search(f.name) or re.fullmatch(r"(\d+)\.jsonl", f.name)
-    return int(m.group(1)) if m else None
-
-
-def _order(fmt: str, files: list[Path]) -> list[Path]:
-    if fmt == "table":
-        return sorted(files)
-    return sorted(files, key=lambda f: (_name_step(f) is None, _name_step(f) or 0, f.name))
-
-
-def detect(path) -> str:
-    """The format ('trl', 'verl' or 'table') of a file or folder, from file names and columns."""
-    return _scan(path, None)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,7 +182,7 @@ def _trl_reward_columns(f, schema: pa.Schema, reward_column, skip) -> list[str]:
 
 
 def _read_trl(f: Path, reward_column, proxy_column, length_column):
-    pf = _parquet(f, ("prompt",))
+    pf = parquet(f, ("prompt",))
     schema = pf.schema_arrow
     missing = [c for c in TRL_SIGNATURE if c not in schema.names]
     if missing:
@@ -334,7 +198,7 @@ def _read_trl(f: Path, reward_column, proxy_column, length_column):
     try:
         df = pf.read(columns=list(dict.fromkeys(use))).to_pandas()
     except (pa.ArrowException, OSError) as e:
-        raise ConfigError(f"{f}: not a readable parquet file ({_one_line(e)})") from None
+        raise ConfigError(f"{f}: not a readable parquet file ({one_line(e)})") from None
     if len(df) == 0:
         raise ConfigError(f"{f}: empty file (no rows)")
     where = lambda i: f"row {i}"  # noqa: E731
@@ -347,7 +211,7 @@ def _read_trl(f: Path, reward_column, proxy_column, length_column):
             f"{per_func[i].tolist()}; allowed: a finite reward from at least one function"
         )
     prompt = df["prompt"].astype("category")
-    step = df["step"].to_numpy() if "step" in df else np.full(len(df), _name_step(f) or 0)
+    step = df["step"].to_numpy() if "step" in df else np.full(len(df), name_step(f) or 0)
     out = pd.DataFrame(
         {
             "step": np.asarray(step, dtype=np.int64),
@@ -364,8 +228,8 @@ def _read_trl(f: Path, reward_column, proxy_column, length_column):
 
 def _verl_slow(f: Path, keys: dict[str, bool]) -> None:
     """Find the first bad line of a verl jsonl (the fast reader only says that one is bad)."""
-    for lineno, line in _lines(f):
-        obj = _json_line(f, lineno, line)
+    for lineno, line in lines(f):
+        obj = json_line(f, lineno, line)
         for key, finite in keys.items():
             if key not in obj:
                 raise ConfigError(f"{f}: line {lineno} has no {key!r}; keys: {', '.join(obj)}")
@@ -381,7 +245,7 @@ def _verl_slow(f: Path, keys: dict[str, bool]) -> None:
 
 
 def _read_verl(f: Path, reward_column, proxy_column, length_column):
-    first = _first_json(f)
+    first = first_json(f)
     score = reward_column or "score"
     for what, name in (
         ("input key", "input"),
@@ -410,8 +274,8 @@ def _read_verl(f: Path, reward_column, proxy_column, length_column):
     r = df[score].to_numpy(dtype=float)
     if df["input"].isna().any() or not np.isfinite(r).all():
         _verl_slow(f, checks)
-    name_step = _name_step(f) or 0
-    step = df["step"].fillna(name_step) if "step" in df else np.full(len(df), name_step)
+    file_step = name_step(f) or 0
+    step = df["step"].fillna(file_step) if "step" in df else np.full(len(df), file_step)
     where = lambda i: f"row {i}"  # noqa: E731
     out = pd.DataFrame(
         {
@@ -428,19 +292,19 @@ def _read_verl(f: Path, reward_column, proxy_column, length_column):
 
 def _read_table(f: Path, reward_column, proxy_column, length_column):
     if f.suffix == ".csv":
-        cols = _csv_columns(f)
+        cols = csv_columns(f)
         try:
             nan = {c: ["", "nan", "NaN"] for c in cols if c != "prompt"}
             df = pd.read_csv(f, dtype={"prompt": str}, keep_default_na=False, na_values=nan)
         except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-            raise ConfigError(f"{f}: not a readable CSV file ({_one_line(e)})") from None
+            raise ConfigError(f"{f}: not a readable CSV file ({one_line(e)})") from None
         where = lambda i: f"line {i + 2}"  # noqa: E731
     else:
-        cols = _parquet(f).schema_arrow.names
+        cols = parquet(f).schema_arrow.names
         try:
             df = pd.read_parquet(f)
         except (pa.ArrowException, OSError) as e:
-            raise ConfigError(f"{f}: not a readable parquet file ({_one_line(e)})") from None
+            raise ConfigError(f"{f}: not a readable parquet file ({one_line(e)})") from None
         where = lambda i: f"row {i}"  # noqa: E731
     reward = reward_column or "reward"
     missing = [c for c in ("prompt", reward) if c not in cols]
@@ -565,7 +429,7 @@ def _read_parts(fmt, files, reward_column, proxy_column, length_column):
         rcols = cols
     if fmt == "table" and len(files) > 1:
         for f in files:
-            cols = _csv_columns(f) if f.suffix == ".csv" else _parquet(f).schema_arrow.names
+            cols = csv_columns(f) if f.suffix == ".csv" else parquet(f).schema_arrow.names
             if "step" not in cols:
                 raise ConfigError(f"{f}: a folder of tables needs a step column in every file")
     return parts, rcols
@@ -580,9 +444,9 @@ def footprint(path, format=None) -> int:
     reading: READ_FACTOR times its text size (CSV/jsonl on disk; parquet: the uncompressed
     columns but a TRL log's completions, which no reader loads)."""
     total = 0
-    for f in _scan(path, format)[1]:
+    for f in scan(path, format)[1]:
         if f.suffix == ".parquet":  # the columns read: a TRL log's completion text is not
-            md = _parquet(f).metadata
+            md = parquet(f).metadata
             total += sum(
                 c.total_uncompressed_size
                 for i in range(md.num_row_groups)
@@ -596,7 +460,7 @@ def footprint(path, format=None) -> int:
 
 def read(path, *, format=None, reward_column=None, proxy_column=None, length_column=None) -> Log:
     """Read a TRL / verl / table rollout log (a file or a folder) into one row per response."""
-    fmt, files = _scan(path, format)
+    fmt, files = scan(path, format)
     parts, rcols = _read_parts(fmt, files, reward_column, proxy_column, length_column)
     frame = _numbered(fmt, parts)
     group, notes = _split(fmt, frame["group"].to_numpy())
