@@ -472,21 +472,21 @@ LEAD = {
 def test_the_recommendation_leads_with_one_g_and_prices_the_users(p, start):
     """One G leads (issue 56), with its worst-case price; the run's own G and the settable
     sizes next to the lead are priced; every other G says why it differs; the optimum is named."""
-    from gpolab.labs.plan import report as plan_report
+    from gpolab.labs.plan import gstar_text
 
-    lines = plan_report.recommendation({**LEAD, **p})
+    lines = gstar_text.recommendation({**LEAD, **p})
     assert lines[0].startswith(start)
     assert lines[1].startswith(
         "your G = 8 costs 1% more noise than the best G at the log's constants (0% .. 20% over "
         "the region)"
     )
     assert "G = 4: 2% (0% .. 30%), G = 6: 0% (0% .. 7%), G = 8 (yours): 1% (0% .. 20%)" in lines[1]
-    assert lines[-1] == plan_report.OPTIMUM and "per-step optima" in lines[-1]
+    assert lines[-1] == gstar_text.OPTIMUM and "per-step optima" in lines[-1]
     # another G in the report says why it differs from the lead
-    other = plan_report.recommendation({**LEAD, **p, "rule_G": 4, "rule_reason": "the pool"})
+    other = gstar_text.recommendation({**LEAD, **p, "rule_G": 4, "rule_reason": "the pool"})
     assert "gpolab's training rule gives G = 4 for loo: the pool" in "\n".join(other)
     # the run's own estimator leads when modelled
-    est = plan_report.recommendation(
+    est = gstar_text.recommendation(
         {**LEAD, **p, "lead_for": "trl/grpo", "safe_G": 8, "safe_regret": 0.1}
     )
     assert est[0].startswith("use G = 6 (trl/grpo, the estimator this run trains with")
@@ -494,7 +494,7 @@ def test_the_recommendation_leads_with_one_g_and_prices_the_users(p, start):
 
 
 def test_no_lead_says_why():
-    from gpolab.labs.plan import report as plan_report
+    from gpolab.labs.plan import gstar_text
 
     for p, said in (
         ({"gstar": None, "gstar_reason": "no proxy"}, "the log gives no G to use: no proxy"),
@@ -503,15 +503,15 @@ def test_no_lead_says_why():
             "the log gives no G to use: the prompt variance c1 = -2 is not above 0",
         ),
     ):
-        lines = plan_report.recommendation(p)
+        lines = gstar_text.recommendation(p)
         assert lines[0].startswith(said) and len(lines) == 2
 
 
 def test_a_size_the_batch_cannot_hold_says_how_to_change_it():
-    from gpolab.labs.plan import report as plan_report
+    from gpolab.labs.plan import gstar_text
 
     p = {**LEAD, "budget": 47, "lead_G": 6, "lead_rule": "not decided", "gstar": None}
-    assert "no divisor of N = 47 in 2..256: change the batch" in plan_report.recommendation(p)[0]
+    assert "no divisor of N = 47 in 2..256: change the batch" in gstar_text.recommendation(p)[0]
 
 
 # ----------------------------------------------------------------------------- issue 40
