@@ -128,3 +128,18 @@ def memory(field: str, value, need: float, detail: str) -> None:
             f"{field}: got {value!r}; needs about {gib(need)} of memory ({detail}); allowed: "
             f"settings that fit in the {gib(have)} available"
         )
+
+
+def bracketed(field: str, spec, allowed: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """``"NAME"`` or ``"NAME[key=value,...]"`` → (NAME, [(key, "=", raw value), ...]): the one
+    parser of this syntax (estimators' options, mismatch corrections' thresholds).  An item
+    without ``=`` comes back with an empty separator for the caller to name; a text that is not
+    of this shape raises ``{field}: got {spec!r}; allowed: {allowed}``."""
+    text = spec.strip() if isinstance(spec, str) else ""
+    name, sep, rest = text.partition("[")
+    if not name.strip() or "]" in name or (sep and (not rest.endswith("]") or "[" in rest)):
+        raise ConfigError(f"{field}: got {spec!r}; allowed: {allowed}")
+    if sep and "]" in rest[:-1]:
+        raise ConfigError(f"{field}: got {spec!r}; allowed: {allowed}")
+    items = [s.strip() for s in rest[:-1].split(",")] if sep else []
+    return name.strip(), [tuple(p.strip() for p in i.partition("=")) for i in items if i]

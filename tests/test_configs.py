@@ -130,3 +130,20 @@ def test_no_module_forwards_attributes_or_keeps_old_names():
     assert sweep.Config().instance.prompts == bandit.Instance().prompts
     for name in ("aliases", "aliased", "old_keywords"):
         assert not hasattr(configs, name), name
+
+
+def test_one_parser_reads_name_and_bracketed_options():
+    """``NAME[key=value,...]`` (estimators' options, mismatch corrections) is read by one parser:
+    items keep their raw text, an item without ``=`` is returned for its caller to name, and a
+    text of another shape is one error naming the field."""
+    from gpolab.validate import ConfigError, bracketed
+
+    assert bracketed("x", " dr_grpo ", "NAME") == ("dr_grpo", [])
+    assert bracketed("x", "a[k=1, m = none,]", "NAME") == (
+        "a",
+        [("k", "=", "1"), ("m", "=", "none")],
+    )
+    assert bracketed("x", "a[flag]", "NAME") == ("a", [("flag", "", "")])
+    for bad in ("", "[k=1]", "a[k=1", "a]", "a[b][c]", "a[k=[1]]", None):
+        with pytest.raises(ConfigError, match=r"^x: got .*; allowed: NAME$"):
+            bracketed("x", bad, "NAME")

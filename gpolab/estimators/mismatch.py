@@ -444,30 +444,23 @@ def parse(spec: str) -> tuple[str, dict]:
     """``"name"`` or ``"name[key=value,...]"`` → (name, overrides) checked as :func:`correction`
     checks them: a number, ``none`` (no bound) or a pair ``L_U``, e.g.
     ``verl/seq_tis[is_threshold=1e9]`` or ``trl/token_truncate[clip_max=2,clip_min=none]``."""
-    text = str(spec).strip()
-    name, sep, rest = text.partition("[")
-    if sep and not rest.endswith("]"):
-        raise validate.ConfigError(
-            f"correction: got {spec!r}; allowed: NAME or NAME[key=value,...]"
-        )
+    name, items = validate.bracketed("correction", str(spec), "NAME or NAME[key=value,...]")
     overrides = {}
-    for item in filter(None, (s.strip() for s in rest[:-1].split(","))) if sep else ():
-        key, eq, raw = item.partition("=")
+    for key, eq, raw in items:
         if not eq:
             raise validate.ConfigError(
-                f"correction {name}: option {item!r} not understood; allowed: key=value"
+                f"correction {name}: option {key!r} not understood; allowed: key=value"
             )
-        raw = raw.strip()
         try:
             pair = tuple(float(v) for v in raw.split("_")) if "_" in raw else None
             value = None if raw.lower() == "none" else (pair or float(raw))
         except ValueError:
             raise validate.ConfigError(
-                f"correction {name} {key.strip()}: got {raw!r}; allowed: a number, none or 'L_U'"
+                f"correction {name} {key}: got {raw!r}; allowed: a number, none or 'L_U'"
             ) from None
-        overrides[key.strip()] = value
-    _params(name.strip(), overrides)
-    return name.strip(), overrides
+        overrides[key] = value
+    _params(name, overrides)
+    return name, overrides
 
 
 def spec(name: str, overrides: dict | None = None) -> str:

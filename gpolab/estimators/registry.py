@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-import re
 from collections.abc import Callable, Mapping
 
 import jax
@@ -224,9 +223,6 @@ def get(name: str) -> Entry:
     return REGISTRY[name]
 
 
-_SPEC = re.compile(r"^(?P<name>[^\[\]]+?)(?:\[(?P<opts>[^\[\]]*)\])?$")
-
-
 @dataclasses.dataclass(frozen=True)
 class Bound:
     """An estimator spec resolved once (:func:`bound`): its registry ``entry``, its bracket
@@ -261,24 +257,18 @@ def parse_spec(spec: str | Bound) -> tuple[str, dict]:
     A ``module:function`` name is imported and registered on first use."""
     if isinstance(spec, Bound):
         return spec.entry.name, dict(spec.options)
-    m = _SPEC.match(spec.strip()) if isinstance(spec, str) else None
-    if m is None:
-        raise validate.ConfigError(
-            f"estimator: got {spec!r}; allowed: NAME, NAME[option=value,...] or "
-            "package.module:function"
-        )
-    name = m["name"].strip()
+    allowed = "NAME, NAME[option=value,...] or package.module:function"
+    name, items = validate.bracketed("estimator", spec, allowed)
     entry = _import(name) if ":" in name and name not in REGISTRY else get(name)
     options = {}
-    for item in filter(None, (s.strip() for s in (m["opts"] or "").split(","))):
-        key, sep, raw = item.partition("=")
-        key = key.strip()
+    for key, sep, raw in items:
         if not sep or key not in entry.options:
             allowed = ", ".join(f"{k}={v!r}" for k, v in entry.options.items()) or "none"
+            item = f"{key}{sep}{raw}"
             raise validate.ConfigError(
                 f"estimator {name}: option {item!r} not understood; allowed: {allowed}"
             )
-        options[key] = _coerce_option(name, key, raw.strip(), entry.options[key])
+        options[key] = _coerce_option(name, key, raw, entry.options[key])
     return name, options
 
 
