@@ -9,11 +9,11 @@ import dataclasses
 import typing
 
 import numpy as np
-import pandas as pd
 
 from gpolab import configs, envs, estimators, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import bandit
+from gpolab.kit.store import PROVENANCE, cell_key, config_hash, resume
 from gpolab.labs.plancheck.simulate import (
     Simulated,
     check_sizes,
@@ -145,33 +145,63 @@ def write_logs(sim: Simulated, folder, formats) -> dict:
     return paths
 
 
+def cell_keys(cfg: Config) -> list[str]:
+    """One store key per (env, log format): the settings every cell reads, its env and format."""
+    settings = {k: v for k, v in configs.key_settings(cfg).items() if k not in ("env", "formats")}
+    return [
+        cell_key(NAME, settings=settings, env=env, format=fmt)
+        for env in cfg.env
+        for fmt in cfg.formats
+    ]
+
+
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{results}``: per env, format and quantity the truth, what ``plan`` recovered and its
-    interval."""
-    from gpolab.labs.plan import lab as plan
-
+    interval.  One unit per env (its logs are simulated once and read in every format), resumed
+    from ``store`` per (env, format)."""
     cfg.validate()
-    rows = []
-    for env in cfg.env:
+    cells = [(env, fmt) for env in cfg.env for fmt in cfg.formats]
+
+    def group(indices):
+        by_env = {}
+        for i in indices:
+            by_env.setdefault(cells[i][0], []).append(i)
+        return list(by_env.values())
+
+    def compute(unit):
+        env = cells[unit[0]][0]
         sim = simulate(cfg, env)
         paths = write_logs(sim, f"{cfg.out}/logs/{env}", cfg.formats)
-        for fmt in cfg.formats:
-            pcfg = plan.Config(
-                log=str(paths[fmt]),
-                format=fmt,
-                proxy_column=PROXY,
-                grad_norms=str(paths["norms"]),
-                trainer_estimator=cfg.estimator,
-                G=REPORT_G,
-                draws=cfg.draws,
-                seed=cfg.seed,
-                out=f"{cfg.out}/plan-{env}-{fmt}",
-            )
-            tables = plan.run(pcfg)
-            rows += compare(sim.truth, tables, cfg, env=env, format=fmt)
-            if progress is not None:
-                progress.update(1, f"{env} {fmt}")
-    return {"results": pd.DataFrame(rows)}
+        return [recovered(cfg, sim, paths, env, cells[i][1]) for i in unit]
+
+    df = resume(
+        store,
+        cell_keys(cfg),
+        compute,
+        group=group,
+        config_hash=config_hash(cfg),
+        progress=progress,
+        label=lambda rows: f"{rows[0]['env']} {rows[0]['format']}",
+    )
+    return {"results": df.drop(columns=[c for c in PROVENANCE if c in df])}
+
+
+def recovered(cfg: Config, sim, paths: dict, env: str, fmt: str) -> list[dict]:
+    """The rows of one (env, format): ``plan`` run on the log written in that format."""
+    from gpolab.labs.plan import lab as plan
+
+    pcfg = plan.Config(
+        log=str(paths[fmt]),
+        format=fmt,
+        proxy_column=PROXY,
+        grad_norms=str(paths["norms"]),
+        trainer_estimator=cfg.estimator,
+        G=REPORT_G,
+        draws=cfg.draws,
+        seed=cfg.seed,
+        out=f"{cfg.out}/plan-{env}-{fmt}",
+    )
+    return compare(sim.truth, plan.run(pcfg), cfg, env=env, format=fmt)
 
 
 def _row(quantity, truth, recovered, lo=np.nan, hi=np.nan, G=np.nan, **ids) -> dict:
