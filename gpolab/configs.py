@@ -470,8 +470,7 @@ def _modes(cls, typed: dict, table: dict) -> tuple[dict, dict]:
 
 
 def _validated(cfg, name: str, lab: str, *, typed: dict, table: dict, quick: dict):
-    """``cfg`` once its ``validate`` passes; an error about a file's value says where it came
-    from."""
+    """``cfg`` once its ``validate`` passes (an error about a file's value names where it is)."""
     try:
         cfg.validate()
     except ConfigError as err:
@@ -557,23 +556,12 @@ def add_flags(parser: argparse.ArgumentParser, cls) -> None:
             help_text += " [" + "; ".join(f"{k}: {', '.join(map(str, v))}" for k, v in when)
             help_text += "]"
         if isinstance(default, bool):
-            parser.add_argument(
-                flag(name),
-                dest=name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=help_text,
-            )
-            continue
-        shown = "; with ".join([_shown(default), *_mode_defaults(cls, name), *others])
-        shown = shown.replace("%", "%%")
-        parser.add_argument(
-            flag(name),
-            dest=name,
-            default=None,
-            metavar=name.upper(),
-            help=f"{help_text} (default: {shown})",
-        )
+            kind = {"action": argparse.BooleanOptionalAction, "help": help_text}
+        else:
+            shown = "; with ".join([_shown(default), *_mode_defaults(cls, name), *others])
+            shown = shown.replace("%", "%%")
+            kind = {"metavar": name.upper(), "help": f"{help_text} (default: {shown})"}
+        parser.add_argument(flag(name), dest=name, default=None, **kind)
 
 
 def _shown(v) -> str:
