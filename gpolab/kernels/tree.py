@@ -98,10 +98,10 @@ def tree_overlap_error(cell: TreeCell, key: jax.Array, args) -> dict:
     tree's ĝ₀ and a second, independent tree's (key ``fold_in(key, 1)``): ĝ¹·ĝ² and h¹h² are
     unbiased for ‖E ĝ₀‖² and (E h)², h = ψ·ĝ₀.
     ``args = (params, truth, eps, grad_target, psi)``."""
-    *base, psi = args
+    params, truth, eps, t0, psi = args
+    base = (params, truth, eps, t0)
     out = tree_error(cell, key, base)
     other = tree_error(cell, jax.random.fold_in(key, 1), base)
-    t0 = base[3]
     g1, g2 = out["grad_err"] + t0, other["grad_err"] + t0
     h1, h2 = g1 @ psi, g2 @ psi
     w = jnp.stack(

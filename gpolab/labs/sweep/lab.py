@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -294,17 +294,17 @@ def _computer(cfg: Config, plan: dict, settings: list[dict], key) -> Callable:
     built at the first unit computed (never when every cell is stored)."""
     env = units.ENVS[cfg.env]
     state = functools.cache(lambda: _run_state(cfg, env, key))
-    theory = functools.cache(lambda: env.theory(cfg, env.grid(cfg), state()[0]))
+    theory = functools.cache(lambda: env.theory(cfg, env.grid(cfg), state().setup))
 
     def compute(unit: list[int]) -> list[list[dict]]:
-        setup, key, eps, fn, chunk, mesh = state()
-        exact = theory()
+        built, exact = state(), theory()
         start = time.perf_counter()
         context, cell = plan[tuple(unit)]
-        args, truth = setup(context)
+        args, truth = built.setup(context)
         cell = env.prepare(cfg, cell, truth)
+        stream = env.unit_key(built.key, context, cell)
         m = engine.run(
-            fn, cell, (*args, eps), env.unit_key(key, context, cell), cfg.seeds, chunk, mesh=mesh
+            built.fn, cell, (*args, built.eps), stream, cfg.seeds, built.chunk, mesh=built.mesh
         )
         mc = env.monte_carlo(cfg, cell, m, truth, context)
         wall = time.perf_counter() - start
@@ -317,15 +317,26 @@ def _computer(cfg: Config, plan: dict, settings: list[dict], key) -> Callable:
     return compute
 
 
-def _run_state(cfg: Config, env, key) -> tuple:
-    """(setup, key, eps, error function, chunk, mesh) of a run that computes something."""
+class RunState(NamedTuple):
+    """What a run that computes something builds once (:func:`_run_state`)."""
+
+    setup: Callable  # :func:`make_setup`'s context → (cell args without eps, truth)
+    key: object  # the run's root key
+    eps: np.ndarray  # the traced eps, in the run's precision
+    fn: Callable  # the env's per-seed function (:mod:`gpolab.kernels`)
+    chunk: int
+    mesh: object
+
+
+def _run_state(cfg: Config, env, key) -> RunState:
+    """The :class:`RunState` of a run that computes something."""
     import jax
 
     setup = make_setup(cfg)
     key = jax.random.key(cfg.seed) if key is None else key
     eps = np.asarray(cfg.eps, dtype=np.float64 if cfg.x64 else np.float32)
     mesh = engine.seed_mesh() if cfg.shard else engine.LOCAL
-    return setup, key, eps, env.error(cfg), cfg.chunk or env.chunk(cfg), mesh
+    return RunState(setup, key, eps, env.error(cfg), cfg.chunk or env.chunk(cfg), mesh)
 
 
 def report(cfg: Config, tables: dict) -> str:

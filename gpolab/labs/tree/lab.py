@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -225,8 +225,17 @@ def cost(K: int, M: int, think_len: float, answer_len: float) -> float:
     return K * (think_len + M * answer_len)
 
 
-def setup(cfg: Config):
-    """(params, truth, law, grad_target) for the configured thought model."""
+class Setup(NamedTuple):
+    """The configured thought model's instance and what its cells compare with (:func:`setup`)."""
+
+    params: object  # the tree env's params
+    truth: object  # its exact truth (:func:`gpolab.envs.tree.exact`)
+    law: object  # the thought values' law (:func:`gpolab.theory.tree.thought_law`)
+    grad_target: np.ndarray  # the thought gradient the variant estimates (finite models; else ())
+
+
+def setup(cfg: Config) -> Setup:
+    """The :class:`Setup` of the configured thought model."""
     if cfg.model == "beta":
         params = tree_env.make_beta(cfg.beta_a, cfg.beta_b)
     else:
@@ -241,7 +250,7 @@ def setup(cfg: Config):
         J = law.mean
         scale = {"thought-std": math.sqrt(law.var), "leaf-std": math.sqrt(J * (1 - J))}
         grad_target = (g / scale.get(cfg.variant, 1.0)).astype(np.float32)
-    return params, truth, law, grad_target
+    return Setup(params, truth, law, grad_target)
 
 
 def chunk_for(cfg: Config, K: int, M: int) -> int:
@@ -360,7 +369,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         label=note,
     )
     df = with_score(cfg, df)
-    return {"results": df, "floor": floor_table(cfg, df, ctx[2])}
+    return {"results": df, "floor": floor_table(cfg, df, ctx.law)}
 
 
 def with_score(cfg: Config, df):
