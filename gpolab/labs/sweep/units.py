@@ -69,18 +69,12 @@ def stats_row(stats) -> dict:
 STATS = ("mse", "mse_se", "mse_ci_low", "mse_ci_high", "variance", "bias_sq")
 # a result row's columns, Monte Carlo and theory interleaved as the table shows them; the settings
 # and ``seconds`` follow (the store adds its provenance after them)
+CELL_COLUMNS = ("estimator", "variant", "G", "K", "M", "B", "n_seeds", *STATS)  # every env's
 GROUPED_COLUMNS = (
     "env",
     "kind",
     "policy",
-    "estimator",
-    "variant",
-    "G",
-    "K",
-    "M",
-    "B",
-    "n_seeds",
-    *STATS,
+    *CELL_COLUMNS,
     "cos",
     "target_sq",
     "best_scale",
@@ -121,14 +115,7 @@ GROUPED_COLUMNS = (
 TREE_COLUMNS = (
     "env",
     "kind",
-    "estimator",
-    "variant",
-    "G",
-    "K",
-    "M",
-    "B",
-    "n_seeds",
-    *STATS,
+    *CELL_COLUMNS,
     "mse_group",
     "corr",
     "leaves",
