@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpolab.kit import running
 from gpolab.kit.command import config_from_args
 from gpolab.labs.offpolicy import lab as offpolicy
-from gpolab.runner import commands
 from gpolab.runner.cli import build_parser, main
 
 BAD = [  # ([quick] lines, the error line's text after "gpolab offpolicy: error: ")
@@ -27,7 +27,7 @@ def no_run(monkeypatch):
     def execute(*args, **kwargs):
         raise AssertionError("the lab ran: the config was accepted")
 
-    monkeypatch.setattr(commands.labs, "execute", execute)
+    monkeypatch.setattr(running, "execute", execute)
 
 
 def _file(tmp_path, quick: str):
