@@ -185,24 +185,17 @@ def resume(
 
     from gpolab.engine.progress import SILENT
 
-    progress = progress or SILENT
-
-    per_unit = group is not None
+    progress, per_unit = progress or SILENT, group is not None
+    kept = _NOTHING_KEPT if store is None else store
     group = group or (lambda idx: ([i] for i in idx))
-    mine = list(range(len(keys)))
-    if share is not None:
-        j, n = share
-        mine = sorted(i for u, unit in enumerate(group(mine)) if u % n == j for i in unit)
-    pending = [i for i in mine if store is None or not store.has(keys[i])]
-    if agree is not None:
-        pending = sorted(agree(set(pending), len(keys)))
+    mine, pending = _todo(kept, keys, group, share, agree)
     if len(pending) < len(mine):
         progress.skip(len(mine) - len(pending))
     computed = {}
     for unit in group(pending):
         # a unit a peer store finished meanwhile (another experiment running beside this one)
         # is copied, not computed; not in a multi-process run, whose processes compute together
-        if store is not None and agree is None and all(store.has(keys[i]) for i in unit):
+        if agree is None and all(kept.has(keys[i]) for i in unit):
             progress.skip(len(unit))
             continue
         start = time.perf_counter()
@@ -210,9 +203,33 @@ def resume(
         computed.update(zip(unit, rows, strict=True))
         wall = (time.perf_counter() - start) / len(unit)
         for i in unit:
-            if store is not None:
-                store.write(keys[i], computed[i], config_hash, wall)
+            kept.write(keys[i], computed[i], config_hash, wall)
             progress.update(1, label(computed[i]) if label else "")
     if store is not None:
         return store.read([keys[i] for i in mine])
     return pd.DataFrame([row for i in mine if i in computed for row in computed[i]])
+
+
+class _NothingKept:
+    """What ``store=None`` is to :func:`resume`: no cell is found, none is written."""
+
+    def has(self, key: str) -> bool:
+        return False
+
+    def write(self, *args) -> None:
+        pass
+
+
+_NOTHING_KEPT = _NothingKept()
+
+
+def _todo(store, keys, group, share, agree) -> tuple[list[int], list[int]]:
+    """(this process's cells, those of them still to compute) for :func:`resume`."""
+    mine = list(range(len(keys)))
+    if share is not None:
+        j, n = share
+        mine = sorted(i for u, unit in enumerate(group(mine)) if u % n == j for i in unit)
+    pending = [i for i in mine if not store.has(keys[i])]
+    if agree is not None:
+        pending = sorted(agree(set(pending), len(keys)))
+    return mine, pending
