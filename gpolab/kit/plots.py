@@ -8,6 +8,7 @@ title from the data (the seeds actually run), never from a config default.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from gpolab.kit.output import atomic
@@ -36,3 +37,9 @@ def seeds_label(df) -> str:
     """ "20,000 seeds" from the table's ``n_seeds`` column (a range when cells differ)."""
     n = sorted({int(v) for v in df["n_seeds"]})
     return f"{n[0]:,} seeds" if len(n) == 1 else f"{n[0]:,}–{n[-1]:,} seeds"
+
+
+def suptitle(fig, text: str) -> None:
+    """``text`` as the figure's title, wrapped to the figure's width (a character of the 12 pt
+    title is about 7 pt wide on average; 7.6 leaves a margin)."""
+    fig.suptitle(textwrap.fill(text, int(fig.get_figwidth() * 72 / 7.6)))

@@ -14,7 +14,6 @@ register = lab_command(
     description="Run SGD (steps beta/i) on the Gaussian-policy testbed for many seeds and "
     "compare n*gap with its predicted limit sum_k w_k chi2_1: predicted weights and mean, "
     "empirical mean with a 95% CI, Kolmogorov-Smirnov test against the Imhof CDF.  Writes the "
-    "results, samples and law tables (parquet and csv), config.toml, chi2_qq.png and "
-    "chi2_ecdf.png to --out.  Seeds are split over one CPU device per core "
-    "(GPOLAB_CPU_DEVICES sets the count).",
+    "results, samples and law tables (parquet and csv), config.toml, chi2_qq.png and chi2_ecdf.png "
+    "to --out.  Seeds are split over one CPU device per core (GPOLAB_CPU_DEVICES sets the count).",
 )

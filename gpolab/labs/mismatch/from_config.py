@@ -223,11 +223,42 @@ def _trl(s: dict, where: str):
     if (cap := v["vllm_importance_sampling_cap"]) is not None:  # GRPOConfig.__post_init__
         v["vllm_importance_sampling_clip_max"] = cap
         notes.append(f"vllm_importance_sampling_cap {cap} (deprecated) is clip_max, as in TRL")
-    clip_min, clip_max = (
-        v["vllm_importance_sampling_clip_min"],
-        v["vllm_importance_sampling_clip_max"],
-    )
-    raises = [  # GRPOConfig.__post_init__ and GRPOTrainer.__init__ raise for these
+    clip_min, clip_max = _clips(v)
+    _trl_raises(s, v, where)
+    unmodelled = _trl_unmodelled(v)
+    if not on:
+        why = (
+            "vLLM IS correction off (vllm_importance_sampling_correction false): `none`"
+            if v["use_vllm"]
+            else "use_vllm false: the trainer samples from π_θ itself, no IS correction (`none`)"
+        )
+        whose = "vLLM rollouts, uncorrected" if v["use_vllm"] else "the trainer's own rollouts"
+        return "none", {}, f"loss_type {loss} on {whose}", [why, *notes], unmodelled
+    if clip_max is None:
+        notes.append(
+            "vllm_importance_sampling_clip_max None: no upper bound; gpolab passes float32's "
+            "largest value, so only an overflowed ratio (inf, which TRL keeps) differs"
+        )
+    over = {"clip_max": F32_MAX if clip_max is None else clip_max, "clip_min": clip_min}
+    what = f"loss_type {loss} with the vLLM IS weight {mode} [{clip_min}, {clip_max}]"
+    what += ", importance_sampling_level sequence" * (level == "sequence")
+    name, over, notes = _trl_entry(v, loss, mode, level, over, notes)
+    _checked(name, over, where)
+    return name, over, what, notes, unmodelled
+
+
+def _clips(v: dict) -> tuple:
+    """TRL's (clip_min, clip_max) of the vLLM IS weight."""
+    return v["vllm_importance_sampling_clip_min"], v["vllm_importance_sampling_clip_max"]
+
+
+def _trl_raises(s: dict, v: dict, where: str) -> None:
+    """The combinations GRPOConfig.__post_init__ and GRPOTrainer.__init__ raise for: one
+    ConfigError naming the key."""
+    loss, mode = v["loss_type"], v["vllm_importance_sampling_mode"]
+    on = v["use_vllm"] and v["vllm_importance_sampling_correction"]
+    clip_min, clip_max = _clips(v)
+    raises = [
         (
             clip_min is not None and clip_max is not None and clip_min >= clip_max,
             "vllm_importance_sampling_clip_min",
@@ -266,36 +297,13 @@ def _trl(s: dict, where: str):
     for wrong, key, value, allowed in raises:
         if wrong:
             raise bad(where, key, value, f"{allowed}, as TRL raises otherwise")
-    unmodelled = _trl_unmodelled(v)
-    if not on:
-        why = (
-            "vLLM IS correction off (vllm_importance_sampling_correction false): `none`"
-            if v["use_vllm"]
-            else "use_vllm false: the trainer samples from π_θ itself, no IS correction (`none`)"
-        )
-        whose = "vLLM rollouts, uncorrected" if v["use_vllm"] else "the trainer's own rollouts"
-        return "none", {}, f"loss_type {loss} on {whose}", [why, *notes], unmodelled
-    if clip_max is None:
-        notes.append(
-            "vllm_importance_sampling_clip_max None: no upper bound; gpolab passes float32's "
-            "largest value, so only an overflowed ratio (inf, which TRL keeps) differs"
-        )
-    over = {"clip_max": F32_MAX if clip_max is None else clip_max, "clip_min": clip_min}
-    what = f"loss_type {loss} with the vLLM IS weight {mode} [{clip_min}, {clip_max}]"
-    what += ", importance_sampling_level sequence" * (level == "sequence")
-    name, over, notes = _trl_entry(v, loss, mode, level, over, notes)
-    _checked(name, over, where)
-    return name, over, what, notes, unmodelled
 
 
 def _trl_entry(v, loss, mode, level, over, notes):
     """(name, overrides, notes) of TRL's vLLM-corrected loss; name None with the reason first."""
     if loss == "vespo":
-        return (
-            None,
-            {},
-            ["vespo folds the IS weight into its sequence log-weight; no registry entry", *notes],
-        )
+        why = "vespo folds the IS weight into its sequence log-weight; no registry entry"
+        return None, {}, [why, *notes]
     if level == "sequence" and mode.startswith("token") and loss in SEQ_LOSS:
         why = (
             f"importance_sampling_level sequence with {mode}: TRL multiplies the per-sequence "
@@ -323,62 +331,69 @@ def _trl_entry(v, loss, mode, level, over, notes):
     return f"trl/{mode}", over, notes
 
 
-def _trl_unmodelled(v: dict) -> list[tuple[str, str]]:
-    """(label, detail) of each TRL setting that changes the gradient and the lab does not model."""
+def _trl_advantages(v: dict) -> tuple[str, str]:
+    """(label, detail) of TRL's advantages against the lab's leave-one-out ones."""
+    if v["multi_objective_aggregation"] == "normalize_then_sum":
+        return (
+            "multi_objective_aggregation normalize_then_sum",
+            f"TRL normalises each reward per group, then the sum over the batch; {LOO}",
+        )
     scale = {True: "group", False: "none"}.get(v["scale_rewards"], v["scale_rewards"])
     adv = {
         "group": "(r − group mean)/(group std + 1e-4)",
         "batch": "(r − group mean)/(batch std + 1e-4)",
         "none": "r − group mean, (G−1)/G times the lab's (the same direction)",
     }
-    out = [(f"scale_rewards {scale}", f"TRL's advantages are {adv[scale]}; {LOO}")]
-    if v["multi_objective_aggregation"] == "normalize_then_sum":
-        out = [
-            (
-                "multi_objective_aggregation normalize_then_sum",
-                f"TRL normalises each reward per group, then the sum over the batch; {LOO}",
-            )
-        ]
-    if v["beta"]:
-        out.append((f"beta {v['beta']}", "a KL penalty against the reference model"))
-    if (delta := v["off_policy_mask_threshold"]) is not None:
-        out.append(
-            (
-                f"off_policy_mask_threshold {delta}",
-                "TRL drops each sequence with A < 0 "
-                f"whose mean log μ − log π_θ exceeds {delta} (DeepSeek-V3.2's off-policy "
-                "sequence mask); no registry entry has it",
-            )
-        )
-    if (rho := v["top_entropy_quantile"]) < 1:
-        out.append(
-            (
-                f"top_entropy_quantile {rho}",
-                f"only the top {rho:g} of tokens by entropy "
-                "enter the loss; the lab's entries weight every token",
-            )
-        )
-    if v["entropy_coef"] or v["use_adaptive_entropy"]:
-        out.append((f"entropy_coef {v['entropy_coef']}", "an entropy bonus in the loss"))
-    delta = v["delta"]
-    if delta is not None and delta < 1 and v["loss_type"] in ("grpo", "bnpo", "dr_grpo", "dapo"):
-        out.append(
-            (
-                f"delta {delta}",
-                "the two-sided clip caps the ratio 1 at delta < 1, so "
-                "tokens with A > 0 get no gradient",
-            )
-        )
-    if v["mask_truncated_completions"]:
-        out.append(("mask_truncated_completions true", "truncated completions leave the loss"))
-    if v["num_iterations"] > 1:
-        out.append(
-            (
-                f"num_iterations {v['num_iterations']}",
-                "updates after the first on a batch see a ratio ≠ 1; the lab measures the first",
-            )
-        )
-    return out
+    return f"scale_rewards {scale}", f"TRL's advantages are {adv[scale]}; {LOO}"
+
+
+LATER = "updates after the first on a batch see a ratio ≠ 1; the lab measures the first"
+
+
+def _kept(found) -> list[tuple[str, str]]:
+    """The (label, detail) of each (applies, label, detail) of ``found`` that applies."""
+    return [(label, detail) for applies, label, detail in found if applies]
+
+
+def _trl_unmodelled(v: dict) -> list[tuple[str, str]]:
+    """(label, detail) of each TRL setting that changes the gradient and the lab does not model."""
+    mask, rho, delta = v["off_policy_mask_threshold"], v["top_entropy_quantile"], v["delta"]
+    clipped = (
+        delta is not None and delta < 1 and v["loss_type"] in ("grpo", "bnpo", "dr_grpo", "dapo")
+    )
+    found = (
+        (v["beta"], f"beta {v['beta']}", "a KL penalty against the reference model"),
+        (
+            mask is not None,
+            f"off_policy_mask_threshold {mask}",
+            f"TRL drops each sequence with A < 0 whose mean log μ − log π_θ exceeds {mask} "
+            "(DeepSeek-V3.2's off-policy sequence mask); no registry entry has it",
+        ),
+        (
+            rho < 1,
+            f"top_entropy_quantile {rho}",
+            f"only the top {rho:g} of tokens by entropy enter the loss; the lab's entries weight "
+            "every token",
+        ),
+        (
+            v["entropy_coef"] or v["use_adaptive_entropy"],
+            f"entropy_coef {v['entropy_coef']}",
+            "an entropy bonus in the loss",
+        ),
+        (
+            clipped,
+            f"delta {delta}",
+            "the two-sided clip caps the ratio 1 at delta < 1, so tokens with A > 0 get no "
+            "gradient",
+        ),
+        (
+            v["mask_truncated_completions"],
+            "mask_truncated_completions true",
+            "truncated completions leave the loss",
+        ),
+        (v["num_iterations"] > 1, f"num_iterations {v['num_iterations']}", LATER),
+    )
+    return [_trl_advantages(v), *_kept(found)]
 
 
 def _verl(s: dict, where: str):
@@ -458,12 +473,8 @@ def _bypass(v, thr, opts, rs_thr, notes):
     if opts:
         return None, {}, what, [f"no registry entry pairs bypass with rollout_rs {rs}", *notes]
     if loss_type == "reinforce":
-        return (
-            None,
-            {},
-            what,
-            ["bypass reinforce (preset bypass_pg_is) is not in the registry", *notes],
-        )
+        why = "bypass reinforce (preset bypass_pg_is) is not in the registry"
+        return None, {}, what, [why, *notes]
     notes += [f"rollout_is {is_} has no effect: bypass ppo_clip has no IS weight"] * bool(is_)
     return "verl/bypass_ppo_clip", clip, what, notes
 
@@ -484,12 +495,8 @@ def _decoupled(v, thr, opts, rs_thr, notes):
         notes.append(f"rollout_is {is_} with rollout_is_threshold null: verl applies no IS weight")
         is_ = None
     if is_ and v[f"{RC}.rollout_is_batch_normalize"]:
-        return (
-            None,
-            {},
-            what,
-            ["rollout_is_batch_normalize true: no batch-normalised entry", *notes],
-        )
+        why = "rollout_is_batch_normalize true: no batch-normalised entry"
+        return None, {}, what, [why, *notes]
     if loss not in ("vanilla", *PAIRED):
         return None, {}, what, [f"loss_mode {loss}: no registry entry for its gradient", *notes]
     if loss == "geo_mean" and (is_ or opts):
@@ -524,42 +531,35 @@ def _decoupled(v, thr, opts, rs_thr, notes):
 def _verl_unmodelled(s: dict, v: dict) -> list[tuple[str, str]]:
     """(label, detail) of each verl setting that changes the gradient and the lab does not model."""
     adv, norm = v["algorithm.adv_estimator"], v["algorithm.norm_adv_by_std_in_grpo"]
-    out = []
-    if adv in ("grpo", "grpo_vectorized"):
-        form = (
-            "(r − group mean)/(group std + 1e-6)"
-            if norm
-            else ("r − group mean, (G−1)/G times the lab's (the same direction)")
-        )
-        out.append(
-            (
-                f"algorithm.adv_estimator {adv} with norm_adv_by_std_in_grpo {str(norm).lower()}",
-                f"verl's advantages are {form}; {LOO}",
-            )
-        )
-    elif adv not in ("rloo", "rloo_vectorized"):
-        label = f"algorithm.adv_estimator {adv}" + " (verl's YAML default)" * (
-            "algorithm.adv_estimator" not in s
-        )
-        out.append(
-            (label, f"verl's {adv} advantages" + " (a critic's)" * (adv == "gae") + f"; {LOO}")
-        )
-    if v["algorithm.use_kl_in_reward"]:
-        out.append(("algorithm.use_kl_in_reward true", "a KL penalty in the reward"))
-    if v[f"{ACTOR}.use_kl_loss"]:
-        out.append(
-            (
-                f"{ACTOR}.use_kl_loss true (kl_loss_coef {v[f'{ACTOR}.kl_loss_coef']})",
-                "a KL loss against the reference model",
-            )
-        )
-    if v[f"{ACTOR}.entropy_coeff"]:
-        out.append((f"{ACTOR}.entropy_coeff {v[f'{ACTOR}.entropy_coeff']}", "an entropy bonus"))
-    if v[f"{ACTOR}.ppo_epochs"] > 1:
-        out.append(
-            (
-                f"{ACTOR}.ppo_epochs {v[f'{ACTOR}.ppo_epochs']}",
-                "updates after the first on a batch see a ratio ≠ 1; the lab measures the first",
-            )
-        )
-    return out
+    grpo = adv in ("grpo", "grpo_vectorized")
+    form = "r − group mean, (G−1)/G times the lab's (the same direction)"
+    form = "(r − group mean)/(group std + 1e-6)" if norm else form
+    default = " (verl's YAML default)" * ("algorithm.adv_estimator" not in s)
+    kl, entropy, epochs = (
+        v[f"{ACTOR}.{k}"] for k in ("kl_loss_coef", "entropy_coeff", "ppo_epochs")
+    )
+    found = (
+        (
+            grpo,
+            f"algorithm.adv_estimator {adv} with norm_adv_by_std_in_grpo {str(norm).lower()}",
+            f"verl's advantages are {form}; {LOO}",
+        ),
+        (
+            not grpo and adv not in ("rloo", "rloo_vectorized"),
+            f"algorithm.adv_estimator {adv}{default}",
+            f"verl's {adv} advantages" + " (a critic's)" * (adv == "gae") + f"; {LOO}",
+        ),
+        (
+            v["algorithm.use_kl_in_reward"],
+            "algorithm.use_kl_in_reward true",
+            "a KL penalty in the reward",
+        ),
+        (
+            v[f"{ACTOR}.use_kl_loss"],
+            f"{ACTOR}.use_kl_loss true (kl_loss_coef {kl})",
+            "a KL loss against the reference model",
+        ),
+        (entropy, f"{ACTOR}.entropy_coeff {entropy}", "an entropy bonus"),
+        (epochs > 1, f"{ACTOR}.ppo_epochs {epochs}", LATER),
+    )
+    return _kept(found)

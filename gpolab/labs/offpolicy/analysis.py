@@ -67,28 +67,12 @@ def scaling(updates, results):
       resolve at least three points (``lag_eta``)."""
     rows = []
     for key, g in _groups(results, RULE):
-        rec = dict(
-            zip(
-                [k for k in RULE if k in results],
-                key if isinstance(key, tuple) else (key,),
-                strict=True,
-            )
-        )
+        rec = dict(zip([k for k in RULE if k in results], _tuple(key), strict=True))
         at = g[(g["staleness"] == g["staleness"].min()) & (g["m"] == g["m"].max())]
         x, y, se = _resolved(at["eta"], at[BIAS], at[BIAS + "_se"], at["mse"])
         s_eta, se_eta, n_eta = fit_slope(x, y, se)
         low, high = fit_slope(x[:3], y[:3], se[:3]), fit_slope(x[-2:], y[-2:], se[-2:])
-        u = updates
-        for k in rec:
-            u = u[(u[k] == rec[k]) | (u[k].isna() & pd.isna(rec[k]))]
-        s_lag = se_lag = lag_eta = math.nan
-        for eta, ge in sorted(u[u["lag"] >= 1].groupby("eta"), key=lambda kv: kv[0]):
-            ge = ge.groupby("lag", as_index=False)[[BIAS, BIAS + "_se", "mse"]].mean()
-            s, se_s, n = fit_slope(*_resolved(ge["lag"], ge[BIAS], ge[BIAS + "_se"], ge["mse"]))
-            if np.isfinite(s) and n >= 3:
-                s_lag, se_lag, lag_eta = s, se_s, float(eta)
-                break
-        z = lambda s, e: (s - 2) / e if e > 0 else math.nan  # noqa: E731
+        s_lag, se_lag, lag_eta = _lag_slope(updates, rec)
         rows.append(
             {
                 **rec,
@@ -96,24 +80,49 @@ def scaling(updates, results):
                 "slope_eta": s_eta,
                 "slope_eta_se": se_eta,
                 "points_eta": n_eta,
-                "z_eta": z(s_eta, se_eta),
+                "z_eta": _z(s_eta, se_eta),
                 "slope_eta_low": low[0],
                 "slope_eta_low_se": low[1],
                 "slope_eta_high": high[0],
                 "slope_eta_high_se": high[1],
                 "slope_lag": s_lag,
                 "slope_lag_se": se_lag,
-                "z_lag": z(s_lag, se_lag),
+                "z_lag": _z(s_lag, se_lag),
                 "lag_eta": lag_eta,
-                "why_nan": ""
-                if np.isfinite(s_eta)
-                else "the SIS update is the control"
-                if rec["ratio"] == "sis"
-                else "bias² within 3 SE (or float rounding) of 0 "
-                "at all but < 2 step sizes (unbiased, or too few seeds)",
+                "why_nan": "" if np.isfinite(s_eta) else WHY_NAN[rec["ratio"] == "sis"],
             }
         )
     return pd.DataFrame(rows)
+
+
+WHY_NAN = (  # a rule's slope in η that cannot be fitted: why (index: is it the SIS control)
+    "bias² within 3 SE (or float rounding) of 0 at all but < 2 step sizes (unbiased, or too "
+    "few seeds)",
+    "the SIS update is the control",
+)
+
+
+def _tuple(key) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
+
+
+def _z(slope: float, se: float) -> float:
+    """How many SE the slope lies from Thm 12's 2."""
+    return (slope - 2) / se if se > 0 else math.nan
+
+
+def _lag_slope(updates, rec: dict) -> tuple:
+    """(slope, its SE, η) of one update's bias² in its lag k + j ≥ 1 for the rule ``rec``, at the
+    smallest η whose lags resolve at least three points (NaNs where none does)."""
+    u = updates
+    for k in rec:
+        u = u[(u[k] == rec[k]) | (u[k].isna() & pd.isna(rec[k]))]
+    for eta, ge in sorted(u[u["lag"] >= 1].groupby("eta"), key=lambda kv: kv[0]):
+        ge = ge.groupby("lag", as_index=False)[[BIAS, BIAS + "_se", "mse"]].mean()
+        s, se_s, n = fit_slope(*_resolved(ge["lag"], ge[BIAS], ge[BIAS + "_se"], ge["mse"]))
+        if np.isfinite(s) and n >= 3:
+            return s, se_s, float(eta)
+    return math.nan, math.nan, math.nan
 
 
 def safe_reuse(results):
@@ -126,7 +135,7 @@ def safe_reuse(results):
     keys = [k for k in RULE + ["eta"] if k in results]
     rows = []
     for key, g in _groups(results, keys):
-        rec = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        rec = dict(zip(keys, _tuple(key), strict=True))
         out = dict(rec)
         for col, sel in (
             ("m", g[g["staleness"] == g["staleness"].min()]),
@@ -160,7 +169,7 @@ def winners(results):
     for key, g in _groups(df, keys):
         g = g.sort_values("excess_scaled")
         best = g.iloc[0]
-        rec = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        rec = dict(zip(keys, _tuple(key), strict=True))
         # rules giving the same updates (token = sequence = sis on one-token responses) tie
         same = np.isclose(g["excess_scaled"], best["excess_scaled"], rtol=1e-5, atol=1e-9)
         names = (

@@ -63,6 +63,12 @@ JSON = (  # the --json columns
 )
 
 
+def _own(rule: str, side: str, source: str):
+    """The option of one of ``rule``'s own clip settings (``OWN_EPS``), its authors' default."""
+    default = {"gspo": rules.GSPO_EPS, "cispo": rules.CISPO_EPS}[rule][side == "high"]
+    return option(default, f"{rule}'s clip_ratio_{side} ({source})", when={"ratio": (rule,)})
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class Config(configs.Config):
     """The off-policy grid and ``instance``, the env's own settings (flags name its fields flat:
@@ -95,11 +101,9 @@ class Config(configs.Config):
     )
     clip: tuple[str, ...] = option(
         ("none", "ppo"),
-        "comma list of clip modes for the token and "
-        "sequence ratios: none, ppo (eps_low both sides), higher "
-        "(eps_low, eps_high), dual (ppo, eps_low both sides, and the "
-        "floor clip_c*A for A < 0: verl's vanilla loss at its "
-        "defaults; sequence/dual is gpolab's extension)",
+        "comma list of clip modes for the token and sequence ratios: none, ppo (eps_low both "
+        "sides), higher (eps_low, eps_high), dual (ppo, eps_low both sides, and the floor clip_c*A "
+        "for A < 0: verl's vanilla loss at its defaults; sequence/dual is gpolab's extension)",
     )
     eps_low: float = option(
         0.2, "PPO clip epsilon (clip_ratio_low / epsilon; cispo-two-sided's lower)"
@@ -107,26 +111,13 @@ class Config(configs.Config):
     eps_high: float = option(
         0.28, "upper clip epsilon of clip-higher and cispo-two-sided (DAPO 0.28)"
     )
-    gspo_eps_low: float = option(
-        rules.GSPO_EPS[0],
-        "gspo's clip_ratio_low (verl's GSPO scripts and the GSPO paper: 3e-4)",
-        when={"ratio": ("gspo",)},
-    )
-    gspo_eps_high: float = option(
-        rules.GSPO_EPS[1],
-        "gspo's clip_ratio_high (verl's GSPO scripts and the GSPO paper: 4e-4)",
-        when={"ratio": ("gspo",)},
-    )
-    cispo_eps_low: float = option(
-        rules.CISPO_EPS[0],
-        "cispo's clip_ratio_low (verl's CISPO recipe: 10, no lower clamp)",
-        when={"ratio": ("cispo",)},
-    )
-    cispo_eps_high: float = option(
-        rules.CISPO_EPS[1],
-        "cispo's clip_ratio_high (verl's CISPO recipe: 0.2; TRL's recommended absolute cap "
-        "epsilon_high 5.0 is 4.0 here)",
-        when={"ratio": ("cispo",)},
+    gspo_eps_low: float = _own("gspo", "low", "verl's GSPO scripts and the GSPO paper: 3e-4")
+    gspo_eps_high: float = _own("gspo", "high", "verl's GSPO scripts and the GSPO paper: 4e-4")
+    cispo_eps_low: float = _own("cispo", "low", "verl's CISPO recipe: 10, no lower clamp")
+    cispo_eps_high: float = _own(
+        "cispo",
+        "high",
+        "verl's CISPO recipe: 0.2; TRL's recommended absolute cap epsilon_high 5.0 is 4.0 here",
     )
     clip_c: float = option(3.0, "dual-clip floor c > 1 (verl clip_ratio_c)")
     kl: tuple[str, ...] = option(
@@ -146,9 +137,8 @@ class Config(configs.Config):
     G: int = option(8, "group size")
     eta: tuple[float, ...] = option(
         (16.0, 64.0, 256.0),
-        "comma list of SGD step sizes (the "
-        "default bandit's gradient is small: 16 moves a logit ~0.1 "
-        "per step)",
+        "comma list of SGD step sizes (the default bandit's gradient is small: 16 moves a logit "
+        "~0.1 per step)",
     )
     m: tuple[int, ...] = option((1, 2, 4, 8), "comma list of minibatch updates per rollout batch")
     staleness: tuple[int, ...] = option(
@@ -329,34 +319,17 @@ def inputs(cfg: Config, unit: dict, etas=None) -> tuple:
     """(cell, args) of the kernel's :func:`~gpolab.kernels.offpolicy.per_seed` for one unit
     (``etas``: the step sizes, default the grid's)."""
     params, theta_old, theta_ref, sigma = _setup(cfg, unit["policy"])
-    cell = kernel.Cell(
-        cfg.env,
-        unit["advantage"],
-        unit["ratio"],
-        unit["clip"],
-        unit["kl"],
-        cfg.G,
-        batch_size(cfg),
-        max(cfg.m),
-        tuple(sorted(set(cfg.staleness))),
-        int(sigma.shape[0]),
-        kernel.target(unit["advantage"]) == "g_dagger",
+    rule = (unit[k] for k in ("advantage", "ratio", "clip", "kl"))
+    shape = dict(
+        G=cfg.G, B=batch_size(cfg), m=max(cfg.m), staleness=tuple(sorted(set(cfg.staleness)))
     )
-    dtype = theta_old.dtype
-    f32 = lambda x: np.asarray(x, dtype)  # noqa: E731
-    args = (
-        params,
-        theta_old,
-        theta_ref,
-        sigma,
-        f32(cfg.eta if etas is None else etas),
-        *(
-            f32(getattr(cfg, k) if e is None else e)
-            for k, e in zip(EPS, _eps(unit, cfg), strict=True)
-        ),
-        f32(cfg.clip_c),
-        f32(unit["kappa"]),
-    )
+    dagger = kernel.target(unit["advantage"]) == "g_dagger"
+    cell = kernel.Cell(cfg.env, *rule, **shape, prompts=int(sigma.shape[0]), dagger=dagger)
+    f32 = functools.partial(np.asarray, dtype=theta_old.dtype)
+    own = _eps(unit, cfg)
+    eps = (f32(getattr(cfg, k) if e is None else e) for k, e in zip(EPS, own, strict=True))
+    etas = f32(cfg.eta if etas is None else etas)
+    args = (params, theta_old, theta_ref, sigma, etas, *eps, f32(cfg.clip_c), f32(unit["kappa"]))
     return cell, args
 
 
@@ -373,25 +346,16 @@ def _moments(cfg: Config, unit: dict, key):
 # ---------------------------------------------------------------- a unit: tables from arrays
 
 
+BASE = "env policy advantage ratio clip eps_low eps_high clip_c kl kappa G B target n_seeds".split()
+
+
 def _base(cfg: Config, unit: dict, cell: kernel.Cell, n: int) -> dict:
-    """The columns every row of a unit shares."""
-    eps_low, eps_high = _eps(unit, cfg)
-    return {
-        "env": cfg.env,
-        "policy": unit["policy"] or None,
-        "advantage": unit["advantage"],
-        "ratio": unit["ratio"],
-        "clip": unit["clip"],
-        "eps_low": eps_low,
-        "eps_high": eps_high,
-        "clip_c": cfg.clip_c if unit["clip"] == "dual" else None,
-        "kl": unit["kl"],
-        "kappa": unit["kappa"],
-        "G": cfg.G,
-        "B": cell.B,
-        "target": kernel.target(unit["advantage"]),
-        "n_seeds": n,
-    }
+    """The columns every row of a unit shares (:data:`BASE`)."""
+    rule = (unit[k] for k in ("advantage", "ratio", "clip"))
+    clip_c = cfg.clip_c if unit["clip"] == "dual" else None
+    target = kernel.target(unit["advantage"])
+    values = (cfg.env, unit["policy"] or None, *rule, *_eps(unit, cfg), clip_c, unit["kl"])
+    return dict(zip(BASE, (*values, unit["kappa"], cfg.G, cell.B, target, n), strict=True))
 
 
 WHY_NAN = (
@@ -514,13 +478,15 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         unit = todo[i]
         return unit_rows(cfg, unit, engine.cell_key(key, NAME, unit["policy"]))
 
-    df = _resumed(cfg, compute, store, progress)
-    results = (
-        df[df["table"] == "results"].drop(columns=["table", "update", "lag"]).reset_index(drop=True)
-    )
+    keys = cell_keys(cfg)
+    df = resume(store, keys, compute, config_hash=config_hash(cfg), progress=progress, label=label)
+    df = df.drop(columns=[c for c in PROVENANCE if c in df])
+    results = df[df["table"] == "results"].drop(columns=["table", "update", "lag"])
     epoch_only = ["table", "m", "mse_last", "bias_sq_last", "excess_mse_se", "excess_scaled_se"]
-    updates = df[df["table"] == "updates"].drop(columns=epoch_only).reset_index(drop=True)
-    results, updates = (t.dropna(axis=1, how="all") for t in (results, updates))
+    updates = df[df["table"] == "updates"].drop(columns=epoch_only)
+    results, updates = (
+        t.dropna(axis=1, how="all").reset_index(drop=True) for t in (results, updates)
+    )
     results["m"] = results["m"].astype(int)  # the union of both row kinds made them float
     updates[["update", "lag"]] = updates[["update", "lag"]].astype(int)
     return {
@@ -531,20 +497,9 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     }
 
 
-def _resumed(cfg: Config, compute, store, progress):
-    """Every unit's rows, finished ones read from ``store``, provenance columns dropped."""
-    df = resume(
-        store,
-        cell_keys(cfg),
-        compute,
-        config_hash=config_hash(cfg),
-        progress=progress,
-        label=lambda rows: label(rows[0]),
-    )
-    return df.drop(columns=[c for c in PROVENANCE if c in df])
-
-
-def label(row: dict) -> str:
+def label(rows: list[dict]) -> str:
+    """A unit's progress note: its rule."""
+    row = rows[0]
     clip = f"/{row['clip']}" if row["clip"] != "none" else ""
     kl = f" {row['kl']}(kappa={row['kappa']:g})" if row["kl"] != "none" else ""
     return f"{row['advantage']} {row['ratio']}{clip}{kl}"
@@ -569,27 +524,26 @@ SCALING_COLUMNS += ("slope_eta_high_se", "slope_lag", "slope_lag_se")
 def notes(cfg: Config, tables: dict) -> str:
     """The safe-reuse table, Thm 12's slopes and which rule wins at each (η, m)."""
     lines = []
-    safe, sc = tables["safe_reuse"], tables["scaling"]
-    if not safe.empty:
-        lines += [
-            "",
+    for title, df, cols in (
+        (
             f"Safe reuse (excess over a fresh on-policy update at most {SAFE - 1:.0%}; "
             "by MSE and by scale-free MSE):",
-            table_text(safe, [c for c in SAFE_COLUMNS if c in safe]),
-        ]
-    if not sc.empty:
-        lines += [
-            "",
+            tables["safe_reuse"],
+            SAFE_COLUMNS,
+        ),
+        (
             "Thm 12 scaling of bias² (prediction: slope 2 in eta and in the lag):",
-            table_text(sc, [c for c in SCALING_COLUMNS if c in sc]),
-        ]
-    win = analysis.winners(tables["results"])
-    if not win.empty:
-        lines += [
-            "",
+            tables["scaling"],
+            SCALING_COLUMNS,
+        ),
+        (
             "Closest to a fresh on-policy update (scale-free) at each (eta, m), staleness 0:",
-            table_text(win, list(win)),
-        ]
+            win := analysis.winners(tables["results"]),
+            tuple(win),
+        ),
+    ):
+        if not df.empty:
+            lines += ["", title, table_text(df, [c for c in cols if c in df])]
     return "\n".join(lines).strip()
 
 

@@ -93,9 +93,8 @@ class Config(configs.Config):
     )
     regimes: tuple[str, ...] = option(
         REGIMES[:2],
-        "comma list of admissible (curvature-law "
-        "steps), tuned (best step of a grid), arcsin (Prop. 13 "
-        "and Lemma 11)",
+        "comma list of admissible (curvature-law steps), tuned (best step of a grid), arcsin "
+        "(Prop. 13 and Lemma 11)",
         when=LOGLINEAR,
     )
     estimators: tuple[str, ...] = option(
