@@ -19,11 +19,15 @@ from pathlib import Path
 from gpolab import configs, spans
 from gpolab.kit import output
 
+# the package whose folders are the labs: looked up by name when a lab is asked for, so the kit
+# imports no lab (the labs stand on the kit)
+LABS = "gpolab.labs"
+
 
 def folders() -> dict[str, Path]:
     """{name: folder} of every package on :mod:`gpolab.labs`'s ``__path__`` (found by listing it:
-    the runner names no lab, and a folder added there is found)."""
-    path = importlib.import_module("gpolab.labs").__path__
+    the kit names no lab, and a folder added there is found)."""
+    path = importlib.import_module(LABS).__path__
     return {
         m.name: Path(m.module_finder.path) / m.name
         for m in sorted(pkgutil.iter_modules(path), key=lambda m: m.name)
@@ -42,7 +46,7 @@ def get(name: str):
     from gpolab import validate
 
     validate.choice("lab", name, names())
-    return importlib.import_module(f"gpolab.labs.{name}.lab")
+    return importlib.import_module(f"{LABS}.{name}.lab")
 
 
 @dataclasses.dataclass(frozen=True)
