@@ -269,77 +269,126 @@ def _trl_entry(level, mode):
 def _is_entry(level, threshold, why):
     source = f"{VERL_IS} (rollout_is={level}, rollout_is_threshold {threshold}: {why}){AGG}"
     kind = "mask" if isinstance(threshold, tuple) else "truncate"
-    return _entry(verl_corr, source, level, kind, "token-mean", {"level": level},
-                  is_threshold=threshold)  # fmt: skip
+    return _entry(
+        verl_corr, source, level, kind, "token-mean", {"level": level}, is_threshold=threshold
+    )
 
 
 def _rs_entry(name, stat, k, threshold, why):
     source = f"{VERL_RS} (rollout_rs={name}, rollout_rs_threshold {threshold}: {why}){AGG}"
     level = "token" if stat == "token" else "sequence"
-    return _entry(verl_corr, source, level, "reject", "token-mean", {"rs": (stat, k)},
-                  rs_threshold=threshold)  # fmt: skip
+    return _entry(
+        verl_corr, source, level, "reject", "token-mean", {"rs": (stat, k)}, rs_threshold=threshold
+    )
 
 
 GPOLAB = "no preset; gpolab's choice: the bounds of preset"
 REGISTRY: dict[str, Correction] = {
-    "none": _entry(no_correction, "gpolab: no correction, the rollouts used as if drawn from "
-                   "π_θ", "token", "none", "token-mean"),
-    **{f"trl/{lv}_{mode}": _trl_entry(lv, mode) for lv in ("token", "sequence")
-       for mode in ("truncate", "mask")},
+    "none": _entry(
+        no_correction,
+        "gpolab: no correction, the rollouts used as if drawn from π_θ",
+        "token",
+        "none",
+        "token-mean",
+    ),
+    **{
+        f"trl/{lv}_{mode}": _trl_entry(lv, mode)
+        for lv in ("token", "sequence")
+        for mode in ("truncate", "mask")
+    },
     "trl/cispo": _entry(
-        trl_cispo, TRL + "trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss (loss_type="
+        trl_cispo,
+        TRL + "trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss (loss_type="
         "'cispo': clamp(coef_1, max=epsilon_high), coef_1 = π_θ/π_old = 1 here) times the vLLM "
         "IS weight (sequence_mask, 3.0); epsilon_high 5.0 as TRL's docs recommend (unset, it "
-        "falls back to epsilon = 0.2); TRL has no bypass mode", "sequence", "mask", "dapo",
-        eps_high=5.0, clip_max=3.0, clip_min=None,
+        "falls back to epsilon = 0.2); TRL has no bypass mode",
+        "sequence",
+        "mask",
+        "dapo",
+        eps_high=5.0,
+        clip_max=3.0,
+        clip_min=None,
     ),
     "verl/token_tis": _is_entry("token", 2.0, "preset decoupled_token_is"),
     "verl/seq_tis": _is_entry("sequence", 2.0, "preset decoupled_seq_is"),
     "verl/token_icepop": _is_entry("token", (0.5, 5.0), "preset decoupled_token_icepop"),
     "verl/seq_icepop": _is_entry("sequence", (0.5, 5.0), f"{GPOLAB} decoupled_token_icepop"),
-    "verl/rs_token_k1": _rs_entry("token_k1", "token", 1, (0.5, 2.0),
-                                  f"{GPOLAB} decoupled_seq_is_rs"),
-    "verl/rs_seq_sum_k1": _rs_entry("seq_sum_k1", "seq_sum", 1, (0.5, 2.0), "preset "
-                                    "decoupled_seq_is_rs"),
-    "verl/rs_seq_mean_k1": _rs_entry("seq_mean_k1", "seq_mean", 1, (0.999, 1.001), "preset "
-                                     "decoupled_geo_rs, Geo-RS"),
-    "verl/rs_seq_mean_k3": _rs_entry("seq_mean_k3", "seq_mean", 3, 0.01, "preset "
-                                     "decoupled_k3_rs"),
+    "verl/rs_token_k1": _rs_entry(
+        "token_k1", "token", 1, (0.5, 2.0), f"{GPOLAB} decoupled_seq_is_rs"
+    ),
+    "verl/rs_seq_sum_k1": _rs_entry(
+        "seq_sum_k1", "seq_sum", 1, (0.5, 2.0), "preset decoupled_seq_is_rs"
+    ),
+    "verl/rs_seq_mean_k1": _rs_entry(
+        "seq_mean_k1", "seq_mean", 1, (0.999, 1.001), "preset decoupled_geo_rs, Geo-RS"
+    ),
+    "verl/rs_seq_mean_k3": _rs_entry("seq_mean_k3", "seq_mean", 3, 0.01, "preset decoupled_k3_rs"),
     "verl/seq_is_rs": _entry(
-        verl_corr, f"{VERL_IS} + compute_rollout_rejection_mask: preset decoupled_seq_is_rs "
-        "(sequence TIS 2.0, seq_sum_k1 '0.5_2.0')" + AGG, "sequence",
-        "truncate+reject", "token-mean", {"level": "sequence", "rs": ("seq_sum", 1)},
-        is_threshold=2.0, rs_threshold=(0.5, 2.0),
+        verl_corr,
+        f"{VERL_IS} + compute_rollout_rejection_mask: preset decoupled_seq_is_rs "
+        "(sequence TIS 2.0, seq_sum_k1 '0.5_2.0')" + AGG,
+        "sequence",
+        "truncate+reject",
+        "token-mean",
+        {"level": "sequence", "rs": ("seq_sum", 1)},
+        is_threshold=2.0,
+        rs_threshold=(0.5, 2.0),
     ),
     "verl/gspo": _entry(
-        verl_gspo, VERL + "ppo/core_algos.py::compute_policy_loss_gspo; ε 3e-4/4e-4 from "
-        "examples/gspo_trainer/run_qwen3_8b_fsdp.sh" + BYPASS, "sequence", "loss",
-        "seq-mean-token-mean", eps_low=3e-4, eps_high=4e-4,
+        verl_gspo,
+        VERL + "ppo/core_algos.py::compute_policy_loss_gspo; ε 3e-4/4e-4 from "
+        "examples/gspo_trainer/run_qwen3_8b_fsdp.sh" + BYPASS,
+        "sequence",
+        "loss",
+        "seq-mean-token-mean",
+        eps_low=3e-4,
+        eps_high=4e-4,
     ),
     "verl/geo_mean": _entry(
-        verl_geo_mean, VERL + "ppo/core_algos.py::compute_policy_loss_geo_mean; ε 0.4 from "
-        "examples/gmpo_trainer/README.md" + BYPASS, "sequence", "loss", "seq-mean",
-        eps_low=0.4, eps_high=0.4,
+        verl_geo_mean,
+        VERL + "ppo/core_algos.py::compute_policy_loss_geo_mean; ε 0.4 from "
+        "examples/gmpo_trainer/README.md" + BYPASS,
+        "sequence",
+        "loss",
+        "seq-mean",
+        eps_low=0.4,
+        eps_high=0.4,
     ),
     "verl/cispo": _entry(
-        verl_cispo, VERL + "ppo/core_algos.py::compute_policy_loss_cispo; ε_low 10, ε_high 0.2 "
+        verl_cispo,
+        VERL + "ppo/core_algos.py::compute_policy_loss_cispo; ε_low 10, ε_high 0.2 "
         "from examples/cispo_trainer/run_qwen3_8b_fsdp.sh" + AGG + BYPASS,
-        "token", "truncate", "token-mean", eps_low=10.0, eps_high=0.2,
+        "token",
+        "truncate",
+        "token-mean",
+        eps_low=10.0,
+        eps_high=0.2,
     ),
     "verl/sapo": _entry(
-        verl_sapo, VERL + "ppo/core_algos.py::compute_policy_loss_sapo; ActorConfig tau_pos "
-        "1.0, tau_neg 1.05" + BYPASS, "token", "loss", "seq-mean-token-mean",
-        tau_pos=1.0, tau_neg=1.05,
+        verl_sapo,
+        VERL + "ppo/core_algos.py::compute_policy_loss_sapo; ActorConfig tau_pos "
+        "1.0, tau_neg 1.05" + BYPASS,
+        "token",
+        "loss",
+        "seq-mean-token-mean",
+        tau_pos=1.0,
+        tau_neg=1.05,
     ),
     "verl/bypass_ppo_clip": _entry(
-        verl_bypass_ppo_clip, VERL + "ppo/core_algos.py::compute_policy_loss_vanilla against μ "
+        verl_bypass_ppo_clip,
+        VERL + "ppo/core_algos.py::compute_policy_loss_vanilla against μ "
         "(ActorConfig ε 0.2/0.2, clip_ratio_c 3.0): " + V1_BYPASS + " (loss_mode vanilla, its "
         "default); the legacy trainer (use_v1 false) runs the same numbers through "
         "compute_policy_loss_bypass_mode (loss_type ppo_clip, no IS weight, no RS: preset "
-        "bypass_ppo_clip)" + AT + AGG, "token", "loss", "token-mean",
-        eps_low=0.2, eps_high=0.2, clip_c=3.0,
+        "bypass_ppo_clip)" + AT + AGG,
+        "token",
+        "loss",
+        "token-mean",
+        eps_low=0.2,
+        eps_high=0.2,
+        clip_c=3.0,
     ),
-}  # fmt: skip
+}
 
 
 def _params(name: str, overrides: dict) -> dict:

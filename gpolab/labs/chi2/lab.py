@@ -294,17 +294,8 @@ def predict(
     """Theorem 8's law for one estimator at group size ``G`` (default: the config's first);
     ConfigError if β λ_min(Λ_M) ≤ 1/2."""
     G = cfg.G[0] if G is None else G
-    return theory.estimator_law(
-        key,
-        params,
-        estimator,
-        cfg.B,
-        G,
-        cfg.beta,
-        ddof=cfg.ddof,
-        eps=cfg.eps,
-        n_groups=cfg.mc_groups,
-    )
+    options = dict(ddof=cfg.ddof, eps=cfg.eps, n_groups=cfg.mc_groups)
+    return theory.estimator_law(key, params, estimator, cfg.B, G, cfg.beta, **options)
 
 
 def compare(samples: np.ndarray, law: theory.WeightedChi2) -> dict:
@@ -314,14 +305,10 @@ def compare(samples: np.ndarray, law: theory.WeightedChi2) -> dict:
     n = samples.size
     bad = int(np.sum(~np.isfinite(samples)))
     if bad:
-        return dict(
-            empirical_mean=math.nan,
-            ci_low=math.nan,
-            ci_high=math.nan,
-            ks_stat=math.nan,
-            ks_pvalue=math.nan,
-            ks_note=f"{bad} of {n} runs diverged (non-finite n*gap): no test",
+        nan = dict.fromkeys(
+            ("empirical_mean", "ci_low", "ci_high", "ks_stat", "ks_pvalue"), math.nan
         )
+        return nan | {"ks_note": f"{bad} of {n} runs diverged (non-finite n*gap): no test"}
     mean = float(np.mean(samples))
     half = engine.Z95 * float(np.std(samples, ddof=1)) / math.sqrt(n)
     ks = stats.kstest(samples, law.cdf)
@@ -463,13 +450,8 @@ def prepare(cfg: Config, units, key: jax.Array) -> tuple:
         law = predict(jax.random.fold_in(key, 0), cfg, params, name, G)
         laws[name, G] = (law, time.perf_counter() - t0)
     theta0 = initial_theta(params, cfg.init, cfg.instance_seed)
-    dtype = params.phi.dtype
-    args = Chi2Args(
-        params,
-        jnp.asarray(theta0, dtype),
-        jnp.asarray(cfg.beta, dtype),
-        jnp.asarray(cfg.eps, dtype),
-    )
+    theta0, beta, eps = (jnp.asarray(x, params.phi.dtype) for x in (theta0, cfg.beta, cfg.eps))
+    args = Chi2Args(params, theta0, beta, eps)
     return laws, args, engine.local_mesh()
 
 
@@ -486,29 +468,27 @@ def label(rows: list[dict]) -> str:
     )
 
 
-def split_tables(df) -> dict:
-    """The store's rows (with their samples and CDF grids) as the three tidy tables."""
+def _long(df, keys: tuple, columns: dict):
+    """A long table: ``keys`` of each row of ``df`` repeated beside its array ``columns``
+    (name → the row's column of arrays, each flattened as float64)."""
     import pandas as pd
 
-    sizes = [len(s) for s in df["samples"]]
-    samples = pd.DataFrame(
-        {
-            "estimator": np.repeat(df["estimator"].to_numpy(), sizes),
-            "G": np.repeat(df["G"].to_numpy(), sizes),
-            "n": np.repeat(df["n"].to_numpy(), sizes),
-            "seed": np.concatenate([np.arange(len(s)) for s in df["samples"]]),
-            "scaled_gap": np.concatenate([np.asarray(s, np.float64) for s in df["samples"]]),
-        }
-    )
-    first = df.drop_duplicates(["estimator", "G"])
-    sizes = [len(x) for x in first["law_x"]]
-    law = pd.DataFrame(
-        {
-            "estimator": np.repeat(first["estimator"].to_numpy(), sizes),
-            "G": np.repeat(first["G"].to_numpy(), sizes),
-            "x": np.concatenate([np.asarray(x, np.float64) for x in first["law_x"]]),
-            "cdf": np.concatenate([np.asarray(c, np.float64) for c in first["law_cdf"]]),
-        }
+    first = next(iter(columns.values()))
+    sizes = [len(x) for x in df[first]]
+    out = {k: np.repeat(df[k].to_numpy(), sizes) for k in keys}
+    out |= {
+        name: np.concatenate([np.asarray(x, np.float64) for x in df[col]])
+        for name, col in columns.items()
+    }
+    return pd.DataFrame(out)
+
+
+def split_tables(df) -> dict:
+    """The store's rows (with their samples and CDF grids) as the three tidy tables."""
+    samples = _long(df, ("estimator", "G", "n"), {"scaled_gap": "samples"})
+    samples.insert(3, "seed", np.concatenate([np.arange(len(s)) for s in df["samples"]]))
+    law = _long(
+        df.drop_duplicates(["estimator", "G"]), ("estimator", "G"), {"x": "law_x", "cdf": "law_cdf"}
     )
     results = df.drop(columns=["samples", "law_x", "law_cdf"]).reset_index(drop=True)
     results["weights"] = [[float(w) for w in ws] for ws in results["weights"]]

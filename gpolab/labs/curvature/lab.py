@@ -81,10 +81,8 @@ def instance(cfg: Config) -> loglinear.Instance:
 def sample_thetas(key, dim: int, n: int, scale_min: float, scale_max: float):
     """(n, D) θ = s·z: Gaussian directions z ~ N(0, I), scales s log-uniform."""
     k_s, k_z = jax.random.split(key)
-    s = jnp.exp(
-        jax.random.uniform(k_s, (n, 1), minval=jnp.log(scale_min), maxval=jnp.log(scale_max))
-    )
-    return s * jax.random.normal(k_z, (n, dim))
+    log_s = jax.random.uniform(k_s, (n, 1), minval=jnp.log(scale_min), maxval=jnp.log(scale_max))
+    return jnp.exp(log_s) * jax.random.normal(k_z, (n, dim))
 
 
 def measure(key, params, n: int, scale_min: float, scale_max: float):
@@ -123,23 +121,13 @@ def fit_table(cfg: Config, df):
 
     bounds = {"grad_norm": theory.gradient_bound, "hess_norm": theory.hessian_bound}
     sigma = df["sigma"].to_numpy()
+    common = dict(points=len(df), sigma_min=float(sigma.min()), sigma_max=float(sigma.max()))
     rows = []
     for col, (const, power, law) in QUANTITIES.items():
         fit = theory.fit_constant(df[col], sigma, cfg.bound**power)
         holds = bool(np.all(df[col].to_numpy() <= bounds[col](sigma, cfg.bound) + 1e-6))
-        rows.append(
-            {
-                "quantity": col,
-                "law": law,
-                "bound_const": const,
-                **fit,
-                "holds": holds,
-                "points": len(df),
-                "sigma_min": float(sigma.min()),
-                "sigma_max": float(sigma.max()),
-                **configs.key_settings(cfg),
-            }
-        )
+        row = dict(quantity=col, law=law, bound_const=const, **fit, holds=holds, **common)
+        rows.append(row | configs.key_settings(cfg))
     return pd.DataFrame(rows)
 
 
@@ -151,8 +139,7 @@ def cell_keys(cfg: Config) -> list[str]:
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     """``{fits, curvature}``; the points are one unit of work, resumed from ``store``
     (:func:`gpolab.kit.store.resume`) under :func:`cell_keys`.  ``key`` is unused: the instance
-    is
-    drawn from ``seed`` and the θ from ``seed + 1``, as before the lab protocol."""
+    is drawn from ``seed`` and the θ from ``seed + 1``, as before the lab protocol."""
     cfg.validate()
     timed = {}
 
@@ -162,19 +149,17 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         timed["seconds"] = time.perf_counter() - start
         return df.to_dict("records")
 
-    df = resume(
-        store,
-        cell_keys(cfg),
-        compute,
-        config_hash=config_hash(cfg),
-        progress=progress,
-        label=lambda rows: f"{len(rows)} (theta, prompt) points",
-    )
+    keys = cell_keys(cfg)
+    df = resume(store, keys, compute, config_hash=config_hash(cfg), progress=progress, label=label)
     seconds = float(df["wall_s"].iloc[0]) if "wall_s" in df else timed["seconds"]
     df = df.drop(columns=[c for c in PROVENANCE if c in df])
     fits = fit_table(cfg, df)
     fits["seconds"] = seconds
     return {"fits": fits, "curvature": df}
+
+
+def label(rows: list[dict]) -> str:
+    return f"{len(rows)} (theta, prompt) points"
 
 
 def report(cfg: Config, tables: dict) -> str:

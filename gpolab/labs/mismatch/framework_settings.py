@@ -68,7 +68,14 @@ def _one(*options):
     return test, ", ".join("null" if o is None else str(o).lower() for o in options)
 
 
+def _text(v) -> bool:
+    return v is None or isinstance(v, str)
+
+
 BOOL = _one(True, False)
+AGG_MODES = (  # verl's loss_agg_mode
+    "token-mean token-sum seq-mean-token-sum seq-mean-token-sum-norm seq-mean-token-mean"
+).split()
 TRL = {  # key: (GRPOConfig's default, check); trl/trainer/grpo_config.py f2cd57710ae3
     "use_vllm": (False, BOOL),
     "vllm_importance_sampling_correction": (True, BOOL),
@@ -98,13 +105,7 @@ TRL = {  # key: (GRPOConfig's default, check); trl/trainer/grpo_config.py f2cd57
 VERL = {  # key: (the YAML default of a hydra run, check); verl 1dda039b9c63
     f"{RC}.rollout_is": (None, _one(None, "token", "sequence")),
     f"{RC}.rollout_is_threshold": (2.0, None),  # parsed by is_threshold
-    f"{RC}.rollout_rs": (
-        None,
-        (
-            lambda v: v is None or isinstance(v, str),
-            "null or a comma list of " + ", ".join(RS_OPTIONS),
-        ),
-    ),
+    f"{RC}.rollout_rs": (None, (_text, "null or a comma list of " + ", ".join(RS_OPTIONS))),
     f"{RC}.rollout_rs_threshold": (None, None),  # parsed by rs_thresholds
     f"{RC}.bypass_mode": (False, BOOL),
     f"{RC}.loss_type": ("ppo_clip", _one("ppo_clip", "reinforce")),
@@ -116,16 +117,7 @@ VERL = {  # key: (the YAML default of a hydra run, check); verl 1dda039b9c63
     f"{ACTOR}.clip_ratio_c": (3.0, _n(1, open_low=True)),  # core_algos asserts > 1
     f"{ACTOR}.tau_pos": (1.0, _n(0, open_low=True)),
     f"{ACTOR}.tau_neg": (1.05, _n(0, open_low=True)),
-    f"{ACTOR}.loss_agg_mode": (
-        "token-mean",
-        _one(
-            "token-mean",
-            "token-sum",
-            "seq-mean-token-sum",
-            "seq-mean-token-sum-norm",
-            "seq-mean-token-mean",
-        ),
-    ),
+    f"{ACTOR}.loss_agg_mode": ("token-mean", _one(*AGG_MODES)),
     f"{ACTOR}.use_kl_loss": (False, BOOL),
     f"{ACTOR}.kl_loss_coef": (0.001, _n()),
     f"{ACTOR}.entropy_coeff": (0.0, _n()),

@@ -172,28 +172,15 @@ def winners(results):
         rec = dict(zip(keys, _tuple(key), strict=True))
         # rules giving the same updates (token = sequence = sis on one-token responses) tie
         same = np.isclose(g["excess_scaled"], best["excess_scaled"], rtol=1e-5, atol=1e-9)
-        names = (
-            " = ".join(rule_name(r) for _, r in g[same].iterrows())
-            if not same.all()
-            else ("every rule (the same update)")
-        )
+        names = " = ".join(rule_name(r) for _, r in g[same].iterrows())
+        names = "every rule (the same update)" if same.all() else names
         lead = ""
         if (~same).any():
             second = g[~same].iloc[0]
             gap = second["excess_scaled"] - best["excess_scaled"]
             se = max(best["excess_scaled_se"], second["excess_scaled_se"])
-            lead = (
-                f"clear of {rule_name(second)}"
-                if gap > se
-                else (f"within 1 SE of {rule_name(second)}")
-            )
-        rows.append(
-            {
-                **{k: v for k, v in rec.items() if k in ("eta", "m") or (isinstance(v, str) and v)},
-                "best": names,
-                "excess_scaled": float(best["excess_scaled"]),
-                "excess_mse": float(best["excess_mse"]),
-                "lead": lead,
-            }
-        )
+            lead = ("clear of " if gap > se else "within 1 SE of ") + rule_name(second)
+        row = {k: v for k, v in rec.items() if k in ("eta", "m") or (isinstance(v, str) and v)}
+        row |= {"best": names, "excess_scaled": float(best["excess_scaled"])}
+        rows.append(row | {"excess_mse": float(best["excess_mse"]), "lead": lead})
     return pd.DataFrame(rows)

@@ -80,28 +80,23 @@ def summarize(res: dict, target: float, optimum: float) -> dict:
     sbar = res["sigma_bar"][i].mean(axis=0)[window]
     smax_t = res["sigma_max"][i].mean(axis=0)[window]
     S = Jb.shape[0]
-    return dict(
-        lr_index=i,
-        best_lr=float(res["lrs"][i]),
-        iters=float(T),
-        iters_seed_median=float(np.median(per_seed)),
-        reached_frac=float(np.mean(np.isfinite(per_seed))),
-        final_J=float(mean[-1]),
-        final_J_se=float(Jb[:, -1].std(ddof=1) / np.sqrt(S)) if S > 1 else 0.0,
-        gap_mean=float(gap.mean()),
-        gap_q10=float(np.quantile(gap, 0.1)),
-        gap_q50=float(np.quantile(gap, 0.5)),
-        gap_q90=float(np.quantile(gap, 0.9)),
-        sigma_bar=float(sbar.mean()),
-        sigma_max=float(res["sigma_max"][i].max(axis=0)[window].max()),
-        sigma_max_iter=float(smax_t.mean()),
-        sigma_eff=float(res["sigma_eff"][i].mean(axis=0)[window].mean()),
-        cos_mean=float(res["cos"][i].mean(axis=0)[window].mean()),
-        cos_final=float(res["cos"][i].mean(axis=0)[-1]),
-        gbar_rms=float(np.sqrt(np.mean(res["gbar"][i].mean(axis=0)[window] ** 2))),
-        zero_frac=float(res["zero_frac"][i].mean()),
-        ci_half=float(Z95 * Jb.std(axis=0, ddof=1).max() / np.sqrt(S)) if S > 1 else 0.0,
-    )
+    seed_mean = {k: res[k][i].mean(axis=0) for k in ("sigma_eff", "cos", "gbar")}
+    found = dict(lr_index=i, best_lr=float(res["lrs"][i]), iters=float(T))
+    found |= dict(iters_seed_median=float(np.median(per_seed)))
+    found |= dict(reached_frac=float(np.mean(np.isfinite(per_seed))), final_J=float(mean[-1]))
+    found["final_J_se"] = float(Jb[:, -1].std(ddof=1) / np.sqrt(S)) if S > 1 else 0.0
+    found["gap_mean"] = float(gap.mean())
+    found |= {f"gap_q{q}": float(np.quantile(gap, q / 100)) for q in (10, 50, 90)}
+    found["sigma_bar"] = float(sbar.mean())
+    found["sigma_max"] = float(res["sigma_max"][i].max(axis=0)[window].max())
+    found["sigma_max_iter"] = float(smax_t.mean())
+    found["sigma_eff"] = float(seed_mean["sigma_eff"][window].mean())
+    found["cos_mean"] = float(seed_mean["cos"][window].mean())
+    found["cos_final"] = float(seed_mean["cos"][-1])
+    found["gbar_rms"] = float(np.sqrt(np.mean(seed_mean["gbar"][window] ** 2)))
+    found["zero_frac"] = float(res["zero_frac"][i].mean())
+    found["ci_half"] = float(Z95 * Jb.std(axis=0, ddof=1).max() / np.sqrt(S)) if S > 1 else 0.0
+    return found
 
 
 COMPARISONS = {
@@ -199,7 +194,9 @@ def _gain_row(name: str, smax_kind: str, g, r, curves: dict, target: float) -> d
 
 
 PHASE_AGAINST = ("reinforce-iterate", "reinforce", "loo")  # the phases' comparison, by priority
-LEVEL_METHODS = ("reinforce", "reinforce-iterate", "loo")  # level gains the phase figure shows
+
+
+CURVE_KEYS = "regime setting rho control method G optimizer n_seeds target".split()
 
 
 def curve_table(summary, curves: dict):
@@ -223,22 +220,13 @@ def curve_table(summary, curves: dict):
         if row.method != "grpo" and grpo is not None:
             gain = level_gain(grpo["J"].mean(0), J.mean(0))
             gain[: max(5, gain.size // 50)] = np.nan
-        cols = {
-            k: row[k]
-            for k in "regime setting rho control method G optimizer n_seeds target".split()
+        cols = {k: row[k] for k in CURVE_KEYS} | {
+            "t": np.arange(n),
+            "J": J.mean(0),
+            "J_ci_half": half,
         }
-        frames.append(
-            pd.DataFrame(
-                {
-                    **cols,
-                    "t": np.arange(n),
-                    "J": J.mean(0),
-                    "J_ci_half": half,
-                    **{k: c[k].mean(0) for k in ("sigma_bar", "sigma_max", "cos", "gbar")},
-                    "level_gain": gain,
-                }
-            )
-        )
+        cols |= {k: c[k].mean(0) for k in ("sigma_bar", "sigma_max", "cos", "gbar")}
+        frames.append(pd.DataFrame(cols | {"level_gain": gain}))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -274,20 +262,7 @@ def phase_table(curve_df):
         t1, t2 = phase_bounds(gain)
         first = grp.iloc[0]
         peak = float(np.nanmax(gain)) if np.isfinite(gain).any() else math.nan
-        rows.append(
-            dict(
-                regime=regime,
-                setting=setting,
-                rho=first.rho,
-                control=first.control,
-                G=G,
-                optimizer=opt,
-                against=against,
-                t1=t1,
-                t2=t2,
-                t_end=len(gain) - 1,
-                peak_gain=peak,
-            )
-        )
+        values = (regime, setting, first.rho, first.control, G, opt, against, t1, t2)
+        rows.append((*values, len(gain) - 1, peak))
     columns = "regime setting rho control G optimizer against t1 t2 t_end peak_gain".split()
     return pd.DataFrame(rows, columns=columns)

@@ -82,19 +82,10 @@ def lemma11_draws(params, key, G: int, draws: int) -> tuple[np.ndarray, np.ndarr
 
 INSTANCE = ("env", "prompts", "responses", "block", "seed")
 SETTINGS = [*INSTANCE, "rho", "align", "G"]
-DIRECTION = [
-    *SETTINGS,
-    "cos_arcsin",
-    "rel_err",
-    "cos_plain",
-    "cos_target_plain",
-    "norm_ratio",
-    "u_ratio",
-    "u_ratio_se",
-    "u_ratio_exact",
-    "draws",
-    "seconds",
-]
+DIRECTION_REPORT = (
+    "G cos_arcsin rel_err cos_plain cos_target_plain norm_ratio u_ratio u_ratio_se u_ratio_exact"
+).split()
+DIRECTION = [*SETTINGS, *DIRECTION_REPORT[1:], "draws", "seconds"]
 
 
 def instance(cfg) -> loglinear.Instance:
@@ -151,18 +142,16 @@ def direction_row(ctx: Context, G: int) -> dict:
     d, u = lemma11_draws(ctx.params, jax.random.fold_in(ctx.key, 3000 + G), G, cfg.arcsin_draws)
     ratio = d.mean() / u.mean()
     cov = np.cov(d, u) / len(d)
-    se = abs(ratio) * math.sqrt(
-        max(
-            cov[0, 0] / d.mean() ** 2
-            + cov[1, 1] / u.mean() ** 2
-            - 2 * cov[0, 1] / (d.mean() * u.mean()),
-            0.0,
-        )
-    )
+    rel = cov[0, 0] / d.mean() ** 2 + cov[1, 1] / u.mean() ** 2
+    se = abs(ratio) * math.sqrt(max(rel - 2 * cov[0, 1] / (d.mean() * u.mean()), 0.0))
     exact = theory.lemma11_exact(pb, np.zeros(pb.dim), G)
     row.update(u_ratio=ratio, u_ratio_se=se, u_ratio_exact=exact)
     row.update(direction_settings(cfg, G), seconds=time.perf_counter() - start)
     return row
+
+
+def label(rows: list[dict]) -> str:
+    return f"arcsin direction G={rows[0]['G']}"
 
 
 def tables(cfg, key, store=None, progress=None) -> dict:
@@ -174,21 +163,12 @@ def tables(cfg, key, store=None, progress=None) -> dict:
         return [direction_row(ctx[0], found[i])]
 
     df = resume(
-        store,
-        keys(cfg),
-        compute,
-        config_hash=config_hash(cfg),
-        progress=progress,
-        label=lambda rows: f"arcsin direction G={rows[0]['G']}",
+        store, keys(cfg), compute, config_hash=config_hash(cfg), progress=progress, label=label
     )
     return {"arcsin_direction": df[DIRECTION].sort_values("G").reset_index(drop=True)}
 
 
 # ----------------------------------------------------------------------------- output
-
-DIRECTION_REPORT = (
-    "G cos_arcsin rel_err cos_plain cos_target_plain norm_ratio u_ratio u_ratio_se u_ratio_exact"
-).split()
 
 
 def report(tables: dict) -> str:

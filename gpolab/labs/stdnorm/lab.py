@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from typing import ClassVar
 
@@ -180,12 +181,7 @@ class Config(configs.Config):
                 try:
                     train.Run(e, G, ddof=self.ddof).validate()
                 except ConfigError as err:  # name this config's field
-                    text = str(err)
-                    raise ConfigError(
-                        "estimators" + text[len("estimator") :]
-                        if text.startswith("estimator:")
-                        else text
-                    ) from None
+                    raise ConfigError(re.sub(r"^estimator:", "estimators:", str(err))) from None
         for o in self.optimizers:
             validate.choice("optimizers", o, train.OPTIMIZERS)
         for name in ("steps", "seeds", "adm_steps", "adm_seeds"):
@@ -305,35 +301,19 @@ def cells(cfg: Config) -> int:
 def unit_settings(cfg: Config, unit: Unit) -> dict:
     """Every setting the curves of ``unit`` depend on (its cache key): the instance, the run,
     its step sizes and seeds, and of eps and ddof those the run reads (the others None)."""
-    run = unit.run
-    reads = run.options()
-    return {
-        **{k: getattr(cfg, k) for k in INSTANCE},
-        "rho": unit.rho,
-        "control": unit.control,
-        "estimator": train.stored_name(run.estimator),  # keys stored before specs stay found
-        "G": run.G,
-        "optimizer": run.optimizer,
-        "steps": run.steps,
-        "step_rule": run.step,
-        "lrs": list(unit.lrs),
-        "n_seeds": unit.seeds,
-        "eps": cfg.eps if "eps" in reads else None,
-        "ddof": cfg.ddof if "ddof" in reads else None,
-    }
+    run, reads = unit.run, unit.run.options()
+    stored = train.stored_name(run.estimator)  # keys stored before specs stay found
+    found = dict(rho=unit.rho, control=unit.control, estimator=stored, G=run.G)
+    found |= dict(optimizer=run.optimizer, steps=run.steps, step_rule=run.step, lrs=list(unit.lrs))
+    found["n_seeds"] = unit.seeds
+    found |= {k: getattr(cfg, k) if k in reads else None for k in ("eps", "ddof")}
+    return {k: getattr(cfg, k) for k in INSTANCE} | found
 
 
 def bias_settings(cfg: Config, G: int, ddof: int, eps: float) -> dict:
     """The settings of one bias-table entry (GRPO at θ₀ of the first ρ's instance)."""
-    return {
-        **{k: getattr(cfg, k) for k in INSTANCE},
-        "rho": cfg.rho[0],
-        "estimator": "grpo",
-        "G": G,
-        "ddof": ddof,
-        "eps": eps,
-        "n_seeds": cfg.bias_seeds,
-    }
+    found = dict(rho=cfg.rho[0], estimator="grpo", G=G, ddof=ddof, eps=eps, n_seeds=cfg.bias_seeds)
+    return {k: getattr(cfg, k) for k in INSTANCE} | found
 
 
 def cell_key(kind: str, settings: dict) -> str:
@@ -417,16 +397,9 @@ def bias_row(ctx: _Context, G: int, ddof: int, eps: float) -> dict:
     cfg = ctx.cfg
     start = time.perf_counter()
     params = ctx.params(cfg.rho[0], False)
-    r = train.finite_sample_bias(
-        jax.random.fold_in(ctx.key, 1000 + G),
-        ctx.env,
-        params,
-        ctx.env.init(params),
-        G,
-        seeds=cfg.bias_seeds,
-        eps=eps,
-        ddof=ddof,
-    )
+    key = jax.random.fold_in(ctx.key, 1000 + G)
+    options = dict(seeds=cfg.bias_seeds, eps=eps, ddof=ddof)
+    r = train.finite_sample_bias(key, ctx.env, params, ctx.env.init(params), G, **options)
     row = {"G": G, "ddof": ddof, "eps": eps, **r, **bias_settings(cfg, G, ddof, eps)}
     row["seconds"] = time.perf_counter() - start
     return row

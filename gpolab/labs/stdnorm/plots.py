@@ -28,12 +28,8 @@ def _G_name(G) -> str:
 
 def _run_curves(curves, regime, setting, G, optimizer, method=None):
     """The rows of ``curves`` of one run (or of every method of one comparison)."""
-    sel = (
-        (curves.regime == regime)
-        & (curves.setting == setting)
-        & (curves.G == G)
-        & (curves.optimizer == optimizer)
-    )
+    sel = (curves.regime == regime) & (curves.setting == setting)
+    sel &= (curves.G == G) & (curves.optimizer == optimizer)
     if method is not None:
         sel &= curves.method == method
     return curves[sel]
@@ -66,11 +62,8 @@ def curves_figure(tables: dict, path) -> Path:
                 ax.fill_between(cur.t, lo, hi, color=f"C{j}", alpha=0.2, lw=0)
         ax.axhline(sub.target.iloc[0], color="k", ls="--", lw=1)
         seeds = "" if not np.isfinite(G) else f", {seeds_label(sub)}"
-        ax.set(
-            xlabel="iteration t",
-            ylabel="J_t",
-            title=f"{regime}, {main}, {opt}, G = {_G_name(G)}{seeds}",
-        )
+        title = f"{regime}, {main}, {opt}, G = {_G_name(G)}{seeds}"
+        ax.set(xlabel="iteration t", ylabel="J_t", title=title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
     return save(fig, path)
@@ -128,28 +121,17 @@ def _admissible_panels(ax_rho, ax_cos, gains) -> None:
             err = np.vstack([main.gain - main.gain_ci_low, main.gain_ci_high - main.gain])
             err = np.where(np.isfinite(err), np.abs(err), 0.0)
             ls = "-" if j == 0 else (0, (4, 2 * j))
+            style = dict(
+                marker=marks[j % 5], ls=ls, color=color, capsize=3, label=f"{name}, {gname}"
+            )
             for ax, x in ((ax_rho, main.rho), (ax_cos, main.cos_mean)):
-                ax.errorbar(
-                    x,
-                    main.gain,
-                    yerr=err,
-                    marker=marks[j % 5],
-                    ls=ls,
-                    color=color,
-                    capsize=3,
-                    label=f"{name}, {gname}",
-                )
+                ax.errorbar(x, main.gain, yerr=err, **style)
                 if j == 0:
                     ax.plot(x, main.pred_gain, ":", color=color, lw=1.5, label=f"predicted, {name}")
             ctrl = grp[grp.control.astype(bool)]
+            x = ctrl.rho - 0.02 * (j + 1)
             ax_rho.plot(
-                ctrl.rho - 0.02 * (j + 1),
-                ctrl.gain,
-                marker=marks[j % 5],
-                ls="none",
-                color=color,
-                mfc="none",
-                ms=10,
+                x, ctrl.gain, marker=marks[j % 5], ls="none", color=color, mfc="none", ms=10
             )
     ax_rho.plot([], [], "ks", mfc="none", ms=10, label="equal-σ control (ρ = 0, offset)")
 
@@ -161,14 +143,8 @@ def _tuned_panel(ax, tuned) -> None:
         labels.append(f"{row.setting}\n{row.optimizer} G={gname}")
         lo = row.gain - row.gain_ci_low if np.isfinite(row.gain_ci_low) else 0.0
         hi = row.gain_ci_high - row.gain if np.isfinite(row.gain_ci_high) else 0.0
-        ax.errorbar(
-            i,
-            row.gain,
-            yerr=[[abs(lo)], [abs(hi)]],
-            fmt="ko",
-            capsize=3,
-            label="measured (95% CI)" if i == 0 else None,
-        )
+        label = "measured (95% CI)" if i == 0 else None
+        ax.errorbar(i, row.gain, yerr=[[abs(lo)], [abs(hi)]], fmt="ko", capsize=3, label=label)
         ax.plot(i, row.pred_gain, "r_", ms=14, mew=2, label="predicted σ_max/σ̄" if i == 0 else None)
     ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=60)
     ax.set(ylabel="gain", title="(c) tuned steps (best of the grid each)")
@@ -194,14 +170,8 @@ def phases_figure(tables: dict, path) -> Path:
     regime, sub = phase_selection(tables["summary"])
     rhos = sorted(sub.rho.unique())
     show = [rhos[0]] + ([rhos[-1]] if len(rhos) > 1 else [])
-    fig, axes = plt.subplots(
-        3,
-        len(show),
-        figsize=(5.5 * len(show), 8),
-        sharex=True,
-        constrained_layout=True,
-        squeeze=False,
-    )
+    size = dict(figsize=(5.5 * len(show), 8), sharex=True, constrained_layout=True, squeeze=False)
+    fig, axes = plt.subplots(3, len(show), **size)
     for c, rho in enumerate(show):
         label = sub[sub.rho == rho].setting.iloc[0]
         _phase_column(axes[:, c], tables, regime, label)
@@ -231,12 +201,8 @@ def _phase_column(axes, tables: dict, regime: str, label: str) -> None:
             continue
         axes[2].plot(cr.t, cr.level_gain, color=f"C{j + 1}", label=f"vs {LABELS.get(m, m)}")
         axes[1].plot(cr.t, cr.cos, color=f"C{j + 1}", ls="--", label=LABELS.get(m, m))
-    ph = phases[
-        (phases.regime == regime)
-        & (phases.setting == label)
-        & ~np.isfinite(phases.G)
-        & (phases.optimizer == "sgd")
-    ]
+    at = (phases.regime == regime) & (phases.setting == label)
+    ph = phases[at & ~np.isfinite(phases.G) & (phases.optimizer == "sgd")]
     if not ph.empty:
         t1, t2 = int(ph.t1.iloc[0]), int(ph.t2.iloc[0])
         for ax in axes:
