@@ -221,7 +221,9 @@ def test_training_improves_and_reports_gap_to_the_optimum(small):
     env, data, theta0, j_star, *_ = runs.make_setup(cfg, "bandit")
     assert j_star == pytest.approx(float(np.mean(np.max(np.asarray(params.success), 1))))
     gap0 = j_star - float(env.value(data, theta0))
-    gaps = runs.train_gaps(env, data, theta0, j_star, 16, 4, 30, 4.0, 10.0, jax.random.key(0), 32)
+    args = (data, theta0, jnp.int32(4), jnp.float32(4.0), jnp.float32(10.0), jnp.float32(j_star))
+    cell = runs.TrainCell(env, 16, 30)
+    gaps = engine.per_seed(runs.train_run, cell, jax.random.key(0), args, np.arange(32))["gap"]
     assert np.all(gaps >= 0) and gaps.mean() < gap0
 
 

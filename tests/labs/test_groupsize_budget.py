@@ -15,6 +15,7 @@ from gpolab.labs.claims import lab as claims
 from gpolab.labs.claims import stats_groupsize
 from gpolab.labs.groupsize import budget as budgets
 from gpolab.labs.groupsize import lab as groupsize
+from gpolab.labs.groupsize import summary as summaries
 from gpolab.theory import groupsize as theory
 
 LEDGER = {c["id"]: c for c in claims.load(claims.LEDGER)}
@@ -100,7 +101,7 @@ def test_budget_rows_cover_the_feasible_divisors_and_carry_the_rule():
         sub = df[(df["pool"] == r.pool) & (df["N"] == r.N)]
         assert r.best_G == int(sub.loc[sub["rollouts"].idxmin(), "G"])
         assert r.best_G in stats_groupsize._gs(r.tied_G)
-        c = budgets.pool_constants(sub)
+        c = summaries.pool_constants(sub)
         assert r.rule_G == theory.training_rule(c, r.N, r.pool)["G"]
     assert groupsize.cell_keys(cfg) != groupsize.cell_keys(cfg.replace(target=0.4))
 

@@ -37,16 +37,8 @@ from gpolab.envs import arithmetic, bandit
 from gpolab.kit.store import cell_key, resume
 from gpolab.labs.groupsize import budget as budgets
 from gpolab.labs.groupsize import pool as pools
-from gpolab.labs.groupsize.runs import (
-    BANDIT_FIELDS,
-    bandit_instance,
-    fixed_row,
-    make_setup,
-    sgd_direction,
-    train_row,
-    train_setting,
-)
-from gpolab.labs.groupsize.summary import fixed_summary, theory_curve, train_summary
+from gpolab.labs.groupsize import runs
+from gpolab.labs.groupsize.summary import budget_summary, fixed_summary, theory_curve, train_summary
 from gpolab.theory import groupsize as theory
 
 NAME = "groupsize"
@@ -226,7 +218,7 @@ class Config(configs.Config):
         if self.seeds != 0:
             validate.seeds("seeds", self.seeds, 2)
         if "bandit" in self.envs or not self.train:
-            bandit_instance(self).validate()
+            runs.bandit_instance(self).validate()
         if not self.train:
             validate.integers("N", self.N, 2)
             validate.at_most("N", self.N, MAX_N, WHY_N)  # before its divisors are listed
@@ -307,7 +299,7 @@ def row_settings(cfg: Config, rid: dict) -> dict:
     """Every setting the numbers of row ``rid`` depend on besides its id: the seeds actually
     run, the PRNG seed, the instance of its env and, in training, its steps, η0 and τ."""
     env = rid.get("env", "bandit")
-    fields = BANDIT_FIELDS if env == "bandit" else ARITH_FIELDS
+    fields = runs.BANDIT_FIELDS if env == "bandit" else ARITH_FIELDS
     settings = {
         "train": cfg.train,
         "seeds": cfg.n_seeds,
@@ -324,7 +316,7 @@ def row_settings(cfg: Config, rid: dict) -> dict:
             eta0=getattr(cfg, f"{env}_eta_constant"),
         )
     elif cfg.train:
-        settings.update(train_setting(cfg, env, rid["schedule"]))
+        settings.update(runs.train_setting(cfg, env, rid["schedule"]))
     if cfg.pool:  # absent without a pool: those keys stay as they were
         settings["pool"] = cfg.pool
     return settings
@@ -347,7 +339,7 @@ def _setup(cfg: Config) -> Callable:
     @functools.cache
     def setup(name):
         if isinstance(name, str):
-            return make_setup(cfg, name)
+            return runs.make_setup(cfg, name)
         ctx = setup(name[0])
         return pools.make_pool_setup(
             ctx.env, ctx.params, ctx.theta0, ctx.truth.g, name[1], cfg.instance_seed
@@ -365,9 +357,9 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     key = jax.random.key(cfg.seed) if key is None else key
     ids = row_ids(cfg)
     setup = _setup(cfg)
-    compute_row = train_row if cfg.train else fixed_row
-    if cfg.budget:
-        compute_row = functools.partial(budgets.budget_row, direction=sgd_direction)
+    compute_row = (
+        budgets.budget_row if cfg.budget else runs.train_row if cfg.train else runs.fixed_row
+    )
 
     def compute(i: int) -> list[dict]:
         start = time.perf_counter()
@@ -383,10 +375,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         progress=progress,
         label=lambda rows: label(rows[0]),
     )
-    if cfg.budget:
-        summary = budgets.budget_summary(df)
-    else:
-        summary = train_summary(df) if cfg.train else fixed_summary(df)
+    summarize = budget_summary if cfg.budget else train_summary if cfg.train else fixed_summary
+    summary = summarize(df)
     return {"results": df, "summary": summary, "curve": theory_curve(df, cfg.train)}
 
 

@@ -7,6 +7,16 @@ from pathlib import Path
 
 from gpolab.kit.plots import pyplot, save, seeds_label
 
+EXACT = {"color": "k", "ls": ":", "lw": 1.2}  # the exact G* = 1 + √(C3/c1)
+PAPER = {"color": "0.5", "ls": "-.", "lw": 1}  # the paper's √(c3/c1)
+
+
+def _log_axes(ax, **labels) -> None:
+    """Log-log axes (G in powers of 2) with a grid and ``labels`` (xlabel, ylabel, title)."""
+    ax.set(xscale="log", yscale="log", **labels)
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3, which="both")
+
 
 def fixed_figure(tables: dict, path) -> Path:
     """MSE vs G at fixed N: one line per N (log axes, 95% CI bands), the exact curve over
@@ -26,28 +36,15 @@ def fixed_figure(tables: dict, path) -> Path:
         ax.plot(best["G"], best["mse"], "*", color=color, ms=11)
     s = summary.iloc[0]
     ax.axvline(
-        s["g_star_exact"],
-        color="k",
-        ls=":",
-        lw=1.2,
-        label=f"exact G* = 1 + √(C3/c1) = {s['g_star_exact']:.2f}",
+        s["g_star_exact"], **EXACT, label=f"exact G* = 1 + √(C3/c1) = {s['g_star_exact']:.2f}"
     )
-    ax.axvline(
-        s["g_star_paper"],
-        color="0.5",
-        ls="-.",
-        lw=1,
-        label=f"paper √(c3/c1) = {s['g_star_paper']:.2f}",
-    )
-    ax.set(
-        xscale="log",
-        yscale="log",
+    ax.axvline(s["g_star_paper"], **PAPER, label=f"paper √(c3/c1) = {s['g_star_paper']:.2f}")
+    _log_axes(
+        ax,
         xlabel="group size G (B = N/G prompts)",
         ylabel="MSE of the loo mini-batch gradient",
         title=f"MSE vs G at fixed N = B·G, {seeds_label(df)} (★ best, dashed exact)",
     )
-    ax.set_xscale("log", base=2)
-    ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return save(fig, path)
 
@@ -80,24 +77,16 @@ def train_figure(tables: dict, path) -> Path:
             best = sub.loc[sub["gap"].idxmin()]
             ax.plot(best["G"], best["gap"], "*", color=color, ms=11)
         s = summary[summary["env"] == env].iloc[0]
-        ax.axvline(
-            s["g_star_exact"],
-            color="k",
-            ls=":",
-            lw=1.2,
-            label=f"predicted G* at θ0 = {s['g_star_exact']:.2f} (paper {s['g_star_paper']:.2f})",
-        )
+        label = f"predicted G* at θ0 = {s['g_star_exact']:.2f} (paper {s['g_star_paper']:.2f})"
+        ax.axvline(s["g_star_exact"], **EXACT, label=label)
         r0 = sub_env.iloc[0]
-        ax.set(
-            xscale="log",
-            yscale="log",
+        _log_axes(
+            ax,
             xlabel="group size G (B = N/G prompts per step)",
             ylabel="final gap J* − J(θ_n)",
             title=f"{env}: {int(r0['steps'])} SGD steps, {seeds_label(sub_env)} "
             f"(gap at θ0 {r0['gap0']:.3f})",
         )
-        ax.set_xscale("log", base=2)
-        ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     fig.suptitle("Final suboptimality gap vs group size at a fixed budget N = B·G (★ best G)")
     return save(fig, path)

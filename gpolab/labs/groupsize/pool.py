@@ -17,7 +17,6 @@ derivation); the population target adds ‖ḡ_pool − g‖² (``pool_bias_sq``
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import NamedTuple
 
 import jax
@@ -25,7 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpolab import configs
+from gpolab.engine import Z95
 from gpolab.envs import Env
+from gpolab.kernels import splits
 from gpolab.kit.store import digest
 from gpolab.theory import groupsize as theory
 
@@ -117,6 +118,18 @@ def config_hash(cfg) -> str:
     return digest(configs.key_settings(cfg, exclude=exclude))
 
 
+def mean_columns(name: str, x: np.ndarray) -> dict:
+    """``name`` = the mean of the samples ``x``, ``name_se`` its SE and ``name_ci_low``,
+    ``name_ci_high`` its 95% normal interval."""
+    m, se = splits.mean_se(x)
+    return {
+        name: m,
+        f"{name}_se": se,
+        f"{name}_ci_low": m - Z95 * se,
+        f"{name}_ci_high": m + Z95 * se,
+    }
+
+
 def constants_columns(ps: PoolSetup) -> dict:
     c = dataclasses.asdict(ps.constants)
     return {"pool_bias_sq": ps.bias_sq, **{f"pool_{k}": v for k, v in c.items()}}
@@ -138,43 +151,14 @@ def fixed_columns(ps: PoolSetup, stats, N: int, G: int, P: int) -> dict:
     }
 
 
-def train_columns(ps: PoolSetup, gaps_pool: np.ndarray, N: int, G: int, P: int, steps: int) -> dict:
-    """The extra columns of a training row with a pool: the final gap on the pool."""
-    mean = float(gaps_pool.mean())
-    se = float(gaps_pool.std(ddof=1) / np.sqrt(gaps_pool.size))
-    B = N // G
+def train_columns(ps: PoolSetup, gaps_pool, N: int, G: int, P: int, steps: int) -> dict:
+    """The extra columns of a training row with a pool: the final gap on the pool (``gaps_pool``,
+    one per run)."""
     return {
         "pool": P,
-        "epochs": steps * B / P,
-        "gap_pool": mean,
-        "gap_pool_se": se,
-        "gap_pool_ci_low": mean - 1.959963984540054 * se,
-        "gap_pool_ci_high": mean + 1.959963984540054 * se,
+        "epochs": steps * (N // G) / P,
+        **mean_columns("gap_pool", np.asarray(gaps_pool, np.float64)),
         "gap0_pool": ps.j_star - ps.j0,
         "theory_mse_pool": theory.pool_mse(ps.constants, N, G, P),
         **constants_columns(ps),
-    }
-
-
-def pool_constants_of(sub) -> theory.Constants:
-    return theory.Constants(*(float(sub[k].iloc[0]) for k in POOL_CONSTANTS))
-
-
-def summary_columns(sub, N: int, best) -> dict:
-    """The extra summary columns of a (N, ...) curve with a pool: the best G on the pool's own
-    target, the pool law's best divisor and continuous minimiser, the smallest feasible G and
-    the infinite-pool law's best divisor (population constants)."""
-    P = int(sub["pool"].iloc[0])
-    c = pool_constants_of(sub)
-    pop = theory.Constants(*(float(sub[k].iloc[0]) for k in ("c1", "C2", "C3")))
-    value = "mse_pool" if "mse_pool" in sub else "gap_pool"
-    best_pool, tied_pool = best(sub, value)
-    return {
-        "pool": P,
-        "min_G": max(2, math.ceil(N / P)),
-        "empirical_best_G_pool": best_pool,
-        "tied_G_pool": tied_pool,
-        "infinite_pool_best_G": theory.best_divisor(pop, N),
-        "g_star_pool": theory.g_star_pool(c, P),
-        **{k: float(sub[k].iloc[0]) for k in ("pool_c1", "pool_C2", "pool_C3", "pool_bias_sq")},
     }

@@ -219,38 +219,6 @@ def schedule_tau(schedule: str, tau: float) -> float:
     return math.inf if schedule == "constant" else tau
 
 
-def train_gaps(
-    env: Env,
-    params,
-    theta0,
-    j_star: float,
-    N: int,
-    G: int,
-    steps: int,
-    eta: float,
-    tau: float,
-    key: jax.Array,
-    seeds: int,
-    pool=None,
-):
-    """Final gaps (seeds,) of ``seeds`` SGD runs: jit(vmap over seeds)(lax.scan over steps);
-    with ``pool`` (a :class:`~gpolab.labs.groupsize.pool.PoolSetup`) (gaps, gaps on the pool)."""
-    f = jnp.result_type(float)
-    args = (
-        params,
-        theta0,
-        jnp.int32(G),
-        jnp.asarray(eta, f),
-        jnp.asarray(tau, f),
-        jnp.asarray(j_star, f),
-    )
-    if pool is not None:
-        args = (*args, (pool.pool, pool.params, jnp.asarray(pool.j_star, f)))
-    out = engine.per_seed(train_run, TrainCell(env, N, steps), key, args, np.arange(seeds))
-    gaps = np.asarray(out["gap"], dtype=np.float64)
-    return gaps if pool is None else (gaps, np.asarray(out["gap_pool"], dtype=np.float64))
-
-
 def train_setting(cfg: Config, env: str, schedule: str) -> dict:
     """The SGD settings of one (env, schedule): steps, η0 and τ (∞ for the constant step)."""
     return {
@@ -263,29 +231,22 @@ def train_setting(cfg: Config, env: str, schedule: str) -> dict:
 def train_row(
     cfg: Config, setup: Callable, key: jax.Array, env: str, N: int, schedule: str, G: int
 ) -> dict:
-    """One (env, N, schedule, G) cell: the final gap over seeds (mean, 95% CI, quartiles)."""
+    """One (env, N, schedule, G) cell: the final gap J* − J(θ_n) of ``cfg.n_seeds`` SGD runs,
+    jit(vmap over seeds)(lax.scan over steps) (mean, 95% CI, quartiles; with a pool, also the
+    gap on the pool: :func:`~gpolab.labs.groupsize.pool.train_columns`)."""
     ctx = setup(env)
     sgd = train_setting(cfg, env, schedule)
     ps = setup((env, cfg.pool)) if cfg.pool else None
-    gaps = train_gaps(
-        ctx.env,
-        ctx.params,
-        ctx.theta0,
-        ctx.j_star,
-        N,
-        G,
-        sgd["steps"],
-        sgd["eta0"],
-        sgd["tau"],
-        key,
-        cfg.n_seeds,
-        ps,
-    )
+    f = jnp.result_type(float)
+    args = (ctx.params, ctx.theta0, jnp.int32(G))
+    args += tuple(jnp.asarray(x, f) for x in (sgd["eta0"], sgd["tau"], ctx.j_star))
     if ps is not None:
-        gaps, gaps_pool = gaps
-        extra = pools.train_columns(ps, gaps_pool, N, G, cfg.pool, sgd["steps"])
-    mean, se = float(gaps.mean()), float(gaps.std(ddof=1) / np.sqrt(gaps.size))
+        args = (*args, (ps.pool, ps.params, jnp.asarray(ps.j_star, f)))
+    cell = TrainCell(ctx.env, N, sgd["steps"])
+    out = engine.per_seed(train_run, cell, key, args, np.arange(cfg.n_seeds))
+    gaps = np.asarray(out["gap"], dtype=np.float64)
     q25, q50, q75 = np.quantile(gaps, [0.25, 0.5, 0.75])
+    pool = pools.train_columns(ps, out["gap_pool"], N, G, cfg.pool, sgd["steps"]) if ps else {}
     return {
         "env": env,
         "N": N,
@@ -294,15 +255,12 @@ def train_row(
         "B": N // G,
         **sgd,
         "n_seeds": int(gaps.size),
-        "gap": mean,
-        "gap_se": se,
-        "gap_ci_low": mean - engine.Z95 * se,
-        "gap_ci_high": mean + engine.Z95 * se,
+        **pools.mean_columns("gap", gaps),
         "gap_q25": float(q25),
         "gap_median": float(q50),
         "gap_q75": float(q75),
         "gap0": ctx.j_star - ctx.j0,
         "theory_mse": theory.fixed_n_mse(ctx.constants, N, G),
         **dataclasses.asdict(ctx.constants),
-        **(extra if ps is not None else {}),
+        **pool,
     }
