@@ -80,23 +80,28 @@ def summarize(res: dict, target: float, optimum: float) -> dict:
     sbar = res["sigma_bar"][i].mean(axis=0)[window]
     smax_t = res["sigma_max"][i].mean(axis=0)[window]
     S = Jb.shape[0]
-    seed_mean = {k: res[k][i].mean(axis=0) for k in ("sigma_eff", "cos", "gbar")}
-    found = dict(lr_index=i, best_lr=float(res["lrs"][i]), iters=float(T))
-    found |= dict(iters_seed_median=float(np.median(per_seed)))
-    found |= dict(reached_frac=float(np.mean(np.isfinite(per_seed))), final_J=float(mean[-1]))
-    found["final_J_se"] = float(Jb[:, -1].std(ddof=1) / np.sqrt(S)) if S > 1 else 0.0
-    found["gap_mean"] = float(gap.mean())
-    found |= {f"gap_q{q}": float(np.quantile(gap, q / 100)) for q in (10, 50, 90)}
-    found["sigma_bar"] = float(sbar.mean())
-    found["sigma_max"] = float(res["sigma_max"][i].max(axis=0)[window].max())
-    found["sigma_max_iter"] = float(smax_t.mean())
-    found["sigma_eff"] = float(seed_mean["sigma_eff"][window].mean())
-    found["cos_mean"] = float(seed_mean["cos"][window].mean())
-    found["cos_final"] = float(seed_mean["cos"][-1])
-    found["gbar_rms"] = float(np.sqrt(np.mean(seed_mean["gbar"][window] ** 2)))
-    found["zero_frac"] = float(res["zero_frac"][i].mean())
-    found["ci_half"] = float(Z95 * Jb.std(axis=0, ddof=1).max() / np.sqrt(S)) if S > 1 else 0.0
-    return found
+    return dict(
+        lr_index=i,
+        best_lr=float(res["lrs"][i]),
+        iters=float(T),
+        iters_seed_median=float(np.median(per_seed)),
+        reached_frac=float(np.mean(np.isfinite(per_seed))),
+        final_J=float(mean[-1]),
+        final_J_se=float(Jb[:, -1].std(ddof=1) / np.sqrt(S)) if S > 1 else 0.0,
+        gap_mean=float(gap.mean()),
+        gap_q10=float(np.quantile(gap, 0.1)),
+        gap_q50=float(np.quantile(gap, 0.5)),
+        gap_q90=float(np.quantile(gap, 0.9)),
+        sigma_bar=float(sbar.mean()),
+        sigma_max=float(res["sigma_max"][i].max(axis=0)[window].max()),
+        sigma_max_iter=float(smax_t.mean()),
+        sigma_eff=float(res["sigma_eff"][i].mean(axis=0)[window].mean()),
+        cos_mean=float(res["cos"][i].mean(axis=0)[window].mean()),
+        cos_final=float(res["cos"][i].mean(axis=0)[-1]),
+        gbar_rms=float(np.sqrt(np.mean(res["gbar"][i].mean(axis=0)[window] ** 2))),
+        zero_frac=float(res["zero_frac"][i].mean()),
+        ci_half=float(Z95 * Jb.std(axis=0, ddof=1).max() / np.sqrt(S)) if S > 1 else 0.0,
+    )
 
 
 COMPARISONS = {
