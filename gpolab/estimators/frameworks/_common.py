@@ -38,10 +38,15 @@ def _mean(x: jax.Array) -> jax.Array:
     return jnp.mean(x, -1, keepdims=True)
 
 
+def _var1(x: jax.Array) -> jax.Array:
+    """torch.var (ddof 1) over the group, keepdims; two-pass; G ≥ 2."""
+    d = x - _mean(x)
+    return jnp.sum(d * d, -1, keepdims=True) / (x.shape[-1] - 1)
+
+
 def _std1(x: jax.Array) -> jax.Array:
     """torch.std (ddof 1) over the group, keepdims; two-pass; G ≥ 2."""
-    d = x - _mean(x)
-    return jnp.sqrt(jnp.sum(d * d, -1, keepdims=True) / (x.shape[-1] - 1))
+    return jnp.sqrt(_var1(x))
 
 
 def _centre(x: jax.Array) -> jax.Array:
@@ -56,3 +61,13 @@ def _scaled(centred: jax.Array, denom: jax.Array, flat: jax.Array) -> jax.Array:
 
 def _batch_sum(x: jax.Array) -> jax.Array:
     return jnp.sum(x, axis=(-2, -1), keepdims=True)
+
+
+def _rloo(rewards: jax.Array, name: str, singleton) -> jax.Array:
+    """G/(G − 1)·(r − r̄) = r − mean_{j≠i} r_j (0 on all-equal groups); ``singleton(rewards)``
+    for G = 1, which has no leave-one-out set."""
+    _need_group_axis(rewards, name)
+    G = rewards.shape[-1]
+    if G == 1:
+        return singleton(rewards)
+    return _centre(rewards) * (G / (G - 1))

@@ -99,12 +99,7 @@ def jspo_plus_plus(rewards, *, lengths=None, greedy=None, epsilon: float = 1e-6)
     Source: ``guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::
     compute_jspo_plus_plus_outcome_advantage`` @ 3f8539de.
 
-    Args:
-      rewards: [..., P, G] float rewards, a batch of P groups per leading index, G ≥ 2.
-      epsilon: the constant in λ's denominator (static).
-
-    Returns:
-      [..., P, G] advantages.
+    Args and returns: as :func:`jspo`.
     """
     return _jspo(rewards, "jspo/jspo_plus_plus", epsilon, own_out=False)
 

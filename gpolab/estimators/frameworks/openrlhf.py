@@ -12,6 +12,7 @@ from gpolab.estimators.frameworks._common import (
     _flat,
     _need,
     _need_group_axis,
+    _rloo,
     _scaled,
     _std1,
 )
@@ -48,11 +49,7 @@ def openrlhf_rloo(rewards, *, lengths=None, greedy=None):
     Returns:
       [..., G] advantages.
     """
-    _need_group_axis(rewards, "openrlhf/rloo")
-    G = rewards.shape[-1]
-    if G == 1:
-        return jnp.zeros_like(rewards)
-    return _centre(rewards) * (G / (G - 1))
+    return _rloo(rewards, "openrlhf/rloo", jnp.zeros_like)
 
 
 def openrlhf_reinforce_baseline(rewards, *, lengths=None, greedy=None, no_std_norm: bool = False):

@@ -14,8 +14,10 @@ from gpolab.estimators.frameworks._common import (
     _mean,
     _need,
     _need_group_axis,
+    _rloo,
     _scaled,
     _std1,
+    _var1,
 )
 
 
@@ -38,13 +40,21 @@ def verl_grpo(
     Returns:
       [..., G] advantages.
     """
-    _need_group_axis(rewards, "verl/grpo")
+    return _verl_grpo(rewards, "verl/grpo", epsilon, norm_adv_by_std_in_grpo, 0.0)
+
+
+def _verl_grpo(rewards, name: str, epsilon: float, norm: bool, floor: float) -> jax.Array:
+    """The body both grpo variants share: A = (r − r̄)/(√max(var₁, floor) + epsilon) (r − r̄
+    without ``norm``); singleton r/(1 + epsilon) (r without ``norm``); all-equal 0.  var₁ ≥ 0,
+    so ``floor`` 0 is exactly √var₁, the torch.std of ``verl/grpo``."""
+    _need_group_axis(rewards, name)
     if rewards.shape[-1] == 1:
-        return rewards / (1.0 + epsilon) if norm_adv_by_std_in_grpo else rewards
+        return rewards / (1.0 + epsilon) if norm else rewards
     centred = _centre(rewards)
-    if not norm_adv_by_std_in_grpo:
+    if not norm:
         return centred
-    return _scaled(centred, _std1(rewards) + epsilon, _flat(rewards))
+    sigma = jnp.sqrt(jnp.maximum(_var1(rewards), floor))
+    return _scaled(centred, sigma + epsilon, _flat(rewards))
 
 
 def verl_grpo_vectorized(
@@ -67,24 +77,9 @@ def verl_grpo_vectorized(
     Source: ``compute_grpo_vectorized_outcome_advantage`` + ``verl/utils/groupwise.py::
     group_mean_std`` (verl b178a3cd; compared with 0.9.1 too).
 
-    Args:
-      rewards: [..., G] float rewards of one group per leading index, G ≥ 1.
-      epsilon: verl's epsilon (a static Python value).
-      norm_adv_by_std_in_grpo: verl's option (a static Python value).
-
-    Returns:
-      [..., G] advantages.
+    Args and returns: as :func:`verl_grpo`.
     """
-    _need_group_axis(rewards, "verl/grpo_vectorized")
-    G = rewards.shape[-1]
-    if G == 1:
-        return rewards / (1.0 + epsilon) if norm_adv_by_std_in_grpo else rewards
-    centred = _centre(rewards)
-    if not norm_adv_by_std_in_grpo:
-        return centred
-    d = rewards - _mean(rewards)
-    var = jnp.sum(d * d, -1, keepdims=True) / (G - 1)
-    return _scaled(centred, jnp.sqrt(jnp.maximum(var, epsilon)) + epsilon, _flat(rewards))
+    return _verl_grpo(rewards, "verl/grpo_vectorized", epsilon, norm_adv_by_std_in_grpo, epsilon)
 
 
 def verl_rloo(rewards, *, lengths=None, greedy=None):
@@ -99,11 +94,7 @@ def verl_rloo(rewards, *, lengths=None, greedy=None):
     Returns:
       [..., G] advantages.
     """
-    _need_group_axis(rewards, "verl/rloo")
-    G = rewards.shape[-1]
-    if G == 1:
-        return rewards
-    return _centre(rewards) * (G / (G - 1))
+    return _rloo(rewards, "verl/rloo", lambda r: r)
 
 
 def verl_rloo_vectorized(rewards, *, lengths=None, greedy=None):
@@ -118,11 +109,7 @@ def verl_rloo_vectorized(rewards, *, lengths=None, greedy=None):
     Returns:
       [..., G] advantages.
     """
-    _need_group_axis(rewards, "verl/rloo_vectorized")
-    G = rewards.shape[-1]
-    if G == 1:
-        return jnp.zeros_like(rewards)
-    return _centre(rewards) * (G / (G - 1))
+    return _rloo(rewards, "verl/rloo_vectorized", jnp.zeros_like)
 
 
 def _verl_masked_whiten(a: jax.Array, lengths: jax.Array) -> jax.Array:
