@@ -77,6 +77,13 @@ def _group_axis(x: jax.Array) -> None:
     chex.assert_axis_dimension_gteq(x, -1, 1)
 
 
+def _group_rewards(rewards) -> jax.Array:
+    """:func:`as_rewards`, with its group axis checked (:func:`_group_axis`)."""
+    rewards = as_rewards(rewards)
+    _group_axis(rewards)
+    return rewards
+
+
 def _check_scores(weights: jax.Array, scores: jax.Array) -> None:
     """Trace-time check of per-sample weights ``[..., G]`` against scores ``[..., G, D]``."""
     _group_axis(weights)
@@ -141,8 +148,7 @@ def vanilla_advantages(rewards: jax.Array) -> jax.Array:
     Returns:
       [..., G] float advantages.
     """
-    rewards = as_rewards(rewards)
-    _group_axis(rewards)
+    rewards = _group_rewards(rewards)
     return rewards
 
 
@@ -180,8 +186,7 @@ def loo_advantages(rewards: jax.Array) -> jax.Array:
     Returns:
       [..., G] float advantages, exactly 0 on all-equal groups.
     """
-    rewards = as_rewards(rewards)
-    _group_axis(rewards)
+    rewards = _group_rewards(rewards)
     G = rewards.shape[-1]
     _need_pairs(G, "loo_advantages")
     total = jnp.sum(rewards, axis=-1, keepdims=True)
@@ -205,8 +210,7 @@ def mean_advantages(rewards: jax.Array) -> jax.Array:
     Returns:
       [..., G] float advantages, exactly 0 on all-equal groups.
     """
-    rewards = as_rewards(rewards)
-    _group_axis(rewards)
+    rewards = _group_rewards(rewards)
     return _zero_if_degenerate(rewards, rewards - _group_mean(rewards))
 
 
@@ -230,8 +234,7 @@ def grpo_advantages(
     Returns:
       [..., G] float advantages.
     """
-    rewards = as_rewards(rewards)
-    _group_axis(rewards)
+    rewards = _group_rewards(rewards)
     chex.assert_rank(eps, 0)
     centred = rewards - _group_mean(rewards)
     if scale == "none":
@@ -277,8 +280,7 @@ def ustat_weights(rewards: jax.Array) -> jax.Array:
     Returns:
       [..., G] float weights c_g.
     """
-    rewards = as_rewards(rewards)
-    _group_axis(rewards)
+    rewards = _group_rewards(rewards)
     G = rewards.shape[-1]
     _need_pairs(G, "ustat_weights")
     dz = jnp.expand_dims(rewards, -1) - jnp.expand_dims(rewards, -2)  # [..., i, j] = Z_i − Z_j
