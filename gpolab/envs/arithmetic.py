@@ -7,7 +7,9 @@
   end); everything after the first ``<eos>`` is ``<eos>`` (the canonical form).
 * Policy: a small autoregressive flax model: the question (category and operands, one-hot) is
   encoded by a dense layer into the initial state of a GRU decoder that emits one token per step.
-  log π(y|x) sums the token log-probabilities up to and including the first ``<eos>``.
+  log π(y|x) sums the token log-probabilities up to and including the first ``<eos>``.  The
+  network and its log-probabilities: :mod:`gpolab.envs.arithmetic_model`; here sampling,
+  rewards, gradient estimates, the exact truth and the env's settings.
 * Reward Z = 1 iff the canonical generated answer equals y*.  Hence exactly
   V(x) = π_θ(y*|x) (teacher forcing) and g_x = ∇_θ π_θ(y*|x) (autodiff).
 * A Monte Carlo gradient needs only sampled sequences and one backward pass per group
@@ -21,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,6 +32,23 @@ from jax.flatten_util import ravel_pytree
 from gpolab import configs, validate
 from gpolab.configs import option
 from gpolab.envs import Env
+from gpolab.envs.arithmetic_model import (
+    FILLER,
+    FILLER_VOCAB,
+    THOUGHT_VOCAB,
+    THOUGHTS,
+    ArithmeticParams,
+    Policy,
+    answer_part,
+    canonical,
+    core_log_prob,
+    filler_probs,
+    filler_score_norm,
+    init,
+    live_mask,
+    log_prob,
+    token_log_probs,
+)
 from gpolab.envs.questions import (  # noqa: F401  (re-exported: arithmetic.encode, ...)
     CATEGORIES,
     EOS,
@@ -45,188 +63,6 @@ from gpolab.envs.questions import (  # noqa: F401  (re-exported: arithmetic.enco
     make_questions,
 )
 from gpolab.envs.sampling import inverse_cdf
-
-
-def canonical(tokens: jax.Array) -> jax.Array:
-    """Every token after the first <eos> becomes <eos> (last axis)."""
-    seen = jnp.cumsum(tokens == EOS, axis=-1) > 0
-    after = jnp.concatenate([jnp.zeros_like(seen[..., :1]), seen[..., :-1]], axis=-1)
-    return jnp.where(after, EOS, tokens)
-
-
-def live_mask(tokens: jax.Array) -> jax.Array:
-    """1 for the tokens that count in log π: up to and including the first <eos>."""
-    seen = jnp.cumsum(tokens == EOS, axis=-1) > 0
-    after = jnp.concatenate([jnp.zeros_like(seen[..., :1]), seen[..., :-1]], axis=-1)
-    return 1.0 - after.astype(jnp.float32)
-
-
-THOUGHTS, THOUGHT_VOCAB = 0, 4  # reasoning prefix: off by default (see ArithmeticTruth)
-FILLER, FILLER_VOCAB = 0, 16  # chain-of-thought filler: off in the bare env; the lab sets it
-
-
-class Policy(nn.Module):
-    """Question encoder → GRU decoder: ``thoughts`` reasoning tokens, then the answer tokens.
-
-    Token ids: 0–11 answer tokens, 12 … 12 + k − 1 thought tokens, 12 + k the start token.
-    Thought positions may only emit thought tokens and answer positions only answer tokens.
-
-    ``filler`` chain-of-thought tokens (ids 0 … filler_vocab − 1 of their own vocabulary) come
-    first, iid from softmax(filler_head(question)), and the answer does not depend on them: like
-    the long reasoning of an LLM they add score noise ‖W_f‖² to every sample whatever its reward,
-    while V(x) = π(y*|x) and g_x stay exact.
-    """
-
-    hidden: int = 32
-    thoughts: int = THOUGHTS
-    thought_vocab: int = THOUGHT_VOCAB
-    filler: int = FILLER
-    filler_vocab: int = FILLER_VOCAB
-
-    def setup(self):
-        self.encoder = nn.Dense(self.hidden)
-        self.embed = nn.Embed(VOCAB + self.thought_vocab + 1, self.hidden)
-        self.cell = nn.GRUCell(features=self.hidden)
-        self.head = nn.Dense(VOCAB + self.thought_vocab)
-        if self.filler:
-            self.filler_head = nn.Dense(self.filler_vocab)
-
-    def filler_logits(self, features):
-        return self.filler_head(features)
-
-    def init_all(self, features, tokens):
-        if self.filler:
-            self.filler_logits(features)
-        return self(features, tokens)
-
-    def init_state(self, features):
-        return jnp.tanh(self.encoder(features))
-
-    def step(self, state, token, position: int):
-        state, out = self.cell(state, self.embed(token))
-        logits = self.head(out)
-        thought = position < self.thoughts
-        allowed = (jnp.arange(logits.shape[-1]) >= VOCAB) == thought
-        return state, jnp.where(allowed, logits, -1e9)
-
-    def __call__(self, features, tokens):
-        """Teacher-forced logits (..., T, V) for full sequences ``tokens`` (..., T)."""
-        state = self.init_state(features)
-        start = jnp.full(tokens.shape[:-1] + (1,), VOCAB + self.thought_vocab)
-        prev = jnp.concatenate([start, tokens[..., :-1]], -1)
-        logits = []
-        for t in range(tokens.shape[-1]):
-            state, lg = self.step(state, prev[..., t], t)
-            logits.append(lg)
-        return jnp.stack(logits, axis=-2)
-
-
-@struct.dataclass
-class ArithmeticParams:
-    weights: dict  # flax parameters of :class:`Policy`
-    hidden: int = struct.field(pytree_node=False, default=32)
-    thoughts: int = struct.field(pytree_node=False, default=THOUGHTS)
-    thought_vocab: int = struct.field(pytree_node=False, default=THOUGHT_VOCAB)
-    filler: int = struct.field(pytree_node=False, default=FILLER)
-    filler_vocab: int = struct.field(pytree_node=False, default=FILLER_VOCAB)
-
-    @property
-    def model(self) -> Policy:
-        return Policy(
-            self.hidden, self.thoughts, self.thought_vocab, self.filler, self.filler_vocab
-        )
-
-    @property
-    def length(self) -> int:
-        """Tokens decoded by the GRU: thoughts + answer (the filler comes before them)."""
-        return self.thoughts + LENGTH
-
-
-def init(
-    key: jax.Array | int = 0,
-    hidden: int = 32,
-    thoughts: int = THOUGHTS,
-    thought_vocab: int = THOUGHT_VOCAB,
-    filler: int = FILLER,
-    filler_vocab: int = FILLER_VOCAB,
-) -> ArithmeticParams:
-    validate.integer("hidden", hidden, 1)
-    validate.integer("thoughts", thoughts, 0)
-    validate.integer("thought_vocab", thought_vocab, 1)
-    validate.integer("filler", filler, 0)
-    validate.integer("filler_vocab", filler_vocab, 2)
-    key = jax.random.key(key) if isinstance(key, int) else key
-    params = ArithmeticParams({}, hidden, thoughts, thought_vocab, filler, filler_vocab)
-    weights = params.model.init(
-        key, jnp.zeros((FEATURES,)), jnp.zeros((params.length,), jnp.int32), method=Policy.init_all
-    )
-    return params.replace(weights=weights)
-
-
-def answer_part(tokens: jax.Array) -> jax.Array:
-    return tokens[..., -LENGTH:]
-
-
-def filler_probs(params: ArithmeticParams, features: jax.Array) -> jax.Array:
-    """π of one filler token (..., filler_vocab)."""
-    logits = params.model.apply(params.weights, features, method=Policy.filler_logits)
-    return jax.nn.softmax(logits)
-
-
-def _core_token_logp(weights, params: ArithmeticParams, features: jax.Array, core: jax.Array):
-    """(log π of each decoded token, the mask of those log π counts), each (..., thoughts +
-    LENGTH): every thought token and the answer up to and including the first <eos>."""
-    logits = params.model.apply(weights, features, core)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), core[..., None], -1)[..., 0]
-    live = jnp.concatenate(
-        [jnp.ones(core.shape[:-1] + (params.thoughts,)), live_mask(answer_part(core))], -1
-    )
-    return logp, live
-
-
-def _core_log_prob(weights, params: ArithmeticParams, features: jax.Array, core: jax.Array):
-    """log π(t, y|x) of the decoded part (..., thoughts + LENGTH)."""
-    logp, live = _core_token_logp(weights, params, features, core)
-    return jnp.sum(logp * live, axis=-1)
-
-
-def _filler_token_logp(weights, params: ArithmeticParams, features, filler: jax.Array):
-    """(..., F) log π of each filler token (iid from the filler head)."""
-    logits = params.model.apply(weights, features, method=Policy.filler_logits)
-    fl = jax.nn.log_softmax(logits)
-    fl = jnp.broadcast_to(fl[..., None, :], filler.shape + fl.shape[-1:])
-    return jnp.take_along_axis(fl, filler[..., None], -1)[..., 0]
-
-
-def log_prob(weights, params: ArithmeticParams, features: jax.Array, tokens: jax.Array):
-    """log π(f, t, y|x) for full sequences (..., filler + thoughts + LENGTH): every filler and
-    thought token plus the answer tokens up to and including the first <eos>."""
-    F = params.filler
-    logp = _core_log_prob(weights, params, features, tokens[..., F:])
-    if F:
-        logp = logp + jnp.sum(_filler_token_logp(weights, params, features, tokens[..., :F]), -1)
-    return logp
-
-
-def token_log_probs(weights, params: ArithmeticParams, features: jax.Array, tokens: jax.Array):
-    """(log π of every token, mask), each (..., filler + thoughts + LENGTH): the per-token terms
-    of :func:`log_prob` (its value is ``sum(logp * mask, -1)``)."""
-    F = params.filler
-    logp, live = _core_token_logp(weights, params, features, tokens[..., F:])
-    if F:
-        filler = _filler_token_logp(weights, params, features, tokens[..., :F])
-        logp = jnp.concatenate([filler, logp], -1)
-        live = jnp.concatenate([jnp.ones_like(filler), live], -1)
-    return logp, live
-
-
-def filler_score_norm(params: ArithmeticParams, features: jax.Array) -> jax.Array:
-    """E‖W_f‖² of the filler block, exactly: the filler head is dense, so for F iid tokens
-    ‖W_f‖² = (‖x‖² + 1) ‖Σ_r (e_{t_r} − p)‖², whose mean is F (‖x‖² + 1)(1 − ‖p‖²)."""
-    if not params.filler:
-        return jnp.zeros(features.shape[:-1])
-    p = filler_probs(params, features)
-    return params.filler * (jnp.sum(features**2, -1) + 1) * (1 - jnp.sum(p**2, -1))
 
 
 def thought_prefixes(params: ArithmeticParams) -> jax.Array:
@@ -246,7 +82,7 @@ def correct_sequences(params: ArithmeticParams, answer: jax.Array) -> jax.Array:
 def _success_one(weights, params, features, answer):
     seqs = correct_sequences(params, answer)
     feats = jnp.broadcast_to(features, (seqs.shape[0], FEATURES))
-    return jnp.exp(jax.nn.logsumexp(_core_log_prob(weights, params, feats, seqs)))
+    return jnp.exp(jax.nn.logsumexp(core_log_prob(weights, params, feats, seqs)))
 
 
 def success_prob(params: ArithmeticParams, questions: Questions) -> jax.Array:
@@ -343,7 +179,7 @@ def gradient_estimates(
 def score_norms(
     params: ArithmeticParams, features: jax.Array, tokens: jax.Array, fn=log_prob
 ) -> jax.Array:
-    """‖W‖² = ‖∇_θ log π(f, t, y|x)‖² of each sequence (N,) (``fn=_core_log_prob`` on decoded
+    """‖W‖² = ‖∇_θ log π(f, t, y|x)‖² of each sequence (N,) (``fn=core_log_prob`` on decoded
     sequences: the decoded block only)."""
     grads = jax.vmap(jax.grad(fn), in_axes=(None, None, None, 0))(
         params.weights, params, features, tokens
@@ -565,11 +401,11 @@ def truth(
     def per_question(key, feat, answer):
         seqs = correct_sequences(params, answer)
         feats = jnp.broadcast_to(feat, (seqs.shape[0], FEATURES))
-        probs = jnp.exp(_core_log_prob(params.weights, params, feats, seqs))
+        probs = jnp.exp(core_log_prob(params.weights, params, feats, seqs))
         filler = filler_score_norm(params, feat)
-        A = probs @ score_norms(params, feat, seqs, _core_log_prob) + jnp.sum(probs) * filler
+        A = probs @ score_norms(params, feat, seqs, core_log_prob) + jnp.sum(probs) * filler
         core = sample(key, params, feat, samples)[:, params.filler :]
-        w2 = score_norms(params, feat, core, _core_log_prob)
+        w2 = score_norms(params, feat, core, core_log_prob)
         return A, filler + jnp.mean(w2), jnp.std(w2, ddof=1) / np.sqrt(samples)
 
     n = questions.features.shape[0]

@@ -4,7 +4,7 @@ docs/arithmetic.md): the exact per-question MSE split into its filler and decode
 The score W = ∇_θ log π(f, y|x) of a response with filler f and decoded answer y has two blocks
 on disjoint weights (the filler head; the GRU decoder), so ‖W‖² = ‖W_f‖² + ‖W_c‖², and the filler,
 drawn independently of the answer, has E[‖W_f‖² | Z] = E‖W_f‖² (exact, see
-:func:`gpolab.envs.arithmetic.filler_score_norm`).  With A_c = E[‖W_c‖² Z] (exact, by
+:func:`gpolab.envs.arithmetic_model.filler_score_norm`).  With A_c = E[‖W_c‖² Z] (exact, by
 enumerating the successful sequences) and S2_c = E‖W_c‖² (Monte Carlo), the closed forms of
 :mod:`gpolab.theory.mse` split per question as
 
@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpolab.envs import arithmetic as ar
+from gpolab.envs import arithmetic_model as am
 
 
 def _one(params, key, feat, answer, samples: int):
@@ -30,12 +31,12 @@ def _one(params, key, feat, answer, samples: int):
     of :func:`gpolab.envs.arithmetic.exact` for the same key."""
     seqs = ar.correct_sequences(params, answer)
     feats = jnp.broadcast_to(feat, (seqs.shape[0], ar.FEATURES))
-    probs = jnp.exp(ar._core_log_prob(params.weights, params, feats, seqs))
-    a_core = probs @ ar.score_norms(params, feat, seqs, ar._core_log_prob)
+    probs = jnp.exp(am.core_log_prob(params.weights, params, feats, seqs))
+    a_core = probs @ ar.score_norms(params, feat, seqs, am.core_log_prob)
     core = ar.sample(key, params, feat, samples)[:, params.filler :]
-    w2 = ar.score_norms(params, feat, core, ar._core_log_prob)
+    w2 = ar.score_norms(params, feat, core, am.core_log_prob)
     se = jnp.std(w2, ddof=1) / np.sqrt(samples)
-    return a_core, jnp.mean(w2), se, ar.filler_score_norm(params, feat)
+    return a_core, jnp.mean(w2), se, am.filler_score_norm(params, feat)
 
 
 def terms(key, params, questions, samples: int = 256) -> dict[str, np.ndarray]:

@@ -9,12 +9,13 @@ import pandas as pd
 import pytest
 
 from gpolab.envs import arithmetic as ar
+from gpolab.envs import arithmetic_model as am
 
 
 @pytest.fixture(scope="module")
 def setup():
     q = ar.make_questions(0, 40)
-    return q, ar.init(1, hidden=8)
+    return q, am.init(1, hidden=8)
 
 
 def all_canonical_answers() -> np.ndarray:
@@ -45,7 +46,7 @@ def test_probabilities_sum_to_one_and_V_is_teacher_forced(setup):
     seqs = jnp.asarray(all_canonical_answers())
     assert seqs.shape[0] == 1 + 11 + 11**2 + 11**3 + 11**4
     feats = jnp.broadcast_to(q.features[0], (seqs.shape[0], ar.FEATURES))
-    probs = jnp.exp(ar.log_prob(params.weights, params, feats, seqs))
+    probs = jnp.exp(am.log_prob(params.weights, params, feats, seqs))
     np.testing.assert_allclose(float(jnp.sum(probs)), 1.0, rtol=1e-4)
     star = int(np.flatnonzero(np.all(np.asarray(seqs) == np.asarray(q.answers[0]), -1))[0])
     np.testing.assert_allclose(ar.success_prob(params, q)[0], probs[star], rtol=1e-5)
@@ -56,13 +57,13 @@ def test_reasoning_prefix_probabilities_and_V_by_enumeration():
     """With R = 2 thought tokens from k = 3: Σ over every (prefix, answer) = 1 and
     V = Σ_prefix π(prefix, y*)."""
     q = ar.make_questions(1, 5)
-    params = ar.init(2, hidden=8, thoughts=2, thought_vocab=3)
+    params = am.init(2, hidden=8, thoughts=2, thought_vocab=3)
     answers = all_canonical_answers()[::7]  # a subset of answers, every prefix
     answers = np.concatenate([answers, np.asarray(q.answers[:1])])
     pre = np.asarray(ar.thought_prefixes(params))
     seqs = np.concatenate([np.repeat(pre, len(answers), 0), np.tile(answers, (len(pre), 1))], 1)
     feats = jnp.broadcast_to(q.features[0], (len(seqs), ar.FEATURES))
-    probs = np.asarray(jnp.exp(ar.log_prob(params.weights, params, feats, jnp.asarray(seqs))))
+    probs = np.asarray(jnp.exp(am.log_prob(params.weights, params, feats, jnp.asarray(seqs))))
     star = np.all(seqs[:, 2:] == np.asarray(q.answers[0]), -1)
     np.testing.assert_allclose(ar.success_prob(params, q)[0], probs[star].sum(), rtol=1e-5)
     # the prefix marginal: Σ_y π(prefix, y) over all answers = π(prefix); Σ_prefix = 1
@@ -71,7 +72,7 @@ def test_reasoning_prefix_probabilities_and_V_by_enumeration():
     for p in pre:
         s = np.concatenate([np.repeat(p[None], len(full), 0), full], 1)
         f = jnp.broadcast_to(q.features[0], (len(s), ar.FEATURES))
-        total += float(jnp.sum(jnp.exp(ar.log_prob(params.weights, params, f, jnp.asarray(s)))))
+        total += float(jnp.sum(jnp.exp(am.log_prob(params.weights, params, f, jnp.asarray(s)))))
     np.testing.assert_allclose(total, 1.0, rtol=1e-4)
     toks = ar.sample(jax.random.key(0), params, q.features[0], 64)
     assert toks.shape == (64, 6) and bool(jnp.all(toks[:, :2] >= ar.VOCAB))
@@ -84,7 +85,7 @@ def test_score_has_mean_zero_by_enumeration(setup):
     feats = jnp.broadcast_to(q.features[2], (seqs.shape[0], ar.FEATURES))
 
     def total(w):
-        return jnp.sum(jnp.exp(ar.log_prob(w, params, feats, seqs)))
+        return jnp.sum(jnp.exp(am.log_prob(w, params, feats, seqs)))
 
     flat = jax.flatten_util.ravel_pytree(jax.grad(total)(params.weights))[0]
     assert float(jnp.max(jnp.abs(flat))) < 1e-4
@@ -105,7 +106,7 @@ def test_exact_gradient_and_identities(setup):
     g = ar.exact_gradients(params, q)
     eps = 1e-3
     flat, unravel = jax.flatten_util.ravel_pytree(params.weights)
-    V = jax.jit(lambda w: ar.success_prob(ar.ArithmeticParams(unravel(w), params.hidden), q)[5])
+    V = jax.jit(lambda w: ar.success_prob(am.ArithmeticParams(unravel(w), params.hidden), q)[5])
     for j in (0, 17, flat.size - 1):
         e = jnp.zeros_like(flat).at[j].set(eps)
         fd = (V(flat + e) - V(flat - e)) / (2 * eps)
@@ -131,14 +132,14 @@ def test_pretraining_is_deterministic_and_reaches_targets():
 @pytest.fixture(scope="module")
 def filler_setup():
     q = ar.make_questions(0, 40)
-    return q, ar.init(1, hidden=8, filler=6, filler_vocab=5)
+    return q, am.init(1, hidden=8, filler=6, filler_vocab=5)
 
 
 def test_filler_leaves_V_and_g_unchanged_and_marginalises(filler_setup):
     """The answer does not depend on the filler: V and g equal those of the same decoder
     without it, and log π(f, y) = log π(y) + Σ_r log p(f_r)."""
     q, params = filler_setup
-    core = ar.ArithmeticParams(
+    core = am.ArithmeticParams(
         {"params": {k: v for k, v in params.weights["params"].items() if k != "filler_head"}}, 8
     )
     np.testing.assert_allclose(ar.success_prob(params, q), ar.success_prob(core, q), rtol=1e-6)
@@ -147,12 +148,12 @@ def test_filler_leaves_V_and_g_unchanged_and_marginalises(filler_setup):
     np.testing.assert_allclose(jnp.sort(g, axis=1)[:, -50:], jnp.sort(g_core, axis=1)[:, -50:])
     toks = ar.sample(jax.random.key(3), params, q.features[1], 16)
     assert toks.shape == (16, 6 + ar.LENGTH) and int(toks[:, :6].max()) < 5
-    p = ar.filler_probs(params, q.features[1])
+    p = am.filler_probs(params, q.features[1])
     feats = jnp.broadcast_to(q.features[1], (16, ar.FEATURES))
-    expect = ar.log_prob(core.weights, core, feats, toks[:, 6:]) + jnp.sum(
+    expect = am.log_prob(core.weights, core, feats, toks[:, 6:]) + jnp.sum(
         jnp.log(p)[toks[:, :6]], -1
     )
-    got = ar.log_prob(params.weights, params, feats, toks)
+    got = am.log_prob(params.weights, params, feats, toks)
     np.testing.assert_allclose(got, expect, rtol=1e-5)
 
 
@@ -163,10 +164,10 @@ def test_filler_score_norm_closed_form_matches_monte_carlo(filler_setup):
     feat = q.features[2]
     toks = ar.sample(jax.random.key(0), params, feat, 4000)
     total = ar.score_norms(params, feat, toks)
-    core = ar.score_norms(params, feat, toks[:, 6:], ar._core_log_prob)
+    core = ar.score_norms(params, feat, toks[:, 6:], am.core_log_prob)
     filler = np.asarray(total - core)
     se = filler.std(ddof=1) / np.sqrt(filler.size)
-    assert abs(filler.mean() - float(ar.filler_score_norm(params, feat))) < 4 * se
+    assert abs(filler.mean() - float(am.filler_score_norm(params, feat))) < 4 * se
 
 
 def test_batched_gradient_estimates_equal_one_at_a_time(filler_setup):
@@ -273,8 +274,8 @@ def test_logit_proxy_is_the_logit_gradient_norm(filler_setup):
     feats = jnp.broadcast_to(f, (16, ar.FEATURES))
     logits = params.model.apply(params.weights, feats, toks[:, F:])  # (16, LENGTH, V)
     core = jax.vmap(jax.vmap(sq_grad))(logits, toks[:, F:])
-    live = ar.live_mask(ar.answer_part(toks[:, F:]))
-    zf = params.model.apply(params.weights, f, method=ar.Policy.filler_logits)
+    live = am.live_mask(am.answer_part(toks[:, F:]))
+    zf = params.model.apply(params.weights, f, method=am.Policy.filler_logits)
     fill = jax.vmap(jax.vmap(lambda y: sq_grad(zf, y)))(toks[:, :F])
     want = jnp.sum(core * live, -1) + jnp.sum(fill, -1)
     np.testing.assert_allclose(ar.logit_proxy(params, f, toks), want, rtol=1e-5)

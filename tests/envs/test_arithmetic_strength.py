@@ -8,6 +8,7 @@ import pytest
 
 from gpolab import validate
 from gpolab.envs import arithmetic as ar
+from gpolab.envs import arithmetic_model as am
 from gpolab.labs.sweep import lab as sweep
 from gpolab.theory import arithmetic_terms as terms_mod
 
@@ -20,7 +21,7 @@ def _pretrain(q, sharpen=None):
 
 
 def _filler_entropy(params, q):
-    p = ar.filler_probs(params, q.features)
+    p = am.filler_probs(params, q.features)
     return float(jnp.mean(-jnp.sum(p * jnp.log(p), -1)))
 
 
@@ -68,11 +69,11 @@ def test_sharpened_policy_exact_V_and_filler_norm_against_monte_carlo(trained):
     V = float(ar.success_prob(params, q)[3])
     assert abs(z.mean() - V) < 4 * np.sqrt(V * (1 - V) / z.size)
     total = ar.score_norms(params, feat, toks)
-    filler = np.asarray(total - ar.score_norms(params, feat, toks[:, 6:], ar._core_log_prob))
+    filler = np.asarray(total - ar.score_norms(params, feat, toks[:, 6:], am.core_log_prob))
     se = filler.std(ddof=1) / np.sqrt(filler.size)
-    assert abs(filler.mean() - float(ar.filler_score_norm(params, feat))) < 4 * se
-    assert float(ar.filler_score_norm(params, feat)) < float(
-        ar.filler_score_norm(trained[1]["strong"], feat)
+    assert abs(filler.mean() - float(am.filler_score_norm(params, feat))) < 4 * se
+    assert float(am.filler_score_norm(params, feat)) < float(
+        am.filler_score_norm(trained[1]["strong"], feat)
     )
 
 

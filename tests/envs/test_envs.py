@@ -74,10 +74,11 @@ def test_registry_names_every_env_and_get_checks_the_name():
 
 def test_one_registry_found_by_listing_the_package():
     """Every module of gpolab/envs with an ``Instance`` is an env, and only those (the helpers
-    questions.py and sampling.py are not); capabilities select envs (no lab lists them)."""
+    questions.py, sampling.py and arithmetic_model.py are not); capabilities select envs (no lab
+    lists them)."""
     listed = _listed()
     assert envs.names() == tuple(n for n, m in sorted(listed.items()) if hasattr(m, "Instance"))
-    assert set(listed) - set(envs.names()) == {"questions", "sampling"}
+    assert set(listed) - set(envs.names()) == {"questions", "sampling", "arithmetic_model"}
     for needs in (("token_logp",), ("kl",), ("curvature",), ("mse_law",), ("token_logp", "kl")):
         contracts = {n: getattr(listed[n], "ENV", None) for n in envs.names()}
         has = tuple(n for n, env in contracts.items() if all(getattr(env, c, 0) for c in needs))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpolab import envs, estimators
-from gpolab.envs import arithmetic, bandit
+from gpolab.envs import arithmetic, arithmetic_model, bandit
 from gpolab.estimators import offpolicy as rules
 
 CASES = [(r, c) for r in rules.RATIOS for c in rules.rule_clips(r)]
@@ -23,7 +23,7 @@ def _grad(ratio, clip, logp_fn, theta, old, c, mask, eps=(0.2, 0.28, 3.0)):
 @pytest.fixture(scope="module")
 def tiny_arith():
     """A small untrained surrogate with 3 filler tokens: responses of 3 + 4 tokens."""
-    policy = arithmetic.init(0, hidden=8, filler=3)
+    policy = arithmetic_model.init(0, hidden=8, filler=3)
     questions = arithmetic.make_questions(0, 6)
     return arithmetic.ArithmeticInstance(policy, questions, jax.random.key(0), 8)
 
@@ -101,7 +101,7 @@ def test_token_log_probs_sum_to_the_sequence_log_prob(tiny_arith):
     prompts, responses, _ = _draws(env, params, theta)
     logp, mask = env.token_logp(params, theta, prompts, responses)
     feats = params.questions.features[prompts][:, None, :]
-    whole = arithmetic.log_prob(
+    whole = arithmetic_model.log_prob(
         params.policy.weights,
         params.policy,
         jnp.broadcast_to(feats, responses.shape[:2] + feats.shape[-1:]),
