@@ -54,6 +54,17 @@ def _claim(r: dict) -> str:
     return f"{r['claim']} *Paper:* “{quote}”" if quote else r["claim"]
 
 
+def _sizes_note(records: list, then: str) -> str:
+    """The italic line over a claims table: the sizes of the verdicts (the command that gives
+    them), then ``then``."""
+    sizes = {r.get("sizes", "full") for r in records}
+    quick = " --quick" if sizes == {"quick"} else ""
+    return (
+        f"*Verdicts at the experiments' {' and '.join(sorted(sizes))} sizes "
+        f"(`gpolab claims{quick}`); {then}.*\n\n"
+    )
+
+
 def markdown(tables: dict) -> str:
     """The claims ledger as a markdown table (generated, never typed): every claim, where it is
     made, its verdict, the statistic's detail and each rule's value and margin in SE."""
@@ -63,11 +74,10 @@ def markdown(tables: dict) -> str:
     )
 
     records = tables["claims"].to_dict("records")
-    sizes = {r.get("sizes", "full") for r in records}
-    note = (
-        f"*Verdicts at the experiments' {' and '.join(sorted(sizes))} sizes "
-        f"(`gpolab claims{' --quick' if sizes == {'quick'} else ''}`); margin = (value − "
-        "threshold)/SE, positive when the rule holds; within one SE: inconclusive.*\n\n"
+    note = _sizes_note(
+        records,
+        "margin = (value − threshold)/SE, positive when the rule holds; within one SE: "
+        "inconclusive",
     )
     rows = [
         f"| {_cell(r['id'])} | {_cell(r['paper'])}, {_cell(r['where'])} | {_cell(_claim(r))} | "
@@ -82,13 +92,8 @@ def summary(tables: dict) -> str:
     """The README's claims summary: each claim and its verdict (the ledger, :func:`markdown`,
     adds where it is made, the statistic and every rule's margin)."""
     records = tables["claims"].to_dict("records")
-    sizes = {r.get("sizes", "full") for r in records}
     papers = ", ".join(f"{k}: {v}" for k, v in PAPERS.items())
-    note = (
-        f"*Verdicts at the experiments' {' and '.join(sorted(sizes))} sizes "
-        f"(`gpolab claims{' --quick' if sizes == {'quick'} else ''}`); ids by source: "
-        f"{papers}.*\n\n"
-    )
+    note = _sizes_note(records, f"ids by source: {papers}")
     rows = [
         f"| {_cell(r['id'])} | {_cell(headline(r['claim']))} | **{r['verdict']}** |"
         for r in records

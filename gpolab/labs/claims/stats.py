@@ -27,6 +27,18 @@ def ratio_and_se(a, sa, b, sb) -> tuple[float, float]:
     return r, abs(r) * math.hypot(sa / a, sb / b)
 
 
+def stat(detail: str, **values) -> dict:
+    """A statistic's values, each given with its standard error as ``name=(value, se)``, and its
+    one-line ``detail``."""
+    out = {k: v for k, (v, _) in values.items()}
+    return {**out, "se": {k: se for k, (_, se) in values.items()}, "detail": detail}
+
+
+def exact(detail: str, **values) -> dict:
+    """A statistic whose every value is exact or count-valued (each SE 0), with its ``detail``."""
+    return {**values, "se": dict.fromkeys(values, 0.0), "detail": detail}
+
+
 def not_measured(t: dict) -> dict:
     """For a claim that cannot be tested here: it reads nothing (its reason says why)."""
     return {"se": {}}
@@ -173,18 +185,17 @@ def mismatch_token_bias(t: dict) -> dict:
         (s,), (s_se,) = _log_fit([rows["T"]], b, rows["bias_sq_se"] / (2 * b))
         per.append(f"noise {size:g}: T^{s:.2f} ± {s_se:.2f} ({len(rows)} T)")
     p, zmax = _unbiased_p(df[df["mismatch_size"] == 0])
-    return {
-        "slope_T": s_T,
-        "slope_delta": s_D,
-        "control_p": p,
-        "se": {"slope_T": se_T, "slope_delta": se_D, "control_p": 0.0},
-        "detail": f"untruncated token IS, {len(fit)} of {len(on)} rows with a mismatch resolved "
+    return stat(
+        f"untruncated token IS, {len(fit)} of {len(on)} rows with a mismatch resolved "
         f"(bias² ≥ 3 SE): ‖bias‖ ∝ T^{s_T:.2f} ± {se_T:.2f} · Δ^{s_D:.2f} ± {se_D:.2f}, Δ = "
         f"the largest per-token TV(μ, π) (gpolab's reading of Δ_max); in the noise size ∝ "
         f"s^{s_n:.2f} ± {se_n:.2f}; per noise: {'; '.join(per)}; at T = "
         f"{int(top['T'])}, noise {top['mismatch_size']:g}: bias² {top['bias_sq']:.3g} ± "
         f"{top['bias_sq_se']:.2g} ({top_z:.1f} SE); no mismatch: largest |bias²|/SE {zmax:.2f}",
-    }
+        slope_T=(s_T, se_T),
+        slope_delta=(s_D, se_D),
+        control_p=(p, 0.0),
+    )
 
 
 SEQ_CHI2_RESOLVED = 10.0  # 1 + χ²_seq up to which the seeds see the weights' tail (variance fit)
@@ -225,17 +236,16 @@ def mismatch_seq_variance(t: dict) -> dict:
         f"T = {int(T)} {m}: {a:.3g} ± {b:.2g} vs {c:.3g}"
         for T, m, a, b, c in zip(seq["T"], seq["mismatch"], r, r_se, x, strict=True)
     )
-    return {
-        "unbiased_p": p,
-        "slope_dev": abs(s - 1),
-        "token_slope": ts,
-        "se": {"unbiased_p": 0.0, "slope_dev": s_se, "token_slope": ts_se},
-        "detail": f"untruncated sequence IS: variance over the uncorrected one against 1 + χ²_seq "
+    return stat(
+        f"untruncated sequence IS: variance over the uncorrected one against 1 + χ²_seq "
         f"(exact): {pts}; fit over the {int(keep.sum())} rows with 1 + χ²_seq ≤ "
         f"{SEQ_CHI2_RESOLVED:g}: ∝ (1 + χ²_seq)^{s:.2f} ± {s_se:.2f} (token IS: "
         f"^{ts:.2f} ± {ts_se:.2f}); bias² over {len(seq)} rows with a mismatch: largest "
         f"|bias²|/SE {zmax:.2f}, joint p = {p:.2g}",
-    }
+        unbiased_p=(p, 0.0),
+        slope_dev=(abs(s - 1), s_se),
+        token_slope=(ts, ts_se),
+    )
 
 
 CLAMP = 20.0  # verl's clamp on the summed log-ratio of sequence-level weights (±20)
@@ -286,17 +296,16 @@ def mismatch_seq_collapse(t: dict) -> dict:
         for c, rows in res.groupby("correction", sort=False)
     ]
     kls = ", ".join(f"{k:.3g}" for k in sorted(res["mismatch_kl_seq"].unique()))
-    return {
-        "collapsed_max": hi,
-        "before_min": lo,
-        "control_min": ctl,
-        "se": {"collapsed_max": hi_se, "before_min": lo_se, "control_min": ctl_se},
-        "detail": f"T = {int(res['T'].max())}, scale E ĝ·g/‖g‖² at KL_seq = {kls}: "
+    return stat(
+        f"T = {int(res['T'].max())}, scale E ĝ·g/‖g‖² at KL_seq = {kls}: "
         + "; ".join(parts)
         + f"; past the clamp (KL_seq > {CLAMP:g}) the largest sequence-level scale "
         f"{hi:.3g} ± {hi_se:.2g}; at KL_seq ≤ {BEFORE_CLAMP:g} the smallest {lo:.3g} ± "
         f"{lo_se:.2g}{early}; token-level past the clamp: smallest {ctl:.3g} ± {ctl_se:.2g}",
-    }
+        collapsed_max=(hi, hi_se),
+        before_min=(lo, lo_se),
+        control_min=(ctl, ctl_se),
+    )
 
 
 STATISTICS = (

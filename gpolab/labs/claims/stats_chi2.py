@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from gpolab.labs.claims.stats import bonferroni
+from gpolab.labs.claims.stats import bonferroni, exact, stat
 
 
 def chi2_law(t: dict) -> dict:
@@ -24,16 +24,15 @@ def chi2_law(t: dict) -> dict:
     z = ((last["empirical_mean"] - last["predicted_mean"]) / se).to_numpy(float)
     mean_p = bonferroni(2 * norm.sf(np.abs(z)))
     ks = bonferroni(last["ks_pvalue"].to_numpy(float))
-    return {
-        "mean_p_bonferroni": mean_p,
-        "ks_p_bonferroni": ks,
-        "se": {"mean_p_bonferroni": 0.0, "ks_p_bonferroni": 0.0},
-        "detail": f"n = {int(last['n'].iloc[0]):,}, {len(last)} estimators, "
+    return exact(
+        f"n = {int(last['n'].iloc[0]):,}, {len(last)} estimators, "
         f"{int(last['n_seeds'].iloc[0]):,} seeds: mean of n·gap vs Σ w_k, z = "
         + ", ".join(f"{v:.2f}" for v in z)
         + f" (Bonferroni p = {mean_p:.2g}); KS p (Bonferroni) = "
         f"{ks:.2g}",
-    }
+        mean_p_bonferroni=mean_p,
+        ks_p_bonferroni=ks,
+    )
 
 
 def _log_slope(G, y, se) -> tuple[float, float]:
@@ -73,6 +72,12 @@ def _rate_joint(rates: dict) -> tuple[float, float]:
     return min(1.0, len(ps) * min(ps)), zmax
 
 
+def _no_cells(estimator: str, names: tuple, measured: str) -> dict:
+    """Every value NaN when the tables hold no ``estimator`` cells (SE 0, NaN for ``measured``)."""
+    se = dict.fromkeys(names, 0.0) | {measured: math.nan}
+    return {**dict.fromkeys(names, math.nan), "se": se, "detail": f"no {estimator} cells"}
+
+
 def chi2_rate(t: dict) -> dict:
     """Corollary 9: Σw_loo − Σw_oracle against G on a log-log scale.  ``loo_slope`` is the
     weighted least-squares slope of the measured paired differences of n·Δ at the largest n (its
@@ -80,29 +85,22 @@ def chi2_rate(t: dict) -> dict:
     (Lyapunov, exact: SE 0), ``joint_p`` the measured differences against the predicted ones."""
     rates = _rate_table(t)
     if "loo" not in rates:
-        return {
-            "loo_slope": math.nan,
-            "loo_slope_exact": math.nan,
-            "joint_p": math.nan,
-            "se": {"loo_slope": math.nan, "loo_slope_exact": 0.0, "joint_p": 0.0},
-            "detail": "no loo cells",
-        }
+        return _no_cells("loo", ("loo_slope", "loo_slope_exact", "joint_p"), "loo_slope")
     G, pred, mean, se = rates["loo"].T
     slope, slope_se = _log_slope(G, mean, se)
     exact = _log_slope(G, pred, pred * 1e-3)[0] if (pred > 0).all() else math.nan
     joint, zmax = _rate_joint(rates)
-    return {
-        "loo_slope": slope,
-        "loo_slope_exact": exact,
-        "joint_p": joint,
-        "se": {"loo_slope": slope_se, "loo_slope_exact": 0.0, "joint_p": 0.0},
-        "detail": f"log-log slope of Σw_loo − Σw_oracle over G = "
+    return stat(
+        f"log-log slope of Σw_loo − Σw_oracle over G = "
         f"{', '.join(str(int(g)) for g in G)}: measured {slope:.2f} ± {slope_se:.2f}"
         f", predicted {exact:.2f}; G² × measured difference: "
         + ", ".join(f"{g**2 * m:.3g}" for g, m in zip(G, mean, strict=True))
         + f"; measured vs predicted differences joint p = {joint:.2g}, largest |z| "
         f"{zmax:.2f}",
-    }
+        loo_slope=(slope, slope_se),
+        loo_slope_exact=(exact, 0.0),
+        joint_p=(joint, 0.0),
+    )
 
 
 def chi2_prompt_only(t: dict) -> dict:
@@ -111,13 +109,9 @@ def chi2_prompt_only(t: dict) -> dict:
     method) and the measured differences against the predicted ones (``joint_p``)."""
     rates = _rate_table(t)
     if "vanilla" not in rates:
-        return {
-            "excess_violations": math.nan,
-            "vanilla_slope": math.nan,
-            "joint_p": math.nan,
-            "se": {"excess_violations": 0.0, "vanilla_slope": math.nan, "joint_p": 0.0},
-            "detail": "no vanilla cells",
-        }
+        return _no_cells(
+            "vanilla", ("excess_violations", "vanilla_slope", "joint_p"), "vanilla_slope"
+        )
     G, pred, mean, se = rates["vanilla"].T
     bad = int((pred <= 0).sum())
     res = t["results"]
@@ -125,19 +119,18 @@ def chi2_prompt_only(t: dict) -> dict:
     low = [float(min(last["vanilla", g]) / min(last["oracle", g]) - 1) for g in G]
     slope, slope_se = _log_slope(G, mean, se)
     joint, zmax = _rate_joint(rates)
-    return {
-        "excess_violations": bad,
-        "vanilla_slope": slope,
-        "joint_p": joint,
-        "se": {"excess_violations": 0.0, "vanilla_slope": slope_se, "joint_p": 0.0},
-        "detail": f"Σw_vanilla − Σw_oracle, predicted at G = "
+    return stat(
+        f"Σw_vanilla − Σw_oracle, predicted at G = "
         f"{', '.join(str(int(g)) for g in G)}: "
         + ", ".join(f"{p:.3g}" for p in pred)
         + f" ({bad} not above 0); smallest weight, vanilla against the oracle: "
         + ", ".join(f"{100 * x:+.1f}%" for x in low)
         + f"; measured log-log slope {slope:.2f} ± "
         f"{slope_se:.2f}; joint p = {joint:.2g}, largest |z| {zmax:.2f}",
-    }
+        excess_violations=(bad, 0.0),
+        vanilla_slope=(slope, slope_se),
+        joint_p=(joint, 0.0),
+    )
 
 
 STATISTICS = (chi2_law, chi2_rate, chi2_prompt_only)

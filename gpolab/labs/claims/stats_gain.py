@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from gpolab.labs.claims.stats import ratio_and_se
+from gpolab.labs.claims.stats import exact, ratio_and_se, stat
 
 
 def _ci_se(lo, hi) -> float:
@@ -34,20 +34,15 @@ def gain_fades(t: dict) -> dict:
     hi = max(k for k in adm.index if k.startswith("rho=") and k != "rho=0")
     g0, gh, go = adm.loc["rho=0"], adm.loc[hi], orc.loc[hi]
     kept, kept_se = ratio_and_se(gh["gain"] - 1, _gain_se(gh), g0["gain"] - 1, _gain_se(g0))
-    return {
-        "gain_rho0": float(g0["gain"]),
-        "excess_kept": kept,
-        "oracle_gain_rho_high": float(go["gain"]),
-        "se": {
-            "gain_rho0": _gain_se(g0),
-            "excess_kept": kept_se,
-            "oracle_gain_rho_high": _gain_se(go),
-        },
-        "detail": f"exact gradients, admissible steps: gain {g0['gain']:.3g} at ρ = 0, "
+    return stat(
+        f"exact gradients, admissible steps: gain {g0['gain']:.3g} at ρ = 0, "
         f"{gh['gain']:.3g} at {hi.replace('rho=', 'ρ = ')} ({100 * kept:.0f}% of "
         f"the excess over 1 kept); against the interference-aware oracle step "
         f"{go['gain']:.3g}",
-    }
+        gain_rho0=(float(g0["gain"]), _gain_se(g0)),
+        excess_kept=(kept, kept_se),
+        oracle_gain_rho_high=(float(go["gain"]), _gain_se(go)),
+    )
 
 
 def group_size_gain(t: dict) -> dict:
@@ -60,19 +55,15 @@ def group_size_gain(t: dict) -> dict:
     one = small == large
     lo, hi = sampled.loc[small], sampled.loc[large]
     nan = math.nan
-    return {
-        "gain_small_G": nan if one else float(lo["gain"]),
-        "gain_large_G": nan if one else float(hi["gain"]),
-        "se": {
-            "gain_small_G": nan if one else _gain_se(lo),
-            "gain_large_G": nan if one else _gain_se(hi),
-        },
-        "detail": ("one sampled G: not testable at these sizes; " if one else "")
+    return stat(
+        ("one sampled G: not testable at these sizes; " if one else "")
         + ", ".join(
             f"G = {int(k)}: {r.gain:.3g} ({r.gain_ci_low:.3g}–{r.gain_ci_high:.3g})"
             for k, r in sampled.iterrows()
         ),
-    }
+        gain_small_G=(nan if one else float(lo["gain"]), nan if one else _gain_se(lo)),
+        gain_large_G=(nan if one else float(hi["gain"]), nan if one else _gain_se(hi)),
+    )
 
 
 def curvature_bounds(t: dict) -> dict:
@@ -98,22 +89,17 @@ def stdnorm_gain(t: dict) -> dict:
         tuned_gain, tuned_se = math.nan, math.nan
     sampled = adm[np.isfinite(adm["G"])]
     sampled_txt = ", ".join(f"G = {int(r.G)}: {r.gain:.3g}" for r in sampled.itertuples())
-    return {
-        "gain_over_predicted": float(base["gain"] / base["pred_gain"]),
-        "gnorm_ratio_over_predicted": float(base["gnorm_ratio"] / base["pred_gnorm_ratio"]),
-        "tuned_gain": tuned_gain,
-        "se": {
-            "gain_over_predicted": 0.0,
-            "gnorm_ratio_over_predicted": 0.0,
-            "tuned_gain": tuned_se,
-        },
-        "detail": f"admissible steps, ρ = 0, exact gradients: iterations gain "
+    return stat(
+        f"admissible steps, ρ = 0, exact gradients: iterations gain "
         f"{base['gain']:.3g} vs predicted {base['pred_gain']:.3g} (a ratio of upper "
         f"bounds); gradient-norm ratio {base['gnorm_ratio']:.3g} vs predicted "
         f"{base['pred_gnorm_ratio']:.3g} (the quantity the reconstructed bound "
         f"covers); sampled groups {sampled_txt}; tuned steps: best gain "
         f"{tuned_gain:.3g} ± {tuned_se:.2g}",
-    }
+        gain_over_predicted=(float(base["gain"] / base["pred_gain"]), 0.0),
+        gnorm_ratio_over_predicted=(float(base["gnorm_ratio"] / base["pred_gnorm_ratio"]), 0.0),
+        tuned_gain=(tuned_gain, tuned_se),
+    )
 
 
 def _arcsin_rows(t: dict):
@@ -130,22 +116,16 @@ def arcsin_direction(t: dict) -> dict:
     last = d.iloc[-1]
     closer = float(last["cos_arcsin"] - last["cos_plain"])
     at8 = d.loc[d["G"] == 8, "rel_err"]
-    return {
-        "rel_err_at_max_G": float(err[-1]),
-        "non_decreasing_steps": int(np.sum(np.diff(err) >= 0)),
-        "closer_to_arcsin": closer,
-        "rel_err_at_G8": float(at8.iloc[0]) if len(at8) else math.nan,
-        "se": {
-            "rel_err_at_max_G": 0.0,
-            "non_decreasing_steps": 0.0,
-            "closer_to_arcsin": 0.0,
-            "rel_err_at_G8": 0.0,
-        },
-        "detail": "‖E ĝ − ∇𝒥‖/‖∇𝒥‖ by G: "
+    return exact(
+        "‖E ĝ − ∇𝒥‖/‖∇𝒥‖ by G: "
         + ", ".join(f"{int(r.G)}: {r.rel_err:.3g}" for r in d.itertuples())
         + f"; at G = {int(last['G'])} cos(E ĝ, ∇𝒥) = {last['cos_arcsin']:.5f}, cos(E ĝ, ∇E V) "
         f"= {last['cos_plain']:.4f} (cos(∇𝒥, ∇E V) = {last['cos_target_plain']:.4f})",
-    }
+        rel_err_at_max_G=float(err[-1]),
+        non_decreasing_steps=int(np.sum(np.diff(err) >= 0)),
+        closer_to_arcsin=closer,
+        rel_err_at_G8=float(at8.iloc[0]) if len(at8) else math.nan,
+    )
 
 
 def lemma11_ratio(t: dict) -> dict:
@@ -157,18 +137,17 @@ def lemma11_ratio(t: dict) -> dict:
     exact = d["u_ratio_exact"].to_numpy(np.float64)
     z = ((d["u_ratio"] - d["u_ratio_exact"]) / d["u_ratio_se"]).to_numpy(np.float64)
     p = float(chi2.sf(np.sum(z**2), len(z))) if np.all(np.isfinite(z)) else math.nan
-    return {
-        "ratio_at_max_G": float(exact[-1]),
-        "non_decreasing_steps": int(np.sum(np.diff(exact) >= 0)),
-        "joint_p": p,
-        "se": {"ratio_at_max_G": 0.0, "non_decreasing_steps": 0.0, "joint_p": 0.0},
-        "detail": "exact E‖ĝ − U‖²/E‖U‖² by G: "
+    return exact(
+        "exact E‖ĝ − U‖²/E‖U‖² by G: "
         + ", ".join(
             f"{int(r.G)}: {r.u_ratio_exact:.3g} (measured {r.u_ratio:.3g} ± {r.u_ratio_se:.2g})"
             for r in d.itertuples()
         )
         + f"; measured vs exact p = {p:.2g}",
-    }
+        ratio_at_max_G=float(exact[-1]),
+        non_decreasing_steps=int(np.sum(np.diff(exact) >= 0)),
+        joint_p=p,
+    )
 
 
 STATISTICS = (

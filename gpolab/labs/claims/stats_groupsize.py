@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from gpolab.labs.claims.stats import ratio_and_se
+from gpolab.labs.claims.stats import exact, ratio_and_se, stat
 
 
 def _frac_se(frac: float, n: int) -> float:
@@ -30,17 +30,16 @@ def groupsize_argmin(t: dict) -> dict:
     never counts as a match); counts: SE 0."""
     s = t["summary"]
     matches = int(((s["empirical_best_G"] == s["predicted_best_G"]) & _separated(s)).sum())
-    return {
-        "argmin_matches_prediction": matches,
-        "n_budgets": len(s),
-        "distinct_argmins": int(s["empirical_best_G"].nunique()),
-        "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "distinct_argmins": 0.0},
-        "detail": "empirical best G per N: "
+    return exact(
+        "empirical best G per N: "
         + ", ".join(
             f"N={r.N}: {r.empirical_best_G} (tied: {r.tied_G}; predicted {r.predicted_best_G})"
             for r in s.itertuples()
         ),
-    }
+        argmin_matches_prediction=matches,
+        n_budgets=len(s),
+        distinct_argmins=int(s["empirical_best_G"].nunique()),
+    )
 
 
 def train_optimum(t: dict) -> dict:
@@ -51,22 +50,17 @@ def train_optimum(t: dict) -> dict:
     sep = _separated(s)
     match = float(((s["empirical_best_G"] == s["predicted_best_G"]) & sep).mean())
     n = len(s)
-    return {
-        "interior_frac": float(s["interior_minimum"].mean()),
-        "matches_prediction_frac": match,
-        "separated_frac": float(sep.mean()),
-        "se": {
-            "interior_frac": 0.0,
-            "matches_prediction_frac": _frac_se(match, n),
-            "separated_frac": _frac_se(float(sep.mean()), n),
-        },
-        "detail": f"best G per (env, N, schedule), {n} settings: "
+    return stat(
+        f"best G per (env, N, schedule), {n} settings: "
         + ", ".join(
             f"{r.env} N={r.N} {r.schedule}: {r.empirical_best_G} (tied {r.tied_G}, "
             f"predicted {r.predicted_best_G})"
             for r in s.itertuples()
         ),
-    }
+        interior_frac=(float(s["interior_minimum"].mean()), 0.0),
+        matches_prediction_frac=(match, _frac_se(match, n)),
+        separated_frac=(float(sep.mean()), _frac_se(float(sep.mean()), n)),
+    )
 
 
 def plan_recovery(t: dict) -> dict:
@@ -85,11 +79,8 @@ def plan_recovery(t: dict) -> dict:
     )
     missed = checked[~ok]
     gs = first[first["quantity"] == "G*"]
-    return {
-        "uncovered": len(missed),
-        "format_spread": float(spread.max()),
-        "se": {"uncovered": 0.0, "format_spread": 0.0},
-        "detail": f"{len(checked) - len(missed)} of {len(checked)} truths inside the 95% "
+    return exact(
+        f"{len(checked) - len(missed)} of {len(checked)} truths inside the 95% "
         "interval with a recovered value (the curve's G share one fit: correlated); G* truth "
         "vs recovered: "
         + ", ".join(
@@ -97,7 +88,9 @@ def plan_recovery(t: dict) -> dict:
             for r in gs.itertuples()
         )
         + f"; largest difference between formats {float(spread.max()):.2g}",
-    }
+        uncovered=len(missed),
+        format_spread=float(spread.max()),
+    )
 
 
 def pool_argmin(t: dict) -> dict:
@@ -106,22 +99,17 @@ def pool_argmin(t: dict) -> dict:
     from the infinite-pool law's best divisor (the pool moved G*); counts: SE 0."""
     s = t["summary"]
     if "empirical_best_G_pool" not in s:
-        return {
-            "argmin_matches_prediction": math.nan,
-            "n_budgets": len(s),
-            "moved": math.nan,
-            "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "moved": 0.0},
-            "detail": "no pool in this run",
-        }
+        return exact(
+            "no pool in this run",
+            argmin_matches_prediction=math.nan,
+            n_budgets=len(s),
+            moved=math.nan,
+        )
     sep = s["tied_G_pool"].astype(str) == s["empirical_best_G_pool"].astype(str)
     matches = int(((s["empirical_best_G_pool"] == s["predicted_best_G"]) & sep).sum())
     moved = int(((s["empirical_best_G_pool"] != s["infinite_pool_best_G"]) & sep).sum())
-    return {
-        "argmin_matches_prediction": matches,
-        "n_budgets": len(s),
-        "moved": moved,
-        "se": {"argmin_matches_prediction": 0.0, "n_budgets": 0.0, "moved": 0.0},
-        "detail": f"P = {int(s['pool'].iloc[0])} prompts; best G per N (pool law, smallest "
+    return exact(
+        f"P = {int(s['pool'].iloc[0])} prompts; best G per N (pool law, smallest "
         f"feasible G = N/P, infinite-pool law): "
         + "; ".join(
             f"N={r.N}: {r.empirical_best_G_pool} (tied: {r.tied_G_pool}; "
@@ -130,13 +118,16 @@ def pool_argmin(t: dict) -> dict:
         )
         + f"; the pool law's continuous minimiser {s['g_star_pool'].iloc[0]:.2f}, "
         f"the infinite pool's {s['g_star_exact'].iloc[0]:.2f}",
-    }
+        argmin_matches_prediction=matches,
+        n_budgets=len(s),
+        moved=moved,
+    )
 
 
 # ------------------------------------------------------------------ groupsize_budget (issue 42)
 # The budget check's summary: one row per (env, pool P, N) with the best G by rollouts to target
 # and its 95%-CI ties, by J at compute total/d (``best_G_value_c{d}``, d = 8, 4, 2, 1) and the
-# rule's G (gpolab/labs/groupsize/budget.py).
+# rule's G (gpolab/labs/groupsize/summary.py: budget_summary).
 
 
 def _gs(text) -> set[int]:
@@ -159,31 +150,25 @@ def budget_universal(t: dict) -> dict:
     half its runs at every N (else every run is censored and all G tie)."""
     s = t["summary"][t["summary"]["pool"] == 0]
     if s.empty:
-        return {"shared_best": math.nan, "se": {"shared_best": 0.0}, "detail": "no P = 0 rows"}
+        return exact("no P = 0 rows", shared_best=math.nan)
     shared = {
         env: set.intersection(*(_gs(x) for x in rows["tied_G"])) for env, rows in s.groupby("env")
     }
     n = int(t["results"]["n_seeds"].min())
     reached = float(s["best_reached"].min())
-    return {
-        "shared_best": int(all(shared.values())),
-        "distinct_best": int(s.groupby("env")["best_G"].nunique().max()),
-        "tie_share_max": float(s["tie_share"].max()),
-        "best_reached_min": reached,
-        "se": {
-            "shared_best": 0.0,
-            "distinct_best": 0.0,
-            "tie_share_max": 0.0,
-            "best_reached_min": math.sqrt(max(reached * (1 - reached), 1 / n) / n),
-        },
-        "detail": "prompts drawn afresh; fewest rollouts to target per N: "
+    return stat(
+        "prompts drawn afresh; fewest rollouts to target per N: "
         + ", ".join(
             f"{r.env} N={r.N}: G={r.best_G} (tied {r.tied_G}; rule {r.rule_G})"
             for r in s.itertuples()
         )
         + "; G tied at every N: "
         + ", ".join(f"{env} {sorted(g) or 'none'}" for env, g in shared.items()),
-    }
+        shared_best=(int(all(shared.values())), 0.0),
+        distinct_best=(int(s.groupby("env")["best_G"].nunique().max()), 0.0),
+        tie_share_max=(float(s["tie_share"].max()), 0.0),
+        best_reached_min=(reached, math.sqrt(max(reached * (1 - reached), 1 / n) / n)),
+    )
 
 
 def budget_compute_rise(t: dict) -> dict:
@@ -196,22 +181,17 @@ def budget_compute_rise(t: dict) -> dict:
     last = [g in _gs(x) for g, x in zip(s["best_G_value_c1"], s["tied_G_value_c2"], strict=True)]
     n = len(s)
     rise_frac, level_frac = float(up.mean()), float((up & np.array(last)).mean())
-    return {
-        "rise_frac": rise_frac,
-        "rise_then_level_frac": level_frac,
-        "falls": int(down.sum()),
-        "se": {
-            "rise_frac": _frac_se(rise_frac, n),
-            "rise_then_level_frac": _frac_se(level_frac, n),
-            "falls": 0.0,
-        },
-        "detail": "best G by J at compute total/8 → /4 → /2 → total, per (P, N): "
+    return stat(
+        "best G by J at compute total/8 → /4 → /2 → total, per (P, N): "
         + "; ".join(
             f"{r.env} P={r.pool} N={r.N}: {r.best_G_value_c8} → {r.best_G_value_c4} → "
             f"{r.best_G_value_c2} → {r.best_G_value_c1}"
             for r in s.itertuples()
         ),
-    }
+        rise_frac=(rise_frac, _frac_se(rise_frac, n)),
+        rise_then_level_frac=(level_frac, _frac_se(level_frac, n)),
+        falls=(int(down.sum()), 0.0),
+    )
 
 
 def two_vs_sixteen(t: dict) -> dict:
@@ -237,12 +217,9 @@ def two_vs_sixteen(t: dict) -> dict:
         nan = {"ratio_min": math.nan, "gain16_z_min": math.nan}
         return {**nan, "se": {"ratio_min": 0.0, "gain16_z_min": 0.0}, "detail": "no pair"}
     worst = min(ratios)
-    return {
-        "ratio_min": worst[0],
-        "gain16_z_min": float(min(gains)),
-        "se": {"ratio_min": worst[1], "gain16_z_min": 1.0},
-        "detail": "; ".join(parts),
-    }
+    return stat(
+        "; ".join(parts), ratio_min=(worst[0], worst[1]), gain16_z_min=(float(min(gains)), 1.0)
+    )
 
 
 def budget_pool_shift(t: dict) -> dict:
@@ -259,12 +236,8 @@ def budget_pool_shift(t: dict) -> dict:
         )
     finite = [k for k in rises if k[1]]
     infinite = [rises[k] for k in rises if not k[1]]
-    return {
-        "rises": sum(rises[k] for k in finite),
-        "n_pools": len(finite),
-        "rises_infinite": sum(infinite) if infinite else math.nan,
-        "se": {"rises": 0.0, "n_pools": 0.0, "rises_infinite": 0.0},
-        "detail": "best G by rollouts to target, smallest → largest N: "
+    return exact(
+        "best G by rollouts to target, smallest → largest N: "
         + "; ".join(
             f"{env} P={P}: "
             + " → ".join(
@@ -273,7 +246,10 @@ def budget_pool_shift(t: dict) -> dict:
             )
             for env, P in rises
         ),
-    }
+        rises=sum(rises[k] for k in finite),
+        n_pools=len(finite),
+        rises_infinite=sum(infinite) if infinite else math.nan,
+    )
 
 
 def budget_rule(t: dict) -> dict:
@@ -285,17 +261,16 @@ def budget_rule(t: dict) -> dict:
     n = len(s)
     match = float(s["rule_in_ties"].mean())
     exact = int((s["rule_G"] == s["best_G"]).sum())
-    return {
-        "rule_match_frac": match,
-        "tie_share_mean": float(s["tie_share"].mean()),
-        "se": {"rule_match_frac": _frac_se(match, n), "tie_share_mean": 0.0},
-        "detail": f"{exact} of {n} settings: the rule's G is the best; per (P, N) rule / best "
+    return stat(
+        f"{exact} of {n} settings: the rule's G is the best; per (P, N) rule / best "
         "(ties): "
         + "; ".join(
             f"{r.env} P={r.pool} N={r.N}: {r.rule_G} / {r.best_G} ({r.tied_G})"
             for r in s.itertuples()
         ),
-    }
+        rule_match_frac=(match, _frac_se(match, n)),
+        tie_share_mean=(float(s["tie_share"].mean()), 0.0),
+    )
 
 
 STATISTICS = (

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from gpolab.engine import stats
-from gpolab.labs.claims.stats import ratio_and_se
+from gpolab.labs.claims.stats import exact, ratio_and_se, stat
 
 
 def _gap(a, sa, b, sb) -> tuple[float, float]:
@@ -35,15 +35,14 @@ def strength_order(t: dict) -> dict:
         v.loc["base", "mse"], v.loc["base", "mse_se"], v.loc["icl", "mse"], v.loc["icl", "mse_se"]
     )
     gap = min(_order_gaps(df, "vanilla", G))
-    return {
-        "base_over_icl": ratio[0],
-        "smallest_gap": gap[0],
-        "se": {"base_over_icl": ratio[1], "smallest_gap": gap[1]},
-        "detail": f"vanilla MSE at G = {G}: base {v.loc['base', 'mse']:.3g}, instruct "
+    return stat(
+        f"vanilla MSE at G = {G}: base {v.loc['base', 'mse']:.3g}, instruct "
         f"{v.loc['instruct', 'mse']:.3g}, icl {v.loc['icl', 'mse']:.3g} (mean V "
         "0.15 / 0.40 / 0.65): grows with strength (why, and a family that reverses "
         "it: docs/arithmetic.md)",
-    }
+        base_over_icl=ratio,
+        smallest_gap=gap,
+    )
 
 
 def strength_family(t: dict) -> dict:
@@ -55,13 +54,12 @@ def strength_family(t: dict) -> dict:
         gaps += _order_gaps(df, e, G)
         parts.append(f"{e} {v['base']:.3g} > {v['instruct']:.3g} > {v['icl']:.3g}")
     gap = min(gaps, key=lambda g: g[0] / g[1] if g[1] > 0 else g[0] * math.inf)
-    return {
-        "smallest_gap_z": gap[0] / gap[1],
-        "se": {"smallest_gap_z": 1.0},
-        "detail": f"G = {G}, base > instruct > icl: "
+    return stat(
+        f"G = {G}, base > instruct > icl: "
         + "; ".join(parts)
         + f"; least clear gap {gap[0]:.3g} ± {gap[1]:.3g}",
-    }
+        smallest_gap_z=(gap[0] / gap[1], 1.0),
+    )
 
 
 def mean_baseline(t: dict) -> dict:
@@ -83,16 +81,15 @@ def mean_baseline(t: dict) -> dict:
     others = at.drop(index="mean")
     nxt = others.loc[others["mse"].idxmin()]
     gap = _gap(nxt["mse"], nxt["mse_se"], m["mse"], m["mse_se"])
-    return {
-        "bias_theory_abs_z": abs(z),
-        "bias_z": float(m["bias_sq"] / bias_se),
-        "lowest_mse_gap": gap[0],
-        "se": {"bias_theory_abs_z": 1.0, "bias_z": 1.0, "lowest_mse_gap": gap[1]},
-        "detail": f"G = {G}: mean's bias² {m['bias_sq']:.3g} ± {bias_se:.2g} vs exact "
+    return stat(
+        f"G = {G}: mean's bias² {m['bias_sq']:.3g} ± {bias_se:.2g} vs exact "
         f"‖g_x‖²/G² {m['theory_bias_sq']:.3g} (z = {z:.2f}); MSE {m['mse']:.4g} vs "
         f"the next-lowest ({nxt.name}) {nxt['mse']:.4g} (oracle "
         f"{at.loc['oracle', 'mse']:.4g})",
-    }
+        bias_theory_abs_z=(abs(z), 1.0),
+        bias_z=(float(m["bias_sq"] / bias_se), 1.0),
+        lowest_mse_gap=gap,
+    )
 
 
 def normalization_direction(t: dict) -> dict:
@@ -125,11 +122,10 @@ def kappa_values(t: dict) -> dict:
         c = k[k["estimator"] == name]
         got[name] = float(np.interp(0.05, c["p"], c["kappa"])) if len(c) else float("nan")
     err = max(abs(got[n] - want[n]) for n in want)
-    return {
-        "max_abs_error": err,
-        "se": {"max_abs_error": 0.0},
-        "detail": "κ_8(0.05): " + ", ".join(f"{n} {got[n]:.3f} (theory {want[n]})" for n in want),
-    }
+    return exact(
+        "κ_8(0.05): " + ", ".join(f"{n} {got[n]:.3f} (theory {want[n]})" for n in want),
+        max_abs_error=err,
+    )
 
 
 def _worst_ratio(df, hi: str, lo: str, G: int) -> tuple[float, float, str]:
@@ -165,32 +161,39 @@ def oracle_close(t: dict) -> dict:
     }
 
 
+def _unclear_gaps(df, pairs) -> tuple[int, int, tuple[float, str]]:
+    """Over the (policy, G) cells of ``df``: how many MSE gaps hi − lo, for each (hi, lo) of
+    ``pairs``, are not 2 SE of the difference clear, the cells, and the least clear gap (in SEs,
+    and where: policy, G and the estimator ``hi``, or ``lo`` when ``hi`` is vanilla)."""
+    bad, cells, worst = 0, 0, (math.inf, "")
+    for (policy, G), sub in df.groupby(["policy", "G"]):
+        m = sub.set_index("estimator")
+        cells += 1
+        for hi, lo in pairs:
+            gap = m.loc[hi, "mse"] - m.loc[lo, "mse"]
+            s = float(np.hypot(m.loc[hi, "mse_se"], m.loc[lo, "mse_se"]))
+            bad += gap <= 2 * s
+            if gap / s < worst[0]:
+                worst = (gap / s, f"{policy}, G = {int(G)}, {lo if hi == 'vanilla' else hi}")
+    return int(bad), cells, worst
+
+
 def no_filler_flip(t: dict) -> dict:
     """Every (policy, G) cell: a violation unless vanilla's MSE is below both the oracle's and
     loo's by 2 SE of the difference (a count: SE 0); and the exact theory's joint test (a p-value
     is its own test: SE 0)."""
     df = t["results"]
-    bad, cells, worst = 0, 0, (math.inf, "")
-    for (policy, G), sub in df.groupby(["policy", "G"]):
-        m = sub.set_index("estimator")
-        cells += 1
-        for other in ("oracle", "loo"):
-            gap = m.loc[other, "mse"] - m.loc["vanilla", "mse"]
-            s = float(np.hypot(m.loc[other, "mse_se"], m.loc["vanilla", "mse_se"]))
-            bad += gap <= 2 * s
-            if gap / s < worst[0]:
-                worst = (gap / s, f"{policy}, G = {int(G)}, {other}")
+    bad, cells, worst = _unclear_gaps(df, (("oracle", "vanilla"), ("loo", "vanilla")))
     joint = stats.joint_test(df, ("policy", "estimator"))
     p = math.nan if joint is None else joint["joint_p"]
-    return {
-        "flip_violations": int(bad),
-        "joint_p": p,
-        "se": {"flip_violations": 0.0, "joint_p": 0.0},
-        "detail": f"vanilla below the oracle and loo, 2 SE clear, in {2 * cells - int(bad)} of "
+    return exact(
+        f"vanilla below the oracle and loo, 2 SE clear, in {2 * cells - int(bad)} of "
         f"{2 * cells} comparisons (policy × G × baseline); least clear: "
         f"{worst[1]} ({worst[0]:.1f} SE); exact theory joint p = "
         f"{p:.2g}",
-    }
+        flip_violations=int(bad),
+        joint_p=p,
+    )
 
 
 def ustat_identity(t: dict) -> dict:
@@ -213,13 +216,12 @@ def ustat_identity(t: dict) -> dict:
             gap = abs(a - b) / max(scale, 1e-30)
             worst = math.inf if math.isnan(gap) else max(worst, gap)
     worst = worst if n else math.nan
-    return {
-        "max_rel_diff": worst,
-        "cells": n,
-        "se": {"max_rel_diff": 0.0, "cells": 0.0},
-        "detail": f"ustat vs loo on the same draws, {n} (env, G) cells: largest difference of "
+    return exact(
+        f"ustat vs loo on the same draws, {n} (env, G) cells: largest difference of "
         f"MSE, bias² and variance over loo's MSE {worst:.2g}",
-    }
+        max_rel_diff=worst,
+        cells=n,
+    )
 
 
 def _joint(rows, by=("estimator",)) -> tuple[float, float]:
@@ -236,16 +238,15 @@ def oracle_match(t: dict) -> dict:
     loo, oracle = at.loc["loo"], at.loc["oracle"]
     ratio, ratio_se = ratio_and_se(loo["mse"], loo["mse_se"], oracle["mse"], oracle["mse_se"])
     joint, zmax = _joint(df)
-    return {
-        "loo_over_oracle_at_max_G": ratio,
-        "joint_p": joint,
-        "max_abs_z": zmax,
-        "se": {"loo_over_oracle_at_max_G": ratio_se, "joint_p": 0.0, "max_abs_z": 0.0},
-        "detail": f"loo/oracle = {ratio:.3f} ± {ratio_se:.3f} at G = {Gmax}; exact theory vs "
+    return stat(
+        f"loo/oracle = {ratio:.3f} ± {ratio_se:.3f} at G = {Gmax}; exact theory vs "
         f"Monte Carlo: joint p = {joint:.2g} (Bonferroni over estimators of Σ_G z²; "
         f"a p-value is its own test: SE 0), largest |z| {zmax:.2f}; "
         f"{int(df['n_seeds'].min()):,} seeds",
-    }
+        loo_over_oracle_at_max_G=(ratio, ratio_se),
+        joint_p=(joint, 0.0),
+        max_abs_z=(zmax, 0.0),
+    )
 
 
 def arithmetic_ordering(t: dict) -> dict:
@@ -254,23 +255,16 @@ def arithmetic_ordering(t: dict) -> dict:
     difference (a count: SE 0); and the exact theory's joint test over every cell."""
     df = t["results"]
     paper = df[df["G"] >= 4]
-    bad, cells = 0, 0
-    for _, sub in paper.groupby(["policy", "G"]):
-        m = sub.set_index("estimator")
-        cells += 1
-        for lo in ("loo", "oracle"):
-            gap = m.loc["vanilla", "mse"] - m.loc[lo, "mse"]
-            bad += gap <= 2 * np.hypot(m.loc["vanilla", "mse_se"], m.loc[lo, "mse_se"])
+    bad, cells, _ = _unclear_gaps(paper, (("vanilla", "loo"), ("vanilla", "oracle")))
     joint, zmax = _joint(df, ("policy", "estimator"))
     Gs = ", ".join(str(int(g)) for g in sorted(set(paper["G"])))
-    return {
-        "ordering_violations": int(bad),
-        "joint_p": joint,
-        "se": {"ordering_violations": 0.0, "joint_p": 0.0},
-        "detail": f"{int(bad)} of {2 * cells} gaps (policy × G = {Gs} × loo, oracle) where "
+    return exact(
+        f"{int(bad)} of {2 * cells} gaps (policy × G = {Gs} × loo, oracle) where "
         f"vanilla's MSE is not above by 2 SE; exact theory (every G) joint p = "
         f"{joint:.2g}, largest |z| {zmax:.2f}",
-    }
+        ordering_violations=int(bad),
+        joint_p=joint,
+    )
 
 
 def zoo_theory(t: dict) -> dict:
@@ -283,7 +277,7 @@ def zoo_theory(t: dict) -> dict:
             f"{env}: joint p = {joint:.2g}, largest |z| {zmax:.2f} "
             f"({int(rows['theory_mse'].notna().sum())} cells)"
         )
-    return {**out, "se": dict.fromkeys(out, 0.0), "detail": "; ".join(parts)}
+    return exact("; ".join(parts), **out)
 
 
 STATISTICS = (

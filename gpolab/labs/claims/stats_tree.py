@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from gpolab.labs.claims.stats import ratio_and_se
+from gpolab.labs.claims.stats import exact, ratio_and_se, stat
 
 THINK_RATIOS = (0.0, 0.25, 1.0, 4.0)  # L_think / L_answer at which tree_branching ranks splits
 
@@ -69,14 +69,12 @@ def tree_branching(t: dict) -> dict:
         + ", ".join(f"{n} leaves {w}" for n, w in zip(budgets, pays[r], strict=True))
         for r in THINK_RATIOS
     ]
-    return {
-        **values,
-        "se": dict.fromkeys(values, 0.0),
-        "detail": "winner per (leaf budget, L_think/L_answer), a 95% tie with the other kind "
-        f"counted as a tie (counts of settings: SE 0): {'; '.join(parts)}; "
-        f"{int(np.sum(df['theory_exact'].astype(bool)))} of {len(df)} cells ranked "
-        "on exact corr",
-    }
+    detail = (
+        "winner per (leaf budget, L_think/L_answer), a 95% tie with the other kind counted as a "
+        f"tie (counts of settings: SE 0): {'; '.join(parts)}; "
+        f"{int(np.sum(df['theory_exact'].astype(bool)))} of {len(df)} cells ranked on exact corr"
+    )
+    return exact(detail, **values)
 
 
 def tree_floor(t: dict) -> dict:
@@ -86,17 +84,13 @@ def tree_floor(t: dict) -> dict:
     exact = row["theory_variance"] if np.isfinite(row["theory_variance"]) else row["theory_floor"]
     z = float((row["variance"] - exact) / row["variance_se"])
     gap = float(abs(row["variance"] - row["theory_floor"]) / row["theory_floor"])
-    return {
-        "floor_abs_z": abs(z),
-        "rel_gap_to_floor": gap,
-        "se": {
-            "floor_abs_z": 1.0,
-            "rel_gap_to_floor": float(row["variance_se"] / row["theory_floor"]),
-        },
-        "detail": f"K = {K}, M = {int(row['M'])}: variance {row['variance']:.4g} vs exact "
+    return stat(
+        f"K = {K}, M = {int(row['M'])}: variance {row['variance']:.4g} vs exact "
         f"{exact:.4g} (z = {z:.2f}); the K → ∞ floor is {row['theory_floor']:.4g} "
         f"({100 * gap:.1f}% away)",
-    }
+        floor_abs_z=(abs(z), 1.0),
+        rel_gap_to_floor=(gap, float(row["variance_se"] / row["theory_floor"])),
+    )
 
 
 def tree_decay(t: dict) -> dict:
@@ -108,14 +102,13 @@ def tree_decay(t: dict) -> dict:
     v, s = sub["variance"].to_numpy(), sub["variance_se"].to_numpy()
     flat = int(np.sum(v[:-1] - v[1:] <= 2 * np.hypot(s[:-1], s[1:])))
     ratio = ratio_and_se(v[-1], s[-1], v[0], s[0])
-    return {
-        "non_decreasing_steps": flat,
-        "last_over_first": ratio[0],
-        "se": {"non_decreasing_steps": 0.0, "last_over_first": ratio[1]},
-        "detail": f"K = {K}: variance {v[0]:.3g} at M = {int(sub['M'].iloc[0])} → "
+    return stat(
+        f"K = {K}: variance {v[0]:.3g} at M = {int(sub['M'].iloc[0])} → "
         f"{v[-1]:.3g} at M = {int(sub['M'].iloc[-1])}; {flat} of {len(v) - 1} steps "
         "not 2 SE clear",
-    }
+        non_decreasing_steps=(flat, 0.0),
+        last_over_first=ratio,
+    )
 
 
 def tree_overlap_boundary(t: dict) -> dict:
@@ -146,24 +139,17 @@ def tree_overlap_boundary(t: dict) -> dict:
     stars = ", ".join(
         f"{r:.3g}: {'never' if math.isnan(v) else f'ρ ≥ {v:g}'}" for r, v in b["rho_star"].items()
     )
-    return {
-        "violations": b["violations"],
-        "moving_ratios": len(inside),
-        "flat_when_free": int((free["pays"] == "flat").sum()),
-        "n_overlaps": len(free),
-        "joint_p": p,
-        "se": {
-            "violations": 0.0,
-            "moving_ratios": 0.0,
-            "flat_when_free": 0.0,
-            "n_overlaps": 0.0,
-            "joint_p": 0.0,
-        },
-        "detail": f"{int(df['K'].iloc[0] * df['M'].iloc[0])} leaves; branching (M > 1) pays, "
+    return exact(
+        f"{int(df['K'].iloc[0] * df['M'].iloc[0])} leaves; branching (M > 1) pays, "
         f"by L_think/L_answer: {stars}; {b['violations']} grid points above a "
         f"boundary where it stops paying; source {wins['source'].iloc[0]}; the six "
         f"moments against exact theory: joint p = {p:.2g}",
-    }
+        violations=b["violations"],
+        moving_ratios=len(inside),
+        flat_when_free=int((free["pays"] == "flat").sum()),
+        n_overlaps=len(free),
+        joint_p=p,
+    )
 
 
 STATISTICS = (tree_branching, tree_floor, tree_decay, tree_overlap_boundary)
