@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
 from types import ModuleType
@@ -163,6 +164,16 @@ def instances(*chosen: str) -> dict[str, type]:
     for name in chosen:
         validate.choice("env", name, names())
     return {name: _modules()[name].Instance for name in chosen}
+
+
+def instance_fields(inst, fn: Callable | None = None) -> dict:
+    """An env ``Instance``'s fields by name: all of them, or those ``fn`` takes (an env's
+    ``validate``: ``check_instance(**instance_fields(self, check_instance))``, each setting
+    passed once, by name)."""
+    values = {f.name: getattr(inst, f.name) for f in dataclasses.fields(inst)}
+    if fn is None:
+        return values
+    return {name: values[name] for name in inspect.signature(fn).parameters}
 
 
 def get(name: str) -> Env:

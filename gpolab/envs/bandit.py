@@ -23,7 +23,7 @@ from flax import struct
 
 from gpolab import configs, validate
 from gpolab.configs import option
-from gpolab.envs import Env
+from gpolab.envs import Env, instance_fields
 from gpolab.envs.sampling import alias_draw, alias_tables, inverse_cdf, inverse_cdf_rows
 
 KINDS = ("tabular", "loglinear")
@@ -107,15 +107,7 @@ class Instance(configs.Config):
     )
 
     def validate(self) -> None:
-        check_instance(
-            self.kind,
-            self.prompts,
-            self.actions,
-            self.dim,
-            self.logit_scale,
-            self.success_a,
-            self.success_b,
-        )
+        check_instance(**instance_fields(self, check_instance))
         validate.integer("instance_seed", self.instance_seed, 0)
         check_lengths(self.lengths, self.length_min, self.length_max)
         validate.integer("B", self.B, 0)

@@ -34,6 +34,7 @@ from flax import struct
 
 from gpolab import configs, validate
 from gpolab.configs import option
+from gpolab.envs import instance_fields
 from gpolab.envs.sampling import inverse_cdf
 
 
@@ -70,22 +71,13 @@ class Instance(configs.Config):
     instance_seed: int = option(0, "seed of the instance")
 
     def validate(self) -> None:
-        check_instance(
-            self.prompts,
-            self.dim,
-            self.rank or self.dim,
-            self.s,
-            self.h_min,
-            self.h_max,
-            self.eig_min,
-            self.eig_max,
-            self.theta_scale,
-        )
+        check_instance(**instance_fields(self, check_instance))
         validate.integer("instance_seed", self.instance_seed, 0)
 
 
 def check_instance(prompts, dim, rank, s, h_min, h_max, eig_min, eig_max, theta_scale) -> None:
-    """Plain-Python checks of the settings of :func:`make`."""
+    """Plain-Python checks of the settings of :func:`make` (``rank`` 0: d)."""
+    rank = rank or dim
     validate.integer("dim", dim, 1)
     validate.integer("rank", rank, 1, dim)
     validate.integer("prompts", prompts, rank)
@@ -101,7 +93,7 @@ def make(inst: Instance | int = 0, **settings) -> GaussianParams:
     """The instance of ``inst`` (an :class:`Instance`), or of a seed and keywords (the older
     form, same instance)."""
     if isinstance(inst, Instance):
-        fields = {f.name: getattr(inst, f.name) for f in dataclasses.fields(inst)}
+        fields = instance_fields(inst)
         seed, fields["rank"] = fields.pop("instance_seed"), inst.rank or None
         return draw(seed, **fields)
     return draw(inst, **settings)
@@ -129,7 +121,7 @@ def draw(
     differ (H is then not proportional to the noise covariance).  θ° ~ ``theta_scale``·N(0, I)
     and μ = Φθ°.  Prompts are uniform.
     """
-    rank = dim if rank is None else rank
+    rank = rank or dim  # None or 0: d
     check_instance(prompts, dim, rank, s, h_min, h_max, eig_min, eig_max, theta_scale)
     rng = np.random.default_rng(seed)
     u = _equal_norm_frame(rng.normal(size=(prompts, rank)))

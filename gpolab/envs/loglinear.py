@@ -34,7 +34,7 @@ from flax import struct
 
 from gpolab import configs, validate
 from gpolab.configs import option
-from gpolab.envs import Env
+from gpolab.envs import Env, instance_fields
 from gpolab.envs.sampling import inverse_cdf
 
 
@@ -96,17 +96,7 @@ class Instance(configs.Config):
     instance_seed: int = option(0, "seed of the instance")
 
     def validate(self) -> None:
-        check_instance(
-            self.prompts,
-            self.responses,
-            self.block,
-            self.bound,
-            self.rho,
-            self.p_low,
-            self.p_high,
-            self.align,
-            self.p_equal,
-        )
+        check_instance(**instance_fields(self, check_instance))
         validate.integer("instance_seed", self.instance_seed, 0)
 
 
@@ -129,7 +119,7 @@ def make(inst: Instance | jax.Array | int = 0, **settings) -> LogLinearParams:
     """The instance of ``inst`` (an :class:`Instance`), or of a key or seed and keywords (the
     older form, same instance)."""
     if isinstance(inst, Instance):
-        fields = {f.name: getattr(inst, f.name) for f in dataclasses.fields(inst)}
+        fields = instance_fields(inst)
         return draw(fields.pop("instance_seed"), **fields)
     return draw(inst, **settings)
 
