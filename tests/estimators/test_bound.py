@@ -35,7 +35,11 @@ def test_a_bound_spec_answers_as_its_string(spec):
 
 def test_a_bound_spec_is_not_parsed_again(monkeypatch):
     b = estimators.bound("trl/grpo[scale_rewards=batch]")
-    monkeypatch.setattr(registry, "_SPEC", None)  # any parse would fail now
+
+    def no_parse(*args):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(registry.validate, "bracketed", no_parse)  # any parse fails now
     estimators.check_estimator(b, 4)
     assert estimators.bind(b, SHARED)[1] == {"scale_rewards": "batch"}
     assert exact.registry_table(b, 4, strict=False, **SHARED).reason
