@@ -27,14 +27,14 @@ def ratio_and_se(a, sa, b, sb) -> tuple[float, float]:
     return r, abs(r) * math.hypot(sa / a, sb / b)
 
 
-def stat(detail: str, **values) -> dict:
+def statistic(detail: str, **values) -> dict:
     """A statistic's values, each given with its standard error as ``name=(value, se)``, and its
     one-line ``detail``."""
     out = {k: v for k, (v, _) in values.items()}
     return {**out, "se": {k: se for k, (_, se) in values.items()}, "detail": detail}
 
 
-def exact(detail: str, **values) -> dict:
+def exact_statistic(detail: str, **values) -> dict:
     """A statistic whose every value is exact or count-valued (each SE 0), with its ``detail``."""
     return {**values, "se": dict.fromkeys(values, 0.0), "detail": detail}
 
@@ -185,7 +185,7 @@ def mismatch_token_bias(t: dict) -> dict:
         (s,), (s_se,) = _log_fit([rows["T"]], b, rows["bias_sq_se"] / (2 * b))
         per.append(f"noise {size:g}: T^{s:.2f} ± {s_se:.2f} ({len(rows)} T)")
     p, zmax = _unbiased_p(df[df["mismatch_size"] == 0])
-    return stat(
+    return statistic(
         f"untruncated token IS, {len(fit)} of {len(on)} rows with a mismatch resolved "
         f"(bias² ≥ 3 SE): ‖bias‖ ∝ T^{s_T:.2f} ± {se_T:.2f} · Δ^{s_D:.2f} ± {se_D:.2f}, Δ = "
         f"the largest per-token TV(μ, π) (gpolab's reading of Δ_max); in the noise size ∝ "
@@ -236,7 +236,7 @@ def mismatch_seq_variance(t: dict) -> dict:
         f"T = {int(T)} {m}: {a:.3g} ± {b:.2g} vs {c:.3g}"
         for T, m, a, b, c in zip(seq["T"], seq["mismatch"], r, r_se, x, strict=True)
     )
-    return stat(
+    return statistic(
         f"untruncated sequence IS: variance over the uncorrected one against 1 + χ²_seq "
         f"(exact): {pts}; fit over the {int(keep.sum())} rows with 1 + χ²_seq ≤ "
         f"{SEQ_CHI2_RESOLVED:g}: ∝ (1 + χ²_seq)^{s:.2f} ± {s_se:.2f} (token IS: "
@@ -296,7 +296,7 @@ def mismatch_seq_collapse(t: dict) -> dict:
         for c, rows in res.groupby("correction", sort=False)
     ]
     kls = ", ".join(f"{k:.3g}" for k in sorted(res["mismatch_kl_seq"].unique()))
-    return stat(
+    return statistic(
         f"T = {int(res['T'].max())}, scale E ĝ·g/‖g‖² at KL_seq = {kls}: "
         + "; ".join(parts)
         + f"; past the clamp (KL_seq > {CLAMP:g}) the largest sequence-level scale "

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from gpolab.labs.claims.stats import bonferroni, exact, stat
+from gpolab.labs.claims.stats import bonferroni, exact_statistic, statistic
 
 
 def chi2_law(t: dict) -> dict:
@@ -24,7 +24,7 @@ def chi2_law(t: dict) -> dict:
     z = ((last["empirical_mean"] - last["predicted_mean"]) / se).to_numpy(float)
     mean_p = bonferroni(2 * norm.sf(np.abs(z)))
     ks = bonferroni(last["ks_pvalue"].to_numpy(float))
-    return exact(
+    return exact_statistic(
         f"n = {int(last['n'].iloc[0]):,}, {len(last)} estimators, "
         f"{int(last['n_seeds'].iloc[0]):,} seeds: mean of n·gap vs Σ w_k, z = "
         + ", ".join(f"{v:.2f}" for v in z)
@@ -90,7 +90,7 @@ def chi2_rate(t: dict) -> dict:
     slope, slope_se = _log_slope(G, mean, se)
     exact = _log_slope(G, pred, pred * 1e-3)[0] if (pred > 0).all() else math.nan
     joint, zmax = _rate_joint(rates)
-    return stat(
+    return statistic(
         f"log-log slope of Σw_loo − Σw_oracle over G = "
         f"{', '.join(str(int(g)) for g in G)}: measured {slope:.2f} ± {slope_se:.2f}"
         f", predicted {exact:.2f}; G² × measured difference: "
@@ -119,7 +119,7 @@ def chi2_prompt_only(t: dict) -> dict:
     low = [float(min(last["vanilla", g]) / min(last["oracle", g]) - 1) for g in G]
     slope, slope_se = _log_slope(G, mean, se)
     joint, zmax = _rate_joint(rates)
-    return stat(
+    return statistic(
         f"Σw_vanilla − Σw_oracle, predicted at G = "
         f"{', '.join(str(int(g)) for g in G)}: "
         + ", ".join(f"{p:.3g}" for p in pred)

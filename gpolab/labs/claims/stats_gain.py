@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from gpolab.labs.claims.stats import exact, ratio_and_se, stat
+from gpolab.labs.claims.stats import exact_statistic, ratio_and_se, statistic
 
 
 def _ci_se(lo, hi) -> float:
@@ -34,7 +34,7 @@ def gain_fades(t: dict) -> dict:
     hi = max(k for k in adm.index if k.startswith("rho=") and k != "rho=0")
     g0, gh, go = adm.loc["rho=0"], adm.loc[hi], orc.loc[hi]
     kept, kept_se = ratio_and_se(gh["gain"] - 1, _gain_se(gh), g0["gain"] - 1, _gain_se(g0))
-    return stat(
+    return statistic(
         f"exact gradients, admissible steps: gain {g0['gain']:.3g} at ρ = 0, "
         f"{gh['gain']:.3g} at {hi.replace('rho=', 'ρ = ')} ({100 * kept:.0f}% of "
         f"the excess over 1 kept); against the interference-aware oracle step "
@@ -55,7 +55,7 @@ def group_size_gain(t: dict) -> dict:
     one = small == large
     lo, hi = sampled.loc[small], sampled.loc[large]
     nan = math.nan
-    return stat(
+    return statistic(
         ("one sampled G: not testable at these sizes; " if one else "")
         + ", ".join(
             f"G = {int(k)}: {r.gain:.3g} ({r.gain_ci_low:.3g}–{r.gain_ci_high:.3g})"
@@ -89,7 +89,7 @@ def stdnorm_gain(t: dict) -> dict:
         tuned_gain, tuned_se = math.nan, math.nan
     sampled = adm[np.isfinite(adm["G"])]
     sampled_txt = ", ".join(f"G = {int(r.G)}: {r.gain:.3g}" for r in sampled.itertuples())
-    return stat(
+    return statistic(
         f"admissible steps, ρ = 0, exact gradients: iterations gain "
         f"{base['gain']:.3g} vs predicted {base['pred_gain']:.3g} (a ratio of upper "
         f"bounds); gradient-norm ratio {base['gnorm_ratio']:.3g} vs predicted "
@@ -116,7 +116,7 @@ def arcsin_direction(t: dict) -> dict:
     last = d.iloc[-1]
     closer = float(last["cos_arcsin"] - last["cos_plain"])
     at8 = d.loc[d["G"] == 8, "rel_err"]
-    return exact(
+    return exact_statistic(
         "‖E ĝ − ∇𝒥‖/‖∇𝒥‖ by G: "
         + ", ".join(f"{int(r.G)}: {r.rel_err:.3g}" for r in d.itertuples())
         + f"; at G = {int(last['G'])} cos(E ĝ, ∇𝒥) = {last['cos_arcsin']:.5f}, cos(E ĝ, ∇E V) "
@@ -137,7 +137,7 @@ def lemma11_ratio(t: dict) -> dict:
     exact = d["u_ratio_exact"].to_numpy(np.float64)
     z = ((d["u_ratio"] - d["u_ratio_exact"]) / d["u_ratio_se"]).to_numpy(np.float64)
     p = float(chi2.sf(np.sum(z**2), len(z))) if np.all(np.isfinite(z)) else math.nan
-    return exact(
+    return exact_statistic(
         "exact E‖ĝ − U‖²/E‖U‖² by G: "
         + ", ".join(
             f"{int(r.G)}: {r.u_ratio_exact:.3g} (measured {r.u_ratio:.3g} ± {r.u_ratio_se:.2g})"

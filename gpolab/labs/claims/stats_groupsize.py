@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from gpolab.labs.claims.stats import exact, ratio_and_se, stat
+from gpolab.labs.claims.stats import exact_statistic, ratio_and_se, statistic
 
 
 def _frac_se(frac: float, n: int) -> float:
@@ -30,7 +30,7 @@ def groupsize_argmin(t: dict) -> dict:
     never counts as a match); counts: SE 0."""
     s = t["summary"]
     matches = int(((s["empirical_best_G"] == s["predicted_best_G"]) & _separated(s)).sum())
-    return exact(
+    return exact_statistic(
         "empirical best G per N: "
         + ", ".join(
             f"N={r.N}: {r.empirical_best_G} (tied: {r.tied_G}; predicted {r.predicted_best_G})"
@@ -50,7 +50,7 @@ def train_optimum(t: dict) -> dict:
     sep = _separated(s)
     match = float(((s["empirical_best_G"] == s["predicted_best_G"]) & sep).mean())
     n = len(s)
-    return stat(
+    return statistic(
         f"best G per (env, N, schedule), {n} settings: "
         + ", ".join(
             f"{r.env} N={r.N} {r.schedule}: {r.empirical_best_G} (tied {r.tied_G}, "
@@ -79,7 +79,7 @@ def plan_recovery(t: dict) -> dict:
     )
     missed = checked[~ok]
     gs = first[first["quantity"] == "G*"]
-    return exact(
+    return exact_statistic(
         f"{len(checked) - len(missed)} of {len(checked)} truths inside the 95% "
         "interval with a recovered value (the curve's G share one fit: correlated); G* truth "
         "vs recovered: "
@@ -99,7 +99,7 @@ def pool_argmin(t: dict) -> dict:
     from the infinite-pool law's best divisor (the pool moved G*); counts: SE 0."""
     s = t["summary"]
     if "empirical_best_G_pool" not in s:
-        return exact(
+        return exact_statistic(
             "no pool in this run",
             argmin_matches_prediction=math.nan,
             n_budgets=len(s),
@@ -108,7 +108,7 @@ def pool_argmin(t: dict) -> dict:
     sep = s["tied_G_pool"].astype(str) == s["empirical_best_G_pool"].astype(str)
     matches = int(((s["empirical_best_G_pool"] == s["predicted_best_G"]) & sep).sum())
     moved = int(((s["empirical_best_G_pool"] != s["infinite_pool_best_G"]) & sep).sum())
-    return exact(
+    return exact_statistic(
         f"P = {int(s['pool'].iloc[0])} prompts; best G per N (pool law, smallest "
         f"feasible G = N/P, infinite-pool law): "
         + "; ".join(
@@ -150,13 +150,13 @@ def budget_universal(t: dict) -> dict:
     half its runs at every N (else every run is censored and all G tie)."""
     s = t["summary"][t["summary"]["pool"] == 0]
     if s.empty:
-        return exact("no P = 0 rows", shared_best=math.nan)
+        return exact_statistic("no P = 0 rows", shared_best=math.nan)
     shared = {
         env: set.intersection(*(_gs(x) for x in rows["tied_G"])) for env, rows in s.groupby("env")
     }
     n = int(t["results"]["n_seeds"].min())
     reached = float(s["best_reached"].min())
-    return stat(
+    return statistic(
         "prompts drawn afresh; fewest rollouts to target per N: "
         + ", ".join(
             f"{r.env} N={r.N}: G={r.best_G} (tied {r.tied_G}; rule {r.rule_G})"
@@ -181,7 +181,7 @@ def budget_compute_rise(t: dict) -> dict:
     last = [g in _gs(x) for g, x in zip(s["best_G_value_c1"], s["tied_G_value_c2"], strict=True)]
     n = len(s)
     rise_frac, level_frac = float(up.mean()), float((up & np.array(last)).mean())
-    return stat(
+    return statistic(
         "best G by J at compute total/8 → /4 → /2 → total, per (P, N): "
         + "; ".join(
             f"{r.env} P={r.pool} N={r.N}: {r.best_G_value_c8} → {r.best_G_value_c4} → "
@@ -217,7 +217,7 @@ def two_vs_sixteen(t: dict) -> dict:
         nan = {"ratio_min": math.nan, "gain16_z_min": math.nan}
         return {**nan, "se": {"ratio_min": 0.0, "gain16_z_min": 0.0}, "detail": "no pair"}
     worst = min(ratios)
-    return stat(
+    return statistic(
         "; ".join(parts), ratio_min=(worst[0], worst[1]), gain16_z_min=(float(min(gains)), 1.0)
     )
 
@@ -236,7 +236,7 @@ def budget_pool_shift(t: dict) -> dict:
         )
     finite = [k for k in rises if k[1]]
     infinite = [rises[k] for k in rises if not k[1]]
-    return exact(
+    return exact_statistic(
         "best G by rollouts to target, smallest → largest N: "
         + "; ".join(
             f"{env} P={P}: "
@@ -261,7 +261,7 @@ def budget_rule(t: dict) -> dict:
     n = len(s)
     match = float(s["rule_in_ties"].mean())
     exact = int((s["rule_G"] == s["best_G"]).sum())
-    return stat(
+    return statistic(
         f"{exact} of {n} settings: the rule's G is the best; per (P, N) rule / best "
         "(ties): "
         + "; ".join(

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from gpolab.engine import stats
-from gpolab.labs.claims.stats import exact, ratio_and_se, stat
+from gpolab.labs.claims.stats import exact_statistic, ratio_and_se, statistic
 
 
 def _gap(a, sa, b, sb) -> tuple[float, float]:
@@ -35,7 +35,7 @@ def strength_order(t: dict) -> dict:
         v.loc["base", "mse"], v.loc["base", "mse_se"], v.loc["icl", "mse"], v.loc["icl", "mse_se"]
     )
     gap = min(_order_gaps(df, "vanilla", G))
-    return stat(
+    return statistic(
         f"vanilla MSE at G = {G}: base {v.loc['base', 'mse']:.3g}, instruct "
         f"{v.loc['instruct', 'mse']:.3g}, icl {v.loc['icl', 'mse']:.3g} (mean V "
         "0.15 / 0.40 / 0.65): grows with strength (why, and a family that reverses "
@@ -54,7 +54,7 @@ def strength_family(t: dict) -> dict:
         gaps += _order_gaps(df, e, G)
         parts.append(f"{e} {v['base']:.3g} > {v['instruct']:.3g} > {v['icl']:.3g}")
     gap = min(gaps, key=lambda g: g[0] / g[1] if g[1] > 0 else g[0] * math.inf)
-    return stat(
+    return statistic(
         f"G = {G}, base > instruct > icl: "
         + "; ".join(parts)
         + f"; least clear gap {gap[0]:.3g} ± {gap[1]:.3g}",
@@ -81,7 +81,7 @@ def mean_baseline(t: dict) -> dict:
     others = at.drop(index="mean")
     nxt = others.loc[others["mse"].idxmin()]
     gap = _gap(nxt["mse"], nxt["mse_se"], m["mse"], m["mse_se"])
-    return stat(
+    return statistic(
         f"G = {G}: mean's bias² {m['bias_sq']:.3g} ± {bias_se:.2g} vs exact "
         f"‖g_x‖²/G² {m['theory_bias_sq']:.3g} (z = {z:.2f}); MSE {m['mse']:.4g} vs "
         f"the next-lowest ({nxt.name}) {nxt['mse']:.4g} (oracle "
@@ -122,7 +122,7 @@ def kappa_values(t: dict) -> dict:
         c = k[k["estimator"] == name]
         got[name] = float(np.interp(0.05, c["p"], c["kappa"])) if len(c) else float("nan")
     err = max(abs(got[n] - want[n]) for n in want)
-    return exact(
+    return exact_statistic(
         "κ_8(0.05): " + ", ".join(f"{n} {got[n]:.3f} (theory {want[n]})" for n in want),
         max_abs_error=err,
     )
@@ -186,7 +186,7 @@ def no_filler_flip(t: dict) -> dict:
     bad, cells, worst = _unclear_gaps(df, (("oracle", "vanilla"), ("loo", "vanilla")))
     joint = stats.joint_test(df, ("policy", "estimator"))
     p = math.nan if joint is None else joint["joint_p"]
-    return exact(
+    return exact_statistic(
         f"vanilla below the oracle and loo, 2 SE clear, in {2 * cells - int(bad)} of "
         f"{2 * cells} comparisons (policy × G × baseline); least clear: "
         f"{worst[1]} ({worst[0]:.1f} SE); exact theory joint p = "
@@ -216,7 +216,7 @@ def ustat_identity(t: dict) -> dict:
             gap = abs(a - b) / max(scale, 1e-30)
             worst = math.inf if math.isnan(gap) else max(worst, gap)
     worst = worst if n else math.nan
-    return exact(
+    return exact_statistic(
         f"ustat vs loo on the same draws, {n} (env, G) cells: largest difference of "
         f"MSE, bias² and variance over loo's MSE {worst:.2g}",
         max_rel_diff=worst,
@@ -238,7 +238,7 @@ def oracle_match(t: dict) -> dict:
     loo, oracle = at.loc["loo"], at.loc["oracle"]
     ratio, ratio_se = ratio_and_se(loo["mse"], loo["mse_se"], oracle["mse"], oracle["mse_se"])
     joint, zmax = _joint(df)
-    return stat(
+    return statistic(
         f"loo/oracle = {ratio:.3f} ± {ratio_se:.3f} at G = {Gmax}; exact theory vs "
         f"Monte Carlo: joint p = {joint:.2g} (Bonferroni over estimators of Σ_G z²; "
         f"a p-value is its own test: SE 0), largest |z| {zmax:.2f}; "
@@ -258,7 +258,7 @@ def arithmetic_ordering(t: dict) -> dict:
     bad, cells, _ = _unclear_gaps(paper, (("vanilla", "loo"), ("vanilla", "oracle")))
     joint, zmax = _joint(df, ("policy", "estimator"))
     Gs = ", ".join(str(int(g)) for g in sorted(set(paper["G"])))
-    return exact(
+    return exact_statistic(
         f"{int(bad)} of {2 * cells} gaps (policy × G = {Gs} × loo, oracle) where "
         f"vanilla's MSE is not above by 2 SE; exact theory (every G) joint p = "
         f"{joint:.2g}, largest |z| {zmax:.2f}",
@@ -277,7 +277,7 @@ def zoo_theory(t: dict) -> dict:
             f"{env}: joint p = {joint:.2g}, largest |z| {zmax:.2f} "
             f"({int(rows['theory_mse'].notna().sum())} cells)"
         )
-    return exact("; ".join(parts), **out)
+    return exact_statistic("; ".join(parts), **out)
 
 
 STATISTICS = (

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from gpolab.labs.claims.stats import exact, ratio_and_se, stat
+from gpolab.labs.claims.stats import exact_statistic, ratio_and_se, statistic
 
 THINK_RATIOS = (0.0, 0.25, 1.0, 4.0)  # L_think / L_answer at which tree_branching ranks splits
 
@@ -74,7 +74,7 @@ def tree_branching(t: dict) -> dict:
         f"tie (counts of settings: SE 0): {'; '.join(parts)}; "
         f"{int(np.sum(df['theory_exact'].astype(bool)))} of {len(df)} cells ranked on exact corr"
     )
-    return exact(detail, **values)
+    return exact_statistic(detail, **values)
 
 
 def tree_floor(t: dict) -> dict:
@@ -84,7 +84,7 @@ def tree_floor(t: dict) -> dict:
     exact = row["theory_variance"] if np.isfinite(row["theory_variance"]) else row["theory_floor"]
     z = float((row["variance"] - exact) / row["variance_se"])
     gap = float(abs(row["variance"] - row["theory_floor"]) / row["theory_floor"])
-    return stat(
+    return statistic(
         f"K = {K}, M = {int(row['M'])}: variance {row['variance']:.4g} vs exact "
         f"{exact:.4g} (z = {z:.2f}); the K → ∞ floor is {row['theory_floor']:.4g} "
         f"({100 * gap:.1f}% away)",
@@ -102,7 +102,7 @@ def tree_decay(t: dict) -> dict:
     v, s = sub["variance"].to_numpy(), sub["variance_se"].to_numpy()
     flat = int(np.sum(v[:-1] - v[1:] <= 2 * np.hypot(s[:-1], s[1:])))
     ratio = ratio_and_se(v[-1], s[-1], v[0], s[0])
-    return stat(
+    return statistic(
         f"K = {K}: variance {v[0]:.3g} at M = {int(sub['M'].iloc[0])} → "
         f"{v[-1]:.3g} at M = {int(sub['M'].iloc[-1])}; {flat} of {len(v) - 1} steps "
         "not 2 SE clear",
@@ -139,7 +139,7 @@ def tree_overlap_boundary(t: dict) -> dict:
     stars = ", ".join(
         f"{r:.3g}: {'never' if math.isnan(v) else f'ρ ≥ {v:g}'}" for r, v in b["rho_star"].items()
     )
-    return exact(
+    return exact_statistic(
         f"{int(df['K'].iloc[0] * df['M'].iloc[0])} leaves; branching (M > 1) pays, "
         f"by L_think/L_answer: {stars}; {b['violations']} grid points above a "
         f"boundary where it stops paying; source {wins['source'].iloc[0]}; the six "
