@@ -378,7 +378,7 @@ def test_gvm_reads_a_fresh_first_stage_counted_in_the_rollouts():
     out = {}
     for name in ("gvm", "gpolab-gvm-last"):
         G, _, gen, _, n, _, _ = steps.step(
-            rules.RULES[name], view, 8, pi, env.success, a, z, np.random.default_rng(0), a1, a0
+            rules.RULES[name], view, 8, pi, env.success, a, z, np.random.default_rng(0)
         )
         out[name] = (G[0].tolist(), gen[0].tolist(), n[0].tolist())
     assert out["gpolab-gvm-last"][0][0] == 0  # the old port: starved

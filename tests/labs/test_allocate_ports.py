@@ -70,7 +70,7 @@ def test_gvm_allocates_as_the_authors_code_from_their_stage_one_quantity(seed):
     z = rng.random((1, P, M)) < rng.uniform(0, 0.6, (1, P, 1))
     z[0, 0, :s] = False  # a prompt with no correct answer in stage 1: 0 responses
     budget = 2 * s * P
-    G, *_ = steps.step(rules.RULES["gvm"], view, budget, pi, env.success, a, z, rng, a1, a0)
+    G, *_ = steps.step(rules.RULES["gvm"], view, budget, pi, env.success, a, z, rng)
     norms = np.linalg.norm(np.eye(pi.shape[-1])[a[0, :, :s]] - pi[:, None, :], axis=-1)
     Gs = [_their_grad_quantity(norms[x], z[0, x, :s]) for x in range(P)]
     ps = [z[0, x, :s].sum() / s for x in range(P)]
@@ -119,7 +119,7 @@ def test_gvm_reads_their_quantity_and_the_variants_read_theirs():
     z[0, :, :2] = True  # p̂ = 1/2 for both
     budget = 2 * s * P + 40
     G = {
-        n: steps.step(rules.RULES[n], view, budget, pi, env.success, a, z, None, a1, a0)[0][0]
+        n: steps.step(rules.RULES[n], view, budget, pi, env.success, a, z, None)[0][0]
         for n in ("gvm", "gpolab-gvm-gnorm", "gpolab-gvm-exact")
     }
     ours = steps.correct_score_norm(pi, a[..., :s], z[..., :s])[0]
@@ -160,7 +160,7 @@ def test_knapsack_grpo_step_trains_on_the_clipped_advantage():
     a[0, :, 0] = 1
     z = np.zeros((1, 2, M), bool)
     z[0, :, 0] = True
-    _, _, _, ghat, *_ = steps.step(rule, view, 64, pi, env.success, a, z, None, a1, a0)
+    _, _, _, ghat, *_ = steps.step(rule, view, 64, pi, env.success, a, z, None)
     n, s = 32, 1 / 32
     std = math.sqrt((s * (1 - s)) * n / (n - 1))
     lose = -s / (std + 1e-6)

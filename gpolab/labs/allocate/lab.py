@@ -36,18 +36,21 @@ prompts and between seeds, and two rules read rewards between rounds.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
+
+import numpy as np
 
 from gpolab import configs, envs, estimators, validate
 from gpolab.configs import option
+from gpolab.engine import Z95
 from gpolab.envs import bandit
 from gpolab.kit.store import PROVENANCE, cell_key, config_hash, resume
 from gpolab.kit.tables import table_text
-from gpolab.labs.allocate import rules
+from gpolab.labs.allocate import rules, steps
 from gpolab.labs.allocate.analysis import match_table, notes  # noqa: F401 (protocol: notes)
 from gpolab.labs.allocate.static import static_rows
 from gpolab.labs.allocate.steps import SCHEMA
-from gpolab.labs.allocate.training import train_rows
 
 NAME = "allocate"
 TABLES = ("results", "match", "training", "trained", "allocation")
@@ -64,6 +67,12 @@ MAY_BE_NAN = {
 }
 
 
+# integer columns (the store's rows of every kind read back as floats)
+INTEGER = {
+    "results": ("budget", "n_seeds"),
+    "training": ("step", "runs"),
+    "allocation": ("budget", "prompt"),
+}
 JSON = tuple(
     (
         "rule budget rollouts mse mse_se theory_mse theory_mse_se theory bias_sq bias_sq_se "
@@ -208,16 +217,93 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         t = df[df["table"] == name].drop(columns="table")
         # the store holds every row kind: keep this table's columns (NaN-able ones always)
         t = t[[c for c in t.columns if t[c].notna().any() or c in MAY_BE_NAN.get(name, ())]]
-        tables[name] = t.reset_index(drop=True)
-    for name, cols in (
-        ("results", ("budget", "n_seeds")),
-        ("training", ("step", "runs")),
-        ("allocation", ("budget", "prompt")),
-    ):
-        for c in cols:
-            tables[name][c] = tables[name][c].astype(int)
+        tables[name] = t.reset_index(drop=True).astype(dict.fromkeys(INTEGER.get(name, ()), int))
     tables["match"] = match_table(tables["results"], cfg)
     return {name: tables.get(name, pd.DataFrame()) for name in TABLES}
+
+
+# ---------------------------------------------------------------- training curves (``training``,
+# ``trained``): SGD on the bandit with each rule
+
+
+def train_rows(cfg: Config, name: str) -> list[dict]:
+    """``runs`` SGD runs of ``rule`` at ``train_budget`` rollouts per step: the gap J* − J(θ),
+    the success rate J(θ) and cumulative rollouts after every step (``training``), and the
+    rollouts until the gap first halves (``trained``)."""
+    gaps, wins, spent = _curves(cfg, name)  # (steps + 1, runs)
+    settings = steps.setting_columns(cfg, steps.TRAIN_COLUMNS)
+    rows = [
+        {
+            "table": "training",
+            "rule": name,
+            "step": t,
+            "rollouts": float(spent[t].mean()),
+            "gap": float(gaps[t].mean()),
+            "gap_ci": _ci(gaps[t]),
+            "success": float(wins[t].mean()),
+            "success_ci": _ci(wins[t]),
+            "runs": cfg.runs,
+            **settings,
+        }
+        for t in range(cfg.steps + 1)
+    ]
+    hit = gaps <= gaps[0] / 2
+    reach = np.where(hit.any(0), spent[np.argmax(hit, 0), np.arange(cfg.runs)], math.nan)
+    ok = np.isfinite(reach)
+    trained = {
+        "table": "trained",
+        "rule": name,
+        "budget": cfg.train_budget,
+        "steps": cfg.steps,
+        "rollouts_to_half_gap": float(reach[ok].mean()) if ok.any() else math.nan,
+        "rollouts_to_half_gap_ci": _ci(reach[ok]) if ok.sum() > 1 else math.nan,
+        "reached": int(ok.sum()),
+        "runs": cfg.runs,
+        "final_gap": float(gaps[-1].mean()),
+        "final_gap_ci": _ci(gaps[-1]),
+        "final_success": float(wins[-1].mean()),
+        "rollouts": float(spent[-1].mean()),
+        **settings,
+    }
+    return [*rows, trained]
+
+
+def _curves(cfg: Config, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The gap, the success rate J(θ) and the cumulative rollouts of ``runs`` SGD runs of rule
+    ``name`` after every step, (steps + 1, runs) each; step t draws the same responses for every
+    rule (paired)."""
+    rule = rules.RULES[name]
+    env = steps.Bandit.of(cfg.instance)
+    P, A = env.success.shape
+    R, budget = cfg.runs, cfg.train_budget
+    a1, a0, _ = steps._tables(cfg.estimator, cfg.cap)
+    theta = np.broadcast_to(env.theta, (R, P, A)).copy()
+    state = steps.fresh_state(R, P)
+    M = steps.response_slots(cfg, budget)
+    rollouts = np.zeros(R)
+    wins, spent = [], []
+    for t in range(cfg.steps + 1):
+        pi = env.policy(theta)
+        wins.append(np.sum(env.f * np.sum(pi * env.success, -1), -1))
+        spent.append(rollouts.copy())
+        if t == cfg.steps:
+            break
+        oracle = steps.oracle_curves(env.truth(pi), a1, a0) if rule.reads == "truth" else None
+        view = steps.view_of(cfg, env, pi, state, a1, a0, oracle)
+        a, z = steps.draw(steps.rng_of(cfg, "train", t), pi, env.success, (R, P, M))
+        G, _, gen, ghat, n, c, seen = steps.step(
+            rule, view, budget, pi, env.success, a, z, steps.rng_of(cfg, "train-rule", t, name)
+        )
+        theta = theta + cfg.lr * env.f[:, None] * ghat
+        rollouts = rollouts + gen.sum(-1)
+        state = steps.observe(state, seen, gen, cfg.decay, z)  # every reward drawn is seen
+    wins, spent = np.stack(wins), np.stack(spent)
+    return env.optimum() - wins, wins, spent
+
+
+def _ci(x) -> float:
+    x = np.asarray(x, float)
+    return float(Z95 * x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else math.nan
 
 
 REPORT = (

@@ -246,22 +246,20 @@ def _split(n: int, where: np.ndarray) -> np.ndarray:
 def knapsack(view: View, budget: int, rng) -> np.ndarray:
     """Knapsack RL as its authors run it (:func:`knapsack_one` per seed): p̂ from their 16-reward
     buffer, a prompt valid once 8 rewards were seen, bounds 2…cap (their MAX_N = 128)."""
-    valid = view.kn_count >= KNAPSACK_MIN_BUFFER
-    return np.stack(
-        [knapsack_one(view.kn_p[s], valid[s], budget, view.cap) for s in range(view.shape[0])]
-    )
+    return _knapsack_seeds(view, view.kn_p, view.kn_count >= KNAPSACK_MIN_BUFFER, budget)
 
 
 def knapsack_truth(view: View, budget: int, rng) -> np.ndarray:
     """gpolab's bound for Knapsack RL: their rule (:func:`knapsack_one`) fed the true p of every
     prompt, all valid: what their allocation does for their own value when p̂ is exact."""
-    p = np.broadcast_to(view.p, view.shape)
-    return np.stack(
-        [
-            knapsack_one(p[s], np.ones(view.shape[-1], bool), budget, view.cap)
-            for s in range(view.shape[0])
-        ]
+    return _knapsack_seeds(
+        view, np.broadcast_to(view.p, view.shape), np.ones(view.shape, bool), budget
     )
+
+
+def _knapsack_seeds(view: View, p: np.ndarray, valid: np.ndarray, budget: int) -> np.ndarray:
+    """:func:`knapsack_one` for each seed's p̂ and validity (S, P), bounds 2…``view.cap``."""
+    return np.stack([knapsack_one(p[s], valid[s], budget, view.cap) for s in range(len(p))])
 
 
 def gpolab_knapsack_simple(view: View, budget: int, rng) -> np.ndarray:

@@ -9,23 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpolab.labs.allocate import rules
-from gpolab.labs.allocate.steps import (
-    STATIC_COLUMNS,
-    Bandit,
-    _tables,
-    draw,
-    exact_given,
-    fresh_state,
-    observe,
-    oracle_curves,
-    response_slots,
-    rng_of,
-    rule_tables,
-    setting_columns,
-    step,
-    view_of,
-)
+from gpolab.labs.allocate import rules, steps
 
 if TYPE_CHECKING:
     from gpolab.labs.allocate.lab import Config
@@ -36,7 +20,7 @@ CHUNK = 256  # seeds per numpy chunk (memory: chunk x prompts x draws x actions 
 
 def static_rows(cfg: Config, budget: int) -> list[dict]:
     """Every rule at one budget on common draws (module docstring: ``results``, ``allocation``)."""
-    env = Bandit.of(cfg.instance)
+    env = steps.Bandit.of(cfg.instance)
     pi = env.policy(env.theta)
     t = env.truth(pi)
     acc = _accumulate(cfg, budget, env, pi, t)
@@ -44,7 +28,7 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
     for name in cfg.rules:
         rule = rules.RULES[name]
         row = acc[name].row(env.f, t["g"])
-        why = _theory_reason(rule, rule_tables(rule, cfg.estimator, cfg.cap)[2], cfg.cap)
+        why = _theory_reason(rule, steps.rule_tables(rule, cfg.estimator, cfg.cap)[2], cfg.cap)
         if why:
             row["theory_mse"] = row["theory_mse_se"] = math.nan
         rows.append(
@@ -57,7 +41,7 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
                 "reads": rule.reads,
                 "source": rule.source,
                 "assumed": rule.assumed,
-                **setting_columns(cfg, STATIC_COLUMNS),
+                **steps.setting_columns(cfg, steps.STATIC_COLUMNS),
             }
         )
         G = acc[name].G / acc[name].n
@@ -68,32 +52,37 @@ def static_rows(cfg: Config, budget: int) -> list[dict]:
     return rows
 
 
-def _accumulate(cfg: Config, budget: int, env: Bandit, pi, t: dict) -> dict:
+def _accumulate(cfg: Config, budget: int, env: steps.Bandit, pi, t: dict) -> dict:
     """Per rule, the running sums (:class:`_Acc`) of its step over ``cfg.seeds`` seeds in chunks:
     one earlier step of ``history`` responses per prompt, then every rule on the same draws."""
     P, A = env.success.shape
-    a1, a0, _ = _tables(cfg.estimator, cfg.cap)
+    a1, a0, _ = steps._tables(cfg.estimator, cfg.cap)
     trains = {
         r: (rules.RULES[r].estimator or cfg.estimator, rules.RULES[r].adv_clip) for r in cfg.rules
     }
-    oracles = {k: oracle_curves(t, *_tables(k[0], cfg.cap, k[1])[:2]) for k in set(trains.values())}
-    oracle = oracles.get((cfg.estimator, None)) or oracle_curves(t, a1, a0)
-    M = response_slots(cfg, budget)
+    oracles = {
+        k: steps.oracle_curves(t, *steps._tables(k[0], cfg.cap, k[1])[:2])
+        for k in set(trains.values())
+    }
+    oracle = oracles.get((cfg.estimator, None)) or steps.oracle_curves(t, a1, a0)
+    M = steps.response_slots(cfg, budget)
     acc = {r: _Acc(P, A) for r in cfg.rules}
     for start in range(0, cfg.seeds, CHUNK):
         S = min(CHUNK, cfg.seeds - start)
-        rng = rng_of(cfg, budget, start)
-        _, zh = draw(rng, pi, env.success, (S, P, cfg.history))
-        state = observe(fresh_state(S, P), zh.sum(-1), np.full((S, P), cfg.history), cfg.decay, zh)
-        view = view_of(cfg, env, pi, state, a1, a0, oracle)
-        a, z = draw(rng, pi, env.success, (S, P, M))
+        rng = steps.rng_of(cfg, budget, start)
+        _, zh = steps.draw(rng, pi, env.success, (S, P, cfg.history))
+        state = steps.observe(
+            steps.fresh_state(S, P), zh.sum(-1), np.full((S, P), cfg.history), cfg.decay, zh
+        )
+        view = steps.view_of(cfg, env, pi, state, a1, a0, oracle)
+        a, z = steps.draw(rng, pi, env.success, (S, P, M))
         for name in cfg.rules:
             rule = rules.RULES[name]
-            G, weight, gen, ghat, n, c, _ = step(
-                rule, view, budget, pi, env.success, a, z, rng_of(cfg, budget, start, name), a1, a0
+            G, weight, gen, ghat, n, c, _ = steps.step(
+                rule, view, budget, pi, env.success, a, z, steps.rng_of(cfg, budget, start, name)
             )
             fixed = rule.kind in ("allocate", "staged")  # sizes fixed before the rewards
-            exact = exact_given(oracles[trains[name]], env.f, G, weight) if fixed else None
+            exact = steps.exact_given(oracles[trains[name]], env.f, G, weight) if fixed else None
             acc[name].add(env.f, t["g"], ghat, gen, n, c, exact, G, t["V"])
     return acc
 
@@ -105,6 +94,9 @@ def _theory_reason(rule: rules.Rule, reasons: tuple, cap: int) -> str:
         return "none: sampling stops on the rewards; global-mean baseline"
     bad = [G for G in range(2, cap + 1) if reasons[G]]
     return f"none: {reasons[bad[0]]}" if bad else ""
+
+
+OWN = ("knapsack_value", "nonzero_groups", "update_cost")  # the published rules' objectives
 
 
 def own_objectives(n, c, gen, p) -> dict:
@@ -123,10 +115,8 @@ class _Acc:
 
     def __init__(self, P: int, A: int):
         self.n = 0
-        names = (
-            "sq sq2 cos cos2 gen zero kept ex ex2 norm2 norm4 dot dot2 dot_norm2 value mixed cost"
-        )
-        self.sums = dict.fromkeys(names.split(), 0.0)
+        names = "sq sq2 cos cos2 gen zero kept ex ex2 norm2 norm4 dot dot2 dot_norm2".split()
+        self.sums = dict.fromkeys([*names, *OWN], 0.0)
         self.mean = np.zeros((P, A))
         self.splits = np.zeros((SPLITS, P, A))  # sums of ĝ per independent batch of seeds
         self.split_n = np.zeros(SPLITS)
@@ -156,10 +146,8 @@ class _Acc:
         s["dot"] += dot.sum()
         s["dot2"] += np.sum(dot**2)
         s["dot_norm2"] += np.sum(dot * norm**2)
-        own = own_objectives(n, c, gen, p)
-        s["value"] += own["knapsack_value"].sum()
-        s["mixed"] += own["nonzero_groups"].sum()
-        s["cost"] += own["update_cost"].sum()
+        for k, v in own_objectives(n, c, gen, p).items():
+            s[k] += v.sum()
         if exact is not None:
             s["ex"] += exact.sum()
             s["ex2"] += np.sum(exact**2)
@@ -237,8 +225,6 @@ class _Acc:
             "snr": snr,
             "zero_signal": s["zero"] / n,
             "kept": s["kept"] / n,
-            "knapsack_value": s["value"] / n,
-            "nonzero_groups": s["mixed"] / n,
-            "update_cost": s["cost"] / n,
+            **{k: s[k] / n for k in OWN},
             "n_seeds": n,
         }

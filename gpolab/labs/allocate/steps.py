@@ -235,19 +235,16 @@ def view_of(cfg: Config, env: Bandit, pi, state: dict, a1, a0, oracle) -> rules.
 
 
 def fresh_state(S: int, P: int) -> dict:
+    """The rules' information before any step (:func:`observe` updates it): prior Beta(1, 1),
+    no group seen, an empty reward buffer, GRESO's keep probabilities at 1/2."""
     zeros = np.zeros((S, P))
+    seen = ("last_c", "last_n", "kn_p", "kn_count", "streak_easy", "streak_hard")
     return {
         "alpha": np.ones((S, P)),
         "beta": np.ones((S, P)),
-        "last_c": zeros,
-        "last_n": zeros,
-        "kn_p": zeros,
-        "kn_count": zeros,
+        **dict.fromkeys(seen, zeros),
         "kn_buf": np.full((S, P, rules.KNAPSACK_BUFFER), np.nan),
-        "streak_easy": zeros,
-        "streak_hard": zeros,
-        "p_easy": np.full(S, 0.5),
-        "p_hard": np.full(S, 0.5),
+        **dict.fromkeys(("p_easy", "p_hard"), np.full(S, 0.5)),
     }
 
 
@@ -274,16 +271,10 @@ def observe(state: dict, c: np.ndarray, n: np.ndarray, decay: float, z=None) -> 
     out = dict(state)
     out["alpha"] = np.where(seen, decay * state["alpha"] + (1 - decay) + c, state["alpha"])
     out["beta"] = np.where(seen, decay * state["beta"] + (1 - decay) + n - c, state["beta"])
-    out["last_c"], out["last_n"] = (
-        np.where(seen, c, state["last_c"]),
-        np.where(seen, n, state["last_n"]),
-    )
-    out["streak_easy"] = np.where(
-        seen, np.where(easy, state["streak_easy"] + 1, 0), state["streak_easy"]
-    )
-    out["streak_hard"] = np.where(
-        seen, np.where(hard, state["streak_hard"] + 1, 0), state["streak_hard"]
-    )
+    for name, x in (("last_c", c), ("last_n", n)):  # the last group seen
+        out[name] = np.where(seen, x, state[name])
+    for name, hit in (("streak_easy", easy), ("streak_hard", hard)):
+        out[name] = np.where(seen, np.where(hit, state[name] + 1, 0), state[name])
     if z is not None:
         buf = knapsack_buffer(state["kn_buf"], z, n)
         with np.errstate(invalid="ignore"):
@@ -300,11 +291,13 @@ def observe(state: dict, c: np.ndarray, n: np.ndarray, decay: float, z=None) -> 
     return out
 
 
-def step(rule: rules.Rule, view: rules.View, budget: int, pi, success, a, z, rng_rule, a1, a0):
-    """One step of ``rule``: its allocation, the responses it uses, its estimate.  ``staged``
+def step(rule: rules.Rule, view: rules.View, budget: int, pi, success, a, z, rng_rule):
+    """One step of ``rule``: its allocation, the responses it uses, its estimate (with the count
+    tables of ``view``, or the rule's own: :func:`rule_tables`).  ``staged``
     (GVM-RAFT): the first ``stage_size`` slots of every prompt are its fresh first stage, read
     by the rule (its success rate and the mean score norm of its correct responses) and counted
     in the rollouts; the allocation of the rest is trained on."""
+    a1, a0 = view.a1, view.a0
     if rule.estimator is not None or rule.adv_clip is not None:
         a1, a0 = rule_tables(rule, view.estimator, a1.shape[0] - 1)[:2]
     if rule.kind == "staged":
