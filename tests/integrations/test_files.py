@@ -85,7 +85,7 @@ def test_verl_logger_on_a_verl_dump_gives_what_plan_reads_from_the_dump(tmp_path
 
     from gpolab.integrations.verl import PlanLogger
     from gpolab.labs.plan import rollouts
-    from gpolab.labs.plan.rollout_writers import write_verl
+    from gpolab.labs.plan.rollouts import write_verl
     from gpolab.validate import ConfigError
 
     rng = np.random.default_rng(1)

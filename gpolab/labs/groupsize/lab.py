@@ -393,31 +393,18 @@ def label(row: dict) -> str:
 
 # ---------------------------------------------------------------- report and figures
 
-COLUMNS = {
-    False: ["N", "G", "B", "mse", "mse_ci_low", "mse_ci_high", "theory_mse", "seconds"],
-    True: [
-        "env",
-        "N",
-        "schedule",
-        "G",
-        "gap",
-        "gap_ci_low",
-        "gap_ci_high",
-        "gap_median",
-        "theory_mse",
-        "seconds",
-    ],
+COLUMNS = {  # the report's columns: fixed θ, training, the budget check
+    "fixed": "N G B mse mse_ci_low mse_ci_high theory_mse seconds",
+    "train": "env N schedule G gap gap_ci_low gap_ci_high gap_median theory_mse seconds",
+    "budget": "pool N G rollouts rollouts_se reached pass1 passk seconds",
 }
-
-
-BUDGET_COLUMNS = ["pool", "N", "G", "rollouts", "rollouts_se", "reached", "pass1", "passk"]
 
 
 def report(cfg: Config, tables: dict) -> str:
     from gpolab.kit.tables import table_text
 
-    columns = BUDGET_COLUMNS if cfg.budget else COLUMNS[cfg.train]
-    return table_text(tables["results"], [*columns, "seconds"] if cfg.budget else columns)
+    mode = "budget" if cfg.budget else "train" if cfg.train else "fixed"
+    return table_text(tables["results"], COLUMNS[mode].split())
 
 
 def notes(cfg: Config, tables: dict) -> str:

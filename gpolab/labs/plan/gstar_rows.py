@@ -143,17 +143,7 @@ def _float(x) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-ESTIMATOR_KEYS = (
-    "gstar",
-    "gstar_lo",
-    "gstar_hi",
-    "gstar_mse",
-    "scale",
-    "safe_G",
-    "safe_regret",
-    "notes",
-    "reason",
-)
+ESTIMATOR_KEYS = "gstar gstar_lo gstar_hi gstar_mse scale safe_G safe_regret notes reason".split()
 
 
 def estimator_row(cfg: Config, run: dict, p: dict, replicates) -> dict:

@@ -38,15 +38,9 @@ from gpolab import configs, envs, estimators, validate
 from gpolab.configs import option
 from gpolab.labs.plan import plots, rollout_files, rollouts
 from gpolab.labs.plan.gstar_rows import estimator_row, gstar_row, price_row, rule_row, safe_row
-from gpolab.labs.plan.report import (  # noqa: F401  (the lab's report and JSON summary)
-    MAX_G,
-    POOLED,
-    need_text,
-    pooled,
-    report,
-    report_sizes,
-    summary_json,
-)
+
+# report and summary_json: the lab protocol's text and JSON; pooled: the pooled row (plancheck)
+from gpolab.labs.plan.report import MAX_G, POOLED, pooled, report, summary_json  # noqa: F401
 from gpolab.labs.plan.windows import analyze_window, kappa_table, modal
 
 NAME = "plan"
@@ -344,21 +338,17 @@ def with_callback_files(cfg: Config) -> tuple[Config, dict]:
 
 # run.json keys the hook adds about itself, not the trainer's settings
 HOOK_KEYS = ("framework", "seconds", "overhead", "decision", "proxy_scale", "proxy_scale_responses")
+# run.json keys the report names first (the trainer's loss and sampling)
+TRAINER_KEYS = (
+    "loss_type scale_rewards num_generations beta importance_sampling_level steps_per_generation"
+).split()
 
 
 def trainer_text(run: dict) -> str:
     """What the trainer's loss followed, and what neither G* models."""
     if not run:
         return ""
-    keys = (
-        "loss_type",
-        "scale_rewards",
-        "num_generations",
-        "beta",
-        "importance_sampling_level",
-        "steps_per_generation",
-    )
-    said = ", ".join(f"{k} = {run[k]}" for k in keys if run.get(k) is not None)
+    said = ", ".join(f"{k} = {run[k]}" for k in TRAINER_KEYS if run.get(k) is not None)
     who = "verl" if run.get("framework") == "verl" else f"TRL {run.get('trl_version', '?')}"
     said = said or ", ".join(f"{k} = {v}" for k, v in run.items() if k not in HOOK_KEYS)
     return (
@@ -380,9 +370,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
                 "NaN); allowed: a column with numbers"
             )
     norms = read_norms(cfg.grad_norms) if cfg.grad_norms else None
-    groups = rollouts.groups(log)
     levels = rollouts.binary_levels(log)
-    groups = _windows(groups, cfg.window)
+    groups = _windows(rollouts.groups(log), cfg.window)
     check_groups(cfg, groups)
     G = modal(groups["n"])
     if cfg.allocate and G > MAX_G:  # before any fit: the tables would not fit in memory
@@ -394,7 +383,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     for window, sub in _by_window(groups):
         row, rows = analyze_window(cfg, sub, levels, window, log.frame)
         summary.append(row)
-        curve += rows
+        curve.append(rows)
     kappa = kappa_table(cfg, summary[-1])
     summary = pd.DataFrame(summary)
     gs = gstar_row(cfg, log, levels, norms)
@@ -413,7 +402,8 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     summary["notes"] = "; ".join(log.notes)
     if progress is not None:
         progress.update(1, f"{len(groups):,} groups")
-    return {"summary": summary, "curve": pd.DataFrame(curve), "kappa": kappa, "groups": groups}
+    curve = pd.concat(curve, ignore_index=True)
+    return {"summary": summary, "curve": curve, "kappa": kappa, "groups": groups}
 
 
 def check_groups(cfg: Config, groups) -> None:
@@ -458,10 +448,6 @@ def _by_window(groups):
 
 # ----------------------------------------------------------------------------- output
 # the report and JSON summary: gpolab.labs.plan.report (imported above)
-
-
-def notes(cfg: Config, tables: dict) -> str:
-    return ""
 
 
 def figures(tables: dict) -> dict:

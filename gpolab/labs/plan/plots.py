@@ -85,13 +85,8 @@ def _degenerate(ax, tables: dict, p: dict) -> None:
 def _kappa(ax, tables: dict) -> None:
     k = tables["kappa"]
     if k.empty:
-        ax.text(
-            0.5,
-            0.5,
-            "kappa needs binary rewards\nand a difficulty fit",
-            ha="center",
-            transform=ax.transAxes,
-        )
+        why = "kappa needs binary rewards\nand a difficulty fit"
+        ax.text(0.5, 0.5, why, ha="center", transform=ax.transAxes)
         ax.set_axis_off()
         return
     for name, sub in k.groupby("estimator", sort=False):

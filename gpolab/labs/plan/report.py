@@ -72,6 +72,11 @@ def summary_json(cfg, tables: dict) -> dict:
     return out
 
 
+WINDOW_COLUMNS = (
+    "window groups G a b mean_p logged_measured logged_predicted logged_z G_needed".split()
+)
+
+
 def report(cfg, tables: dict) -> str:
     """The markdown report."""
     p = pooled(tables)
@@ -102,19 +107,7 @@ def report(cfg, tables: dict) -> str:
     ]
     s = tables["summary"]
     if (s["window"] != POOLED).any():
-        cols = [
-            "window",
-            "groups",
-            "G",
-            "a",
-            "b",
-            "mean_p",
-            "logged_measured",
-            "logged_predicted",
-            "logged_z",
-            "G_needed",
-        ]
-        lines += ["", "## Per window", "```", table_text(s, cols), "```"]
+        lines += ["", "## Per window", "```", table_text(s, WINDOW_COLUMNS), "```"]
     return "\n".join(lines)
 
 

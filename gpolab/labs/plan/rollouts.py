@@ -35,9 +35,9 @@ be told from a reward function by the file alone: pass ``reward_column`` (or wri
 note is added when the logged ``advantage`` is not an increasing function of that sum within a
 group, which is what TRL's ``sum_then_normalize`` (unit weights) produces.
 
-The writers (:mod:`gpolab.labs.plan.rollout_writers`) and the per-group summaries
-(:mod:`gpolab.labs.plan.rollout_groups`) live beside this module and are importable from it;
-finding a log's files and their format: :mod:`gpolab.labs.plan.rollout_files`.
+The per-group summaries (one row per group, :func:`groups`) are at the end of this module;
+finding a log's files and their format, and the writers (importable from here):
+:mod:`gpolab.labs.plan.rollout_files`.
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ from gpolab.labs.plan.rollout_files import (
     one_line,
     parquet,
     scan,
+    write_table,
+    write_trl,
+    write_verl,
 )
-from gpolab.labs.plan.rollout_groups import binary_levels, groups
-from gpolab.labs.plan.rollout_writers import write_table, write_trl, write_verl
 from gpolab.validate import ConfigError
 
 __all__ = [
@@ -123,8 +124,11 @@ def _numeric(f: Path, name: str, values, where, *, finite: bool) -> np.ndarray:
     return x
 
 
-def _absent(f: Path, what: str, name: str, cols) -> ConfigError:
-    return ConfigError(f"{f}: {what} {name!r} is not a column; columns: {', '.join(cols)}")
+def _check_named(f: Path, cols, proxy_column, length_column) -> None:
+    """The proxy and length columns the user named are columns of ``f``."""
+    for what, name in (("proxy column", proxy_column), ("length column", length_column)):
+        if name is not None and name not in cols:
+            raise ConfigError(f"{f}: {what} {name!r} is not a column; columns: {', '.join(cols)}")
 
 
 def _runs(codes: np.ndarray) -> np.ndarray:
@@ -189,9 +193,7 @@ def _read_trl(f: Path, reward_column, proxy_column, length_column):
         raise ConfigError(
             f"{f}: missing TRL columns {', '.join(missing)}; allowed: {', '.join(TRL_FIXED)}"
         )
-    for what, name in (("proxy column", proxy_column), ("length column", length_column)):
-        if name is not None and name not in schema.names:
-            raise _absent(f, what, name, schema.names)
+    _check_named(f, schema.names, proxy_column, length_column)
     rcols = _trl_reward_columns(f, schema, reward_column, {proxy_column, length_column})
     extra = [c for c in (proxy_column, length_column) if c is not None]
     use = [c for c in ("step", "prompt", *rcols, "advantage", *extra) if c in schema.names]
@@ -313,9 +315,7 @@ def _read_table(f: Path, reward_column, proxy_column, length_column):
             f"{f}: missing columns {', '.join(missing)}; allowed: prompt, {reward} "
             f"(+ {', '.join(TABLE_OPTIONAL)}); columns: {', '.join(map(str, cols))}"
         )
-    for what, name in (("proxy column", proxy_column), ("length column", length_column)):
-        if name is not None and name not in cols:
-            raise _absent(f, what, name, cols)
+    _check_named(f, cols, proxy_column, length_column)
     if len(df) == 0:
         raise ConfigError(f"{f}: empty file (no rows)")
     length = length_column or ("length" if "length" in cols else None)
@@ -482,4 +482,70 @@ def read(path, *, format=None, reward_column=None, proxy_column=None, length_col
     frame = frame[list(FRAME_COLUMNS)].astype({"prompt": str})
     return Log(
         fmt, str(path), tuple(map(str, files)), _reward_text(fmt, rcols), frame, tuple(notes)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# per-group summaries of a log
+
+
+def binary_levels(log) -> tuple[float, float] | None:
+    """(low, high) when the rewards take at most two distinct values, None when graded.
+
+    Rewards within {0, 1} give (0.0, 1.0), also when only one of them occurs. Two other values
+    give (low, high). One other value v gives (v, v): then it counts as a success when v > 0.
+    """
+    values = np.unique(log.frame["reward"].to_numpy(dtype=float))
+    if len(values) > 2:
+        return None
+    if set(values.tolist()) <= {0.0, 1.0}:
+        return (0.0, 1.0)
+    return (float(values[0]), float(values[-1]))
+
+
+def _group_mean(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    ok = ~np.isnan(x)
+    count = np.add.reduceat(ok.astype(float), starts)
+    total = np.add.reduceat(np.where(ok, x, 0.0), starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def groups(log) -> pd.DataFrame:
+    """One row per group: step, group, prompt, n, successes, mean, std (ddof 0), degenerate,
+    length_mean, proxy_mean. successes = number of rewards at the high binary level (see
+    :func:`binary_levels`; NaN when graded); degenerate = all rewards of the group equal."""
+    f = log.frame
+    order = np.argsort(f["group"].to_numpy(), kind="stable")
+    g, r = f["group"].to_numpy()[order], f["reward"].to_numpy(dtype=float)[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, int)
+    n = np.diff(np.r_[starts, len(g)])
+    if len(g) == 0:
+        cols = "step group prompt n successes mean std degenerate length_mean proxy_mean"
+        return pd.DataFrame(columns=cols.split())
+    mean = np.add.reduceat(r, starts) / n
+    std = np.sqrt(np.add.reduceat((r - np.repeat(mean, n)) ** 2, starts) / n)
+    degenerate = np.minimum.reduceat(r, starts) == np.maximum.reduceat(r, starts)
+    std[degenerate] = 0.0
+    levels = binary_levels(log)
+    if levels is None:
+        successes = np.full(len(n), np.nan)
+    elif levels[0] < levels[1]:
+        successes = np.add.reduceat((r == levels[1]).astype(float), starts)
+    else:
+        successes = n * float(levels[0] > 0)
+    first = order[starts]
+    return pd.DataFrame(
+        {
+            "step": f["step"].to_numpy()[first],
+            "group": g[starts],
+            "prompt": f["prompt"].to_numpy()[first],
+            "n": n.astype(np.int64),
+            "successes": successes.astype(float),
+            "mean": mean,
+            "std": std,
+            "degenerate": degenerate,
+            "length_mean": _group_mean(f["length"].to_numpy(dtype=float)[order], starts),
+            "proxy_mean": _group_mean(f["proxy"].to_numpy(dtype=float)[order], starts),
+        }
     )

@@ -41,8 +41,8 @@ def _base(groups, window: str, n, G: int) -> dict:
     }
 
 
-def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dict, list]:
-    """The summary row and the curve rows of one window of groups (``frame``: the log's rows)."""
+def analyze_window(cfg: Config, groups, levels, window: str, frame) -> tuple[dict, pd.DataFrame]:
+    """The summary row and the curve of one window of groups (``frame``: the log's rows)."""
     n = groups["n"].to_numpy()
     G = modal(n)
     base = _base(groups, window, n, G)
@@ -105,7 +105,9 @@ def _fit_columns(fit, mean_draws) -> dict:
     }
 
 
-def _boundary_window(cfg: Config, groups, base, levels, grid, budget: int) -> tuple[dict, list]:
+def _boundary_window(
+    cfg: Config, groups, base, levels, grid, budget: int
+) -> tuple[dict, pd.DataFrame]:
     """Every response succeeded (or every one failed): p-hat = 1 (0) at the boundary, no Beta
     fit.  What the log still says (gpolab's bound): with no failure in n responses that are
     independent given their prompts' p, P(none | mean p) = prod p_i <= (mean p)^n, so at 95%
@@ -127,10 +129,7 @@ def _boundary_window(cfg: Config, groups, base, levels, grid, budget: int) -> tu
         "low": levels[0],
         "high": levels[1],
         "success_rate": float(passed),
-        "a": math.nan,
-        "b": math.nan,
-        "a_se": math.nan,
-        "b_se": math.nan,
+        **dict.fromkeys(("a", "b", "a_se", "b_se"), math.nan),
         "fit_reason": why,
         "mean_p": float(passed),
         "mean_p_lo": bound if passed else 0.0,
@@ -153,27 +152,16 @@ def _check_columns(check: dict) -> dict:
     return {f"logged_{k}" if not k.startswith("logged") else k: v for k, v in check.items()}
 
 
-def _curve_rows(curve, window: str, budget: int) -> list[dict]:
-    """Curve rows with the split at budget N: B = N/G prompts (G dividing N), informative groups
+def _curve_rows(curve, window: str, budget: int):
+    """The curve with the split at budget N: B = N/G prompts (G dividing N), informative groups
     B·(1 − degenerate) per step."""
-    rows = []
-    for rec in curve.to_dict(orient="records"):
-        G = int(rec["G"])
-        B = budget // G if budget % G == 0 else math.nan
-        rows.append(
-            {
-                "window": window,
-                **rec,
-                "G": G,
-                "budget": budget,
-                "B": B,
-                "informative_groups": B * (1 - rec["predicted"]),
-            }
-        )
-    return rows
+    G = curve["G"].to_numpy().astype(int)
+    B = np.where(budget % G == 0, budget // G, math.nan)
+    split = {"budget": budget, "B": B, "informative_groups": B * (1 - curve["predicted"])}
+    return pd.DataFrame({"window": window, **curve.assign(G=G), **split})
 
 
-def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[dict, list]:
+def _graded_window(cfg: Config, rows, groups, base, grid, budget: int) -> tuple[dict, pd.DataFrame]:
     """Graded rewards: Dirichlet-multinomial over at most GRADED_LEVELS values, else measured
     zero-std fractions and the unbiased all-equal estimate for G up to the smallest group."""
     measured = float(groups["degenerate"].mean())

@@ -6,6 +6,7 @@ issue 18; theory §3, §10)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 
 import numpy as np
@@ -75,19 +76,8 @@ class Config(configs.Config):
             validate.choice("formats", fmt, FORMATS)
         if not self.env or not self.formats:
             raise validate.ConfigError("env/formats: got an empty list; allowed: one or more")
-        check_sizes(
-            self.steps, self.B, self.G, self.norm_batches, self.norm_steps, self.seed, self.prompts
-        )
-        check_sizes(
-            self.arithmetic_steps,
-            self.arithmetic_B,
-            self.G,
-            self.arithmetic_norm_batches,
-            self.arithmetic_norm_steps,
-            self.seed,
-            500,
-            "questions",
-        )
+        check_sizes(**sizes(self, "bandit"), seed=self.seed)
+        check_sizes(**sizes(self, "arithmetic"), seed=self.seed, prompts=500, field="questions")
         validate.integer("draws", self.draws, 10)
         estimators.check_reward_only("estimator", self.estimator, "plan reads their count tables")
 
@@ -96,25 +86,17 @@ def cells(cfg: Config) -> int:
     return len(cfg.env) * len(cfg.formats)
 
 
+def sizes(cfg: Config, env: str) -> dict:
+    """The simulation sizes of ``env`` (the bandit's settings, or the ``arithmetic_`` ones)."""
+    pre = "" if env == "bandit" else "arithmetic_"
+    names = ("steps", "B", "norm_batches", "norm_steps")
+    out = {n: getattr(cfg, pre + n) for n in names} | {"G": cfg.G}
+    return out | ({"prompts": cfg.prompts} if env == "bandit" else {})
+
+
 def simulate(cfg: Config, env: str) -> Simulated:
-    if env == "bandit":
-        return simulate_bandit(
-            steps=cfg.steps,
-            B=cfg.B,
-            G=cfg.G,
-            norm_batches=cfg.norm_batches,
-            norm_steps=cfg.norm_steps,
-            seed=cfg.seed,
-            prompts=cfg.prompts,
-        )
-    return simulate_arithmetic(
-        steps=cfg.arithmetic_steps,
-        B=cfg.arithmetic_B,
-        G=cfg.G,
-        norm_batches=cfg.arithmetic_norm_batches,
-        norm_steps=cfg.arithmetic_norm_steps,
-        seed=cfg.seed,
-    )
+    run = simulate_bandit if env == "bandit" else simulate_arithmetic
+    return run(**sizes(cfg, env), seed=cfg.seed)
 
 
 def write_logs(sim: Simulated, folder, formats) -> dict:
@@ -223,49 +205,21 @@ def compare(truth: dict, tables: dict, cfg: Config, **ids) -> list[dict]:
     its intervals are correlated, not independent checks), the logged fraction, c1, C3, G*."""
     from gpolab.labs.plan import lab as plan
 
+    row = functools.partial(_row, **ids)
     p = plan.pooled(tables)
-    rows = [
-        _row("mean difficulty", truth["mean_V"], p["mean_p"], p["mean_p_lo"], p["mean_p_hi"], **ids)
-    ]
+    rows = [row("mean difficulty", truth["mean_V"], p["mean_p"], p["mean_p_lo"], p["mean_p_hi"])]
     curve = tables["curve"]
     curve = curve[curve["window"] == plan.POOLED].set_index("G")
     for G in REPORT_G:
         c = curve.loc[G]
-        rows.append(
-            _row(
-                "degenerate fraction",
-                truth["degenerate"][G],
-                c["predicted"],
-                c["lo"],
-                c["hi"],
-                G=G,
-                **ids,
-            )
-        )
-    se = p["logged_measured_se"]
-    rows.append(
-        _row(
-            "logged degenerate fraction",
-            truth["degenerate"][p["G"]],
-            p["logged_measured"],
-            p["logged_measured"] - 1.96 * se,
-            p["logged_measured"] + 1.96 * se,
-            G=p["G"],
-            **ids,
-        )
-    )
-    for name in ("c1", "C3"):
-        rows.append(_row(name, truth[name], p.get(f"gstar_{name}"), **ids))
-    rows.append(
-        _row(
-            "G*",
-            truth["gstar"],
-            p.get("gstar"),
-            _num(p.get("gstar_lo")),
-            _num(p.get("gstar_hi")),
-            **ids,
-        )
-    )
+        truth_G = truth["degenerate"][G]
+        rows.append(row("degenerate fraction", truth_G, c["predicted"], c["lo"], c["hi"], G=G))
+    m, half = p["logged_measured"], 1.96 * p["logged_measured_se"]
+    truth_G = truth["degenerate"][p["G"]]
+    rows.append(row("logged degenerate fraction", truth_G, m, m - half, m + half, G=p["G"]))
+    rows += [row(name, truth[name], p.get(f"gstar_{name}")) for name in ("c1", "C3")]
+    lo, hi = _num(p.get("gstar_lo")), _num(p.get("gstar_hi"))
+    rows.append(row("G*", truth["gstar"], p.get("gstar"), lo, hi))
     return rows + safe_rows(truth, p, **ids) + estimator_rows(truth, p, cfg.estimator, **ids)
 
 

@@ -81,11 +81,7 @@ def truth_summary(truth, G: int, batches, **extra) -> dict:
         "G": G,
         "degenerate": degenerate_truth(V, f),
         "mean_V": float(f @ V),
-        "c1": c.c1,
-        "C2": c.C2,
-        "C3": c.C3,
-        "C2_se": c.C2_se,
-        "C3_se": c.C3_se,
+        **dataclasses.asdict(c),  # c1, C2, C3 and their SEs
         "gstar": c.g_star_exact,
         "gstar_se": c.g_star_se,
         "g_sq": g_sq,
