@@ -61,10 +61,10 @@ from gpolab.envs import bandit, markov
 from gpolab.envs import loglinear as loglinear_env
 from gpolab.envs import tree as tree_env
 from gpolab.kernels import grouped
+from gpolab.kernels import offpolicy as offpolicy_kernel
+from gpolab.kernels import rollout_mismatch as mismatch_kernel
 from gpolab.kernels import tree as tree_kernel
 from gpolab.labs.allocate import lab as allocate_lab
-from gpolab.kernels import offpolicy as offpolicy_kernel
-from gpolab.kernels import rollout_mismatch as mismatch_lab
 from gpolab.labs.offpolicy import lab as offpolicy_lab
 from gpolab.theory import allocation
 
@@ -468,10 +468,10 @@ def mismatch(cfg: BenchConfig, T: int = 256, T_enum: int = 8) -> dict:
     theta = markov.init_theta(params)
     mu = markov.behaviour_logits(params, theta, "noise", 0.05)
     args = (params, theta, mu, markov.exact(params, theta).g)
-    cell = mismatch_lab.Cell("trl/sequence_mask", 8, 4)
+    cell = mismatch_kernel.Cell("trl/sequence_mask", 8, 4)
     n = 256 if cfg.quick else 2048
     key = jax.random.key(cfg.seed)
-    seconds, compile_s, _, chunk = _timed_run(mismatch_lab.per_seed, cell, args, key, n, 0)
+    seconds, compile_s, _, chunk = _timed_run(mismatch_kernel.per_seed, cell, args, key, n, 0)
     enum_s, dp_s, long_s = _markov_exact_timings(T, T_enum)
     return _row(
         f"mismatch kernel, Markov env T={T}, 8x4 per seed, trl/sequence_mask",

@@ -9,7 +9,8 @@ Every kernel follows one small protocol, the one :func:`gpolab.engine.run` runs:
   (env params, exact truth, eps, ...), so sweeping a continuous knob never recompiles; the
   engine reduces each output leaf to its sum (and scalars to their sum of squares) over seeds;
 * a **summary** from the engine's moments (:class:`gpolab.engine.Moments`): e.g.
-  :func:`gpolab.engine.error_stats` (MSE, variance, bias²), or a module's own (a ratio's
+  :func:`gpolab.engine.error_stats` (MSE, variance, bias²), :mod:`gpolab.kernels.splits` (the
+  same with standard errors from independent seed batches), or a module's own (a ratio's
   delta-method interval, a correlation's standard error).
 
 Kernels import only the library (envs, estimators, theory, engine); labs add flags, units,
@@ -23,4 +24,10 @@ tables and figures around them.  One module per measurement, named as the theory
 * :mod:`gpolab.kernels.tree`: K thoughts × M continuations: thought advantages, their
   correlation with the true values, the thought-policy gradient and the overlap moments
   (:mod:`gpolab.theory.tree`, :mod:`gpolab.theory.tree_overlap`).
+* :mod:`gpolab.kernels.offpolicy`: the practical GRPO update (minibatch reuse, ratio rules,
+  clipping, KL terms, stale rollouts) against the exact gradient at the θ where it is applied;
+* :mod:`gpolab.kernels.rollout_mismatch`: a rollout engine's μ ≠ π_θ and every framework's
+  mismatch correction against the exact gradient (Markov env);
+* :mod:`gpolab.kernels.splits`: bias², variance, MSE and their standard errors from per-split
+  moments (the one split-statistics helper).
 """
