@@ -152,10 +152,7 @@ def test_long_responses_stay_exact_and_finite():
     ) / 2e-5
     assert float(truth.g[3]) == pytest.approx(float(fd), rel=1e-5, abs=1e-10)
     m = markov.mismatch(params, theta, markov.behaviour_logits(params, theta, "noise", 0.05))
-    assert (
-        np.isfinite(float(m.chi2_seq))
-        and float(m.chi2_seq) > 256 * float(m.chi2_token) * 0.9
-    )
+    assert np.isfinite(float(m.chi2_seq)) and float(m.chi2_seq) > 256 * float(m.chi2_token) * 0.9
 
 
 def test_registry_and_bad_settings():
