@@ -163,8 +163,8 @@ def _word(cell: str) -> bool:
 
 MISMATCH = "### Rollout–training mismatch corrections"
 # (page, rules, check the cells, check the commits, the "###" table checked, None: the section):
-# docs/offpolicy.md's reuse and mismatch tables both have their cells checked (no commits: the
-# reuse rows cite verl's and TRL's releases)
+# docs/offpolicy.md's reuse table and docs/mismatch.md's corrections table both have their cells
+# checked (no commits: the reuse rows cite verl's and TRL's releases)
 PAGES = [
     ("allocate.md", allocation.RULES, True, True, None),
     (
@@ -174,7 +174,7 @@ PAGES = [
         0,
         None,
     ),
-    ("offpolicy.md", mismatch.REGISTRY, True, False, MISMATCH),
+    ("mismatch.md", mismatch.REGISTRY, True, False, MISMATCH),
 ]
 
 
@@ -242,19 +242,19 @@ def test_a_row_emptied_to_one_character_or_without_its_commit_fails():
     assert problems == ["`gvm` (GVM-RAFT, arXiv 2505.02391): the authors' code names no commit"]
 
 
-OFFPOLICY = (DOCS / "offpolicy.md").read_text(encoding="utf-8")
+MISMATCH_PAGE = (DOCS / "mismatch.md").read_text(encoding="utf-8")  # the corrections' page
 
 
 def test_a_bare_pipe_or_a_dash_in_the_mismatch_table_fails():
     """The mismatch table's cells are checked: its formula's escaped pipes keep the row whole,
     a bare one splits it, a cell emptied to "—" fails, and the reuse table is not read."""
-    assert port_problems(_under(OFFPOLICY, MISMATCH), mismatch.REGISTRY) == []
-    assert r"\|log r\|" in OFFPOLICY
-    bare = _under(OFFPOLICY.replace(r"\|log r\|", "|log r|"), MISMATCH)
+    assert port_problems(_under(MISMATCH_PAGE, MISMATCH), mismatch.REGISTRY) == []
+    assert r"\|log r\|" in MISMATCH_PAGE
+    bare = _under(MISMATCH_PAGE.replace(r"\|log r\|", "|log r|"), MISMATCH)
     assert port_problems(bare, {}) == ["`verl/bypass_ppo_clip`: 8 cells, its header has 6"]
-    line = next(ln for ln in OFFPOLICY.splitlines() if ln.startswith("| `none` | none: a run"))
+    line = next(ln for ln in MISMATCH_PAGE.splitlines() if ln.startswith("| `none` | none: a run"))
     dashed = line.replace("| A per token |", "| — |")
     assert dashed != line
-    problems = port_problems(_under(OFFPOLICY.replace(line, dashed), MISMATCH), {})
+    problems = port_problems(_under(MISMATCH_PAGE.replace(line, dashed), MISMATCH), {})
     assert problems == ["`none`: cell 3 '—' holds no word"]
-    assert _under(OFFPOLICY.replace(MISMATCH, "### Renamed"), MISMATCH) == ""
+    assert _under(MISMATCH_PAGE.replace(MISMATCH, "### Renamed"), MISMATCH) == ""
