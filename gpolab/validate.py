@@ -143,3 +143,9 @@ def bracketed(field: str, spec, allowed: str) -> tuple[str, list[tuple[str, str,
         raise ConfigError(f"{field}: got {spec!r}; allowed: {allowed}")
     items = [s.strip() for s in rest[:-1].split(",")] if sep else []
     return name.strip(), [tuple(p.strip() for p in i.partition("=")) for i in items if i]
+
+
+def nonempty(field: str, values) -> None:
+    """A list setting with at least one value."""
+    if len(values) == 0:
+        raise ConfigError(f"{field}: got an empty list; allowed: one or more values")

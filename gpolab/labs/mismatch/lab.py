@@ -104,10 +104,7 @@ class Config(configs.Config):
         validate.integer("chunk", self.chunk, 0)
         validate.integer("seed", self.seed, 0)
         for field in ("T", "mismatch", "correction"):
-            if len(getattr(self, field)) == 0:
-                raise validate.ConfigError(
-                    f"{field}: got an empty list; allowed: one or more values"
-                )
+            validate.nonempty(field, getattr(self, field))
         validate.integers("T", self.T, 1)
         validate.at_most("T", self.T, 4096, "the exact gradient's dynamic program is O(T²A²)")
         for spec in self.mismatch:

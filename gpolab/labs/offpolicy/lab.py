@@ -172,7 +172,7 @@ class Config(configs.Config):
         validate.integer("seed", self.seed, 0)
         _check_rules(self)
         validate.real("ref_scale", self.ref_scale, low=0.0)
-        _nonempty("eta", self.eta)
+        validate.nonempty("eta", self.eta)
         for e in self.eta:
             validate.real("eta", e, low=0.0, open_low=True)
         validate.integers("m", self.m, 1)
@@ -195,7 +195,7 @@ def _check_rules(cfg: Config) -> None:
                 "alone (loo, grpo, rloo, ...)"
             )
     for field, allowed in (("ratio", tuple(rules.RATIOS)), ("clip", rules.CLIPS)):
-        _nonempty(field, getattr(cfg, field))
+        validate.nonempty(field, getattr(cfg, field))
         for value in getattr(cfg, field):
             validate.choice(field, value, allowed)
     validate.real("eps_low", cfg.eps_low, low=0.0, high=1.0, open_low=True)
@@ -205,7 +205,7 @@ def _check_rules(cfg: Config) -> None:
     for field in sum(OWN_EPS.values(), ()):
         validate.real(field, getattr(cfg, field), low=0.0, open_low=True)
     validate.real("clip_c", cfg.clip_c, low=1.0, open_low=True)
-    _nonempty("kl", cfg.kl)
+    validate.nonempty("kl", cfg.kl)
     for k in cfg.kl:
         validate.choice("kl", k, tuple(rules.KLS))
     if any(k != "none" for k in cfg.kl):
@@ -214,14 +214,9 @@ def _check_rules(cfg: Config) -> None:
                 f"kl: got {','.join(cfg.kl)}; the {cfg.env} env has no exact KL (its "
                 "answers are not enumerated); allowed: none (or env = bandit)"
             )
-        _nonempty("kappa", cfg.kappa)
+        validate.nonempty("kappa", cfg.kappa)
         for k in cfg.kappa:
             validate.real("kappa", k, low=0.0)
-
-
-def _nonempty(field: str, values) -> None:
-    if len(values) == 0:
-        raise validate.ConfigError(f"{field}: got an empty list; allowed: one or more values")
 
 
 def batch_size(cfg: Config) -> int:
