@@ -166,14 +166,7 @@ def w1(cfg: BenchConfig, G: int = 16, n: int | None = None, numpy: bool = True) 
         for c in RNG_CHUNKS
         for one in (False, True)
     )
-    f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    ref = (
-        f64(bandit.policy(params)),
-        f64(params.success),
-        f64(truth.g_local),
-        f64(truth.prompt_probs),
-        G,
-    )
+    ref = w1_reference(params, truth, G)
     again = lambda: engine.run(grouped.bandit_error, cell, args, key, n, chunk)  # noqa: E731
     best = _in_turn(cfg, again, ref)
     seconds = min(seconds, best.pop("engine_s"))
@@ -315,6 +308,16 @@ def _agree(mse, se, mse2, se2) -> bool:
     return bool(abs(mse - mse2) < 4 * np.hypot(se, se2))
 
 
+def w1_reference(params, truth, G: int):
+    """The bandit ``params`` with its exact ``truth`` and group size ``G`` as the references'
+    :class:`gpolab.bench.numpy_ref.W1` (float64 numpy)."""
+    from gpolab.bench import numpy_ref
+
+    f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    pi, success = f64(bandit.policy(params)), f64(params.success)
+    return numpy_ref.W1(pi, success, f64(truth.g_local), f64(truth.prompt_probs), G)
+
+
 def _in_turn(cfg: BenchConfig, engine_once, ref) -> dict:
     """The engine (compiled and timed once by the caller), the numpy reference and, when
     installed, the numba peers (:data:`NUMBA`), timed in turn: the fastest of :data:`REPEATS`
@@ -328,17 +331,17 @@ def _in_turn(cfg: BenchConfig, engine_once, ref) -> dict:
     best = {"engine_s": math.inf, "numpy_s": math.inf}
     peers = NUMBA if numba_ref.missing() is None else {}
     for draw, p in peers.items():
-        small = lambda d=draw: numba_ref.w1_errors(cfg.seed, *ref, 1_000, d)  # noqa: E731
+        small = lambda d=draw: numba_ref.w1_errors(cfg.seed, ref, 1_000, d)  # noqa: E731
         first = _timed(small)[0]
         best.update({f"{p}_s": math.inf, f"{p}_compile_s": first - _timed(small)[0]})
     for r in range(REPEATS):
         if r:  # the caller timed the engine once already
             best["engine_s"] = min(best["engine_s"], _timed(engine_once)[0])
-        t, best["numpy"] = _timed(lambda: numpy_ref.w1_mse(cfg.seed, *ref, cfg.numpy_seeds))
+        t, best["numpy"] = _timed(lambda: numpy_ref.w1_mse(cfg.seed, ref, cfg.numpy_seeds))
         best["numpy_s"] = min(best["numpy_s"], t)
         for draw, p in peers.items():
             t, best[p] = _timed(
-                lambda d=draw: numba_ref.w1_mse(cfg.seed, *ref, cfg.numba_seeds, draw=d)
+                lambda d=draw: numba_ref.w1_mse(cfg.seed, ref, cfg.numba_seeds, draw=d)
             )
             best[f"{p}_s"] = min(best[f"{p}_s"], t)
     return best

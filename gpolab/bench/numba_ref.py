@@ -116,19 +116,11 @@ def _kernel(draw: str = "alias"):
     return w1_errors
 
 
-def w1_errors(
-    seed: int,
-    pi: np.ndarray,
-    success: np.ndarray,
-    g_local: np.ndarray,
-    prompt_probs: np.ndarray,
-    G: int,
-    n_seeds: int,
-    draw: str = "alias",
-) -> np.ndarray:
-    """Per-seed squared errors (n_seeds,) of the loo estimator; arrays as in
-    :func:`gpolab.bench.numpy_ref.w1_errors` (float64, ``pi``, ``success``, ``g_local`` (P, A));
-    ``draw``: ``alias`` (the engine's sampler) or ``binary`` (a binary-search inverse CDF)."""
+def w1_errors(seed: int, w1: numpy_ref.W1, n_seeds: int, draw: str = "alias") -> np.ndarray:
+    """Per-seed squared errors (n_seeds,) of the loo estimator on ``w1``
+    (:class:`gpolab.bench.numpy_ref.W1`); ``draw``: ``alias`` (the engine's sampler) or
+    ``binary`` (a binary-search inverse CDF)."""
+    pi, success, g_local, prompt_probs, G = w1
     if G < 2 or pi.shape != success.shape or pi.shape != g_local.shape:
         raise ValueError(f"need G >= 2 and equal (P, A) shapes; got G={G}, {pi.shape}")
     f64 = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
@@ -141,7 +133,7 @@ def w1_errors(
     return kernel(seed, keep, alias, cdf, f64(pi), f64(g_local), f64(prompt_probs), G, n_seeds)
 
 
-def w1_mse(seed: int, pi, success, g_local, prompt_probs, G: int, n_seeds: int, draw="alias"):
+def w1_mse(seed: int, w1: numpy_ref.W1, n_seeds: int, draw="alias"):
     """(mse, standard error) over ``n_seeds`` seeds."""
-    errs = w1_errors(seed, pi, success, g_local, prompt_probs, G, n_seeds, draw)
+    errs = w1_errors(seed, w1, n_seeds, draw)
     return float(errs.mean()), float(errs.std(ddof=1) / np.sqrt(n_seeds))

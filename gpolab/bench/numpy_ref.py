@@ -8,9 +8,23 @@ only and an independent random stream, vectorized over a batch of seeds.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from gpolab.envs.sampling import alias_tables
+
+
+class W1(NamedTuple):
+    """W1's instance, float64 numpy: the policy ``pi`` and success probabilities ``success``
+    (P, A), the exact per-prompt gradients ``g_local`` (P, A) (tabular rows), the prompt
+    distribution ``prompt_probs`` (P,), and the group size ``G``."""
+
+    pi: np.ndarray
+    success: np.ndarray
+    g_local: np.ndarray
+    prompt_probs: np.ndarray
+    G: int
 
 
 def joint_probs(pi: np.ndarray, success: np.ndarray) -> np.ndarray:
@@ -38,19 +52,13 @@ def alias_outcomes(keep: np.ndarray, alias: np.ndarray, u: np.ndarray) -> np.nda
 
 def w1_errors(
     rng: np.random.Generator,
-    pi: np.ndarray,
-    success: np.ndarray,
-    g_local: np.ndarray,
-    prompt_probs: np.ndarray,
-    G: int,
+    w1: W1,
     n_seeds: int,
     tables: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Per-seed squared errors (n_seeds,) of the loo estimator; all arrays float64 numpy.
-
-    ``pi``, ``success``: (P, A); ``g_local``: (P, A) exact per-prompt gradients (tabular rows);
-    ``tables``: :func:`joint_tables` of ``pi`` and ``success`` (built here when not given).
-    """
+    """Per-seed squared errors (n_seeds,) of the loo estimator on ``w1``; ``tables``:
+    :func:`joint_tables` of its ``pi`` and ``success`` (built here when not given)."""
+    pi, success, g_local, prompt_probs, G = w1
     P, A = pi.shape
     tables = joint_tables(pi, success) if tables is None else tables
     # one uniform per response: an alias draw over the 2A joint outcomes (a, z), column 2a + z
@@ -66,17 +74,12 @@ def w1_errors(
     return err2 @ prompt_probs
 
 
-def w1_mse(
-    seed: int, pi, success, g_local, prompt_probs, G: int, n_seeds: int, batch: int = 2048
-) -> tuple[float, float]:
+def w1_mse(seed: int, w1: W1, n_seeds: int, batch: int = 2048) -> tuple[float, float]:
     """(mse, standard error) over ``n_seeds`` seeds, in batches of ``batch`` (the alias tables
     built once, as the engine's are)."""
     rng = np.random.default_rng(seed)
-    tables = joint_tables(pi, success)
+    tables = joint_tables(w1.pi, w1.success)
     errs = np.concatenate(
-        [
-            w1_errors(rng, pi, success, g_local, prompt_probs, G, min(batch, n_seeds - i), tables)
-            for i in range(0, n_seeds, batch)
-        ]
+        [w1_errors(rng, w1, min(batch, n_seeds - i), tables) for i in range(0, n_seeds, batch)]
     )
     return float(errs.mean()), float(errs.std(ddof=1) / np.sqrt(n_seeds))

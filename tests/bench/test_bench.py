@@ -29,16 +29,7 @@ def test_numpy_reference_matches_engine_and_theory():
     params = bandit.make(1, prompts=6, actions=10)
     truth = bandit.exact(params)
     G, n = 5, 30_000
-    f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    np_mse, np_se = numpy_ref.w1_mse(
-        7,
-        f64(bandit.policy(params)),
-        f64(params.success),
-        f64(truth.g_local),
-        f64(truth.prompt_probs),
-        G,
-        n,
-    )
+    np_mse, np_se = numpy_ref.w1_mse(7, bench.w1_reference(params, truth, G), n)
     m = engine.run(
         grouped.bandit_error,
         grouped.BanditCell(("loo",), G),
@@ -99,12 +90,6 @@ def test_bench_quick_end_to_end(capsys):
         assert abs(peer["mse"] - exact) < 4 * peer["mse_se"]
 
 
-def _ref(params, truth, G):
-    f64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    pi, success = f64(bandit.policy(params)), f64(params.success)
-    return pi, success, f64(truth.g_local), f64(truth.prompt_probs), G
-
-
 @pytest.mark.parametrize("draw", numba_ref.DRAWS)
 def test_numba_peer_matches_exact_mse_whatever_the_thread_count(draw):
     """The numba kernel's loo MSE, by either draw, against the exact finite-G MSE (6 × 10 bandit,
@@ -112,17 +97,17 @@ def test_numba_peer_matches_exact_mse_whatever_the_thread_count(draw):
     numba = pytest.importorskip("numba")
     params = bandit.make(1, prompts=6, actions=10)
     truth = bandit.exact(params)
-    ref = _ref(params, truth, 5)
-    mse, se = numba_ref.w1_mse(7, *ref, 30_000, draw=draw)
+    ref = bench.w1_reference(params, truth, 5)
+    mse, se = numba_ref.w1_mse(7, ref, 30_000, draw=draw)
     assert abs(mse - theory.mse(truth, "loo", 5)) < 4 * se
     threads = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
-        one = numba_ref.w1_errors(7, *ref, 1_000, draw)
+        one = numba_ref.w1_errors(7, ref, 1_000, draw)
     finally:
         numba.set_num_threads(threads)
-    np.testing.assert_array_equal(one, numba_ref.w1_errors(7, *ref, 1_000, draw))
-    assert not np.array_equal(one, numba_ref.w1_errors(8, *ref, 1_000, draw))  # seeds differ
+    np.testing.assert_array_equal(one, numba_ref.w1_errors(7, ref, 1_000, draw))
+    assert not np.array_equal(one, numba_ref.w1_errors(8, ref, 1_000, draw))  # seeds differ
 
 
 def test_without_numba_no_peer_row_and_one_note_line(monkeypatch, capsys):
@@ -130,7 +115,7 @@ def test_without_numba_no_peer_row_and_one_note_line(monkeypatch, capsys):
     prints one note line (table) or one stderr line (--json)."""
     monkeypatch.setattr(numba_ref, "missing", lambda: "numba is not installed (test)")
     params = bandit.make(1, prompts=4, actions=6)
-    ref = _ref(params, bandit.exact(params), 4)
+    ref = bench.w1_reference(params, bandit.exact(params), 4)
     cfg = bench.BenchConfig(numpy_seeds=200, numba_seeds=200)
     best = bench._in_turn(cfg, lambda: np.zeros(()), ref)
     assert set(best) == {"engine_s", "numpy_s", "numpy"}
