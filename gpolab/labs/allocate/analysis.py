@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpolab.labs.allocate.config import Config
 from gpolab.labs.allocate.static import SPLITS
 from gpolab.labs.allocate.steps import Bandit, _tables, oracle_curves
 from gpolab.theory import allocation as theory
-
-if TYPE_CHECKING:
-    from gpolab.labs.allocate.lab import Config
 
 EXACT_RULES = ("uniform-gstar", "gpolab-oracle", "gpolab-sample")
 

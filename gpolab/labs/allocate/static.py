@@ -5,14 +5,11 @@ instance's θ after one earlier step (:mod:`gpolab.labs.allocate.lab`, tables ``
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpolab.labs.allocate import rules, steps
-
-if TYPE_CHECKING:
-    from gpolab.labs.allocate.lab import Config
+from gpolab.labs.allocate.config import Config
 
 SPLITS = 8  # independent batches of seeds: bias² and its SE
 CHUNK = 256  # seeds per numpy chunk (memory: chunk x prompts x draws x actions booleans)

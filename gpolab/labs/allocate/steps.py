@@ -7,17 +7,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import zlib
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpolab import configs
 from gpolab.envs import bandit
 from gpolab.labs.allocate import rules
+from gpolab.labs.allocate.config import Config
 from gpolab.theory import allocation as theory
-
-if TYPE_CHECKING:
-    from gpolab.labs.allocate.lab import Config
 
 SCHEMA = 3  # 2: faithful Knapsack RL and GVM-RAFT, own-objective columns (issue 40); 3: GVM's
 # gradient quantity, Knapsack RL's advantage clip and verl GRPO, scaled_mse (issue 55)

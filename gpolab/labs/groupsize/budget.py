@@ -35,10 +35,9 @@ from gpolab import engine
 from gpolab.engine import train
 from gpolab.envs import Env
 from gpolab.labs.groupsize import pool as pools
+from gpolab.labs.groupsize.config import CHECKPOINTS
 from gpolab.labs.groupsize.runs import sgd_direction
 from gpolab.theory import groupsize as theory
-
-CHECKPOINTS = (8, 4, 2, 1)  # J is reported at compute total/d for each d
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import typing
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -19,13 +18,8 @@ from gpolab import engine, envs
 from gpolab.engine import train
 from gpolab.envs import Env, arithmetic, bandit
 from gpolab.labs.groupsize import pool as pools
+from gpolab.labs.groupsize.config import Config, bandit_instance
 from gpolab.theory import groupsize as theory
-
-if typing.TYPE_CHECKING:
-    from gpolab.labs.groupsize.lab import Config
-
-BANDIT_FIELDS = ("kind", "prompts", "actions", "logit_scale", "success_a", "success_b")
-
 
 # ---------------------------------------------------------------- one mini-batch gradient
 
@@ -183,13 +177,6 @@ def make_instance(cfg: Config, name: str):
     )[cfg.policy]
     truth_key = jax.random.fold_in(jax.random.key(cfg.instance_seed), 1)
     return arithmetic.ArithmeticInstance(policy, questions, truth_key, cfg.truth_samples)
-
-
-def bandit_instance(cfg: Config) -> bandit.Instance:
-    """The bandit of ``cfg`` (its settings, as in ``gpolab sweep``)."""
-    return bandit.Instance(
-        instance_seed=cfg.instance_seed, **{f: getattr(cfg, f) for f in BANDIT_FIELDS}
-    )
 
 
 class Setup(NamedTuple):

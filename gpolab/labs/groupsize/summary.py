@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from gpolab.labs.groupsize.budget import CHECKPOINTS
+from gpolab.labs.groupsize.config import CHECKPOINTS
 from gpolab.labs.groupsize.pool import POOL_CONSTANTS
 from gpolab.theory import groupsize as theory
 
