@@ -130,13 +130,45 @@ class Spec:
 
 _EPS_NORM = {"epsilon": 1e-6, "norm_adv_by_std_in_grpo": True}
 
+
+def _verl(name: str, fn: Callable, *, also: str = "", **fields) -> Spec:
+    """Entry ``verl/<name>``: verl's ``compute_<name>_outcome_advantage`` (``also``: what else
+    it reads)."""
+    source = VERL.format(f"compute_{name}_outcome_advantage") + also
+    return Spec(f"verl/{name}", fn, source=source, **fields)
+
+
+def _trl(name: str, fn: Callable, **fields) -> Spec:
+    """Entry ``trl/<name>``: TRL's ``<name>_trainer.py``."""
+    return Spec(f"trl/{name}", fn, source=TRL.format(f"{name}_trainer.py"), **fields)
+
+
+def _openrlhf(name: str, fn: Callable, **fields) -> Spec:
+    """Entry ``openrlhf/<name>``: OpenRLHF's ``<name>`` branch, G >= 2 (its CLI asserts it)."""
+    return Spec(f"openrlhf/{name}", fn, min_group=2, source=ORLHF.format(name), **fields)
+
+
+def _jspo(name: str, fn: Callable, *, also: str = "") -> Spec:
+    """Entry ``jspo/<name>``: the authors' ``compute_<name>_outcome_advantage`` (``also``: a
+    note), batch-scoped, G >= 2."""
+    source = (
+        "guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
+        f"compute_{name}_outcome_advantage @ 3f8539de (James-Stein baselines){also}"
+    )
+    options = {"epsilon": 1e-6}
+    return Spec(
+        f"jspo/{name}",
+        fn,
+        scope="batch",
+        min_group=2,
+        options=options,
+        source=source,
+        reward_only=False,
+    )
+
+
 SPECS: tuple[Spec, ...] = (
-    Spec(
-        "verl/grpo",
-        verl_grpo,
-        options=dict(_EPS_NORM),
-        source=VERL.format("compute_grpo_outcome_advantage"),
-    ),
+    _verl("grpo", verl_grpo, options=dict(_EPS_NORM)),
     Spec(
         "verl/grpo_vectorized",
         verl_grpo_vectorized,
@@ -145,79 +177,43 @@ SPECS: tuple[Spec, ...] = (
         "compute_grpo_vectorized_outcome_advantage + verl/utils/groupwise.py::group_mean_std"
         " @ b178a3cd (v0.7.0-125), outputs compared; verl 0.9.1 has no variance floor",
     ),
-    Spec("verl/rloo", verl_rloo, source=VERL.format("compute_rloo_outcome_advantage")),
-    Spec(
-        "verl/rloo_vectorized",
-        verl_rloo_vectorized,
-        source=VERL.format("compute_rloo_vectorized_outcome_advantage"),
-    ),
-    Spec(
-        "verl/reinforce_plus_plus_baseline",
+    _verl("rloo", verl_rloo),
+    _verl("rloo_vectorized", verl_rloo_vectorized),
+    _verl(
+        "reinforce_plus_plus_baseline",
         verl_reinforce_plus_plus_baseline,
+        also=" + verl/utils/torch_functional.py::masked_whiten",
         needs=("lengths",),
         scope="batch",
         reward_only=False,
-        source=VERL.format("compute_reinforce_plus_plus_baseline_outcome_advantage")
-        + " + verl/utils/torch_functional.py::masked_whiten",
     ),
-    Spec(
-        "verl/opo",
-        verl_opo,
-        needs=("lengths",),
-        reward_only=False,
-        source=VERL.format("compute_opo_outcome_advantage"),
-    ),
-    Spec(
-        "verl/gpg",
-        verl_gpg,
-        scope="batch",
-        options={"f_norm": 1.0},
-        reward_only=False,
-        source=VERL.format("compute_gpg_outcome_advantage"),
-    ),
-    Spec(
-        "verl/grpo_passk",
-        verl_grpo_passk,
-        min_group=2,
-        options=dict(_EPS_NORM),
-        source=VERL.format("compute_grpo_passk_outcome_advantage"),
-    ),
-    Spec(
-        "verl/remax",
-        verl_remax,
-        needs=("greedy",),
-        reward_only=False,
-        source=VERL.format("compute_remax_outcome_advantage"),
-    ),
-    Spec(
-        "trl/grpo",
+    _verl("opo", verl_opo, needs=("lengths",), reward_only=False),
+    _verl("gpg", verl_gpg, scope="batch", options={"f_norm": 1.0}, reward_only=False),
+    _verl("grpo_passk", verl_grpo_passk, min_group=2, options=dict(_EPS_NORM)),
+    _verl("remax", verl_remax, needs=("greedy",), reward_only=False),
+    _trl(
+        "grpo",
         trl_grpo,
         options={"scale_rewards": "group"},
         batch_when={"scale_rewards": ("batch",)},
-        source=TRL.format("grpo_trainer.py"),
     ),
-    Spec(
-        "trl/rloo",
+    _trl(
+        "rloo",
         trl_rloo,
         options={"normalize_advantages": False},
         batch_when={"normalize_advantages": (True,)},
-        source=TRL.format("rloo_trainer.py"),
     ),
-    Spec(
-        "openrlhf/group_norm", openrlhf_group_norm, min_group=2, source=ORLHF.format("group_norm")
-    ),
-    Spec("openrlhf/rloo", openrlhf_rloo, min_group=2, source=ORLHF.format("rloo")),
-    Spec(
-        "openrlhf/reinforce_baseline",
+    _openrlhf("group_norm", openrlhf_group_norm),
+    _openrlhf("rloo", openrlhf_rloo),
+    _openrlhf(
+        "reinforce_baseline",
         openrlhf_reinforce_baseline,
         needs=("lengths",),
         scope="batch",
-        min_group=2,
         options={"no_std_norm": False},
         reward_only=False,
-        source=ORLHF.format("reinforce_baseline"),
     ),
-    Spec("openrlhf/dr_grpo", openrlhf_dr_grpo, min_group=2, source=ORLHF.format("dr_grpo")),
+    _openrlhf("dr_grpo", openrlhf_dr_grpo),
     Spec(
         "nemo/grpo",
         nemo_grpo,
@@ -242,26 +238,12 @@ SPECS: tuple[Spec, ...] = (
         "std_level=batch) @ 4aef98d8 (LitePPO, arXiv 2508.08221); the example config's "
         "second, token-level adv_norm pass is not modelled",
     ),
-    Spec(
-        "jspo/jspo",
-        jspo,
-        scope="batch",
-        min_group=2,
-        options={"epsilon": 1e-6},
-        reward_only=False,
-        source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
-        "compute_jspo_outcome_advantage @ 3f8539de (James-Stein baselines)",
-    ),
-    Spec(
-        "jspo/jspo_plus_plus",
+    _jspo("jspo", jspo),
+    _jspo(
+        "jspo_plus_plus",
         jspo_plus_plus,
-        scope="batch",
-        min_group=2,
-        options={"epsilon": 1e-6},
-        reward_only=False,
-        source="guanning03/JSPO-Official code/verl/trainer/ppo/core_algos.py::"
-        "compute_jspo_plus_plus_outcome_advantage @ 3f8539de (James-Stein baselines); "
-        "js_smooth_coef 0, the code's default (the authors' run_math.sh: 0.99, not modelled)",
+        also="; js_smooth_coef 0, the code's default (the authors' run_math.sh: 0.99, not "
+        "modelled)",
     ),
     Spec(
         "spo/spo",
