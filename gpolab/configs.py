@@ -67,6 +67,13 @@ def borrow(
     return option(value, prefix + f.metadata["help"], when=when, key=f.metadata["key"])
 
 
+def borrowed(cls, cfg, **given):
+    """An env ``Instance`` of class ``cls`` from lab config ``cfg``: the settings ``cfg`` names as
+    ``cls`` names its fields (as :func:`borrow` declares them), ``given`` overriding them."""
+    names = {f.name for f in dataclasses.fields(cls)} & {f.name for f in dataclasses.fields(cfg)}
+    return cls(**{name: getattr(cfg, name) for name in names} | given)
+
+
 def meta(cls, name: str) -> dict:
     """``name``'s option metadata; an instance field's ``when`` adds the envs that have it."""
     return _flat(cls)[name][1]
@@ -327,16 +334,12 @@ def _condition(field: str, value, allowed) -> str:
     return f"{field} {verb} {' or '.join(map(str, allowed))}"
 
 
-def _text(value) -> str:
-    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-
-
 def check_used(cfg, names, label=flag) -> None:
     for name in names:
         if used(cfg, name):
             continue
         when = meta(type(cfg), name)["when"]
-        now = ", ".join(f"{f} = {_text(value(cfg, f))}" for f in when)
+        now = ", ".join(f"{f} = {_shown(value(cfg, f))}" for f in when)
         need = " and ".join(_condition(f, value(cfg, f), v) for f, v in when.items())
         raise ConfigError(f"{label(name)}: not used with {now}; it applies only when {need}")
 

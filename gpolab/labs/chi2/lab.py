@@ -182,9 +182,7 @@ class Config(configs.Config):
 
 def instance(cfg: Config) -> gaussian.Instance:
     """The testbed's settings (the others at the env's defaults)."""
-    return gaussian.Instance(
-        prompts=cfg.prompts, dim=cfg.dim, rank=cfg.rank, instance_seed=cfg.instance_seed
-    )
+    return configs.borrowed(gaussian.Instance, cfg)
 
 
 def make_env(cfg: Config) -> gaussian.GaussianParams:

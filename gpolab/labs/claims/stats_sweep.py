@@ -178,22 +178,29 @@ def _unclear_gaps(df, pairs) -> tuple[int, int, tuple[float, str]]:
     return int(bad), cells, worst
 
 
+def _ordering(df, rows, pairs, count: str, text: str, **extra) -> dict:
+    """An ordering claim: the :func:`_unclear_gaps` of ``rows`` over ``pairs`` (a count, named
+    ``count``: SE 0) and the exact theory's joint test over every (policy, estimator) of ``df``
+    (a p-value is its own test: SE 0); ``text`` formatted with ``bad``, ``clear`` and ``gaps``
+    (counts), ``worst`` (SEs, where), ``joint``, ``zmax`` and ``extra``."""
+    bad, cells, worst = _unclear_gaps(rows, pairs)
+    joint, zmax = _joint(df, ("policy", "estimator"))
+    counts = dict(bad=bad, clear=2 * cells - bad, gaps=2 * cells)
+    text = text.format(**counts, worst=worst, joint=joint, zmax=zmax, **extra)
+    return exact_statistic(text, **{count: bad}, joint_p=joint)
+
+
 def no_filler_flip(t: dict) -> dict:
     """Every (policy, G) cell: a violation unless vanilla's MSE is below both the oracle's and
     loo's by 2 SE of the difference (a count: SE 0); and the exact theory's joint test (a p-value
     is its own test: SE 0)."""
     df = t["results"]
-    bad, cells, worst = _unclear_gaps(df, (("oracle", "vanilla"), ("loo", "vanilla")))
-    joint = stats.joint_test(df, ("policy", "estimator"))
-    p = math.nan if joint is None else joint["joint_p"]
-    return exact_statistic(
-        f"vanilla below the oracle and loo, 2 SE clear, in {2 * cells - int(bad)} of "
-        f"{2 * cells} comparisons (policy × G × baseline); least clear: "
-        f"{worst[1]} ({worst[0]:.1f} SE); exact theory joint p = "
-        f"{p:.2g}",
-        flip_violations=int(bad),
-        joint_p=p,
+    text = (
+        "vanilla below the oracle and loo, 2 SE clear, in {clear} of {gaps} comparisons (policy "
+        "× G × baseline); least clear: {worst[1]} ({worst[0]:.1f} SE); exact theory joint p = "
+        "{joint:.2g}"
     )
+    return _ordering(df, df, (("oracle", "vanilla"), ("loo", "vanilla")), "flip_violations", text)
 
 
 def ustat_identity(t: dict) -> dict:
@@ -255,16 +262,13 @@ def arithmetic_ordering(t: dict) -> dict:
     difference (a count: SE 0); and the exact theory's joint test over every cell."""
     df = t["results"]
     paper = df[df["G"] >= 4]
-    bad, cells, _ = _unclear_gaps(paper, (("vanilla", "loo"), ("vanilla", "oracle")))
-    joint, zmax = _joint(df, ("policy", "estimator"))
     Gs = ", ".join(str(int(g)) for g in sorted(set(paper["G"])))
-    return exact_statistic(
-        f"{int(bad)} of {2 * cells} gaps (policy × G = {Gs} × loo, oracle) where "
-        f"vanilla's MSE is not above by 2 SE; exact theory (every G) joint p = "
-        f"{joint:.2g}, largest |z| {zmax:.2f}",
-        ordering_violations=int(bad),
-        joint_p=joint,
+    text = (
+        "{bad} of {gaps} gaps (policy × G = {Gs} × loo, oracle) where vanilla's MSE is not above "
+        "by 2 SE; exact theory (every G) joint p = {joint:.2g}, largest |z| {zmax:.2f}"
     )
+    pairs = (("vanilla", "loo"), ("vanilla", "oracle"))
+    return _ordering(df, paper, pairs, "ordering_violations", text, Gs=Gs)
 
 
 def zoo_theory(t: dict) -> dict:

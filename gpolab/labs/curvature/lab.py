@@ -68,14 +68,7 @@ def cells(cfg: Config) -> int:
 
 def instance(cfg: Config) -> loglinear.Instance:
     """The log-linear instance the θ are drawn on (its seed is ``seed``)."""
-    return loglinear.Instance(
-        prompts=cfg.prompts,
-        responses=cfg.responses,
-        block=cfg.block,
-        bound=cfg.bound,
-        rho=cfg.rho,
-        instance_seed=cfg.seed,
-    )
+    return configs.borrowed(loglinear.Instance, cfg, instance_seed=cfg.seed)
 
 
 def sample_thetas(key, dim: int, n: int, scale_min: float, scale_max: float):
@@ -164,18 +157,17 @@ def label(rows: list[dict]) -> str:
 
 def report(cfg: Config, tables: dict) -> str:
     """The fitted constants against the bounds (the lines ``gpolab curvature`` always printed)."""
-    fits = tables["fits"].set_index("quantity")
+    fits = tables["fits"].set_index("quantity").loc[list(QUANTITIES)]
     s = fits.iloc[0]
-    lines = [
+    head = (
         f"{int(s.points)} (theta, prompt) points, sigma in [{s.sigma_min:.3g}, {s.sigma_max:.3g}]"
-    ]
-    for col, (const, _, law) in QUANTITIES.items():
-        f = fits.loc[col]
-        lines.append(
-            f"{law}: tightest C = {f.max_ratio:.4f} (bound {const:g}), "
-            f"LS slope {f.ls_slope:.4f}; holds: {bool(f.holds)}"
-        )
-    return "\n".join(lines)
+    )
+    laws = (
+        f"{f.law}: tightest C = {f.max_ratio:.4f} (bound {f.bound_const:g}), "
+        f"LS slope {f.ls_slope:.4f}; holds: {bool(f.holds)}"
+        for f in fits.itertuples()
+    )
+    return "\n".join([head, *laws])
 
 
 def figures(tables: dict) -> dict:

@@ -118,6 +118,11 @@ GAIN_COLUMNS = tuple(
     ).split()
 )
 
+# the gain table's columns read from GRPO's summary row as they are
+GRPO_KEYS = (
+    "setting rho control optimizer G sigma_bar cos_mean cos_final n_seeds curv_const".split()
+)
+
 
 def unnormalized(methods) -> list[str]:
     """The tuned methods that are REINFORCE: estimators whose G = ∞ limit is ∇J (registry)."""
@@ -170,13 +175,8 @@ def _gain_row(name: str, smax_kind: str, g, r, curves: dict, target: float) -> d
     cr = curves[curve_id(r)]["gbar"].mean(axis=0)
     end = int(g.iters) if np.isfinite(g.iters) else cr.size - 1
     r_rms = float(np.sqrt(np.mean(cr[: max(end, 1)] ** 2)))
-    return dict(
+    return {k: g[k] for k in GRPO_KEYS} | dict(
         comparison=name,
-        setting=g.setting,
-        rho=g.rho,
-        control=g.control,
-        optimizer=g.optimizer,
-        G=g.G,
         reinforce=r.method,
         lr_grpo=g.best_lr,
         lr_reinforce=r.best_lr,
@@ -188,13 +188,8 @@ def _gain_row(name: str, smax_kind: str, g, r, curves: dict, target: float) -> d
         pred_gain=smax / g.sigma_bar,
         gnorm_ratio=g.gbar_rms / r_rms,
         pred_gnorm_ratio=float(np.sqrt(g.sigma_bar / smax)),
-        sigma_bar=g.sigma_bar,
         sigma_max=smax,
-        cos_mean=g.cos_mean,
-        cos_final=g.cos_final,
-        n_seeds=g.n_seeds,
         target=target,
-        curv_const=g.curv_const,
     )
 
 

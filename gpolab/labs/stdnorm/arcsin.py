@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gpolab import engine
+from gpolab import configs, engine
 from gpolab.envs import loglinear
 from gpolab.kit.store import cell_key, config_hash, resume
 from gpolab.kit.tables import table_text
@@ -91,13 +91,8 @@ DIRECTION = [*SETTINGS, *DIRECTION_REPORT[1:], "draws", "seconds"]
 def instance(cfg) -> loglinear.Instance:
     """The log-linear instance of the regime (``arcsin_rho``, ``arcsin_align``; its seed is
     ``seed``)."""
-    return loglinear.Instance(
-        prompts=cfg.prompts,
-        responses=cfg.responses,
-        block=cfg.block,
-        rho=cfg.arcsin_rho,
-        align=cfg.arcsin_align,
-        instance_seed=cfg.seed,
+    return configs.borrowed(
+        loglinear.Instance, cfg, rho=cfg.arcsin_rho, align=cfg.arcsin_align, instance_seed=cfg.seed
     )
 
 

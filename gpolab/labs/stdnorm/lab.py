@@ -335,15 +335,7 @@ def bias_entries(cfg: Config) -> list[tuple[int, int, float]]:
 
 def instance(cfg: Config, rho: float, equal: bool) -> loglinear.Instance:
     """The log-linear instance at (ρ, equal-σ) (its seed is ``seed``)."""
-    return loglinear.Instance(
-        prompts=cfg.prompts,
-        responses=cfg.responses,
-        block=cfg.block,
-        rho=rho,
-        align=cfg.align,
-        equal=equal,
-        instance_seed=cfg.seed,
-    )
+    return configs.borrowed(loglinear.Instance, cfg, rho=rho, equal=equal, instance_seed=cfg.seed)
 
 
 # ----------------------------------------------------------------------------- running
