@@ -205,19 +205,16 @@ def _ci(x) -> float:
     return float(Z95 * x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else math.nan
 
 
-REPORT = (
-    "rule budget rollouts mse mse_se theory_mse scaled_mse cos snr zero_signal kept "
-    "knapsack_value nonzero_groups update_cost"
-).split()
-TRAINED_REPORT = (
-    "rule budget rollouts_to_half_gap rollouts_to_half_gap_ci reached final_gap final_gap_ci"
-).split()
+REPORT = {  # the report's tables and their columns
+    "results": "rule budget rollouts mse mse_se theory_mse scaled_mse cos snr zero_signal kept "
+    "knapsack_value nonzero_groups update_cost",
+    "trained": "rule budget rollouts_to_half_gap rollouts_to_half_gap_ci reached final_gap "
+    "final_gap_ci",
+}
 
 
 def report(cfg: Config, tables: dict) -> str:
-    return "\n\n".join(
-        (table_text(tables["results"], REPORT), table_text(tables["trained"], TRAINED_REPORT))
-    )
+    return "\n\n".join(table_text(tables[name], cols.split()) for name, cols in REPORT.items())
 
 
 def figures(tables: dict) -> dict:

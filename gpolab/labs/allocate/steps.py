@@ -25,6 +25,7 @@ ROUNDS = 4  # Reinforce-Ada's rounds (its script's max_rounds)
 
 INSTANCE_COLUMNS = ("prompts", "actions", "logit_scale", "success_a", "success_b", "instance_seed")
 STATIC_COLUMNS = ("estimator", "cap", "history", "rho", "decay", *INSTANCE_COLUMNS)
+RULE_SETTINGS = ("cap", "rho", "estimator")  # the settings a rule reads (:class:`rules.View`)
 TRAIN_COLUMNS = ("estimator", "cap", "rho", "decay", "train_budget", "lr", *INSTANCE_COLUMNS)
 
 
@@ -222,12 +223,10 @@ def view_of(cfg: Config, env: Bandit, pi, state: dict, a1, a0, oracle) -> rules.
         score_correct=t["w_correct"],
         gvm_norm=t["w_correct"],
         oracle=oracle,
-        **state,
         a1=a1,
         a0=a0,
-        cap=cfg.cap,
-        rho=cfg.rho,
-        estimator=cfg.estimator,
+        **state,
+        **setting_columns(cfg, RULE_SETTINGS),
     )
 
 

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pandas as pd
 
 from gpolab import validate
+from gpolab.labs.plan.config import Config
 from gpolab.labs.plan.report import pooled
-
-if TYPE_CHECKING:
-    from gpolab.labs.plan.lab import Config
-
 
 ALLOCATION_CAP = 8  # the largest group the allocation gives: this many times the log's G
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gpolab import validate
+from gpolab.labs.plan.config import Config
 from gpolab.theory import gstar
-
-if TYPE_CHECKING:
-    from gpolab.labs.plan.lab import Config
 
 
 def gstar_row(cfg: Config, log, levels, norms) -> dict:

@@ -4,17 +4,14 @@ graded cases, the degenerate curve's rows and the κ table (:mod:`gpolab.labs.pl
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from gpolab import estimators
+from gpolab.labs.plan.config import Config
 from gpolab.labs.plan.report import MAX_G, report_sizes
 from gpolab.theory import difficulty, fit_checks, graded
-
-if TYPE_CHECKING:
-    from gpolab.labs.plan.lab import Config
 
 GRADED_LEVELS = 10  # at most this many distinct reward values: a Dirichlet-multinomial fit
 
