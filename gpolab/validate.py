@@ -75,6 +75,14 @@ def seeds(field: str, value, minimum: int = 1) -> None:
     at_most(field, value, MAX_SEEDS, "seed indices are 32-bit; more would repeat seeds")
 
 
+def run_sizes(cfg, min_seeds: int = 1, min_chunk: int = 0) -> None:
+    """A Monte Carlo config's ``seeds`` (at least ``min_seeds``, :func:`seeds`), ``chunk`` (at
+    least ``min_chunk``) and master ``seed`` (>= 0), in that order."""
+    seeds("seeds", cfg.seeds, min_seeds)
+    integer("chunk", cfg.chunk, min_chunk)
+    integer("seed", cfg.seed, 0)
+
+
 def group_sizes(field: str, values) -> None:
     """Group sizes up to :data:`MAX_G` (checked before the estimators' O(G²) checks)."""
     at_most(field, values, MAX_G, "the estimator checks evaluate every outcome count of a group")

@@ -100,9 +100,7 @@ class Config(configs.Config):
         self.instance.validate()
         validate.integer("G", self.G, 2)
         validate.group_sizes("G", self.G)
-        validate.seeds("seeds", self.seeds, 2 * SPLITS)
-        validate.integer("chunk", self.chunk, 0)
-        validate.integer("seed", self.seed, 0)
+        validate.run_sizes(self, 2 * SPLITS)
         for field in ("T", "mismatch", "correction"):
             validate.nonempty(field, getattr(self, field))
         validate.integers("T", self.T, 1)

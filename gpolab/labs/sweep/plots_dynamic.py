@@ -13,21 +13,13 @@ from gpolab.labs.sweep.plots import LABELS
 from gpolab.theory.dynamic import LOOP_COLUMN, RATE_COLUMN
 
 
-def dynamic_figure(tables: dict, path) -> Path:
-    df = tables["results"]
-    row = df.iloc[0]
-    title = (
-        f"DAPO dynamic sampling, {row['kind']} bandit P={row['prompts']}, A={row['actions']}, "
-        f"B={row['B']}, max_draws={row['max_draws']}, {seeds_label(df)}"
-    )
-    return dynamic_panels(df, path, title)
-
-
-def dynamic_panels(df, path: str | Path, title: str = "") -> Path:
+def dynamic_figure(tables: dict, path: str | Path) -> Path:
     """(1) groups drawn per kept group vs G: measured (95% CI), exact with the cap (dashed),
     verl's loop without it (dash-dot) and the per-group rate 1/q (dotted); (2) MSE of the
     kept-groups estimate (solid) and of plain sampling with the same mean responses per step
-    (dashed); (3) the same for the scaled MSE."""
+    (dashed); (3) the same for the scaled MSE.  Titled from the table (instance, seeds)."""
+    df = tables["results"]
+    row = df.iloc[0]
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), constrained_layout=True)
     first = df.drop_duplicates("G").sort_values("G")
@@ -63,7 +55,10 @@ def dynamic_panels(df, path: str | Path, title: str = "") -> Path:
         ax.set_xticks(G, labels=[str(int(g)) for g in G])
         ax.minorticks_off()
         ax.grid(alpha=0.3)
-    fig.suptitle(title)
+    fig.suptitle(
+        f"DAPO dynamic sampling, {row['kind']} bandit P={row['prompts']}, A={row['actions']}, "
+        f"B={row['B']}, max_draws={row['max_draws']}, {seeds_label(df)}"
+    )
     return save(fig, path)
 
 

@@ -16,22 +16,13 @@ PANELS = (
 STYLES = ("o-", "s--", "^:", "d-.")
 
 
-def loss_agg_figure(tables: dict, path) -> Path:
-    """:func:`loss_agg` titled from the table (length model, instance, seeds)."""
-    df = tables["results"]
-    row = df.iloc[0]
-    title = (
-        f"loss aggregation, lengths = {row['lengths']}, {row['env']} "
-        f"P={row.get('prompts')}, A={row.get('actions')}, {seeds_label(df)}"
-    )
-    return loss_agg(df, path, title=title)
-
-
-def loss_agg(df, path: str | Path, title: str | None = None) -> Path:
+def loss_agg_figure(tables: dict, path: str | Path) -> Path:
     """One panel per statistic (bias², MSE, scale-free MSE, cos) against G: colour = loss
     aggregation mode, marker/line = estimator; exact bias² (where covered) as crosses.  Against
     the sequence-level gradient g, so a mode's constant factor shows in bias² and MSE and not in
-    the scale-free MSE or cos."""
+    the scale-free MSE or cos.  Titled from the table (length model, instance, seeds)."""
+    df = tables["results"]
+    row = df.iloc[0]
     plt = pyplot()
     fig, axes = plt.subplots(
         1, len(PANELS), figsize=(4.2 * len(PANELS), 4.2), constrained_layout=True
@@ -65,6 +56,8 @@ def loss_agg(df, path: str | Path, title: str | None = None) -> Path:
         axes[0].plot([], [], STYLES[j % len(STYLES)], color="k", mfc="none", label=name)
     axes[0].plot([], [], "kx", label="exact bias² (closed form)")
     axes[0].legend(fontsize=7)
-    if title:
-        fig.suptitle(title)
+    fig.suptitle(
+        f"loss aggregation, lengths = {row['lengths']}, {row['env']} "
+        f"P={row.get('prompts')}, A={row.get('actions')}, {seeds_label(df)}"
+    )
     return save(fig, path)

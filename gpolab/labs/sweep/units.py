@@ -38,9 +38,7 @@ DEFAULT_AGG = estimators.DEFAULT_LOSS_AGG
 
 def check_common(cfg) -> None:
     """The settings every env reads (seeds, seed, chunk, ddof, eps) and the env's instance."""
-    validate.seeds("seeds", cfg.seeds, 1)
-    validate.integer("chunk", cfg.chunk, 0)
-    validate.integer("seed", cfg.seed, 0)
+    validate.run_sizes(cfg)
     validate.choice("ddof", cfg.ddof, (0, 1))
     validate.real("eps", cfg.eps, low=0.0)
     cfg.instance.validate()
@@ -55,73 +53,41 @@ def mode_id(mode: str) -> dict:
     return {} if mode == DEFAULT_AGG else {"loss_agg": mode}
 
 
-def stats_row(stats) -> dict:
-    return {
-        "mse": stats.mse,
-        "mse_se": stats.mse_se,
-        "mse_ci_low": stats.mse_ci_low,
-        "mse_ci_high": stats.mse_ci_high,
-        "variance": stats.variance,
-        "bias_sq": stats.bias_sq,
-    }
-
-
 STATS = ("mse", "mse_se", "mse_ci_low", "mse_ci_high", "variance", "bias_sq")
+
+
+def stats_row(stats) -> dict:
+    """The :data:`STATS` of an :class:`gpolab.engine.ErrorStats` by name."""
+    return {k: getattr(stats, k) for k in STATS}
+
+
 # a result row's columns, Monte Carlo and theory interleaved as the table shows them; the settings
 # and ``seconds`` follow (the store adds its provenance after them)
 CELL_COLUMNS = ("estimator", "variant", "G", "K", "M", "B", "n_seeds", *STATS)  # every env's
-GROUPED_COLUMNS = (
-    "env",
-    "kind",
-    "policy",
-    *CELL_COLUMNS,
-    "cos",
-    "target_sq",
-    "best_scale",
-    "scaled_mse",
-    "degenerate_frac",
-    "mean_V",
-    "theory_best_scale",
-    "theory_scaled_mse",
-    "theory",
-    "theory_mse",
-    "theory_mse_se",
-    "theory_bias_sq",
-    "theory_first_order",
-    "loss_agg",
-    "lengths",
+GROUPED_COLUMNS = tuple(
+    ["env", "kind", "policy", *CELL_COLUMNS]
+    + (
+        "cos target_sq best_scale scaled_mse degenerate_frac mean_V theory_best_scale "
+        "theory_scaled_mse theory theory_mse theory_mse_se theory_bias_sq theory_first_order "
+        "loss_agg lengths"
+    ).split()
     # dynamic sampling
-    "dynamic_sampling",
-    "draws_per_kept_group",
-    "draws_per_kept_group_ci_low",
-    "draws_per_kept_group_ci_high",
-    "kept_groups",
-    "responses_per_step",
-    "cap_reached_frac",
-    "theory_draws_per_kept_group",
-    dynamic.RATE_COLUMN,
-    dynamic.LOOP_COLUMN,
-    "theory_cap_reached_frac",
-    "theory_kept_groups",
-    "theory_responses_per_step",
-    "theory_kappa",
-    "plain_B",
-    "plain_mse",
-    "plain_mse_se",
-    "plain_cos",
-    "plain_scaled_mse",
-    "theory_plain_mse",
+    + (
+        "dynamic_sampling draws_per_kept_group draws_per_kept_group_ci_low "
+        "draws_per_kept_group_ci_high kept_groups responses_per_step cap_reached_frac "
+        "theory_draws_per_kept_group"
+    ).split()
+    + [dynamic.RATE_COLUMN, dynamic.LOOP_COLUMN]
+    + (
+        "theory_cap_reached_frac theory_kept_groups theory_responses_per_step theory_kappa "
+        "plain_B plain_mse plain_mse_se plain_cos plain_scaled_mse theory_plain_mse"
+    ).split()
 )
 TREE_COLUMNS = (
     "env",
     "kind",
     *CELL_COLUMNS,
-    "mse_group",
-    "corr",
-    "leaves",
-    "degenerate_frac",
-    "theory_degenerate_frac",
-    "theory_mse",
+    *"mse_group corr leaves degenerate_frac theory_degenerate_frac theory_mse".split(),
 )
 
 
@@ -330,16 +296,8 @@ class Grouped:
 class Bandit(Grouped):
     name = "bandit"
     DRAWS = "alias"  # responses drawn by the alias method (issue 44): rows stored before recompute
-    REPORT = (
-        "estimator",
-        "G",
-        "mse",
-        "mse_ci_low",
-        "mse_ci_high",
-        "theory_mse",
-        "bias_sq",
-        "degenerate_frac",
-        "seconds",
+    REPORT = tuple(
+        "estimator G mse mse_ci_low mse_ci_high theory_mse bias_sq degenerate_frac seconds".split()
     )
 
     def validate(self, cfg) -> None:
@@ -408,20 +366,11 @@ class Bandit(Grouped):
         if not cfg.instance.dynamic_sampling:
             return super().report_columns(cfg)
         return [
-            "estimator",
-            "G",
-            "mse",
-            "theory_mse",
-            "degenerate_frac",
-            "draws_per_kept_group",
+            *"estimator G mse theory_mse degenerate_frac draws_per_kept_group".split(),
             "theory_draws_per_kept_group",
             dynamic.LOOP_COLUMN,
             dynamic.RATE_COLUMN,
-            "responses_per_step",
-            "plain_B",
-            "plain_mse",
-            "scaled_mse",
-            "plain_scaled_mse",
+            *"responses_per_step plain_B plain_mse scaled_mse plain_scaled_mse".split(),
             "cos",
             "plain_cos",
         ]
@@ -501,18 +450,11 @@ class Arithmetic(Grouped):
     for every policy."""
 
     name = "arithmetic"
-    REPORT = (
-        "policy",
-        "estimator",
-        "G",
-        "mse",
-        "mse_ci_low",
-        "mse_ci_high",
-        "theory_mse",
-        "theory_mse_se",
-        "theory_first_order",
-        "degenerate_frac",
-        "seconds",
+    REPORT = tuple(
+        (
+            "policy estimator G mse mse_ci_low mse_ci_high theory_mse theory_mse_se "
+            "theory_first_order degenerate_frac seconds"
+        ).split()
     )
     KEYS = ("policy", *Grouped.KEYS)
 
@@ -565,18 +507,9 @@ class Tree:
     name = "tree"
     DRAWS = ""
     ESTIMATORS = ("thought-std",)
-    REPORT = [
-        "variant",
-        "K",
-        "M",
-        "mse",
-        "mse_group",
-        "variance",
-        "corr",
-        "degenerate_frac",
-        "theory_degenerate_frac",
-        "seconds",
-    ]
+    REPORT = (
+        "variant K M mse mse_group variance corr degenerate_frac theory_degenerate_frac seconds"
+    ).split()
     KEYS = ("variant", "K", "M")
     COLUMNS = TREE_COLUMNS
 

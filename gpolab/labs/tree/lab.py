@@ -66,42 +66,22 @@ NOT_IN_KEY = ("K", "M", "leaves", "think_len", "answer_len", "overlap")
 # were written with: the Beta parameters were a, b before the flags became --beta-a, --beta-b
 STORED_NAMES = tree_env.Instance.STORED_NAMES
 SCHEMA = 2  # in the cell keys: cells stored before the per-cell key streams and corr_se recompute
-JSON_KEYS = (
-    "K",
-    "M",
-    "variance",
-    "mse",
-    "mse_group",
-    "corr",
-    "corr_se",
-    "degenerate_frac",
-    "theory_degenerate_frac",
-    "theory_variance",
-    "theory_corr",
-    "theory_mse",
+JSON_KEYS = tuple(
+    (
+        "K M variance mse mse_group corr corr_se degenerate_frac theory_degenerate_frac "
+        "theory_variance theory_corr theory_mse"
+    ).split()
 )
 GRAD_KEYS = ("grad_mse", "grad_bias2_share")  # finite model
-COST_KEYS = (
-    "leaves",
-    "cost",
-    "rescaled_mse",
-    "score",
-    "score_se",
-    "score_source",
-    "recommended",
-    "tie",
-    "distinguishable",
-    "grad_score",
+COST_KEYS = tuple(
+    (
+        "leaves cost rescaled_mse score score_se score_source recommended tie distinguishable "
+        "grad_score"
+    ).split()
 )
 # loglinear model, budget mode: the whole-budget gradient at the configured overlap
-OVERLAP_KEYS = (
-    "overlap",
-    "trees",
-    "grad_cos2",
-    "grad_cos2_se",
-    "theory_grad_cos2",
-    "grad_budget_mse",
-    "orthogonal_score",
+OVERLAP_KEYS = tuple(
+    "overlap trees grad_cos2 grad_cos2_se theory_grad_cos2 grad_budget_mse orthogonal_score".split()
 )
 JSON = (*JSON_KEYS, *GRAD_KEYS, *COST_KEYS, *OVERLAP_KEYS)  # those in the table
 
@@ -164,9 +144,7 @@ class Config(configs.Config):
         if not self.leaves:
             validate.integers("M", self.M, 1)
         validate.integer("leaves", self.leaves, 0)
-        validate.seeds("seeds", self.seeds, 2)
-        validate.integer("chunk", self.chunk, 1)
-        validate.integer("seed", self.seed, 0)
+        validate.run_sizes(self, 2, min_chunk=1)
         validate.choice("variant", self.variant, estimators.TREE_VARIANTS)
         validate.choice("ddof", self.ddof, (0, 1))
         validate.real("eps", self.eps, low=0.0)

@@ -197,17 +197,10 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     return {"results": with_scores(results.reset_index(drop=True)), "kappa": kappa}
 
 
-COLUMNS = [
-    "estimator",
-    "mse",
-    "theory_mse",
-    "bias_sq",
-    "theory_bias_sq",
-    "cos",
-    "snr_vs_loo",
-    "theory_snr_vs_loo",
-    "degenerate_frac",
-]
+COLUMNS = (
+    "estimator mse theory_mse bias_sq theory_bias_sq cos snr_vs_loo theory_snr_vs_loo "
+    "degenerate_frac"
+).split()
 
 
 def report(cfg: Config, tables: dict) -> str:
