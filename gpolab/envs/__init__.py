@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-import inspect
 import pkgutil
 from collections.abc import Callable
 from types import ModuleType
@@ -166,14 +165,20 @@ def instances(*chosen: str) -> dict[str, type]:
     return {name: _modules()[name].Instance for name in chosen}
 
 
-def instance_fields(inst, fn: Callable | None = None) -> dict:
-    """An env ``Instance``'s fields by name: all of them, or those ``fn`` takes (an env's
-    ``validate``: ``check_instance(**instance_fields(self, check_instance))``, each setting
-    passed once, by name)."""
-    values = {f.name: getattr(inst, f.name) for f in dataclasses.fields(inst)}
-    if fn is None:
-        return values
-    return {name: values[name] for name in inspect.signature(fn).parameters}
+def axis(field: str, i: int) -> property:
+    """A params dataclass's size as a read-only property: axis ``i`` of its array ``field`` (a
+    Python int, static under jit), e.g. ``num_prompts = axis("success", 0)``."""
+    return property(lambda params: getattr(params, field).shape[i])
+
+
+def resolve(cls: type, inst, settings: dict) -> tuple:
+    """``(key or seed, instance)`` of an env's ``make(inst, **settings)``: ``inst`` an
+    ``Instance`` of class ``cls`` and its ``instance_seed``, or (the older form) a key or seed
+    and the ``Instance`` of the keywords ``settings`` (its defaults otherwise); validated, so a
+    bad setting is one error line before any draw.  The settings are declared once, in ``cls``."""
+    key, inst = (inst.instance_seed, inst) if isinstance(inst, cls) else (inst, cls(**settings))
+    inst.validate()
+    return key, inst
 
 
 def get(name: str) -> Env:

@@ -23,7 +23,7 @@ from flax import struct
 
 from gpolab import configs, validate
 from gpolab.configs import option
-from gpolab.envs import Env, instance_fields
+from gpolab.envs import Env, axis, resolve
 from gpolab.envs.sampling import alias_draw, alias_tables, inverse_cdf, inverse_cdf_rows
 
 KINDS = ("tabular", "loglinear")
@@ -41,13 +41,8 @@ class BanditParams:
     tabular: bool = struct.field(pytree_node=False, default=True)
     lengths: jax.Array | None = None  # (P, A) tokens of response (x, a); None = all 1
 
-    @property
-    def num_prompts(self) -> int:
-        return self.success.shape[0]
-
-    @property
-    def num_actions(self) -> int:
-        return self.success.shape[1]
+    num_prompts = axis("success", 0)
+    num_actions = axis("success", 1)
 
     @property
     def local_dim(self) -> int:
@@ -107,7 +102,13 @@ class Instance(configs.Config):
     )
 
     def validate(self) -> None:
-        check_instance(**instance_fields(self, check_instance))
+        validate.choice("kind", self.kind, KINDS)
+        validate.integer("prompts", self.prompts, 1)
+        validate.integer("actions", self.actions, 2)
+        validate.integer("dim", self.dim, 1)
+        validate.real("logit_scale", self.logit_scale, low=0.0)
+        validate.real("success_a", self.success_a, low=0.0, open_low=True)
+        validate.real("success_b", self.success_b, low=0.0, open_low=True)
         validate.integer("instance_seed", self.instance_seed, 0)
         check_lengths(self.lengths, self.length_min, self.length_max)
         validate.integer("B", self.B, 0)
@@ -126,38 +127,11 @@ class Instance(configs.Config):
 def make(inst: Instance | jax.Array | int = 0, **settings) -> BanditParams:
     """The bandit of ``inst`` (an :class:`Instance`; its ``instance_seed`` draws it).  The older
     form ``make(key, prompts=..., ...)`` (a key or seed and keywords) gives the same instance."""
-    if isinstance(inst, Instance):
-        names = (
-            "prompts",
-            "actions",
-            "kind",
-            "dim",
-            "logit_scale",
-            "success_a",
-            "success_b",
-            "lengths",
-            "length_min",
-            "length_max",
-        )
-        return draw(inst.instance_seed, **{n: getattr(inst, n) for n in names})
-    return draw(inst, **settings)
+    return draw(*resolve(Instance, inst, settings))
 
 
-def draw(
-    key: jax.Array | int = 0,
-    *,
-    prompts: int = 16,
-    actions: int = 64,
-    kind: str = "tabular",
-    dim: int = 8,
-    logit_scale: float = 1.0,
-    success_a: float = 0.5,
-    success_b: float = 1.0,
-    lengths: str = "one",
-    length_min: int = 50,
-    length_max: int = 1000,
-) -> BanditParams:
-    """A random bandit instance (validated in plain Python, then drawn with ``key``).
+def draw(key: jax.Array | int, inst: Instance) -> BanditParams:
+    """A random bandit instance of the (validated) settings ``inst``, drawn with ``key``.
 
     Logits (tabular) or θ and φ (log-linear, φ ~ N(0, 1/d) so logits have scale ``logit_scale``)
     are Gaussian; success probabilities are Beta(``success_a``, ``success_b``), so prompts have
@@ -166,13 +140,11 @@ def draw(
     Every draw is made in float32 and cast to the default precision, so float64 mode (``x64``)
     gives the same instance for the same ``key``.
     """
-    check_instance(kind, prompts, actions, dim, logit_scale, success_a, success_b)
-    check_lengths(lengths, length_min, length_max)
     key = jax.random.key(key) if isinstance(key, int) else key
-    params = _draw(key, prompts, actions, kind, dim, logit_scale, success_a, success_b)
-    table = length_table(
-        jax.random.fold_in(key, LENGTHS_TAG), params.success, lengths, length_min, length_max
-    )
+    static = (inst.prompts, inst.actions, inst.kind, inst.dim)  # _draw's compiled shape
+    params = _draw(key, *static, inst.logit_scale, inst.success_a, inst.success_b)
+    k_len = jax.random.fold_in(key, LENGTHS_TAG)
+    table = length_table(k_len, params.success, inst.lengths, inst.length_min, inst.length_max)
     # one instance per seed whatever the precision: drawn in float32, then cast (float64 mode
     # holds the same numbers); the uniform f is exact in either precision
     real = jnp.zeros(()).dtype
@@ -180,7 +152,7 @@ def draw(
         theta=params.theta.astype(real),
         features=params.features.astype(real),
         success=params.success.astype(real),
-        prompt_probs=jnp.full((prompts,), 1.0 / prompts, real),
+        prompt_probs=jnp.full((inst.prompts,), 1.0 / inst.prompts, real),
         lengths=table.astype(real),
     )
 
@@ -208,20 +180,6 @@ def length_table(key, success: jax.Array, model: str, lo: int, hi: int) -> jax.A
         return draw.astype(success.dtype)
     frac = 1 - success if model == "longer-when-wrong" else success
     return jnp.round(lo + (hi - lo) * frac)
-
-
-def check_instance(
-    kind="tabular", prompts=16, actions=64, dim=8, logit_scale=1.0, success_a=0.5, success_b=1.0
-) -> None:
-    """Plain-Python checks of the settings of :func:`make` (every config that builds a bandit
-    calls this before tracing)."""
-    validate.choice("kind", kind, KINDS)
-    validate.integer("prompts", prompts, 1)
-    validate.integer("actions", actions, 2)
-    validate.integer("dim", dim, 1)
-    validate.real("logit_scale", logit_scale, low=0.0)
-    validate.real("success_a", success_a, low=0.0, open_low=True)
-    validate.real("success_b", success_b, low=0.0, open_low=True)
 
 
 @partial(jax.jit, static_argnums=(1, 2, 3, 4))

@@ -34,7 +34,7 @@ from flax import struct
 
 from gpolab import configs, validate
 from gpolab.configs import option
-from gpolab.envs import instance_fields
+from gpolab.envs import axis, resolve
 from gpolab.envs.sampling import inverse_cdf
 
 
@@ -46,13 +46,8 @@ class GaussianParams:
     h: jax.Array  # (P,) reward widths h_x
     prompt_probs: jax.Array  # (P,) prompt distribution f
 
-    @property
-    def num_prompts(self) -> int:
-        return self.phi.shape[0]
-
-    @property
-    def dim(self) -> int:
-        return self.phi.shape[1]
+    num_prompts = axis("phi", 0)
+    dim = axis("phi", 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,48 +66,27 @@ class Instance(configs.Config):
     instance_seed: int = option(0, "seed of the instance")
 
     def validate(self) -> None:
-        check_instance(**instance_fields(self, check_instance))
+        rank = self.rank or self.dim  # 0: d
+        validate.integer("dim", self.dim, 1)
+        validate.integer("rank", rank, 1, self.dim)
+        validate.integer("prompts", self.prompts, rank)
+        validate.real("s", self.s, low=0.0, open_low=True)
+        validate.real("h_min", self.h_min, low=0.0, open_low=True)
+        validate.real("h_max", self.h_max, low=self.h_min)
+        validate.real("eig_min", self.eig_min, low=0.0, open_low=True)
+        validate.real("eig_max", self.eig_max, low=self.eig_min)
+        validate.real("theta_scale", self.theta_scale, low=0.0)
         validate.integer("instance_seed", self.instance_seed, 0)
-
-
-def check_instance(prompts, dim, rank, s, h_min, h_max, eig_min, eig_max, theta_scale) -> None:
-    """Plain-Python checks of the settings of :func:`make` (``rank`` 0: d)."""
-    rank = rank or dim
-    validate.integer("dim", dim, 1)
-    validate.integer("rank", rank, 1, dim)
-    validate.integer("prompts", prompts, rank)
-    validate.real("s", s, low=0.0, open_low=True)
-    validate.real("h_min", h_min, low=0.0, open_low=True)
-    validate.real("h_max", h_max, low=h_min)
-    validate.real("eig_min", eig_min, low=0.0, open_low=True)
-    validate.real("eig_max", eig_max, low=eig_min)
-    validate.real("theta_scale", theta_scale, low=0.0)
 
 
 def make(inst: Instance | int = 0, **settings) -> GaussianParams:
     """The instance of ``inst`` (an :class:`Instance`), or of a seed and keywords (the older
-    form, same instance)."""
-    if isinstance(inst, Instance):
-        fields = instance_fields(inst)
-        seed, fields["rank"] = fields.pop("instance_seed"), inst.rank or None
-        return draw(seed, **fields)
-    return draw(inst, **settings)
+    form, same instance; ``rank`` None or 0: d)."""
+    return draw(*resolve(Instance, inst, settings))
 
 
-def draw(
-    seed: int = 0,
-    *,
-    prompts: int = 4,
-    dim: int = 3,
-    rank: int | None = None,
-    s: float = 1.0,
-    h_min: float = 0.8,
-    h_max: float = 1.25,
-    eig_min: float = 1.0,
-    eig_max: float = 1.5,
-    theta_scale: float = 0.5,
-) -> GaussianParams:
-    """A realizable instance (numpy, validated in plain Python first).
+def draw(seed: int, inst: Instance) -> GaussianParams:
+    """A realizable instance of the (validated) settings ``inst`` (numpy, drawn with ``seed``).
 
     Features: Φ = A L with A (P, r) whose uniform-f second moment AᵀA/P has eigenvalues spread
     evenly over [``eig_min``, ``eig_max``] (random orientation from ``seed``), and L (r, d) the
@@ -121,23 +95,22 @@ def draw(
     differ (H is then not proportional to the noise covariance).  θ° ~ ``theta_scale``·N(0, I)
     and μ = Φθ°.  Prompts are uniform.
     """
-    rank = rank or dim  # None or 0: d
-    check_instance(prompts, dim, rank, s, h_min, h_max, eig_min, eig_max, theta_scale)
+    prompts, dim, rank = inst.prompts, inst.dim, inst.rank or inst.dim  # rank None or 0: d
     rng = np.random.default_rng(seed)
     u = _equal_norm_frame(rng.normal(size=(prompts, rank)))
     o, _ = np.linalg.qr(rng.normal(size=(rank, rank)))
-    ev = np.linspace(eig_min, eig_max, rank)
+    ev = np.linspace(inst.eig_min, inst.eig_max, rank)
     a = u @ np.diag(np.sqrt(prompts * ev)) @ o.T  # AᵀA / P = O diag(ev) Oᵀ
     lift = np.zeros((rank, dim))
     lift[0, : dim - rank + 1] = 1.0
     lift[1:, dim - rank + 1 :] = np.eye(rank - 1)
     phi = a @ lift
-    theta_target = theta_scale * rng.normal(size=dim)
+    theta_target = inst.theta_scale * rng.normal(size=dim)
     return GaussianParams(
         phi=jnp.asarray(phi, jnp.float32),
         mu=jnp.asarray(phi @ theta_target, jnp.float32),
-        s=jnp.full((prompts,), s, jnp.float32),
-        h=jnp.asarray(np.geomspace(h_min, h_max, prompts), jnp.float32),
+        s=jnp.full((prompts,), inst.s, jnp.float32),
+        h=jnp.asarray(np.geomspace(inst.h_min, inst.h_max, prompts), jnp.float32),
         prompt_probs=jnp.full((prompts,), 1.0 / prompts, jnp.float32),
     )
 

@@ -34,7 +34,7 @@ from flax import struct
 
 from gpolab import configs, validate
 from gpolab.configs import option
-from gpolab.envs import Env, instance_fields
+from gpolab.envs import Env, axis, resolve
 from gpolab.envs.sampling import inverse_cdf
 
 
@@ -45,17 +45,9 @@ class LogLinearParams:
     rho: jax.Array  # () orthogonality knob ρ ∈ [0, 1] (traced: sweeping it does not recompile)
     bound: float = struct.field(pytree_node=False, default=1.0)  # B
 
-    @property
-    def num_prompts(self) -> int:
-        return self.u.shape[0]
-
-    @property
-    def num_responses(self) -> int:
-        return self.u.shape[1]
-
-    @property
-    def block(self) -> int:
-        return self.u.shape[2]
+    num_prompts = axis("u", 0)
+    num_responses = axis("u", 1)
+    block = axis("u", 2)
 
     @property
     def dim(self) -> int:
@@ -96,77 +88,57 @@ class Instance(configs.Config):
     instance_seed: int = option(0, "seed of the instance")
 
     def validate(self) -> None:
-        check_instance(**instance_fields(self, check_instance))
+        validate.integer("prompts", self.prompts, 1)
+        validate.integer("responses", self.responses, 256)
+        validate.integer("block", self.block, 1)
+        validate.real("bound", self.bound, low=0.0, open_low=True)
+        validate.real("rho", self.rho, 0.0, 1.0)
+        validate.real("p_low", self.p_low, 0.0, 1.0, open_low=True)
+        validate.real("p_high", self.p_high, self.p_low, 1.0)
+        validate.real("p_equal", self.p_equal, 0.0, 1.0, open_low=True)
+        validate.real("align", self.align, 0.0, 1.0)
+        if self.p_high >= 1.0 or self.p_equal >= 1.0:
+            raise validate.ConfigError("p_high, p_equal: got 1; allowed: numbers in (0, 1)")
         validate.integer("instance_seed", self.instance_seed, 0)
-
-
-def check_instance(prompts, responses, block, bound, rho, p_low, p_high, align, p_equal) -> None:
-    """Plain-Python checks of the settings of :func:`make`."""
-    validate.integer("prompts", prompts, 1)
-    validate.integer("responses", responses, 256)
-    validate.integer("block", block, 1)
-    validate.real("bound", bound, low=0.0, open_low=True)
-    validate.real("rho", rho, 0.0, 1.0)
-    validate.real("p_low", p_low, 0.0, 1.0, open_low=True)
-    validate.real("p_high", p_high, p_low, 1.0)
-    validate.real("p_equal", p_equal, 0.0, 1.0, open_low=True)
-    validate.real("align", align, 0.0, 1.0)
-    if p_high >= 1.0 or p_equal >= 1.0:
-        raise validate.ConfigError("p_high, p_equal: got 1; allowed: numbers in (0, 1)")
 
 
 def make(inst: Instance | jax.Array | int = 0, **settings) -> LogLinearParams:
     """The instance of ``inst`` (an :class:`Instance`), or of a key or seed and keywords (the
     older form, same instance)."""
-    if isinstance(inst, Instance):
-        fields = instance_fields(inst)
-        return draw(fields.pop("instance_seed"), **fields)
-    return draw(inst, **settings)
+    return draw(*resolve(Instance, inst, settings))
 
 
-def draw(
-    key: jax.Array | int = 0,
-    *,
-    prompts: int = 32,
-    responses: int = 256,
-    block: int = 8,
-    bound: float = 1.0,
-    rho: float = 0.0,
-    p_low: float = 0.02,
-    p_high: float = 0.9,
-    align: float = 0.5,
-    equal: bool = False,
-    p_equal: float = 0.2,
-) -> LogLinearParams:
-    """A random instance (validated in plain Python first, then drawn with ``key``).
+def draw(key: jax.Array | int, inst: Instance) -> LogLinearParams:
+    """A random instance of the (validated) settings ``inst``, drawn with ``key``.
 
     u(x, y) uniform on the sphere of radius B in R^k; the target w uniform on the unit sphere;
     r(x, y) = 1 for the round(q_x·A) responses with the largest ⟨u(x, y), w⟩,
     q_x = p_low·(p_high/p_low)^{x/(N−1)} (``equal``: q_x = p_equal and u(x, ·) = u(0, ·)).
     """
-    check_instance(prompts, responses, block, bound, rho, p_low, p_high, align, p_equal)
+    prompts, responses, block, bound = inst.prompts, inst.responses, inst.block, inst.bound
+    p_low, p_high = inst.p_low, inst.p_high
     key = jax.random.key(key) if isinstance(key, int) else key
     k_u, k_w, k_n = jax.random.split(key, 3)  # float32 draws: the same instance in float64 mode
-    rows = 1 if equal else prompts
+    rows = 1 if inst.equal else prompts
     u = np.array(jax.random.normal(k_u, (rows, responses, block), jnp.float32), np.float64)
     u *= bound / np.linalg.norm(u, axis=-1, keepdims=True)
     w = np.array(jax.random.normal(k_w, (block,), jnp.float32), np.float64)
     w /= np.linalg.norm(w)
-    if equal:
-        q = np.full(prompts, p_equal)
+    if inst.equal:
+        q = np.full(prompts, inst.p_equal)
         u = np.broadcast_to(u, (prompts, responses, block))
     else:
         q = np.geomspace(p_low, p_high, prompts) if prompts > 1 else np.array([p_low])
     n_correct = np.clip(np.round(q * responses), 1, responses - 1).astype(int)
     noise = np.asarray(jax.random.normal(k_n, (rows, responses), jnp.float32), np.float64) * bound
     noise = np.broadcast_to(noise / np.sqrt(block), (prompts, responses))
-    score = align * (u @ w) + np.sqrt(1.0 - align**2) * noise
+    score = inst.align * (u @ w) + np.sqrt(1.0 - inst.align**2) * noise
     rank = np.argsort(np.argsort(-score, axis=-1), axis=-1)  # 0 = largest score
     reward = (rank < n_correct[:, None]).astype(np.float32)
     return LogLinearParams(
         u=jnp.asarray(u, jnp.float32),
         reward=jnp.asarray(reward),
-        rho=jnp.asarray(rho, jnp.float32),
+        rho=jnp.asarray(inst.rho, jnp.float32),
         bound=float(bound),
     )
 

@@ -35,7 +35,7 @@ from scipy.stats import norm
 
 from gpolab import configs, validate
 from gpolab.configs import option
-from gpolab.envs import Env
+from gpolab.envs import Env, axis
 
 MISMATCH_KINDS = ("noise", "temperature", "bf16")
 
@@ -47,13 +47,8 @@ class MarkovParams:
     noise: jax.Array  # (P, A + 1, A) the fixed ε of the ``noise`` mismatch
     T: int = struct.field(pytree_node=False, default=64)  # tokens per response (a static shape)
 
-    @property
-    def num_prompts(self) -> int:
-        return self.theta0.shape[0]
-
-    @property
-    def vocab(self) -> int:
-        return self.theta0.shape[2]
+    num_prompts = axis("theta0", 0)
+    vocab = axis("theta0", 2)
 
     @property
     def dim(self) -> int:
