@@ -355,7 +355,8 @@ def plan_inputs(run_folder) -> dict:
     loo's constants (c1, ‖g‖², s, a), their bootstrap replicates, the Beta fit (α, β) and the
     log's responses per step (plan's defaults: its seed, its bootstrap)."""
     from gpolab import configs
-    from gpolab.labs.plan import gstar_rows, lab, rollouts
+    from gpolab.integrations import rollouts
+    from gpolab.labs.plan import gstar_rows, lab
 
     cfg, _ = lab.with_callback_files(configs.resolve(lab.Config, table={"log": str(run_folder)}))
     log = lab.binarized(cfg, lab.load(cfg))

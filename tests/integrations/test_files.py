@@ -83,9 +83,9 @@ def test_verl_logger_on_a_verl_dump_gives_what_plan_reads_from_the_dump(tmp_path
     and rewards as ``gpolab plan`` reads from the dump itself, and the same pooled fit."""
     import json as js
 
+    from gpolab.integrations import rollouts
+    from gpolab.integrations.rollouts import write_verl
     from gpolab.integrations.verl import PlanLogger
-    from gpolab.labs.plan import rollouts
-    from gpolab.labs.plan.rollouts import write_verl
     from gpolab.validate import ConfigError
 
     rng = np.random.default_rng(1)

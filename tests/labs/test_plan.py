@@ -359,7 +359,7 @@ def test_plancheck_recovers_the_bandit_truth_from_every_format(tmp_path, capsys)
 
 @pytest.mark.parametrize("fmt", ["trl", "verl"])
 def test_cli_plan_reads_framework_folders(tmp_path, capsys, fmt):
-    from gpolab.labs.plan import rollouts
+    from gpolab.integrations import rollouts
 
     f = pd.read_csv(beta_log(tmp_path / "log.csv", groups=200))
     f = f.assign(completion="y", output="y", gts="0", correct=f["reward"], score=f["reward"])
@@ -646,7 +646,7 @@ def test_plan_refuses_a_log_too_large_for_memory_with_its_estimate(tmp_path, cap
     """issue 40 defect 8: a 2M-row log was killed by the kernel with no message.  The check
     sees the available memory as less than the log's estimate."""
     from gpolab import validate
-    from gpolab.labs.plan import rollouts
+    from gpolab.integrations import rollouts
 
     log = beta_log(tmp_path / "log.csv", groups=50)
     monkeypatch.setattr(validate, "available_bytes", lambda: 1 << 30)

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from gpolab import configs, envs, estimators, validate
 from gpolab.configs import option
-from gpolab.labs.plan import rollout_files
+from gpolab.integrations import rollout_files
 from gpolab.labs.plan.report import MAX_G
 
 NAME = "plan"

@@ -1,12 +1,11 @@
 """``gpolab plan``: read a real GRPO run's rollout log and say what its group size, estimator and
 sampling do (theory §10, §8; issue 18).
 
-The log (:mod:`gpolab.labs.plan.rollouts`: TRL's completions parquet, verl's rollout jsonl, or a
-plain
-table) gives, per prompt group, the rewards of its G responses at every logged step.  With binary
-rewards, c successes of n per group, and prompt difficulty p ~ Beta(a, b) fitted by beta-binomial
-maximum likelihood (per window of steps and pooled), everything below is exact under the fit
-(:mod:`gpolab.theory.difficulty`):
+The log (:mod:`gpolab.integrations.rollouts`: TRL's completions parquet, verl's rollout jsonl, or a
+plain table) gives, per prompt group, the rewards of its G responses at every logged step. With
+binary rewards, c successes of n per group, and prompt difficulty p ~ Beta(a, b) fitted by
+beta-binomial maximum likelihood (per window of steps and pooled), everything below is exact under
+the fit (:mod:`gpolab.theory.difficulty`):
 
 * the degenerate (all-equal, zero-signal) group fraction at any G, E[p^G + (1 − p)^G], checked
   against the fraction the log shows at its own group sizes (the check of the fit);
@@ -34,7 +33,8 @@ import numpy as np
 import pandas as pd
 
 from gpolab import validate
-from gpolab.labs.plan import plots, rollouts
+from gpolab.integrations import rollouts
+from gpolab.labs.plan import plots
 
 # the lab protocol's NAME, NEEDS, Config, and the checks Config.validate runs
 from gpolab.labs.plan.config import (  # noqa: F401

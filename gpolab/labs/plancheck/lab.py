@@ -103,7 +103,7 @@ def write_logs(sim: Simulated, folder, formats) -> dict:
     """{format: path} of the log written as that framework writes it, plus ``norms.csv``."""
     from pathlib import Path
 
-    from gpolab.labs.plan import rollouts
+    from gpolab.integrations import rollouts
 
     folder = Path(folder)
     f = sim.frame.rename(columns={"proxy": PROXY})

@@ -37,7 +37,7 @@ group, which is what TRL's ``sum_then_normalize`` (unit weights) produces.
 
 The per-group summaries (one row per group, :func:`groups`) are at the end of this module;
 finding a log's files and their format, and the writers (importable from here):
-:mod:`gpolab.labs.plan.rollout_files`.
+:mod:`gpolab.integrations.rollout_files`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from gpolab.labs.plan.rollout_files import (
+from gpolab.integrations.rollout_files import (
     FORMATS,
     TRL_SIGNATURE,
     csv_columns,

@@ -1,4 +1,4 @@
-"""gpolab.labs.plan.rollouts: TRL / verl / table rollout logs, read and written.
+"""gpolab.integrations.rollouts: TRL / verl / table rollout logs, read and written.
 
 The writers are checked byte for byte against the trainers' own code paths, copied here from
 huggingface/trl f2cd5771 (``GRPOTrainer.log``) and volcengine/verl b178a3cd
@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpolab.labs.plan import rollouts
+from gpolab.integrations import rollouts
 from gpolab.validate import ConfigError
 
 # 3 prompts x G=4 at step 1, 2 prompts x G=4 at step 2 (rewards chosen for hand statistics)

@@ -1,7 +1,7 @@
-"""The files of a rollout log and their format (:mod:`gpolab.labs.plan.rollouts`): a TRL
+"""The files of a rollout log and their format (:mod:`gpolab.integrations.rollouts`): a TRL
 completions folder, verl rollout jsonl, or a CSV/parquet table; their first lines read safely.
 And the writers of logs in the layouts TRL and verl write (validation logs built from gpolab's
-surrogates; :mod:`gpolab.labs.plan.rollouts` describes the layouts and reads them back)."""
+surrogates; :mod:`gpolab.integrations.rollouts` describes the layouts and reads them back)."""
 
 from __future__ import annotations
 
