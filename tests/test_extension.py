@@ -150,7 +150,7 @@ def test_a_lab_that_skips_the_store_fails_the_protocol(tmp_path, monkeypatch):
     (negative control) does not."""
 
     def skip_store(path, code):
-        return code.replace("df = resume(store, keys, ", "df = _direct(keys, ")
+        return code.replace("resumed(cfg, store, keys, ", "_direct(keys, ")
 
     direct = (
         "\n\ndef _direct(keys, compute, **_):\n    import pandas as pd\n\n"

@@ -210,6 +210,13 @@ def resume(
     return pd.DataFrame([row for i in mine if i in computed for row in computed[i]])
 
 
+def resumed(cfg, store, keys, compute, **options):
+    """A lab's table: :func:`resume` (``options``: its keywords) under ``cfg``'s
+    :func:`config_hash`, without the store's :data:`PROVENANCE` columns."""
+    df = resume(store, keys, compute, config_hash=config_hash(cfg), **options)
+    return df.drop(columns=[c for c in PROVENANCE if c in df])
+
+
 class _NothingKept:
     """What ``store=None`` is to :func:`resume`: no cell is found, none is written."""
 

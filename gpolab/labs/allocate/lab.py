@@ -41,7 +41,7 @@ import numpy as np
 
 from gpolab import configs
 from gpolab.engine import Z95
-from gpolab.kit.store import PROVENANCE, cell_key, config_hash, resume
+from gpolab.kit.store import cell_key, resumed
 from gpolab.kit.tables import table_text
 from gpolab.labs.allocate import rules, steps
 from gpolab.labs.allocate.analysis import match_table, notes  # noqa: F401 (protocol: notes)
@@ -107,10 +107,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         r = rows[0]
         return f"budget {r['budget']}" if r["table"] in ("results", "allocation") else r["rule"]
 
-    df = resume(
-        store, cell_keys(cfg), compute, config_hash=config_hash(cfg), progress=progress, label=label
-    )
-    df = df.drop(columns=[c for c in PROVENANCE if c in df])
+    df = resumed(cfg, store, cell_keys(cfg), compute, progress=progress, label=label)
     tables = {}
     for name in ("results", "training", "trained", "allocation"):
         t = df[df["table"] == name].drop(columns="table")

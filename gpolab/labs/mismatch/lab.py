@@ -27,7 +27,7 @@ from gpolab.configs import option
 from gpolab.envs import markov
 from gpolab.estimators import mismatch as corrections
 from gpolab.kernels import rollout_mismatch as kernel
-from gpolab.kit.store import PROVENANCE, cell_key, config_hash, resume
+from gpolab.kit.store import cell_key, resumed
 from gpolab.kit.tables import table_text
 from gpolab.labs.mismatch import decision, plots
 
@@ -244,15 +244,9 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         unit = todo[i]
         return unit_rows(cfg, unit, engine.cell_key(key, STORE, "mismatch", unit["T"]))
 
-    df = resume(
-        store,
-        cell_keys(cfg),
-        compute,
-        config_hash=config_hash(cfg),
-        progress=progress,
-        label=lambda rows: label(rows[0]),
-    )
-    results = df.drop(columns=[c for c in PROVENANCE if c in df]).reset_index(drop=True)
+    results = resumed(
+        cfg, store, cell_keys(cfg), compute, progress=progress, label=lambda rows: label(rows[0])
+    ).reset_index(drop=True)
     return {"results": results, "decision": decision.decision(results)}
 
 

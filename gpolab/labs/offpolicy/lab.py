@@ -31,7 +31,7 @@ from gpolab.configs import option
 from gpolab.envs import arithmetic, bandit
 from gpolab.estimators import offpolicy as rules
 from gpolab.kernels import offpolicy as kernel
-from gpolab.kit.store import PROVENANCE, cell_key, config_hash, resume
+from gpolab.kit.store import cell_key, resumed
 from gpolab.kit.tables import table_text
 from gpolab.labs.offpolicy import analysis, plots
 from gpolab.labs.offpolicy.tables import UPDATE, columns, epoch_at, frame, kl_columns
@@ -471,9 +471,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         unit = todo[i]
         return unit_rows(cfg, unit, engine.cell_key(key, NAME, unit["policy"]))
 
-    keys = cell_keys(cfg)
-    df = resume(store, keys, compute, config_hash=config_hash(cfg), progress=progress, label=label)
-    df = df.drop(columns=[c for c in PROVENANCE if c in df])
+    df = resumed(cfg, store, cell_keys(cfg), compute, progress=progress, label=label)
     results = df[df["table"] == "results"].drop(columns=["table", "update", "lag"])
     epoch_only = ["table", "m", "mse_last", "bias_sq_last", "excess_mse_se", "excess_scaled_se"]
     updates = df[df["table"] == "updates"].drop(columns=epoch_only)

@@ -14,7 +14,7 @@ import numpy as np
 from gpolab import configs, envs, estimators, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import bandit
-from gpolab.kit.store import PROVENANCE, cell_key, config_hash, resume
+from gpolab.kit.store import cell_key, resumed
 from gpolab.labs.plancheck.simulate import (
     Simulated,
     check_sizes,
@@ -156,16 +156,16 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
         paths = write_logs(sim, f"{cfg.out}/logs/{env}", cfg.formats)
         return [recovered(cfg, sim, paths, env, cells[i][1]) for i in unit]
 
-    df = resume(
+    df = resumed(
+        cfg,
         store,
         cell_keys(cfg),
         compute,
         group=group,
-        config_hash=config_hash(cfg),
         progress=progress,
         label=lambda rows: f"{rows[0]['env']} {rows[0]['format']}",
     )
-    return {"results": df.drop(columns=[c for c in PROVENANCE if c in df])}
+    return {"results": df}
 
 
 def recovered(cfg: Config, sim, paths: dict, env: str, fmt: str) -> list[dict]:

@@ -43,8 +43,8 @@ from gpolab import configs, envs, validate
 from gpolab.configs import borrow, option
 from gpolab.engine import train
 from gpolab.envs import loglinear
-from gpolab.kit.store import PROVENANCE, config_hash, resume
 from gpolab.kit.store import cell_key as store_key
+from gpolab.kit.store import config_hash, resume, resumed
 from gpolab.kit.tables import table_text
 from gpolab.labs.groupsize import lab as groupsize  # B·G = N training on its envs
 from gpolab.labs.stdnorm import arcsin, plots
@@ -397,18 +397,6 @@ def bias_row(ctx: _Context, G: int, ddof: int, eps: float) -> dict:
     return row
 
 
-def _resume(cfg: Config, store, keys: list, compute, progress, notes: list):
-    """:func:`gpolab.kit.store.resume` of ``keys``; a unit's progress label is the last of
-    ``notes`` (``compute`` appends one per unit it computes)."""
-
-    def label(rows) -> str:
-        return notes[-1]
-
-    return resume(
-        store, keys, compute, config_hash=config_hash(cfg), progress=progress, label=label
-    )
-
-
 def train_curves(cfg: Config, ctx: _Context, store, progress) -> list[tuple[dict, float]]:
     """(curves, seconds) of every training unit, resumed from ``store``: a computed unit's
     curves as trained, a stored one's from its rows."""
@@ -422,7 +410,14 @@ def train_curves(cfg: Config, ctx: _Context, store, progress) -> list[tuple[dict
         return _raw_rows(res, units[i].lrs)
 
     keys = cell_keys(cfg)[0]
-    df = _resume(cfg, store, keys, compute, progress, notes)
+    df = resume(
+        store,
+        keys,
+        compute,
+        config_hash=config_hash(cfg),
+        progress=progress,
+        label=lambda rows: notes[-1],  # the note compute appended
+    )
     if store is None:
         return [fresh[i] for i in range(len(units))]
     stored = dict(tuple(df.groupby("cell_key", sort=False)))
@@ -441,8 +436,8 @@ def bias_table(cfg: Config, ctx: _Context, store, progress):
         notes.append(f"bias G={G} ddof={ddof} eps={eps:g}")
         return [bias_row(ctx, G, ddof, eps)]
 
-    df = _resume(cfg, store, cell_keys(cfg)[1], compute, progress, notes)
-    return df.drop(columns=[c for c in PROVENANCE if c in df])
+    keys = cell_keys(cfg)[1]
+    return resumed(cfg, store, keys, compute, progress=progress, label=lambda rows: notes[-1])
 
 
 def summary_row(cfg: Config, unit: Unit, res: dict, seconds: float, optimum: float) -> dict:
