@@ -176,6 +176,11 @@ def resolve(cls: type, inst, settings: dict) -> tuple:
     ``Instance`` of class ``cls`` and its ``instance_seed``, or (the older form) a key or seed
     and the ``Instance`` of the keywords ``settings`` (its defaults otherwise); validated, so a
     bad setting is one error line before any draw.  The settings are declared once, in ``cls``."""
+    if isinstance(inst, cls) and settings:  # an Instance already holds every setting
+        raise TypeError(
+            f"make: got an Instance and the settings {', '.join(settings)}; pass one or the other "
+            "(dataclasses.replace(inst, ...) changes an Instance)"
+        )
     key, inst = (inst.instance_seed, inst) if isinstance(inst, cls) else (inst, cls(**settings))
     inst.validate()
     return key, inst

@@ -63,6 +63,9 @@ def test_make_of_an_instance_is_the_older_keyword_form():
         gaussian.make(gaussian.Instance(prompts=5, rank=2, instance_seed=1)),
         gaussian.make(1, prompts=5, rank=2),
     )
+    for env in (bandit, loglinear, gaussian):  # an Instance and settings: one error, not ignored
+        with pytest.raises(TypeError, match="got an Instance and the settings prompts"):
+            env.make(env.Instance(), prompts=4)
 
 
 def test_exact_takes_the_params_alone():
