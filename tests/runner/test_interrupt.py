@@ -17,8 +17,10 @@ from gpolab.kit import experiments
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 
-# long enough that both are still computing when signalled (about a second a cell at most)
-TINY = 'lab = "sweep"\n[sweep]\nestimators = ["loo", "oracle", "mean"]\nG = [2, 4, 8, 16]\n'
+# long enough that both are still computing when signalled: a unit (one G) takes about a second,
+# several on a loaded machine; seven units each, so a signal after the first finds them busy
+TINY = 'lab = "sweep"\n[sweep]\nestimators = ["loo", "oracle", "mean"]\n'
+TINY += "G = [2, 4, 8, 16, 32, 64, 128]\n"
 TINY += "seeds = 400000\nprompts = 4\nactions = 8\n"
 LEDGER = "".join(
     f'[[claim]]\nid = "{n}"\npaper = "U"\nclaim = "c"\nexperiment = "{n}"\n'
@@ -84,6 +86,9 @@ def _start(tmp_path: Path, argv: list[str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # Ctrl-C at its default, as in a terminal: a background job of a non-interactive shell
+        # (`cmd &`, e.g. a CI script's) inherits SIGINT ignored, and so would the command
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -129,6 +134,7 @@ def test_ctrl_c_stops_every_worker_at_once_and_counts_every_kept_cell(tmp_path):
         workers = _wait(lambda: len(_workers(proc.pid)) == 2 and _workers(proc.pid), 120)
         assert len(workers) == 2, proc.stderr.read() if proc.poll() is not None else "no workers"
         assert _wait(lambda: _cells(results) > 0, 120), "no cell finished"
+        assert proc.poll() is None, "the run ended before the signal: make TINY longer"
         start = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
