@@ -78,18 +78,21 @@ def _start(tmp_path: Path, argv: list[str]) -> subprocess.Popen:
     for name in ("a", "b"):
         (exps / f"{name}.toml").write_text(TINY)
     env = {**os.environ, "GPOLAB_CPU_DEVICES": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "gpolab.runner.cli", *argv, "--experiments", str(exps)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as a terminal's foreground job
-        # Ctrl-C at its default, as in a terminal: a background job of a non-interactive shell
-        # (`cmd &`, e.g. a CI script's) inherits SIGINT ignored, and so would the command
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # Ctrl-C at its default, as in a terminal: a background job of a non-interactive shell
+    # (`cmd &`, e.g. a script's) runs with SIGINT ignored, and the command would inherit that
+    previous = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpolab.runner.cli", *argv, "--experiments", str(exps)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group, as a terminal's foreground job
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _cells(results: Path) -> int:
