@@ -255,6 +255,4 @@ class Config(configs.Config):
 
 def bandit_instance(cfg: Config) -> bandit.Instance:
     """The bandit of ``cfg`` (its settings, as in ``gpolab sweep``)."""
-    return bandit.Instance(
-        instance_seed=cfg.instance_seed, **{f: getattr(cfg, f) for f in BANDIT_FIELDS}
-    )
+    return configs.borrowed(bandit.Instance, cfg)
