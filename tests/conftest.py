@@ -88,12 +88,19 @@ def quick_results(tmp_path_factory):
 
     base = tmp_path_factory.getbasetemp()
     shared = "PYTEST_XDIST_WORKER" in os.environ
-    return QuickRuns((base.parent if shared else base) / "quick-results")
+    # each experiment's last run time, kept per machine as the caches above: the longest first
+    seconds = os.environ.get("GPOLAB_QUICK_SECONDS", "~/.cache/gpolab/quick-seconds.json")
+    root = (base.parent if shared else base) / "quick-results"
+    return QuickRuns(root, os.path.expanduser(seconds) if seconds else None)
 
 
 def pytest_collection_modifyitems(config, items):
-    """The slow checks on the shared quick runs (the longest tests) go first: pytest-xdist hands
-    its first work units to the workers in turn, so each starts on its own worker at once instead
-    of both finishing last."""
-    first = [item for item in items if "quick_results" in getattr(item, "fixturenames", ())]
-    items[:] = first + [item for item in items if item not in first]
+    """The two slow checks that read every quick run (the longest tests) go first: pytest-xdist
+    hands its first work units to the workers in turn, so each starts on its own worker at once
+    and the two split the runs (:meth:`tools.readme.QuickRuns.share`).  The tests that read one
+    experiment's quick tables (a negative control each, parametrized) go last, when the runs are
+    done: earlier, one would wait idle for the run the other worker is computing."""
+    quick = [item for item in items if "quick_results" in getattr(item, "fixturenames", ())]
+    first = [item for item in quick if not hasattr(item, "callspec")]
+    last = [item for item in quick if hasattr(item, "callspec")]
+    items[:] = first + [item for item in items if item not in quick] + last

@@ -422,8 +422,7 @@ def quick_run(runs: docs_blocks.QuickRuns):
     import pandas as pd
 
     root = runs.root
-    for name in dict.fromkeys(c["experiment"] for c in LEDGER):  # under QuickRuns' locks
-        runs.tables(name)
+    runs.share(docs_blocks.quick_experiments())  # split with the generated tables' check
     cfg = claims.Config(sizes="quick", results=str(root), out=str(root / "claims-out"))
     assert main(["claims", "--quick", "--results", cfg.results, "--out", cfg.out, "--json"]) == 0
     return cfg, pd.read_parquet(Path(cfg.out) / "claims.parquet").set_index("id")

@@ -167,17 +167,54 @@ def test_one_set_of_quick_runs_runs_each_experiment_once(tmp_path, monkeypatch):
     )  # the same config under another folder: one run serves both names
 
 
+def test_shared_runs_go_longest_first_and_skip_what_another_process_runs(tmp_path, monkeypatch):
+    """:meth:`readme.QuickRuns.share`: the runs by their last recorded time, longest (and never
+    timed) first; one whose lock another process holds is left for last, then read (here the
+    lock is released before, so it runs)."""
+    import fcntl
+    import json
+
+    import pandas as pd
+
+    from gpolab.kit import running
+
+    calls = []
+
+    def execute(lab, cfg, **kw):
+        calls.append(Path(cfg.out).name)
+        return running.Result({t: pd.DataFrame({"x": [1]}) for t in lab.TABLES}, [], 0.0, cfg.out)
+
+    monkeypatch.setattr(running, "execute", execute)
+    seconds = tmp_path / "cache" / "seconds.json"
+    seconds.parent.mkdir()
+    seconds.write_text(json.dumps({"zoo-quick": 3.0, "chi2-quick": 9.0}))
+    runs = readme.QuickRuns(tmp_path / "runs", seconds)
+    runs.root.mkdir()
+    held = open(runs.root / "tree_lab-quick.lock", "w")  # another process runs tree_lab
+    fcntl.flock(held, fcntl.LOCK_EX)
+    assert runs.tables("tree_lab", wait=False) is None and calls == []
+    monkeypatch.setattr(runs, "tables", _release_first(runs.tables, held))
+    runs.share(["zoo", "tree_lab", "chi2", "allocate"])
+    assert calls == ["allocate-quick", "chi2-quick", "zoo-quick", "tree_lab-quick"]
+    recorded = json.loads(seconds.read_text())
+    assert set(recorded) == {"zoo-quick", "chi2-quick", "allocate-quick", "tree_lab-quick"}
+
+
+def _release_first(tables, held):
+    """``tables`` that releases the lock ``held`` when it is first asked to wait."""
+
+    def wrapped(name, wait=True):
+        if wait and not held.closed:
+            held.close()
+        return tables(name, wait)
+
+    return wrapped
+
+
 @pytest.mark.slow
 def test_readme_tables_agree_with_todays_quick_run(quick_results):
-    from gpolab.labs.claims import lab as claims
-
-    # the experiments no claim reads first: the claims check, often on the other worker, runs
-    # the ledger's meanwhile (either check waits for, then reads, an experiment the other runs)
-    ledger = {f"{c['experiment']}-quick" for c in claims.load(claims.LEDGER)}
-    names = dict.fromkeys(e for b in readme.BLOCKS.values() for e in b.experiments)
-    folder = lambda n: Path(quick_results.experiment(n)[0].out).name  # noqa: E731
-    for name in sorted(names, key=lambda n: folder(n) in ledger):
-        quick_results.tables(name)
+    # every quick run either slow check reads, split with the claims check on the other worker
+    quick_results.share(readme.quick_experiments())
     problems = {k: v for k, v in readme.check(FILES, quick_results).items() if v}
     assert not problems, (
         f"generated tables are stale on today's code (regenerate: python -m tools.readme):\n"

@@ -42,6 +42,7 @@ import json
 import math
 import re
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -1286,6 +1287,15 @@ def tables(names, quick: bool, root: str | Path = "results") -> dict:
     return out
 
 
+def quick_experiments() -> list[str]:
+    """Every experiment the slow checks read quick: the generated blocks' and the claims
+    ledger's."""
+    from gpolab.labs.claims import lab as claims
+
+    blocks = (e for b in BLOCKS.values() for e in b.experiments)
+    return list(dict.fromkeys([*blocks, *(c["experiment"] for c in claims.load(claims.LEDGER))]))
+
+
 class QuickRuns:
     """One set of quick runs under ``root`` for the slow checks: each experiment's quick tables,
     computed at most once (the generated tables' check and the claims ledger's check,
@@ -1294,10 +1304,14 @@ class QuickRuns:
     An experiment runs into ``<root>/<name>-quick``, where the claims lab reads it; tables saved
     there whose ``config.toml`` is today's config are read, not recomputed.  An experiment that
     is no file (``sweep``, the default `gpolab sweep`) whose settings equal a shipped experiment
-    file's is that file's run (the same config: the same seeds, the same tables)."""
+    file's is that file's run (the same config: the same seeds, the same tables).
 
-    def __init__(self, root: str | Path):
+    ``seconds``: a JSON file of each experiment's last run time (a per-machine cache the tests
+    keep), which :meth:`share` reads to start the longest runs first; None: none kept."""
+
+    def __init__(self, root: str | Path, seconds: str | Path | None = None):
         self.root = Path(root)
+        self.seconds = Path(seconds) if seconds else None
         self._tables: dict[str, dict] = {}
 
     def experiment(self, name: str):
@@ -1310,12 +1324,13 @@ class QuickRuns:
                     return other, lab
         return cfg, lab
 
-    def tables(self, name: str) -> dict:
+    def tables(self, name: str, wait: bool = True) -> dict | None:
         """Experiment ``name``'s quick tables (run once; resumed per cell from its store).
 
         Several processes may share one root (pytest's workers): each experiment is read or run
         under an exclusive lock on ``<root>/<folder>.lock``, so one of them runs it while the
-        others wait and then read its tables."""
+        others wait and then read its tables; with ``wait=False`` an experiment another process
+        holds is None at once (it is running there)."""
         cfg, lab = self.experiment(name)
         if cfg.out not in self._tables:
             out = Path(cfg.out)
@@ -1323,7 +1338,10 @@ class QuickRuns:
             today = configs.dumps(configs.absolute_paths(cfg), lab.NAME)
             self.root.mkdir(parents=True, exist_ok=True)
             with open(self.root / f"{out.name}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                try:  # released when the file closes
+                    fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+                except BlockingIOError:
+                    return None
                 if (
                     saved.is_file()
                     and saved.read_text() == today
@@ -1331,11 +1349,41 @@ class QuickRuns:
                 ):
                     self._tables[cfg.out] = read_tables(out, lab.TABLES)
                 else:
+                    start = time.perf_counter()
                     self._tables[cfg.out] = running.execute(lab, cfg, stream=sys.stderr).tables
+                    self._record(out.name, time.perf_counter() - start)
                     import jax
 
                     jax.clear_caches()  # as `gpolab figures`: one process, many experiments
         return self._tables[cfg.out]
+
+    def share(self, names) -> None:
+        """Run or read every experiment of ``names``, in turn with the other processes on this
+        root: one that another process is running is left for last and then read, so that
+        processes walking the same list split its runs instead of one waiting for another.  The
+        longest runs (by :attr:`seconds`; unknown ones first) go first, so that the last ones,
+        which a process may wait for, are short."""
+        last = self._load_seconds()
+        folder = lambda n: Path(self.experiment(n)[0].out).name  # noqa: E731
+        names = sorted(dict.fromkeys(names), key=lambda n: -last.get(folder(n), math.inf))
+        later = [n for n in names if self.tables(n, wait=False) is None]
+        for name in later:
+            self.tables(name)
+
+    def _load_seconds(self) -> dict:
+        try:
+            return json.loads(self.seconds.read_text()) if self.seconds else {}
+        except (OSError, ValueError):
+            return {}  # none kept yet, or a partly written file: the list's own order
+
+    def _record(self, folder: str, seconds: float) -> None:
+        if self.seconds is None:
+            return
+        self.seconds.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.seconds.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            kept = self._load_seconds() | {folder: round(seconds, 1)}
+            write_text(self.seconds, json.dumps(kept, indent=0, sort_keys=True))
 
 
 # ---- the files' blocks ------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import betaln, gammaln
+from scipy.special import gammaln
 
 from gpolab.theory import exact
 
@@ -232,12 +232,24 @@ def uniform_design(second, kappa, gsq, f, budget: int) -> tuple[int, int, float]
     return best
 
 
-def _beta_binomial(n: int, alpha, beta, i: int, j: int) -> np.ndarray:
-    """(..., n + 1) E[p^i (1 − p)^j C(n, s) p^s (1 − p)^(n − s)] under p ~ Beta(α, β)."""
-    s = np.arange(n + 1)
-    a, b = np.asarray(alpha, np.float64)[..., None], np.asarray(beta, np.float64)[..., None]
-    log_c = gammaln(n + 1) - gammaln(s + 1) - gammaln(n - s + 1)
-    return np.exp(log_c + betaln(a + s + i, b + n - s + j) - betaln(a, b))
+class _BetaBinomial:
+    """E[p^i (1 − p)^j C(n, s) p^s (1 − p)^(n − s)], s = 0..n, under p ~ Beta(α, β) for every
+    n + i + j ≤ ``top``: C(n, s) B(α + s + i, β + n − s + j)/B(α, β) from tables of log Γ(α + k),
+    log Γ(β + k) and log Γ(α + β + k) built once (scipy's betaln per term took 40 s of a quick
+    allocate run; the two agree to ~1e-11 relative)."""
+
+    def __init__(self, alpha: np.ndarray, beta: np.ndarray, top: int):
+        k = np.arange(top + 1)
+        self.la, self.lb = gammaln(alpha[..., None] + k), gammaln(beta[..., None] + k)
+        self.lab = gammaln((alpha + beta)[..., None] + k)
+        self.norm = (self.lab[..., 0] - self.la[..., 0] - self.lb[..., 0])[..., None]
+
+    def __call__(self, n: int, i: int, j: int) -> np.ndarray:
+        """(..., n + 1) the expectations above."""
+        s = np.arange(n + 1)
+        log_c = gammaln(n + 1) - gammaln(s + 1) - gammaln(n - s + 1)
+        log_b = self.la[..., s + i] + self.lb[..., n - s + j] - self.lab[..., n + i + j, None]
+        return np.exp(log_c + log_b + self.norm)
 
 
 def posterior_curves(a1, a0, alpha, beta, rho: float = 0.0) -> np.ndarray:
@@ -245,18 +257,16 @@ def posterior_curves(a1, a0, alpha, beta, rho: float = 0.0) -> np.ndarray:
     the module docstring (E‖W‖² = 1, e_wz2 = p, ‖g_x‖² = ρ p(1 − p)); exact (every term is a
     polynomial in p).  Only ratios across prompts matter to an allocation."""
     alpha, beta = np.asarray(alpha, np.float64), np.asarray(beta, np.float64)
-    s1 = _beta_binomial(0, alpha, beta, 1, 1)[..., 0]  # E p(1 − p)
+    moment = _BetaBinomial(alpha, beta, a1.shape[0])
+    s1 = moment(0, 1, 1)[..., 0]  # E p(1 − p)
     out = np.empty(alpha.shape + (a1.shape[0],))
     out[..., :2] = (rho * s1)[..., None]
     for G in range(2, a1.shape[0]):
         t1, t0 = a1[G, :G], a0[G, :G]
-        diag = (
-            _beta_binomial(G - 1, alpha, beta, 1, 0) @ t1**2
-            + _beta_binomial(G - 1, alpha, beta, 0, 1) @ t0**2
-        ) / G
+        diag = (moment(G - 1, 1, 0) @ t1**2 + moment(G - 1, 0, 1) @ t0**2) / G
         both = t1[1:] ** 2 + t0[:-1] ** 2 - 2 * t1[:-1] * t0[1:]
-        cross = (G - 1) / G * rho * (_beta_binomial(G - 2, alpha, beta, 1, 1) @ both)
-        kappa_gsq = rho * (_beta_binomial(G - 1, alpha, beta, 1, 1) @ (t1 - t0))
+        cross = (G - 1) / G * rho * (moment(G - 2, 1, 1) @ both)
+        kappa_gsq = rho * (moment(G - 1, 1, 1) @ (t1 - t0))
         out[..., G] = diag + cross - 2 * kappa_gsq + rho * s1
     return out
 
