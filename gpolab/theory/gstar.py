@@ -111,12 +111,14 @@ def _norm_rows(norms) -> tuple[list[np.ndarray], np.ndarray]:
     return [y[batch == B] for B in sizes], np.asarray(sizes)
 
 
-def _line(means: np.ndarray, var: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
-    """Weighted least squares of mean ‖ĝ_B‖² = ‖g‖² + T/B (weights 1/var): (‖g‖², T)."""
+def _line(means: np.ndarray, var: np.ndarray, sizes: np.ndarray) -> tuple:
+    """Weighted least squares of mean ‖ĝ_B‖² = ‖g‖² + T/B (weights 1/var): (‖g‖², T), arrays
+    over the rows of ``means`` ((..., sizes): one design, many right-hand sides)."""
     X = np.stack([np.ones_like(sizes), 1.0 / sizes], 1)
     w = 1.0 / var
-    coef = np.linalg.solve(X.T @ (w[:, None] * X), X.T @ (w * means))
-    return float(coef[0]), float(coef[1])
+    rhs = X.T @ (w[:, None] * np.reshape(means, (-1, sizes.size)).T)
+    coef = np.linalg.solve(X.T @ (w[:, None] * X), rhs).reshape((2,) + np.shape(means)[:-1])
+    return coef[0], coef[1]
 
 
 def constants_from_proxy(s: float, a: float, g_sq: float, T: float, G: int) -> dict:
@@ -282,7 +284,7 @@ def gstar(
 def _point(log: _Log, G: int) -> dict:
     """The point estimates: c1, C2, C3, how c1 was measured, ‖g‖², T, s and a."""
     s, a = float(log.s_x.mean()), float(log.a_x.mean())
-    g_sq, T = _line(np.array([r.mean() for r in log.rows]), log.var, log.sizes)
+    g_sq, T = (float(v) for v in _line(np.array([r.mean() for r in log.rows]), log.var, log.sizes))
     u = None if log.u_x is None else float(log.u_x.mean())
     method = "norms" if u is None else "pairs"
     return {
@@ -530,14 +532,19 @@ def _bootstrap(log: _Log, fit: _Fit) -> Replicates:
     sums_s, sums_a = np.bincount(code, log.s_x, C), np.bincount(code, log.a_x, C)
     sums_u = None if log.u_x is None else np.bincount(code, log.u_x, C)
     count = np.bincount(code, minlength=C).astype(np.float64)
-    for k in range(fit.boot):
-        i = rng.integers(0, C, C)
-        means = np.array([r[rng.integers(0, r.size, r.size)].mean() for r in log.rows])
-        g_sq, T = _line(means, log.var, log.sizes)
-        m = count[i].sum()
-        s, a = sums_s[i].sum() / m, sums_a[i].sum() / m
-        c = _constants(s, a, g_sq, T, None if sums_u is None else sums_u[i].sum() / m, fit.G)
-        out[k] = _g_star(c["c1"], c["C3"]), c["c1"], c["C3"], s, a, g_sq
+    picks = np.empty((fit.boot, C), np.int64)
+    means = np.empty((fit.boot, len(log.rows)))
+    for k in range(fit.boot):  # the draws of one replicate after another, as they always were
+        picks[k] = rng.integers(0, C, C)
+        means[k] = [r[rng.integers(0, r.size, r.size)].mean() for r in log.rows]
+    g_sq, T = _line(means, log.var, log.sizes)
+    m = count[picks].sum(1)
+    s, a = sums_s[picks].sum(1) / m, sums_a[picks].sum(1) / m
+    c = _constants(s, a, g_sq, T, None if sums_u is None else sums_u[picks].sum(1) / m, fit.G)
+    c1, C3 = np.broadcast_arrays(c["c1"], c["C3"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gs = np.where(c1 > 0, 1.0 + np.sqrt(np.maximum(C3, 0.0) / c1), np.inf)
+    out = np.stack([gs, c1, C3, s, a, g_sq], 1)
     return Replicates(*out.T)
 
 
