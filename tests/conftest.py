@@ -94,13 +94,23 @@ def quick_results(tmp_path_factory):
     return QuickRuns(root, os.path.expanduser(seconds) if seconds else None)
 
 
+@pytest.fixture(scope="session")
+def every_quick_run(quick_results):
+    """:func:`quick_results` once every experiment either slow check reads has run, the runs
+    split with the other workers (:meth:`tools.readme.QuickRuns.share`)."""
+    from tools.readme import quick_experiments
+
+    quick_results.share(quick_experiments())
+    return quick_results
+
+
 def pytest_collection_modifyitems(config, items):
-    """The two slow checks that read every quick run (the longest tests) go first: pytest-xdist
-    hands its first work units to the workers in turn, so each starts on its own worker at once
-    and the two split the runs (:meth:`tools.readme.QuickRuns.share`).  The tests that read one
-    experiment's quick tables (a negative control each, parametrized) go last, when the runs are
-    done: earlier, one would wait idle for the run the other worker is computing."""
-    quick = [item for item in items if "quick_results" in getattr(item, "fixturenames", ())]
-    first = [item for item in quick if not hasattr(item, "callspec")]
-    last = [item for item in quick if hasattr(item, "callspec")]
-    items[:] = first + [item for item in items if item not in quick] + last
+    """The two slow checks that read every quick run (the longest tests, :func:`every_quick_run`)
+    go first: pytest-xdist hands its first work units to the workers in turn, so each starts on
+    its own worker at once and the two split the runs.  The tests that read some experiments'
+    quick tables (:func:`quick_results`: a negative control each, ...) go last, when the runs are
+    done: earlier, one would wait idle for the run another worker is computing."""
+    names = lambda item: getattr(item, "fixturenames", ())  # noqa: E731
+    first = [item for item in items if "every_quick_run" in names(item)]
+    last = [item for item in items if "quick_results" in names(item) and item not in first]
+    items[:] = first + [item for item in items if item not in first + last] + last

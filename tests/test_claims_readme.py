@@ -417,12 +417,11 @@ def test_every_statistic_has_a_negative_control():
 
 
 def quick_run(runs: docs_blocks.QuickRuns):
-    """`gpolab claims --quick` on today's code, on the session's quick runs (shared with the
-    generated tables' check: an experiment either check ran is read, the others computed)."""
+    """`gpolab claims --quick` on today's code, on the session's quick runs (every one run:
+    :func:`every_quick_run`; the claims lab reads their saved tables)."""
     import pandas as pd
 
     root = runs.root
-    runs.share(docs_blocks.quick_experiments())  # split with the generated tables' check
     cfg = claims.Config(sizes="quick", results=str(root), out=str(root / "claims-out"))
     assert main(["claims", "--quick", "--results", cfg.results, "--out", cfg.out, "--json"]) == 0
     return cfg, pd.read_parquet(Path(cfg.out) / "claims.parquet").set_index("id")
@@ -477,11 +476,11 @@ def failed_negative_controls(cfg) -> list[str]:
 
 
 @pytest.mark.slow
-def test_claims_quick_agree_with_the_readme_and_every_negative_control_fails(quick_results):
+def test_claims_quick_agree_with_the_readme_and_every_negative_control_fails(every_quick_run):
     """One test (one quick run per session, whichever worker runs it): the shipped claims
     verdicts are not stale, every rule reads a value with its SE, every negative control is "not
     reproduced"."""
-    cfg, table = quick_run(quick_results)
+    cfg, table = quick_run(every_quick_run)
     stale = stale_verdicts(table)
     assert not stale, "regenerate: python -m tools.readme\n" + "\n".join(stale)
     assert not rules_without_se(table)

@@ -212,10 +212,8 @@ def _release_first(tables, held):
 
 
 @pytest.mark.slow
-def test_readme_tables_agree_with_todays_quick_run(quick_results):
-    # every quick run either slow check reads, split with the claims check on the other worker
-    quick_results.share(readme.quick_experiments())
-    problems = {k: v for k, v in readme.check(FILES, quick_results).items() if v}
+def test_readme_tables_agree_with_todays_quick_run(every_quick_run):
+    problems = {k: v for k, v in readme.check(FILES, every_quick_run).items() if v}
     assert not problems, (
         f"generated tables are stale on today's code (regenerate: python -m tools.readme):\n"
         f"{problems}"

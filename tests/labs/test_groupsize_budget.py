@@ -136,14 +136,13 @@ def test_the_budget_flag_off_keeps_the_training_configs_hash():
 
 
 @pytest.mark.slow
-def test_the_experiments_quick_run_has_its_shape():
-    from gpolab.kit import experiments
-
-    exp = experiments.load(experiments.DEFAULT_DIR / "groupsize_budget.toml")
-    cfg = exp.config(True, "results")
+@pytest.mark.slow
+def test_the_experiments_quick_run_has_its_shape(quick_results):
+    """The session's quick run of the experiment (the one the slow checks read)."""
+    cfg = quick_results.experiment("groupsize_budget")[0]
     assert cfg.budget and cfg.bandit_N == (16, 128) and cfg.pools == (0, 8)
     assert cfg.envs == ("bandit", "arithmetic") and cfg.arithmetic_N == (128,)
-    out = groupsize.run(cfg.replace(seeds=4))
+    out = quick_results.tables("groupsize_budget")
     assert len(out["results"]) == len(groupsize.row_ids(cfg)) == (4 + 7 + 4 + 4) + (7 + 4)
     assert len(out["summary"]) == 6
 
