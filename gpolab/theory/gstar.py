@@ -139,9 +139,13 @@ def constants_from_pairs(s: float, a: float, g_sq: float, gamma: float) -> dict:
     return {"c1": gamma - g_sq, "C2": a - gamma, "C3": s + gamma}
 
 
-def _g_star(c1: float, C3: float) -> float:
-    """1 + √(C3/c1), the exact minimiser of the fixed-budget loo MSE (inf when c1 <= 0)."""
-    return 1.0 + float(np.sqrt(max(C3, 0.0) / c1)) if c1 > 0 else float("inf")
+def _g_star(c1, C3):
+    """1 + √(C3/c1), the exact minimiser of the fixed-budget loo MSE (inf when c1 <= 0): a float,
+    or an array elementwise (the bootstrap's replicates)."""
+    c1, C3 = np.asarray(c1, np.float64), np.asarray(C3, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.where(c1 > 0, 1.0 + np.sqrt(np.maximum(C3, 0.0) / c1), np.inf)
+    return float(g) if g.ndim == 0 else g
 
 
 _GSTAR_KEYS = (
@@ -542,9 +546,7 @@ def _bootstrap(log: _Log, fit: _Fit) -> Replicates:
     s, a = sums_s[picks].sum(1) / m, sums_a[picks].sum(1) / m
     c = _constants(s, a, g_sq, T, None if sums_u is None else sums_u[picks].sum(1) / m, fit.G)
     c1, C3 = np.broadcast_arrays(c["c1"], c["C3"])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gs = np.where(c1 > 0, 1.0 + np.sqrt(np.maximum(C3, 0.0) / c1), np.inf)
-    out = np.stack([gs, c1, C3, s, a, g_sq], 1)
+    out = np.stack([_g_star(c1, C3), c1, C3, s, a, g_sq], 1)
     return Replicates(*out.T)
 
 
