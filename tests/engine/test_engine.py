@@ -81,9 +81,17 @@ def test_auto_chunk_is_a_memoised_power_of_two_that_does_not_change_results():
     assert 8 <= chunk <= 8192 and chunk & (chunk - 1) == 0
     probed = engine.TRACES[("bandit_error", cell)]  # the probe's trace
     a = engine.run(grouped.bandit_error, cell, args, key, 3000)  # chunk=AUTO
-    engine.run(grouped.bandit_error, cell, args, key, 5)
+    engine.run(grouped.bandit_error, cell, args, key, 2999)
     assert engine.auto_chunk(grouped.bandit_error, cell, key, args) == chunk
     assert engine.TRACES[("bandit_error", cell)] <= probed + 1  # no second probe, one chunk size
+    # a run of fewer seeds than the chunk: the power of two at or above its seed count, the same
+    # numbers as the full chunk's
+    assert engine._placed(grouped.bandit_error, cell, key, args, 0, None, 5)[1] == 8
+    assert engine._placed(grouped.bandit_error, cell, key, args, 0, None, 8)[1] == 8
+    short = engine.run(grouped.bandit_error, cell, args, key, 5)
+    padded = engine.run(grouped.bandit_error, cell, args, key, 5, chunk=chunk)
+    for k in short.sums:
+        np.testing.assert_allclose(short.sums[k], padded.sums[k], rtol=1e-5, atol=1e-9)
     b = engine.run(grouped.bandit_error, cell, args, key, 3000, chunk=1000)
     for k in a.sums:
         np.testing.assert_allclose(a.sums[k], b.sums[k], rtol=1e-5, atol=1e-9)

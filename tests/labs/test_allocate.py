@@ -131,6 +131,11 @@ def small(tmp_path_factory):
     return {est: lab.run(lab.Config(**SMALL, estimator=est)) for est in ("loo", "grpo")}
 
 
+# the tests of one module-scoped run on one pytest-xdist worker: it runs once, not once per worker
+SMALL_RUN = pytest.mark.xdist_group("allocate-small")
+
+
+@SMALL_RUN
 @pytest.mark.parametrize("est", ["loo", "grpo"])
 def test_every_rule_exact_mse_given_its_allocation_matches_its_monte_carlo(small, est):
     res = small[est]["results"]
@@ -146,6 +151,7 @@ def test_every_rule_exact_mse_given_its_allocation_matches_its_monte_carlo(small
     assert other["theory"].str.startswith("none:").all()
 
 
+@SMALL_RUN
 def test_rollouts_are_the_budget_where_a_rule_fixes_them(small):
     res = small["loo"]["results"]
     for rule in ("uniform", "gpolab-oracle", "gpolab", "knapsack", "vip", "mopps", "pods"):
@@ -160,6 +166,7 @@ def test_rollouts_are_the_budget_where_a_rule_fixes_them(small):
     assert np.allclose(sample["rollouts"], sample["budget"], rtol=0.05)
 
 
+@SMALL_RUN
 def test_unbiased_rules_are_unbiased_and_drops_are_not(small):
     res = small["loo"]["results"].set_index(["rule", "budget"])
     for rule in (
@@ -203,6 +210,7 @@ def test_pods_keeps_the_most_balanced_half():
     assert (z & use).sum(-1).tolist() == [[1, 2]]
 
 
+@SMALL_RUN
 def test_training_rows_have_intervals_and_cumulative_rollouts(small):
     tr = small["loo"]["training"]
     assert set(tr["rule"]) == set(rules.RULES)
@@ -392,6 +400,7 @@ def test_gvm_reads_a_fresh_first_stage_counted_in_the_rollouts():
     )
 
 
+@SMALL_RUN
 def test_own_objective_columns_against_enumeration(small):
     """Uniform G keeps G = N/P responses for every prompt: Knapsack RL's value is Σ_x value(G,
     p_x) exactly and the share of groups with both outcomes has mean 1 − p^G − (1 − p)^G."""

@@ -139,6 +139,11 @@ def on_policy():
     return res, sw.set_index("estimator")
 
 
+# the tests of one module-scoped run on one pytest-xdist worker: it runs once, not once per worker
+ON_POLICY_RUN = pytest.mark.xdist_group("offpolicy-on-policy")
+
+
+@ON_POLICY_RUN
 def test_on_policy_every_rule_is_the_same_update(on_policy):
     res, _ = on_policy
     assert set(res["ratio"]) == set(rules.RATIOS)
@@ -147,6 +152,7 @@ def test_on_policy_every_rule_is_the_same_update(on_policy):
         np.testing.assert_allclose(mse, mse[0], rtol=1e-4)  # same estimate, float rounding
 
 
+@ON_POLICY_RUN
 @pytest.mark.parametrize("advantage,formula", [("loo", "closed form"), ("grpo", "count table")])
 def test_on_policy_rows_match_the_exact_theory_and_the_sweep(on_policy, advantage, formula):
     """MSE against g: the offpolicy row (every rule) against the exact theory and against the
