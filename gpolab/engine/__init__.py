@@ -10,10 +10,9 @@ exact truth, eps, ...), so sweeping continuous knobs never recompiles.
 * Seeds run in chunks of ``chunk``; the last chunk is padded and its padding masked out, so one
   compilation per (fn, cell, chunk, shapes) serves every seed count.  By default the chunk is
   sized from XLA's memory analysis so its temporaries stay in the CPU's last-level cache
-  (:func:`auto_chunk`), and a run of fewer seeds than that takes the power of two at or above its
-  seed count, so a short run of a costly cell computes no idle seeds.  One executable call loops
-  over up to 64 chunks (:func:`sub_chunks`), skipping those past the last seed, so the per-call
-  cost is paid once per ~16k seeds.
+  (:func:`auto_chunk`); a shorter run takes the power of two at or above its seed count (no idle
+  seeds: the mismatch lab's 512-prompt rows ran 2 seeds in chunks of 8).  One executable call
+  loops over up to 64 chunks (:func:`sub_chunks`), skipping those past the last seed.
 * Per chunk, each output leaf is reduced to its sum (and per-seed scalars to their sum of
   squares) on device; chunks are combined on the host in float64.  Memory is bounded by the
   chunk, not by the seed count.
@@ -485,8 +484,7 @@ def run(
 ) -> Moments:
     """Run ``fn`` over seeds 0..n_seeds−1 in chunks; returns float64 :class:`Moments`.
 
-    ``chunk=AUTO`` (0, the default) takes :func:`auto_chunk` (at most the power of two at or
-    above ``n_seeds``); results do not depend on it.
+    ``chunk=AUTO`` (0, the default) takes :func:`_placed`'s chunk; results do not depend on it.
 
     ``mesh=LOCAL`` (the default) shards over this process's devices when it has several
     (:func:`local_mesh`; see :func:`use_cpu_devices`), ``None`` runs on one device.
@@ -526,16 +524,12 @@ def run(
 
 
 def _placed(fn: Callable, cell, key: jax.Array, args, chunk: int, mesh, n_seeds: int):
-    """:func:`run`'s mesh (``LOCAL``: :func:`local_mesh`), its chunk rounded up to a multiple of
-    the mesh's devices, and that device count.  ``AUTO``: :func:`auto_chunk`, or for a run of
-    fewer seeds the power of two at or above its seed count (one more executable, instead of
-    up to chunk − n idle seeds in every call: the mismatch lab's 512-prompt rows run 2 seeds per
-    call at a chunk of 8, 4.5× slower)."""
+    """:func:`run`'s (mesh, chunk, devices): ``LOCAL`` is :func:`local_mesh`; ``AUTO`` is
+    :func:`auto_chunk`, at most the power of two ≥ ``n_seeds``; rounded up to the devices."""
     if isinstance(mesh, str):
         validate.choice("mesh", mesh, (LOCAL,))
         mesh = local_mesh()
-    if not chunk:
-        chunk = min(auto_chunk(fn, cell, key, args, mesh), 1 << (n_seeds - 1).bit_length())
+    chunk = chunk or min(auto_chunk(fn, cell, key, args, mesh), 1 << (n_seeds - 1).bit_length())
     n_parts = 1 if mesh is None else mesh.size
     return mesh, -(-chunk // n_parts) * n_parts, n_parts
 
