@@ -405,7 +405,7 @@ def arithmetic(cfg: BenchConfig) -> dict:
     a = arithmetic_env.make(instance)["instruct"]
     args = (a.policy, jax.jit(arithmetic_env.exact)(a), a.questions, np.float32(1e-4))
     cell = grouped.ArithmeticCell(FIVE, G=16, Q=instance.per_seed)
-    n = 256 if cfg.quick else 2048
+    n = 64 if cfg.quick else 2048
     key, chunk = jax.random.key(cfg.seed), grouped.arithmetic_chunk()
     seconds, compile_s, _, chunk = _timed_run(grouped.arithmetic_error, cell, args, key, n, chunk)
     return _row(
@@ -429,7 +429,7 @@ def offpolicy(cfg: BenchConfig, etas: int = 4) -> dict:
         eta=tuple(16.0 * 2.0**i for i in range(etas)),
     )
     unit = {"policy": "", **offpolicy_lab.rule_ids(cfg_lab)[0]}
-    n = 1024 if cfg.quick else 8192
+    n = 256 if cfg.quick else 8192
     key = jax.random.key(cfg.seed)
     cell, args = offpolicy_lab.inputs(cfg_lab, unit)
     all_s, compile_s, _, chunk = _timed_run(offpolicy_kernel.per_seed, cell, args, key, n, 0)
