@@ -136,7 +136,6 @@ def test_the_budget_flag_off_keeps_the_training_configs_hash():
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_the_experiments_quick_run_has_its_shape(quick_results):
     """The session's quick run of the experiment (the one the slow checks read)."""
     cfg = quick_results.experiment("groupsize_budget")[0]
