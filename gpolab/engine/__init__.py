@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import glob
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -40,14 +40,17 @@ import numpy as np
 
 from gpolab import spans, validate
 from gpolab.engine.devices import (  # noqa: F401  (the engine's public names)
+    CACHE_PER_CORE,
     CLUSTERS,
     _shard,
+    cache_bytes,
     detect_cluster,
     float64_mode,
     full_precision,
     init_auto_distributed,
     init_distributed,
     local_mesh,
+    reported_cache_bytes,
     seed_mesh,
     usable_cores,
     use_cpu_devices,
@@ -163,6 +166,7 @@ def _sub_chunk(fn: Callable, cell, key: jax.Array, args, idx: jax.Array, ok: jax
     (a five-estimator bandit cell has 26 outputs), a smaller program that compiles and runs
     faster.  :func:`run` unpacks the sums on the host."""
     out = jax.vmap(fn, in_axes=(None, 0, None))(cell, seed_keys(key, idx), args)
+    _LAYOUTS.setdefault((fn, cell, *_shapes(args)), _groups(out, 1))  # :func:`_layout`'s, free
 
     def moments(x, scalars):
         x = jnp.where(ok[:, None], x, 0).reshape((parts, -1) + x.shape[1:])
@@ -193,23 +197,29 @@ _LAYOUTS: dict = {}
 
 
 def _shapes(args) -> tuple:
-    """A hashable key of the arguments' structure, shapes and dtypes (not their values)."""
-    shapes = jax.tree.map(lambda x: (np.shape(x), str(getattr(x, "dtype", type(x)))), args)
-    return str(jax.tree.structure(shapes)), tuple(jax.tree.leaves(shapes))
+    """A hashable key of the arguments' structure, shapes and dtypes as JAX traces them (a Python
+    float is float32): the same key from the arguments and from their tracers in a trace."""
+    leaves, tree = jax.tree.flatten(args)
+    return str(tree), tuple((np.shape(x), str(jnp.result_type(x))) for x in leaves)
+
+
+def _groups(out: dict, lead: int) -> dict:
+    """{(dtype, kind): [(path, shape, width)]} of outputs whose first ``lead`` axes are seeds."""
+    groups: dict = {}
+    for path, x in _flatten(out):
+        shape = x.shape[lead:]
+        groups.setdefault(_group(x.dtype, shape), []).append((path, shape, math.prod(shape)))
+    return groups
 
 
 def _layout(fn: Callable, cell, key: jax.Array, args) -> dict:
-    """{(dtype, kind): [(path, shape, width)]}: where each output sits in the packed sums of
-    :func:`_sub_chunk` (one trace of ``fn`` per cell and argument shapes)."""
+    """Where each output sits in the packed sums of :func:`_sub_chunk` (:func:`_groups`): kept
+    when :func:`_sub_chunk` traces ``fn``, else one trace of ``fn`` here (a jit cache hit after
+    :func:`forget_chunks`)."""
     memo = (fn, cell, *_shapes(args))
     if memo not in _LAYOUTS:
         with prng_mode():
-            out = jax.eval_shape(lambda k: fn(cell, k, args), key)
-        groups: dict = {}
-        for path, x in _flatten(out):
-            item = (path, x.shape, math.prod(x.shape))
-            groups.setdefault(_group(x.dtype, x.shape), []).append(item)
-        _LAYOUTS[memo] = groups
+            _LAYOUTS[memo] = _groups(jax.eval_shape(lambda k: fn(cell, k, args), key), 0)
     return _LAYOUTS[memo]
 
 
@@ -254,46 +264,17 @@ class Moments:
         return math.sqrt(self.var(name) / self.n)
 
 
-@cache
-def reported_cache_bytes() -> int:
-    """The largest CPU cache /sys reports for this machine (the last level; 32 MiB where /sys
-    does not say)."""
-    sizes = []
-    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
-        try:
-            text = Path(path).read_text().strip()
-            sizes.append(
-                int(text.rstrip("KMG"))
-                * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
-            )
-        except (OSError, ValueError):
-            continue
-    return max(sizes, default=32 << 20)
-
-
-CACHE_PER_CORE = 16 << 20  # the most last-level cache one core is counted as having
-
-
-@cache
-def cache_bytes() -> int:
-    """The last-level cache this process can count on: :func:`reported_cache_bytes`, at most
-    :data:`CACHE_PER_CORE` per core it may use.  A virtual machine sees its socket's whole L3
-    (480 MiB on a 2-core slice of a large Xeon), shared with every other tenant; sizing chunks
-    for all of it chose 8,192 seeds per chunk for W1 where 256–1,024 run 2.1× faster (issue 32).
-    Machines that report at most 16 MiB per core (32 MiB on 2 cores) are unchanged."""
-    return min(reported_cache_bytes(), usable_cores() * CACHE_PER_CORE)
-
-
 _AUTO_CHUNKS: dict = {}
 
 
 @cache
 def _source_digest() -> str:
-    """Hash of gpolab's source: a stored chunk choice is reused only by the code that made it."""
-    h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.rglob("*.py")):
-        h.update(path.read_bytes())
-    return h.hexdigest()
+    """Hash of the engine code a stored chunk choice rests on (the chunk function, its packing,
+    the choice): an edit elsewhere keeps the choices.  A choice sets speed only; every run's
+    executable is checked by :func:`check_memory`."""
+    code = (_chunk_moments, _sub_chunk, _pack, sub_chunks, _fit, _bytes_per_seed, _compile_at)
+    text = "".join(inspect.getsource(f) for f in code) + repr((CALL_SEEDS, PROBE))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _chunk_file() -> Path | None:
@@ -376,8 +357,8 @@ def auto_chunk(fn: Callable, cell, key: jax.Array, args, mesh=None) -> int:
     Where to read the bytes per seed, cheapest first:
 
     * a choice already made for this cell and shapes (in this process, or, where JAX's
-      persistent compilation cache is on, on this machine by this gpolab source: kept in
-      ``gpolab-auto-chunk.json`` in that cache folder);
+      persistent compilation cache is on, on this machine by this engine's chunk code:
+      :func:`_source_digest`; kept in ``gpolab-auto-chunk.json`` in that cache folder);
     * the executable itself: when an earlier cell of ``fn`` with arguments of these shapes was
       measured (a sweep's next G, say), its bytes per seed give a first chunk; the executable
       :func:`run` will call is compiled at that chunk and its own memory analysis checked.  Only

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gpolab import engine
+from gpolab.engine import devices
 from gpolab.envs import bandit
 from gpolab.kernels import grouped
 
@@ -234,7 +235,32 @@ def test_the_counted_cache_is_at_most_16_mib_per_core(monkeypatch):
         (8 << 20, 4, 8 << 20),
     ):
         engine.cache_bytes.cache_clear()
-        monkeypatch.setattr(engine, "reported_cache_bytes", lambda r=reported: r)
+        monkeypatch.setattr(devices, "reported_cache_bytes", lambda r=reported: r)
         monkeypatch.setattr(os, "sched_getaffinity", lambda _, c=cores: set(range(c)))
         assert engine.cache_bytes() == counted
     engine.cache_bytes.cache_clear()
+
+
+def test_a_run_traces_its_kernel_once_and_keeps_the_layout_of_that_trace():
+    """The output layout (where each output sits in the packed sums) comes from the trace that
+    builds the executable: an explicit chunk (no probe) traces the kernel once per cell, with a
+    Python-float argument too.  After :func:`engine.forget_chunks` the executable is still in
+    jit's cache, and the layout is read again by one trace of its own; the sums are the same."""
+    traced = []
+
+    def fn(cell, key, args):
+        traced.append(cell)
+        x = jax.random.normal(key, (3,)) * args
+        return {"v": x, "s": jnp.sum(x), "inner": {"m": x[:2].reshape(2, 1)}}
+
+    key = jax.random.key(3)
+    m = engine.run(fn, 7, 2.0, key, 40, chunk=8, mesh=None)
+    assert len(traced) == 1
+    engine.forget_chunks()
+    again = engine.run(fn, 7, 2.0, key, 40, chunk=8, mesh=None)
+    assert len(traced) == 2
+    raw = engine.per_seed(fn, 7, key, 2.0, np.arange(40))
+    for path, x in (("v", raw["v"]), ("s", raw["s"]), ("inner/m", raw["inner"]["m"])):
+        np.testing.assert_allclose(m.sums[path], np.sum(np.asarray(x, np.float64), 0), rtol=1e-5)
+        np.testing.assert_array_equal(m.sums[path], again.sums[path])
+    assert m.sums["inner/m"].shape == (2, 1)
