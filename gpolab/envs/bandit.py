@@ -375,14 +375,14 @@ def exact(params: BanditParams) -> BanditTruth:
     g_local = jnp.einsum("pa,pad->pd", pi * (p - V[:, None]), W)
     gsq = jnp.sum(g_local**2, axis=-1)
     e_w2_zv2 = jnp.sum(pi * w2 * (p * (1 - p) + (p - V[:, None]) ** 2), axis=-1)
-    if params.tabular:  # prompt x's gradient sits in row x only
-        P = params.num_prompts
-        g_rows = jnp.eye(P)[:, :, None] * g_local[None, :, :]  # (P, P, A): g_x in global coords
-        g_each = g_rows.reshape(P, -1)
+    if params.tabular:  # prompt x's gradient sits in row x only: g's row x is f_x g_x, and
+        # ‖g_x − g‖² = Σ_{y≠x} f_y² ‖g_y‖² + (1 − f_x)² ‖g_x‖² (gpolab's; no (P, P·A) array)
+        g = (f[:, None] * g_local).reshape(-1)
+        others = jnp.maximum(jnp.sum(f**2 * gsq) - f**2 * gsq, 0.0)
+        c1 = f @ (others + (1 - f) ** 2 * gsq)
     else:
-        g_each = g_local
-    g = f @ g_each
-    c1 = f @ jnp.sum((g_each - g[None]) ** 2, axis=-1)
+        g = f @ g_local
+        c1 = f @ jnp.sum((g_local - g[None]) ** 2, axis=-1)
     return BanditTruth(
         prompt_probs=f,
         V=V,
