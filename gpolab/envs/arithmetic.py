@@ -32,13 +32,13 @@ from jax.flatten_util import ravel_pytree
 from gpolab import configs, validate
 from gpolab.configs import option
 from gpolab.envs import Env
+from gpolab.envs import arithmetic_model as model
 from gpolab.envs.arithmetic_model import (
     FILLER,
     FILLER_VOCAB,
     THOUGHT_VOCAB,
     THOUGHTS,
     ArithmeticParams,
-    Policy,
     answer_part,
     canonical,
     core_log_prob,
@@ -102,14 +102,11 @@ def exact_gradients(params: ArithmeticParams, questions: Questions) -> jax.Array
 
 def _decode(params: ArithmeticParams, features: jax.Array, G: int, pick) -> jax.Array:
     """(G, thoughts + LENGTH) tokens, ``pick(t, probs (G, V)) -> (G,)`` choosing each token."""
-    model = params.model
-    state = model.apply(
-        params.weights, jnp.broadcast_to(features, (G, FEATURES)), method=Policy.init_state
-    )
+    state = model.init_state(params.weights, jnp.broadcast_to(features, (G, FEATURES)))
     token = jnp.full((G,), VOCAB + params.thought_vocab, jnp.int32)
     out = []
     for t in range(params.length):
-        state, logits = model.apply(params.weights, state, token, t, method=Policy.step)
+        state, logits = model.step(params.weights, params, state, token, t)
         token = pick(t, jax.nn.softmax(logits))
         out.append(token)
     tokens = jnp.stack(out, axis=-1)
@@ -196,7 +193,7 @@ def logit_proxy(params: ArithmeticParams, features: jax.Array, tokens: jax.Array
     F = params.filler
     core = tokens[..., F:]
     features = jnp.broadcast_to(features, tokens.shape[:-1] + features.shape[-1:])
-    p = jax.nn.softmax(params.model.apply(params.weights, features, core))
+    p = jax.nn.softmax(model.logits(params.weights, params, features, core))
     p_y = jnp.take_along_axis(p, core[..., None], -1)[..., 0]
     live = jnp.concatenate(
         [jnp.ones(core.shape[:-1] + (params.thoughts,)), live_mask(answer_part(core))], -1

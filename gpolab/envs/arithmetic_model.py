@@ -19,6 +19,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from flax import struct
+from flax.linen.activation import sigmoid, tanh
+from flax.linen.dtypes import promote_dtype
 
 from gpolab import validate
 from gpolab.envs.questions import EOS, FEATURES, LENGTH, VOCAB
@@ -140,21 +142,78 @@ def init(
     return params.replace(weights=weights)
 
 
+# ---------------------------------------------------------------- the forward pass, op for op
+# flax's ``Module.apply`` checks each parameter's shape at every use by tracing its initializer
+# (``jax.eval_shape``): most of a trace of this env's kernels under vmap and grad.  The functions
+# below read the same weights and bind the same operations in the same order as :class:`Policy`
+# (flax's Dense, Embed and GRUCell; tests/envs/test_arithmetic.py checks the jaxprs are equal),
+# without that check; :class:`Policy` still draws the weights (:func:`init`).
+
+
+def _dense(p: dict, x: jax.Array) -> jax.Array:
+    """``nn.Dense`` on its parameters ``p`` (kernel, and bias when it has one)."""
+    x, kernel, bias = promote_dtype(x, p["kernel"], p.get("bias"), dtype=None)
+    y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=None)
+    if bias is not None:
+        y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+    return y
+
+
+def _gru(p: dict, h: jax.Array, x: jax.Array) -> jax.Array:
+    """``nn.GRUCell``'s new state from state ``h`` and input ``x``."""
+    r = sigmoid(_dense(p["ir"], x) + _dense(p["hr"], h))
+    z = sigmoid(_dense(p["iz"], x) + _dense(p["hz"], h))
+    n = tanh(_dense(p["in"], x) + r * _dense(p["hn"], h))
+    return (1.0 - z) * n + z * h
+
+
+def init_state(weights, features: jax.Array) -> jax.Array:
+    """:meth:`Policy.init_state`: the decoder's first state from the question's features."""
+    return jnp.tanh(_dense(weights["params"]["encoder"], features))
+
+
+def step(weights, params: ArithmeticParams, state, token, position: int) -> tuple:
+    """:meth:`Policy.step`: (the next state, the logits of the token at ``position``)."""
+    w = weights["params"]
+    (embedding,) = promote_dtype(w["embed"]["embedding"], dtype=None, inexact=False)
+    state = _gru(w["cell"], state, jnp.take(embedding, token, axis=0))
+    logits = _dense(w["head"], state)
+    allowed = (jnp.arange(logits.shape[-1]) >= VOCAB) == (position < params.thoughts)
+    return state, jnp.where(allowed, logits, -1e9)
+
+
+def logits(weights, params: ArithmeticParams, features: jax.Array, tokens: jax.Array):
+    """:meth:`Policy.__call__`: teacher-forced logits (..., T, V) for full sequences ``tokens``
+    (..., T)."""
+    state = init_state(weights, features)
+    start = jnp.full(tokens.shape[:-1] + (1,), VOCAB + params.thought_vocab)
+    prev = jnp.concatenate([start, tokens[..., :-1]], -1)
+    out = []
+    for t in range(tokens.shape[-1]):
+        state, lg = step(weights, params, state, prev[..., t], t)
+        out.append(lg)
+    return jnp.stack(out, axis=-2)
+
+
+def filler_logits(weights, features: jax.Array) -> jax.Array:
+    """:meth:`Policy.filler_logits`."""
+    return _dense(weights["params"]["filler_head"], features)
+
+
 def answer_part(tokens: jax.Array) -> jax.Array:
     return tokens[..., -LENGTH:]
 
 
 def filler_probs(params: ArithmeticParams, features: jax.Array) -> jax.Array:
     """π of one filler token (..., filler_vocab)."""
-    logits = params.model.apply(params.weights, features, method=Policy.filler_logits)
-    return jax.nn.softmax(logits)
+    return jax.nn.softmax(filler_logits(params.weights, features))
 
 
 def _core_token_logp(weights, params: ArithmeticParams, features: jax.Array, core: jax.Array):
     """(log π of each decoded token, the mask of those log π counts), each (..., thoughts +
     LENGTH): every thought token and the answer up to and including the first <eos>."""
-    logits = params.model.apply(weights, features, core)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), core[..., None], -1)[..., 0]
+    lg = logits(weights, params, features, core)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(lg), core[..., None], -1)[..., 0]
     live = jnp.concatenate(
         [jnp.ones(core.shape[:-1] + (params.thoughts,)), live_mask(answer_part(core))], -1
     )
@@ -169,8 +228,7 @@ def core_log_prob(weights, params: ArithmeticParams, features: jax.Array, core: 
 
 def _filler_token_logp(weights, params: ArithmeticParams, features, filler: jax.Array):
     """(..., F) log π of each filler token (iid from the filler head)."""
-    logits = params.model.apply(weights, features, method=Policy.filler_logits)
-    fl = jax.nn.log_softmax(logits)
+    fl = jax.nn.log_softmax(filler_logits(weights, features))
     fl = jnp.broadcast_to(fl[..., None, :], filler.shape + fl.shape[-1:])
     return jnp.take_along_axis(fl, filler[..., None], -1)[..., 0]
 
