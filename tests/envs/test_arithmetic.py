@@ -281,41 +281,38 @@ def test_logit_proxy_is_the_logit_gradient_norm(filler_setup):
     np.testing.assert_allclose(ar.logit_proxy(params, f, toks), want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("x64", [False, True])
 @pytest.mark.parametrize("thoughts, filler", [(0, 0), (2, 3)])
-def test_the_forward_pass_binds_the_flax_policys_operations(thoughts, filler):
+def test_the_forward_pass_binds_the_flax_policys_operations(thoughts, filler, x64):
     """``am.logits``, ``am.step``, ``am.init_state`` and ``am.filler_logits`` read the flax
     weights without ``Module.apply`` (whose per-parameter shape check traced each initializer at
     every use): the same jaxpr as :class:`am.Policy`'s methods, so the same numbers bit for bit,
     with and without thoughts and filler, in float32 and float64."""
     from gpolab import engine
 
-    for x64 in (False, True):
-        with engine.float64_mode(x64):
-            params = am.init(0, hidden=8, thoughts=thoughts, filler=filler)
-            w, model, T = params.weights, params.model, params.length
-            f = jnp.linspace(-1.0, 1.0, 2 * ar.FEATURES).reshape(2, ar.FEATURES)
-            toks = jnp.zeros((2, T), jnp.int32).at[:, -1].set(ar.EOS)
-            state = model.apply(w, f, method=am.Policy.init_state)
-            pairs = [
-                (lambda: model.apply(w, f, toks), lambda: am.logits(w, params, f, toks)),
+    with engine.float64_mode(x64):
+        params = am.init(0, hidden=8, thoughts=thoughts, filler=filler)
+        w, model, T = params.weights, params.model, params.length
+        f = jnp.linspace(-1.0, 1.0, 2 * ar.FEATURES).reshape(2, ar.FEATURES)
+        toks = jnp.zeros((2, T), jnp.int32).at[:, -1].set(ar.EOS)
+        state = model.apply(w, f, method=am.Policy.init_state)
+        pairs = [
+            (lambda: model.apply(w, f, toks), lambda: am.logits(w, params, f, toks)),
+            (lambda: model.apply(w, f, method=am.Policy.init_state), lambda: am.init_state(w, f)),
+        ]
+        pairs += [
+            (
+                lambda t=t: model.apply(w, state, toks[:, 0], t, method=am.Policy.step),
+                lambda t=t: am.step(w, params, state, toks[:, 0], t),
+            )
+            for t in range(T)
+        ]
+        if filler:
+            pairs.append(
                 (
-                    lambda: model.apply(w, f, method=am.Policy.init_state),
-                    lambda: am.init_state(w, f),
-                ),
-            ]
-            for t in range(T):
-                pairs.append(
-                    (
-                        lambda t=t: model.apply(w, state, toks[:, 0], t, method=am.Policy.step),
-                        lambda t=t: am.step(w, params, state, toks[:, 0], t),
-                    )
+                    lambda: model.apply(w, f, method=am.Policy.filler_logits),
+                    lambda: am.filler_logits(w, f),
                 )
-            if filler:
-                pairs.append(
-                    (
-                        lambda: model.apply(w, f, method=am.Policy.filler_logits),
-                        lambda: am.filler_logits(w, f),
-                    )
-                )
-            for flax_way, ours in pairs:
-                assert str(jax.make_jaxpr(ours)()) == str(jax.make_jaxpr(flax_way)())
+            )
+        for flax_way, ours in pairs:
+            assert str(jax.make_jaxpr(ours)()) == str(jax.make_jaxpr(flax_way)())
