@@ -84,12 +84,17 @@ def version() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    import jax
+
     from gpolab.engine import devices
 
     if args.command != "bench":  # bench measures cold compilation
         devices.enable_compilation_cache()
     from gpolab.kit.output import Interrupted
 
+    # the command runs in full float32 (use_cpu_cores) and the caller's setting comes back after
+    # it: an in-process call (a test, a notebook) does not change what the process traces later
+    precision = jax.config.jax_default_matmul_precision
     try:
         devices.use_cpu_cores()
         return int(args.func(args) or 0)
@@ -111,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{err.filename!r}: " if err.filename else ""
         print(f"gpolab {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
         return 1
+    finally:
+        jax.config.update("jax_default_matmul_precision", precision)
 
 
 if __name__ == "__main__":

@@ -182,3 +182,32 @@ def test_the_docs_wrap_wide_code_blocks():
     css = (root / "docs" / "stylesheets" / "extra.css").read_text()
     rule = css[css.index(".md-typeset pre > code") :].split("}")[0]
     assert "white-space: pre-wrap" in rule and "overflow-wrap: anywhere" in rule
+
+
+def test_an_in_process_command_runs_in_full_float32_and_restores_the_callers_precision(
+    tmp_path, monkeypatch
+):
+    """``main`` runs the command with float32 products in full float32 (the CLI's set-up) and
+    gives the caller's ``jax_default_matmul_precision`` back, on success and on a refused
+    command: a test or a notebook that calls it traces the same programs afterwards as before
+    (under pytest-xdist, tests that ran after a CLI test used to trace with "highest" and miss
+    the XLA cache depending on which worker ran them)."""
+    import jax
+
+    from gpolab.engine import devices
+
+    seen = []
+    real = devices.use_cpu_cores
+
+    def spy():
+        real()
+        seen.append(jax.config.jax_default_matmul_precision)
+
+    monkeypatch.setattr(devices, "use_cpu_cores", spy)
+    before = jax.config.jax_default_matmul_precision
+    assert before != "highest"
+    assert main(["sweep", "--seeds", "10", "--G", "2", "--out", str(tmp_path / "a")]) == 0
+    assert jax.config.jax_default_matmul_precision == before
+    monkeypatch.setenv("GPOLAB_CPU_DEVICES", "two")
+    assert main(["sweep", "--seeds", "10", "--out", str(tmp_path / "b")]) == 2
+    assert jax.config.jax_default_matmul_precision == before and seen == ["highest"]
