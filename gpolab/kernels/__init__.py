@@ -28,6 +28,9 @@ tables and figures around them.  One module per measurement, named as the theory
   clipping, KL terms, stale rollouts) against the exact gradient at the θ where it is applied;
 * :mod:`gpolab.kernels.rollout_mismatch`: a rollout engine's μ ≠ π_θ and every framework's
   mismatch correction against the exact gradient (Markov env);
+* :mod:`gpolab.kernels.async_rl`: asynchronous RL, the engine's stale and mismatched rollouts
+  reused over m minibatch updates, each framework's composition of π_θ, π_prox and μ
+  (:mod:`gpolab.estimators.asynchronous`) against the exact gradient (Markov env);
 * :mod:`gpolab.kernels.splits`: bias², variance, MSE and their standard errors from per-split
   moments (the one split-statistics helper).
 """

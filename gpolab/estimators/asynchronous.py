@@ -1,0 +1,155 @@
+"""How asynchronous trainers compose a token's three log-probabilities into their update (issue 58).
+
+An asynchronous trainer holds, per token, the current π_θ, the inference engine's log μ(y_t) (a
+stale policy version, sampled by an engine whose probabilities differ from the trainer's) and,
+in some frameworks, π_prox: the trainer's own log-probs recomputed at the version its training
+step starts from (AReaL's proximal policy, verl's ``old_log_prob``).  A :class:`Correction` is
+one composition: a ratio rule of :mod:`gpolab.estimators.offpolicy` (π_θ over the ``anchor``,
+π_prox or μ) with its clip, times a detached train–inference weight of
+:mod:`gpolab.estimators.mismatch` evaluated on (π_prox, μ).  :data:`REGISTRY` holds the
+compositions the frameworks ship, each ported from the file and function named in its source,
+and gpolab's sequence-IS control; :mod:`gpolab.kernels.async_rl` measures them.
+
+Differences from the frameworks shared by every entry (gpolab's, listed once): advantages are
+leave-one-out (the frameworks' group-normalized advantages target another direction, which the
+std-normalization lab measures on its own), the loss sums a response's tokens and averages the
+batch's responses (T × the token mean of a fixed-length batch: every framework's token-mean
+there), and the clip knobs are the lab's traced ε_low, ε_high and c (each entry's ``knobs``
+states its framework's values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpolab import validate
+from gpolab.estimators import mismatch
+from gpolab.estimators import offpolicy as rules
+
+ANCHORS = ("trainer", "engine")  # the ratio's denominator: π_prox at the step's start, or μ
+WEIGHT_KINDS = ("none", "truncate", "mask")  # mismatch entries usable as a detached weight
+
+
+@dataclasses.dataclass(frozen=True)
+class Correction:
+    """One composition: ``ratio`` and ``clip`` (a rule of :mod:`gpolab.estimators.offpolicy`) of
+    π_θ over the ``anchor`` (``trainer``: π_prox; ``engine``: μ), times the detached ``weight``
+    (an entry of :mod:`gpolab.estimators.mismatch` on (π_prox, μ), its ``options`` as sorted
+    (name, value) pairs; ``none``: 1)."""
+
+    ratio: str = "token"
+    clip: str = "ppo"
+    anchor: str = "trainer"
+    weight: str = "none"
+    options: tuple = ()
+
+    def validate(self) -> None:
+        validate.choice("ratio", self.ratio, tuple(rules.RATIOS))
+        validate.choice("clip", self.clip, rules.rule_clips(self.ratio))
+        validate.choice("anchor", self.anchor, ANCHORS)
+        validate.choice("weight", self.weight, tuple(mismatch.REGISTRY))
+        entry = mismatch.REGISTRY[self.weight]
+        if entry.kind not in WEIGHT_KINDS or mismatch.batch_dependent(self.weight):
+            raise validate.ConfigError(
+                f"weight: got {self.weight!r} (a {entry.kind} entry); allowed: an entry of kind "
+                f"{', '.join(WEIGHT_KINDS)} whose mean does not depend on the batch"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A registry entry: the composition, its source (repository, commit, file::function), the
+    framework's clip knobs (ε_low, ε_high, c; None: no such clip) and what gpolab's port
+    changes besides the shared differences of the module docstring."""
+
+    correction: Correction
+    source: str
+    knobs: tuple
+    differences: str = ""
+
+
+TRL = "huggingface/trl f2cd57710ae3 trl/experimental/async_grpo/"
+AREAL = "inclusionAI/AReaL 4aef98d8d818 areal/"
+VERL = "verl-project/verl 1dda039b9c63 verl/"
+VERL_LOSS = (
+    VERL + "trainer/ppo/core_algos.py::compute_policy_loss_vanilla (ratio π_θ/π_old, clip 0.2, "
+    "clip_ratio_c 3; pg_losses *= rollout_is_weights), workers/utils/losses.py::ppo_loss"
+)
+VERL_OLD = (
+    "; π_old: trainer/ppo/v1/trainer_base.py::PPOTrainer._compute_old_log_prob at the step's "
+    "start; 4 minibatch updates per batch (train_batch_size 1024 / ppo_mini_batch_size 256)"
+)
+CLAMP = "verl clamps log π_θ − log π_old at ±20 (binds only beyond e^20)"
+
+
+def _verl(weight: str, preset: str) -> Entry:
+    """verl's decoupled mode: dual-clip PPO against π_old at the step's start times ``weight``."""
+    return Entry(
+        Correction("token", "dual", "trainer", weight),
+        f"{VERL_LOSS}{VERL_OLD}; {preset}",
+        (0.2, 0.2, 3.0),
+        CLAMP,
+    )
+
+
+REGISTRY: dict[str, Entry] = {
+    "trl/async_grpo": Entry(
+        Correction("token", "ppo", "engine"),
+        TRL + "async_grpo_trainer.py::AsyncGRPOTrainer.compute_loss (log_ratio = log_probs − "
+        "old_log_probs, the vLLM log-probs; clamp(1 − ε, 1 + ε_high)); async_grpo_config.py::"
+        "AsyncGRPOConfig (epsilon 0.2, epsilon_high = epsilon, max_staleness 4: older samples "
+        "dropped by RolloutQueueDataset.__iter__); no train–inference weight",
+        (0.2, 0.2, None),
+        "TRL normalizes advantages by the group's population std (eps 1e-8) and averages tokens "
+        "per micro-batch",
+    ),
+    "areal/decoupled": Entry(
+        Correction("token", "ppo", "trainer"),
+        AREAL + "utils/functional/functional.py::ppo_actor_loss_fn (r = π_θ/π_prox clipped at "
+        "eps_clip 0.2; rejection_sampling None by default: no behaviour weight); "
+        "trainer/ppo/actor.py: π_prox recomputed once per training step (prox_logp_method "
+        "recompute) for its ppo_n_minibatches (4) updates",
+        (0.2, 0.2, None),
+        "AReaL's defaults run use_decoupled_loss false (π_prox := the engine's: trl/async_grpo's "
+        "composition); this entry is use_decoupled_loss true",
+    ),
+    "areal/decoupled_mask": Entry(
+        Correction("token", "ppo", "trainer", "verl/token_icepop", (("is_threshold", (0.0, 5.0)),)),
+        AREAL + "utils/functional/functional.py::ppo_actor_loss_fn with a rejection_sampling "
+        "block at its defaults (level token, action mask, metric ratio, upper 5.0, lower None): "
+        "w = π_prox/π_behav detached, tokens with w > 5 get weight 0, kept tokens their raw w",
+        (0.2, 0.2, None),
+        "the weight is verl's token IcePop on [0, 5] (verl clamps the log ratio at ±20; AReaL "
+        "sets a non-finite w to 1)",
+    ),
+    "verl/decoupled": _verl("none", "rollout_is null in the YAML defaults: no weight"),
+    "verl/decoupled_token_is": _verl(
+        "verl/token_tis", "preset decoupled_token_is (token weight truncated at 2.0)"
+    ),
+    "verl/decoupled_seq_is": _verl(
+        "verl/seq_tis", "preset decoupled_seq_is (sequence weight truncated at 2.0)"
+    ),
+    "verl/decoupled_token_icepop": _verl(
+        "verl/token_icepop", "preset decoupled_token_icepop (token weights outside [0.5, 5] zeroed)"
+    ),
+    "verl/bypass_ppo_clip": Entry(
+        Correction("token", "dual", "engine"),
+        VERL_LOSS + "; bypass mode (π_old := the rollout log-probs: trainer/ppo/v1/trainer_base."
+        "py::PPOTrainer._compute_old_log_prob), the fully-async recipe's default (experimental/"
+        "fully_async_policy: bypass_mode true, partial_rollout true)",
+        (0.2, 0.2, 3.0),
+        CLAMP,
+    ),
+    "sis": Entry(
+        Correction("sis", "none", "engine"),
+        "gpolab's control: Π_t π_θ(y_t)/μ(y_t) over the engine's log-probs, unbiased for g at "
+        "every θ (no framework ships it)",
+        (None, None, None),
+    ),
+}
+
+
+def get(name: str) -> Entry:
+    """The registry entry ``name`` (one clear error naming the allowed ones)."""
+    validate.choice("correction", name, tuple(REGISTRY))
+    return REGISTRY[name]

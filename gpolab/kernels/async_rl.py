@@ -1,0 +1,250 @@
+"""The asynchronous-RL update kernel (issue 58): staleness, rollout–training mismatch and
+minibatch reuse in one loop, each update against the exact gradient at the θ where it is applied.
+
+One seed on the Markov env (:mod:`gpolab.envs.markov`, T tokens per response, exact g by dynamic
+programming):
+
+1. the inference engine draws the rollout batch (m minibatches of B prompts × G responses) at
+   policy version θ_old from its own μ = :func:`~gpolab.envs.markov.behaviour_logits` (θ_old;
+   ``kind``, ``size``) and records its log-probs log μ(y_t);
+2. staleness k: the trainer has moved on k steps of size η since (on-policy leave-one-out steps
+   on fresh minibatches of the same size, as :mod:`gpolab.kernels.offpolicy`'s stale steps);
+3. the trainer recomputes the batch's log-probs at θ_k, the version its training step starts
+   from (AReaL's proximal π_prox, verl's and TRL's ``old_log_prob``);
+4. the m minibatches are used in turn from θ_k: update j is the gradient of the composition's
+   objective at the current θ, θ ← θ + η ĝ_j.
+
+A :class:`~gpolab.estimators.asynchronous.Correction` is how a trainer composes the three log-probs
+of a token (:mod:`gpolab.estimators.asynchronous`, the frameworks' compositions): a ratio rule of
+π_θ over the ``anchor`` (the trainer's π_prox, or the engine's μ) with its clip, times a detached
+train–inference weight on (π_prox, μ). The objective sums over a response's tokens and averages over
+the batch's responses (ĝ = Σ_x (1/B) Σ_g (A_g/G) Σ_t weight·∇(ratio term), T times the token mean of
+a fixed-length batch), so that with no mismatch, no staleness and m = 1 every correction is the
+unbiased leave-one-out gradient. Every update is also compared with the sequence-IS update on the
+same minibatch, Π_t π_θ(y_t)/μ(y_t) from the engine's log-probs, which is unbiased for g at every θ
+(the paired bias; gpolab's control, as the off-policy kernel's).
+
+The protocol of :mod:`gpolab.kernels`: the static :class:`Cell`, :func:`per_seed` run by
+:func:`gpolab.engine.run` once per split, and :func:`summary`, every update's statistics as
+(E, K, m) arrays (η, staleness, update j) from the splits' moments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gpolab import estimators, validate
+from gpolab.envs import markov
+from gpolab.estimators import mismatch
+from gpolab.estimators import offpolicy as rules
+from gpolab.estimators.asynchronous import Correction
+from gpolab.kernels.splits import Splits, split_stats
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """Static settings of one engine run: the correction, the mismatch kind, G responses per
+    prompt, B prompts per minibatch, m minibatches per rollout batch and the staleness grid (the
+    mismatch size, the step sizes and the clip knobs are traced)."""
+
+    correction: Correction
+    kind: str
+    G: int
+    B: int
+    m: int
+    staleness: tuple[int, ...]
+
+
+class Batch(NamedTuple):
+    """One minibatch as the engine hands it over: prompts (B,), tokens (B, G, T), the gradient
+    weights c = A/G (B, G) and the engine's log μ(y_t) (B, G, T)."""
+
+    prompts: jax.Array
+    tokens: jax.Array
+    c: jax.Array
+    engine: jax.Array
+
+
+def per_seed(cell: Cell, key: jax.Array, args: tuple) -> dict:
+    """Errors of every update (η, k, j) of one seed; see the module docstring.
+
+    Args:
+      cell: static shapes, the correction and the mismatch kind.
+      key: this seed's PRNG key, split into the rollout batch's, the stale steps' and the fresh
+        comparators' keys.
+      args: (params, θ_old (D,), etas (E,), size, eps_low, eps_high, clip_c), traced.
+
+    Returns:
+      dict of (E, K, m, ...) arrays: per update the error e = ĝ − g (D,) against the exact
+      gradient at the current θ and its squared norm (and fourth power), the paired error
+      against the sequence-IS update on the same minibatch, cos(ĝ, g), ĝ·g, ‖g‖², the fresh
+      on-policy update's squared error, the clipped share and the mean |log π_θ − log μ|.
+    """
+    params, theta_old, etas, size, *knobs = args
+    mu = markov.behaviour_logits(params, theta_old, cell.kind, size)
+    k_roll, k_stale, k_fresh = jax.random.split(key, 3)
+    engine = functools.partial(_draw, cell, params, mu)
+    rollout = jax.vmap(engine)(jax.random.split(k_roll, cell.m))  # (m, ...) at θ_old
+    per_eta = functools.partial(_at_step_size, k_stale, k_fresh, cell, params, theta_old, rollout)
+    return jax.vmap(per_eta, in_axes=(0, None))(etas, tuple(knobs))
+
+
+def _draw(cell: Cell, params, logits, key) -> Batch:
+    """B prompts × G responses drawn from the logit table ``logits`` (the engine's or π_θ's)."""
+    k_p, k_y = jax.random.split(key)
+    prompts = markov.sample_prompts(k_p, params, cell.B)
+    tokens, rewards = markov.sample_table(k_y, params, logits, prompts, cell.G)
+    c = estimators.gradient_weights("loo", rewards)
+    return Batch(prompts, tokens, c, markov.table_logp(params, logits, prompts, tokens))
+
+
+def _at_step_size(k_stale, k_fresh, cell: Cell, params, theta_old, rollout, eta, knobs) -> dict:
+    """Every update of step size η: the epoch from each stale θ_k; outputs (K, m, ...)."""
+    epoch = functools.partial(_epoch, k_fresh, cell, params, rollout, eta, knobs)
+    return jax.vmap(epoch)(_stale_thetas(k_stale, cell, params, theta_old, eta))
+
+
+def _stale_thetas(key, cell: Cell, params, theta_old, eta) -> jax.Array:
+    """(K, D) θ after k on-policy loo steps of size η from θ_old, for every k of the grid (step
+    i draws its minibatch from π_θ with ``fold_in(key, i)``)."""
+    kmax = max(cell.staleness)
+    if kmax == 0:
+        return jnp.broadcast_to(theta_old, (len(cell.staleness),) + theta_old.shape)
+
+    def step(theta, i):
+        theta = theta + eta * _on_policy(cell, params, theta, jax.random.fold_in(key, i))
+        return theta, theta
+
+    _, path = jax.lax.scan(step, theta_old, jnp.arange(kmax))
+    return jnp.concatenate([theta_old[None], path])[jnp.asarray(cell.staleness)]
+
+
+def _on_policy(cell: Cell, params, theta, key) -> jax.Array:
+    """The leave-one-out gradient on a fresh minibatch drawn from π_θ itself."""
+    b = _draw(cell, params, markov.table(params, theta), key)
+    weights = jnp.broadcast_to(b.c[..., None] / cell.B, b.tokens.shape)
+    return markov.token_gradient(params, theta, b.prompts, b.tokens, weights)
+
+
+def _epoch(key, cell: Cell, params, rollout: Batch, eta, knobs, theta) -> dict:
+    """The m minibatches used in turn from θ_k = ``theta``, the trainer's log-probs recomputed
+    there once (π_prox); outputs (m, ...)."""
+    table = markov.table(params, theta)
+    prox = jax.vmap(functools.partial(markov.table_logp, params, table))(
+        rollout.prompts, rollout.tokens
+    )
+    step = functools.partial(_update, key, cell, params, rollout, prox, eta, knobs)
+    return jax.lax.scan(step, theta, jnp.arange(cell.m))[1]
+
+
+def _update(key, cell: Cell, params, rollout: Batch, prox, eta, knobs, theta, j) -> tuple:
+    """Update j at θ: (θ + η ĝ_j, its errors against the exact g(θ))."""
+    b = jax.tree.map(operator.itemgetter(j), rollout)
+    ghat, (frac, gap) = jax.grad(_objective, argnums=3, has_aux=True)(
+        cell, params, b, theta, prox[j], knobs
+    )
+    g = jax.grad(markov.expected_return, argnums=1)(params, theta)
+    g_sis = jax.grad(_sis_objective, argnums=3)(cell, params, b, theta)
+    g_fresh = _on_policy(cell, params, theta, jax.random.fold_in(key, j))
+    e, e_p = ghat - g, ghat - g_sis
+    out = {
+        "e_g": e,
+        "sq_g": e @ e,
+        "sq_g2": (e @ e) ** 2,
+        "e_p": e_p,
+        "sq_p": e_p @ e_p,
+        "sq_p2": (e_p @ e_p) ** 2,
+        "dot": ghat @ g,
+        "t2": g @ g,
+        "cos": _cos(ghat, g),
+        "fresh": jnp.sum((g_fresh - g) ** 2),
+        "clip_frac": frac,
+        "log_gap": gap,
+    }
+    return theta + eta * ghat, out
+
+
+def _objective(cell: Cell, params, b: Batch, theta, prox, knobs) -> tuple:
+    """(the correction's objective of minibatch b at θ, (clipped share, mean |log π_θ − log μ|))."""
+    corr = cell.correction
+    logp = markov.table_logp(params, markov.table(params, theta), b.prompts, b.tokens)
+    anchor = prox if corr.anchor == "trainer" else b.engine
+    mask = jnp.ones_like(logp)
+    obj, cut = rules.objective(corr.ratio, corr.clip, logp, anchor, b.c, mask, *knobs)
+    weight = 1.0
+    if corr.weight != "none":
+        ones = jnp.ones_like(b.c)
+        coef = mismatch.correction(corr.weight, ones, prox, b.engine, mask, **dict(corr.options))
+        weight = jax.lax.stop_gradient(coef.coef)
+    share = jnp.mean(cut.astype(logp.dtype))
+    gap = jnp.mean(jnp.abs(logp - b.engine))
+    return jnp.sum(weight * obj) / cell.B, (share, gap)
+
+
+def _sis_objective(cell: Cell, params, b: Batch, theta):
+    """The sequence-IS objective against the engine's log-probs (unbiased for g at every θ)."""
+    logp = markov.table_logp(params, markov.table(params, theta), b.prompts, b.tokens)
+    zero = jnp.zeros((), logp.dtype)
+    mask = jnp.ones_like(logp)
+    obj, _ = rules.objective("sis", "none", logp, b.engine, b.c, mask, zero, zero, zero)
+    return jnp.sum(obj) / cell.B
+
+
+def _cos(a, b):
+    n = jnp.linalg.norm(a) * jnp.linalg.norm(b)
+    return jnp.where(n > 0, a @ b / jnp.where(n > 0, n, 1.0), 0.0)
+
+
+def inputs(cell: Cell, params, theta_old, etas, size, eps_low=0.2, eps_high=0.28, clip_c=3.0):
+    """``args`` of :func:`per_seed` in θ's dtype (the knobs traced: a new value recompiles
+    nothing)."""
+    cell.correction.validate()
+    validate.choice("mismatch kind", cell.kind, markov.MISMATCH_KINDS)
+    dtype = theta_old.dtype
+    knobs = (jnp.asarray(x, dtype) for x in (size, eps_low, eps_high, clip_c))
+    return (params, theta_old, jnp.asarray(etas, dtype), *knobs)
+
+
+# ---------------------------------------------------------------- the summary
+
+
+class Summary(NamedTuple):
+    """Every update's statistics over (E, K, m): ``main`` the error against g, ``paired`` against
+    the sequence-IS update on the same minibatch (:class:`~gpolab.kernels.splits.Splits`); the
+    means of cos, of the clipped share and of |log π_θ − log μ|; ``scale`` = E ĝ·g/E‖g‖² (1: no
+    shrinkage); ``fresh`` the fresh on-policy update's MSE at the same θ; ``n`` seeds."""
+
+    main: Splits
+    paired: Splits
+    cos: np.ndarray
+    clip_frac: np.ndarray
+    log_gap: np.ndarray
+    scale: np.ndarray
+    fresh: np.ndarray
+    n: int
+
+
+def summary(parts: list) -> Summary:
+    """:class:`Summary` of the engine runs ``parts`` of :func:`per_seed` (one per split)."""
+    n = sum(p.n for p in parts)
+
+    def mean(name):
+        return sum(p.sums[name] for p in parts) / n
+
+    return Summary(
+        main=split_stats(parts, "e_g", "sq_g", "sq_g2"),
+        paired=split_stats(parts, "e_p", "sq_p", "sq_p2"),
+        cos=mean("cos"),
+        clip_frac=mean("clip_frac"),
+        log_gap=mean("log_gap"),
+        scale=mean("dot") / mean("t2"),
+        fresh=mean("fresh"),
+        n=n,
+    )
