@@ -208,6 +208,56 @@ def exact(params: MarkovParams, theta: jax.Array) -> MarkovTruth:
     return MarkovTruth(f, V, V * (1 - V), local, f @ jac)
 
 
+def value_gradient(params: MarkovParams, theta: jax.Array, cap: int) -> tuple:
+    """(V (P,), g = ∇J (D,)) exactly, by one backward and one forward pass over the T tokens with
+    the count of token 0 capped at k_x (reaching k_x is absorbing), in ``cap`` count states (a
+    static bound > every k_x): the gradient :func:`exact` takes by reverse-mode autodiff through
+    :func:`values`, without its tape and in cap instead of T + 1 counts (gpolab's recursion).
+
+    With Q_t(c, a) = P(success | token a emitted at step t from count c) and β_t(s, c) =
+    Σ_a π(a|s) Q_t(c, a), the forward occupancy α_t(s, c) gives ∂V/∂θ[s, a] = π(a|s)·(M[s, a] −
+    Σ_a' π(a'|s) M[s, a']) with M = Σ_t α_t(·, ·) Q_t (the score of the softmax)."""
+    P, A, T = params.num_prompts, params.vocab, params.T
+    logits = table(params, theta)
+    counts = jnp.arange(cap)
+
+    def one(logit, k):
+        p = jax.nn.softmax(logit, axis=-1)  # (A + 1, A)
+        reached = (counts == k).astype(p.dtype)
+
+        def q_of(beta):  # β_{t+1} (A + 1, cap) → Q_t (cap, A): token 0 moves the count up
+            up = jnp.where(counts < k, jnp.concatenate([beta[0, 1:], beta[0, -1:]]), beta[0])
+            return jnp.concatenate([up[:, None], beta[1:A].T], axis=1)
+
+        def back(beta, _):  # β_{t+1} → (β_t, Q_t)
+            q = q_of(beta)
+            return jnp.einsum("ca,sa->sc", q, p), q
+
+        _, qs = jax.lax.scan(back, jnp.broadcast_to(reached, (A + 1, cap)), None, length=T)
+        qs = qs[::-1]  # Q_0 … Q_{T−1}
+
+        def forward(alpha, q):
+            mass = jnp.einsum("sc,sa->ac", alpha, p)
+            zero = jnp.where(counts <= k, jnp.concatenate([mass[0, :1] * 0, mass[0, :-1]]), 0.0)
+            zero = zero + jnp.where(counts == k, mass[0], 0.0)
+            nxt = jnp.concatenate([zero[None], mass[1:], jnp.zeros_like(alpha[:1])], 0)
+            return nxt, alpha @ q
+
+        start = jnp.zeros((A + 1, cap), p.dtype).at[A, 0].set(1.0)
+        _, m = jax.lax.scan(forward, start, qs)
+        M = jnp.sum(m, axis=0)  # (A + 1, A)
+        value = p[A] @ qs[0][0]
+        return value, p * (M - jnp.sum(p * M, axis=-1, keepdims=True))
+
+    V, grads = jax.vmap(one)(logits, params.k)
+    return V, grads.reshape(-1) / P
+
+
+def count_cap(params: MarkovParams) -> int:
+    """The fewest count states :func:`value_gradient` needs: the largest threshold k_x + 1."""
+    return int(np.max(np.asarray(params.k))) + 1
+
+
 def sample_prompts(key: jax.Array, params: MarkovParams, n: int) -> jax.Array:
     return jax.random.randint(key, (n,), 0, params.num_prompts)
 

@@ -26,16 +26,18 @@ from gpolab import validate
 from gpolab.estimators import mismatch
 from gpolab.estimators import offpolicy as rules
 
-ANCHORS = ("trainer", "engine")  # the ratio's denominator: π_prox at the step's start, or μ
+ANCHORS = ("trainer", "engine", "interpolated")  # π_prox at the step's start, μ, or AReaL's
+# loglinear interpolation between μ and the detached π_θ by the rollouts' age
 WEIGHT_KINDS = ("none", "truncate", "mask")  # mismatch entries usable as a detached weight
 
 
 @dataclasses.dataclass(frozen=True)
 class Correction:
     """One composition: ``ratio`` and ``clip`` (a rule of :mod:`gpolab.estimators.offpolicy`) of
-    π_θ over the ``anchor`` (``trainer``: π_prox; ``engine``: μ), times the detached ``weight``
-    (an entry of :mod:`gpolab.estimators.mismatch` on (π_prox, μ), its ``options`` as sorted
-    (name, value) pairs; ``none``: 1)."""
+    π_θ over the ``anchor`` (``trainer``: π_prox; ``engine``: μ; ``interpolated``: AReaL's
+    log μ + α (log π_θ − log μ), π_θ detached, α from the rollouts' age), times the detached
+    ``weight`` (an entry of :mod:`gpolab.estimators.mismatch` on (π_prox, μ), its ``options`` as
+    sorted (name, value) pairs; ``none``: 1)."""
 
     ratio: str = "token"
     clip: str = "ppo"
@@ -121,6 +123,16 @@ REGISTRY: dict[str, Entry] = {
         (0.2, 0.2, None),
         "the weight is verl's token IcePop on [0, 5] (verl clamps the log ratio at ±20; AReaL "
         "sets a non-finite w to 1)",
+    ),
+    "areal/a3po": Entry(
+        Correction("token", "ppo", "interpolated"),
+        AREAL + "trainer/ppo/actor.py::compute_prox_logp_approximations (prox_logp_method "
+        "loglinear, A-3PO: no forward pass; log π_prox = log π_behav + α (log π_θ − log "
+        "π_behav), π_θ detached, α = clamp(((v − 1) − v_b)/(v − v_b), 0, 1) with v the trainer's "
+        "version and v_b the token's) into ppo_actor_loss_fn (clip 0.2, no behaviour weight)",
+        (0.2, 0.2, None),
+        "every token of a response has the response's version (AReaL tags per token and reads "
+        "the previous token's version)",
     ),
     "verl/decoupled": _verl("none", "rollout_is null in the YAML defaults: no weight"),
     "verl/decoupled_token_is": _verl(

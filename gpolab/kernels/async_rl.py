@@ -12,7 +12,9 @@ programming):
 3. the trainer recomputes the batch's log-probs at θ_k, the version its training step starts
    from (AReaL's proximal π_prox, verl's and TRL's ``old_log_prob``);
 4. the m minibatches are used in turn from θ_k: update j is the gradient of the composition's
-   objective at the current θ, θ ← θ + η ĝ_j.
+   objective at the current θ, θ ← θ + η ĝ_j; its exact g(θ) comes from
+   :func:`~gpolab.envs.markov.value_gradient` (one backward and one forward pass over the tokens
+   in ``cell.cap`` count states).
 
 A :class:`~gpolab.estimators.asynchronous.Correction` is how a trainer composes the three log-probs
 of a token (:mod:`gpolab.estimators.asynchronous`, the frameworks' compositions): a ratio rule of
@@ -60,6 +62,7 @@ class Cell:
     B: int
     m: int
     staleness: tuple[int, ...]
+    cap: int = 0  # count states of the exact gradient (markov.count_cap); 0: T + 1
 
 
 class Batch(NamedTuple):
@@ -108,7 +111,8 @@ def _draw(cell: Cell, params, logits, key) -> Batch:
 def _at_step_size(k_stale, k_fresh, cell: Cell, params, theta_old, rollout, eta, knobs) -> dict:
     """Every update of step size η: the epoch from each stale θ_k; outputs (K, m, ...)."""
     epoch = functools.partial(_epoch, k_fresh, cell, params, rollout, eta, knobs)
-    return jax.vmap(epoch)(_stale_thetas(k_stale, cell, params, theta_old, eta))
+    versions = jnp.asarray(cell.staleness, theta_old.dtype)  # the rollouts' age in versions
+    return jax.vmap(epoch)(_stale_thetas(k_stale, cell, params, theta_old, eta), versions)
 
 
 def _stale_thetas(key, cell: Cell, params, theta_old, eta) -> jax.Array:
@@ -133,14 +137,15 @@ def _on_policy(cell: Cell, params, theta, key) -> jax.Array:
     return markov.token_gradient(params, theta, b.prompts, b.tokens, weights)
 
 
-def _epoch(key, cell: Cell, params, rollout: Batch, eta, knobs, theta) -> dict:
-    """The m minibatches used in turn from θ_k = ``theta``, the trainer's log-probs recomputed
-    there once (π_prox); outputs (m, ...)."""
+def _epoch(key, cell: Cell, params, rollout: Batch, eta, knobs, theta, age) -> dict:
+    """The m minibatches used in turn from θ_k = ``theta``, the rollouts ``age`` = k versions
+    old, the trainer's log-probs recomputed there once (π_prox); outputs (m, ...)."""
     table = markov.table(params, theta)
     prox = jax.vmap(functools.partial(markov.table_logp, params, table))(
         rollout.prompts, rollout.tokens
     )
-    step = functools.partial(_update, key, cell, params, rollout, prox, eta, knobs)
+    alpha = _interpolation(age)
+    step = functools.partial(_update, key, cell, params, rollout, prox, eta, (alpha, *knobs))
     return jax.lax.scan(step, theta, jnp.arange(cell.m))[1]
 
 
@@ -148,9 +153,9 @@ def _update(key, cell: Cell, params, rollout: Batch, prox, eta, knobs, theta, j)
     """Update j at θ: (θ + η ĝ_j, its errors against the exact g(θ))."""
     b = jax.tree.map(operator.itemgetter(j), rollout)
     ghat, (frac, gap) = jax.grad(_objective, argnums=3, has_aux=True)(
-        cell, params, b, theta, prox[j], knobs
+        cell, params, b, theta, prox[j], *knobs
     )
-    g = jax.grad(markov.expected_return, argnums=1)(params, theta)
+    g = markov.value_gradient(params, theta, cell.cap or params.T + 1)[1]
     g_sis = jax.grad(_sis_objective, argnums=3)(cell, params, b, theta)
     g_fresh = _on_policy(cell, params, theta, jax.random.fold_in(key, j))
     e, e_p = ghat - g, ghat - g_sis
@@ -171,11 +176,15 @@ def _update(key, cell: Cell, params, rollout: Batch, prox, eta, knobs, theta, j)
     return theta + eta * ghat, out
 
 
-def _objective(cell: Cell, params, b: Batch, theta, prox, knobs) -> tuple:
-    """(the correction's objective of minibatch b at θ, (clipped share, mean |log π_θ − log μ|))."""
+def _objective(cell: Cell, params, b: Batch, theta, prox, alpha, *knobs) -> tuple:
+    """(the correction's objective of minibatch b at θ, (clipped share, mean |log π_θ − log μ|)).
+    ``prox``: π_prox recomputed at the step's start; with the ``interpolated`` anchor (AReaL's
+    ``prox_logp_method`` loglinear) π_prox is log μ + α (log π_θ − log μ), π_θ detached."""
     corr = cell.correction
     logp = markov.table_logp(params, markov.table(params, theta), b.prompts, b.tokens)
-    anchor = prox if corr.anchor == "trainer" else b.engine
+    if corr.anchor == "interpolated":
+        prox = b.engine + alpha * (jax.lax.stop_gradient(logp) - b.engine)
+    anchor = b.engine if corr.anchor == "engine" else prox
     mask = jnp.ones_like(logp)
     obj, cut = rules.objective(corr.ratio, corr.clip, logp, anchor, b.c, mask, *knobs)
     weight = 1.0
@@ -197,6 +206,12 @@ def _sis_objective(cell: Cell, params, b: Batch, theta):
     return jnp.sum(obj) / cell.B
 
 
+def _interpolation(age):
+    """AReaL's α for rollouts ``age`` versions old (``compute_prox_logp_approximations``: α =
+    clamp(((v − 1) − v_b)/(v − v_b), 0, 1), v − v_b = age; 0 at age 0): (age − 1)/age."""
+    return jnp.where(age > 0, jnp.clip((age - 1) / jnp.maximum(age, 1), 0, 1), 0.0)
+
+
 def _cos(a, b):
     n = jnp.linalg.norm(a) * jnp.linalg.norm(b)
     return jnp.where(n > 0, a @ b / jnp.where(n > 0, n, 1.0), 0.0)
@@ -207,6 +222,11 @@ def inputs(cell: Cell, params, theta_old, etas, size, eps_low=0.2, eps_high=0.28
     nothing)."""
     cell.correction.validate()
     validate.choice("mismatch kind", cell.kind, markov.MISMATCH_KINDS)
+    if cell.cap and cell.cap < markov.count_cap(params):
+        raise validate.ConfigError(
+            f"cap: got {cell.cap}; allowed: 0 or at least {markov.count_cap(params)} (the largest "
+            "threshold + 1)"
+        )
     dtype = theta_old.dtype
     knobs = (jnp.asarray(x, dtype) for x in (size, eps_low, eps_high, clip_c))
     return (params, theta_old, jnp.asarray(etas, dtype), *knobs)

@@ -59,6 +59,41 @@ def test_values_and_gradients_equal_enumeration(T, A):
         assert truth.g_local[x] == pytest.approx(np.asarray(gx[x * block : (x + 1) * block]))
 
 
+@pytest.mark.parametrize("T,A", [(1, 2), (4, 3), (6, 2)])
+def test_the_forward_backward_gradient_equals_enumeration_with_the_count_capped(T, A):
+    """value_gradient's V and g against enumeration, with the count capped at the largest
+    threshold + 1 (its fewest states) and with every count (T + 1); a prompt with k_x = 0 has
+    V = 1 and gradient 0 (to float64 rounding)."""
+    params = small(T, A, P=4)
+    params = params.replace(k=params.k.at[0].set(0))
+    theta = markov.init_theta(params) + 0.1
+    prob, rewards, _ = enumerate_all(params, markov.table(params, theta))
+
+    def enum_J(t):
+        p, r, _ = enumerate_all(params, markov.table(params, t))
+        return jnp.mean(jnp.sum(p * r, -1))
+
+    want = np.asarray(jax.grad(enum_J)(theta))
+    for cap in (markov.count_cap(params), T + 1):
+        V, g = markov.value_gradient(params, theta, cap)
+        assert V == pytest.approx(np.asarray(jnp.sum(prob * rewards, -1)), abs=1e-12)
+        assert g == pytest.approx(want, abs=1e-12)
+    assert float(V[0]) == pytest.approx(1.0, abs=1e-12)
+    assert np.abs(np.asarray(g[: (A + 1) * A])).max() < 1e-12
+
+
+def test_the_forward_backward_gradient_at_long_t_equals_autodiff():
+    """T = 256 (a cap under half the counts): the recursion equals reverse-mode
+    autodiff through the dynamic programme to float64 rounding."""
+    params = markov.make(markov.Instance(length=256))
+    theta = markov.init_theta(params) + 0.05
+    V, g = markov.value_gradient(params, theta, markov.count_cap(params))
+    assert markov.count_cap(params) < 257 // 2
+    truth = markov.exact(params, theta)
+    np.testing.assert_allclose(V, truth.V, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(g, truth.g, rtol=0, atol=1e-10 * float(jnp.abs(truth.g).max()))
+
+
 def test_kl_and_mismatch_sizes_equal_enumeration():
     params = small(5, 3)
     theta = markov.init_theta(params)

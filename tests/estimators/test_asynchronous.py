@@ -18,7 +18,8 @@ THETA = markov.init_theta(PARAMS)
 
 
 def _cell(name: str, m=1, staleness=(0,)) -> async_rl.Cell:
-    return async_rl.Cell(asynchronous.get(name).correction, "noise", 4, 4, m, staleness)
+    correction = asynchronous.get(name).correction
+    return async_rl.Cell(correction, "noise", 4, 4, m, staleness, markov.count_cap(PARAMS))
 
 
 @pytest.mark.parametrize("name", list(asynchronous.REGISTRY))
@@ -33,7 +34,7 @@ def test_every_composition_is_the_on_policy_update_where_all_three_policies_agre
     b = async_rl._draw(cell, PARAMS, table, jax.random.key(3))
     knobs = tuple(jnp.float32(x) for x in (0.2, 0.28, 3.0))
     grad = functools.partial(jax.grad(async_rl._objective, argnums=3, has_aux=True), cell, PARAMS)
-    ghat, (clipped, gap) = grad(b, THETA, b.engine, knobs)
+    ghat, (clipped, gap) = grad(b, THETA, b.engine, jnp.float32(0.5), *knobs)
     g_sis = jax.grad(async_rl._sis_objective, argnums=3)(cell, PARAMS, b, THETA)
     assert float(clipped) == 0.0 and float(gap) < 1e-6
     np.testing.assert_allclose(ghat, g_sis, rtol=0, atol=1e-6 * float(jnp.abs(g_sis).max()))
@@ -43,6 +44,22 @@ def test_every_composition_is_the_on_policy_update_where_all_three_policies_agre
 _REPOS = ("inclusionAI/AReaL", "verl-project/verl")
 
 
+def test_a3pos_anchor_interpolates_by_the_rollouts_age():
+    """AReaL's loglinear π_prox: α = (k − 1)/k for rollouts k versions old (0 at k = 0 and 1), and
+    the ratio against it is (π_θ/μ)^(1 − α) (unclipped here: ε huge)."""
+    np.testing.assert_allclose(async_rl._interpolation(jnp.arange(5.0)), [0, 0, 0.5, 2 / 3, 0.75])
+    cell = _cell("areal/a3po")
+    b = async_rl._draw(cell, PARAMS, markov.table(PARAMS, THETA), jax.random.key(5))
+    theta = THETA + 0.3 * jax.random.normal(jax.random.key(6), THETA.shape)
+    logp = markov.table_logp(PARAMS, markov.table(PARAMS, theta), b.prompts, b.tokens)
+    big = jnp.float32(1e6)
+    value, _ = async_rl._objective(
+        cell, PARAMS, b, theta, b.engine, jnp.float32(0.5), big, big, big
+    )
+    want = jnp.sum(b.c[..., None] * jnp.exp(0.5 * (logp - b.engine))) / cell.B
+    np.testing.assert_allclose(value, want, rtol=1e-5)
+
+
 def test_a_weight_that_rejects_or_an_unknown_name_is_one_error():
     with pytest.raises(validate.ConfigError, match="whose mean does not depend on the batch"):
         asynchronous.Correction(weight="verl/rs_token_k1").validate()
@@ -50,6 +67,9 @@ def test_a_weight_that_rejects_or_an_unknown_name_is_one_error():
         asynchronous.Correction(anchor="server").validate()
     with pytest.raises(validate.ConfigError, match="trl/async_grpo"):
         asynchronous.get("trl/async")
+    low = async_rl.Cell(asynchronous.Correction(), "noise", 4, 4, 1, (0,), cap=2)
+    with pytest.raises(validate.ConfigError, match="cap: got 2"):
+        async_rl.inputs(low, PARAMS, THETA, [1.0], 0.1)
 
 
 def _measure(name: str, seeds=1024, splits=4):
