@@ -262,11 +262,15 @@ def sample_prompts(key: jax.Array, params: MarkovParams, n: int) -> jax.Array:
     return jax.random.randint(key, (n,), 0, params.num_prompts)
 
 
-def sample_table(key, params: MarkovParams, logits: jax.Array, prompts: jax.Array, G: int):
+def sample_table(
+    key, params: MarkovParams, logits: jax.Array, prompts: jax.Array, G: int, later=None, switch=0
+):
     """G responses for each prompt of ``prompts`` (n,) from the logit table ``logits`` (θ's or
     a sampler's): (tokens (n, G, T) int32, rewards (n, G)).  Each step reads its logits as rows
     of the flat (P·(A + 1), A) table, one gather from the shared table (a per-prompt copy
-    gathered along the previous token ran the mismatch kernel 3× slower; the same draws)."""
+    gathered along the previous token ran the mismatch kernel 3× slower; the same draws).
+    ``later``: the table from token ``switch`` on (an engine whose weights change mid-response);
+    the tokens before it are the draws of ``logits`` alone with the same key."""
     n, A = prompts.shape[0], params.vocab
     rows = logits.reshape(-1, A)  # row x·(A + 1) + previous token
     first = (prompts * (A + 1))[:, None]  # (n, 1)
@@ -275,8 +279,19 @@ def sample_table(key, params: MarkovParams, logits: jax.Array, prompts: jax.Arra
         y = jax.random.categorical(k, rows[first + prev], axis=-1).astype(jnp.int32)
         return y, y
 
+    def switching(prev, inputs):
+        k, t = inputs
+        row = first + prev
+        now = jnp.where(t < switch, rows[row], later.reshape(-1, A)[row])
+        y = jax.random.categorical(k, now, axis=-1).astype(jnp.int32)
+        return y, y
+
     start = jnp.full((n, G), A, jnp.int32)
-    _, ys = jax.lax.scan(step, start, jax.random.split(key, params.T))
+    keys = jax.random.split(key, params.T)
+    if later is None:
+        _, ys = jax.lax.scan(step, start, keys)
+    else:
+        _, ys = jax.lax.scan(switching, start, (keys, jnp.arange(params.T)))
     ys = jnp.moveaxis(ys, 0, -1)
     count = jnp.sum(ys == 0, axis=-1)
     return ys, (count >= params.k[prompts][:, None]).astype(logits.dtype)

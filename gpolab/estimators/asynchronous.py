@@ -131,8 +131,8 @@ REGISTRY: dict[str, Entry] = {
         "π_behav), π_θ detached, α = clamp(((v − 1) − v_b)/(v − v_b), 0, 1) with v the trainer's "
         "version and v_b the token's) into ppo_actor_loss_fn (clip 0.2, no behaviour weight)",
         (0.2, 0.2, None),
-        "every token of a response has the response's version (AReaL tags per token and reads "
-        "the previous token's version)",
+        "none besides the shared ones: each token's α from the previous token's version and the "
+        "first token's α = 0, as AReaL's unshifted versions give",
     ),
     "verl/decoupled": _verl("none", "rollout_is null in the YAML defaults: no weight"),
     "verl/decoupled_token_is": _verl(

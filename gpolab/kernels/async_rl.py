@@ -6,7 +6,9 @@ programming):
 
 1. the inference engine draws the rollout batch (m minibatches of B prompts × G responses) at
    policy version θ_old from its own μ = :func:`~gpolab.envs.markov.behaviour_logits` (θ_old;
-   ``kind``, ``size``) and records its log-probs log μ(y_t);
+   ``kind``, ``size``) and records its log-probs log μ(y_t); with ``cell.switch`` its weights
+   move on mid-response (an in-flight update): from that token on it samples from the trainer's
+   next version θ_1 (so k ≥ 1), and each token's recorded log-prob is the version's that drew it;
 2. staleness k: the trainer has moved on k steps of size η since (on-policy leave-one-out steps
    on fresh minibatches of the same size, as :mod:`gpolab.kernels.offpolicy`'s stale steps);
 3. the trainer recomputes the batch's log-probs at θ_k, the version its training step starts
@@ -63,6 +65,7 @@ class Cell:
     m: int
     staleness: tuple[int, ...]
     cap: int = 0  # count states of the exact gradient (markov.count_cap); 0: T + 1
+    switch: int = 0  # the engine's weights move one version on after this many tokens (0: never)
 
 
 class Batch(NamedTuple):
@@ -91,43 +94,63 @@ def per_seed(cell: Cell, key: jax.Array, args: tuple) -> dict:
       on-policy update's squared error, the clipped share and the mean |log π_θ − log μ|.
     """
     params, theta_old, etas, size, *knobs = args
-    mu = markov.behaviour_logits(params, theta_old, cell.kind, size)
     k_roll, k_stale, k_fresh = jax.random.split(key, 3)
-    engine = functools.partial(_draw, cell, params, mu)
-    rollout = jax.vmap(engine)(jax.random.split(k_roll, cell.m))  # (m, ...) at θ_old
-    per_eta = functools.partial(_at_step_size, k_stale, k_fresh, cell, params, theta_old, rollout)
-    return jax.vmap(per_eta, in_axes=(0, None))(etas, tuple(knobs))
+    engine = functools.partial(_rollout, cell, params, k_roll, theta_old, size)
+    rollout = None if cell.switch else engine(None)  # (m, ...) at θ_old
+    per_eta = functools.partial(_at_step_size, k_stale, k_fresh, cell, params, theta_old, engine)
+    return jax.vmap(per_eta, in_axes=(0, None, None))(etas, tuple(knobs), rollout)
 
 
-def _draw(cell: Cell, params, logits, key) -> Batch:
-    """B prompts × G responses drawn from the logit table ``logits`` (the engine's or π_θ's)."""
+def _rollout(cell: Cell, params, key, theta_old, size, theta_new) -> Batch:
+    """The m minibatches the engine draws at θ_old (its μ), from token ``cell.switch`` on at
+    the next version ``theta_new`` where its weights change mid-response."""
+    mu = markov.behaviour_logits(params, theta_old, cell.kind, size)
+    later = (
+        None if theta_new is None else markov.behaviour_logits(params, theta_new, cell.kind, size)
+    )
+    draw = functools.partial(_draw, cell, params, mu, later=later)
+    return jax.vmap(draw)(jax.random.split(key, cell.m))
+
+
+def _draw(cell: Cell, params, logits, key, later=None) -> Batch:
+    """B prompts × G responses drawn from the logit table ``logits`` (the engine's or π_θ's;
+    ``later`` from token ``cell.switch`` on), each token's log-prob from the table it came from."""
     k_p, k_y = jax.random.split(key)
     prompts = markov.sample_prompts(k_p, params, cell.B)
-    tokens, rewards = markov.sample_table(k_y, params, logits, prompts, cell.G)
+    tokens, rewards = markov.sample_table(k_y, params, logits, prompts, cell.G, later, cell.switch)
     c = estimators.gradient_weights("loo", rewards)
-    return Batch(prompts, tokens, c, markov.table_logp(params, logits, prompts, tokens))
+    logp = markov.table_logp(params, logits, prompts, tokens)
+    if later is not None:
+        late = markov.table_logp(params, later, prompts, tokens)
+        logp = jnp.where(jnp.arange(params.T) < cell.switch, logp, late)
+    return Batch(prompts, tokens, c, logp)
 
 
-def _at_step_size(k_stale, k_fresh, cell: Cell, params, theta_old, rollout, eta, knobs) -> dict:
-    """Every update of step size η: the epoch from each stale θ_k; outputs (K, m, ...)."""
+def _at_step_size(k_stale, k_fresh, cell: Cell, params, theta_old, engine, eta, knobs, rollout):
+    """Every update of step size η: the epoch from each stale θ_k; outputs (K, m, ...).  With
+    an in-flight weight update the engine's later tokens come from θ_1, the trainer's next
+    version on this η's path, so the rollout is drawn here."""
+    path = _stale_path(k_stale, cell, params, theta_old, eta)
+    if cell.switch:
+        rollout = engine(path[1])
     epoch = functools.partial(_epoch, k_fresh, cell, params, rollout, eta, knobs)
     versions = jnp.asarray(cell.staleness, theta_old.dtype)  # the rollouts' age in versions
-    return jax.vmap(epoch)(_stale_thetas(k_stale, cell, params, theta_old, eta), versions)
+    return jax.vmap(epoch)(path[jnp.asarray(cell.staleness)], versions)
 
 
-def _stale_thetas(key, cell: Cell, params, theta_old, eta) -> jax.Array:
-    """(K, D) θ after k on-policy loo steps of size η from θ_old, for every k of the grid (step
-    i draws its minibatch from π_θ with ``fold_in(key, i)``)."""
+def _stale_path(key, cell: Cell, params, theta_old, eta) -> jax.Array:
+    """(kmax + 1, D) θ after 0 … kmax on-policy loo steps of size η from θ_old (step i draws
+    its minibatch from π_θ with ``fold_in(key, i)``)."""
     kmax = max(cell.staleness)
     if kmax == 0:
-        return jnp.broadcast_to(theta_old, (len(cell.staleness),) + theta_old.shape)
+        return theta_old[None]
 
     def step(theta, i):
         theta = theta + eta * _on_policy(cell, params, theta, jax.random.fold_in(key, i))
         return theta, theta
 
     _, path = jax.lax.scan(step, theta_old, jnp.arange(kmax))
-    return jnp.concatenate([theta_old[None], path])[jnp.asarray(cell.staleness)]
+    return jnp.concatenate([theta_old[None], path])
 
 
 def _on_policy(cell: Cell, params, theta, key) -> jax.Array:
@@ -144,7 +167,7 @@ def _epoch(key, cell: Cell, params, rollout: Batch, eta, knobs, theta, age) -> d
     prox = jax.vmap(functools.partial(markov.table_logp, params, table))(
         rollout.prompts, rollout.tokens
     )
-    alpha = _interpolation(age)
+    alpha = _token_alpha(cell, params.T, age)
     step = functools.partial(_update, key, cell, params, rollout, prox, eta, (alpha, *knobs))
     return jax.lax.scan(step, theta, jnp.arange(cell.m))[1]
 
@@ -206,6 +229,16 @@ def _sis_objective(cell: Cell, params, b: Batch, theta):
     return jnp.sum(obj) / cell.B
 
 
+def _token_alpha(cell: Cell, T: int, age):
+    """(T,) AReaL's α per token for rollouts ``age`` versions old (tokens from ``cell.switch``
+    on one version younger), as its loss reads them: each token takes the previous token's
+    version (``versions`` is not shifted with the log-probs in ``PPOActor._compute_advantages``)
+    and the first generated token α = 0."""
+    t = jnp.arange(T)
+    ages = age - (t >= cell.switch).astype(age.dtype) if cell.switch else jnp.full(T, age)
+    return jnp.concatenate([jnp.zeros(1, ages.dtype), _interpolation(ages[:-1])])
+
+
 def _interpolation(age):
     """AReaL's α for rollouts ``age`` versions old (``compute_prox_logp_approximations``: α =
     clamp(((v − 1) − v_b)/(v − v_b), 0, 1), v − v_b = age; 0 at age 0): (age − 1)/age."""
@@ -222,6 +255,12 @@ def inputs(cell: Cell, params, theta_old, etas, size, eps_low=0.2, eps_high=0.28
     nothing)."""
     cell.correction.validate()
     validate.choice("mismatch kind", cell.kind, markov.MISMATCH_KINDS)
+    validate.integer("switch", cell.switch, 0, params.T - 1)
+    if cell.switch and min(cell.staleness) < 1:
+        raise validate.ConfigError(
+            f"staleness: got {min(cell.staleness)} with switch {cell.switch}; allowed: at least 1 "
+            "(the engine's later weights are the trainer's next version)"
+        )
     if cell.cap and cell.cap < markov.count_cap(params):
         raise validate.ConfigError(
             f"cap: got {cell.cap}; allowed: 0 or at least {markov.count_cap(params)} (the largest "

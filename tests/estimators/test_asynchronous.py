@@ -1,6 +1,7 @@
 """Asynchronous RL (issue 58): the frameworks' compositions of π_θ, π_prox and the engine's μ, and
 the kernel that measures them against the exact gradient on the Markov env."""
 
+import dataclasses
 import functools
 
 import jax
@@ -48,6 +49,13 @@ def test_a3pos_anchor_interpolates_by_the_rollouts_age():
     """AReaL's loglinear π_prox: α = (k − 1)/k for rollouts k versions old (0 at k = 0 and 1), and
     the ratio against it is (π_θ/μ)^(1 − α) (unclipped here: ε huge)."""
     np.testing.assert_allclose(async_rl._interpolation(jnp.arange(5.0)), [0, 0, 0.5, 2 / 3, 0.75])
+    # per token as AReaL's loss reads them: the previous token's version, the first token α = 0;
+    # with an in-flight update after 3 tokens the later ones are one version younger
+    alpha = async_rl._token_alpha(_cell("areal/a3po"), 8, jnp.float32(2.0))
+    np.testing.assert_allclose(alpha, [0] + [0.5] * 7)
+    mixed = dataclasses.replace(_cell("areal/a3po"), switch=3)
+    alpha = async_rl._token_alpha(mixed, 8, jnp.float32(3.0))
+    np.testing.assert_allclose(alpha, [0, 2 / 3, 2 / 3, 2 / 3] + [0.5] * 4, rtol=1e-6)
     cell = _cell("areal/a3po")
     b = async_rl._draw(cell, PARAMS, markov.table(PARAMS, THETA), jax.random.key(5))
     theta = THETA + 0.3 * jax.random.normal(jax.random.key(6), THETA.shape)
@@ -98,3 +106,40 @@ def test_sequence_is_is_unbiased_at_every_update_and_trls_engine_ratio_is_not():
     assert np.all(trl.main.pooled.bias_sq > 4 * se), (trl.main.pooled.bias_sq, se)
     assert np.all(trl.paired.pooled.bias_sq > 0.5 * trl.main.pooled.bias_sq)
     assert np.all((trl.clip_frac > 0) & (trl.clip_frac < 1)) and np.all(sis.clip_frac == 0)
+
+
+def test_an_in_flight_update_keeps_the_early_tokens_and_records_each_versions_log_probs():
+    """With the engine's weights changed after 3 of 8 tokens, the first 3 tokens are the draws of
+    the old table alone (the same key), and each token's recorded log-prob is the table's that
+    drew it."""
+    cell = dataclasses.replace(_cell("sis", staleness=(1,)), switch=3)
+    old = markov.table(PARAMS, THETA)
+    new = old + 2.0 * jax.random.normal(jax.random.key(8), old.shape)
+    key = jax.random.key(9)
+    alone = async_rl._draw(cell, PARAMS, old, key)
+    mixed = async_rl._draw(cell, PARAMS, old, key, later=new)
+    np.testing.assert_array_equal(mixed.tokens[..., :3], alone.tokens[..., :3])
+    assert np.any(np.asarray(mixed.tokens[..., 3:] != alone.tokens[..., 3:]))
+    lp_old = markov.table_logp(PARAMS, old, mixed.prompts, mixed.tokens)
+    lp_new = markov.table_logp(PARAMS, new, mixed.prompts, mixed.tokens)
+    np.testing.assert_array_equal(mixed.engine[..., :3], lp_old[..., :3])
+    np.testing.assert_array_equal(mixed.engine[..., 3:], lp_new[..., 3:])
+    with pytest.raises(validate.ConfigError, match="staleness: got 0 with switch 3"):
+        async_rl.inputs(dataclasses.replace(cell, staleness=(0, 1)), PARAMS, THETA, [1.0], 0.1)
+
+
+@pytest.mark.slow
+def test_sequence_is_stays_unbiased_over_mixed_age_responses():
+    """Rollouts whose last 5 of 8 tokens come from the trainer's next version (in-flight update),
+    1 and 3 versions stale: the sequence-IS control over the recorded per-token log-probs is
+    unbiased at every update (within 4 SEs)."""
+    cell = dataclasses.replace(_cell("sis", m=2, staleness=(1, 3)), switch=3)
+    args = async_rl.inputs(cell, PARAMS, THETA, [1.0], 0.5)
+    key = jax.random.key(12)
+    parts = [
+        engine.run(async_rl.per_seed, cell, args, jax.random.fold_in(key, s), 1024)
+        for s in range(4)
+    ]
+    s = async_rl.summary(parts)
+    se = s.main.split.bias_sq.std(0, ddof=1) / 2
+    assert np.all(np.abs(s.main.pooled.bias_sq) < 4 * se), (s.main.pooled.bias_sq, se)
