@@ -17,6 +17,11 @@ Workloads (all through the real engine, :func:`gpolab.engine.run`):
 * ``offpolicy``: ``gpolab offpolicy``'s per-seed function (token ratio, the default bandit,
   m = 8 minibatch updates, 4 step sizes vmapped): seeds/s, updates/s and the ratio to the same
   work one step size per call.
+* ``mismatch kernel``: the rollout–training mismatch kernel on the Markov env at T = 256, the
+  DP's exact gradient against enumeration at T = 8 and its time at T and 4T.
+* ``async loop``: the asynchronous-RL kernel on the Markov env at T = 256 (verl's decoupled
+  token IS, m = 4 updates at staleness 0 and 2, 2 step sizes): seeds/s, updates/s and the exact
+  gradient by autodiff over the same by ``markov.value_gradient``.
 * ``W1 profile``: W1's per-seed function cut after each step (uniforms, alias draw, loo
   weights, scatter-add of the scores, error and sums), each cut timed at W1's chunk: where the
   time goes on this machine (``stage_us``, ``stage_share``).
@@ -60,6 +65,8 @@ from gpolab.envs import arithmetic as arithmetic_env
 from gpolab.envs import bandit, markov
 from gpolab.envs import loglinear as loglinear_env
 from gpolab.envs import tree as tree_env
+from gpolab.estimators import asynchronous as async_corrections
+from gpolab.kernels import async_rl as async_kernel
 from gpolab.kernels import grouped
 from gpolab.kernels import offpolicy as offpolicy_kernel
 from gpolab.kernels import rollout_mismatch as mismatch_kernel
@@ -521,6 +528,43 @@ def _markov_exact_timings(T: int, T_enum: int) -> tuple[float, float, dict]:
     return enum_s, dp_s, long_s
 
 
+def async_loop(cfg: BenchConfig, T: int = 256) -> dict:
+    """The asynchronous-RL kernel (:mod:`gpolab.kernels.async_rl`) on the Markov env at T tokens:
+    verl's decoupled mode with token IS (``verl/decoupled_token_is``), a noise 0.05 engine, 8
+    prompts × 4 responses per minibatch, m = 4 updates at staleness 0 and 2, 2 step sizes
+    vmapped (16 updates per seed, each against the exact gradient at its θ); ``updates_per_s``;
+    ``value_gradient_vs_autodiff`` = the exact gradient by reverse-mode autodiff through the
+    DP (:func:`gpolab.envs.markov.exact`'s) over the same by :func:`~gpolab.envs.markov.
+    value_gradient` (the kernel's), seconds over seconds on 64 θ vmapped, both compiled (equal
+    to 1e-4 relative, checked here)."""
+    params = markov.make(markov.Instance(length=T))
+    theta = markov.init_theta(params)
+    entry = async_corrections.get("verl/decoupled_token_is")
+    cap = markov.count_cap(params)
+    cell = async_kernel.Cell(entry.correction, "noise", 4, 8, 4, (0, 2), cap)
+    args = async_kernel.inputs(cell, params, theta, [0.5, 1.0], 0.05, *entry.knobs)
+    n = 64 if cfg.quick else 512
+    key = jax.random.key(cfg.seed)
+    seconds, compile_s, _, chunk = _timed_run(async_kernel.per_seed, cell, args, key, n, 0)
+    thetas = theta + 0.01 * jax.random.normal(key, (64, *theta.shape), theta.dtype)
+    by_autodiff = jax.jit(jax.vmap(jax.grad(functools.partial(markov.expected_return, params))))
+    by_recursion = jax.jit(jax.vmap(lambda t: markov.value_gradient(params, t, cap)[1]))
+    g_auto, g_rec = by_autodiff(thetas), by_recursion(thetas)
+    if not np.allclose(g_auto, g_rec, rtol=0, atol=1e-4 * float(jnp.abs(g_auto).max())):
+        raise RuntimeError("markov: value_gradient differs from autodiff")
+    auto_s = min(_timed(lambda: by_autodiff(thetas))[0] for _ in range(3))
+    rec_s = min(_timed(lambda: by_recursion(thetas))[0] for _ in range(3))
+    return _row(
+        f"async loop, Markov env T={T}, 8x4 per minibatch, m=4, k in (0, 2), 2 step sizes",
+        n,
+        seconds,
+        compile_s,
+        chunk=chunk,
+        updates_per_s=n * 16 / seconds,
+        value_gradient_vs_autodiff=auto_s / rec_s,
+    )
+
+
 def allocate(cfg: BenchConfig) -> list[dict]:
     """``gpolab allocate``'s Monte Carlo, in numpy (group sizes differ per prompt and per seed,
     and some rules read rewards between rounds): one budget (N = 256) of its static results,
@@ -670,6 +714,7 @@ def run_bench(cfg: BenchConfig, on_row=None) -> list[dict]:
     add(arithmetic(cfg))
     add(offpolicy(cfg))
     add(mismatch(cfg))
+    add(async_loop(cfg))
     for row in allocate(cfg):
         add(row)
     add(training(cfg))

@@ -77,6 +77,9 @@ def test_bench_quick_end_to_end(capsys):
     assert off["vs_one_eta_at_a_time"] > 0
     (mm,) = [r for r in rows if r["workload"].startswith("mismatch kernel")]
     assert mm["n_seeds"] == 256 and mm["seeds_per_s"] > 0 and mm["dp_vs_enumeration"] > 0
+    (loop,) = [r for r in rows if r["workload"].startswith("async loop")]
+    assert loop["n_seeds"] == 64 and loop["value_gradient_vs_autodiff"] > 0
+    np.testing.assert_allclose(loop["updates_per_s"], loop["seeds_per_s"] * 16, rtol=1e-6)
     peers = [r for r in rows if "numba" in r["workload"]]
     if numba_ref.missing() is not None:
         assert peers == [] and "numba_seeds_per_s" not in w1

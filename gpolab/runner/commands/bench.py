@@ -26,7 +26,8 @@ def register(sub) -> None:
         description="Runs workload W1 (tabular bandit 16x64, G=16, loo) against the numpy "
         "reference, a numba peer (when numba is installed: pip install 'gpolab[bench]') and the "
         "PRNG bound, a profile of W1 (where its time goes on this machine), plus log-linear, tree, "
-        "arithmetic, offpolicy, allocate, training, scaling and memory workloads.",
+        "arithmetic, offpolicy, mismatch, async loop, allocate, training, scaling and memory "
+        "workloads.",
     )
     p.add_argument(
         "--quick",
