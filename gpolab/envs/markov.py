@@ -238,7 +238,8 @@ def value_gradient(params: MarkovParams, theta: jax.Array, cap: int) -> tuple:
 
         def forward(alpha, q):
             mass = jnp.einsum("sc,sa->ac", alpha, p)
-            zero = jnp.where(counts <= k, jnp.concatenate([mass[0, :1] * 0, mass[0, :-1]]), 0.0)
+            shifted = jnp.concatenate([jnp.zeros_like(mass[0, :1]), mass[0, :-1]])
+            zero = jnp.where(counts <= k, shifted, 0.0)
             zero = zero + jnp.where(counts == k, mass[0], 0.0)
             nxt = jnp.concatenate([zero[None], mass[1:], jnp.zeros_like(alpha[:1])], 0)
             return nxt, alpha @ q
@@ -282,7 +283,7 @@ def sample_table(
     def switching(prev, inputs):
         k, t = inputs
         row = first + prev
-        now = jnp.where(t < switch, rows[row], later.reshape(-1, A)[row])
+        now = jnp.where(t < switch, rows[row], late_rows[row])
         y = jax.random.categorical(k, now, axis=-1).astype(jnp.int32)
         return y, y
 
@@ -291,6 +292,7 @@ def sample_table(
     if later is None:
         _, ys = jax.lax.scan(step, start, keys)
     else:
+        late_rows = later.reshape(-1, A)
         _, ys = jax.lax.scan(switching, start, (keys, jnp.arange(params.T)))
     ys = jnp.moveaxis(ys, 0, -1)
     count = jnp.sum(ys == 0, axis=-1)

@@ -49,6 +49,7 @@ from gpolab.envs import markov
 from gpolab.estimators import mismatch
 from gpolab.estimators import offpolicy as rules
 from gpolab.estimators.asynchronous import Correction
+from gpolab.kernels import offpolicy
 from gpolab.kernels.splits import Splits, split_stats
 
 
@@ -156,8 +157,7 @@ def _stale_path(key, cell: Cell, params, theta_old, eta) -> jax.Array:
 def _on_policy(cell: Cell, params, theta, key) -> jax.Array:
     """The leave-one-out gradient on a fresh minibatch drawn from π_θ itself."""
     b = _draw(cell, params, markov.table(params, theta), key)
-    weights = jnp.broadcast_to(b.c[..., None] / cell.B, b.tokens.shape)
-    return markov.token_gradient(params, theta, b.prompts, b.tokens, weights)
+    return markov.gradient(params, theta, b.prompts, b.tokens, b.c / cell.B)
 
 
 def _epoch(key, cell: Cell, params, rollout: Batch, eta, knobs, theta, age) -> dict:
@@ -191,7 +191,7 @@ def _update(key, cell: Cell, params, rollout: Batch, prox, eta, knobs, theta, j)
         "sq_p2": (e_p @ e_p) ** 2,
         "dot": ghat @ g,
         "t2": g @ g,
-        "cos": _cos(ghat, g),
+        "cos": offpolicy._cos(ghat, g),
         "fresh": jnp.sum((g_fresh - g) ** 2),
         "clip_frac": frac,
         "log_gap": gap,
@@ -242,12 +242,7 @@ def _token_alpha(cell: Cell, T: int, age):
 def _interpolation(age):
     """AReaL's α for rollouts ``age`` versions old (``compute_prox_logp_approximations``: α =
     clamp(((v − 1) − v_b)/(v − v_b), 0, 1), v − v_b = age; 0 at age 0): (age − 1)/age."""
-    return jnp.where(age > 0, jnp.clip((age - 1) / jnp.maximum(age, 1), 0, 1), 0.0)
-
-
-def _cos(a, b):
-    n = jnp.linalg.norm(a) * jnp.linalg.norm(b)
-    return jnp.where(n > 0, a @ b / jnp.where(n > 0, n, 1.0), 0.0)
+    return jnp.clip((age - 1) / jnp.maximum(age, 1), 0, 1)
 
 
 def inputs(cell: Cell, params, theta_old, etas, size, eps_low=0.2, eps_high=0.28, clip_c=3.0):
