@@ -623,6 +623,63 @@ def _offpolicy_mismatch_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- asynchronous RL (docs/asynchronous.md) -------------------------------------------------
+
+ASYNC_AT = {"eta": 0.2, "m": 4}  # the block's step size and minibatches per rollout batch
+ASYNC_K = (0, 4)  # the staleness columns (both in the quick run)
+ASYNC_EARLY = 6  # the curves' round the quick run reaches
+
+
+def _async_extract(t: dict) -> dict:
+    res, curves = t["asynchronous"]["results"], t["asynchronous"]["curves"]
+    safe, train = t["asynchronous"]["safe_staleness"], t["asynchronous"]["training"]
+    res, curves = _rows(res, **ASYNC_AT), _rows(curves, **ASYNC_AT)
+    out = {}
+    for (spec, name), g in res.groupby(["mismatch", "correction"], sort=False):
+        key = f"{spec} {name}"
+        out[f"{spec} kl"] = (_f(g["mismatch_kl"].iloc[0]), 0.0)
+        for k in ASYNC_K:
+            r = _one(g, staleness=k)
+            out[f"{key} excess k={k}"] = (_f(r["excess_mse"]), _f(r["excess_mse_se"]))
+            c = _one(curves, mismatch=spec, correction=name, staleness=k, round=ASYNC_EARLY)
+            out[f"{key} J k={k}"] = (_f(c["J"]), _f(c["J_se"]))
+        s = _one(safe, mismatch=spec, correction=name, **ASYNC_AT)
+        out[f"{key} safe"] = (_f(s["safe_staleness"]), None)
+        out[f"{key} safe_status"] = (1.0 if s["status"] == "ok" else 0.0, None)
+        last = int(curves["round"].max())
+        k = max(ASYNC_K)
+        f = _one(train, mismatch=spec, correction=name, staleness=k, **ASYNC_AT)
+        out["final round"] = (float(last), None)  # the quick run's last round differs: not compared
+        out[f"{key} J r={last} k={k}"] = (_f(f["J_final"]), _f(f["J_final_se"]))
+        out[f"{key} gap r={last} k={k}"] = (_f(f["gap_to_best"]), _f(f["gap_to_best_se"]))
+    return out
+
+
+def _async_render(v: dict) -> str:
+    k = max(ASYNC_K)
+    names = [key[: -len(" safe")] for key in v if key.endswith(" safe")]
+    last = int(_v(v, "final round"))
+    m = ASYNC_AT["m"]
+    lines = [
+        "| mismatch (KL per token) | composition | excess MSE over a fresh update, k = 0 | "
+        f"k = {k} | safe k | J after {ASYNC_EARLY * m} updates, k = 0 | k = {k} | J after "
+        f"{last * m} updates, k = {k} | its gap to the best |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in names:
+        spec, name = key.split(" ", 1)
+        safe = _v(v, f"{key} safe")
+        shown = "none" if math.isnan(safe) else str(int(safe))
+        if _v(v, f"{key} safe_status") == 0.0:
+            shown += " (inconclusive)" if not math.isnan(safe) else ""
+        cells = [f"{_num(_v(v, f'{spec} kl'), 2)}", f"`{name}`"]
+        cells += [_pm(v, f"{key} excess k={kk}") for kk in ASYNC_K]
+        cells += [shown] + [_pm(v, f"{key} J k={kk}") for kk in ASYNC_K]
+        cells += [_pm(v, f"{key} J r={last} k={k}"), _pm(v, f"{key} gap r={last} k={k}")]
+        lines.append(f"| {spec} ({cells[0]}) | " + " | ".join(cells[1:]) + " |")
+    return "\n".join(lines)
+
+
 # ---- per-prompt allocation (docs/allocate.md) ------------------------------------------------
 
 ALLOC_BUDGETS = (256, 1024)  # the static table's budgets (the quick run has 256)
@@ -1190,6 +1247,14 @@ BLOCKS = {
             _offpolicy_mismatch_render,
             "which correction leads (names) and cos (its jackknife SE over 8 batches is too "
             "rough): each correction's MSE, MSE at 512 prompts and scale are checked instead",
+        ),
+        Block(
+            "asynchronous",
+            ("asynchronous",),
+            _async_extract,
+            _async_render,
+            "safe k (no SE: the excesses are checked instead) and the final round's J and gap "
+            "(the quick run trains fewer rounds: J after its last round is checked)",
         ),
         Block(
             "offpolicy-kl",

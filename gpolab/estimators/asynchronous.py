@@ -165,3 +165,47 @@ def get(name: str) -> Entry:
     """The registry entry ``name`` (one clear error naming the allowed ones)."""
     validate.choice("correction", name, tuple(REGISTRY))
     return REGISTRY[name]
+
+
+KNOBS = ("eps_low", "eps_high", "clip_c")  # the clip knobs a spec may override
+
+
+def parse(spec: str) -> tuple[str, dict]:
+    """``"name"`` or ``"name[eps_low=…,eps_high=…,clip_c=…]"`` → (name, overrides): the knobs
+    the entry's clip reads (a positive ε; c > 1), e.g. ``trl/async_grpo[eps_high=0.28]``."""
+    name, items = validate.bracketed("correction", str(spec), "NAME or NAME[key=value,...]")
+    entry = get(name)
+    reads = [k for k, v in zip(KNOBS, entry.knobs, strict=True) if v is not None]
+    overrides = {}
+    for key, eq, raw in items:
+        if not eq or key not in reads:
+            raise validate.ConfigError(
+                f"correction {name}: option {key!r} not understood; allowed: "
+                + (", ".join(f"{k}=value" for k in reads) or "none (this entry has no clip)")
+            )
+        low = 1.0 if key == "clip_c" else 0.0
+        try:
+            value = float(raw)
+        except ValueError:
+            value = None
+        if value is None or not value > low or value == float("inf"):
+            raise validate.ConfigError(
+                f"correction {name} {key}: got {raw!r}; allowed: a finite number > {low:g}"
+            )
+        overrides[key] = value
+    return name, overrides
+
+
+def knobs(spec: str) -> tuple:
+    """(ε_low, ε_high, c) of ``spec``: its overrides over its framework's values (None where the
+    entry reads none)."""
+    name, overrides = parse(spec)
+    return tuple(overrides.get(k, v) for k, v in zip(KNOBS, REGISTRY[name].knobs, strict=True))
+
+
+def spec(name: str, overrides: dict | None = None) -> str:
+    """The one spelling of (name, overrides) that :func:`parse` reads back: keys in
+    :data:`KNOBS` order, values equal to the framework's left out."""
+    own = dict(zip(KNOBS, get(name).knobs, strict=True))
+    items = [(k, overrides[k]) for k in KNOBS if k in (overrides or {}) and overrides[k] != own[k]]
+    return name + (f"[{','.join(f'{k}={float(v)!r}' for k, v in items)}]" if items else "")

@@ -206,7 +206,9 @@ def _objective(cell: Cell, params, b: Batch, theta, prox, alpha, *knobs) -> tupl
     corr = cell.correction
     logp = markov.table_logp(params, markov.table(params, theta), b.prompts, b.tokens)
     if corr.anchor == "interpolated":
-        prox = b.engine + alpha * (jax.lax.stop_gradient(logp) - b.engine)
+        prox = b.engine + jnp.broadcast_to(alpha, logp.shape) * (
+            jax.lax.stop_gradient(logp) - b.engine
+        )
     anchor = b.engine if corr.anchor == "engine" else prox
     mask = jnp.ones_like(logp)
     obj, cut = rules.objective(corr.ratio, corr.clip, logp, anchor, b.c, mask, *knobs)
@@ -282,6 +284,7 @@ class Summary(NamedTuple):
     log_gap: np.ndarray
     scale: np.ndarray
     fresh: np.ndarray
+    fresh_split: np.ndarray
     n: int
 
 
@@ -300,5 +303,83 @@ def summary(parts: list) -> Summary:
         log_gap=mean("log_gap"),
         scale=mean("dot") / mean("t2"),
         fresh=mean("fresh"),
+        fresh_split=np.stack([p.sums["fresh"] / p.n for p in parts]),
         n=n,
     )
+
+
+# ---------------------------------------------------------------- training curves
+
+
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """Static settings of a training run: the update's :class:`Cell` (its largest
+    ``staleness`` the oldest version a round's rollout may come from) and ``rounds``, rollout
+    batches of ``cell.m`` minibatch updates each."""
+
+    cell: Cell
+    rounds: int
+
+
+def train_seed(run: Training, key: jax.Array, args: tuple) -> dict:
+    """One seed's training curves on the exact expected reward J, for every step size and
+    staleness law.
+
+    Each round the engine draws a rollout batch (m minibatches, as :func:`per_seed`) from the
+    policy version ``age`` updates older than the trainer's (``age`` drawn from the law's
+    probabilities over 0 … kmax, at most the updates done so far; with ``cell.switch`` the
+    tokens from ``switch`` on come from the version one update younger), the trainer recomputes
+    π_prox at its current θ and applies the m updates of the correction; every update is one
+    policy version.  Rounds of all corrections share their draws (common random numbers).
+
+    Args:
+      run: the cell and the number of rounds (static).
+      key: this seed's PRNG key.
+      args: (params, θ_0 (D,), etas (E,), laws (L, kmax + 1) probabilities of a rollout's age,
+        size, eps_low, eps_high, clip_c), traced.
+
+    Returns:
+      dict of (E, L, rounds) arrays: J after each round, the round's clipped share, its mean
+      |log π_θ − log μ| and the rollout's age.
+    """
+    params, theta0, etas, laws, size, *knobs = args
+    curve = functools.partial(_train, run, params, theta0, key, size, tuple(knobs))
+    per_law = jax.vmap(curve, in_axes=(None, 0))
+    return jax.vmap(per_law, in_axes=(0, None))(etas, laws)
+
+
+def _train(run: Training, params, theta0, key, size, knobs, eta, law) -> dict:
+    """The curve of one (η, staleness law): outputs (rounds,)."""
+    cell = run.cell
+    kmax = max(cell.staleness)
+    versions = jnp.broadcast_to(theta0, (kmax + 1, *theta0.shape))  # newest first
+
+    def one_round(versions, r):
+        k_age, k_roll = jax.random.split(jax.random.fold_in(key, r))
+        age = jnp.minimum(jax.random.choice(k_age, kmax + 1, p=law), r * cell.m)
+        later = versions[jnp.maximum(age - 1, 0)] if cell.switch else None
+        rollout = _rollout(cell, params, k_roll, versions[age], size, later)
+        table = markov.table(params, versions[0])
+        prox = jax.vmap(functools.partial(markov.table_logp, params, table))(
+            rollout.prompts, rollout.tokens
+        )
+        alpha = _token_alpha(cell, params.T, age.astype(theta0.dtype))
+
+        def update(versions, j):
+            b = jax.tree.map(operator.itemgetter(j), rollout)
+            ghat, aux = jax.grad(_objective, argnums=3, has_aux=True)(
+                cell, params, b, versions[0], prox[j], alpha, *knobs
+            )
+            theta = versions[0] + eta * ghat
+            return jnp.concatenate([theta[None], versions[:-1]]), aux
+
+        versions, (frac, gap) = jax.lax.scan(update, versions, jnp.arange(cell.m))
+        out = {
+            "J": markov.expected_return(params, versions[0]),
+            "clip_frac": jnp.mean(frac),
+            "log_gap": jnp.mean(gap),
+            "age": age.astype(theta0.dtype),
+        }
+        return versions, out
+
+    return jax.lax.scan(one_round, versions, jnp.arange(run.rounds))[1]

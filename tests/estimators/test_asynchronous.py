@@ -3,6 +3,7 @@ the kernel that measures them against the exact gradient on the Markov env."""
 
 import dataclasses
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -143,3 +144,27 @@ def test_sequence_is_stays_unbiased_over_mixed_age_responses():
     s = async_rl.summary(parts)
     se = s.main.split.bias_sq.std(0, ddof=1) / 2
     assert np.all(np.abs(s.main.pooled.bias_sq) < 4 * se), (s.main.pooled.bias_sq, se)
+
+
+def test_specs_override_only_the_clip_knobs_an_entry_reads():
+    assert asynchronous.parse("trl/async_grpo[eps_high=0.28]") == (
+        "trl/async_grpo",
+        {"eps_high": 0.28},
+    )
+    assert asynchronous.knobs("trl/async_grpo[eps_high=0.28]") == (0.2, 0.28, None)
+    assert asynchronous.knobs("verl/decoupled") == (0.2, 0.2, 3.0)
+    assert asynchronous.spec("trl/async_grpo", {"eps_low": 0.2, "eps_high": 0.28}) == (
+        "trl/async_grpo[eps_high=0.28]"
+    )
+    for spec in ("verl/decoupled[clip_c=5]", "trl/async_grpo[eps_low=0.1,eps_high=0.3]"):
+        name, over = asynchronous.parse(spec)
+        assert asynchronous.parse(asynchronous.spec(name, over)) == (name, over)
+    for bad, message in (
+        ("trl/async_grpo[clip_c=3]", "option 'clip_c' not understood"),
+        ("sis[eps_low=0.1]", "none (this entry has no clip)"),
+        ("verl/decoupled[clip_c=1]", "a finite number > 1"),
+        ("trl/async_grpo[eps_low=x]", "a finite number > 0"),
+        ("trl/async_grpo[eps_low]", "not understood"),
+    ):
+        with pytest.raises(validate.ConfigError, match=re.escape(message)):
+            asynchronous.parse(bad)

@@ -31,7 +31,7 @@ def test_every_shipped_experiment_loads(path):
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("[sweep]\nG = [2]\n", "lab: got None; allowed: allocate, chi2, "),
+        ("[sweep]\nG = [2]\n", "lab: got None; allowed: allocate, "),
         ('lab = "movie"\n', "lab: got 'movie'; allowed: allocate, chi2, "),
         ('lab = "sweep"\ncolour = "red"\n[sweep]\n', "colour: unknown key; allowed: lab, "),
         ('lab = "sweep"\n[sweep]\nGG = [2]\n', "[sweep] GG: unknown field"),

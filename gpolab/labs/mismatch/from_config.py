@@ -106,27 +106,33 @@ LOADERS = {
 LOADERS[".yml"] = LOADERS[".yaml"]
 
 
-def read(path) -> dict:
-    """The settings of a TRL or verl config file as one dict (verl: dotted keys), checked as
-    :func:`correction_of` checks them; one :class:`ConfigError` naming the file (and the key)
-    for an unreadable, unknown, foreign or invalid file."""
+def load(path, allowed: str = ALLOWED):
+    """The parsed content of a JSON or YAML config file; one :class:`ConfigError` naming the file
+    (and ``allowed``) for an unknown suffix, an unreadable file or text that does not parse."""
     path = Path(path)
-    kind, load = LOADERS.get(path.suffix.lower(), (None, None))
-    if load is None:
+    kind, parse = LOADERS.get(path.suffix.lower(), (None, None))
+    if parse is None:
         got = path.suffix or "(no suffix)"
-        raise ConfigError(f"{path}: unknown format {got!r}; allowed: {ALLOWED}")
+        raise ConfigError(f"{path}: unknown format {got!r}; allowed: {allowed}")
     try:
-        data = load(path.read_text())
+        return parse(path.read_text())
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read ({err.strerror}); allowed: {ALLOWED}") from None
+        raise ConfigError(f"{path}: cannot read ({err.strerror}); allowed: {allowed}") from None
     except UnicodeDecodeError as err:
         why = f"not UTF-8 text (byte {err.start})"
-        raise ConfigError(f"{path}: {why}; allowed: {ALLOWED}") from None
+        raise ConfigError(f"{path}: {why}; allowed: {allowed}") from None
     except (ValueError, yaml.YAMLError) as err:
         why = str(getattr(err, "problem", None) or err).splitlines()[0]
         mark = getattr(err, "problem_mark", None)
         why += "" if mark is None else f", line {mark.line + 1}"
-        raise ConfigError(f"{path}: not valid {kind} ({why}); allowed: {ALLOWED}") from None
+        raise ConfigError(f"{path}: not valid {kind} ({why}); allowed: {allowed}") from None
+
+
+def read(path) -> dict:
+    """The settings of a TRL or verl config file as one dict (verl: dotted keys), checked as
+    :func:`correction_of` checks them; one :class:`ConfigError` naming the file (and the key)
+    for an unreadable, unknown, foreign or invalid file."""
+    data = load(path)
     flat, framework = _settings(data, f"{path}: ")
     (_trl if framework == "trl" else _verl)(flat, f"{path}: ")  # every check, naming the file
     return flat
@@ -145,15 +151,23 @@ def _near(key: str, known) -> str:
     return f" (did you mean {near[0]}?)" if near else ""
 
 
+def mapping(data, where: str, allowed: str, own) -> dict:
+    """``data`` as a config's mapping: a Trainer's dict holding the settings under
+    ``training_args`` or ``args`` (and none of the config's ``own`` keys) unwrapped; anything but a
+    mapping is one ConfigError."""
+    if not isinstance(data, dict):
+        got = type(data).__name__
+        raise ConfigError(f"{where}a {got} at the top level, not a mapping; allowed: {allowed}")
+    for inner in ("training_args", "args"):
+        if isinstance(data.get(inner), dict) and not own & set(data):
+            data = data[inner]
+    return data
+
+
 def _settings(data, where: str) -> tuple[dict, str]:
     """(settings, "trl" or "verl"): verl's flattened to dotted keys, TRL's top-level keys as
     given; a Trainer's dict holding them under ``training_args`` or ``args`` is unwrapped."""
-    if not isinstance(data, dict):
-        got = type(data).__name__
-        raise ConfigError(f"{where}a {got} at the top level, not a mapping; allowed: {ALLOWED}")
-    for inner in ("training_args", "args"):
-        if isinstance(data.get(inner), dict) and not TRL_OWN & set(data):
-            data = data[inner]
+    data = mapping(data, where, ALLOWED, TRL_OWN)
     top = {str(k).lstrip("+").split(".")[0] for k in data}
     verl = bool(top & {"algorithm", "actor_rollout_ref"})
     trl = any(k in TRL_OWN or str(k).startswith("vllm_importance_sampling") for k in data)

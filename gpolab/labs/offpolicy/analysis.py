@@ -125,6 +125,21 @@ def _lag_slope(updates, rec: dict) -> tuple:
     return math.nan, math.nan, math.nan
 
 
+def largest_safe(rows: pd.DataFrame, col: str, excess: str, limit: float) -> tuple:
+    """(the largest ``col`` whose ``excess`` — and every smaller one's — is at most ``limit``,
+    or None; "inconclusive" when a deciding margin is inside one SE (``excess + '_se'``), else
+    "ok").  NaN never passes."""
+    best, status = None, "ok"
+    for _, r in rows.sort_values(col).iterrows():
+        margin = limit - r[excess]
+        if not np.isfinite(margin) or abs(margin) < r[excess + "_se"]:
+            status = "inconclusive"
+        if not margin >= 0:
+            break
+        best = int(r[col])
+    return best, status
+
+
 def safe_reuse(results):
     """Per rule and η: the largest m (staleness 0) and the largest staleness k (smallest m) whose
     excess over a fresh on-policy update at the same θ — and every smaller one's — is at most
@@ -143,14 +158,7 @@ def safe_reuse(results):
         ):
             out[f"tested_{col}"] = int(sel[col].max()) if len(sel) else None
             for suffix, excess in (("", "excess_mse"), ("_scaled", "excess_scaled")):
-                best, status = None, "ok"
-                for _, r in sel.sort_values(col).iterrows():
-                    margin = (SAFE - 1) - r[excess]
-                    if not np.isfinite(margin) or abs(margin) < r[excess + "_se"]:
-                        status = "inconclusive"
-                    if not margin >= 0:
-                        break
-                    best = int(r[col])
+                best, status = largest_safe(sel, col, excess, SAFE - 1)
                 out[f"safe_{col}{suffix}"] = best
                 out[f"safe_{col}{suffix}_status"] = status
         rows.append(out)

@@ -1,0 +1,104 @@
+"""``gpolab asynchronous --from-config``: a TRL AsyncGRPOConfig names the composition it runs
+(its clip, ε_high falling back to ε as AsyncGRPOTrainer does) and the oldest rollouts it keeps
+((max_staleness + 1)·weight_sync_steps − 1 optimizer steps: model_version grows once per weight
+sync); every key is checked against AsyncGRPOConfig's and TrainingArguments' fields; the lab marks
+the user's rows and sets them beside the best alternatives."""
+
+import json
+
+import pytest
+import yaml
+
+from gpolab.estimators import asynchronous as compositions
+from gpolab.labs.asynchronous import from_config
+from gpolab.labs.asynchronous import lab as asynchronous
+from gpolab.runner.cli import main
+from gpolab.validate import ConfigError
+
+
+def _file(tmp_path, data, suffix=".yaml"):
+    path = tmp_path / f"cfg{suffix}"
+    path.write_text(json.dumps(data) if suffix == ".json" else yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "data, spec, oldest",
+    [
+        ({}, "trl/async_grpo", 4),  # AsyncGRPOConfig's defaults: ε 0.2 both sides, max_staleness 4
+        ({"epsilon": 0.3}, "trl/async_grpo[eps_low=0.3,eps_high=0.3]", 4),
+        ({"epsilon_high": 0.28, "max_staleness": 2}, "trl/async_grpo[eps_high=0.28]", 2),
+        ({"max_staleness": 4, "weight_sync_steps": 2}, "trl/async_grpo", 9),
+        ({"max_staleness": 0, "per_device_train_batch_size": 8}, "trl/async_grpo", 0),
+    ],
+)
+def test_the_setup_as_trl_runs_it(tmp_path, data, spec, oldest):
+    setup = from_config.setup_of(from_config.read(_file(tmp_path, data)))
+    assert (setup["correction"], setup["staleness"], setup["m"]) == (spec, oldest, 1)
+    assert compositions.parse(setup["correction"])[0] == "trl/async_grpo"
+    assert any("not modelled: advantages" in n for n in setup["notes"])
+
+
+def test_a_trainer_dict_under_args_is_unwrapped(tmp_path):
+    path = _file(tmp_path, {"args": {"epsilon_high": 0.28}}, ".json")
+    assert from_config.setup_of(from_config.read(path))["correction"].endswith("[eps_high=0.28]")
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"max_stalenes": 3},
+            "max_stalenes: unknown AsyncGRPOConfig key (did you mean max_staleness?)",
+        ),
+        ({"vllm_importance_sampling_mode": "token_mask"}, "vllm_importance_sampling_mode: unknown"),
+        ({"max_staleness": -1}, "max_staleness: got -1"),
+        ({"max_staleness": 2.5}, "max_staleness: got 2.5"),
+        ({"epsilon": 1.5}, "epsilon: got 1.5"),
+        ({"epsilon_high": "x"}, "epsilon_high: got 'x'"),
+        ({"weight_sync_steps": 0}, "weight_sync_steps: got 0"),
+        ([1, 2], "not a mapping"),
+    ],
+)
+def test_bad_configs_are_one_error_naming_file_and_key(tmp_path, data, message):
+    path = _file(tmp_path, data)
+    with pytest.raises(ConfigError) as err:
+        from_config.read(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value)
+
+
+def test_a_bad_file_stops_the_lab_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "o"
+    path = _file(tmp_path, {"max_staleness": "four"})
+    assert main(["asynchronous", "--quick", "--out", str(out), "--from-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "max_staleness: got 'four'" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_the_lab_marks_your_rows_and_sets_them_beside_the_best(tmp_path):
+    path = _file(tmp_path, {"epsilon_high": 0.28, "max_staleness": 1})
+    cfg = asynchronous.Config(
+        correction=("sis",),
+        mismatch=("noise:0.2",),
+        staleness=(0,),
+        m=(2,),
+        eta=(0.5,),
+        rounds=2,
+        seeds=32,
+        curve_seeds=16,
+        T=8,
+        from_config=str(path),
+        out=str(tmp_path / "o"),
+        instance=asynchronous.markov.Instance(prompts=3, vocab=3, batch=4),
+    )
+    tables = asynchronous.run(cfg)
+    res = tables["results"]
+    assert sorted(res["staleness"].unique()) == [0, 1] and sorted(res["m"].unique()) == [1, 2]
+    mine = res[res["yours"]]
+    assert set(mine["correction"]) == {"trl/async_grpo[eps_high=0.28]"}
+    assert set(mine["m"]) == {1} and set(mine["staleness"]) == {0, 1}
+    assert mine["eps_high"].eq(0.28).all() and mine["eps_low"].eq(0.2).all()
+    text = asynchronous.notes(cfg, tables)
+    assert "Your config" in text and "Your setup beside the best alternatives" in text
+    assert tables["training"]["yours"].sum() == 2
