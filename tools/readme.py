@@ -641,14 +641,14 @@ def _async_extract(t: dict) -> dict:
         for k in ASYNC_K:
             r = _one(g, staleness=k)
             out[f"{key} excess k={k}"] = (_f(r["excess_mse"]), _f(r["excess_mse_se"]))
-            c = _one(curves, mismatch=spec, correction=name, staleness=k, round=ASYNC_EARLY)
+            c = _one(curves, mismatch=spec, correction=name, law=f"k={k}", round=ASYNC_EARLY)
             out[f"{key} J k={k}"] = (_f(c["J"]), _f(c["J_se"]))
         s = _one(safe, mismatch=spec, correction=name, **ASYNC_AT)
         out[f"{key} safe"] = (_f(s["safe_staleness"]), None)
         out[f"{key} safe_status"] = (1.0 if s["status"] == "ok" else 0.0, None)
         last = int(curves["round"].max())
         k = max(ASYNC_K)
-        f = _one(train, mismatch=spec, correction=name, staleness=k, **ASYNC_AT)
+        f = _one(train, mismatch=spec, correction=name, law=f"k={k}", **ASYNC_AT)
         out["final round"] = (float(last), None)  # the quick run's last round differs: not compared
         out[f"{key} J r={last} k={k}"] = (_f(f["J_final"]), _f(f["J_final_se"]))
         out[f"{key} gap r={last} k={k}"] = (_f(f["gap_to_best"]), _f(f["gap_to_best_se"]))

@@ -15,6 +15,7 @@ from gpolab.envs import markov
 from gpolab.labs.asynchronous import analysis
 from gpolab.labs.asynchronous import lab as asynchronous
 from gpolab.runner.cli import main
+from gpolab.validate import ConfigError
 
 SMALL = ["--prompts", "3", "--vocab", "3", "--T", "8", "--batch", "4", "--G", "4"]
 SMALL += ["--seeds", "64", "--curve-seeds", "16", "--rounds", "3", "--eta", "0.5"]
@@ -138,3 +139,57 @@ def test_safe_staleness_never_passes_a_nan_and_says_inconclusive_inside_one_se()
     rows[0]["excess_mse"] = 0.5
     safe = analysis.safe_staleness(pd.DataFrame(rows)).iloc[0]
     assert pd.isna(safe["safe_staleness"]) and safe["status"] == "none safe"
+
+
+def test_the_queue_law_is_the_law_of_its_model():
+    """queue:MEAN:SIGMA: P(⌊MEAN·L⌋ = k), L lognormal with mean 1, against 10⁶ draws of the model
+    (within 4 SE per age), the ages above the grid's largest k dropped and the rest renormalised;
+    SIGMA = 0 is every rollout ⌊MEAN⌋ steps old."""
+    from gpolab.labs.asynchronous import queue
+
+    p, drop = queue.law("queue:4:1", 8)
+    rng = np.random.default_rng(0)
+    sigma = 1.0
+    ages = np.floor(4 * rng.lognormal(-(sigma**2) / 2, sigma, 1_000_000)).astype(int)
+    assert drop == pytest.approx(np.mean(ages > 8), abs=4 * math.sqrt(drop / 1e6))
+    freq = np.bincount(ages[ages <= 8], minlength=9) / np.sum(ages <= 8)
+    np.testing.assert_allclose(p, freq, atol=4 * np.sqrt(freq / np.sum(ages <= 8)).max())
+    p0, drop0 = queue.law("queue:2.5:0", 8)
+    assert drop0 == 0 and p0.argmax() == 2 and p0.max() == 1
+    for bad in ("queue:0:1", "queue:4", "poisson:4:1", "queue:4:9", "queue:x:1"):
+        with pytest.raises(ConfigError, match="queue: got"):
+            queue.parse(bad)
+    with pytest.raises(ConfigError, match="would be dropped"):
+        queue.law("queue:60:0", 8)
+
+
+def test_queue_laws_join_the_curves(tmp_path, capsys):
+    """A queue law is one more curve per (composition, η, m), its rollouts' mean age the law's
+    (the first rounds clamp the age to the updates done) and its dropped share beside it."""
+    from gpolab.labs.asynchronous import queue
+
+    _, tables = _run(
+        tmp_path,
+        capsys,
+        "--correction",
+        "sis",
+        "--mismatch",
+        "noise:0.1",
+        "--staleness",
+        "0,3",
+        "--m",
+        "2",
+        "--queue",
+        "queue:1.5:0.5",
+        "--rounds",
+        "4",
+    )
+    c = tables["curves"]
+    assert set(c["law"]) == {"k=0", "k=3", "queue:1.5:0.5"}
+    q = c[(c["law"] == "queue:1.5:0.5") & (c["round"] > 2)]
+    p, drop = queue.law("queue:1.5:0.5", 3)
+    assert q["drop"].eq(drop).all() and q["staleness"].eq(3).all()
+    mean_age = float(p @ np.arange(4))
+    se = math.sqrt(float(p @ np.arange(4) ** 2) - mean_age**2) / math.sqrt(16)
+    assert abs(q["age"].mean() - mean_age) < 4 * se
+    assert set(tables["training"]["law"]) == {"k=0", "k=3", "queue:1.5:0.5"}

@@ -11,7 +11,7 @@ from gpolab.labs.offpolicy.analysis import largest_safe
 SAFE = 1.10  # "safe": MSE within 10% of a fresh on-policy update's at the same θ
 COMPOSITION = ["correction", "mismatch", "switch"]
 SAFE_COLUMNS = (*COMPOSITION[:2], "eta", "m", "tested_staleness", "safe_staleness", "status")
-TRAINING_COLUMNS = ("mismatch", "eta", "staleness", "m", "correction", "J_final", "J_final_se")
+TRAINING_COLUMNS = ("mismatch", "eta", "law", "m", "correction", "J_final", "J_final_se")
 TRAINING_COLUMNS += ("gap_to_best", "gap_to_best_se", "verdict")
 
 
@@ -35,14 +35,15 @@ def safe_staleness(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def training(splits: pd.DataFrame) -> pd.DataFrame:
-    """Per (mismatch, η, k, m): each composition's final J (mean, SE over the seed splits; J at
+    """Per (mismatch, η, staleness law, m): each composition's final J (mean, SE over the seed
+    splits; J at
     θ_0 beside it) and
     its paired gap to the composition with the highest mean (the splits share their draws, so the
     gap's SE is the spread of the per-split gaps); ``verdict``: best, behind (gap beyond one SE)
     or inconclusive."""
     if splits.empty:
         return pd.DataFrame()
-    keys = ["mismatch", "switch", "eta", "staleness", "m"]
+    keys = ["mismatch", "switch", "eta", "law", "staleness", "m"]
     rows = []
     for key, g in splits.groupby(keys, sort=False):
         wide = g.pivot(index="split", columns="correction", values="J_final")
@@ -67,6 +68,7 @@ def is_yours(df: pd.DataFrame, mine: dict):
     return (
         (df["correction"] == mine["correction"])
         & (df["m"] == mine["m"])
+        & (df["law"].str.startswith("k=") if "law" in df else True)
         & (df["staleness"] <= mine["staleness"])
     )
 
@@ -104,7 +106,7 @@ def decision(tables: dict, mine: dict) -> pd.DataFrame:
         row["best cos"] = _lead(g, "cos", None, True)
         if not train.empty:
             t = train[(train["mismatch"] == spec) & (train["eta"] == eta)]
-            t = t[(t["staleness"] == k) & (t["m"] == m)]
+            t = t[(t["staleness"] == k) & (t["m"] == m) & (t["law"] == f"k={k}")]
             you = t[t["correction"] == mine["correction"]]
             if len(you):
                 y = you.iloc[0]

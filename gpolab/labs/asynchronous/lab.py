@@ -43,7 +43,7 @@ from gpolab.kernels import async_rl as kernel
 from gpolab.kernels.splits import split_se
 from gpolab.kit.store import cell_key, resumed
 from gpolab.kit.tables import table_text
-from gpolab.labs.asynchronous import analysis, plots
+from gpolab.labs.asynchronous import analysis, plots, queue
 from gpolab.labs.offpolicy.tables import UPDATE, epoch_at, stats_columns
 
 NAME = "asynchronous"
@@ -52,7 +52,7 @@ TABLES = ("results", "updates", "safe_staleness", "curves", "training")
 NEEDS = envs.Needs(("token_logp", "behaviour"), fields=("batch", "length"), only=("markov",))
 INSTANCES = envs.instances(*envs.names(NEEDS))
 SPLITS = 8  # independent seed batches: the standard errors (shared by the corrections)
-SCHEMA = 1
+SCHEMA = 2  # 2: the curves' staleness laws (law, mean_age, drop)
 MAX_STALENESS = 64  # the curves keep kmax + 1 policy versions; stale steps are unrolled per seed
 KNOB_DEFAULTS = (0.2, 0.28, 3.0)  # the clip knobs a composition does not read (placeholders)
 JSON = (  # the --json columns
@@ -104,6 +104,13 @@ class Config(configs.Config):
     staleness: tuple[int, ...] = option(
         (0, 1, 2, 4, 8), "comma list of policy versions the rollouts are behind the trainer"
     )
+    queue: tuple[str, ...] = option(
+        (),
+        "comma list of staleness laws for the training curves besides the fixed k: "
+        "queue:MEAN:SIGMA (gpolab's queue model: age = floor(MEAN*L), L lognormal with mean 1 and "
+        "log-sd SIGMA; MEAN = rollouts in flight / rollouts per step, TRL's default 4; ages above "
+        "the largest staleness dropped)",
+    )
     m: tuple[int, ...] = option((1, 4), "comma list of minibatch updates per rollout batch")
     eta: tuple[float, ...] = option((0.05, 0.1, 0.2, 0.4), "comma list of SGD step sizes")
     switch: int = option(
@@ -154,6 +161,8 @@ class Config(configs.Config):
                 "least 1 (the engine's later weights are the trainer's next version)"
             )
         validate.integer("rounds", self.rounds, 0, 10_000)
+        for spec in self.queue:
+            queue.law(spec, max(self.staleness))
         if self.rounds:
             validate.seeds("curve_seeds", self.curve_seeds, 2 * SPLITS)
         mine = yours(self)
@@ -286,7 +295,12 @@ def _flat(index: dict, cols: dict, base: dict, table: str) -> list[dict]:
     shape = np.broadcast_shapes(*(np.shape(v) for v in (*index.values(), *cols.values())))
     data = {k: np.broadcast_to(v, shape).reshape(-1) for k, v in (index | cols).items()}
     n = int(np.prod(shape))
-    return [{"table": table, **base, **{k: v[i].item() for k, v in data.items()}} for i in range(n)]
+    return [{"table": table, **base, **{k: _item(v[i]) for k, v in data.items()}} for i in range(n)]
+
+
+def _item(x):
+    """A numpy scalar as its Python value (a string as it is)."""
+    return x.item() if hasattr(x, "item") else x
 
 
 def _error_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
@@ -322,11 +336,13 @@ def _curve_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
     params, theta = _params(cfg.instance, cfg.T)
     size = markov.parse_mismatch(unit["mismatch"])[1]
     dtype = theta.dtype
-    laws = np.eye(max(staleness) + 1, dtype=dtype)[list(staleness)]  # fixed ages, one-hot
+    names, laws, drops = _laws(cfg, staleness)
     knobs = (jnp.asarray(x, dtype) for x in (size, *_knobs(unit["correction"])))
-    args = (params, theta, jnp.asarray(cfg.eta, dtype), jnp.asarray(laws), *knobs)
+    args = (params, theta, jnp.asarray(cfg.eta, dtype), jnp.asarray(laws, dtype), *knobs)
     eta = np.asarray(cfg.eta, float)[:, None, None]
-    k = np.asarray(staleness)[None, :, None]
+    law = np.asarray(names, object)[None, :, None]
+    k = np.asarray([*staleness, *[max(staleness)] * len(cfg.queue)])[None, :, None]
+    drop = np.asarray(drops)[None, :, None]
     rnd = np.arange(cfg.rounds)[None, None, :]
     ascent = _ascent(cfg.instance, cfg.T, tuple(cfg.eta), cfg.rounds * max(ms))
     rows = []
@@ -335,18 +351,30 @@ def _curve_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
         key_m = jax.random.fold_in(key, m)
         parts = _split_runs(kernel.train_seed, run, args, key_m, cfg.curve_seeds, cfg.chunk)
         n = sum(p.n for p in parts)
-        split_J = np.stack([p.sums["J"] / p.n for p in parts])  # (S, E, K, R)
-        cols = {
-            name: sum(p.sums[name] for p in parts) / n for name in ("J", "clip_frac", "log_gap")
-        }
+        split_J = np.stack([p.sums["J"] / p.n for p in parts])  # (S, E, L, R)
+        names_out = ("J", "clip_frac", "log_gap", "age")
+        cols = {name: sum(p.sums[name] for p in parts) / n for name in names_out}
         cols["J_se"] = split_se(split_J)
         cols["J_ascent"] = ascent[:, None, (np.arange(cfg.rounds) + 1) * m]
-        index = {"eta": eta, "staleness": k, "m": m, "round": rnd + 1, "updates": (rnd + 1) * m}
-        rows += _flat(index, cols, base | {"n_seeds": n}, "curves")
+        cols["drop"] = drop
+        index = {"eta": eta, "law": law, "staleness": k, "m": m, "round": rnd + 1}
+        rows += _flat(index | {"updates": (rnd + 1) * m}, cols, base | {"n_seeds": n}, "curves")
         final = {"J_final": split_J[..., -1], "J_area": split_J.mean(-1)}
         s_index = {"split": np.arange(SPLITS)[:, None, None], "eta": eta[..., 0], "m": m}
-        rows += _flat(s_index | {"staleness": k[..., 0]}, final, base, "splits")
+        s_index |= {"law": law[..., 0], "staleness": k[..., 0]}
+        rows += _flat(s_index, final, base, "splits")
     return rows
+
+
+def _laws(cfg: Config, staleness: tuple) -> tuple:
+    """(names, (L, kmax + 1) probabilities of a rollout's age, dropped shares): each fixed k of
+    the grid ("k=K", one-hot), then each ``queue`` law (:mod:`gpolab.labs.asynchronous.queue`)."""
+    kmax = max(staleness)
+    fixed = np.eye(kmax + 1)[list(staleness)]
+    queued = [queue.law(spec, kmax) for spec in cfg.queue]
+    names = [f"k={k}" for k in staleness] + list(cfg.queue)
+    laws = np.concatenate([fixed, *[p[None] for p, _ in queued]])
+    return names, laws, [0.0] * len(staleness) + [d for _, d in queued]
 
 
 @functools.lru_cache(maxsize=4)

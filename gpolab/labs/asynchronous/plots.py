@@ -67,25 +67,27 @@ def staleness_figure(tables: dict, path) -> Path:
 
 def curves_figure(tables: dict, path) -> Path:
     """Exact J against the updates done, at the middle η and the largest m: one panel per
-    (mismatch, staleness) of the smallest and largest k, one line per composition (±1 SE band),
-    exact gradient ascent dashed black."""
+    mismatch and staleness law (the smallest and largest fixed k, then each queue law), one line
+    per composition (±1 SE band), exact gradient ascent dashed black."""
     df = tables["curves"]
     eta, m = _middle(df["eta"]), df["m"].max()
     df = df[(df["eta"] == eta) & (df["m"] == m)]
-    ks = sorted({df["staleness"].min(), df["staleness"].max()})
+    fixed = df[df["law"].str.startswith("k=")]
+    ks = sorted({fixed["staleness"].min(), fixed["staleness"].max()})
+    laws = [f"k={k}" for k in ks] + [w for w in dict.fromkeys(df["law"]) if not w.startswith("k=")]
     mismatches = list(dict.fromkeys(df["mismatch"]))
     plt = pyplot()
     fig, axes = plt.subplots(
-        len(ks),
+        len(laws),
         len(mismatches),
-        figsize=(4.8 * len(mismatches) + 2.4, 3.4 * len(ks)),
+        figsize=(4.8 * len(mismatches) + 2.4, 3.4 * len(laws)),
         squeeze=False,
         constrained_layout=True,
     )
     colors = _colors(df)
-    for row, k in zip(axes, ks, strict=True):
+    for row, law in zip(axes, laws, strict=True):
         for ax, mismatch in zip(row, mismatches, strict=True):
-            d = df[(df["mismatch"] == mismatch) & (df["staleness"] == k)]
+            d = df[(df["mismatch"] == mismatch) & (df["law"] == law)]
             for name, g in d.groupby("correction", sort=False):
                 g = g.sort_values("updates")
                 ls = "--" if "/" not in name else "-"
@@ -100,7 +102,7 @@ def curves_figure(tables: dict, path) -> Path:
             a = d.drop_duplicates("updates").sort_values("updates")
             ax.plot(a["updates"], a["J_ascent"], "k--", lw=0.9, label="exact gradient ascent")
             ax.set(xlabel="updates (policy versions)", ylabel="exact J")
-            ax.set(title=f"mismatch {mismatch}, staleness {int(k)}")
+            ax.set(title=f"mismatch {mismatch}, staleness {law}")
             ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     first = df.iloc[0]
