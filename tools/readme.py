@@ -658,7 +658,8 @@ def _async_extract(t: dict) -> dict:
 def _async_render(v: dict) -> str:
     k = max(ASYNC_K)
     names = [key[: -len(" safe")] for key in v if key.endswith(" safe")]
-    last = int(_v(v, "final round"))
+    last = _v(v, "final round")
+    last = 0 if math.isnan(last) else int(last)
     m = ASYNC_AT["m"]
     lines = [
         "| mismatch (KL per token) | composition | excess MSE over a fresh update, k = 0 | "

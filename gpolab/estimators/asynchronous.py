@@ -193,7 +193,25 @@ def parse(spec: str) -> tuple[str, dict]:
                 f"correction {name} {key}: got {raw!r}; allowed: a finite number > {low:g}"
             )
         overrides[key] = value
+    low, high = (overrides.get(k, v) for k, v in zip(KNOBS[:2], entry.knobs[:2], strict=True))
+    if entry.correction.clip == "dual" and high != low:
+        raise validate.ConfigError(
+            f"correction {name}: got eps_low {low!r}, eps_high {high!r}; allowed: equal values "
+            "(gpolab's dual-clip rule is symmetric, as verl's defaults)"
+        )
     return name, overrides
+
+
+def correction(spec: str) -> Correction:
+    """The :class:`Correction` ``spec`` runs: its entry's, with the ``ppo`` clip read as
+    ``higher`` (ε_low below 1, ε_high above) where the spec's ε_high differs from its ε_low
+    (gpolab's ``ppo`` rule is symmetric in ε_low)."""
+    name, _ = parse(spec)
+    corr = REGISTRY[name].correction
+    low, high, _ = knobs(spec)
+    if corr.clip == "ppo" and high != low:
+        return dataclasses.replace(corr, clip="higher")
+    return corr
 
 
 def knobs(spec: str) -> tuple:

@@ -159,7 +159,11 @@ def test_specs_override_only_the_clip_knobs_an_entry_reads():
     for spec in ("verl/decoupled[clip_c=5]", "trl/async_grpo[eps_low=0.1,eps_high=0.3]"):
         name, over = asynchronous.parse(spec)
         assert asynchronous.parse(asynchronous.spec(name, over)) == (name, over)
+    # gpolab's ppo rule is symmetric: an asymmetric spec runs the clip-higher rule
+    assert asynchronous.correction("trl/async_grpo[eps_high=0.28]").clip == "higher"
+    assert asynchronous.correction("trl/async_grpo[eps_high=0.2]").clip == "ppo"
     for bad, message in (
+        ("verl/decoupled[eps_high=0.28]", "allowed: equal values"),
         ("trl/async_grpo[clip_c=3]", "option 'clip_c' not understood"),
         ("sis[eps_low=0.1]", "none (this entry has no clip)"),
         ("verl/decoupled[clip_c=1]", "a finite number > 1"),

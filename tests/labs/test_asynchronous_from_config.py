@@ -99,6 +99,73 @@ def test_the_lab_marks_your_rows_and_sets_them_beside_the_best(tmp_path):
     assert set(mine["correction"]) == {"trl/async_grpo[eps_high=0.28]"}
     assert set(mine["m"]) == {1} and set(mine["staleness"]) == {0, 1}
     assert mine["eps_high"].eq(0.28).all() and mine["eps_low"].eq(0.2).all()
+    assert mine["clip"].eq("higher").all()  # asymmetric: the clip-higher rule
     text = asynchronous.notes(cfg, tables)
     assert "Your config" in text and "Your setup beside the best alternatives" in text
     assert tables["training"]["yours"].sum() == 2
+
+
+VERL_IS = {"algorithm": {"rollout_correction": {"rollout_is": "token"}}}
+
+
+@pytest.mark.parametrize(
+    "data, spec, m",
+    [
+        ({"algorithm": {"adv_estimator": "grpo"}}, "verl/decoupled", 4),  # YAML defaults: no IS
+        (VERL_IS, "verl/decoupled_token_is", 4),
+        (
+            {
+                **VERL_IS,
+                "data": {"train_batch_size": 512},
+                "actor_rollout_ref": {"actor": {"ppo_epochs": 2}},
+            },
+            "verl/decoupled_token_is",
+            4,
+        ),
+        ({"algorithm": {"rollout_correction": {"bypass_mode": True}}}, "verl/bypass_ppo_clip", 4),
+        (
+            # verl's YAML sets clip_ratio_low/high (0.2), so clip_ratio alone changes nothing
+            {"actor_rollout_ref": {"actor": {"clip_ratio": 0.3, "clip_ratio_c": 5.0}}},
+            "verl/decoupled[clip_c=5.0]",
+            4,
+        ),
+        (
+            {"actor_rollout_ref": {"actor": {"clip_ratio_low": 0.3, "clip_ratio_high": 0.3}}},
+            "verl/decoupled[eps_low=0.3,eps_high=0.3]",
+            4,
+        ),
+    ],
+)
+def test_verls_synchronous_trainer_is_k_0_and_its_minibatches(tmp_path, data, spec, m):
+    """verl's decoupled or bypass composition at k = 0 (each batch drawn by the current weights)
+    and m = ppo_epochs · train_batch_size / ppo_mini_batch_size."""
+    setup = from_config.setup_of(from_config.read(_file(tmp_path, data)))
+    assert (setup["correction"], setup["staleness"], setup["m"]) == (spec, 0, m)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"async_training": {"staleness_threshold": 0.1}}, "fully-async recipe is not mapped"),
+        (
+            {"actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": "gspo"}}}},
+            "loss_mode gspo",
+        ),
+        ({"actor_rollout_ref": {"actor": {"clip_ratio_high": 0.28}}}, "clip_ratio_high 0.28"),
+        ({"actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 300}}}, "a divisor of"),
+        (
+            {
+                "algorithm": {
+                    "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 3.0}
+                }
+            },
+            "has no asynchronous composition",
+        ),
+        ({"actor_rollout_ref": {"actor": {"clip_ratoi": 0.2}}}, "unknown verl key"),
+    ],
+)
+def test_verl_configs_it_cannot_map_are_one_error(tmp_path, data, message):
+    path = _file(tmp_path, data)
+    with pytest.raises(ConfigError) as err:
+        from_config.read(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value)

@@ -32,7 +32,7 @@ def test_every_shipped_experiment_loads(path):
     "text,message",
     [
         ("[sweep]\nG = [2]\n", "lab: got None; allowed: allocate, "),
-        ('lab = "movie"\n', "lab: got 'movie'; allowed: allocate, chi2, "),
+        ('lab = "movie"\n', "lab: got 'movie'; allowed: allocate, "),
         ('lab = "sweep"\ncolour = "red"\n[sweep]\n', "colour: unknown key; allowed: lab, "),
         ('lab = "sweep"\n[sweep]\nGG = [2]\n', "[sweep] GG: unknown field"),
         ('lab = "sweep"\n[sweep]\nG = [1]\nestimators = ["loo"]\n', "G (for loo): got 1"),

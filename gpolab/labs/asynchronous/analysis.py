@@ -64,7 +64,7 @@ def training(splits: pd.DataFrame) -> pd.DataFrame:
 
 
 def is_yours(df: pd.DataFrame, mine: dict):
-    """The rows of the user's setup: its composition at m = 1 and at most its oldest rollouts."""
+    """The rows of the user's setup: its composition at its m and at most its oldest rollouts."""
     return (
         (df["correction"] == mine["correction"])
         & (df["m"] == mine["m"])
@@ -89,7 +89,7 @@ def _lead(df: pd.DataFrame, col: str, se: str | None, best_high: bool) -> str:
 
 
 def decision(tables: dict, mine: dict) -> pd.DataFrame:
-    """Per (mismatch, η) at the user's oldest rollouts and m = 1: the user's excess MSE, cos and
+    """Per (mismatch, η) at the user's oldest rollouts and m: the user's excess MSE, cos and
     final J beside the composition with the least excess MSE, the best cos and the highest final
     J (paired gap) at the same cell."""
     res, train = tables["results"], tables["training"]

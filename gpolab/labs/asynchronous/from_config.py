@@ -1,8 +1,20 @@
 """Which asynchronous setup a trainer's own config runs (``gpolab asynchronous --from-config``):
 :func:`read` loads a TRL ``AsyncGRPOConfig`` (JSON or YAML, as ``AsyncGRPOConfig.to_dict()``
-or a launcher's YAML has it) and :func:`setup_of` names the composition (``trl/async_grpo`` with
-the user's clip), the oldest rollouts it trains on in updates, and every setting that changes the
-gradient but is not modelled.
+or a launcher's YAML has it) or a config of verl's synchronous PPO trainer (hydra YAML) and
+:func:`setup_of` names the composition (``trl/async_grpo`` with the user's clip, or verl's
+decoupled or bypass composition), the oldest rollouts it trains on in updates, its minibatch
+updates per batch, and every setting that changes the gradient but is not modelled.
+
+verl (verl-project/verl 1dda039b9c63): the keys and values are read and checked by
+:mod:`gpolab.labs.mismatch.from_config` (the same file its mismatch lab reads), whose correction
+names the composition (no rollout correction: ``verl/decoupled``; the presets' token TIS 2.0,
+sequence TIS 2.0 and token IcePop [0.5, 5]; bypass mode with the vanilla loss:
+``verl/bypass_ppo_clip``).  The synchronous trainer draws each batch from the current weights
+(k = 0, mismatched) and updates on its mini-batches in turn: ``trainer/ppo/v1/trainer_base.py::
+PPOTrainer._update_actor`` passes ``ppo_mini_batch_size`` (× rollout.n) and ``ppo_epochs`` to
+``workers/engine_workers.py``, whose ``tensordict_utils.make_iterator`` asserts that the mini
+batch divides the batch: m = ppo_epochs · data.train_batch_size / ppo_mini_batch_size (4 at the
+YAML defaults 1024 and 256).  verl's fully-async recipe (``async_training.*``) is not mapped.
 
 Source: huggingface/trl f2cd57710ae3, ``trl/experimental/async_grpo/async_grpo_config.py::
 AsyncGRPOConfig`` (its fields and defaults) on ``trl/trainer/base_config.py::_BaseConfig`` and
@@ -18,7 +30,8 @@ runs."""
 from __future__ import annotations
 
 from gpolab.estimators import asynchronous as compositions
-from gpolab.labs.mismatch.framework_settings import KEYS, _n, bad, checked_values
+from gpolab.labs.mismatch import from_config as mismatch_config
+from gpolab.labs.mismatch.framework_settings import ACTOR, KEYS, VERL, _n, bad, checked_values
 from gpolab.labs.mismatch.from_config import _near, load, mapping
 from gpolab.validate import ConfigError
 
@@ -55,11 +68,23 @@ UNMODELLED = (  # settings that change the gradient, and what the lab does inste
 
 
 def read(path) -> dict:
-    """The settings of an AsyncGRPOConfig file, checked as :func:`setup_of` checks them; one
-    ConfigError naming the file (and the key) for an unreadable, unknown or invalid file."""
+    """The settings of an AsyncGRPOConfig or verl file (verl: dotted keys), checked as
+    :func:`setup_of` checks them; one ConfigError naming the file (and the key) for an
+    unreadable, unknown or invalid file."""
     data = load(path, ALLOWED)
     where = f"{path}: "
     data = mapping(data, where, ALLOWED, OWN)
+    if _is_verl(data):
+        flat = mismatch_config._flat(data)
+        for key in flat:
+            if key.startswith("async_training."):
+                raise ConfigError(
+                    f"{where}{key}: verl's fully-async recipe is not mapped yet; allowed: a "
+                    "config of verl's synchronous PPO trainer"
+                )
+        flat = mismatch_config.read(path)  # every verl key and value checked, naming the file
+        setup_of(flat, where)
+        return flat
     for key in data:
         if key not in ALL:
             raise ConfigError(
@@ -71,10 +96,17 @@ def read(path) -> dict:
     return dict(data)
 
 
+def _is_verl(data: dict) -> bool:
+    top = {str(k).lstrip("+").split(".")[0] for k in data}
+    return bool(top & {"algorithm", "actor_rollout_ref", "async_training"})
+
+
 def setup_of(settings: dict, where: str = "") -> dict:
     """correction (a spec of :mod:`gpolab.estimators.asynchronous`), staleness (the oldest
-    kept rollouts, in optimizer steps), m (1), G (num_generations), text (one sentence) and
-    notes (each setting not modelled, with what the lab does instead)."""
+    kept rollouts, in optimizer steps), m (updates per batch), G (the config's group size), text
+    (one sentence) and notes (each setting not modelled, with what the lab does instead)."""
+    if _is_verl(settings):
+        return _verl(settings, where)
     v = checked_values(settings, TRL_ASYNC, where)
     if v["epsilon"] >= 1:
         raise bad(
@@ -109,4 +141,77 @@ def setup_of(settings: dict, where: str = "") -> dict:
     )
     return dict(
         correction=spec, staleness=oldest, m=1, G=v["num_generations"], text=text, notes=notes
+    )
+
+
+VERL_BATCH = {  # the batch sizes m is read from (verl's YAML defaults)
+    "data.train_batch_size": (1024, _n(1, integer=True)),
+    f"{ACTOR}.ppo_mini_batch_size": (256, _n(1, integer=True)),
+    "actor_rollout_ref.rollout.n": (1, _n(1, integer=True)),
+}
+VERL_PRESETS = {  # the mismatch entry (with its preset thresholds) → the composition
+    ("none", ()): "verl/decoupled",
+    ("verl/token_tis", (("is_threshold", 2.0),)): "verl/decoupled_token_is",
+    ("verl/seq_tis", (("is_threshold", 2.0),)): "verl/decoupled_seq_is",
+    ("verl/token_icepop", (("is_threshold", (0.5, 5.0)),)): "verl/decoupled_token_icepop",
+}
+
+
+def _verl(flat: dict, where: str) -> dict:
+    """verl's synchronous trainer: the composition its rollout correction and loss give, k = 0,
+    m = ppo_epochs · train_batch_size / ppo_mini_batch_size."""
+    found = mismatch_config.correction_of(flat)
+    v = checked_values(flat, VERL | VERL_BATCH, where)
+    batch, mini = v["data.train_batch_size"], v[f"{ACTOR}.ppo_mini_batch_size"]
+    if batch < mini or batch % mini:
+        raise bad(
+            where,
+            f"{ACTOR}.ppo_mini_batch_size",
+            mini,
+            f"a divisor of data.train_batch_size ({batch}), as verl asserts",
+        )
+    m = v[f"{ACTOR}.ppo_epochs"] * batch // mini
+    low = v[f"{ACTOR}.clip_ratio_low"]
+    high = v[f"{ACTOR}.clip_ratio_high"]
+    ratio = v[f"{ACTOR}.clip_ratio"]
+    low, high = (ratio if e is None else e for e in (low, high))
+    bypass = v["algorithm.rollout_correction.bypass_mode"]
+    loss = v["actor_rollout_ref.actor.policy_loss.loss_mode"]
+    if bypass:
+        name = "verl/bypass_ppo_clip" if found["name"] == "verl/bypass_ppo_clip" else None
+    else:
+        key = (found["name"], tuple(sorted(found["overrides"].items())))
+        name = VERL_PRESETS.get(key) if loss == "vanilla" else None
+    mode = "bypass" if bypass else "decoupled"
+    if name is None:
+        why = (
+            f"loss_mode {loss}: gpolab's verl compositions run the vanilla (dual-clip PPO) loss"
+            if loss != "vanilla"
+            else f"{found['text']} has no asynchronous composition (gpolab's: no correction, "
+            "the presets' token TIS 2.0, sequence TIS 2.0, token IcePop [0.5, 5], bypass PPO)"
+        )
+        raise ConfigError(f"{where}{why}")
+    if low != high:
+        raise ConfigError(
+            f"{where}{ACTOR}.clip_ratio_low {low!r} and clip_ratio_high {high!r}: gpolab's "
+            "dual-clip rule is symmetric; allowed: equal values (verl's defaults)"
+        )
+    spec = compositions.spec(
+        name, {"eps_low": low, "eps_high": high, "clip_c": v[f"{ACTOR}.clip_ratio_c"]}
+    )
+    text = (
+        f"verl's synchronous trainer in {mode} mode ({found['text'].rstrip('.')}); each batch "
+        f"drawn by the current weights and used over m = {m} mini-batch updates "
+        f"(ppo_epochs {v[f'{ACTOR}.ppo_epochs']} × train_batch_size {batch} / "
+        f"ppo_mini_batch_size {mini}); gpolab measures it as {spec} at k = 0, m = {m}"
+    )
+    notes = [n for n in found["notes"] if n.startswith("not modelled")]
+    notes.append(f"rollout.n {v['actor_rollout_ref.rollout.n']}: the lab's G is its own --G")
+    return dict(
+        correction=spec,
+        staleness=0,
+        m=m,
+        G=v["actor_rollout_ref.rollout.n"],
+        text=text,
+        notes=notes,
     )

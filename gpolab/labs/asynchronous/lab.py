@@ -97,8 +97,9 @@ class Config(configs.Config):
     )
     from_config: str = option(
         "",
-        "a TRL AsyncGRPOConfig (JSON/YAML): adds the composition it runs, with its clip, at the "
-        "staleness it keeps (max_staleness, weight_sync_steps) and m = 1, as the rows marked yours",
+        "a TRL AsyncGRPOConfig (JSON/YAML) or a verl config (YAML): adds the composition it "
+        "runs, with its clip, at the staleness it keeps and its updates per batch, as the rows "
+        "marked yours",
         key=False,
     )
     staleness: tuple[int, ...] = option(
@@ -215,7 +216,7 @@ def cells(cfg: Config) -> int:
 
 def cell_keys(cfg: Config) -> list[str]:
     common = configs.key_settings(cfg, exclude=("mismatch", "correction"))
-    if yours(cfg) is not None:  # the user's staleness and m = 1 join the grid
+    if yours(cfg) is not None:  # the user's staleness and m join the grid
         common["grid"] = [list(x) for x in _grid(cfg)]
     return [cell_key(NAME, schema=SCHEMA, unit=u, settings=common) for u in units(cfg)]
 
@@ -227,16 +228,16 @@ def _params(instance, T: int):
 
 
 def _grid(cfg: Config) -> tuple:
-    """(staleness, m) measured: the config's, with the user's oldest rollouts and m = 1."""
+    """(staleness, m) measured: the config's, with the user's oldest rollouts and m."""
     mine = yours(cfg)
-    extra_k, extra_m = ({mine["staleness"]}, {1}) if mine else (set(), set())
+    extra_k, extra_m = ({mine["staleness"]}, {mine["m"]}) if mine else (set(), set())
     return tuple(sorted(set(cfg.staleness) | extra_k)), tuple(sorted(set(cfg.m) | extra_m))
 
 
 def _cell(cfg: Config, unit: dict, m: int) -> kernel.Cell:
     params, _ = _params(cfg.instance, cfg.T)
     kind, _ = markov.parse_mismatch(unit["mismatch"])
-    correction = compositions.get(compositions.parse(unit["correction"])[0]).correction
+    correction = compositions.correction(unit["correction"])
     staleness = _grid(cfg)[0]
     B = cfg.instance.batch
     return kernel.Cell(
