@@ -169,3 +169,77 @@ def test_verl_configs_it_cannot_map_are_one_error(tmp_path, data, message):
     with pytest.raises(ConfigError) as err:
         from_config.read(path)
     assert str(err.value).startswith(str(path)) and message in str(err.value)
+
+
+ASYNC_AREAL = {"actor": {"use_decoupled_loss": True}, "rollout": {"max_head_offpolicyness": 2}}
+
+
+@pytest.mark.parametrize(
+    "data, spec, oldest, m",
+    [
+        ({"actor": {}}, "trl/async_grpo", 0, 4),  # defaults: coupled loss, synchronous
+        ({"actor": {"recompute_logprob": True}}, "areal/decoupled", 0, 4),
+        (ASYNC_AREAL, "areal/decoupled", 8, 4),
+        (
+            {**ASYNC_AREAL, "actor": {"use_decoupled_loss": True, "rejection_sampling": {}}},
+            "areal/decoupled_mask",
+            8,
+            4,
+        ),
+        (
+            {
+                "actor": {"use_decoupled_loss": True, "prox_logp_method": "loglinear"},
+                "rollout": {"max_head_offpolicyness": 1},
+            },
+            "areal/a3po",
+            4,
+            4,
+        ),
+        (
+            {
+                "actor": {
+                    "use_decoupled_loss": True,
+                    "ppo_n_minibatches": 1,
+                    "eps_clip_higher": 0.28,
+                }
+            },
+            "areal/decoupled[eps_high=0.28]",
+            0,
+            1,
+        ),
+    ],
+)
+def test_areals_composition_and_versions(tmp_path, data, spec, oldest, m):
+    """AReaL's anchor by use_decoupled_loss, recompute_logprob and prox_logp_method; one version
+    per training step of ppo_n_minibatches updates, so k = max_head_offpolicyness · m."""
+    setup = from_config.setup_of(from_config.read(_file(tmp_path, data)))
+    assert (setup["correction"], setup["staleness"], setup["m"]) == (spec, oldest, m)
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"actor": {"eps_clp": 0.2}},
+            "actor.eps_clp: unknown AReaL key (did you mean actor.eps_clip?)",
+        ),
+        ({"actor": {}, "rollout": {"max_head_offpolicynes": 2}}, "rollout.max_head_offpolicynes"),
+        ({"actor": {}, "trainer": {}}, "trainer: unknown AReaL key"),
+        ({"actor": {"behave_imp_weight_cap": 5}}, "actor.behave_imp_weight_cap"),
+        ({"actor": {"prox_logp_method": "bogus"}}, "actor.prox_logp_method: got 'bogus'"),
+        ({"actor": {"c_clip": 0.5}}, "actor.c_clip: got 0.5"),
+        ({"actor": {"c_clip": 3.0}}, "a dual clip"),
+        ({"actor": {"use_sapo_loss": True}}, "SAPO"),
+        ({"actor": {"rejection_sampling": {"upper": 3.0}}}, "actor.rejection_sampling.upper"),
+        ({"actor": {"rejection_sampling": {"uper": 3.0}}}, "unknown AReaL key"),
+        (
+            {"actor": {}, "rollout": {"max_head_offpolicyness": -1}},
+            "max_head_offpolicyness: got -1",
+        ),
+    ],
+)
+def test_areal_configs_it_cannot_map_are_one_error(tmp_path, data, message):
+    path = _file(tmp_path, data)
+    with pytest.raises(ConfigError) as err:
+        from_config.read(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from gpolab.estimators import asynchronous as compositions
 from gpolab.labs.mismatch import from_config as mismatch_config
-from gpolab.labs.mismatch.framework_settings import ACTOR, KEYS, VERL, _n, bad, checked_values
+from gpolab.labs.mismatch.framework_settings import ACTOR, KEYS, VERL, _n, _one, bad, checked_values
 from gpolab.labs.mismatch.from_config import _near, load, mapping
 from gpolab.validate import ConfigError
 
@@ -42,7 +42,8 @@ OWN = frozenset(KEYS["trl"]["async_grpo_config"])
 ALL = OWN | frozenset(KEYS["trl"]["training_args"])
 ALLOWED = (
     "a TRL AsyncGRPOConfig as JSON (.json) or YAML (.yaml, .yml): its fields (epsilon, "
-    "epsilon_high, max_staleness, weight_sync_steps, ...) and TrainingArguments'"
+    "epsilon_high, max_staleness, weight_sync_steps, ...) and TrainingArguments'; a verl config "
+    "(algorithm.*, actor_rollout_ref.*) or an AReaL one (actor.*, rollout.*) as YAML"
 )
 TRL_ASYNC = {  # key: (AsyncGRPOConfig's default, check)
     "epsilon": (0.2, _n(0, open_low=True)),
@@ -85,6 +86,10 @@ def read(path) -> dict:
         flat = mismatch_config.read(path)  # every verl key and value checked, naming the file
         setup_of(flat, where)
         return flat
+    if _is_areal(data):
+        _areal_keys(data, where)
+        setup_of(data, where)
+        return dict(data)
     for key in data:
         if key not in ALL:
             raise ConfigError(
@@ -94,6 +99,10 @@ def read(path) -> dict:
             )
     setup_of(data, where)
     return dict(data)
+
+
+def _is_areal(data: dict) -> bool:
+    return isinstance(data.get("actor"), dict) and not _is_verl(data)
 
 
 def _is_verl(data: dict) -> bool:
@@ -107,6 +116,8 @@ def setup_of(settings: dict, where: str = "") -> dict:
     (one sentence) and notes (each setting not modelled, with what the lab does instead)."""
     if _is_verl(settings):
         return _verl(settings, where)
+    if _is_areal(settings):
+        return _areal(settings, where)
     v = checked_values(settings, TRL_ASYNC, where)
     if v["epsilon"] >= 1:
         raise bad(
@@ -215,3 +226,142 @@ def _verl(flat: dict, where: str) -> dict:
         text=text,
         notes=notes,
     )
+
+
+AREAL = KEYS["areal"]
+AREAL_LEGACY = ("behave_imp_weight_cap", "behave_imp_weight_mode")  # cli_args.py L2915
+
+
+def _areal_keys(data: dict, where: str) -> None:
+    """Every key of the top level, ``actor``, ``rollout`` and ``actor.rejection_sampling``
+    against AReaL's dataclasses (unknown: one error, as OmegaConf's structured merge raises)."""
+    sections = (
+        ("", data, AREAL["top"]),
+        ("actor.", data.get("actor"), AREAL["actor"]),
+        ("rollout.", data.get("rollout"), AREAL["rollout"]),
+        (
+            "actor.rejection_sampling.",
+            (data.get("actor") or {}).get("rejection_sampling"),
+            AREAL["rejection_sampling"],
+        ),
+    )
+    for prefix, section, known in sections:
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise bad(where, prefix.rstrip("."), section, "a mapping")
+        for key in section:
+            if prefix == "actor." and key in AREAL_LEGACY:
+                raise bad(
+                    where,
+                    f"actor.{key}",
+                    section[key],
+                    "actor.rejection_sampling (AReaL "
+                    "raises for the removed key: _migrate_legacy_rejection_sampling)",
+                )
+            if key not in known:
+                full = [prefix + k for k in known]
+                raise ConfigError(
+                    f"{where}{prefix}{key}: unknown AReaL key{_near(prefix + str(key), full)}; "
+                    f"allowed: the fields of its dataclass (AReaL 4aef98d8d818; "
+                    "gpolab/labs/mismatch/framework_keys.toml)"
+                )
+
+
+AREAL_ACTOR = {  # key: (PPOActorConfig's default, check); cli_args.py L1389-1585
+    "use_decoupled_loss": (False, _one(True, False)),
+    "recompute_logprob": (False, _one(True, False)),
+    "prox_logp_method": ("recompute", _one("recompute", "loglinear", "metrics")),
+    "eps_clip": (0.2, _n(0, 1, open_low=True)),
+    "eps_clip_higher": (None, _n(0, none=True, open_low=True)),
+    "c_clip": (None, _n(1, none=True, open_low=True)),  # functional.py asserts c_clip > 1
+    "ppo_n_minibatches": (4, _n(1, integer=True)),
+    "importance_sampling_level": ("token", _one("token", "sequence")),
+    "use_sapo_loss": (False, _one(True, False)),
+}
+AREAL_MASK = {
+    "level": "token",
+    "action": "mask",
+    "metric": "ratio",
+    "agg": "mean",
+    "upper": 5.0,
+    "lower": None,
+}  # RejectionSamplingConfig's defaults (L1252-1308)
+
+
+def _areal(data: dict, where: str) -> dict:
+    """AReaL's composition, its clip, m = ppo_n_minibatches, k = max_head_offpolicyness · m."""
+    actor = checked_values(data.get("actor") or {}, AREAL_ACTOR, f"{where}actor.")
+    rollout = checked_values(
+        data.get("rollout") or {},
+        {"max_head_offpolicyness": (0, _n(0, integer=True))},
+        f"{where}rollout.",
+    )
+    rs = (data.get("actor") or {}).get("rejection_sampling")
+    for key, value in (rs or {}).items():
+        if value != AREAL_MASK[key]:
+            raise bad(
+                where,
+                f"actor.rejection_sampling.{key}",
+                value,
+                f"{AREAL_MASK[key]} (gpolab's areal/decoupled_mask is the block's defaults)",
+            )
+    decoupled = actor["use_decoupled_loss"]
+    method = actor["prox_logp_method"]
+    reasons = [
+        (actor["use_sapo_loss"], "actor.use_sapo_loss true: SAPO has no gpolab composition"),
+        (
+            actor["importance_sampling_level"] != "token",
+            "actor.importance_sampling_level sequence: no gpolab composition",
+        ),
+        (
+            actor["c_clip"] is not None,
+            "actor.c_clip set (a dual clip): gpolab's AReaL compositions have none",
+        ),
+        (
+            decoupled and method == "loglinear" and rs is not None,
+            "A-3PO with a rejection_sampling block: no gpolab composition",
+        ),
+    ]
+    for wrong, why in reasons:
+        if wrong:
+            raise ConfigError(f"{where}{why}")
+    if not decoupled:
+        name = "areal/decoupled" if actor["recompute_logprob"] else "trl/async_grpo"
+    elif method == "loglinear":
+        name = "areal/a3po"
+    else:
+        name = "areal/decoupled_mask" if rs is not None else "areal/decoupled"
+    low = actor["eps_clip"]
+    high = low if actor["eps_clip_higher"] is None else actor["eps_clip_higher"]
+    spec = compositions.spec(name, {"eps_low": low, "eps_high": high})
+    m = actor["ppo_n_minibatches"]
+    ofp = rollout["max_head_offpolicyness"]
+    anchor = {
+        "trl/async_grpo": "the engine's log-probs (use_decoupled_loss false, recompute_logprob "
+        "false: the composition of trl/async_grpo)",
+        "areal/decoupled": "the trainer's recomputed log-probs",
+        "areal/decoupled_mask": "the recomputed log-probs, tokens with π_prox/μ > 5 masked",
+        "areal/a3po": "A-3PO's log-linear proximal policy",
+    }[name]
+    text = (
+        f"AReaL PPO (eps_clip {low:g}, upper {high:g}) against {anchor}; {m} minibatch updates "
+        f"per training step (one version), rollouts up to {ofp} versions = {ofp * m} updates old "
+        f"(max_head_offpolicyness {ofp}); gpolab measures it as {spec} at k <= {ofp * m}, m = {m}"
+    )
+    notes = [
+        "not modelled: advantages: AReaL's adv_norm and reward settings; the lab's are "
+        "leave-one-out",
+        "AReaL bounds the rollouts it starts (StalenessManager.get_capacity), not each trained "
+        "sample's age: a slow sample can be older than max_head_offpolicyness",
+    ]
+    if name == "areal/a3po" and m > 1:
+        notes.append(
+            "A-3PO's α reads versions, one per training step of m updates; the lab counts one "
+            "version per update, so its α at k updates differs from AReaL's at k/m versions"
+        )
+    if rs is not None and not decoupled:
+        notes.append(
+            "actor.rejection_sampling without use_decoupled_loss: AReaL ignores it (it warns)"
+        )
+    return dict(correction=spec, staleness=ofp * m, m=m, G=None, text=text, notes=notes)
