@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from typing import ClassVar
 
 import jax
@@ -44,6 +43,7 @@ from gpolab.kernels.splits import split_se
 from gpolab.kit.store import cell_key, resumed
 from gpolab.kit.tables import table_text
 from gpolab.labs.asynchronous import analysis, plots, queue
+from gpolab.labs.mismatch.from_config import stamp
 from gpolab.labs.offpolicy.tables import UPDATE, epoch_at, stats_columns
 
 NAME = "asynchronous"
@@ -188,11 +188,7 @@ def yours(cfg: Config) -> dict | None:
     if not cfg.from_config:
         return None
     path = str(cfg.from_config)
-    try:  # read once per run, but again when the file changes (a long-lived session)
-        stamp = os.stat(path).st_mtime_ns
-    except OSError:
-        stamp = None
-    return _yours(path, stamp)
+    return _yours(path, stamp(path))  # read once per run, again when the file changes
 
 
 # ---------------------------------------------------------------- units and keys

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -104,6 +105,15 @@ LOADERS = {
     ".yaml": ("YAML", lambda text: yaml.load(text, _Loader)),  # noqa: S506 (a safe loader)
 }
 LOADERS[".yml"] = LOADERS[".yaml"]
+
+
+def stamp(path: str):
+    """The file's modification time (ns), or None where it cannot be read (the reader then gives
+    the one error naming it): a key that re-reads a config file when it changes."""
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
 
 
 def load(path, allowed: str = ALLOWED):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 from typing import ClassVar
 
 import jax
@@ -30,6 +29,7 @@ from gpolab.kernels import rollout_mismatch as kernel
 from gpolab.kit.store import cell_key, resumed
 from gpolab.kit.tables import table_text
 from gpolab.labs.mismatch import decision, plots
+from gpolab.labs.mismatch.from_config import stamp
 
 NAME = "mismatch"
 STORE = "offpolicy"  # the store keys' and the draws' lab name (the off-policy lab's mode before)
@@ -133,11 +133,7 @@ def yours(cfg: Config) -> tuple[str, str] | None:
     if not cfg.from_config:
         return None
     path = str(cfg.from_config)
-    try:  # read once per run, but again when the file changes (a long-lived session)
-        stamp = os.stat(path).st_mtime_ns
-    except OSError:
-        stamp = None
-    return _yours(path, stamp)
+    return _yours(path, stamp(path))  # read once per run, again when the file changes
 
 
 # ---------------------------------------------------------------- units and keys
