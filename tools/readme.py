@@ -628,6 +628,7 @@ def _offpolicy_mismatch_render(v: dict) -> str:
 ASYNC_AT = {"eta": 0.2, "m": 4}  # the block's step size and minibatches per rollout batch
 ASYNC_K = (0, 4)  # the staleness columns (both in the quick run)
 ASYNC_EARLY = 6  # the curves' round the quick run reaches
+ASYNC_STATUS = {"ok": 1.0, "inconclusive": 0.0, "shrunk": -1.0, "none safe": 2.0}
 
 
 def _async_extract(t: dict) -> dict:
@@ -645,7 +646,7 @@ def _async_extract(t: dict) -> dict:
             out[f"{key} J k={k}"] = (_f(c["J"]), _f(c["J_se"]))
         s = _one(safe, mismatch=spec, correction=name, **ASYNC_AT)
         out[f"{key} safe"] = (_f(s["safe_staleness"]), None)
-        out[f"{key} safe_status"] = (1.0 if s["status"] == "ok" else 0.0, None)
+        out[f"{key} safe_status"] = (ASYNC_STATUS[s["status"]], None)
         last = int(curves["round"].max())
         k = max(ASYNC_K)
         f = _one(train, mismatch=spec, correction=name, law=f"k={k}", **ASYNC_AT)
@@ -669,10 +670,9 @@ def _async_render(v: dict) -> str:
     ]
     for key in names:
         spec, name = key.split(" ", 1)
-        safe = _v(v, f"{key} safe")
+        safe, status = _v(v, f"{key} safe"), _v(v, f"{key} safe_status")
         shown = "none" if math.isnan(safe) else str(int(safe))
-        if _v(v, f"{key} safe_status") == 0.0:
-            shown += " (inconclusive)" if not math.isnan(safe) else ""
+        shown += {0.0: " (inconclusive)", -1.0: " (shrunk)"}.get(status, "")
         cells = [f"{_num(_v(v, f'{spec} kl'), 2)}", f"`{name}`"]
         cells += [_pm(v, f"{key} excess k={kk}") for kk in ASYNC_K]
         cells += [shown] + [_pm(v, f"{key} J k={kk}") for kk in ASYNC_K]

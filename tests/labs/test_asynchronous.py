@@ -125,8 +125,9 @@ def test_bad_input_is_one_error_before_anything_runs(flags, message, tmp_path, c
     assert not out.exists()
 
 
-def test_safe_staleness_never_passes_a_nan_and_says_inconclusive_inside_one_se():
+def test_safe_staleness_never_passes_a_nan_or_a_shrunk_update_and_says_inconclusive_inside_one_se():
     base = {"correction": "x", "mismatch": "noise:0.1", "switch": 0, "eta": 0.1, "m": 1}
+    base["scale"] = 1.0
     rows = [
         base | {"staleness": 0, "excess_mse": 0.01, "excess_mse_se": 0.01},
         base | {"staleness": 2, "excess_mse": 0.08, "excess_mse_se": 0.01},
@@ -139,6 +140,11 @@ def test_safe_staleness_never_passes_a_nan_and_says_inconclusive_inside_one_se()
     rows[0]["excess_mse"] = 0.5
     safe = analysis.safe_staleness(pd.DataFrame(rows)).iloc[0]
     assert pd.isna(safe["safe_staleness"]) and safe["status"] == "none safe"
+    # a shrunk update (scale 0.5) is not safe whatever its MSE: the run of safe k ends there
+    rows[0]["excess_mse"] = 0.01
+    rows[1] |= {"excess_mse": -0.5, "excess_mse_se": 0.01, "scale": 0.5}
+    safe = analysis.safe_staleness(pd.DataFrame(rows)).iloc[0]
+    assert safe["safe_staleness"] == 0 and safe["status"] == "shrunk"
 
 
 def test_the_queue_law_is_the_law_of_its_model():

@@ -9,6 +9,8 @@ from gpolab.kernels.splits import split_se
 from gpolab.labs.offpolicy.analysis import largest_safe
 
 SAFE = 1.10  # "safe": MSE within 10% of a fresh on-policy update's at the same θ
+SHRINK = 0.9  # ... and the update not shrunk by more than 10% (scale = E ĝ·g / E‖g‖²)
+FAILS = 1e30  # the excess a shrunk k is given: a clear failure (finite: not a NaN's "inconclusive")
 COMPOSITION = ["correction", "mismatch", "switch"]
 SAFE_COLUMNS = (*COMPOSITION[:2], "eta", "m", "tested_staleness", "safe_staleness", "status")
 TRAINING_COLUMNS = ("mismatch", "eta", "law", "m", "correction", "J_final", "J_final_se")
@@ -19,12 +21,26 @@ def safe_staleness(results: pd.DataFrame) -> pd.DataFrame:
     """Per (composition, mismatch, η, m): the largest staleness k whose epoch's excess MSE over
     a fresh on-policy update at the same θ (and every smaller k's) is at most ``SAFE`` − 1;
     ``status`` "none safe" where not even the smallest k is, "inconclusive" where a deciding
-    margin is inside one SE."""
+    margin is inside one SE.  A k whose update is shrunk (``scale`` below ``SHRINK``) is not safe
+    whatever its MSE: a clipped or masked update's MSE falls with its step even where its
+    direction gets worse, so its small MSE is no evidence (``status`` "shrunk" where that, and not
+    the MSE, ends the run of safe k).  The scale has no SE here, so the rule withholds "safe"
+    near the threshold rather than grant it."""
     keys = [k for k in [*COMPOSITION, "eta", "m"] if k in results]
     rows = []
     for key, g in results.groupby(keys, sort=False):
-        best, status = largest_safe(g, "staleness", "excess_mse", SAFE - 1)
-        if best is None and status == "ok":
+        g = g.sort_values("staleness")
+        shrunk = g["scale"] < SHRINK
+        best, status = largest_safe(
+            g.assign(excess_mse=g["excess_mse"].where(~shrunk, FAILS)),
+            "staleness",
+            "excess_mse",
+            SAFE - 1,
+        )
+        after = g[g["staleness"] > (-1 if best is None else best)]
+        if len(after) and shrunk[after.index[0]] and after["excess_mse"].iloc[0] <= SAFE - 1:
+            status = "shrunk"  # it would pass by MSE, but its update is shrunk
+        elif best is None and status == "ok":
             status = "none safe"
         rows.append(
             dict(zip(keys, key, strict=True))
