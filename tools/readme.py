@@ -681,6 +681,63 @@ def _async_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+LAW_PRODUCT = 0.4  # the k·η the block's bias² columns share (four ways on the full grid)
+
+
+def _async_law_extract(t: dict) -> dict:
+    up, law = (
+        t["asynchronous_staleness_law"]["updates"],
+        t["asynchronous_staleness_law"]["staleness_law"],
+    )
+    first = up[(up["update"] == 0) & (up["staleness"] >= 1)]
+    out = {}
+    for _, r in first.iterrows():
+        key = f"{r['correction']} bias k={int(r['staleness'])} eta={r['eta']:g} {r['mismatch']}"
+        out[key] = (_f(r["bias_sq_paired"]), _f(r["bias_sq_paired_se"]))
+    for _, r in law.iterrows():
+        # slopes and the collapse ratio depend on the grid (the quick run's is smaller): shown,
+        # not compared; the bias² cells they are fitted to are compared
+        for col in ("slope_k_eta", "slope_k", "slope_eta", "collapse"):
+            out[f"{r['correction']} {col}"] = (_f(r[col]), None)
+            out[f"{r['correction']} {col}_se"] = (_f(r[col + "_se"]), None)
+        out[f"{r['correction']} points"] = (_f(r["points"]), None)
+    return out
+
+
+def _async_law_render(v: dict) -> str:
+    names = [key[: -len(" slope_k_eta")] for key in v if key.endswith(" slope_k_eta")]
+    cells = sorted(
+        {
+            tuple(float(x.split("=")[1]) for x in key.split(" bias ")[1].split()[:2])
+            for key in v
+            if " bias k=" in key
+        }
+    )
+    shown = [c for c in cells if math.isclose(c[0] * c[1], LAW_PRODUCT)]
+    head = " · ".join(f"({int(k)}, {e:g})" for k, e in shown)
+    lines = [
+        f"| composition | bias² at k·η = {LAW_PRODUCT:g}: (k, η) = {head} | slope in k·η "
+        "(points) | slope in k, smallest η | slope in η, k = 1 | collapse |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def pm(key):
+        x, se = _v(v, key), _v(v, key + "_se")
+        return "—" if math.isnan(x) else f"{_num(x, 3)} ± {_num(se, 2)}"
+
+    for name in names:
+        spec = next(key.split()[-1] for key in v if key.startswith(f"{name} bias k="))
+        bias = " · ".join(_pm(v, f"{name} bias k={int(k)} eta={e:g} {spec}") for k, e in shown)
+        points = _v(v, f"{name} points")
+        slope = pm(f"{name} slope_k_eta")
+        slope += "" if math.isnan(points) or slope == "—" else f" ({int(points)})"
+        lines.append(
+            f"| `{name}` | {bias} | {slope} | {pm(f'{name} slope_k')} | "
+            f"{pm(f'{name} slope_eta')} | {pm(f'{name} collapse')} |"
+        )
+    return "\n".join(lines)
+
+
 # ---- per-prompt allocation (docs/allocate.md) ------------------------------------------------
 
 ALLOC_BUDGETS = (256, 1024)  # the static table's budgets (the quick run has 256)
@@ -1256,6 +1313,14 @@ BLOCKS = {
             _async_render,
             "safe k (no SE: the excesses are checked instead) and the final round's J and gap "
             "(the quick run trains fewer rounds: J after its last round is checked)",
+        ),
+        Block(
+            "asynchronous-law",
+            ("asynchronous_staleness_law",),
+            _async_law_extract,
+            _async_law_render,
+            "the slopes and the collapse ratio (fitted over the grid, which the quick run "
+            "shrinks): the bias² cells they are fitted to are checked",
         ),
         Block(
             "offpolicy-kl",

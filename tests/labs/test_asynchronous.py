@@ -199,3 +199,25 @@ def test_queue_laws_join_the_curves(tmp_path, capsys):
     se = math.sqrt(float(p @ np.arange(4) ** 2) - mean_age**2) / math.sqrt(16)
     assert abs(q["age"].mean() - mean_age) < 4 * se
     assert set(tables["training"]["law"]) == {"k=0", "k=3", "queue:1.5:0.5"}
+
+
+def test_the_staleness_law_table_reads_slopes_and_the_collapse():
+    """bias² = c·(k·η)² exactly (SE 1% of it) gives slope 2 in k·η, k and η and a collapse ratio
+    of 1 where the corner products agree; a composition with no bias (SIS) gives NaN, never a
+    slope."""
+    rows = []
+    for k in (0, 1, 2, 4, 8):
+        for eta in (0.05, 0.1, 0.2, 0.4):
+            for name, c in (("x", 3.0), ("sis", 0.0)):
+                b = c * (k * eta) ** 2
+                rows.append(
+                    {"correction": name, "mismatch": "noise:0", "switch": 0, "update": 0}
+                    | {"staleness": k, "eta": eta, "bias_sq_paired": b}
+                    | {"bias_sq_paired_se": 0.01 * b + (1e-6 if c == 0 else 0)}
+                )
+    law = analysis.staleness_law(pd.DataFrame(rows)).set_index("correction")
+    for col in ("slope_k_eta", "slope_k", "slope_eta"):
+        assert law.loc["x", col] == pytest.approx(2.0, abs=1e-9)
+        assert math.isnan(law.loc["sis", col])
+    assert law.loc["x", "collapse"] == pytest.approx(1.0) and law.loc["x", "points"] == 16
+    assert math.isnan(law.loc["sis", "collapse"])

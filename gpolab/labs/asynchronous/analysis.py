@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from gpolab.kernels.splits import split_se
-from gpolab.labs.offpolicy.analysis import largest_safe
+from gpolab.labs.offpolicy.analysis import fit_slope, largest_safe
 
 SAFE = 1.10  # "safe": MSE within 10% of a fresh on-policy update's at the same θ
 SHRINK = 0.9  # ... and the update not shrunk by more than 10% (scale = E ĝ·g / E‖g‖²)
@@ -132,4 +134,57 @@ def decision(tables: dict, mine: dict) -> pd.DataFrame:
                 )
                 row["best final J"] = _lead(t, "J_final", "J_final_se", True)
         rows.append(row)
+    return pd.DataFrame(rows)
+
+
+LAW_KEYS = ["correction", "mismatch", "switch"]
+
+
+def staleness_law(updates: pd.DataFrame) -> pd.DataFrame:
+    """Per (composition, mismatch): how the first update's bias grows with the staleness k and
+    the step size η (the law O(S·η) of arXiv 2607.01083's abstract: a per-step bias of order
+    S·η).  From the paired bias² against the sequence-IS update on the same minibatch (SIS is
+    unbiased at every θ, so the pair's mean difference is the update's bias, measured with less
+    noise), each slope a weighted fit of log bias² with its SE (points within 3 SE of 0 left
+    out; :func:`gpolab.labs.offpolicy.analysis.fit_slope`):
+
+    * ``slope_k_eta``: in the product k·η over every (k ≥ 1, η) — 2 where the bias is linear in
+      S·η, above 2 where it vanishes faster;
+    * ``slope_k``: in k at the smallest η; ``slope_eta``: in η at the smallest k ≥ 1;
+    * ``collapse``: bias² at (largest k, smallest η) over bias² at (smallest k ≥ 1, largest η)
+      where the two products k·η are equal (1 where the bias depends on k·η alone), with its
+      delta-method SE; NaN where they differ or either is within 3 SE of 0."""
+
+    first = updates[(updates["update"] == 0) & (updates["staleness"] >= 1)]
+    rows = []
+    for key, g in first.groupby(LAW_KEYS, sort=False):
+        y, se = g["bias_sq_paired"], g["bias_sq_paired_se"]
+        s, s_se, n = fit_slope(g["staleness"] * g["eta"], y, se)
+        low = g[g["eta"] == g["eta"].min()]
+        sk = fit_slope(low["staleness"], low["bias_sq_paired"], low["bias_sq_paired_se"])
+        near = g[g["staleness"] == g["staleness"].min()]
+        se_ = fit_slope(near["eta"], near["bias_sq_paired"], near["bias_sq_paired_se"])
+        a = g[(g["staleness"] == g["staleness"].max()) & (g["eta"] == g["eta"].min())]
+        b = g[(g["staleness"] == g["staleness"].min()) & (g["eta"] == g["eta"].max())]
+        ratio = (math.nan, math.nan)
+        if (
+            len(a)
+            and len(b)
+            and math.isclose(
+                a["staleness"].iloc[0] * a["eta"].iloc[0], b["staleness"].iloc[0] * b["eta"].iloc[0]
+            )
+        ):
+            (ya, sa), (yb, sb) = (
+                (float(x["bias_sq_paired"].iloc[0]), float(x["bias_sq_paired_se"].iloc[0]))
+                for x in (a, b)
+            )
+            if ya > 3 * sa and yb > 3 * sb:  # both resolved (SIS's is 0: no ratio)
+                r = ya / yb
+                ratio = (r, abs(r) * math.hypot(sa / ya, sb / yb))  # independent: conservative
+        rows.append(
+            dict(zip(LAW_KEYS, key, strict=True))
+            | {"slope_k_eta": s, "slope_k_eta_se": s_se, "points": n}
+            | {"slope_k": sk[0], "slope_k_se": sk[1], "slope_eta": se_[0], "slope_eta_se": se_[1]}
+            | {"collapse": ratio[0], "collapse_se": ratio[1]}
+        )
     return pd.DataFrame(rows)

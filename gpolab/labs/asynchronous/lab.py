@@ -47,7 +47,7 @@ from gpolab.labs.mismatch.from_config import stamp
 from gpolab.labs.offpolicy.tables import UPDATE, epoch_at, stats_columns
 
 NAME = "asynchronous"
-TABLES = ("results", "updates", "safe_staleness", "curves", "training")
+TABLES = ("results", "updates", "safe_staleness", "staleness_law", "curves", "training")
 # the code names markov (its make, parse_mismatch, behaviour logits and exact gradient)
 NEEDS = envs.Needs(("token_logp", "behaviour"), fields=("batch", "length"), only=("markov",))
 INSTANCES = envs.instances(*envs.names(NEEDS))
@@ -408,7 +408,8 @@ def unit_rows(cfg: Config, unit: dict, key) -> list[dict]:
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
-    """``{results, updates, safe_staleness, curves, training}``, resumed from ``store``."""
+    """``{results, updates, safe_staleness, staleness_law, curves, training}``, resumed from
+    ``store``."""
     cfg.validate()
     key = jax.random.key(cfg.seed) if key is None else key
     todo = units(cfg)
@@ -426,6 +427,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
             tables[name] = tables[name].astype({c: int for c in cols})
     splits = tables.pop("splits")
     tables["safe_staleness"] = analysis.safe_staleness(tables["results"])
+    tables["staleness_law"] = analysis.staleness_law(tables["updates"])
     tables["training"] = analysis.training(splits)
     mine = yours(cfg)
     for name in ("results", "curves", "training"):
