@@ -193,7 +193,7 @@ def parse(spec: str) -> tuple[str, dict]:
                 f"correction {name} {key}: got {raw!r}; allowed: a finite number > {low:g}"
             )
         overrides[key] = value
-    low, high = (overrides.get(k, v) for k, v in zip(KNOBS[:2], entry.knobs[:2], strict=True))
+    low, high, _ = _merged(name, overrides)
     if entry.correction.clip == "dual" and high != low:
         raise validate.ConfigError(
             f"correction {name}: got eps_low {low!r}, eps_high {high!r}; allowed: equal values "
@@ -206,9 +206,9 @@ def correction(spec: str) -> Correction:
     """The :class:`Correction` ``spec`` runs: its entry's, with the ``ppo`` clip read as
     ``higher`` (ε_low below 1, ε_high above) where the spec's ε_high differs from its ε_low
     (gpolab's ``ppo`` rule is symmetric in ε_low)."""
-    name, _ = parse(spec)
+    name, overrides = parse(spec)
     corr = REGISTRY[name].correction
-    low, high, _ = knobs(spec)
+    low, high, _ = _merged(name, overrides)
     if corr.clip == "ppo" and high != low:
         return dataclasses.replace(corr, clip="higher")
     return corr
@@ -217,7 +217,11 @@ def correction(spec: str) -> Correction:
 def knobs(spec: str) -> tuple:
     """(ε_low, ε_high, c) of ``spec``: its overrides over its framework's values (None where the
     entry reads none)."""
-    name, overrides = parse(spec)
+    return _merged(*parse(spec))
+
+
+def _merged(name: str, overrides: dict) -> tuple:
+    """(ε_low, ε_high, c): ``overrides`` over entry ``name``'s framework values."""
     return tuple(overrides.get(k, v) for k, v in zip(KNOBS, REGISTRY[name].knobs, strict=True))
 
 

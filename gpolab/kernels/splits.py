@@ -18,7 +18,9 @@ API (numpy, any leading shape ``[...]``; vectors on the last axis):
   (every seed), ``split`` (one per part, leading axis S) and ``mse_se`` (from ``sq2``, the
   per-seed ‖e‖⁴; NaN without it);
 * :func:`split_se` (values [S, ...]) → the SE of their mean, std(ddof=1)/√S over axis 0;
-* :func:`mean_se` (values [S]) → (mean, SE) as floats.
+* :func:`mean_se` (values [S]) → (mean, SE) as floats;
+* :func:`run` (fn, cell, args, key, seeds, splits, chunk) → the engine run of each split (seeds
+  shared out as evenly as rounding allows, split s drawing from ``fold_in(key, s)``).
 
 Used by :mod:`gpolab.kernels.offpolicy` (pooled over the splits, per update and per epoch) and
 :mod:`gpolab.kernels.rollout_mismatch` (the mean of the splits' estimates)."""
@@ -79,3 +81,17 @@ def mean_se(values) -> tuple[float, float]:
     """(mean, SE) of per-split ``values`` [S]."""
     values = np.asarray(values)
     return float(values.mean()), float(split_se(values))
+
+
+def run(fn, cell, args, key, seeds: int, splits: int, chunk: int = 0) -> list:
+    """One :func:`gpolab.engine.run` per split: ``seeds`` shared out over ``splits`` batches as
+    evenly as rounding allows, split s drawing from ``fold_in(key, s)``."""
+    import jax
+
+    from gpolab import engine
+
+    sizes = np.diff(np.linspace(0, seeds, splits + 1).round().astype(int))
+    return [
+        engine.run(fn, cell, args, jax.random.fold_in(key, s), int(n), chunk)
+        for s, n in enumerate(sizes)
+    ]

@@ -39,12 +39,13 @@ from gpolab.configs import option
 from gpolab.envs import markov
 from gpolab.estimators import asynchronous as compositions
 from gpolab.kernels import async_rl as kernel
+from gpolab.kernels import splits
 from gpolab.kernels.splits import split_se
 from gpolab.kit.store import cell_key, resumed
 from gpolab.kit.tables import table_text
 from gpolab.labs.asynchronous import analysis, plots, queue
 from gpolab.labs.mismatch.from_config import stamp
-from gpolab.labs.offpolicy.tables import UPDATE, epoch_at, stats_columns
+from gpolab.labs.offpolicy.tables import UPDATE, epoch_at, frame, stats_columns
 
 NAME = "asynchronous"
 TABLES = ("results", "updates", "safe_staleness", "staleness_law", "curves", "training")
@@ -248,15 +249,6 @@ def _knobs(spec: str) -> tuple:
     return tuple(d if k is None else k for k, d in zip(own, KNOB_DEFAULTS, strict=True))
 
 
-def _split_runs(fn, cell, args, key, seeds: int, chunk: int) -> list:
-    """One engine run per split of ``seeds`` (:data:`SPLITS` independent batches)."""
-    sizes = np.diff(np.linspace(0, seeds, SPLITS + 1).round().astype(int))
-    return [
-        engine.run(fn, cell, args, jax.random.fold_in(key, s), int(n), chunk)
-        for s, n in enumerate(sizes)
-    ]
-
-
 # ---------------------------------------------------------------- a unit's rows
 
 
@@ -287,19 +279,6 @@ def _base(cfg: Config, unit: dict, cell: kernel.Cell) -> dict:
     }
 
 
-def _flat(index: dict, cols: dict, base: dict, table: str) -> list[dict]:
-    """Rows of ``table`` over the product ``index`` (arrays broadcast together, C order)."""
-    shape = np.broadcast_shapes(*(np.shape(v) for v in (*index.values(), *cols.values())))
-    data = {k: np.broadcast_to(v, shape).reshape(-1) for k, v in (index | cols).items()}
-    n = int(np.prod(shape))
-    return [{"table": table, **base, **{k: _item(v[i]) for k, v in data.items()}} for i in range(n)]
-
-
-def _item(x):
-    """A numpy scalar as its Python value (a string as it is)."""
-    return x.item() if hasattr(x, "item") else x
-
-
 def _error_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
     """The ``updates`` and ``results`` rows of one unit."""
     staleness, ms = _grid(cfg)
@@ -307,7 +286,7 @@ def _error_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
     params, theta = _params(cfg.instance, cfg.T)
     size = markov.parse_mismatch(unit["mismatch"])[1]
     args = kernel.inputs(cell, params, theta, cfg.eta, size, *_knobs(unit["correction"]))
-    s = kernel.summary(_split_runs(kernel.per_seed, cell, args, key, cfg.seeds, cfg.chunk))
+    s = kernel.summary(splits.run(kernel.per_seed, cell, args, key, cfg.seeds, SPLITS, cfg.chunk))
     eta = np.asarray(cfg.eta, float)[:, None, None]
     k = np.asarray(staleness)[None, :, None]
     rows = []
@@ -322,7 +301,7 @@ def _error_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
         cols["excess_mse"] = cols["mse"] / cols["mse_fresh"] - 1
         cols["excess_mse_se"] = split_se(at.of(s.main.split.mse) / at.of(s.fresh_split))
         index = {"eta": eta, "staleness": k, **last}
-        rows += _flat(index, cols, base | {"n_seeds": s.n}, table)
+        rows += frame(table, base | {"n_seeds": s.n}, index, cols)
     return rows
 
 
@@ -346,7 +325,7 @@ def _curve_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
     for m in ms:
         run = kernel.Training(_cell(cfg, unit, m), cfg.rounds)
         key_m = jax.random.fold_in(key, m)
-        parts = _split_runs(kernel.train_seed, run, args, key_m, cfg.curve_seeds, cfg.chunk)
+        parts = splits.run(kernel.train_seed, run, args, key_m, cfg.curve_seeds, SPLITS, cfg.chunk)
         n = sum(p.n for p in parts)
         split_J = np.stack([p.sums["J"] / p.n for p in parts])  # (S, E, L, R)
         names_out = ("J", "clip_frac", "log_gap", "age")
@@ -355,11 +334,13 @@ def _curve_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
         cols["J_ascent"] = ascent[:, None, (np.arange(cfg.rounds) + 1) * m]
         cols["drop"] = drop
         index = {"eta": eta, "law": law, "staleness": k, "m": m, "round": rnd + 1}
-        rows += _flat(index | {"updates": (rnd + 1) * m}, cols, base | {"n_seeds": n}, "curves")
+        rows += frame(
+            "curves", base | {"n_seeds": n}, index | {"updates": (rnd + 1) * m}, cols, {}, False, {}
+        )
         final = {"J_final": split_J[..., -1], "J_area": split_J.mean(-1)}
         s_index = {"split": np.arange(SPLITS)[:, None, None], "eta": eta[..., 0], "m": m}
         s_index |= {"law": law[..., 0], "staleness": k[..., 0]}
-        rows += _flat(s_index, final, base, "splits")
+        rows += frame("splits", base, s_index, final)
     return rows
 
 
@@ -425,10 +406,10 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     for name, cols in (("results", ("m",)), ("updates", ("update",)), ("curves", CURVE_INTS)):
         if not tables[name].empty:
             tables[name] = tables[name].astype({c: int for c in cols})
-    splits = tables.pop("splits")
+    per_split = tables.pop("splits")
     tables["safe_staleness"] = analysis.safe_staleness(tables["results"])
     tables["staleness_law"] = analysis.staleness_law(tables["updates"])
-    tables["training"] = analysis.training(splits)
+    tables["training"] = analysis.training(per_split)
     mine = yours(cfg)
     for name in ("results", "curves", "training"):
         t = tables[name]

@@ -31,6 +31,7 @@ from gpolab.configs import option
 from gpolab.envs import arithmetic, bandit
 from gpolab.estimators import offpolicy as rules
 from gpolab.kernels import offpolicy as kernel
+from gpolab.kernels import splits
 from gpolab.kit.store import cell_key, resumed
 from gpolab.kit.tables import table_text
 from gpolab.labs.offpolicy import analysis, plots
@@ -329,11 +330,7 @@ def inputs(cfg: Config, unit: dict, etas=None) -> tuple:
 def _moments(cfg: Config, unit: dict, key):
     """One engine run per split: the list of :class:`gpolab.engine.Moments`."""
     cell, args = inputs(cfg, unit)
-    sizes = np.diff(np.linspace(0, cfg.seeds, SPLITS + 1).round().astype(int))
-    return cell, [
-        engine.run(kernel.per_seed, cell, args, jax.random.fold_in(key, s), int(n), cfg.chunk)
-        for s, n in enumerate(sizes)
-    ]
+    return cell, splits.run(kernel.per_seed, cell, args, key, cfg.seeds, SPLITS, cfg.chunk)
 
 
 # ---------------------------------------------------------------- a unit: tables from arrays

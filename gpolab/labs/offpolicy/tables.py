@@ -95,9 +95,12 @@ def _flat(shape: tuple, x):
     return np.broadcast_to(x, shape).reshape(-1)
 
 
-def frame(table: str, base: dict, index: dict, cols: dict, theory: dict, first, kl: dict):
+def frame(
+    table: str, base: dict, index: dict, cols: dict, theory=None, first=False, kl=None
+) -> list[dict]:
     """The rows of ``table`` over the product ``index`` (arrays broadcast to one shape, read in C
-    order): ``cols``, then ``theory``'s columns on the rows where ``first`` holds, then ``kl``."""
+    order): ``cols``, then ``theory``'s columns on the rows where ``first`` holds, then ``kl``
+    (the asynchronous lab's tables have neither)."""
     shape = np.broadcast_shapes(*(np.shape(v) for v in (*index.values(), *cols.values())))
     flat = functools.partial(_flat, shape)
     data = {k: flat(v) for k, v in (index | cols).items()}
@@ -105,5 +108,5 @@ def frame(table: str, base: dict, index: dict, cols: dict, theory: dict, first, 
     if theory and at.any():
         blank = {k: None if isinstance(v, str) else np.nan for k, v in theory.items()}
         data |= {k: np.where(at, v, blank[k]) for k, v in theory.items()}
-    data |= {k: flat(v) for k, v in kl.items()}
+    data |= {k: flat(v) for k, v in (kl or {}).items()}
     return pd.DataFrame({"table": table, **base, **data}).to_dict("records")
