@@ -83,7 +83,7 @@ def read(path) -> dict:
                     f"{where}{key}: verl's fully-async recipe is not mapped yet; allowed: a "
                     "config of verl's synchronous PPO trainer"
                 )
-        flat = mismatch_config.read(path)  # every verl key and value checked, naming the file
+        flat = mismatch_config.checked(data, where)  # every verl key and value, naming the file
         setup_of(flat, where)
         return flat
     if _is_areal(data):

@@ -142,9 +142,14 @@ def read(path) -> dict:
     """The settings of a TRL or verl config file as one dict (verl: dotted keys), checked as
     :func:`correction_of` checks them; one :class:`ConfigError` naming the file (and the key)
     for an unreadable, unknown, foreign or invalid file."""
-    data = load(path)
-    flat, framework = _settings(data, f"{path}: ")
-    (_trl if framework == "trl" else _verl)(flat, f"{path}: ")  # every check, naming the file
+    return checked(load(path), f"{path}: ")
+
+
+def checked(data, where: str) -> dict:
+    """:func:`read`'s settings of a loaded file's content ``data``: every check, each error
+    starting with ``where`` (the file)."""
+    flat, framework = _settings(data, where)
+    (_trl if framework == "trl" else _verl)(flat, where)
     return flat
 
 
