@@ -163,13 +163,19 @@ def _on_policy(cell: Cell, params, theta, key) -> jax.Array:
 def _epoch(key, cell: Cell, params, rollout: Batch, eta, knobs, theta, age) -> dict:
     """The m minibatches used in turn from θ_k = ``theta``, the rollouts ``age`` = k versions
     old, the trainer's log-probs recomputed there once (π_prox); outputs (m, ...)."""
+    prox, alpha = _proximal(cell, params, rollout, theta, age)
+    step = functools.partial(_update, key, cell, params, rollout, prox, eta, (alpha, *knobs))
+    return jax.lax.scan(step, theta, jnp.arange(cell.m))[1]
+
+
+def _proximal(cell: Cell, params, rollout: Batch, theta, age) -> tuple:
+    """(π_prox's log-probs of the rollout's tokens, recomputed once at the step's start θ
+    (m, B, G, T); A-3PO's α per token for rollouts ``age`` versions old (T,))."""
     table = markov.table(params, theta)
     prox = jax.vmap(functools.partial(markov.table_logp, params, table))(
         rollout.prompts, rollout.tokens
     )
-    alpha = _token_alpha(cell, params.T, age)
-    step = functools.partial(_update, key, cell, params, rollout, prox, eta, (alpha, *knobs))
-    return jax.lax.scan(step, theta, jnp.arange(cell.m))[1]
+    return prox, _token_alpha(cell, params.T, age)
 
 
 def _update(key, cell: Cell, params, rollout: Batch, prox, eta, knobs, theta, j) -> tuple:
@@ -359,11 +365,7 @@ def _train(run: Training, params, theta0, key, size, knobs, eta, law) -> dict:
         age = jnp.minimum(jax.random.choice(k_age, kmax + 1, p=law), r * cell.m)
         later = versions[jnp.maximum(age - 1, 0)] if cell.switch else None
         rollout = _rollout(cell, params, k_roll, versions[age], size, later)
-        table = markov.table(params, versions[0])
-        prox = jax.vmap(functools.partial(markov.table_logp, params, table))(
-            rollout.prompts, rollout.tokens
-        )
-        alpha = _token_alpha(cell, params.T, age.astype(theta0.dtype))
+        prox, alpha = _proximal(cell, params, rollout, versions[0], age.astype(theta0.dtype))
 
         def update(versions, j):
             b = jax.tree.map(operator.itemgetter(j), rollout)
