@@ -243,3 +243,15 @@ def test_areal_configs_it_cannot_map_are_one_error(tmp_path, data, message):
     with pytest.raises(ConfigError) as err:
         from_config.read(path)
     assert str(err.value).startswith(str(path)) and message in str(err.value)
+
+
+def test_a_queue_law_is_checked_against_the_grid_that_runs(tmp_path):
+    """The user's oldest rollouts join the staleness grid, so a queue law is checked against
+    that grid: ages up to the config's staleness are kept, older ones still refused."""
+    path = _file(tmp_path, {"max_staleness": 4})  # k = 4 joins the grid (0, 1)
+    fields = dict(staleness=(0, 1), from_config=str(path), out=str(tmp_path / "o"))
+    asynchronous.Config(queue=("queue:3:0",), **fields).validate()
+    with pytest.raises(ConfigError, match="older than the largest staleness 4"):
+        asynchronous.Config(queue=("queue:6:0",), **fields).validate()
+    with pytest.raises(ConfigError, match="older than the largest staleness 1"):
+        asynchronous.Config(queue=("queue:3:0",), staleness=(0, 1)).validate()

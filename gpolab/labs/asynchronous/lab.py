@@ -163,13 +163,14 @@ class Config(configs.Config):
                 "least 1 (the engine's later weights are the trainer's next version)"
             )
         validate.integer("rounds", self.rounds, 0, 10_000)
-        for spec in self.queue:
-            queue.law(spec, max(self.staleness))
         if self.rounds:
             validate.seeds("curve_seeds", self.curve_seeds, 2 * SPLITS)
         mine = yours(self)
         if mine is not None:
             validate.at_most("from_config", (mine["staleness"],), MAX_STALENESS, "versions kept")
+        kmax = max(_grid(self)[0])  # the grid that runs: the user's oldest rollouts included
+        for spec in self.queue:
+            queue.law(spec, kmax)
 
 
 # ---------------------------------------------------------------- the user's own setup
