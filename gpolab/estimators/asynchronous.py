@@ -22,32 +22,47 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax.numpy as jnp
+
 from gpolab import validate
 from gpolab.estimators import mismatch
 from gpolab.estimators import offpolicy as rules
 
-ANCHORS = ("trainer", "engine", "interpolated")  # π_prox at the step's start, μ, or AReaL's
-# loglinear interpolation between μ and the detached π_θ by the rollouts' age
+ANCHORS = ("trainer", "engine", "interpolated", "current")  # π_prox at the step's start, μ,
+# AReaL's loglinear interpolation between μ and the detached π_θ by the rollouts' age, or the
+# detached π_θ itself (old log-probs taken at the update: VCPO's skip_recompute_old_log_prob)
 WEIGHT_KINDS = ("none", "truncate", "mask")  # mismatch entries usable as a detached weight
+OWN_RULES = {"cumtoken": ("sqrt_log",), "token": ("m2",)}  # this module's (ratio: clips), beside
+# estimators.offpolicy's: CTPO's cumulative token ratio and M2PO's second-moment clip
+STEPS = ("fixed", "ess_sqrt")  # the step as given, or VCPO's ESS-scaled step
+M2_BUDGET = 0.04  # M2PO's τ_M2 ("across all our experiments"; M2_budget in its scripts)
+CTPO_CAP = 10.0  # CTPO clamps the cumulative log ratio at 10 (and each token's at ±20)
 
 
 @dataclasses.dataclass(frozen=True)
 class Correction:
     """One composition: ``ratio`` and ``clip`` (a rule of :mod:`gpolab.estimators.offpolicy`) of
     π_θ over the ``anchor`` (``trainer``: π_prox; ``engine``: μ; ``interpolated``: AReaL's
-    log μ + α (log π_θ − log μ), π_θ detached, α from the rollouts' age), times the detached
+    log μ + α (log π_θ − log μ), π_θ detached, α from the rollouts' age; ``current``: the
+    detached π_θ, which then also stands for π_prox in the weight), times the detached
     ``weight`` (an entry of :mod:`gpolab.estimators.mismatch` on (π_prox, μ), its ``options`` as
-    sorted (name, value) pairs; ``none``: 1)."""
+    sorted (name, value) pairs; ``none``: 1).  Two rules are this module's (:func:`objective`):
+    CTPO's ``cumtoken`` ratio with its ``sqrt_log`` clip, and M2PO's ``m2`` clip of the token
+    ratio; ``step`` ``ess_sqrt`` scales the update by VCPO's √min(1, ESS/N)."""
 
     ratio: str = "token"
     clip: str = "ppo"
     anchor: str = "trainer"
     weight: str = "none"
     options: tuple = ()
+    step: str = "fixed"
 
     def validate(self) -> None:
-        validate.choice("ratio", self.ratio, tuple(rules.RATIOS))
-        validate.choice("clip", self.clip, rules.rule_clips(self.ratio))
+        validate.choice("ratio", self.ratio, tuple(rules.RATIOS) + ("cumtoken",))
+        own = OWN_RULES.get(self.ratio, ())
+        base = rules.rule_clips(self.ratio) if self.ratio in rules.RATIOS else ()
+        validate.choice("clip", self.clip, base + own)
+        validate.choice("step", self.step, STEPS)
         validate.choice("anchor", self.anchor, ANCHORS)
         validate.choice("weight", self.weight, tuple(mismatch.REGISTRY))
         entry = mismatch.REGISTRY[self.weight]
@@ -72,6 +87,7 @@ class Entry:
 
 TRL = "huggingface/trl f2cd57710ae3 trl/experimental/async_grpo/"
 AREAL = "inclusionAI/AReaL 4aef98d8d818 areal/"
+CTPO = "horizon-llm/CTPO acc40211dbea "
 VERL = "verl-project/verl 1dda039b9c63 verl/"
 VERL_LOSS = (
     VERL + "trainer/ppo/core_algos.py::compute_policy_loss_vanilla (ratio π_θ/π_old, clip 0.2, "
@@ -152,6 +168,62 @@ REGISTRY: dict[str, Entry] = {
         (0.2, 0.2, 3.0),
         CLAMP,
     ),
+    "ctpo/cumtoken": Entry(
+        Correction("cumtoken", "sqrt_log", "trainer", "verl/seq_tis", (("is_threshold", 5.0),)),
+        CTPO + "verl/trainer/ppo/core_algos.py::_compute_policy_loss_cum_token_la_impl (loss "
+        "cum-token-cumprod-la: the prefix product of π_θ/π_old up to t, gradient through token t "
+        "alone, log clamp 10; log-space clip −0.025√t, +0.05√t, dual bound 0.05√t for A < 0, "
+        "from ctpo.sh) times verl's sequence TIS weight min(Π π_old/μ, 5) (ROLLOUT_IS_LEVEL "
+        "sequence, ROLLOUT_IS_THRESHOLD 5.0); π_old recomputed at the step's start (bypass_mode "
+        "false)",
+        (0.025, 0.05, None),
+        "ε_low and ε_high are CTPO's log-space coefficients of √t (LA_CLIP_LOW, LA_CLIP_HIGH); the "
+        "dual bound's coefficient is tied to ε_high (LA_CLIP_C = LA_CLIP_HIGH = 0.05 in ctpo.sh); "
+        "ctpo.sh runs 16 minibatch updates per batch",
+    ),
+    "m2po/m2": Entry(
+        Correction("token", "m2", "engine"),
+        "Infini-AI-Lab/M2PO af54a3e8feff verl/trainer/ppo/core_algos.py::compute_m2po_policy_loss "
+        "(PPO's max rule on π_θ/π_behav with bounds [e^−τ, e^τ]), kpo_clip_harmful_tokens and "
+        "_solve_tau_from_sorted_delta2 (τ from the harmful tokens' (log r)², M2_budget 0.04 in "
+        "train-scripts/m2po-qwen-math-7b-s256.sh; floors miniclip_low/high unset); no ε-clip",
+        (None, None, None),
+        "the behaviour log-probs are the engine's μ (M2PO recomputes them with the trainer at the "
+        "rollout's version: the same at no mismatch); τ from each minibatch of B × G responses "
+        "(M2PO: per micro-batch of at most 30,000 tokens per GPU); the code's water-filling τ, "
+        "not the paper's one-by-one removal (Algorithm 1), which masks fewer tokens",
+    ),
+    "nemo/seq_mask_tis": Entry(
+        Correction("token", "ppo", "trainer", "nemo/seq_mask_tis"),
+        "NVIDIA-NeMo/RL 7ea279abfbeb nemo_rl/algorithms/loss/loss_functions.py::ClippedPGLossFn."
+        "__call__ (PPO clip of π_θ/π_prev, ratio_clip_min/max 0.2 in examples/configs/"
+        "grpo_math_1B.yaml, times the seq-mask-tis weight of estimators.mismatch)",
+        (0.2, 0.2, None),
+        "ProRL v2.1 (examples/configs/prorlv2_1_moe.v2.yaml) also sets force_on_policy_ratio "
+        "(π_prev := π_θ, one update per batch): m = 1 is that setup",
+    ),
+    "openrlhf/seq_mask_tis": Entry(
+        Correction("token", "ppo", "trainer", "openrlhf/seq_mask_tis"),
+        "OpenRLHF/OpenRLHF 3c3be6234e0c openrlhf/models/loss.py::PolicyLoss.forward (policy_loss_"
+        "type ppo, eps_clip 0.2, times the seq-mask-tis weight of estimators.mismatch)",
+        (0.2, 0.2, None),
+        "OpenRLHF's dual clip is off by default (--actor.dual_clip None)",
+    ),
+    "gpolab/vcpo_ess": Entry(
+        Correction(
+            "token", "none", "current", "verl/seq_tis", (("is_threshold", 8.0),), "ess_sqrt"
+        ),
+        "gpolab's variant of VCPO (mit-han-lab/vcpo c7f030f0b772: recipe/fully_async_policy/shell/"
+        "vcpo/math/vcpo_k=10.sh): old log-probs taken at the update (skip_recompute_old_log_prob, "
+        "one step per minibatch), no clip (clip_ratio_low 1.0, high and c 1e9), verl's sequence "
+        "TIS at 8, and the step scaled by √min(1, ESS/1.0) (verl/workers/actor/megatron_actor.py::"
+        "_optimizer_step_with_buffer, staleness_utils.py::compute_ess_info)",
+        (None, None, None),
+        "VCPO's OPOB baseline (staleness_utils.py::compute_opob_baseline, per-trajectory gradient "
+        "norms) is not ported: leave-one-out advantages instead; its code and its README weight "
+        "the baseline differently (min(ρ, 8)²ρ²‖∇log π‖² against w²‖∇log π‖²); VCPO scales "
+        "AdamW's learning rate, gpolab's SGD step (the same under SGD)",
+    ),
     "sis": Entry(
         Correction("sis", "none", "engine"),
         "gpolab's control: Π_t π_θ(y_t)/μ(y_t) over the engine's log-probs, unbiased for g at "
@@ -159,6 +231,104 @@ REGISTRY: dict[str, Entry] = {
         (None, None, None),
     ),
 }
+
+
+# ---------------------------------------------------------------- this module's rules
+
+
+def objective(corr: Correction, logp, anchor, c, mask, eps_low, eps_high, clip_c):
+    """(per-token objective [..., G, T], cut flags): ``corr``'s ratio rule and clip of π_θ over
+    ``anchor``, :func:`gpolab.estimators.offpolicy.objective`'s or this module's CTPO and M2PO
+    rules (arguments as there), times VCPO's detached step scale for ``step`` ``ess_sqrt``."""
+    if corr.ratio == "cumtoken":
+        obj, cut = _cumtoken(logp, anchor, c[..., None], mask, eps_low, eps_high)
+    elif corr.clip == "m2":
+        obj, cut = _m2(logp, anchor, c[..., None], mask)
+    else:
+        knobs = (eps_low, eps_high, clip_c)
+        return rules.objective(corr.ratio, corr.clip, logp, anchor, c, mask, *knobs)
+    return obj * mask, cut & (mask > 0)
+
+
+def _cumtoken(logp, old, c, mask, eps_low, eps_high):
+    """CTPO (horizon-llm/CTPO acc40211dbea verl/trainer/ppo/core_algos.py::
+    _compute_policy_loss_cum_token_la_impl, loss ``cum-token-cumprod-la``): R_t = exp(min(sg(S_t)
+    + log π_θ,t − sg(log π_θ,t), 10)), S_t = Σ_{s≤t} m_s clamp(log π_θ,s − log π_old,s, ±20), so
+    its value is the prefix product up to and including t and its gradient R_t ∇log π_θ,t;
+    PPO's max rule against exp(clamp(log R_t, −ε_low √t, ε_high √t)), t counting the response's
+    real tokens, and for A < 0 the dual bound exp(ε_high √t) (CTPO's clip_c, equal to its ε_high
+    in ctpo.sh)."""
+    d = jnp.clip(logp - old, -rules.LOG_RATIO_CLAMP, rules.LOG_RATIO_CLAMP) * mask
+    log_r = rules._sg(jnp.cumsum(d, -1)) + logp - rules._sg(logp)
+    capped = log_r > CTPO_CAP  # torch.clamp(max=10) passes no gradient beyond
+    log_r = jnp.minimum(log_r, CTPO_CAP)
+    root = jnp.sqrt(jnp.maximum(jnp.cumsum(mask, -1), 1.0))
+    low, high = eps_low * root, eps_high * root
+    plain = jnp.exp(log_r) * c
+    held = jnp.exp(jnp.clip(log_r, -low, high)) * c
+    obj = jnp.minimum(plain, held)
+    floor = jnp.exp(high) * c
+    cut = (held < plain) | ((c < 0) & (floor > obj)) | capped
+    return jnp.where(c < 0, jnp.maximum(obj, floor), obj), cut
+
+
+def _m2(logp, old, c, mask):
+    """M2PO (Infini-AI-Lab/M2PO af54a3e8feff verl/trainer/ppo/core_algos.py::
+    compute_m2po_policy_loss): PPO's max rule on r = π_θ/π_old with bounds [e^−τ, e^τ], τ from
+    the minibatch (:func:`m2_tau`) over its harmful tokens (A > 0 and r > 1, or A < 0 and r < 1);
+    bounds [0, 1e5] where their mean (log r)² is within the budget.  Written in its mask form (the
+    same gradient: the max rule cuts exactly the harmful tokens beyond a bound), a token at the
+    bound kept, as torch's clamp and max pass its whole gradient at the tie."""
+    log_r = logp - old
+    r = jnp.exp(log_r)
+    a = jnp.broadcast_to(c, logp.shape)
+    harm = (((a > 0) & (r > 1)) | ((a < 0) & (r < 1))) & (mask > 0)
+    tau = rules._sg(m2_tau(jnp.where(harm, log_r**2, jnp.inf), M2_BUDGET))
+    free = jnp.isinf(tau)
+    cut = harm & jnp.where(free, r > 1e5, log_r**2 > jnp.where(free, 0.0, tau) ** 2)
+    return jnp.where(cut, rules._sg(r), r) * c, cut
+
+
+def m2_tau(delta2, budget):
+    """M2PO's τ (``kpo_clip_harmful_tokens`` → ``_solve_tau_from_sorted_delta2``): over the
+    harmful tokens' Δ² (``delta2``, inf elsewhere, any shape) sorted ascending s_0 ≤ … ≤ s_{n−1},
+    the first k with s_k (n − k − 1) + Σ_{i≤k} s_i ≥ budget·n gives τ = √s_{k−1} (0 at k = 0;
+    the code's −1e-12 under the root left out: it decides only the tie at s_{k−1}); inf (no
+    clip) when Σ s ≤ budget·n or n = 0.  Water-filling: the tokens above τ still count in the
+    mean, at τ² (the code's rule; the paper's Algorithm 1 removes them one by one)."""
+    s = jnp.sort(delta2.ravel())
+    finite = jnp.isfinite(s)
+    n = jnp.sum(finite)
+    k = jnp.arange(s.size)
+    csum = jnp.cumsum(jnp.where(finite, s, 0.0))
+    target = budget * n
+    hit = finite & ((s - 1e-12) * (n - k - 1) + csum >= target - 1e-12)
+    first = jnp.argmax(hit)
+    prev = jnp.where(finite, s, 0.0)[jnp.maximum(first - 1, 0)]
+    tau = jnp.where(first == 0, 0.0, jnp.sqrt(prev))
+    return jnp.where((n > 0) & (csum[-1] > target), tau, jnp.inf)
+
+
+def ess_ratio(log_w):
+    """VCPO's ESS ratio (mit-han-lab/vcpo c7f030f0b772 recipe/fully_async_policy/
+    staleness_utils.py::compute_ess_info): (Σ w)² / (N Σ w²) over the N sequence weights
+    w = e^{log_w} (any shape), 1 when they are equal; computed from w / max w (VCPO's 1e-8 in
+    the denominator left out: it only acts where Σ w² is below 1e-8)."""
+    w = jnp.exp(log_w - jnp.max(log_w))
+    return jnp.sum(w) ** 2 / (w.size * jnp.sum(w * w))
+
+
+VCPO_BASE = 1.0  # VCPO's base_ess_ratio in its math scripts (0.55 in the multi-turn one)
+
+
+def step_scale(corr: Correction, prox, engine, mask):
+    """The update's detached scale: VCPO's √min(1, ESS/base) (``megatron_actor.py::
+    _optimizer_step_with_buffer``, scaling_rule sqrt) over the minibatch's sequence weights
+    Π_t π_prox/μ for ``step`` ``ess_sqrt``; 1 for ``fixed``."""
+    if corr.step == "fixed":
+        return 1.0
+    ess = ess_ratio(jnp.sum((prox - engine) * mask, -1))  # π_prox: π_θ with anchor current
+    return rules._sg(jnp.sqrt(jnp.minimum(1.0, ess / VCPO_BASE)))
 
 
 def get(name: str) -> Entry:

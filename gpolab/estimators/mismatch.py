@@ -26,6 +26,9 @@ from the losses as the sources write them (ρ = e^d, m the mask, T = Σ_t m_t):
   r = exp(clamp(d, ±20)) (0 where the clamp binds), τ = τ_pos if A > 0 else τ_neg.
 - ``verl/bypass_ppo_clip``: A·r·1[uncut], r = exp(clamp(d, ±20)); cut: the PPO max rule,
   r > clip_ratio_c for A < 0 (dual clip), or |d| > 20 (torch's clamp passes no gradient).
+- ``nemo/seq_mask_tis``, ``openrlhf/seq_mask_tis``: A·ρ_t·1[L ≤ exp(mean_t d) ≤ U], ρ_t = e^d
+  untruncated, the mask on the sequence's geometric mean (not its product, as verl's seq
+  IcePop); masked sequences stay in the denominator.
 - ``trl/cispo``: TRL's CISPO ratio is π_θ/π_old = 1, capped absolutely at ε_high, times the vLLM
   IS weight (sequence_mask, 3.0): A·min(1, ε_high)·ρ̃.
 
@@ -250,6 +253,15 @@ def verl_bypass_ppo_clip(A, d, m, *, eps_low, eps_high, clip_c):
     return _out(jnp.where(cut, 0.0, A * r), m, cut)
 
 
+def seq_mask_tis(A, d, m, *, is_threshold):
+    """seq-mask-tis: the token weight e^d, untruncated, on sequences whose geometric-mean weight
+    exp(mean_t d) lies in [L, U]; 0 on the others, which stay in the denominator."""
+    lo, hi = is_threshold
+    geo = jnp.exp(_seq_mean(d, m))
+    cut = (geo < lo) | (geo > hi)
+    return _out(jnp.where(cut, 0.0, A * jnp.exp(d)), m, cut)
+
+
 def no_correction(A, d, m):
     return _out(A, m, jnp.zeros(A.shape, bool))
 
@@ -373,6 +385,30 @@ REGISTRY: dict[str, Correction] = {
         "seq-mean-token-mean",
         tau_pos=1.0,
         tau_neg=1.05,
+    ),
+    "nemo/seq_mask_tis": _entry(
+        seq_mask_tis,
+        "NVIDIA-NeMo/RL 7ea279abfbeb nemo_rl/algorithms/loss/loss_functions.py::ClippedPGLossFn."
+        "__call__ (truncated_importance_sampling_type seq-mask-tis: exp(prev − generation "
+        "log-probs) per token, kept where the sequence's geometric mean lies in [ratio_min, "
+        "ratio]; no defaults: 0.999 and 1.002 from examples/configs/prorlv2_1_moe.v2.yaml); "
+        "masked_mean over the batch's valid tokens",
+        "sequence",
+        "mask",
+        "dapo",
+        is_threshold=(0.999, 1.002),
+    ),
+    "openrlhf/seq_mask_tis": _entry(
+        seq_mask_tis,
+        "OpenRLHF/OpenRLHF 3c3be6234e0c openrlhf/models/loss.py::PolicyLoss.forward (vllm_is_"
+        "correction_type seq-mask-tis: exp(old − rollout log-probs) per token, untruncated "
+        "although its comment says clamped, on sequences whose geometric mean lies in "
+        "is_correction_threshold, default [0.5, 5.0] in openrlhf/cli/train_ppo_ray.py); masked "
+        "sequences stay in the denominator",
+        "sequence",
+        "mask",
+        "dapo",
+        is_threshold=(0.5, 5.0),
     ),
     "verl/bypass_ppo_clip": _entry(
         verl_bypass_ppo_clip,

@@ -46,6 +46,7 @@ import numpy as np
 
 from gpolab import estimators, validate
 from gpolab.envs import markov
+from gpolab.estimators import asynchronous as compositions
 from gpolab.estimators import mismatch
 from gpolab.estimators import offpolicy as rules
 from gpolab.estimators.asynchronous import Correction
@@ -92,7 +93,8 @@ def per_seed(cell: Cell, key: jax.Array, args: tuple) -> dict:
       dict of (E, K, m, ...) arrays: per update the error e = ĝ − g (D,) against the exact
       gradient at the current θ and its squared norm (and fourth power), the paired error
       against the sequence-IS update on the same minibatch, cos(ĝ, g), ĝ·g, ‖g‖², the fresh
-      on-policy update's squared error, the clipped share and the mean |log π_θ − log μ|.
+      on-policy update's squared error and its ĝ·g, the clipped share, the mean
+      |log π_θ − log μ| and the ESS ratio of the sequence weights Π_t π_θ/μ.
     """
     params, theta_old, etas, size, *knobs = args
     k_roll, k_stale, k_fresh = jax.random.split(key, 3)
@@ -181,7 +183,7 @@ def _proximal(cell: Cell, params, rollout: Batch, theta, age) -> tuple:
 def _update(key, cell: Cell, params, rollout: Batch, prox, eta, knobs, theta, j) -> tuple:
     """Update j at θ: (θ + η ĝ_j, its errors against the exact g(θ))."""
     b = jax.tree.map(operator.itemgetter(j), rollout)
-    ghat, (frac, gap) = jax.grad(_objective, argnums=3, has_aux=True)(
+    ghat, (frac, gap, ess) = jax.grad(_objective, argnums=3, has_aux=True)(
         cell, params, b, theta, prox[j], *knobs
     )
     g = markov.value_gradient(params, theta, cell.cap or params.T + 1)[1]
@@ -199,33 +201,39 @@ def _update(key, cell: Cell, params, rollout: Batch, prox, eta, knobs, theta, j)
         "t2": g @ g,
         "cos": offpolicy._cos(ghat, g),
         "fresh": jnp.sum((g_fresh - g) ** 2),
+        "dot_fresh": g_fresh @ g,
         "clip_frac": frac,
         "log_gap": gap,
+        "ess": ess,
     }
     return theta + eta * ghat, out
 
 
 def _objective(cell: Cell, params, b: Batch, theta, prox, alpha, *knobs) -> tuple:
-    """(the correction's objective of minibatch b at θ, (clipped share, mean |log π_θ − log μ|)).
-    ``prox``: π_prox recomputed at the step's start; with the ``interpolated`` anchor (AReaL's
-    ``prox_logp_method`` loglinear) π_prox is log μ + α (log π_θ − log μ), π_θ detached."""
+    """(the correction's objective of minibatch b at θ, (clipped share, mean |log π_θ − log μ|,
+    ESS ratio of the sequence weights Π_t π_θ/μ)).  ``prox``: π_prox recomputed at the step's
+    start; with the ``interpolated`` anchor (AReaL's ``prox_logp_method`` loglinear) π_prox is
+    log μ + α (log π_θ − log μ), with ``current`` the detached π_θ itself."""
     corr = cell.correction
     logp = markov.table_logp(params, markov.table(params, theta), b.prompts, b.tokens)
     if corr.anchor == "interpolated":
         prox = b.engine + jnp.broadcast_to(alpha, logp.shape) * (
             jax.lax.stop_gradient(logp) - b.engine
         )
+    elif corr.anchor == "current":
+        prox = jax.lax.stop_gradient(logp)
     anchor = b.engine if corr.anchor == "engine" else prox
     mask = jnp.ones_like(logp)
-    obj, cut = rules.objective(corr.ratio, corr.clip, logp, anchor, b.c, mask, *knobs)
-    weight = 1.0
+    obj, cut = compositions.objective(corr, logp, anchor, b.c, mask, *knobs)
+    weight = compositions.step_scale(corr, prox, b.engine, mask)
     if corr.weight != "none":
         ones = jnp.ones_like(b.c)
         coef = mismatch.correction(corr.weight, ones, prox, b.engine, mask, **dict(corr.options))
-        weight = jax.lax.stop_gradient(coef.coef)
+        weight = weight * jax.lax.stop_gradient(coef.coef)
     share = jnp.mean(cut.astype(logp.dtype))
     gap = jnp.mean(jnp.abs(logp - b.engine))
-    return jnp.sum(weight * obj) / cell.B, (share, gap)
+    ess = compositions.ess_ratio(jax.lax.stop_gradient(jnp.sum(logp - b.engine, -1)))
+    return jnp.sum(weight * obj) / cell.B, (share, gap, ess)
 
 
 def _sis_objective(cell: Cell, params, b: Batch, theta):
@@ -281,16 +289,23 @@ class Summary(NamedTuple):
     """Every update's statistics over (E, K, m): ``main`` the error against g, ``paired`` against
     the sequence-IS update on the same minibatch (:class:`~gpolab.kernels.splits.Splits`); the
     means of cos, of the clipped share and of |log π_θ − log μ|; ``scale`` = E ĝ·g/E‖g‖² (1: no
-    shrinkage); ``fresh`` the fresh on-policy update's MSE at the same θ; ``n`` seeds."""
+    shrinkage); ``best_split`` and ``best_fresh_split`` per split the MSE at the best scalar
+    rescaling, min_c E‖c ĝ − g‖² = ‖g‖² − (E ĝ·g)²/E‖ĝ‖², of the update and of the fresh one
+    (a scale-free error: a shrunk update is not a precise one); ``ess`` the mean ESS ratio
+    (Σ w)²/(N Σ w²) of the minibatch's sequence weights Π_t π_θ/μ at the update; ``fresh`` the
+    fresh on-policy update's MSE at the same θ; ``n`` seeds."""
 
     main: Splits
     paired: Splits
     cos: np.ndarray
     clip_frac: np.ndarray
     log_gap: np.ndarray
+    ess: np.ndarray
     scale: np.ndarray
     fresh: np.ndarray
     fresh_split: np.ndarray
+    best_split: np.ndarray
+    best_fresh_split: np.ndarray
     n: int
 
 
@@ -301,15 +316,27 @@ def summary(parts: list) -> Summary:
     def mean(name):
         return sum(p.sums[name] for p in parts) / n
 
+    def split(name):
+        return np.stack([p.sums[name] / p.n for p in parts])
+
+    def best(sq, dot):  # ‖g‖² − (E ĝ·g)² / E‖ĝ‖², E‖ĝ‖² = E‖ĝ − g‖² + 2 E ĝ·g − ‖g‖²
+        t2 = split("t2")
+        hat2 = sq + 2 * dot - t2
+        zero = hat2 <= 0  # ĝ = 0 on every seed (every sequence masked): the best is ‖g‖²
+        return t2 - np.where(zero, 0.0, dot**2 / np.where(zero, 1.0, hat2))
+
     return Summary(
         main=split_stats(parts, "e_g", "sq_g", "sq_g2"),
         paired=split_stats(parts, "e_p", "sq_p", "sq_p2"),
         cos=mean("cos"),
         clip_frac=mean("clip_frac"),
         log_gap=mean("log_gap"),
+        ess=mean("ess"),
         scale=mean("dot") / mean("t2"),
         fresh=mean("fresh"),
-        fresh_split=np.stack([p.sums["fresh"] / p.n for p in parts]),
+        fresh_split=split("fresh"),
+        best_split=best(split("sq_g"), split("dot")),
+        best_fresh_split=best(split("fresh"), split("dot_fresh")),
         n=n,
     )
 
@@ -346,7 +373,7 @@ def train_seed(run: Training, key: jax.Array, args: tuple) -> dict:
 
     Returns:
       dict of (E, L, rounds) arrays: J after each round, the round's clipped share, its mean
-      |log π_θ − log μ| and the rollout's age.
+      |log π_θ − log μ|, its mean ESS ratio of the sequence weights and the rollout's age.
     """
     params, theta0, etas, laws, size, *knobs = args
     curve = functools.partial(_train, run, params, theta0, key, size, tuple(knobs))
@@ -375,11 +402,12 @@ def _train(run: Training, params, theta0, key, size, knobs, eta, law) -> dict:
             theta = versions[0] + eta * ghat
             return jnp.concatenate([theta[None], versions[:-1]]), aux
 
-        versions, (frac, gap) = jax.lax.scan(update, versions, jnp.arange(cell.m))
+        versions, (frac, gap, ess) = jax.lax.scan(update, versions, jnp.arange(cell.m))
         out = {
             "J": markov.expected_return(params, versions[0]),
             "clip_frac": jnp.mean(frac),
             "log_gap": jnp.mean(gap),
+            "ess": jnp.mean(ess),
             "age": age.astype(theta0.dtype),
         }
         return versions, out

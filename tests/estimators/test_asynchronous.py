@@ -3,6 +3,7 @@ the kernel that measures them against the exact gradient on the Markov env."""
 
 import dataclasses
 import functools
+import math
 import re
 
 import jax
@@ -36,14 +37,17 @@ def test_every_composition_is_the_on_policy_update_where_all_three_policies_agre
     b = async_rl._draw(cell, PARAMS, table, jax.random.key(3))
     knobs = tuple(jnp.float32(x) for x in (0.2, 0.28, 3.0))
     grad = functools.partial(jax.grad(async_rl._objective, argnums=3, has_aux=True), cell, PARAMS)
-    ghat, (clipped, gap) = grad(b, THETA, b.engine, jnp.float32(0.5), *knobs)
+    ghat, (clipped, gap, ess) = grad(b, THETA, b.engine, jnp.float32(0.5), *knobs)
     g_sis = jax.grad(async_rl._sis_objective, argnums=3)(cell, PARAMS, b, THETA)
-    assert float(clipped) == 0.0 and float(gap) < 1e-6
+    assert float(clipped) == 0.0 and float(gap) < 1e-6 and float(ess) == pytest.approx(1.0)
     np.testing.assert_allclose(ghat, g_sis, rtol=0, atol=1e-6 * float(jnp.abs(g_sis).max()))
     assert "/" not in name or entry.source.split()[0] in ("huggingface/trl", *_REPOS)
 
 
-_REPOS = ("inclusionAI/AReaL", "verl-project/verl")
+_REPOS = (
+    *("inclusionAI/AReaL", "verl-project/verl", "horizon-llm/CTPO", "Infini-AI-Lab/M2PO"),
+    *("NVIDIA-NeMo/RL", "OpenRLHF/OpenRLHF", "gpolab's"),
+)
 
 
 def test_a3pos_anchor_interpolates_by_the_rollouts_age():
@@ -172,3 +176,108 @@ def test_specs_override_only_the_clip_knobs_an_entry_reads():
     ):
         with pytest.raises(validate.ConfigError, match=re.escape(message)):
             asynchronous.parse(bad)
+
+
+def _tokens(seed, shape=(3, 4, 6), spread=0.3):
+    rng = np.random.default_rng(seed)
+    logp = jnp.asarray(np.log(rng.uniform(0.2, 0.9, shape)), jnp.float32)
+    old = logp + jnp.asarray(rng.normal(0, spread, shape), jnp.float32)
+    c = jnp.asarray(rng.normal(0, 1, shape[:-1]), jnp.float32)
+    return logp, old, c, jnp.ones(shape, jnp.float32)
+
+
+def _token_grad(corr, logp, old, c, mask, *knobs):
+    def total(lp):
+        return jnp.sum(asynchronous.objective(corr, lp, old, c, mask, *knobs)[0])
+
+    return jax.grad(total)(logp), asynchronous.objective(corr, logp, old, c, mask, *knobs)[1]
+
+
+def test_ctpos_ratio_is_the_prefix_product_with_the_gradient_through_its_own_token():
+    """CTPO (cum-token-cumprod-la): d/d log π_θ,t of the objective is c·R_t, R_t = Π_{s≤t}
+    π_θ,s/π_old,s, on the tokens its √t log-space clip keeps: for A > 0 where log R_t ≤
+    0.05√t, for A < 0 where −0.025√t ≤ log R_t ≤ 0.05√t (the dual bound equals the upper);
+    0 elsewhere, and those are the tokens flagged."""
+    corr = asynchronous.get("ctpo/cumtoken").correction
+    logp, old, c, mask = _tokens(0)
+    knobs = tuple(jnp.float32(x) for x in (0.025, 0.05, 3.0))
+    grad, cut = _token_grad(corr, logp, old, c, mask, *knobs)
+    log_r = np.cumsum(np.asarray(logp - old), -1)
+    root = np.sqrt(np.arange(1, logp.shape[-1] + 1))
+    a = np.broadcast_to(np.asarray(c)[..., None], log_r.shape)
+    keep = np.where(a > 0, log_r <= 0.05 * root, (log_r >= -0.025 * root) & (log_r <= 0.05 * root))
+    np.testing.assert_allclose(grad, np.where(keep, a * np.exp(log_r), 0.0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(cut), ~keep)
+    assert 0 < keep.mean() < 1  # both regions occur
+
+
+def test_m2pos_clip_is_the_papers_mask_at_the_codes_tau():
+    """M2PO: τ is the water-filling breakpoint of the harmful tokens' (log r)² (checked against a
+    loop as the authors' _solve_tau_from_sorted_delta2 runs it, its −1e-12 under the root left
+    out: it only decides the tie at the breakpoint, kept here); the gradient is c·r where a
+    token is kept and 0 where it is harmful (A > 0, r > 1 or A < 0, r < 1) with |log r| > τ;
+    no token is cut where the harmful tokens' mean (log r)² is within the budget."""
+
+    def loop(d2, budget):
+        s = np.sort(d2)
+        n = len(s)
+        if n == 0 or s.mean() <= budget:
+            return math.inf
+        csum = np.cumsum(s)
+        for k in range(n):
+            if (s[k] - 1e-12) * (n - k - 1) + csum[k] >= budget * n - 1e-12:
+                return 0.0 if k == 0 else math.sqrt(s[k - 1])
+        return math.inf
+
+    corr = asynchronous.get("m2po/m2").correction
+    for seed, spread in ((1, 0.3), (2, 0.05)):
+        logp, old, c, mask = _tokens(seed, spread=spread)
+        grad, cut = _token_grad(corr, logp, old, c, mask, *(jnp.float32(0.2),) * 3)
+        log_r = np.asarray(logp - old)
+        a = np.broadcast_to(np.asarray(c)[..., None], log_r.shape)
+        harm = ((a > 0) & (log_r > 0)) | ((a < 0) & (log_r < 0))
+        tau = loop(log_r[harm] ** 2, asynchronous.M2_BUDGET)
+        tau_jax = float(asynchronous.m2_tau(jnp.where(harm, log_r**2, jnp.inf), 0.04))
+        assert tau_jax == pytest.approx(tau, rel=1e-5) or (math.isinf(tau) and math.isinf(tau_jax))
+        keep = ~(harm & (log_r**2 > tau**2))  # the token at the breakpoint kept
+        np.testing.assert_allclose(grad, np.where(keep, a * np.exp(log_r), 0.0), rtol=1e-5)
+        np.testing.assert_array_equal(np.asarray(cut), ~keep)
+        assert (keep.all()) == (spread == 0.05)  # a small spread is within the budget
+
+
+def test_seq_mask_tis_keeps_untruncated_token_weights_of_sequences_whose_geometric_mean_is_inside():
+    """NeMo-RL's and OpenRLHF's seq-mask-tis: weight e^{d_t} on sequences with exp(mean_t d) in
+    [L, U], 0 on the others (their tokens flagged); no truncation of the token weight."""
+    from gpolab.estimators import mismatch
+
+    logp, mu, _, mask = _tokens(4, spread=0.8)
+    A = jnp.ones(logp.shape[:-1], jnp.float32)
+    d = np.asarray(logp - mu)
+    geo = np.exp(d.mean(-1, keepdims=True))
+    for name, (lo, hi) in (
+        ("openrlhf/seq_mask_tis", (0.5, 5.0)),
+        ("nemo/seq_mask_tis", (0.999, 1.002)),
+    ):
+        w = mismatch.correction(name, A, logp, mu, mask)
+        inside = (geo >= lo) & (geo <= hi)
+        np.testing.assert_allclose(w.coef, np.where(inside, np.exp(d), 0.0), rtol=1e-5)
+        np.testing.assert_array_equal(np.asarray(w.flagged), np.broadcast_to(~inside, d.shape))
+    assert np.exp(d).max() > 2  # untruncated where verl's TIS would cap
+
+
+def test_vcpos_step_scale_is_the_root_of_its_ess_ratio():
+    """ESS ratio (Σ w)²/(N Σ w²): 1 for equal weights, 1/N for one weight; VCPO's step scale
+    √min(1, ESS/1.0), detached."""
+    n = 8
+    assert float(asynchronous.ess_ratio(jnp.zeros(n))) == pytest.approx(1.0)
+    assert float(asynchronous.ess_ratio(jnp.asarray([0.0] + [-80.0] * (n - 1)))) == pytest.approx(
+        1 / n
+    )
+    logw = np.random.default_rng(5).normal(0, 1, (2, 4))
+    w = np.exp(logw)
+    ess = w.sum() ** 2 / (w.size * (w**2).sum())
+    assert float(asynchronous.ess_ratio(jnp.asarray(logw))) == pytest.approx(ess, rel=1e-6)
+    corr = asynchronous.get("gpolab/vcpo_ess").correction
+    prox = jnp.asarray(logw[..., None] * np.ones(3) / 3, jnp.float32)
+    scale = asynchronous.step_scale(corr, prox, jnp.zeros_like(prox), jnp.ones_like(prox))
+    assert float(scale) == pytest.approx(math.sqrt(ess), rel=1e-5)

@@ -53,14 +53,15 @@ TABLES = ("results", "updates", "safe_staleness", "staleness_law", "curves", "tr
 NEEDS = envs.Needs(("token_logp", "behaviour"), fields=("batch", "length"), only=("markov",))
 INSTANCES = envs.instances(*envs.names(NEEDS))
 SPLITS = 8  # independent seed batches: the standard errors (shared by the corrections)
-SCHEMA = 2  # 2: the curves' staleness laws (law, mean_age, drop)
+SCHEMA = 3  # 2: the curves' staleness laws (law, mean_age, drop); 3: ess
 MAX_STALENESS = 64  # the curves keep kmax + 1 policy versions; stale steps are unrolled per seed
 KNOB_DEFAULTS = (0.2, 0.28, 3.0)  # the clip knobs a composition does not read (placeholders)
 JSON = (  # the --json columns
     *("env", "T", "G", "B", "correction", "framework", "mismatch", "mismatch_kl", "switch"),
     *("eta", "staleness", "m", "bias_sq", "bias_sq_se", "variance", "mse", "mse_se"),
-    *("mse_fresh", "excess_mse", "excess_mse_se", "bias_sq_paired", "bias_sq_paired_se"),
-    *("cos", "scale", "clip_frac", "log_gap", "n_seeds", "yours"),
+    *("mse_fresh", "excess_mse", "excess_mse_se", "excess_mse_scaled", "excess_mse_scaled_se"),
+    *("bias_sq_paired", "bias_sq_paired_se"),
+    *("cos", "scale", "clip_frac", "log_gap", "ess", "n_seeds", "yours"),
 )
 
 
@@ -297,10 +298,14 @@ def _error_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
     ):
         cols = stats_columns(s.main, at, "bias_sq bias_sq_se variance mse mse_se")
         cols |= stats_columns(s.paired, at, "bias_sq bias_sq_se", suffix="_paired")
-        cols |= {name: at.of(getattr(s, name)) for name in ("cos", "scale", "clip_frac", "log_gap")}
+        for name in ("cos", "scale", "clip_frac", "log_gap", "ess"):
+            cols[name] = at.of(getattr(s, name))
         cols["mse_fresh"] = at.of(s.fresh)
         cols["excess_mse"] = cols["mse"] / cols["mse_fresh"] - 1
         cols["excess_mse_se"] = split_se(at.of(s.main.split.mse) / at.of(s.fresh_split))
+        scaled = at.of(s.best_split) / at.of(s.best_fresh_split)  # (S, …) per split
+        cols["excess_mse_scaled"] = scaled.mean(0) - 1
+        cols["excess_mse_scaled_se"] = split_se(scaled)
         index = {"eta": eta, "staleness": k, **last}
         rows += frame(table, base | {"n_seeds": s.n}, index, cols)
     return rows
@@ -329,7 +334,7 @@ def _curve_rows(cfg: Config, unit: dict, key, base: dict) -> list[dict]:
         parts = splits.run(kernel.train_seed, run, args, key_m, cfg.curve_seeds, SPLITS, cfg.chunk)
         n = sum(p.n for p in parts)
         split_J = np.stack([p.sums["J"] / p.n for p in parts])  # (S, E, L, R)
-        names_out = ("J", "clip_frac", "log_gap", "age")
+        names_out = ("J", "clip_frac", "log_gap", "ess", "age")
         cols = {name: sum(p.sums[name] for p in parts) / n for name in names_out}
         cols["J_se"] = split_se(split_J)
         cols["J_ascent"] = ascent[:, None, (np.arange(cfg.rounds) + 1) * m]
