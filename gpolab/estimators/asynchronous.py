@@ -100,6 +100,30 @@ VERL_OLD = (
 CLAMP = "verl clamps log π_θ − log π_old at ±20 (binds only beyond e^20)"
 
 
+TRL_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def _trl_grpo(mode: str) -> Entry:
+    """TRL's GRPOTrainer: PPO clip of π_θ over old_per_token_logps (the trainer's, at the
+    generation step) times its vLLM IS weight ``mode`` (none: correction off or no vLLM)."""
+    weight = "none" if mode == "none" else f"trl/{mode}"
+    return Entry(
+        Correction("token", "ppo", "trainer", weight),
+        "huggingface/trl f2cd57710ae3 trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss "
+        "(coef_1 = exp(per_token_logps − old_per_token_logps), clamp(1 − ε, 1 + ε_high); "
+        "old_per_token_logps computed at generation when num_iterations > 1 or "
+        "steps_per_generation > gradient_accumulation_steps, else the detached current ones; "
+        "per_token_loss *= importance_sampling_ratio, the vLLM weight of "
+        "_generate_and_score_completions: "
+        + ("off" if mode == "none" else f"vllm_importance_sampling_mode {mode}")
+        + "); grpo_config.py::GRPOConfig (epsilon 0.2, epsilon_high = epsilon)",
+        (0.2, 0.2, None),
+        "TRL normalizes advantages by the group's std (scale_rewards group) and aggregates as "
+        "its loss_type (dapo: the batch's tokens); synchronous: its rollouts come from the "
+        "current weights (k = 0)",
+    )
+
+
 def _verl(weight: str, preset: str) -> Entry:
     """verl's decoupled mode: dual-clip PPO against π_old at the step's start times ``weight``."""
     return Entry(
@@ -121,6 +145,8 @@ REGISTRY: dict[str, Entry] = {
         "TRL normalizes advantages by the group's population std (eps 1e-8) and averages tokens "
         "per micro-batch",
     ),
+    "trl/grpo": _trl_grpo("none"),
+    **{f"trl/grpo_{mode}": _trl_grpo(mode) for mode in TRL_MODES},
     "areal/decoupled": Entry(
         Correction("token", "ppo", "trainer"),
         AREAL + "utils/functional/functional.py::ppo_actor_loss_fn (r = π_θ/π_prox clipped at "
@@ -342,10 +368,12 @@ KNOBS = ("eps_low", "eps_high", "clip_c")  # the clip knobs a spec may override
 
 def parse(spec: str) -> tuple[str, dict]:
     """``"name"`` or ``"name[eps_low=…,eps_high=…,clip_c=…]"`` → (name, overrides): the knobs
-    the entry's clip reads (a positive ε; c > 1), e.g. ``trl/async_grpo[eps_high=0.28]``."""
+    the entry's clip reads (a positive ε; c > 1), e.g. ``trl/async_grpo[eps_high=0.28]``, and
+    the numeric options of its detached weight (``trl/grpo_sequence_mask[clip_max=5.0]``)."""
     name, items = validate.bracketed("correction", str(spec), "NAME or NAME[key=value,...]")
     entry = get(name)
     reads = [k for k, v in zip(KNOBS, entry.knobs, strict=True) if v is not None]
+    reads += _weight_keys(entry)
     overrides = {}
     for key, eq, raw in items:
         if not eq or key not in reads:
@@ -363,6 +391,12 @@ def parse(spec: str) -> tuple[str, dict]:
                 f"correction {name} {key}: got {raw!r}; allowed: a finite number > {low:g}"
             )
         overrides[key] = value
+    weights = {k: v for k, v in overrides.items() if k not in KNOBS}
+    if weights:  # the weight's own checks (lower < upper, …), naming the composition
+        try:
+            mismatch._params(entry.correction.weight, dict(entry.correction.options) | weights)
+        except validate.ConfigError as err:
+            raise validate.ConfigError(f"correction {name}: {err}") from None
     low, high, _ = _merged(name, overrides)
     if entry.correction.clip == "dual" and high != low:
         raise validate.ConfigError(
@@ -372,12 +406,27 @@ def parse(spec: str) -> tuple[str, dict]:
     return name, overrides
 
 
+def _weight_keys(entry: Entry) -> list[str]:
+    """The options of the entry's detached weight a spec may set (its mismatch entry's
+    keywords whose default is a number or None: TRL's clip_max and clip_min)."""
+    if entry.correction.weight == "none":
+        return []
+    defaults = mismatch.REGISTRY[entry.correction.weight].defaults
+    return [k for k, v in defaults.items() if v is None or isinstance(v, float)]
+
+
 def correction(spec: str) -> Correction:
     """The :class:`Correction` ``spec`` runs: its entry's, with the ``ppo`` clip read as
     ``higher`` (ε_low below 1, ε_high above) where the spec's ε_high differs from its ε_low
-    (gpolab's ``ppo`` rule is symmetric in ε_low)."""
+    (gpolab's ``ppo`` rule is symmetric in ε_low), and the spec's weight options over the
+    entry's."""
     name, overrides = parse(spec)
     corr = REGISTRY[name].correction
+    weights = {k: v for k, v in overrides.items() if k not in KNOBS}
+    if weights:
+        corr = dataclasses.replace(
+            corr, options=tuple(sorted((dict(corr.options) | weights).items()))
+        )
     low, high, _ = _merged(name, overrides)
     if corr.clip == "ppo" and high != low:
         return dataclasses.replace(corr, clip="higher")
@@ -398,6 +447,10 @@ def _merged(name: str, overrides: dict) -> tuple:
 def spec(name: str, overrides: dict | None = None) -> str:
     """The one spelling of (name, overrides) that :func:`parse` reads back: keys in
     :data:`KNOBS` order, values equal to the framework's left out."""
-    own = dict(zip(KNOBS, get(name).knobs, strict=True))
-    items = [(k, overrides[k]) for k in KNOBS if k in (overrides or {}) and overrides[k] != own[k]]
+    entry = get(name)
+    own = dict(zip(KNOBS, entry.knobs, strict=True))
+    if entry.correction.weight != "none":
+        own |= mismatch.REGISTRY[entry.correction.weight].defaults | dict(entry.correction.options)
+    keys = [*KNOBS, *_weight_keys(entry)]
+    items = [(k, overrides[k]) for k in keys if k in (overrides or {}) and overrides[k] != own[k]]
     return name + (f"[{','.join(f'{k}={float(v)!r}' for k, v in items)}]" if items else "")

@@ -51,7 +51,10 @@ def test_a_trainer_dict_under_args_is_unwrapped(tmp_path):
             {"max_stalenes": 3},
             "max_stalenes: unknown AsyncGRPOConfig key (did you mean max_staleness?)",
         ),
-        ({"vllm_importance_sampling_mode": "token_mask"}, "vllm_importance_sampling_mode: unknown"),
+        (  # a GRPOConfig key makes it a GRPOConfig, which has no max_staleness
+            {"vllm_importance_sampling_mode": "token_mask", "max_staleness": 1},
+            "max_staleness: unknown TRL key",
+        ),
         ({"max_staleness": -1}, "max_staleness: got -1"),
         ({"max_staleness": 2.5}, "max_staleness: got 2.5"),
         ({"epsilon": 1.5}, "epsilon: got 1.5"),
@@ -255,3 +258,73 @@ def test_a_queue_law_is_checked_against_the_grid_that_runs(tmp_path):
         asynchronous.Config(queue=("queue:6:0",), **fields).validate()
     with pytest.raises(ConfigError, match="older than the largest staleness 1"):
         asynchronous.Config(queue=("queue:3:0",), staleness=(0, 1)).validate()
+
+
+@pytest.mark.parametrize(
+    "data, spec, m",
+    [
+        ({"loss_type": "dapo"}, "trl/grpo", 1),  # use_vllm false (its default): no IS weight
+        ({"use_vllm": True}, "trl/grpo_sequence_mask", 1),  # GRPOConfig's mode and cap 3.0
+        (
+            {"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate"}
+            | {"vllm_importance_sampling_clip_max": 2.0, "epsilon_high": 0.28},
+            "trl/grpo_token_truncate[eps_high=0.28,clip_max=2.0]",
+            1,
+        ),
+        (
+            {"use_vllm": True, "vllm_importance_sampling_correction": False, "num_iterations": 2}
+            | {"steps_per_generation": 4, "gradient_accumulation_steps": 2},
+            "trl/grpo",
+            4,
+        ),
+        (
+            {"loss_type": "grpo", "generation_batch_size": 64, "per_device_train_batch_size": 8},
+            "trl/grpo",
+            8,
+        ),
+    ],
+)
+def test_trls_grpo_trainer_is_k_0_with_its_vllm_weight_and_steps_per_generation(
+    tmp_path, data, spec, m
+):
+    """A GRPOConfig (any GRPOConfig-only key): TRL's synchronous trainer, k = 0, its PPO clip over
+    the trainer's old log-probs times the vLLM IS weight the mismatch reader names (with the
+    user's clip_max), m = steps_per_generation × num_iterations / gradient_accumulation_steps
+    (steps_per_generation from generation_batch_size on one process)."""
+    setup = from_config.setup_of(from_config.read(_file(tmp_path, data)))
+    assert (setup["correction"], setup["staleness"], setup["m"]) == (spec, 0, m)
+    assert compositions.correction(spec).anchor == "trainer"
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"loss_type": "cispo"}, "loss_type: got 'cispo'"),
+        ({"use_vllm": True, "importance_sampling_level": "sequence"}, "importance_sampling_level"),
+        (
+            {"steps_per_generation": 3, "gradient_accumulation_steps": 2},
+            "steps_per_generation: got 3",
+        ),
+        ({"use_vllm": True, "vllm_importance_sampling_clip_min": 4.0}, "clip_min"),
+        ({"loss_type": "dapo", "max_stalenes": 1}, "max_stalenes: unknown TRL key"),
+    ],
+)
+def test_grpo_configs_it_cannot_map_are_one_error(tmp_path, data, message):
+    path = _file(tmp_path, data)
+    with pytest.raises(ConfigError) as err:
+        from_config.read(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value), str(err.value)
+
+
+def test_a_spec_sets_its_weights_own_options():
+    """``trl/grpo_sequence_mask[clip_max=5.0]``: the weight's option joins the composition (the
+    spelling round-trips; an option the weight has not, or bounds it refuses, is one error)."""
+    corr = compositions.correction("trl/grpo_sequence_mask[clip_max=5.0]")
+    assert dict(corr.options) == {"clip_max": 5.0}
+    assert compositions.spec(*compositions.parse("trl/grpo_sequence_mask[clip_max=3.0]")) == (
+        "trl/grpo_sequence_mask"
+    )
+    with pytest.raises(ConfigError, match="not understood"):
+        compositions.parse("trl/grpo[clip_max=2]")
+    with pytest.raises(ConfigError, match="lower < upper"):
+        compositions.parse("trl/grpo_token_mask[clip_min=4.0]")

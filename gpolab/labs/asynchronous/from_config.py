@@ -1,6 +1,8 @@
 """Which asynchronous setup a trainer's own config runs (``gpolab asynchronous --from-config``):
 :func:`read` loads a TRL ``AsyncGRPOConfig`` (JSON or YAML, as ``AsyncGRPOConfig.to_dict()``
-or a launcher's YAML has it) or a config of verl's synchronous PPO trainer (hydra YAML) and
+or a launcher's YAML has it), a TRL ``GRPOConfig`` (synchronous: k = 0; its keys and values
+checked by :mod:`gpolab.labs.mismatch.from_config`, whose vLLM IS entry names the weight), an
+AReaL config or a config of verl's synchronous PPO trainer (hydra YAML) and
 :func:`setup_of` names the composition (``trl/async_grpo`` with the user's clip, or verl's
 decoupled or bypass composition), the oldest rollouts it trains on in updates, its minibatch
 updates per batch, and every setting that changes the gradient but is not modelled.
@@ -31,7 +33,17 @@ from __future__ import annotations
 
 from gpolab.estimators import asynchronous as compositions
 from gpolab.labs.mismatch import from_config as mismatch_config
-from gpolab.labs.mismatch.framework_settings import ACTOR, KEYS, VERL, _n, _one, bad, checked_values
+from gpolab.labs.mismatch.framework_settings import (
+    ACTOR,
+    KEYS,
+    TRL,
+    TRL_OWN,
+    VERL,
+    _n,
+    _one,
+    bad,
+    checked_values,
+)
 from gpolab.labs.mismatch.from_config import _near, load, mapping
 from gpolab.validate import ConfigError
 
@@ -42,7 +54,8 @@ OWN = frozenset(KEYS["trl"]["async_grpo_config"])
 ALL = OWN | frozenset(KEYS["trl"]["training_args"])
 ALLOWED = (
     "a TRL AsyncGRPOConfig as JSON (.json) or YAML (.yaml, .yml): its fields (epsilon, "
-    "epsilon_high, max_staleness, weight_sync_steps, ...) and TrainingArguments'; a verl config "
+    "epsilon_high, max_staleness, weight_sync_steps, ...) and TrainingArguments', or a "
+    "GRPOConfig (use_vllm, loss_type, vllm_importance_sampling_*, ...); a verl config "
     "(algorithm.*, actor_rollout_ref.*) or an AReaL one (actor.*, rollout.*) as YAML"
 )
 TRL_ASYNC = {  # key: (AsyncGRPOConfig's default, check)
@@ -90,6 +103,9 @@ def read(path) -> dict:
         _areal_keys(data, where)
         setup_of(data, where)
         return dict(data)
+    if _is_trl_grpo(data):
+        setup_of(data, where)  # GRPOConfig's keys and values, checked by the mismatch reader
+        return dict(data)
     for key in data:
         if key not in ALL:
             raise ConfigError(
@@ -99,6 +115,15 @@ def read(path) -> dict:
             )
     setup_of(data, where)
     return dict(data)
+
+
+GRPO_ONLY = TRL_OWN - OWN  # GRPOConfig's own fields that AsyncGRPOConfig has not
+
+
+def _is_trl_grpo(data: dict) -> bool:
+    """A TRL GRPOConfig: some key is GRPOConfig's and not AsyncGRPOConfig's (a file of keys both
+    have, or of TrainingArguments' only, is read as an AsyncGRPOConfig)."""
+    return any(str(k) in GRPO_ONLY for k in data)
 
 
 def _is_areal(data: dict) -> bool:
@@ -118,6 +143,8 @@ def setup_of(settings: dict, where: str = "") -> dict:
         return _verl(settings, where)
     if _is_areal(settings):
         return _areal(settings, where)
+    if _is_trl_grpo(settings):
+        return _trl_grpo(settings, where)
     v = checked_values(settings, TRL_ASYNC, where)
     if v["epsilon"] >= 1:
         raise bad(
@@ -153,6 +180,98 @@ def setup_of(settings: dict, where: str = "") -> dict:
     return dict(
         correction=spec, staleness=oldest, m=1, G=v["num_generations"], text=text, notes=notes
     )
+
+
+TRL_STEPS = {  # the keys m is read from: GRPOConfig's and TrainingArguments' defaults
+    "gradient_accumulation_steps": (1, _n(1, integer=True)),
+    "steps_per_generation": (None, _n(1, integer=True, none=True)),
+    "generation_batch_size": (None, _n(1, integer=True, none=True)),
+    "per_device_train_batch_size": (8, _n(1, integer=True)),
+}
+PPO_LOSSES = ("dapo", "grpo", "bnpo", "dr_grpo", "luspo")  # TRL's PPO-clip losses
+
+
+def _trl_grpo(settings: dict, where: str) -> dict:
+    """TRL's GRPOTrainer (synchronous: k = 0): PPO clip over old_per_token_logps times its vLLM
+    IS weight (the mismatch reader's entry and the user's bounds), m = steps_per_generation ·
+    num_iterations / gradient_accumulation_steps optimizer steps per generation batch."""
+    try:
+        found = mismatch_config.correction_of(settings)
+    except ConfigError as err:
+        raise ConfigError(f"{where}{err}") from None
+    v = checked_values(settings, TRL | TRL_STEPS, where)
+    loss, level = v["loss_type"], v["importance_sampling_level"]
+    if loss not in PPO_LOSSES or level != "token":
+        key, value = (
+            ("loss_type", loss) if loss not in PPO_LOSSES else ("importance_sampling_level", level)
+        )
+        raise bad(
+            where,
+            key,
+            value,
+            f"loss_type one of {', '.join(PPO_LOSSES)} with importance_sampling_level token "
+            "(the asynchronous lab runs TRL's token-level PPO-clip losses; `gpolab mismatch "
+            "--from-config` measures the others at the scored θ)",
+        )
+    low = v["epsilon"]
+    high = low if v["epsilon_high"] is None else v["epsilon_high"]
+    if low >= 1:
+        raise bad(
+            where, "epsilon", low, "a number in (0, 1): the ratio's lower clip is 1 − epsilon"
+        )
+    name = "trl/grpo" if found["name"] == "none" else f"trl/grpo_{found['name'].split('/')[1]}"
+    weight = {k: x for k, x in found["overrides"].items() if x is not None}
+    spec = compositions.spec(name, {"eps_low": low, "eps_high": high, **weight})
+    gas, spg, gbs = (
+        v[k]
+        for k in ("gradient_accumulation_steps", "steps_per_generation", "generation_batch_size")
+    )
+    scored = "at the scored θ"  # the mismatch lab's notes on its first update; here m covers it
+    drop = (scored, "num_iterations", "use_vllm false")  # said here for this lab
+    notes = [n for n in found["notes"] if not any(d in n for d in drop)]
+    if spg is None and gbs is not None:  # GRPOConfig.__post_init__ with one process
+        spg = gbs // v["per_device_train_batch_size"]
+        notes.append(
+            f"generation_batch_size {gbs}: steps_per_generation {spg} on one process "
+            "(TRL divides by per_device_train_batch_size × the number of processes)"
+        )
+    spg = gas if spg is None else spg
+    micro = spg * v["num_iterations"]
+    if micro % gas:
+        raise bad(
+            where,
+            "steps_per_generation",
+            spg,
+            f"steps_per_generation × num_iterations a multiple of gradient_accumulation_steps "
+            f"({gas}): the lab's m is a whole number of optimizer steps per generation batch",
+        )
+    m = micro // gas
+    clip_min, clip_max = (
+        v["vllm_importance_sampling_clip_min"],
+        v["vllm_importance_sampling_clip_max"],
+    )
+    is_weight = (
+        "no vLLM IS weight"
+        if name == "trl/grpo"
+        else f"the vLLM IS weight {v['vllm_importance_sampling_mode']} [{clip_min}, {clip_max}]"
+    )
+    text = (
+        f"TRL GRPOTrainer, loss_type {loss}, PPO clip (epsilon {low:g}, epsilon_high {high:g}) "
+        f"over the trainer's old log-probs times {is_weight}; synchronous (k = 0), {m} "
+        "optimizer step(s) per generation batch "
+        f"(steps_per_generation {spg}, num_iterations {v['num_iterations']}, "
+        f"gradient_accumulation_steps {gas}); gpolab measures it as {spec} at k = 0, m = {m}"
+    )
+    if not v["use_vllm"]:
+        notes.append(
+            "use_vllm false: the trainer samples from π_θ itself, with no engine mismatch (read "
+            "the rows of the lab's smallest --mismatch, or pass --mismatch noise:0)"
+        )
+    notes.append(
+        f"num_generations {v['num_generations']}: the lab's G is its own --G (pass --G "
+        f"{v['num_generations']} for your group size)"
+    )
+    return dict(correction=spec, staleness=0, m=m, G=v["num_generations"], text=text, notes=notes)
 
 
 VERL_BATCH = {  # the batch sizes m is read from (verl's YAML defaults)

@@ -99,9 +99,9 @@ class Config(configs.Config):
     )
     from_config: str = option(
         "",
-        "a TRL AsyncGRPOConfig (JSON/YAML), a verl or an AReaL config (YAML): adds the "
-        "composition it runs, with its clip, at the staleness it keeps and its updates per "
-        "batch, as the rows marked yours",
+        "a TRL AsyncGRPOConfig or GRPOConfig (JSON/YAML), a verl or an AReaL config (YAML): "
+        "adds the composition it runs, with its clip, at the staleness it keeps and its updates "
+        "per batch, as the rows marked yours",
         key=False,
     )
     staleness: tuple[int, ...] = option(
