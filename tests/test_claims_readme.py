@@ -365,6 +365,31 @@ def _collapse_off(df):
     return df
 
 
+def _async_root_law(t):
+    """The biased compositions' paired bias² ∝ k·η (a bias of order √(S·η): slope 1 in k and in
+    η), resolved at 20 SE, and the SIS control's bias² against g 10 SE above 0."""
+    from gpolab.labs.asynchronous import analysis
+
+    upd = t["updates"].copy()
+    biased = (upd["correction"] != "sis").to_numpy()
+    upd.loc[biased, "bias_sq_paired"] = 1e-3 * upd.loc[biased, "staleness"] * upd.loc[biased, "eta"]
+    upd.loc[biased, "bias_sq_paired_se"] = upd.loc[biased, "bias_sq_paired"] / 20 + 1e-12
+    upd.loc[~biased, "bias_sq"] = 10 * upd.loc[~biased, "bias_sq_se"]
+    return {**t, "updates": upd, "staleness_law": analysis.staleness_law(upd)}
+
+
+def _first_order_off(t):
+    """The token-level update's paired bias² 1% of its MSE where the engine is exact and k = 0,
+    growing only linearly (bias ∝ √gap) in the noise and in k; SIS biased (10 SE)."""
+    upd = t["updates"].copy()
+    tok = (upd["correction"] != "sis").to_numpy()
+    gap = upd["mismatch_size"] + upd["staleness"] / 8
+    upd.loc[tok, "bias_sq_paired"] = upd.loc[tok, "mse"] * (0.01 + 0.1 * gap[tok])
+    upd.loc[tok, "bias_sq_paired_se"] = upd.loc[tok, "bias_sq_paired"] / 20
+    upd.loc[~tok, "bias_sq"] = 10 * upd.loc[~tok, "bias_sq_se"]
+    return {**t, "updates": upd}
+
+
 FALSIFY = {
     "U1": _results(_oracle_off),
     "U1-loglinear": _results(_oracle_off),
@@ -404,6 +429,8 @@ FALSIFY = {
     "LL-token-bias": _results(_token_bias_off),
     "LL-seq-variance": _results(_seq_variance_off),
     "R-seq-collapse": _results(_collapse_off),
+    "AS-law": _async_root_law,
+    "Q-first-order": _first_order_off,
 }
 
 

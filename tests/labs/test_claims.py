@@ -25,7 +25,10 @@ from tools import readme as docs_blocks
 
 def test_the_shipped_ledger_validates_and_covers_the_three_papers():
     ledger = claims.load(claims.LEDGER)
-    assert {c["paper"] for c in ledger} == {"U", "T", "N", "I", "W", "LL", "FK", "gpolab"}
+    assert {c["paper"] for c in ledger} == {
+        *("U", "T", "N", "I", "W", "LL", "FK", "gpolab"),
+        *("AS", "Q", "CT", "VX", "IP", "KP", "VC"),
+    }
     assert len({c["id"] for c in ledger}) == len(ledger)
     claims.Config().validate()  # every experiment named exists, every statistic is known
 
@@ -47,12 +50,12 @@ def test_every_paper_claim_cites_the_papers_numbering_and_quotes_the_read_text()
     of the papers read from their abstracts only say so."""
     page = _plain(PAPERS_PAGE.read_text(encoding="utf-8"))
     for c in claims.load(claims.LEDGER):
-        if c["paper"] in ("U", "LL", "FK"):
+        if c["paper"] in ("U", "LL", "FK", "Q", "IP", "KP"):
             if c["paper"] == "U":
                 assert NUMBERED.search(c["where"]), f"{c['id']}: where names no numbered result"
             assert c.get("quote"), f"{c['id']}: no quote of the paper's sentence"
             assert _plain(c["quote"]) in page, f"{c['id']}: quote not on docs/papers.md"
-        elif c["paper"] in ("T", "N", "I", "W"):  # read from abstracts only
+        elif c["paper"] in ("T", "N", "I", "W", "AS", "CT", "VX", "VC"):  # read from abstracts only
             assert "abstract" in c["where"] and not c.get("quote"), c["id"]
 
 
@@ -154,26 +157,34 @@ def test_oracle_match_statistic_on_a_table():
 
 
 def test_the_ledger_page_and_the_readme_summary_are_the_ledger_in_order():
-    """docs/claims.md holds the full ledger table, README.md its summary (each claim's headline):
-    both list every claim in the ledger's order with one verdict, and agree on the verdicts."""
+    """docs/claims.md holds the full ledger table, README.md its summary (each testable claim's
+    headline, then the ids of those not testable here): both list their claims in the ledger's
+    order with one verdict, and agree on the verdicts."""
     from pathlib import Path
 
     root = Path(__file__).parents[2]
     ledger = claims.load(claims.LEDGER)
-    for path, cells in ((root / "docs" / "claims.md", 6), (root / "README.md", 3)):
+    testable = [c for c in ledger if c.get("testable", True)]
+    for path, cells, listed in (
+        (root / "docs" / "claims.md", 6, ledger),
+        (root / "README.md", 3, testable),
+    ):
         m = docs_blocks.CLAIMS_BLOCK.search(path.read_text())
         rows = [
             r for r in m["body"].splitlines() if r.startswith("| ") and not r.startswith("| id")
         ]
-        assert [r.split(" | ")[0][2:] for r in rows] == [c["id"] for c in ledger], path
-        for row, c in zip(rows, ledger, strict=True):
+        assert [r.split(" | ")[0][2:] for r in rows] == [c["id"] for c in listed], path
+        for row, c in zip(rows, listed, strict=True):
             text = c["claim"] if cells == 6 else claims_report.headline(c["claim"])
             assert text.replace("|", "\\|") in row, (path, c["id"])
             assert any(f"**{v}**" in row for v in claims.VERDICTS)
             assert len(re.findall(r"(?<!\\)\|", row)) == cells + 1  # every | inside is escaped
     page = docs_blocks.claims_verdicts(root / "docs" / "claims.md")
-    assert page == docs_blocks.claims_verdicts(root / "README.md")
+    summary = docs_blocks.claims_verdicts(root / "README.md")
+    assert summary == {i: v for i, v in page.items() if v != "not testable here"}
     assert set(page) == {c["id"] for c in ledger}
+    untestable = ", ".join(c["id"] for c in ledger if not c.get("testable", True))
+    assert f"each with its reason on the ledger: {untestable}." in (root / "README.md").read_text()
 
 
 def test_claims_end_to_end_a_true_and_a_false_claim(tmp_path, capsys):

@@ -33,7 +33,14 @@ from gpolab import configs, envs, validate
 from gpolab.configs import option
 from gpolab.kit import experiments, output, running, timings
 from gpolab.labs.claims import stats as claims_stats
-from gpolab.labs.claims import stats_chi2, stats_gain, stats_groupsize, stats_sweep, stats_tree
+from gpolab.labs.claims import (
+    stats_async,
+    stats_chi2,
+    stats_gain,
+    stats_groupsize,
+    stats_sweep,
+    stats_tree,
+)
 from gpolab.labs.claims.report import PAPERS, VERDICTS, markdown, report  # noqa: F401 (protocol)
 
 NAME = "claims"
@@ -379,5 +386,13 @@ def figures(tables: dict) -> dict:
     return {}
 
 
-FAMILIES = (stats_sweep, stats_tree, stats_gain, stats_chi2, stats_groupsize, claims_stats)
+FAMILIES = (
+    stats_sweep,
+    stats_tree,
+    stats_gain,
+    stats_chi2,
+    stats_groupsize,
+    claims_stats,
+    stats_async,
+)
 STATISTICS = {f.__name__: f for family in FAMILIES for f in family.STATISTICS}

@@ -14,6 +14,13 @@ PAPERS = {
     "W": "arXiv 2510.00977",
     "LL": "Liu & Li's blog (2025)",
     "FK": "Fang & Khazi's blog (2025)",
+    "AS": "arXiv 2607.01083",
+    "Q": "arXiv 2512.01374",
+    "CT": "arXiv 2605.07331",
+    "VX": "arXiv 2605.14220",
+    "IP": "arXiv 2510.18855",
+    "KP": "the KPop blog (2026)",
+    "VC": "arXiv 2602.17616",
     "gpolab": "gpolab's derivation",
 }
 VERDICTS = (
@@ -88,17 +95,27 @@ def markdown(tables: dict) -> str:
     return note + "\n".join([head, *rows])
 
 
+UNTESTABLE = "not testable here"
+
+
 def summary(tables: dict) -> str:
-    """The README's claims summary: each claim and its verdict (the ledger, :func:`markdown`,
-    adds where it is made, the statistic and every rule's margin)."""
+    """The README's claims summary: each testable claim and its verdict, then the ids of those
+    not testable here (the ledger, :func:`markdown`, adds where each is made, the statistic,
+    every rule's margin and each untestable claim's reason)."""
     records = tables["claims"].to_dict("records")
     papers = ", ".join(f"{k}: {v}" for k, v in PAPERS.items())
     note = _sizes_note(records, f"ids by source: {papers}")
+    untestable = [r["id"] for r in records if r["verdict"] == UNTESTABLE]
     rows = [
         f"| {_cell(r['id'])} | {_cell(headline(r['claim']))} | **{r['verdict']}** |"
         for r in records
+        if r["verdict"] != UNTESTABLE
     ]
-    return note + "\n".join(["| id | claim | verdict |", "|---|---|---|", *rows])
+    table = "\n".join(["| id | claim | verdict |", "|---|---|---|", *rows])
+    if untestable:  # their reasons are the ledger's; the summary names them
+        table += f"\n\n*{UNTESTABLE.capitalize()}, each with its reason on the ledger: "
+        table += ", ".join(untestable) + ".*"
+    return note + table
 
 
 HEADLINE = 120  # characters of a claim the README's summary shows (the ledger page has it whole)
