@@ -433,3 +433,29 @@ def test_the_readme_summary_shows_each_claims_first_clause(claim, headline):
 
 def test_a_short_one_clause_claim_is_its_own_headline():
     assert claims_report.headline("a | b") == "a | b"
+
+
+def test_a_claim_whose_statistic_reads_nothing_runs_no_experiment(tmp_path):
+    """A claim not testable here with the statistic ``not_measured`` gets its verdict and reason
+    without its experiment being run or read (the full asynchronous run is not computed for the
+    claims that only name it)."""
+    exp = tmp_path / "experiments"
+    exp.mkdir()
+    (exp / "small.toml").write_text(
+        'lab = "sweep"\n[sweep]\nestimators = ["loo"]\nG = [4]\nseeds = 100\nprompts = 2\n'
+        "actions = 4\n"
+    )
+    ledger = tmp_path / "ledger.toml"
+    ledger.write_text(
+        '[[claim]]\nid = "X"\npaper = "gpolab"\nwhere = "here"\nclaim = "untestable"\n'
+        'experiment = "small"\nstatistic = "not_measured"\ntestable = false\nreason = "why"\n'
+    )
+    cfg = claims.Config(
+        ledger=str(ledger),
+        experiments=str(exp),
+        results=str(tmp_path / "results"),
+        out=str(tmp_path / "out"),
+    )
+    row = claims.run(cfg)["claims"].iloc[0]
+    assert (row["verdict"], row["reason"]) == ("not testable here", "why")
+    assert not (tmp_path / "results").exists()

@@ -265,7 +265,9 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
     recorder = timings.Recorder().start() if cfg.timings else None
     for c in selected(cfg):
         with contextlib.nullcontext({}) if recorder is None else recorder.part() as part:
-            values, se, detail = measure(cfg, c, cache)
+            # a claim whose statistic reads nothing: its experiment is neither run nor read
+            reads = c["statistic"] != "not_measured"
+            values, se, detail = measure(cfg, c, cache) if reads else ({}, {}, "")
         if recorder is not None:
             ran = c["experiment"] in computed
             if c["experiment"] not in spent and ran:
@@ -316,7 +318,9 @@ def _row(cfg: Config, c: dict, values: dict | None, se: dict, detail: str) -> di
 def _compute_missing(cfg: Config) -> dict:
     """Compute every experiment the selected claims read whose tables are not saved (in
     ``cfg.jobs`` worker processes): :func:`gpolab.kit.experiments.run_all`'s results."""
-    names = dict.fromkeys(c["experiment"] for c in selected(cfg))
+    names = dict.fromkeys(
+        c["experiment"] for c in selected(cfg) if c["statistic"] != "not_measured"
+    )
     missing = [_saved_at(cfg, n)[0] for n in names if not _saved(cfg, n)]
     if not missing:
         return {}
