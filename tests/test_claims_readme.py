@@ -379,12 +379,12 @@ def _async_root_law(t):
 
 
 def _first_order_off(t):
-    """The token-level update's paired bias² 1% of its MSE where the engine is exact and k = 0,
-    growing only linearly (bias ∝ √gap) in the noise and in k; SIS biased (10 SE)."""
+    """The token-level update's paired bias² 1e-3 where the engine is exact and k = 0, growing
+    slower than linearly in the noise and in k (bias² ∝ 0.1 + gap); SIS biased (10 SE)."""
     upd = t["updates"].copy()
     tok = (upd["correction"] != "sis").to_numpy()
     gap = upd["mismatch_size"] + upd["staleness"] / 8
-    upd.loc[tok, "bias_sq_paired"] = upd.loc[tok, "mse"] * (0.01 + 0.1 * gap[tok])
+    upd.loc[tok, "bias_sq_paired"] = 0.01 * (0.1 + gap[tok])
     upd.loc[tok, "bias_sq_paired_se"] = upd.loc[tok, "bias_sq_paired"] / 20
     upd.loc[~tok, "bias_sq"] = 10 * upd.loc[~tok, "bias_sq_se"]
     return {**t, "updates": upd}

@@ -63,8 +63,8 @@ def async_staleness_law(t: dict) -> dict:
         f"{r.slope_k_eta_se:.2f}, collapse {r.collapse:.2f} ± {r.collapse_se:.2f}"
         for r in biased.itertuples()
     )
-    ks = sorted(upd["staleness"].unique())
-    etas = sorted(upd["eta"].unique())
+    ks = [int(k) for k in sorted(upd["staleness"].unique())]
+    etas = [float(e) for e in sorted(upd["eta"].unique())]
     return statistic(
         f"{upd['mismatch'].iloc[0]}, T = {int(upd['T'].iloc[0])}, k = {ks}, η = {etas}, "
         f"{int(upd['n_seeds'].iloc[0]):,} seeds: {parts}; smallest slopes from {sk_c} (k) and "
