@@ -106,6 +106,15 @@ CASES = {
         "verl/seq_icepop", A3, D3, M3, {}, [[3.6] * 3, [-4.8, -4.8, 0], [0] * 3], None,
         [[0, 0, 0], [0, 0, 0], [1, 1, 1]], True,
     ),
+    # geometric means 3.6^(1/3) = 1.53, 2.4^(1/2) = 1.55, 0.0625^(1/3) = 0.40: OpenRLHF's
+    # [0.5, 5] keeps the first two with their untruncated ρ (6 stays 6), NeMo's [0.999, 1.002] none
+    "openrlhf/seq_mask_tis": (
+        "openrlhf/seq_mask_tis", A3, D3, M3, {}, [[6, 0.6, 1], [-3, -3.2, 0], [0] * 3], None,
+        [[0, 0, 0], [0, 0, 0], [1, 1, 1]], True,
+    ),
+    "nemo/seq_mask_tis": (
+        "nemo/seq_mask_tis", A3, D3, M3, {}, [[0] * 3] * 3, None, M3, False,
+    ),
     # k1 = −log ρ in [log .5, log 2] <=> ρ in [.5, 2]: 4, .25, 2.2 rejected (kept 0)
     "verl/rs_token_k1": (
         "verl/rs_token_k1", A_RS, D_RS, M3, {}, [[0, 0, 1], [-1, 0, 0], [2] * 3],
