@@ -137,6 +137,15 @@ VERL_IS = {"algorithm": {"rollout_correction": {"rollout_is": "token"}}}
             "verl/decoupled[eps_low=0.3,eps_high=0.3]",
             4,
         ),
+        (  # a TIS threshold of the user's own is the composition's weight option
+            {
+                "algorithm": {
+                    "rollout_correction": {"rollout_is": "sequence", "rollout_is_threshold": 3.0}
+                }
+            },
+            "verl/decoupled_seq_is[is_threshold=3.0]",
+            4,
+        ),
     ],
 )
 def test_verls_synchronous_trainer_is_k_0_and_its_minibatches(tmp_path, data, spec, m):
@@ -159,10 +168,10 @@ def test_verls_synchronous_trainer_is_k_0_and_its_minibatches(tmp_path, data, sp
         (
             {
                 "algorithm": {
-                    "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 3.0}
+                    "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": "0.2_4"}
                 }
             },
-            "has no asynchronous composition",
+            "has no asynchronous composition",  # IcePop bounds other than the preset's
         ),
         ({"actor_rollout_ref": {"actor": {"clip_ratoi": 0.2}}}, "unknown verl key"),
     ],

@@ -9,14 +9,15 @@ updates per batch, and every setting that changes the gradient but is not modell
 
 verl (verl-project/verl 1dda039b9c63): the keys and values are read and checked by
 :mod:`gpolab.labs.mismatch.from_config` (the same file its mismatch lab reads), whose correction
-names the composition (no rollout correction: ``verl/decoupled``; the presets' token TIS 2.0,
-sequence TIS 2.0 and token IcePop [0.5, 5]; bypass mode with the vanilla loss:
-``verl/bypass_ppo_clip``).  The synchronous trainer draws each batch from the current weights
-(k = 0, mismatched) and updates on its mini-batches in turn: ``trainer/ppo/v1/trainer_base.py::
-PPOTrainer._update_actor`` passes ``ppo_mini_batch_size`` (× rollout.n) and ``ppo_epochs`` to
-``workers/engine_workers.py``, whose ``tensordict_utils.make_iterator`` asserts that the mini
-batch divides the batch: m = ppo_epochs · data.train_batch_size / ppo_mini_batch_size (4 at the
-YAML defaults 1024 and 256).  verl's fully-async recipe (``async_training.*``) is not mapped.
+names the composition (no rollout correction: ``verl/decoupled``; token or sequence TIS at the
+user's threshold, the spec's option; token IcePop at the preset's [0.5, 5]; bypass mode with the
+vanilla loss: ``verl/bypass_ppo_clip``). The synchronous trainer draws each batch from the current
+weights (k = 0, mismatched) and updates on its mini-batches in turn:
+``trainer/ppo/v1/trainer_base.py::PPOTrainer._update_actor`` passes ``ppo_mini_batch_size`` (×
+rollout.n) and ``ppo_epochs`` to ``workers/engine_workers.py``, whose
+``tensordict_utils.make_iterator`` asserts that the mini batch divides the batch: m = ppo_epochs ·
+data.train_batch_size / ppo_mini_batch_size (4 at the YAML defaults 1024 and 256). verl's
+fully-async recipe (``async_training.*``) is not mapped.
 
 Source: huggingface/trl f2cd57710ae3, ``trl/experimental/async_grpo/async_grpo_config.py::
 AsyncGRPOConfig`` (its fields and defaults) on ``trl/trainer/base_config.py::_BaseConfig`` and
@@ -32,6 +33,7 @@ runs."""
 from __future__ import annotations
 
 from gpolab.estimators import asynchronous as compositions
+from gpolab.estimators import mismatch
 from gpolab.labs.mismatch import from_config as mismatch_config
 from gpolab.labs.mismatch.framework_settings import (
     ACTOR,
@@ -279,12 +281,31 @@ VERL_BATCH = {  # the batch sizes m is read from (verl's YAML defaults)
     f"{ACTOR}.ppo_mini_batch_size": (256, _n(1, integer=True)),
     "actor_rollout_ref.rollout.n": (1, _n(1, integer=True)),
 }
-VERL_PRESETS = {  # the mismatch entry (with its preset thresholds) → the composition
-    ("none", ()): "verl/decoupled",
-    ("verl/token_tis", (("is_threshold", 2.0),)): "verl/decoupled_token_is",
-    ("verl/seq_tis", (("is_threshold", 2.0),)): "verl/decoupled_seq_is",
-    ("verl/token_icepop", (("is_threshold", (0.5, 5.0)),)): "verl/decoupled_token_icepop",
+VERL_WEIGHTS = {  # the mismatch entry → the composition (a TIS threshold is its spec's option)
+    "none": "verl/decoupled",
+    "verl/token_tis": "verl/decoupled_token_is",
+    "verl/seq_tis": "verl/decoupled_seq_is",
+    "verl/token_icepop": "verl/decoupled_token_icepop",
 }
+
+
+def _verl_weight(found: dict) -> tuple[str | None, dict]:
+    """(the decoupled composition of the mismatch reader's entry, its weight's options): a
+    number (a TIS threshold) becomes the spec's option; bounds (IcePop's pair) must be the
+    preset's, which no spec option sets."""
+    name = VERL_WEIGHTS.get(found["name"])
+    if name is None:
+        return None, {}
+    own = compositions.REGISTRY[name].correction
+    preset = mismatch.REGISTRY[own.weight].defaults if own.weight != "none" else {}
+    options = {}
+    for key, value in found["overrides"].items():
+        if isinstance(value, tuple):
+            if value != preset.get(key):
+                return None, {}
+        else:
+            options[key] = value
+    return name, options
 
 
 def _verl(flat: dict, where: str) -> dict:
@@ -307,18 +328,18 @@ def _verl(flat: dict, where: str) -> dict:
     low, high = (ratio if e is None else e for e in (low, high))
     bypass = v["algorithm.rollout_correction.bypass_mode"]
     loss = v["actor_rollout_ref.actor.policy_loss.loss_mode"]
+    options = {}
     if bypass:
         name = "verl/bypass_ppo_clip" if found["name"] == "verl/bypass_ppo_clip" else None
     else:
-        key = (found["name"], tuple(sorted(found["overrides"].items())))
-        name = VERL_PRESETS.get(key) if loss == "vanilla" else None
+        name, options = _verl_weight(found) if loss == "vanilla" else (None, {})
     mode = "bypass" if bypass else "decoupled"
     if name is None:
         why = (
             f"loss_mode {loss}: gpolab's verl compositions run the vanilla (dual-clip PPO) loss"
             if loss != "vanilla"
             else f"{found['text']} has no asynchronous composition (gpolab's: no correction, "
-            "the presets' token TIS 2.0, sequence TIS 2.0, token IcePop [0.5, 5], bypass PPO)"
+            "token or sequence TIS at any threshold, token IcePop [0.5, 5], bypass PPO)"
         )
         raise ConfigError(f"{where}{why}")
     if low != high:
@@ -326,9 +347,8 @@ def _verl(flat: dict, where: str) -> dict:
             f"{where}{ACTOR}.clip_ratio_low {low!r} and clip_ratio_high {high!r}: gpolab's "
             "dual-clip rule is symmetric; allowed: equal values (verl's defaults)"
         )
-    spec = compositions.spec(
-        name, {"eps_low": low, "eps_high": high, "clip_c": v[f"{ACTOR}.clip_ratio_c"]}
-    )
+    knobs = {"eps_low": low, "eps_high": high, "clip_c": v[f"{ACTOR}.clip_ratio_c"]}
+    spec = compositions.spec(name, knobs | options)
     text = (
         f"verl's synchronous trainer in {mode} mode ({found['text'].rstrip('.')}); each batch "
         f"drawn by the current weights and used over m = {m} mini-batch updates "
