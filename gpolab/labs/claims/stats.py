@@ -138,14 +138,16 @@ def _log_fit(xs, y, se) -> tuple[list[float], list[float]]:
     return [float(b) for b in beta[1:]], [float(math.sqrt(cov[i, i])) for i in range(1, len(beta))]
 
 
-def _unbiased_p(rows) -> tuple[float, float]:
+def _unbiased_p(rows, splits: int | None = None) -> tuple[float, float]:
     """(p, largest |z|): is every row's bias² zero?  Per row z = bias_sq/bias_sq_se, a t with
-    splits − 1 degrees of freedom (the SE comes from the lab's seed batches), two-sided, combined
-    by Bonferroni (valid for rows that share draws); NaN without rows or with a NaN."""
+    splits − 1 degrees of freedom (the SE comes from the lab's ``splits`` seed batches; default:
+    the mismatch lab's), two-sided, combined by Bonferroni (valid for rows that share draws); NaN
+    without rows or with a NaN."""
     import numpy as np
     from scipy.stats import t as student
 
-    from gpolab.kernels.rollout_mismatch import SPLITS as splits
+    if splits is None:
+        from gpolab.kernels.rollout_mismatch import SPLITS as splits
 
     z = (rows["bias_sq"] / rows["bias_sq_se"]).to_numpy(np.float64)
     if not len(z) or not np.all(np.isfinite(z)):

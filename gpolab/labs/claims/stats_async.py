@@ -8,7 +8,8 @@ import math
 
 import numpy as np
 
-from gpolab.labs.claims.stats import bonferroni, statistic
+from gpolab.labs.claims import stats
+from gpolab.labs.claims.stats import statistic
 
 CONTROL = "sis"  # gpolab's unbiased control composition (estimators.asynchronous)
 
@@ -26,15 +27,11 @@ def _extreme(rows, col: str, pick) -> tuple[float, float, str]:
 
 
 def _unbiased_p(upd) -> float:
-    """Bonferroni p that every row's bias² against the exact gradient is 0 (two-sided z of
-    ``bias_sq`` over its SE); NaN on no rows or a non-positive SE."""
-    from scipy.stats import norm
+    """The Bonferroni p that every row's bias² against the exact gradient is 0
+    (:func:`gpolab.labs.claims.stats._unbiased_p` with the asynchronous lab's splits)."""
+    from gpolab.labs.asynchronous.lab import SPLITS
 
-    se = upd["bias_sq_se"].to_numpy(float)
-    if not len(se) or not (se > 0).all():
-        return math.nan
-    z = upd["bias_sq"].to_numpy(float) / se
-    return bonferroni(2 * norm.sf(np.abs(z)))
+    return stats._unbiased_p(upd, SPLITS)[0]
 
 
 def async_staleness_law(t: dict) -> dict:
