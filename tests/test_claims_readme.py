@@ -390,6 +390,35 @@ def _first_order_off(t):
     return {**t, "updates": upd}
 
 
+def _async_product_off(t):
+    """The biased compositions' paired bias² ∝ k·η³ (η matters beyond the product), resolved at
+    20 SE and unclipped; the SIS control's excess MSE a function of k·η alone."""
+    upd = t["updates"].copy()
+    biased = (upd["correction"] != "sis").to_numpy()
+    k, eta = upd["staleness"], upd["eta"]
+    upd.loc[biased, "bias_sq_paired"] = 1e-2 * (k * eta**3)[biased]
+    upd.loc[biased, "bias_sq_paired_se"] = upd.loc[biased, "bias_sq_paired"] / 20 + 1e-12
+    upd["clip_frac"] = 0.0
+    upd.loc[~biased, "mse"] = 1.0 + (k * eta)[~biased] ** 2
+    upd.loc[~biased, "mse_se"] = 1e-3
+    return {**t, "updates": upd}
+
+
+def _ess_off(t):
+    """Eight cells per composition whose variance falls and whose cos falls as the ESS falls
+    less, and a fresh update's MSE ranked by the ESS."""
+    import pandas as pd
+
+    first = t["updates"][t["updates"]["update"] == 0].drop_duplicates(["correction"])
+    cells = []
+    for i, ess in enumerate(np.linspace(0.1, 0.9, 8)):
+        c = first.copy()
+        c["staleness"], c["ess"] = i, ess
+        c["variance"], c["cos"], c["mse_fresh"] = 1 + ess, 1 - ess, ess
+        cells.append(c)
+    return {**t, "updates": pd.concat(cells, ignore_index=True)}
+
+
 FALSIFY = {
     "U1": _results(_oracle_off),
     "U1-loglinear": _results(_oracle_off),
@@ -431,6 +460,8 @@ FALSIFY = {
     "R-seq-collapse": _results(_collapse_off),
     "AS-law": _async_root_law,
     "Q-first-order": _first_order_off,
+    "gpolab-async-product": _async_product_off,
+    "VC-variance": _ess_off,
 }
 
 

@@ -127,3 +127,98 @@ def async_first_order(t: dict) -> dict:
 
 
 STATISTICS = (async_staleness_law, async_first_order)
+
+
+def _spread(rows, y: str, se: str) -> tuple[float, float]:
+    """(largest ratio max/min of ``y`` over cells with the same product k·η, its delta-method SE)
+    over ``rows``' resolved cells (``y`` more than 3 SE above 0); NaN when no product has two."""
+    rows = rows[rows[y] > 3 * rows[se]]
+    best = (math.nan, math.nan)
+    for _, g in rows.groupby((rows["staleness"] * rows["eta"]).round(9)):
+        if len(g) < 2:
+            continue
+        hi, lo = g.loc[g[y].idxmax()], g.loc[g[y].idxmin()]
+        r = float(hi[y] / lo[y])
+        r_se = r * math.hypot(hi[se] / hi[y], lo[se] / lo[y])  # independent: conservative
+        if math.isnan(best[0]) or r > best[0]:
+            best = (r, r_se)
+    return best
+
+
+def async_product(t: dict) -> dict:
+    """gpolab's question on [AS]'s law: does the first update's bias depend on the staleness and
+    the step size through S·η alone, so that the largest safe S·η is the same at every η?  At no
+    mismatch, per biased composition, ``spread``: the largest ratio of paired bias² between cells
+    with the same product k·η (1 where the product alone sets it; with bias² ∝ (S·η)^2, a spread
+    s moves the largest safe S·η by at most √s).  Ruled (``spread_max``) over the compositions
+    whose clip never engages (a clip is a non-linearity in η: TRL's composition is reported);
+    NaN when a composition has no product resolved at two cells.  Control ``control_spread``:
+    the same spread of the sequence-IS update's excess MSE over its k = 0 MSE, whose variance
+    grows faster in η than in k (the test can tell a law that is not one of S·η)."""
+    upd = t["updates"]
+    first = upd[(upd["update"] == 0) & (upd["staleness"] >= 1)]
+    parts, ruled = [], []
+    for c, g in first[first["correction"] != CONTROL].groupby("correction", sort=False):
+        s = _spread(g, "bias_sq_paired", "bias_sq_paired_se")
+        clipped = bool((g["clip_frac"] > 0).any())
+        parts.append(f"{c}: {s[0]:.2f} ± {s[1]:.2f}{' (clip engages: reported)' if clipped else ''}")
+        if not clipped:
+            ruled.append(s)
+    worst = (math.nan, math.nan)
+    if ruled and not any(math.isnan(v) for v, _ in ruled):
+        worst = max(ruled)
+    ctl = first[first["correction"] == CONTROL].copy()
+    base = upd[(upd["correction"] == CONTROL) & (upd["update"] == 0) & (upd["staleness"] == 0)]
+    at0 = base.set_index("eta")
+    ctl["excess"] = ctl["mse"] - at0.loc[ctl["eta"], "mse"].to_numpy()
+    ctl["excess_se"] = np.hypot(ctl["mse_se"], at0.loc[ctl["eta"], "mse_se"].to_numpy())
+    c_s = _spread(ctl, "excess", "excess_se") if len(ctl) and len(base) else (math.nan, math.nan)
+    return statistic(
+        f"{upd['mismatch'].iloc[0]}, first update, {int(upd['n_seeds'].iloc[0]):,} seeds; largest "
+        f"bias² ratio at equal k·η: {'; '.join(parts)}; {CONTROL}'s excess MSE: {c_s[0]:.2f} ± "
+        f"{c_s[1]:.2f}",
+        spread_max=worst,
+        control_spread=c_s,
+    )
+
+
+def _spearman(x, y) -> tuple[float, float]:
+    """(Spearman's ρ of ``x`` and ``y``, its SE (1 − ρ²)/√(n − 3) from Fisher's z, cells taken as
+    independent points); NaN below 4 points."""
+    from scipy.stats import spearmanr
+
+    if len(x) < 4:
+        return math.nan, math.nan
+    rho = float(spearmanr(x, y)[0])
+    return rho, (1 - rho**2) / math.sqrt(len(x) - 3)
+
+
+def async_ess(t: dict) -> dict:
+    """[VC] collapsing ESS predicts increasing variance (the v2 abstract), as gpolab's rank test
+    over the asynchronous lab's cells (every mismatch, η and k ≥ 0, the first update): per
+    composition Spearman's ρ of the mean ESS ratio of the minibatch's sequence weights with the
+    update's variance (``rho_var_max``, the largest over compositions: every one ≤ −0.5 for the
+    claim) and with its cos(ĝ, g) (``rho_cos_min``: every one ≥ 0.5, ESS ranks the direction's
+    error).  Control ``control_rho_abs``: |ρ| of the ESS with the fresh on-policy update's MSE at
+    the same θ (an update that does not see the weights), at most 0.5."""
+    first = t["updates"][t["updates"]["update"] == 0]
+    var, cos, parts = [], [], []
+    for c, g in first.groupby("correction", sort=False):
+        v, k = _spearman(g["ess"], g["variance"]), _spearman(g["ess"], g["cos"])
+        var.append(v)
+        cos.append(k)
+        parts.append(f"{c}: variance {v[0]:.2f}, cos {k[0]:.2f}")
+    nan = any(math.isnan(v) for v, _ in var + cos) or not var
+    one = first.drop_duplicates(["mismatch", "eta", "staleness"])  # the fresh update is shared
+    ctl = _spearman(one["ess"], one["mse_fresh"])
+    return statistic(
+        f"{len(first) // max(len(var), 1)} cells per composition, "
+        f"{int(first['n_seeds'].iloc[0]):,} seeds; Spearman ρ of the ESS with "
+        f"{'; '.join(parts)}; with the fresh update's MSE {ctl[0]:.2f}",
+        rho_var_max=(math.nan, math.nan) if nan else max(var),
+        rho_cos_min=(math.nan, math.nan) if nan else min(cos),
+        control_rho_abs=(abs(ctl[0]), ctl[1]),
+    )
+
+
+STATISTICS = (*STATISTICS, async_product, async_ess)
