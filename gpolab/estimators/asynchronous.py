@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import chex
 import jax.numpy as jnp
 
 from gpolab import validate
@@ -35,6 +36,7 @@ WEIGHT_KINDS = ("none", "truncate", "mask")  # mismatch entries usable as a deta
 OWN_RULES = {"cumtoken": ("sqrt_log",), "token": ("m2",)}  # this module's (ratio: clips), beside
 # estimators.offpolicy's: CTPO's cumulative token ratio and M2PO's second-moment clip
 STEPS = ("fixed", "ess_sqrt")  # the step as given, or VCPO's ESS-scaled step
+BASELINES = ("loo", "opob")  # leave-one-out advantages, or VCPO's off-policy optimal baseline
 M2_BUDGET = 0.04  # M2PO's τ_M2 ("across all our experiments"; M2_budget in its scripts)
 CTPO_CAP = 10.0  # CTPO clamps the cumulative log ratio at 10 (and each token's at ±20)
 
@@ -48,7 +50,8 @@ class Correction:
     ``weight`` (an entry of :mod:`gpolab.estimators.mismatch` on (π_prox, μ), its ``options`` as
     sorted (name, value) pairs; ``none``: 1).  Two rules are this module's (:func:`objective`):
     CTPO's ``cumtoken`` ratio with its ``sqrt_log`` clip, and M2PO's ``m2`` clip of the token
-    ratio; ``step`` ``ess_sqrt`` scales the update by VCPO's √min(1, ESS/N)."""
+    ratio; ``step`` ``ess_sqrt`` scales the update by VCPO's √min(1, ESS/N); ``baseline``
+    ``opob`` replaces the leave-one-out advantages by VCPO's (:func:`opob_advantages`)."""
 
     ratio: str = "token"
     clip: str = "ppo"
@@ -56,6 +59,7 @@ class Correction:
     weight: str = "none"
     options: tuple = ()
     step: str = "fixed"
+    baseline: str = "loo"
 
     def validate(self) -> None:
         validate.choice("ratio", self.ratio, tuple(rules.RATIOS) + ("cumtoken",))
@@ -63,6 +67,12 @@ class Correction:
         base = rules.rule_clips(self.ratio) if self.ratio in rules.RATIOS else ()
         validate.choice("clip", self.clip, base + own)
         validate.choice("step", self.step, STEPS)
+        validate.choice("baseline", self.baseline, BASELINES)
+        if self.baseline == "opob" and self.weight != "verl/seq_tis":
+            raise validate.ConfigError(
+                f"baseline: got 'opob' with weight {self.weight!r}; allowed: with verl/seq_tis "
+                "(VCPO's baseline weighs each sequence by its truncated sequence weight)"
+            )
         validate.choice("anchor", self.anchor, ANCHORS)
         validate.choice("weight", self.weight, tuple(mismatch.REGISTRY))
         entry = mismatch.REGISTRY[self.weight]
@@ -245,10 +255,24 @@ REGISTRY: dict[str, Entry] = {
         "TIS at 8, and the step scaled by √min(1, ESS/1.0) (verl/workers/actor/megatron_actor.py::"
         "_optimizer_step_with_buffer, staleness_utils.py::compute_ess_info)",
         (None, None, None),
-        "VCPO's OPOB baseline (staleness_utils.py::compute_opob_baseline, per-trajectory gradient "
-        "norms) is not ported: leave-one-out advantages instead; its code and its README weight "
-        "the baseline differently (min(ρ, 8)²ρ²‖∇log π‖² against w²‖∇log π‖²); VCPO scales "
-        "AdamW's learning rate, gpolab's SGD step (the same under SGD)",
+        "without VCPO's off-policy optimal baseline (leave-one-out advantages instead; with it: "
+        "vcpo/opob); VCPO scales AdamW's learning rate, gpolab the SGD step (the same under SGD)",
+    ),
+    "vcpo/opob": Entry(
+        Correction(
+            "token", "none", "current", "verl/seq_tis", (("is_threshold", 8.0),), "ess_sqrt", "opob"
+        ),
+        "mit-han-lab/vcpo c7f030f0b772 as its math scripts ship it (recipe/fully_async_policy/"
+        "shell/vcpo/math/vcpo_k=10.sh): gpolab/vcpo_ess's composition with the off-policy optimal "
+        "baseline (staleness_utils.py::compute_opob_baseline, grad_baselining scope group, "
+        "agg_mode mean, use_is_weights, norm_by_std; verl/workers/actor/megatron_actor.py::"
+        "_compute_grad_norms, _update_grad_buffers): advantages (R − b)/σ per group, b weighted "
+        "by min(ρ, 8)² ρ² ‖∇log π(y)‖²",
+        (None, None, None),
+        "the baseline weights as VCPO's code computes them (its README writes w²‖∇log π‖², with "
+        "one weight squared once); normalised in log space, not in float64 (the same short of "
+        "ρ ≈ e^350); VCPO scales AdamW's learning rate after a gradient clip at 1, gpolab the SGD "
+        "step; VCPO's loss is seq-mean-token-mean (1/L per sequence: a constant at fixed T)",
     ),
     "sis": Entry(
         Correction("sis", "none", "engine"),
@@ -355,6 +379,38 @@ def step_scale(corr: Correction, prox, engine, mask):
         return 1.0
     ess = ess_ratio(jnp.sum((prox - engine) * mask, -1))  # π_prox: π_θ with anchor current
     return rules._sg(jnp.sqrt(jnp.minimum(1.0, ess / VCPO_BASE)))
+
+
+def opob_advantages(rewards, log_rho, grad_sq, threshold):
+    """VCPO's off-policy optimal baseline, as its code runs it (mit-han-lab/vcpo c7f030f0b772
+    recipe/fully_async_policy/staleness_utils.py::compute_opob_baseline with the shipped
+    ``grad_baselining`` scope group, agg_mode mean, use_is_weights, norm_by_std; the buffers of
+    verl/workers/actor/megatron_actor.py::_update_grad_buffers).
+
+    Per group, b = Σ_i W_i R_i / Σ_i W_i with W_i = ‖g_i‖² ρ_i², where g_i is the sequence's own
+    loss gradient at advantage 1, min(ρ_i, C) ∇log π_θ(y_i) (``_compute_grad_norms``: the
+    truncated weight is in the loss), and ρ_i = Π_t π_θ/μ untruncated; the advantage is
+    (R_i − b)/σ with σ the group's population std of the raw rewards, or R_i − b where σ ≤ 1e-8
+    (there b = R: the group gives 0).  The weights are normalised in log space (the code's float64
+    sum overflows only beyond ρ ≈ e^350; its 1e-8 in Σ W acts only where every W is below it).
+
+    Args:
+      rewards: (..., G) raw rewards.
+      log_rho: (..., G) log Π_t π_θ(y_t)/μ(y_t) (π_θ = π_old: VCPO does not recompute).
+      grad_sq: (..., G) ‖∇_θ log π_θ(y)‖² of each sequence.
+      threshold: C, the sequence TIS threshold (8 in VCPO's scripts).
+
+    Returns:
+      (..., G) advantages, finite wherever the inputs are (a group of equal rewards gives 0).
+    """
+    chex.assert_equal_shape([rewards, log_rho, grad_sq])
+    log_w = 2 * jnp.minimum(log_rho, jnp.log(threshold)) + 2 * log_rho + jnp.log(grad_sq)
+    log_w = jnp.where(grad_sq > 0, log_w, -jnp.inf)
+    top = jnp.max(log_w, -1, keepdims=True)
+    w = jnp.exp(log_w - jnp.where(jnp.isfinite(top), top, 0.0))
+    b = jnp.sum(w * rewards, -1, keepdims=True) / jnp.maximum(jnp.sum(w, -1, keepdims=True), 1e-30)
+    sigma = jnp.std(rewards, -1, keepdims=True)
+    return (rewards - b) / jnp.where(sigma > 1e-8, sigma, 1.0)
 
 
 def get(name: str) -> Entry:

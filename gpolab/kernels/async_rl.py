@@ -72,12 +72,14 @@ class Cell:
 
 class Batch(NamedTuple):
     """One minibatch as the engine hands it over: prompts (B,), tokens (B, G, T), the gradient
-    weights c = A/G (B, G) and the engine's log μ(y_t) (B, G, T)."""
+    weights c = A/G (B, G) of the leave-one-out advantages, the engine's log μ(y_t) (B, G, T) and
+    the raw rewards (B, G) (VCPO's baseline reads them at the update)."""
 
     prompts: jax.Array
     tokens: jax.Array
     c: jax.Array
     engine: jax.Array
+    rewards: jax.Array
 
 
 def per_seed(cell: Cell, key: jax.Array, args: tuple) -> dict:
@@ -126,7 +128,7 @@ def _draw(cell: Cell, params, logits, key, later=None) -> Batch:
     if later is not None:
         late = markov.table_logp(params, later, prompts, tokens)
         logp = jnp.where(jnp.arange(params.T) < cell.switch, logp, late)
-    return Batch(prompts, tokens, c, logp)
+    return Batch(prompts, tokens, c, logp, rewards)
 
 
 def _at_step_size(k_stale, k_fresh, cell: Cell, params, theta_old, engine, eta, knobs, rollout):
@@ -224,7 +226,8 @@ def _objective(cell: Cell, params, b: Batch, theta, prox, alpha, *knobs) -> tupl
         prox = jax.lax.stop_gradient(logp)
     anchor = b.engine if corr.anchor == "engine" else prox
     mask = jnp.ones_like(logp)
-    obj, cut = compositions.objective(corr, logp, anchor, b.c, mask, *knobs)
+    c = _opob(corr, params, b, theta, prox) if corr.baseline == "opob" else b.c
+    obj, cut = compositions.objective(corr, logp, anchor, c, mask, *knobs)
     weight = compositions.step_scale(corr, prox, b.engine, mask)
     if corr.weight != "none":
         ones = jnp.ones_like(b.c)
@@ -234,6 +237,22 @@ def _objective(cell: Cell, params, b: Batch, theta, prox, alpha, *knobs) -> tupl
     gap = jnp.mean(jnp.abs(logp - b.engine))
     ess = compositions.ess_ratio(jax.lax.stop_gradient(jnp.sum(logp - b.engine, -1)))
     return jnp.sum(weight * obj) / cell.B, (share, gap, ess)
+
+
+def _opob(corr: Correction, params, b: Batch, theta, prox) -> jax.Array:
+    """(B, G) c = A/G with VCPO's off-policy optimal baseline
+    (:func:`gpolab.estimators.asynchronous.opob_advantages`), detached: each sequence's
+    ‖∇log π_θ(y)‖² (one gradient per sequence), ρ = Π_t π_prox/μ and the group's raw rewards."""
+
+    def seq_logp(th, x, y):
+        return jnp.sum(markov.table_logp(params, markov.table(params, th), x[None], y[None, None]))
+
+    per_seq = jax.vmap(jax.grad(seq_logp), in_axes=(None, None, 0))  # over a prompt's G
+    grads = jax.vmap(per_seq, in_axes=(None, 0, 0))(theta, b.prompts, b.tokens)  # (B, G, D)
+    log_rho = jnp.sum(prox - b.engine, -1)
+    threshold = dict(corr.options)["is_threshold"]
+    A = compositions.opob_advantages(b.rewards, log_rho, jnp.sum(grads**2, -1), threshold)
+    return jax.lax.stop_gradient(A / b.rewards.shape[-1])
 
 
 def _sis_objective(cell: Cell, params, b: Batch, theta):

@@ -25,11 +25,14 @@ def _cell(name: str, m=1, staleness=(0,)) -> async_rl.Cell:
     return async_rl.Cell(correction, "noise", 4, 4, m, staleness, markov.count_cap(PARAMS))
 
 
-@pytest.mark.parametrize("name", list(asynchronous.REGISTRY))
+LOO = [n for n, e in asynchronous.REGISTRY.items() if e.correction.baseline == "loo"]
+
+
+@pytest.mark.parametrize("name", LOO)
 def test_every_composition_is_the_on_policy_update_where_all_three_policies_agree(name):
     """π_θ = π_prox = μ: every ratio is 1, every weight 1 and no clip binds, so each framework's
     update is the leave-one-out gradient, the sequence-IS update on the same batch (to float32
-    rounding), and the composition is valid."""
+    rounding), and the composition is valid (VCPO's own baseline: the next test)."""
     entry = asynchronous.get(name)
     entry.correction.validate()
     cell = _cell(name)
@@ -281,3 +284,61 @@ def test_vcpos_step_scale_is_the_root_of_its_ess_ratio():
     prox = jnp.asarray(logw[..., None] * np.ones(3) / 3, jnp.float32)
     scale = asynchronous.step_scale(corr, prox, jnp.zeros_like(prox), jnp.ones_like(prox))
     assert float(scale) == pytest.approx(math.sqrt(ess), rel=1e-5)
+
+
+def _vcpo_loop(rewards, log_rho, grad_norm, threshold=8.0):
+    """VCPO's code, one group at a time in float64 (staleness_utils.py::compute_opob_baseline,
+    get_weighted_mean; megatron_actor.py::_compute_grad_norms, _update_grad_buffers): the
+    advantage each sequence's gradient is accumulated with."""
+    out = np.zeros_like(rewards, dtype=float)
+    for i, (r, lr, gn) in enumerate(zip(rewards, log_rho, grad_norm, strict=True)):
+        rho = np.exp(lr.astype(float))
+        unscaled = np.minimum(rho, threshold) * gn  # the loss carries min(ρ, C)
+        w = unscaled**2 * rho**2
+        b = float((r * w).sum() / (w.sum() + 1e-8))
+        std = float(np.std(r))
+        out[i] = (r - b) / std if std > 1e-8 else r - b
+    return out
+
+
+def test_vcpos_baseline_is_its_codes_weighted_mean_and_finite_on_degenerate_groups():
+    """opob_advantages against the loop VCPO runs, on random groups, a group of equal rewards (0,
+    where the code leaves R·1e-8/ΣW) and a sequence weight past float32's range (finite)."""
+    rng = np.random.default_rng(11)
+    r = rng.integers(0, 2, (6, 4)).astype(float)
+    r[0] = 1.0
+    lr = rng.normal(0, 1.5, (6, 4))
+    gn = rng.uniform(0.5, 3, (6, 4))
+
+    def opob():
+        args = (jnp.asarray(x, jnp.float32) for x in (r, lr, gn**2))
+        return asynchronous.opob_advantages(*args, 8.0)
+
+    np.testing.assert_allclose(opob(), _vcpo_loop(r, lr, gn), rtol=1e-5, atol=1e-6)
+    lr[1, 2] = 200.0  # ρ⁴ overflows float32; the log-space weights do not
+    got = opob()
+    assert np.isfinite(np.asarray(got)).all()
+    want = _vcpo_loop(r[1:2], lr[1:2], gn[1:2])[0]
+    np.testing.assert_allclose(got[1], want, rtol=1e-5, atol=1e-6)
+
+
+def test_vcpos_update_on_policy_is_its_baselines_gradient():
+    """π_θ = μ: ρ = 1, ESS 1, so vcpo/opob's update is Σ (A/G) ∇log π_θ(y) / B with A its
+    baseline's advantages from each sequence's own gradient norm (computed here one sequence at a
+    time with the env's gradient)."""
+    cell = _cell("vcpo/opob")
+    b = async_rl._draw(cell, PARAMS, markov.table(PARAMS, THETA), jax.random.key(4))
+    knobs = tuple(jnp.float32(x) for x in (0.2, 0.28, 3.0))
+    grad = jax.grad(async_rl._objective, argnums=3, has_aux=True)
+    ghat, _ = grad(cell, PARAMS, b, THETA, b.engine, jnp.float32(0.0), *knobs)
+    B, G = b.rewards.shape
+    norms = np.zeros((B, G))
+    for i in range(B):
+        for j in range(G):
+            one = jnp.zeros((1, G)).at[0, j].set(1.0)
+            g = markov.gradient(PARAMS, THETA, b.prompts[i : i + 1], b.tokens[i : i + 1], one)
+            norms[i, j] = float(jnp.linalg.norm(g))
+    A = _vcpo_loop(np.asarray(b.rewards), np.zeros((B, G)), norms)
+    want = markov.gradient(PARAMS, THETA, b.prompts, b.tokens, jnp.asarray(A / G / B, jnp.float32))
+    np.testing.assert_allclose(ghat, want, rtol=1e-4, atol=1e-5 * float(jnp.abs(want).max()))
+    assert np.abs(A).max() > 0  # some group is not degenerate

@@ -161,7 +161,8 @@ def async_product(t: dict) -> dict:
     for c, g in first[first["correction"] != CONTROL].groupby("correction", sort=False):
         s = _spread(g, "bias_sq_paired", "bias_sq_paired_se")
         clipped = bool((g["clip_frac"] > 0).any())
-        parts.append(f"{c}: {s[0]:.2f} ± {s[1]:.2f}{' (clip engages: reported)' if clipped else ''}")
+        note = " (clip engages: reported)" if clipped else ""
+        parts.append(f"{c}: {s[0]:.2f} ± {s[1]:.2f}{note}")
         if not clipped:
             ruled.append(s)
     worst = (math.nan, math.nan)
