@@ -22,7 +22,12 @@ def _middle(values) -> float:
 
 
 def _colors(df) -> dict:
-    return {c: f"C{i % 10}" for i, c in enumerate(dict.fromkeys(df["correction"]))}
+    """One colour per composition: the default cycle up to 10, tab20's 20 beyond (no two share)."""
+    names = list(dict.fromkeys(df["correction"]))
+    if len(names) <= 10:
+        return {c: f"C{i}" for i, c in enumerate(names)}
+    cmap = pyplot().get_cmap("tab20")
+    return {c: cmap(i % 20) for i, c in enumerate(names)}
 
 
 def staleness_figure(tables: dict, path) -> Path:

@@ -118,7 +118,7 @@ def summary(tables: dict) -> str:
     return note + table
 
 
-HEADLINE = 120  # characters of a claim the README's summary shows (the ledger page has it whole)
+HEADLINE = 100  # characters of a claim the README's summary shows (the ledger page has it whole)
 
 
 def headline(claim: str) -> str:
