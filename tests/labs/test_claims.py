@@ -424,7 +424,7 @@ def test_an_exact_equality_rule_does_not_hang_on_the_last_bit():
         ("Short claim.", "Short claim."),
         ("A: rest. More.", "A."),
         ("Under (a: b) it holds. Then more.", "Under (a: b) it holds."),
-        ("x " * 100, ("x " * 60).strip() + " …"),
+        ("x " * 100, ("x " * (claims_report.HEADLINE // 2)).strip() + " …"),
     ],
 )
 def test_the_readme_summary_shows_each_claims_first_clause(claim, headline):
