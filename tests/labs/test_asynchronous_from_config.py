@@ -158,7 +158,6 @@ def test_verls_synchronous_trainer_is_k_0_and_its_minibatches(tmp_path, data, sp
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"async_training": {"staleness_threshold": 0.1}}, "fully-async recipe is not mapped"),
         (
             {"actor_rollout_ref": {"actor": {"policy_loss": {"loss_mode": "gspo"}}}},
             "loss_mode gspo",
@@ -337,3 +336,70 @@ def test_a_spec_sets_its_weights_own_options():
         compositions.parse("trl/grpo[clip_max=2]")
     with pytest.raises(ConfigError, match="lower < upper"):
         compositions.parse("trl/grpo_token_mask[clip_min=4.0]")
+
+
+FULLY_ASYNC = {"data": {"train_batch_size": 0}, "async_training": {}}
+
+
+def _fully_async(**over):
+    out = {**FULLY_ASYNC, **over}
+    out["async_training"] = {**FULLY_ASYNC["async_training"], **over.get("async_training", {})}
+    return out
+
+
+@pytest.mark.parametrize(
+    "data, spec, oldest, m",
+    [
+        # the recipe's YAML: bypass mode, staleness_threshold 0.1, 4 local steps of 1 mini-batch
+        (_fully_async(), "verl/bypass_ppo_clip", 4, 4),
+        (  # require_batches and ppo_epochs multiply the updates per version
+            _fully_async(
+                async_training={"require_batches": 4, "staleness_threshold": 0.5},
+                actor_rollout_ref={"actor": {"ppo_epochs": 2}},
+            ),
+            "verl/bypass_ppo_clip",
+            32,
+            32,
+        ),
+        (_fully_async(async_training={"staleness_threshold": 0}), "verl/bypass_ppo_clip", 0, 4),
+        (_fully_async(async_training={"staleness_threshold": 1.5}), "verl/bypass_ppo_clip", 8, 4),
+        (  # the recipe's decoupled script: token TIS at 2 over π_old of the last sync
+            _fully_async(
+                algorithm={
+                    "rollout_correction": {
+                        "bypass_mode": False,
+                        "rollout_is": "token",
+                        "rollout_is_threshold": 2.0,
+                    }
+                }
+            ),
+            "verl/decoupled_token_is",
+            4,
+            4,
+        ),
+    ],
+)
+def test_verls_fully_async_recipe_is_one_round_per_version(tmp_path, data, spec, oldest, m):
+    """m = trigger_parameter_sync_step × require_batches × ppo_epochs updates per policy version;
+    the oldest rollouts ⌈staleness_threshold⌉ versions back (0: synchronous, as verl's docs say);
+    bypass mode by the recipe's own default."""
+    setup = from_config.setup_of(from_config.read(_file(tmp_path, data)))
+    assert (setup["correction"], setup["staleness"], setup["m"]) == (spec, oldest, m)
+    assert any("counts, not ages" in n for n in setup["notes"])
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"async_training": {"staleness_threshold": 0.1}}, "data.train_batch_size: absent"),
+        (_fully_async(data={"train_batch_size": 1024}), "data.train_batch_size: got 1024"),
+        (_fully_async(async_training={"staleness_threshold": -1}), "staleness_threshold: got -1"),
+        (_fully_async(async_training={"trigger_parameter_sync_step": 0}), "sync_step: got 0"),
+        (_fully_async(async_training={"stalenes_threshold": 0.1}), "did you mean"),
+    ],
+)
+def test_fully_async_configs_verl_refuses_are_one_error(tmp_path, data, message):
+    path = _file(tmp_path, data)
+    with pytest.raises(ConfigError) as err:
+        from_config.read(path)
+    assert str(err.value).startswith(str(path)) and message in str(err.value)

@@ -17,7 +17,8 @@ weights (k = 0, mismatched) and updates on its mini-batches in turn:
 rollout.n) and ``ppo_epochs`` to ``workers/engine_workers.py``, whose
 ``tensordict_utils.make_iterator`` asserts that the mini batch divides the batch: m = ppo_epochs ·
 data.train_batch_size / ppo_mini_batch_size (4 at the YAML defaults 1024 and 256). verl's
-fully-async recipe (``async_training.*``) is not mapped.
+fully-async recipe (a file with ``async_training``: :func:`_verl_fully_async`) is one round per
+policy version, its oldest rollouts ⌈staleness_threshold⌉ versions back.
 
 Source: huggingface/trl f2cd57710ae3, ``trl/experimental/async_grpo/async_grpo_config.py::
 AsyncGRPOConfig`` (its fields and defaults) on ``trl/trainer/base_config.py::_BaseConfig`` and
@@ -32,11 +33,14 @@ runs."""
 
 from __future__ import annotations
 
+import math
+
 from gpolab.estimators import asynchronous as compositions
 from gpolab.estimators import mismatch
 from gpolab.labs.mismatch import from_config as mismatch_config
 from gpolab.labs.mismatch.framework_settings import (
     ACTOR,
+    BOOL,
     KEYS,
     TRL,
     TRL_OWN,
@@ -58,7 +62,8 @@ ALLOWED = (
     "a TRL AsyncGRPOConfig as JSON (.json) or YAML (.yaml, .yml): its fields (epsilon, "
     "epsilon_high, max_staleness, weight_sync_steps, ...) and TrainingArguments', or a "
     "GRPOConfig (use_vllm, loss_type, vllm_importance_sampling_*, ...); a verl config "
-    "(algorithm.*, actor_rollout_ref.*) or an AReaL one (actor.*, rollout.*) as YAML"
+    "(algorithm.*, actor_rollout_ref.*, async_training.* for its fully-async recipe) or an "
+    "AReaL one (actor.*, rollout.*) as YAML"
 )
 TRL_ASYNC = {  # key: (AsyncGRPOConfig's default, check)
     "epsilon": (0.2, _n(0, open_low=True)),
@@ -91,13 +96,8 @@ def read(path) -> dict:
     where = f"{path}: "
     data = mapping(data, where, ALLOWED, OWN)
     if _is_verl(data):
-        flat = mismatch_config._flat(data)
-        for key in flat:
-            if key.startswith("async_training."):
-                raise ConfigError(
-                    f"{where}{key}: verl's fully-async recipe is not mapped yet; allowed: a "
-                    "config of verl's synchronous PPO trainer"
-                )
+        if _is_fully_async(mismatch_config._flat(data)):
+            data = _recipe(data, where)  # the recipe's YAML under the user's keys
         flat = mismatch_config.checked(data, where)  # every verl key and value, naming the file
         setup_of(flat, where)
         return flat
@@ -142,6 +142,8 @@ def setup_of(settings: dict, where: str = "") -> dict:
     kept rollouts, in optimizer steps), m (updates per batch), G (the config's group size), text
     (one sentence) and notes (each setting not modelled, with what the lab does instead)."""
     if _is_verl(settings):
+        if _is_fully_async(settings):
+            return _verl_fully_async(settings, where)
         return _verl(settings, where)
     if _is_areal(settings):
         return _areal(settings, where)
@@ -365,6 +367,106 @@ def _verl(flat: dict, where: str) -> dict:
         text=text,
         notes=notes,
     )
+
+
+ASYNC = "async_training"
+FULLY_ASYNC = {  # verl/experimental/fully_async_policy/config/fully_async_ppo_trainer.yaml
+    f"{ASYNC}.staleness_threshold": (0.1, _n(0)),  # the rollouter asserts ≥ 0
+    f"{ASYNC}.trigger_parameter_sync_step": (4, _n(1, integer=True)),  # asserted ≥ 1
+    f"{ASYNC}.require_batches": (1, _n(1, integer=True)),
+    f"{ASYNC}.partial_rollout": (True, BOOL),
+    f"{ASYNC}.use_trainer_do_validate": (False, BOOL),
+    f"{ASYNC}.use_dynamic_resource_scheduling": (False, BOOL),
+    f"{ASYNC}.dynamic_schedule_policy": ("default", None),
+    f"{ASYNC}.dynamic_schedule_deactivate_ratio": (0.3, _n(0)),
+    f"{ASYNC}.dynamic_schedule_enable_rebalance": (True, BOOL),
+    f"{ASYNC}.concurrent_samples_per_replica": (16, _n(1, integer=True)),
+    "data.train_batch_size": (0, _one(0)),  # the rollouter asserts 0 (the trainer pulls)
+    "data.gen_batch_size": (1, _one(1)),  # asserted 1
+}
+RECIPE = {  # the recipe's YAML over ppo_trainer.yaml's defaults, where the file leaves them
+    "algorithm.rollout_correction.bypass_mode": True,
+    "actor_rollout_ref.rollout.calculate_log_probs": True,
+    "actor_rollout_ref.actor.use_rollout_log_probs": True,
+}
+
+
+def _is_fully_async(flat: dict) -> bool:
+    return any(str(k).lstrip("+").split(".")[0] == ASYNC for k in flat)
+
+
+def _recipe(data: dict, where: str) -> dict:
+    """A fully-async config's settings with the recipe's own defaults (:data:`RECIPE`) where the
+    file has none, its ``async_training`` keys checked against the recipe's YAML (hydra's struct
+    config refuses others) and their values as the recipe asserts them."""
+    flat = mismatch_config._flat(data)
+    for key in flat:
+        if key.startswith(ASYNC + ".") and key not in FULLY_ASYNC:
+            known = [k for k in FULLY_ASYNC if k.startswith(ASYNC)]
+            raise ConfigError(
+                f"{where}{key}: unknown key of verl's fully-async recipe{_near(key, known)}; "
+                "allowed: the async_training fields of fully_async_ppo_trainer.yaml (verl "
+                "1dda039b9c63)"
+            )
+    checked_values(flat, FULLY_ASYNC, where)
+    if "data.train_batch_size" not in flat:
+        raise ConfigError(
+            f"{where}data.train_batch_size: absent, so ppo_trainer.yaml's 1024; allowed: 0, as "
+            "verl's fully-async rollouter asserts (its trainer pulls require_batches × "
+            "ppo_mini_batch_size prompts per local step)"
+        )
+    rc = "algorithm.rollout_correction"
+    if rc in flat and flat[rc] is None:  # null: the rollout correction off, as the user says
+        return flat
+    return {**RECIPE, **flat}
+
+
+def _verl_fully_async(flat: dict, where: str) -> dict:
+    """verl's fully-async recipe (verl/experimental/fully_async_policy, 1dda039b9c63): the
+    composition the synchronous reader gives for its loss (bypass mode by the recipe's default),
+    one policy version per ``trigger_parameter_sync_step`` local steps of ``require_batches`` ×
+    ``ppo_epochs`` mini-batch updates (m), and rollouts up to ⌈staleness_threshold⌉ versions
+    old (gpolab's reading of the rollouter's sample budget)."""
+    flat = {**RECIPE, **flat} if "algorithm.rollout_correction" not in flat else flat
+    v = checked_values(flat, VERL_BATCH | FULLY_ASYNC, where)
+    K, req = v[f"{ASYNC}.trigger_parameter_sync_step"], v[f"{ASYNC}.require_batches"]
+    epochs = checked_values(flat, VERL, where)[f"{ACTOR}.ppo_epochs"]
+    m = K * req * epochs
+    s = v[f"{ASYNC}.staleness_threshold"]
+    versions = math.ceil(s)
+    sync = {**flat, "data.train_batch_size": m * v[f"{ACTOR}.ppo_mini_batch_size"] // epochs}
+    base = _verl(sync, where)  # the composition, its clip and weight: the synchronous reader's
+    spec, oldest = base["correction"], versions * m
+    mode = "bypass" if "bypass" in spec else "decoupled"
+    text = (
+        f"verl's fully-async recipe in {mode} mode: {spec.split('[')[0]}'s composition, one "
+        f"weight sync every {K} local steps of {req} × {epochs} mini-batch update(s) (m = {m} "
+        f"updates per policy version), staleness_threshold {s:g}: rollouts up to {versions} "
+        f"version(s) old; gpolab measures it as {spec} at k <= {oldest}, m = {m}"
+    )
+    notes = list(base["notes"])
+    notes.append(
+        f"staleness_threshold {s:g}: the rollouter starts at most (1 + s) × {K} × "
+        f"require_batches × ppo_mini_batch_size samples per version, counting those still queued "
+        "or in flight at the sync (FullyAsyncRollouter.set_max_required_samples, reset_staleness); "
+        "gpolab's reading: when the rollouter outpaces the trainer, about a share min(s, 1) of a "
+        f"version's samples is carried over from the one before (k = {m} at the version's start), "
+        "the rest are fresh (k = 0), and a threshold above 1 reaches ⌈s⌉ versions back; it "
+        "bounds counts, not ages, so the rows at k = 0 and at your oldest k bracket your setup"
+    )
+    if v[f"{ASYNC}.partial_rollout"]:
+        notes.append(
+            "partial_rollout true: a response interrupted by a weight sync resumes under the new "
+            "weights, its early tokens one version older than its later ones, each with its own "
+            "log-prob (the lab's --switch moves the engine one update on, not one version)"
+        )
+    if mode == "decoupled":
+        notes.append(
+            "decoupled mode: π_old is the version of the last sync (FullyAsyncTrainer."
+            "_compute_old_log_prob restores it), the lab's π_prox at the round's start with one "
+            "round per version"
+        )
+    return dict(base, staleness=oldest, m=m, text=text, notes=notes)
 
 
 AREAL = KEYS["areal"]

@@ -99,7 +99,8 @@ class Config(configs.Config):
     )
     from_config: str = option(
         "",
-        "a TRL AsyncGRPOConfig or GRPOConfig (JSON/YAML), a verl or an AReaL config (YAML): "
+        "a TRL AsyncGRPOConfig or GRPOConfig (JSON/YAML), a verl config (YAML; its fully-async "
+        "recipe too) or an AReaL one: "
         "adds the composition it runs, with its clip, at the staleness it keeps and its updates "
         "per batch, as the rows marked yours",
         key=False,
