@@ -419,6 +419,22 @@ def _ess_off(t):
     return {**t, "updates": pd.concat(cells, ignore_index=True)}
 
 
+def _prefix_variance_off(t):
+    """The prefix ratio's variance 1.5 times sequence IS's at every cell (SE 1%); SIS biased
+    (10 SE)."""
+    upd = t["updates"].copy()
+    seq = (upd["correction"] == "sis").to_numpy()
+    keys = ["mismatch", "staleness", "eta", "update"]
+    base = upd[seq].set_index(keys)["variance"]
+    pre = ~seq
+    at = list(zip(*(upd.loc[pre, k] for k in keys), strict=True))
+    upd.loc[pre, "variance"] = 1.5 * base.loc[at].to_numpy()
+    upd["mse_se"] = 0.01 * upd["variance"]
+    upd["bias_sq_se"] = 0.01 * upd["variance"]
+    upd.loc[seq, "bias_sq"] = 10 * upd.loc[seq, "bias_sq_se"]
+    return {**t, "updates": upd}
+
+
 FALSIFY = {
     "U1": _results(_oracle_off),
     "U1-loglinear": _results(_oracle_off),
@@ -462,6 +478,7 @@ FALSIFY = {
     "Q-first-order": _first_order_off,
     "gpolab-async-product": _async_product_off,
     "VC-variance": _ess_off,
+    "CT-variance": _prefix_variance_off,
 }
 
 

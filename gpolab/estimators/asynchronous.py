@@ -33,8 +33,8 @@ ANCHORS = ("trainer", "engine", "interpolated", "current")  # π_prox at the ste
 # AReaL's loglinear interpolation between μ and the detached π_θ by the rollouts' age, or the
 # detached π_θ itself (old log-probs taken at the update: VCPO's skip_recompute_old_log_prob)
 WEIGHT_KINDS = ("none", "truncate", "mask")  # mismatch entries usable as a detached weight
-OWN_RULES = {"cumtoken": ("sqrt_log",), "token": ("m2",)}  # this module's (ratio: clips), beside
-# estimators.offpolicy's: CTPO's cumulative token ratio and M2PO's second-moment clip
+OWN_RULES = {"cumtoken": ("sqrt_log", "none"), "token": ("m2",)}  # this module's (ratio: clips),
+# beside estimators.offpolicy's: CTPO's cumulative token ratio and M2PO's second-moment clip
 STEPS = ("fixed", "ess_sqrt")  # the step as given, or VCPO's ESS-scaled step
 BASELINES = ("loo", "opob")  # leave-one-out advantages, or VCPO's off-policy optimal baseline
 M2_BUDGET = 0.04  # M2PO's τ_M2 ("across all our experiments"; M2_budget in its scripts)
@@ -217,6 +217,16 @@ REGISTRY: dict[str, Entry] = {
         "dual bound's coefficient is tied to ε_high (LA_CLIP_C = LA_CLIP_HIGH = 0.05 in ctpo.sh); "
         "ctpo.sh runs 16 minibatch updates per batch",
     ),
+    "gpolab/cumtoken_engine": Entry(
+        Correction("cumtoken", "none", "engine"),
+        "gpolab's variant: the ratio of CTPO's theorem (arXiv 2605.07331's abstract: the "
+        "cumulative token ratio against the behaviour policy, compared with the full sequence "
+        "ratio), Π_{s≤t} π_θ/μ with its gradient through token t, against the engine's μ, "
+        "unclipped",
+        (None, None, None),
+        "not CTPO's run: ctpo/cumtoken anchors the ratio on π_old with its clip and a sequence "
+        "weight on (π_old, μ); this is the pair its theorem compares, with sis",
+    ),
     "m2po/m2": Entry(
         Correction("token", "m2", "engine"),
         "Infini-AI-Lab/M2PO af54a3e8feff verl/trainer/ppo/core_algos.py::compute_m2po_policy_loss "
@@ -290,7 +300,9 @@ def objective(corr: Correction, logp, anchor, c, mask, eps_low, eps_high, clip_c
     """(per-token objective [..., G, T], cut flags): ``corr``'s ratio rule and clip of π_θ over
     ``anchor``, :func:`gpolab.estimators.offpolicy.objective`'s or this module's CTPO and M2PO
     rules (arguments as there), times VCPO's detached step scale for ``step`` ``ess_sqrt``."""
-    if corr.ratio == "cumtoken":
+    if corr.ratio == "cumtoken" and corr.clip == "none":
+        obj, cut = _prefix(logp, anchor, c[..., None], mask), jnp.zeros(logp.shape, bool)
+    elif corr.ratio == "cumtoken":
         obj, cut = _cumtoken(logp, anchor, c[..., None], mask, eps_low, eps_high)
     elif corr.clip == "m2":
         obj, cut = _m2(logp, anchor, c[..., None], mask)
@@ -298,6 +310,13 @@ def objective(corr: Correction, logp, anchor, c, mask, eps_low, eps_high, clip_c
         knobs = (eps_low, eps_high, clip_c)
         return rules.objective(corr.ratio, corr.clip, logp, anchor, c, mask, *knobs)
     return obj * mask, cut & (mask > 0)
+
+
+def _prefix(logp, old, c, mask):
+    """The cumulative token ratio without CTPO's clamps or clip: Π_{s≤t} π_θ/π_old as its value,
+    its gradient through token t alone (CTPO's theorem's ratio, :func:`_cumtoken`'s R_t)."""
+    d = (logp - old) * mask
+    return jnp.exp(rules._sg(jnp.cumsum(d, -1)) + logp - rules._sg(logp)) * c
 
 
 def _cumtoken(logp, old, c, mask, eps_low, eps_high):
