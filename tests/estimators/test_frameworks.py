@@ -41,13 +41,24 @@ def test_verl_grpo_hand(x64):
 
 
 def test_verl_grpo_vectorized_hand(x64):
-    close(run("verl/grpo_vectorized", R), DEV / (S1 + 1e-6))  # var 2/3 above the 1e-6 floor
-    # [0, 1e-3]: mean 5e-4, ddof-1 var 2*(5e-4)^2 = 5e-7 < 1e-6 -> std floored at sqrt(1e-6)=1e-3
-    close(run("verl/grpo_vectorized", [[0.0, 1e-3]]), [[-5e-4 / 1.001e-3, 5e-4 / 1.001e-3]])
-    # verl/grpo has no floor: std sqrt(5e-7)
+    close(run("verl/grpo_vectorized", R), DEV / (S1 + 1e-6))
+    # [0, 1e-3]: mean 5e-4, ddof-1 var 2*(5e-4)^2 = 5e-7: no floor since verl PR#6348
     s = np.sqrt(5e-7) + 1e-6
-    close(run("verl/grpo", [[0.0, 1e-3]]), [[-5e-4 / s, 5e-4 / s]])
+    for name in ("verl/grpo_vectorized", "verl/grpo"):
+        close(run(name, [[0.0, 1e-3]]), [[-5e-4 / s, 5e-4 / s]])
     close(run("verl/grpo_vectorized", [[2.0]]), [[2 / (1 + 1e-6)]])  # singleton: mean 0, std 1
+
+
+def test_verl_pr6348_low_variance_group_as_reported():
+    """verl PR#6348's run, float32: scores 1.0 and 1.0000100135803223 in a group.  As verl ships
+    it, ±0.6196008 (its canonical grpo's value); b178a3cd's variance floor gave ±0.0050018, the
+    ~100x shrink the PR reports (critic/advantages ±0.005001788 before, ±0.6196008 after)."""
+    from gpolab.estimators.frameworks.verl import _verl_grpo
+
+    r = jnp.asarray([[1.0, 1.0000100135803223]], jnp.float32)
+    np.testing.assert_allclose(run("verl/grpo_vectorized", r)[0, 1], 0.6196008, rtol=1e-6)
+    before = _verl_grpo(r, "verl/grpo_vectorized", 1e-6, True, 1e-6)
+    np.testing.assert_allclose(before[0, 1], 0.005001788, rtol=1e-6)
 
 
 def test_verl_rloo_hand(x64):
@@ -217,9 +228,9 @@ def ref_verl(name, scores, index, lengths, greedy, opts):
         std = 1.0 if n == 1 else s.std(ddof=1)
         if name == "verl/grpo":
             out[idx] = (s - mean) / (std + eps) if norm else s - mean
-        elif name == "verl/grpo_vectorized":  # group_mean_std: one-pass sums, var floor eps
-            var = (np.sum(s * s) - s.sum() ** 2 / n) / max(n - 1, 1)
-            std = 1.0 if n == 1 else np.sqrt(max(var, eps))
+        elif name == "verl/grpo_vectorized":  # group_mean_std(eps=0.0): centred, no floor
+            var = np.sum((s - mean) ** 2) / max(n - 1, 1)
+            std = 1.0 if n == 1 else np.sqrt(max(var, 0.0))
             out[idx] = (s - mean) / (std + eps) if norm else s - mean
         elif name == "verl/rloo":
             out[idx] = s * n / (n - 1) - mean * n / (n - 1) if n > 1 else s

@@ -3,7 +3,8 @@
 ``VERL_091`` below is what verl 0.9.1 (PyPI) returned on the fixed batches ``CASES``, in float64
 (``verl/trainer/ppo/core_algos.py``, each estimator through ``get_adv_estimator_fn`` with the
 arguments verl's trainer passes); CI checks gpolab against it without verl installed.  Where the
-cited commit b178a3cd differs from 0.9.1 on these batches, ``VERL_B178A3CD`` holds its value.
+older commit b178a3cd differs from 0.9.1 on these batches, ``VERL_B178A3CD`` holds its value (a
+record: gpolab follows 0.9.1 and 1dda039b9c63, which dropped b178a3cd's variance floor).
 With ``verl`` and ``torch`` importable, :func:`test_against_installed_verl` also runs verl itself
 on random batches (several G, degenerate and tiny-variance groups, float32 and float64).
 
@@ -325,12 +326,12 @@ RTOL = {"grpo": 1e-7, "gpg": 1e-7, "grpo_vectorized": 2e-6}
 
 @pytest.mark.parametrize("name", NAMES)
 def test_recorded_verl_outputs(name, x64):
-    """gpolab's entry reproduces verl 0.9.1's recorded outputs (b178a3cd's where they differ);
-    G = 1 for grpo_passk raises in both."""
+    """gpolab's entry reproduces verl 0.9.1's recorded outputs; G = 1 for grpo_passk raises in
+    both."""
     from gpolab.validate import ConfigError
 
     for i, case in enumerate(CASES):
-        want = VERL_B178A3CD.get(name, {}).get(i, VERL_091[name][i])
+        want = VERL_091[name][i]
         if want is None:
             with pytest.raises(ConfigError, match="at least 2 samples per group"):
                 _gpolab(name, *case, "float64")
@@ -373,13 +374,13 @@ def _random_batch(rng, P, G, kind):
 def compare_with_verl(core_algos, dtype, seed=7):
     """{name: (max abs, max rel difference)} of gpolab against ``core_algos`` on random batches:
     5 prompts, G in 1, 2, 3, 4, 8, binary, graded and normal rewards.  Where verl raises
-    (grpo_passk, G = 1) gpolab must raise too.  verl >= 0.9 dropped grpo_vectorized's variance
-    floor, so its groups of variance below epsilon are left out there (see CASES)."""
+    (grpo_passk, G = 1) gpolab must raise too.  verl < 0.9 floored grpo_vectorized's variance,
+    which gpolab does not, so its groups of variance below epsilon are left out there (see
+    CASES); so is the float32 mean's ulp there, which the tiny std magnifies."""
     import torch
 
     from gpolab.validate import ConfigError
 
-    floor = tuple(int(x) for x in __import__("verl").__version__.split(".")[:2]) < (0, 9)
     rng = np.random.default_rng(seed)
     worst = {name: (0.0, 0.0) for name in NAMES}
     for G in (1, 2, 3, 4, 8):
@@ -392,7 +393,7 @@ def compare_with_verl(core_algos, dtype, seed=7):
                         _gpolab(name, r, lengths, greedy, dtype)
                     continue
                 got = _gpolab(name, r, lengths, greedy, dtype)
-                if name == "grpo_vectorized" and not floor and G > 1:
+                if name == "grpo_vectorized" and G > 1:
                     got, want = np.delete(got, 1, 0), np.delete(want, 1, 0)
                 err = np.abs(got - want)
                 rel = err / np.maximum(np.abs(want), 1e-300)
@@ -407,7 +408,8 @@ def compare_with_verl(core_algos, dtype, seed=7):
 # rewards, 2e-6 for |r| <= 3; grpo divides them by std + 1e-6, which on the tiny-variance group
 # (std ~3e-5, no floor) makes ~1e-3.  Measured maxima: module docstring.
 # grpo_vectorized: verl's float32 group mean is off by up to an ulp of the rewards (3e-8 at
-# 0.25), and b178a3cd divides that by its floored std 1e-3: 1e-4 absolute in either precision.
+# 0.25), divided by the group's std: 1e-4 absolute in either precision outside the tiny-variance
+# group (left out above).
 def _tol(name, dtype):
     if name == "grpo_vectorized":
         return RTOL[name], 1e-4

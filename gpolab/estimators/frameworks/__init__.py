@@ -23,9 +23,9 @@ Sources read (the ``source`` of each :data:`SPECS` entry names file and function
   running verl's own functions, both versions, on the same batches as these (G = 1, 2, 3, 4, 5,
   8; binary, graded and normal rewards; all-equal and tiny-variance groups; float32 and
   float64): ``tests/estimators/test_verl_reference.py`` holds 0.9.1's outputs and redoes the
-  comparison when verl is installed.  Every verl entry equals both versions up to the float32
-  rounding inside verl, except ``verl/grpo_vectorized``: it follows b178a3cd, and 0.9.1 differs
-  on groups whose variance is below ``epsilon`` (see that function).
+  comparison when verl is installed.  Every verl entry equals 0.9.1 (and 1dda039b9c63, the
+  newest read) up to the float32 rounding inside verl; b178a3cd differs only in
+  ``verl/grpo_vectorized``, whose variance it floored at ``epsilon`` (see that function).
 * TRL ``f2cd5771`` (v1.9.0-26): ``trl/trainer/grpo_trainer.py::_generate_and_score_completions``,
   ``trl/trainer/rloo_trainer.py`` (same method), ``trl/trainer/utils.py::nanstd``.
 * OpenRLHF ``3c3be623`` (v0.11.0): ``openrlhf/trainer/ppo_utils/experience_maker.py::
@@ -175,7 +175,8 @@ SPECS: tuple[Spec, ...] = (
         options=dict(_EPS_NORM),
         source="volcengine/verl verl/trainer/ppo/core_algos.py::"
         "compute_grpo_vectorized_outcome_advantage + verl/utils/groupwise.py::group_mean_std"
-        " @ b178a3cd (v0.7.0-125), outputs compared; verl 0.9.1 has no variance floor",
+        " @ 1dda039b (eps 0: no variance floor since verl PR#6348), 0.9.1's outputs "
+        "compared; b178a3cd floored the variance at epsilon",
     ),
     _verl("rloo", verl_rloo),
     _verl("rloo_vectorized", verl_rloo_vectorized),

@@ -60,26 +60,25 @@ def _verl_grpo(rewards, name: str, epsilon: float, norm: bool, floor: float) -> 
 def verl_grpo_vectorized(
     rewards, *, lengths=None, greedy=None, epsilon: float = 1e-6, norm_adv_by_std_in_grpo=True
 ):
-    """verl ``grpo_vectorized``: A = (r − r̄)/(σ + epsilon), σ = √max(var₁, epsilon).
+    """verl ``grpo_vectorized``: A = (r − r̄)/(σ + epsilon), σ = √var₁ (two-pass, ddof 1).
 
-    var₁ = (Σr² − (Σr)²/G)/(G − 1) (``group_mean_std``, which floors the *variance* at the same
-    ``epsilon``, so σ ≥ 10⁻³ at the default), then divides by σ + epsilon again.  Differs from
-    ``verl/grpo`` when var₁ < epsilon.  Singleton: mean 0, std 1 ⇒ r/(1 + epsilon).  All-equal: 0.
+    As verl ships it (0.9.1 and 1dda039b9c63): ``group_mean_std(eps=0.0)`` centres the scores
+    before squaring and floors the variance at 0, so the value is ``verl/grpo``'s (verl computes
+    these statistics in float32 whatever the input dtype).  Singleton: mean 0, std 1 ⇒
+    r/(1 + epsilon).  All-equal: 0.
     NB: verl's trainer (``ray_trainer.compute_advantage``) passes only ``config`` to this
     estimator, so ``algorithm.norm_adv_by_std_in_grpo`` does not reach it there and it always
     normalises; the function's own keyword (kept here) defaults to True.
-    Version: this is b178a3cd's (v0.7.0-125).  verl 0.9.1 calls ``group_mean_std(eps=0.0)``
-    (no floor; two-pass variance): there σ = √var₁ and the value equals ``verl/grpo``'s, so the
-    two versions differ exactly on groups with 0 < var₁ < epsilon (e.g. [0, 1e-3, 0, 1e-3, 0]:
-    0.60/−0.40 here and in b178a3cd, 1.09/−0.73 in 0.9.1).  Binary rewards never reach it
-    (var₁ ≥ 1/G for a mixed group).  verl computes these statistics in float32 whatever the
-    input dtype.
+    Before (b178a3cd, v0.7.0-125, which gpolab followed until 2026-12-07): the variance was
+    floored at ``epsilon`` (σ ≥ 10⁻³) and divided by σ + epsilon, which shrank low-variance
+    groups' advantages (verl PR#6348: rewards 1.0 and 1.00001 gave ±0.0050 where ``grpo`` gives
+    ±0.62); ``tests/estimators/test_verl_reference.py`` keeps that version's outputs.
     Source: ``compute_grpo_vectorized_outcome_advantage`` + ``verl/utils/groupwise.py::
-    group_mean_std`` (verl b178a3cd; compared with 0.9.1 too).
+    group_mean_std`` (verl 1dda039b9c63; 0.9.1's outputs compared).
 
     Args and returns: as :func:`verl_grpo`.
     """
-    return _verl_grpo(rewards, "verl/grpo_vectorized", epsilon, norm_adv_by_std_in_grpo, epsilon)
+    return _verl_grpo(rewards, "verl/grpo_vectorized", epsilon, norm_adv_by_std_in_grpo, 0.0)
 
 
 def verl_rloo(rewards, *, lengths=None, greedy=None):
