@@ -13,10 +13,16 @@ tests/estimators/test_verl_reference.py, one data-parallel rank):
 mode                        c_i                   verl ``agg_loss`` branch
 =========================== ===================== =====================================
 ``token-mean``              1 / Σ_batch L_j       masked_sum(loss) / batch_num_tokens
+``token-sum``               1                     masked_sum(loss) (× dp_size: the global sum)
 ``seq-mean-token-sum``      1 / N                 sum_t per sequence, mean over sequences
 ``seq-mean-token-mean``     1 / (N L_i)           mean_t per sequence, mean over sequences
 ``seq-mean-token-sum-norm`` 1 / (N L_norm)        seq-mean, then / loss_scale_factor
 =========================== ===================== =====================================
+
+``token-sum`` (verl PR #7197, 4730d46b, in 0.9.0; read at 1dda039b): the plain sum over the
+mini-batch's tokens, each rank's local sum times dp_size so that the averaged gradient is the
+global sum: N times ``seq-mean-token-sum`` (the same direction; an MSE N² times larger at the
+same step size).
 
 ``seq-mean-token-sum-norm``: verl 0.9.1 takes the seq-mean and divides it by
 ``loss_scale_factor`` (default ``loss_mask.shape[-1]``, the padded response width of the
@@ -58,6 +64,7 @@ __all__ = [
 
 LOSS_AGG_MODES = (
     "token-mean",
+    "token-sum",
     "seq-mean-token-sum",
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
@@ -90,6 +97,7 @@ def loss_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.Arra
 
     Every axis of ``lengths`` (tokens per response, > 0) is the batch (N = lengths.size):
       token-mean               c_i = 1 / Σ_j L_j          (verl token-mean; TRL dapo/bnpo)
+      token-sum                c_i = 1                    (verl token-sum, ≥ 0.9.0)
       seq-mean-token-sum       c_i = 1 / N                (verl seq-mean-token-sum)
       seq-mean-token-mean      c_i = 1 / (N L_i)          (verl seq-mean-token-mean; TRL grpo)
       seq-mean-token-sum-norm  c_i = 1 / (N L_norm)       (TRL dr_grpo, verl 0.9.1)
@@ -110,6 +118,8 @@ def loss_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.Arra
     n = lengths.size
     if mode == "token-mean":
         return jnp.broadcast_to(1.0 / jnp.sum(lengths), lengths.shape)
+    if mode == "token-sum":
+        return jnp.ones_like(lengths)
     if mode == "seq-mean-token-sum":
         return jnp.full_like(lengths, 1.0 / n)
     if mode == "seq-mean-token-mean":
@@ -121,7 +131,8 @@ def loss_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.Arra
 def relative_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.Array:
     """N · c_i: the factor by which ``mode`` multiplies each response's weight in gpolab's
     seq-mean-token-sum estimate ĝ = (1/N) Σ_i A_i W_i (1 for that mode, 1/L_i for
-    seq-mean-token-mean, N/Σ L for token-mean, 1/L_norm for seq-mean-token-sum-norm).
+    seq-mean-token-mean, N/Σ L for token-mean, N for token-sum, 1/L_norm for
+    seq-mean-token-sum-norm).
 
     Args:
       mode: one of :data:`LOSS_AGG_MODES` (static).
@@ -135,6 +146,8 @@ def relative_weights(mode: str, lengths: jax.Array, *, norm_length=None) -> jax.
     _check_lengths(lengths, norm_length)
     if mode == "token-mean":
         return jnp.broadcast_to(lengths.size / jnp.sum(lengths), lengths.shape)
+    if mode == "token-sum":
+        return jnp.full_like(lengths, lengths.size)
     if mode == "seq-mean-token-sum":
         return jnp.ones_like(lengths)
     if mode == "seq-mean-token-mean":

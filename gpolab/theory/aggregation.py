@@ -3,8 +3,9 @@
 
 A mode multiplies response i's weight in ĝ_x = (1/G) Σ_i A_i W_i by r_i = N c_i
 (:func:`gpolab.estimators.relative_weights`).  When r_i = h(x, a_i) depends only on the
-response's own (prompt, action) — seq-mean-token-sum (h = 1), seq-mean-token-mean (h = 1/L),
-seq-mean-token-sum-norm with a constant L_norm (h = 1/L_norm) — and lengths are fixed per
+response's own (prompt, action) — seq-mean-token-sum (h = 1), token-sum (h = N, the batch's
+responses), seq-mean-token-mean (h = 1/L), seq-mean-token-sum-norm with a constant L_norm
+(h = 1/L_norm) — and lengths are fixed per
 action, a reward-only group-scoped estimator with binary rewards, A_i = f(Z_i, S_−i) (its count
 table, :mod:`gpolab.theory.exact`), has S_−i independent of (a_i, Z_i), so
 
@@ -28,15 +29,20 @@ from gpolab import estimators
 from gpolab.envs import bandit
 from gpolab.theory import exact
 
-CLOSED = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+CLOSED = ("seq-mean-token-sum", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def action_factors(mode: str, lengths: np.ndarray, norm_length: float | None) -> np.ndarray | None:
+def action_factors(
+    mode: str, lengths: np.ndarray, norm_length: float | None, n: int | None = None
+) -> np.ndarray | None:
     """(P, A) factor h(x, a) of ``mode`` when it depends on the response alone, else None
-    (token-mean; seq-mean-token-sum-norm normalized by the batch's longest response)."""
+    (token-mean; seq-mean-token-sum-norm normalized by the batch's longest response; token-sum
+    without the batch's ``n`` responses, its constant factor)."""
     lengths = np.asarray(lengths, np.float64)
     if mode == "seq-mean-token-sum":
         return np.ones_like(lengths)
+    if mode == "token-sum" and n:
+        return np.full_like(lengths, float(n))
     if mode == "seq-mean-token-mean":
         return 1.0 / lengths
     if mode == "seq-mean-token-sum-norm" and norm_length:
@@ -90,7 +96,8 @@ def bias_sq(
     """(bias², how) of ``spec`` under ``mode`` against the sequence-level gradient g:
     Σ_x f(x) ‖E ĝ_x − g_x‖² (``B`` None/0, as the sweep's per-prompt MSE) or ‖Σ_x f_x E ĝ_x − g‖²
     (B iid prompts).  NaN and the reason where there is no closed form."""
-    h = action_factors(mode, bandit.lengths_of(params), norm_length)
+    n = (B or params.num_prompts) * G  # the kernel's batch: B (or every prompt) × G responses
+    h = action_factors(mode, bandit.lengths_of(params), norm_length, n)
     if h is None:
         return float("nan"), f"none: {mode} couples the batch (Monte Carlo only)"
     ef = terms(spec, G, truth, **shared)

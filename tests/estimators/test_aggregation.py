@@ -20,6 +20,8 @@ def test_weights_hand_example():
     L = jnp.array([[2.0, 4.0], [1.0, 3.0]])
     w = {m: np.asarray(estimators.loss_weights(m, L)) for m in MODES}
     np.testing.assert_allclose(w["token-mean"], np.full((2, 2), 1 / 10))
+    np.testing.assert_allclose(w["token-sum"], np.ones((2, 2)))
+    np.testing.assert_allclose(estimators.relative_weights("token-sum", L), np.full((2, 2), 4))
     np.testing.assert_allclose(w["seq-mean-token-sum"], np.full((2, 2), 1 / 4))
     np.testing.assert_allclose(w["seq-mean-token-mean"], [[1 / 8, 1 / 16], [1 / 4, 1 / 12]])
     np.testing.assert_allclose(w["seq-mean-token-sum-norm"], np.full((2, 2), 1 / 16))  # 1/(4·4)
@@ -32,7 +34,8 @@ def test_weights_hand_example():
 def test_modes_proportional_when_lengths_equal():
     L = jnp.full((3, 2), 5.0)  # N = 6, every response 5 tokens
     base = np.asarray(estimators.loss_weights("seq-mean-token-sum", L))
-    factor = {"token-mean": 1 / 5, "seq-mean-token-mean": 1 / 5, "seq-mean-token-sum-norm": 1 / 8}
+    factor = {"token-mean": 1 / 5, "token-sum": 6, "seq-mean-token-mean": 1 / 5}
+    factor["seq-mean-token-sum-norm"] = 1 / 8
     for mode, k in factor.items():
         w = estimators.loss_weights(mode, L, norm_length=8)
         np.testing.assert_allclose(np.asarray(w), k * base, rtol=1e-6)
@@ -84,8 +87,8 @@ def test_trl_mapping_and_bad_mode():
         got = estimators.loss_weights(mode, jnp.asarray(lengths), norm_length=norm)
         np.testing.assert_allclose(np.asarray(got), want[loss_type], rtol=1e-6)
     msg = (
-        "mode: got 'sum'; allowed: token-mean, seq-mean-token-sum, seq-mean-token-mean, "
-        "seq-mean-token-sum-norm"
+        "mode: got 'sum'; allowed: token-mean, token-sum, seq-mean-token-sum, "
+        "seq-mean-token-mean, seq-mean-token-sum-norm"
     )
     for fn in (estimators.loss_weights, estimators.relative_weights):
         with pytest.raises(validate.ConfigError) as err:
@@ -123,7 +126,8 @@ def _tiny(lengths=(3.0, 7.0)):
 def test_closed_form_matches_enumeration(x64, mode, G):
     params = _tiny()
     truth = bandit.exact(params)
-    h = aggregation.action_factors(mode, bandit.lengths_of(params), 10.0)
+    n = params.num_prompts * G  # token-sum's factor: the batch's responses
+    h = aggregation.action_factors(mode, bandit.lengths_of(params), 10.0, n)
     for spec in COVERED:
         ef = aggregation.terms(spec, G, truth)
         closed = aggregation.expected_gradient(params, h, *ef)
@@ -163,7 +167,7 @@ def test_closed_form_vs_monte_carlo(mode):
         3, prompts=3, actions=4, lengths="longer-when-wrong", length_min=2, length_max=20
     )
     truth, G = bandit.exact(params), 4
-    h = aggregation.action_factors(mode, bandit.lengths_of(params), 10.0)
+    h = aggregation.action_factors(mode, bandit.lengths_of(params), 10.0, params.num_prompts * G)
     for spec in ("oracle", "loo", "mean", "grpo"):
         exact = aggregation.expected_gradient(params, h, *aggregation.terms(spec, G, truth))
         mean, se = _monte_carlo(params, spec, G, mode, n=20_000)
