@@ -533,7 +533,7 @@ def _offpolicy_kl_render(v: dict) -> str:
         + " |",
         "|---" * (2 + 2 * len(ms)) + "|",
     ]
-    for kl in ("k1", "k2", "k3"):
+    for kl in ("k1", "k2", "k3", "k3_ratio"):
         if f"{kl} m={ms[0]} rel_bias" not in v:
             continue
         lines.append(

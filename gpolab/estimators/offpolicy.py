@@ -41,10 +41,13 @@ clip_ratio_c: ``sequence/dual`` is gpolab's extension (TRL's ``delta`` at
 importance_sampling_level="sequence" gives its gradient).
 
 KL estimators (per token, d_t = log π_θ − log π_ref, on the rollouts without an IS ratio, as
-GRPO and verl add them; TRL 1.16.0 multiplies k3 by the ratio by default, not built): k1 = d,
-k2 = d²/2, k3 = e^(−d) + d − 1 (verl clamps d to ±20 and k3 to ±10; so does gpolab's).  Their
-expected gradients on-policy (gpolab's derivation, theory §13): k1 → 0, k2 → ∇KL(π_θ‖π_ref)
-exactly, k3 → ∇KL(π_ref‖π_θ) (the reverse KL's gradient) where the clamps do not bind.
+GRPO and verl add them): k1 = d, k2 = d²/2, k3 = e^(−d) + d − 1 (verl clamps d to ±20 and k3 to
+±10; so does gpolab's).  Their expected gradients on-policy (gpolab's derivation, theory §13):
+k1 → 0, k2 → ∇KL(π_θ‖π_ref) exactly, k3 → ∇KL(π_ref‖π_θ) (the reverse KL's gradient) where
+the clamps do not bind.  ``k3_ratio`` is TRL's default since its ``use_bias_correction_kl``
+(1.16.0): k3 unclamped times the ratio π_θ/π_old, the ratio differentiable, so that on-policy
+E ∇(ρ k3) = ∇ E_π k3 = ∇KL(π_θ‖π_ref) exactly (gpolab's one-line check of the DeepSeek-V3.2
+property TRL cites).
 """
 
 from __future__ import annotations
@@ -268,10 +271,15 @@ KLS: dict[str, Rule] = {
             "k3 = π_ref/π − log(π_ref/π) − 1; expected gradient ∇KL(π_ref‖π)",
             VERL.format('kl_penalty_forward ("low_var_kl", "k3"; its clamps)')
             + "; "
-            + TRL.format(
-                "per_token_kl, beta > 0, use_bias_correction_kl=False; TRL's default "
-                "True multiplies k3 by the ratio: not built"
-            ),
+            + TRL.format("per_token_kl, beta > 0, use_bias_correction_kl=False"),
+        ),
+        Rule(
+            "k3_ratio",
+            kl_k3,  # times the ratio in kl_terms (it needs π_old)
+            "k3 · π_θ/π_old (the ratio differentiable); expected gradient ∇KL(π‖π_ref)",
+            "huggingface/trl 1.16.0 trl/trainer/grpo_trainer.py::GRPOTrainer._compute_loss "
+            "(per_token_kl = exp(ref − logp) − (ref − logp) − 1, times coef_1 = exp(logp − "
+            "old_per_token_logps) with use_bias_correction_kl, its default True; no clamps)",
         ),
     )
 }
@@ -323,7 +331,7 @@ def objective(ratio, clip, logp, old, c, mask, eps_low, eps_high, clip_c):
     return obj * mask, cut & (mask > 0)
 
 
-def kl_terms(kl: str, logp, ref, mask):
+def kl_terms(kl: str, logp, ref, mask, old=None):
     """Per-token KL estimator values of ``kl`` at d = logp − ref, masked.
 
     Args:
@@ -331,12 +339,20 @@ def kl_terms(kl: str, logp, ref, mask):
       logp: [..., G, T] float log π_θ of every token.
       ref: [..., G, T] float log π_ref of every token.
       mask: [..., G, T] float, 1 on the response's tokens, 0 on padding.
+      old: [..., G, T] float log π_old of every token (``k3_ratio`` only: TRL's coef_1).
 
     Returns:
       [..., G, T] float KL estimates, 0 on padding.
     """
     _check_tokens(logp, ref, mask)
     validate.choice("kl", kl, tuple(KLS))
+    if kl == "k3_ratio":
+        if old is None:
+            raise ValueError("kl_terms: k3_ratio needs the old log-probs (old=...)")
+        _check_tokens(logp, old, mask)
+        d = jnp.where(mask > 0, logp - ref, 0.0)
+        k3 = jnp.exp(-d) + d - 1  # TRL's, no clamps
+        return k3 * jnp.exp(jnp.where(mask > 0, logp - old, 0.0)) * mask
     return KLS[kl].fn(logp - ref) * mask
 
 

@@ -252,7 +252,7 @@ def surrogate(cell: Cell, s: Start, theta, batch: tuple) -> tuple:
         cell.ratio, cell.clip, logp, old, c, mask, k.eps_low, k.eps_high, k.clip_c
     )
     pg = jnp.sum(w[:, None, None] * obj)
-    kl = jnp.sum(w[:, None, None] * rules.kl_terms(cell.kl, logp, ref, mask)) / cell.G
+    kl = jnp.sum(w[:, None, None] * rules.kl_terms(cell.kl, logp, ref, mask, old)) / cell.G
     frac = jnp.sum(cut) / jnp.maximum(jnp.sum(mask), 1.0)
     log_ratio = jnp.sum(jnp.abs(logp - old) * mask) / jnp.maximum(jnp.sum(mask), 1.0)
     return pg - k.kappa * kl, (kl, frac, log_ratio)
@@ -319,8 +319,9 @@ def _cos(a, b):
 def kl_theory(cell: Cell, params, theta_old, theta_ref) -> float:
     """The KL estimator ``cell.kl``'s exact on-policy bias² ‖E ∇k − ∇KL(π_θ‖π_ref)‖² at θ_old in
     the lab's metric (:func:`metric`): theory §13's E∇k1 = 0 and E∇k2 = ∇KL(π_θ‖π_ref) (closed
-    forms); E∇k3 (∇KL(π_ref‖π_θ) where verl's clamps do not bind) by enumerating every (prompt,
-    action) of the bandit (the one env with an exact KL) with weights f_x π(a|x)."""
+    forms); E∇k3 (∇KL(π_ref‖π_θ) where verl's clamps do not bind) and E∇k3_ratio (TRL's
+    ratio-corrected k3: ∇KL(π_θ‖π_ref)) by enumerating every (prompt, action) of the bandit (the
+    one env with an exact KL) with weights f_x π(a|x) and π_old = π_θ_old held constant."""
     env = envs.get(cell.env)
     f, _ = env.values(params, theta_old)
     forward = jax.grad(env.kl, argnums=1)(params, theta_old, theta_ref)
@@ -333,17 +334,18 @@ def kl_theory(cell: Cell, params, theta_old, theta_ref) -> float:
             env.token_logp(params, theta_old, prompts, actions)[0][:, 0, 0]
         )  # constants: the expectation of the gradient, not the gradient of one
         ref = env.token_logp(params, theta_ref, prompts, actions)[0]
+        old = env.token_logp(params, theta_old, prompts, actions)[0]  # k3_ratio's π_old
         expected = functools.partial(_expected_kl, cell.kl, env, params, prompts, actions)
-        mean = jax.grad(expected)(theta_old, weight, ref)
+        mean = jax.grad(expected)(theta_old, weight, ref, old)
     err = metric(cell, f, theta_old) * (mean - forward)
     return float(np.sum(np.asarray(err, np.float64) ** 2))
 
 
-def _expected_kl(kl: str, env, params, prompts, actions, theta, weight, ref):
+def _expected_kl(kl: str, env, params, prompts, actions, theta, weight, ref, old):
     """Σ weight · k(θ) over the enumerated (prompt, action) pairs: with the weights f_x π(a|x)
-    held constant, its gradient is E ∇k."""
+    and π_old held constant, its gradient is E ∇k."""
     logp, mask = env.token_logp(params, theta, prompts, actions)
-    return jnp.sum(weight * rules.kl_terms(kl, logp, ref, mask)[:, 0, 0])
+    return jnp.sum(weight * rules.kl_terms(kl, logp, ref, mask, old)[:, 0, 0])
 
 
 # ---------------------------------------------------------------- the summary

@@ -233,16 +233,20 @@ def test_safe_reuse_reads_the_excess_and_says_when_a_margin_is_inside_one_se():
 @pytest.mark.slow
 def test_kl_estimators_gradients_against_the_exact_kl_gradient():
     """On-policy (m = 1): ∇k1 averages to 0 (bias = ∇KL, relative bias² 1), ∇k2 to ∇KL (bias
-    within its SE), ∇k3 to ∇KL(π_ref‖π) (relative bias² well above 0)."""
-    cfg = _cfg(ratio=("none",), kl=("k1", "k2", "k3"), kappa=(0.1,), seeds=8192, ref_scale=1.0)
+    within its SE), ∇k3 to ∇KL(π_ref‖π) (relative bias² well above 0), TRL's ratio-corrected k3
+    to ∇KL (its exact bias² 0 up to rounding, the Monte Carlo's within its SE)."""
+    kls = ("k1", "k2", "k3", "k3_ratio")
+    cfg = _cfg(ratio=("none",), kl=kls, kappa=(0.1,), seeds=8192, ref_scale=1.0)
     res = offpolicy.run(cfg)["results"].set_index("kl")
-    for kl in ("k1", "k2", "k3"):  # Monte Carlo against the exact on-policy bias²
+    for kl in kls:  # Monte Carlo against the exact on-policy bias²
         r = res.loc[kl]
         assert abs(r["kl_bias_sq"] - r["kl_theory_bias_sq"]) < 4 * r["kl_bias_sq_se"], kl
     k1, k2, k3 = (res.loc[k] for k in ("k1", "k2", "k3"))
     assert k1["kl_theory_bias_sq"] == pytest.approx(k1["kl_grad_sq"], rel=1e-5)
     assert k2["kl_theory_bias_sq"] == 0.0
     assert k3["kl_bias_sq"] > 6 * k3["kl_bias_sq_se"]  # negative control: k3 is biased
+    k3r = res.loc["k3_ratio"]
+    assert k3r["kl_theory_bias_sq"] < 1e-6 * k3["kl_theory_bias_sq"]
 
 
 def test_json_rows_carry_the_issue_columns(tmp_path, capsys):

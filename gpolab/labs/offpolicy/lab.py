@@ -123,8 +123,8 @@ class Config(configs.Config):
     clip_c: float = option(3.0, "dual-clip floor c > 1 (verl clip_ratio_c)")
     kl: tuple[str, ...] = option(
         ("none",),
-        "comma list of KL estimators in the loss: none, k1, "
-        "k2, k3 (needs an env with exact KL: bandit)",
+        "comma list of KL estimators in the loss: none, k1, k2, k3, k3_ratio (TRL's default: k3 "
+        "times the ratio) (needs an env with exact KL: bandit)",
     )
     kappa: tuple[float, ...] = option(
         (0.1,),
