@@ -80,7 +80,8 @@ TRL = "huggingface/trl f2cd57710ae3 "
 TRL_IS = (
     TRL + "trl/trainer/grpo_trainer.py::GRPOTrainer._generate_and_score_completions (ratio), "
     "_compute_loss (per_token_loss *= ratio; loss_type dapo); grpo_config.py::GRPOConfig "
-    "(vllm_importance_sampling_mode={}, clip_max 3.0, clip_min None)"
+    "(vllm_importance_sampling_mode={}, clip_max 3.0, clip_min None); off_policy_mask: "
+    "trl 1.16.0 get_off_policy_mask (off_policy_mask_threshold, default None: off)"
 )
 VERL = "verl-project/verl 1dda039b9c63 verl/trainer/"
 VERL_IS = VERL + "ppo/rollout_corr_helper.py::compute_rollout_correction_weights"
@@ -165,14 +166,26 @@ def _trl_ratio(d, m, level, mode, clip_max, clip_min):
     return jnp.where(cut, 0.0, rho), cut
 
 
-def trl_is(A, d, m, *, level, mode, clip_max, clip_min):
+def _off_policy_kept(A, d, m, delta):
+    """TRL's off-policy sequence mask (``GRPOTrainer.get_off_policy_mask``, DeepSeek-V3.2's
+    Eq. 9; ``off_policy_mask_threshold`` δ, None: off): keep a sequence when A ≥ 0 or its mean
+    log μ − log π_θ over real tokens is at most δ; dropped sequences stay in the denominator."""
+    if delta is None:
+        return jnp.ones(A.shape, bool)
+    return (A >= 0) | (_seq_mean(-d, m) <= delta)
+
+
+def trl_is(A, d, m, *, level, mode, clip_max, clip_min, off_policy_mask):
     w, cut = _trl_ratio(d, m, level, mode, clip_max, clip_min)
-    return _out(A * w, m, cut)
+    keep = _off_policy_kept(A, d, m, off_policy_mask)
+    return _out(jnp.where(keep, A * w, 0.0), m, cut | ~keep)
 
 
-def trl_cispo(A, d, m, *, eps_high, clip_max, clip_min):
+def trl_cispo(A, d, m, *, eps_high, clip_max, clip_min, off_policy_mask):
     w, cut = _trl_ratio(d, m, "sequence", "mask", clip_max, clip_min)
-    return _out(A * jnp.minimum(1.0, eps_high) * w, m, cut | (eps_high < 1.0))
+    keep = _off_policy_kept(A, d, m, off_policy_mask)
+    coef = jnp.where(keep, A * jnp.minimum(1.0, eps_high) * w, 0.0)
+    return _out(coef, m, cut | (eps_high < 1.0) | ~keep)
 
 
 def _verl_is(d, m, level, bounds):
@@ -275,7 +288,17 @@ def _entry(fn, source, level, kind, aggregation, static=None, **defaults):
 def _trl_entry(level, mode):
     source = TRL_IS.format(f"{level}_{mode}")
     static = {"level": level, "mode": mode}
-    return _entry(trl_is, source, level, mode, "dapo", static, clip_max=3.0, clip_min=None)
+    return _entry(
+        trl_is,
+        source,
+        level,
+        mode,
+        "dapo",
+        static,
+        clip_max=3.0,
+        clip_min=None,
+        off_policy_mask=None,
+    )
 
 
 def _is_entry(level, threshold, why):
@@ -320,6 +343,7 @@ REGISTRY: dict[str, Correction] = {
         eps_high=5.0,
         clip_max=3.0,
         clip_min=None,
+        off_policy_mask=None,
     ),
     "verl/token_tis": _is_entry("token", 2.0, "preset decoupled_token_is"),
     "verl/seq_tis": _is_entry("sequence", 2.0, "preset decoupled_seq_is"),

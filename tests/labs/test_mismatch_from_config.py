@@ -236,7 +236,8 @@ def test_the_key_lists_hold_every_key_the_reader_reads():
 
 @pytest.mark.parametrize(
     "settings, label",
-    [({**VLLM, "off_policy_mask_threshold": 0.5}, "off_policy_mask_threshold 0.5"),
+    [({**VLLM, "vllm_importance_sampling_correction": False, "off_policy_mask_threshold": 0.5},
+      "off_policy_mask_threshold 0.5"),  # the mask without an IS entry to carry it
      ({**VLLM, "top_entropy_quantile": 0.2}, "top_entropy_quantile 0.2"),
      ({**VLLM, "beta": 0.04}, "beta 0.04"),
      ({**VLLM, "num_iterations": 2}, "num_iterations 2"),
@@ -255,6 +256,27 @@ def test_each_gradient_setting_not_modelled_is_named_in_the_sentence(settings, l
     assert got["name"] is not None and label in got["text"], got["text"]
     assert "not modelled, each changes your gradient" in got["text"]
     assert any(n.startswith("not modelled: ") and label in n for n in got["notes"])
+
+
+def test_trls_off_policy_sequence_mask_is_its_entrys_option():
+    """TRL 1.16.0's off_policy_mask_threshold δ (GRPOTrainer.get_off_policy_mask) rides on the
+    vLLM IS entry: a sequence with A < 0 whose mean log μ − log π_θ exceeds δ is dropped (0 on
+    its tokens, still in the denominator); A ≥ 0 or a mean at most δ keeps it."""
+    import jax.numpy as jnp
+
+    from gpolab.estimators import mismatch
+
+    got = from_config.correction_of({**VLLM, "off_policy_mask_threshold": 0.5})
+    assert got["name"] == "trl/sequence_mask" and got["overrides"]["off_policy_mask"] == 0.5
+    assert "off_policy_mask_threshold" not in " ".join(got["unmodelled"])
+    A = jnp.array([1.0, -1.0, -1.0, -1.0])
+    d = jnp.array([[-0.8, -0.8], [-0.8, -0.8], [-0.4, -0.6], [-0.1, -0.1]])  # log π_θ − log μ
+    m = jnp.ones((4, 2))
+    w = mismatch.correction("trl/token_truncate", A, d, jnp.zeros_like(d), m, off_policy_mask=0.5)
+    assert [bool(x) for x in w.flagged[:, 0]] == [False, True, False, False]  # means .8, .8, .5, .1
+    assert float(w.coef[1].sum()) == 0.0 and float(w.kept.sum()) == 8.0
+    off = mismatch.correction("trl/token_truncate", A, d, jnp.zeros_like(d), m)
+    assert not bool(off.flagged.any())  # TRL's default: no mask
 
 
 def test_verl_v1_bypass_applies_no_correction_and_ignores_loss_type():

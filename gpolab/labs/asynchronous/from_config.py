@@ -250,6 +250,12 @@ def _trl_grpo(settings: dict, where: str) -> dict:
             f"({gas}): the lab's m is a whole number of optimizer steps per generation batch",
         )
     m = micro // gas
+    if weight.get("off_policy_mask") is not None and m > 1:
+        notes.append(
+            f"off_policy_mask_threshold {weight['off_policy_mask']}: TRL compares μ with the "
+            "current π_θ at each step; the lab computes the weight once per batch, at π_prox (the "
+            "same at the batch's first update)"
+        )
     clip_min, clip_max = (
         v["vllm_importance_sampling_clip_min"],
         v["vllm_importance_sampling_clip_max"],

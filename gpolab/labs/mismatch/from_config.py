@@ -254,7 +254,7 @@ def _trl(s: dict, where: str):
         notes.append(f"vllm_importance_sampling_cap {cap} (deprecated) is clip_max, as in TRL")
     clip_min, clip_max = _clips(v)
     _trl_raises(s, v, where)
-    unmodelled = _trl_unmodelled(v)
+    unmodelled = _trl_unmodelled(v, on)
     if not on:
         why = (
             "vLLM IS correction off (vllm_importance_sampling_correction false): `none`"
@@ -269,7 +269,10 @@ def _trl(s: dict, where: str):
             "largest value, so only an overflowed ratio (inf, which TRL keeps) differs"
         )
     over = {"clip_max": F32_MAX if clip_max is None else clip_max, "clip_min": clip_min}
+    if (delta := v["off_policy_mask_threshold"]) is not None:
+        over["off_policy_mask"] = delta
     what = f"loss_type {loss} with the vLLM IS weight {mode} [{clip_min}, {clip_max}]"
+    what += f" and the off-policy sequence mask at {delta}" * (delta is not None)
     what += ", importance_sampling_level sequence" * (level == "sequence")
     name, over, notes = _trl_entry(v, loss, mode, level, over, notes)
     _checked(name, over, where)
@@ -384,8 +387,9 @@ def _kept(found) -> list[tuple[str, str]]:
     return [(label, detail) for applies, label, detail in found if applies]
 
 
-def _trl_unmodelled(v: dict) -> list[tuple[str, str]]:
-    """(label, detail) of each TRL setting that changes the gradient and the lab does not model."""
+def _trl_unmodelled(v: dict, on: bool = False) -> list[tuple[str, str]]:
+    """(label, detail) of each TRL setting that changes the gradient and the lab does not model
+    (``on``: the vLLM IS weight is on, whose entries take the off-policy mask as an option)."""
     mask, rho, delta = v["off_policy_mask_threshold"], v["top_entropy_quantile"], v["delta"]
     clipped = (
         delta is not None and delta < 1 and v["loss_type"] in ("grpo", "bnpo", "dr_grpo", "dapo")
@@ -393,10 +397,11 @@ def _trl_unmodelled(v: dict) -> list[tuple[str, str]]:
     found = (
         (v["beta"], f"beta {v['beta']}", "a KL penalty against the reference model"),
         (
-            mask is not None,
+            mask is not None and not on and v["use_vllm"],
             f"off_policy_mask_threshold {mask}",
             f"TRL drops each sequence with A < 0 whose mean log μ − log π_θ exceeds {mask} "
-            "(DeepSeek-V3.2's off-policy sequence mask); no registry entry has it",
+            "(DeepSeek-V3.2's off-policy sequence mask); with the vLLM IS correction off no "
+            "registry entry has it (on, the trl/* entries take it as off_policy_mask)",
         ),
         (
             rho < 1,
