@@ -275,6 +275,51 @@ def seq_mask_tis(A, d, m, *, is_threshold):
     return _out(jnp.where(cut, 0.0, A * jnp.exp(d)), m, cut)
 
 
+VESPO_LOG_FLOOR = math.log(1e-8)  # TRL's lower clamp of the log weights (the authors' code's)
+
+
+def trl_vespo(
+    A, d, m, *, mode, clip_max, clip_min, k_pos, lambda_pos, k_neg, lambda_neg, off_policy_mask
+):
+    """TRL's VESPO (``GRPOTrainer.get_gamma_weights``, loss_type vespo): the coefficient A·φ(w),
+    φ(w) = exp(λ + k log w − λ w) (φ(1) = 1), (k, λ) by the sign of A (λ at least 1e-4), w the
+    sequence weight: here, at π_θ = π_old, exp of Σ_t clamp(log ρ̃_t, log 1e-8, 20) over the
+    per-token vLLM ratios ρ̃ of ``mode`` (TRL raises for a sequence mode), clamped again; a
+    masked ρ̃_t = 0 counts log 1e-8; non-finite φ is 0."""
+    w, cut = _trl_ratio(d, m, "token", mode, clip_max, clip_min)
+    log_rho = jnp.clip(jnp.log(w), VESPO_LOG_FLOOR, 20.0)  # padding: ρ̃ = 1, as TRL's
+    log_w = jnp.clip(jnp.sum(log_rho, -1, keepdims=True), VESPO_LOG_FLOOR, 20.0)
+    pos = A >= 0
+    k = jnp.where(pos, k_pos, k_neg)
+    lam = jnp.maximum(jnp.where(pos, lambda_pos, lambda_neg), 1e-4)
+    phi = jnp.exp(lam + k * log_w - lam * jnp.exp(log_w))
+    phi = jnp.where(jnp.isfinite(phi), phi, 0.0)
+    keep = _off_policy_kept(A, d, m, off_policy_mask)
+    return _out(jnp.where(keep, A * phi, 0.0), m, cut | ~keep)
+
+
+def _vespo_entry(mode):
+    return _entry(
+        trl_vespo,
+        "huggingface/trl 1.16.0 trl/trainer/grpo_trainer.py::GRPOTrainer.get_gamma_weights and "
+        "_compute_loss (loss_type vespo: −φ(w)·A·log π, the vLLM ratio inside w and not applied "
+        f"again; dapo's normalizer; GRPOTrainer.__init__ requires a token mode: {mode}); "
+        "grpo_config.py (vespo_k_pos 2, vespo_lambda_pos 3, vespo_k_neg 3, vespo_lambda_neg 2, "
+        "clip_max 3.0)",
+        "sequence",
+        "loss",
+        "dapo",
+        {"mode": mode.split("_")[1]},
+        clip_max=3.0,
+        clip_min=None,
+        k_pos=2.0,
+        lambda_pos=3.0,
+        k_neg=3.0,
+        lambda_neg=2.0,
+        off_policy_mask=None,
+    )
+
+
 def no_correction(A, d, m):
     return _out(A, m, jnp.zeros(A.shape, bool))
 
@@ -410,6 +455,8 @@ REGISTRY: dict[str, Correction] = {
         tau_pos=1.0,
         tau_neg=1.05,
     ),
+    "trl/vespo_token_truncate": _vespo_entry("token_truncate"),
+    "trl/vespo_token_mask": _vespo_entry("token_mask"),
     "nemo/seq_mask_tis": _entry(
         seq_mask_tis,
         "NVIDIA-NeMo/RL 7ea279abfbeb nemo_rl/algorithms/loss/loss_functions.py::ClippedPGLossFn."

@@ -31,6 +31,11 @@ def _inputs(A, d, mask, dtype=jnp.float32):
     return tuple(jnp.asarray(x, dtype) for x in (A, logp, logp_mu, mask))
 
 
+def _phi(log_w, k, lam):
+    """VESPO's φ(w) = exp(λ + k log w − λ w) (TRL's get_gamma_weights)."""
+    return math.exp(lam + k * log_w - lam * math.exp(log_w))
+
+
 # three sequences: token ratios ρ = e^d and sequence ratios Π ρ (TRL and verl IS)
 A3 = [1.0, -2.0, 0.5]
 D3 = [[L(6), L(0.6), 0.0], [L(1.5), L(1.6), 0.0], [L(0.25), L(0.4), L(0.625)]]
@@ -75,6 +80,17 @@ CASES = {
     "trl/sequence_mask min": (
         "trl/sequence_mask", A3, D3, M3, {"clip_min": 0.1}, [[0] * 3, [-4.8, -4.8, 0], [0] * 3],
         None, [[1, 1, 1], [0, 0, 0], [1, 1, 1]], True,
+    ),
+    # VESPO: A·φ(w), w = exp Σ_t clamp(log ρ̃_t, log 1e-8, 20); seq 1: 6 masked (1e-8) or -> 3
+    "trl/vespo_token_mask": (
+        "trl/vespo_token_mask", A3, D3, M3, {},
+        [[_phi(L(1e-8), 2, 3)] * 3, [-2 * _phi(L(2.4), 3, 2)] * 2 + [0],
+         [0.5 * _phi(L(0.0625), 2, 3)] * 3], None, [[1, 0, 0], [0, 0, 0], [0, 0, 0]], True,
+    ),
+    "trl/vespo_token_truncate": (
+        "trl/vespo_token_truncate", A3, D3, M3, {},
+        [[_phi(L(1.8), 2, 3)] * 3, [-2 * _phi(L(2.4), 3, 2)] * 2 + [0],
+         [0.5 * _phi(L(0.0625), 2, 3)] * 3], None, [[1, 0, 0], [0, 0, 0], [0, 0, 0]], True,
     ),
     # ratio π_θ/π_old = 1 capped at ε_high = 5 -> 1: the sequence_mask numbers
     "trl/cispo": (

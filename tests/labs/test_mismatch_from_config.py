@@ -104,8 +104,7 @@ def test_the_deprecated_cap_lands_in_the_weights(tmp_path):
        "algorithm.rollout_correction.rollout_rs": "seq_sum_k1",
        "algorithm.rollout_correction.rollout_rs_threshold": 2.0}, "not in the registry"),
      ({"algorithm.rollout_correction.bypass_mode": True, "trainer.use_v1": False,
-       "algorithm.rollout_correction.loss_type": "reinforce"}, "bypass_pg_is"),
-     ({**VLLM, "loss_type": "vespo", "vllm_importance_sampling_mode": "token_mask"}, "vespo")],
+       "algorithm.rollout_correction.loss_type": "reinforce"}, "bypass_pg_is")],
 )  # fmt: skip
 def test_combinations_the_registry_lacks_give_none_with_the_reason(settings, missing):
     got = from_config.correction_of(settings)
@@ -256,6 +255,38 @@ def test_each_gradient_setting_not_modelled_is_named_in_the_sentence(settings, l
     assert got["name"] is not None and label in got["text"], got["text"]
     assert "not modelled, each changes your gradient" in got["text"]
     assert any(n.startswith("not modelled: ") and label in n for n in got["notes"])
+
+
+def test_trls_vespo_is_its_gamma_weight_on_the_token_ratios():
+    """TRL 1.16.0's VESPO (token modes only: TRL raises otherwise): A·φ(w), φ(w) = e^(λ + k log w
+    − λw), w = exp Σ_t clamp(log ρ̃_t, log 1e-8, 20), (k, λ) = (2, 3) for A ≥ 0 and (3, 2) else."""
+    import math
+
+    import jax.numpy as jnp
+
+    from gpolab.estimators import mismatch
+
+    got = from_config.correction_of(
+        {
+            **VLLM,
+            "loss_type": "vespo",
+            "vllm_importance_sampling_mode": "token_mask",
+            "vespo_k_pos": 1.5,
+        }  # fmt: skip
+    )
+    assert got["name"] == "trl/vespo_token_mask" and got["overrides"]["k_pos"] == 1.5
+    A = jnp.array([1.0, -1.0, 1.0])
+    d = jnp.array([[0.1, 0.1], [0.2, -2.0], [0.0, 1.5]])  # log π_old − log μ; e^1.5 > 3: masked
+    m = jnp.ones((3, 2))
+    w = mismatch.correction("trl/vespo_token_mask", A, d, jnp.zeros_like(d), m).coef[:, 0]
+
+    def phi(log_w, k, lam):
+        return math.exp(lam + k * log_w - lam * math.exp(log_w))
+
+    want = [phi(0.2, 2, 3), -phi(-1.8, 3, 2), phi(math.log(1e-8), 2, 3)]
+    assert [float(x) for x in w] == pytest.approx(want, rel=1e-5)
+    truncated = mismatch.correction("trl/vespo_token_truncate", A, d, jnp.zeros_like(d), m)
+    assert float(truncated.coef[2, 0]) == pytest.approx(phi(math.log(3.0), 2, 3), rel=1e-5)
 
 
 def test_trls_off_policy_sequence_mask_is_its_entrys_option():

@@ -95,6 +95,10 @@ TRL = {  # key: (GRPOConfig's default, check); trl/trainer/grpo_config.py f2cd57
         _one("sum_then_normalize", "normalize_then_sum"),
     ),
     "off_policy_mask_threshold": (None, _n(none=True)),
+    "vespo_k_pos": (2.0, _n(0)),  # TRL 1.16.0's VESPO gamma weights
+    "vespo_lambda_pos": (3.0, _n(0)),
+    "vespo_k_neg": (3.0, _n(0)),
+    "vespo_lambda_neg": (2.0, _n(0)),
     "top_entropy_quantile": (1.0, _n(0, 1)),
     "entropy_coef": (0.0, _n()),
     "use_adaptive_entropy": (False, BOOL),

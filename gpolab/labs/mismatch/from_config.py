@@ -333,9 +333,9 @@ def _trl_raises(s: dict, v: dict, where: str) -> None:
 
 def _trl_entry(v, loss, mode, level, over, notes):
     """(name, overrides, notes) of TRL's vLLM-corrected loss; name None with the reason first."""
-    if loss == "vespo":
-        why = "vespo folds the IS weight into its sequence log-weight; no registry entry"
-        return None, {}, [why, *notes]
+    if loss == "vespo":  # a sequence mode is refused before (TRL raises)
+        gamma = {k: v[f"vespo_{k}"] for k in ("k_pos", "lambda_pos", "k_neg", "lambda_neg")}
+        return f"trl/vespo_{mode}", {**over, **gamma}, notes
     if level == "sequence" and mode.startswith("token") and loss in SEQ_LOSS:
         why = (
             f"importance_sampling_level sequence with {mode}: TRL multiplies the per-sequence "
