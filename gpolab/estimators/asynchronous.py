@@ -315,8 +315,13 @@ def objective(corr: Correction, logp, anchor, c, mask, eps_low, eps_high, clip_c
 def _prefix(logp, old, c, mask):
     """The cumulative token ratio without CTPO's clamps or clip: Π_{s≤t} π_θ/π_old as its value,
     its gradient through token t alone (CTPO's theorem's ratio, :func:`_cumtoken`'s R_t)."""
-    d = (logp - old) * mask
-    return jnp.exp(rules._sg(jnp.cumsum(d, -1)) + logp - rules._sg(logp)) * c
+    return jnp.exp(_prefix_log((logp - old) * mask, logp)) * c
+
+
+def _prefix_log(d, logp):
+    """log R_t = sg(Σ_{s≤t} d_s) + log π_θ,t − sg(log π_θ,t): the prefix sum of the masked log
+    ratios ``d`` as its value, its gradient through token t alone."""
+    return rules._sg(jnp.cumsum(d, -1)) + logp - rules._sg(logp)
 
 
 def _cumtoken(logp, old, c, mask, eps_low, eps_high):
@@ -328,7 +333,7 @@ def _cumtoken(logp, old, c, mask, eps_low, eps_high):
     real tokens, and for A < 0 the dual bound exp(ε_high √t) (CTPO's clip_c, equal to its ε_high
     in ctpo.sh)."""
     d = jnp.clip(logp - old, -rules.LOG_RATIO_CLAMP, rules.LOG_RATIO_CLAMP) * mask
-    log_r = rules._sg(jnp.cumsum(d, -1)) + logp - rules._sg(logp)
+    log_r = _prefix_log(d, logp)
     capped = log_r > CTPO_CAP  # torch.clamp(max=10) passes no gradient beyond
     log_r = jnp.minimum(log_r, CTPO_CAP)
     root = jnp.sqrt(jnp.maximum(jnp.cumsum(mask, -1), 1.0))
@@ -424,7 +429,6 @@ def opob_advantages(rewards, log_rho, grad_sq, threshold):
     """
     chex.assert_equal_shape([rewards, log_rho, grad_sq])
     log_w = 2 * jnp.minimum(log_rho, jnp.log(threshold)) + 2 * log_rho + jnp.log(grad_sq)
-    log_w = jnp.where(grad_sq > 0, log_w, -jnp.inf)
     top = jnp.max(log_w, -1, keepdims=True)
     w = jnp.exp(log_w - jnp.where(jnp.isfinite(top), top, 0.0))
     b = jnp.sum(w * rewards, -1, keepdims=True) / jnp.maximum(jnp.sum(w, -1, keepdims=True), 1e-30)

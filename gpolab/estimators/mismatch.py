@@ -166,26 +166,26 @@ def _trl_ratio(d, m, level, mode, clip_max, clip_min):
     return jnp.where(cut, 0.0, rho), cut
 
 
-def _off_policy_kept(A, d, m, delta):
-    """TRL's off-policy sequence mask (``GRPOTrainer.get_off_policy_mask``, DeepSeek-V3.2's
-    Eq. 9; ``off_policy_mask_threshold`` δ, None: off): keep a sequence when A ≥ 0 or its mean
-    log μ − log π_θ over real tokens is at most δ; dropped sequences stay in the denominator."""
+def _trl_out(coef, A, d, m, flagged, delta):
+    """:func:`_out` of a TRL coefficient under its off-policy sequence mask
+    (``GRPOTrainer.get_off_policy_mask``, DeepSeek-V3.2's Eq. 9; ``off_policy_mask_threshold``
+    δ, None: off): a sequence with A < 0 whose mean log μ − log π_θ over real tokens exceeds δ
+    gets 0 and is flagged; dropped sequences stay in the denominator."""
     if delta is None:
-        return jnp.ones(A.shape, bool)
-    return (A >= 0) | (_seq_mean(-d, m) <= delta)
+        return _out(coef, m, flagged)
+    keep = (A >= 0) | (_seq_mean(-d, m) <= delta)
+    return _out(jnp.where(keep, coef, 0.0), m, flagged | ~keep)
 
 
 def trl_is(A, d, m, *, level, mode, clip_max, clip_min, off_policy_mask):
     w, cut = _trl_ratio(d, m, level, mode, clip_max, clip_min)
-    keep = _off_policy_kept(A, d, m, off_policy_mask)
-    return _out(jnp.where(keep, A * w, 0.0), m, cut | ~keep)
+    return _trl_out(A * w, A, d, m, cut, off_policy_mask)
 
 
 def trl_cispo(A, d, m, *, eps_high, clip_max, clip_min, off_policy_mask):
     w, cut = _trl_ratio(d, m, "sequence", "mask", clip_max, clip_min)
-    keep = _off_policy_kept(A, d, m, off_policy_mask)
-    coef = jnp.where(keep, A * jnp.minimum(1.0, eps_high) * w, 0.0)
-    return _out(coef, m, cut | (eps_high < 1.0) | ~keep)
+    coef = A * jnp.minimum(1.0, eps_high) * w
+    return _trl_out(coef, A, d, m, cut | (eps_high < 1.0), off_policy_mask)
 
 
 def _verl_is(d, m, level, bounds):
@@ -294,8 +294,7 @@ def trl_vespo(
     lam = jnp.maximum(jnp.where(pos, lambda_pos, lambda_neg), 1e-4)
     phi = jnp.exp(lam + k * log_w - lam * jnp.exp(log_w))
     phi = jnp.where(jnp.isfinite(phi), phi, 0.0)
-    keep = _off_policy_kept(A, d, m, off_policy_mask)
-    return _out(jnp.where(keep, A * phi, 0.0), m, cut | ~keep)
+    return _trl_out(A * phi, A, d, m, cut, off_policy_mask)
 
 
 def _vespo_entry(mode):

@@ -443,8 +443,9 @@ def test_agg_loss_against_installed_verl():
     lengths = np.array([2.0, 5.0, 1.0, 3.0, 4.0, 4.0])
     T = 7
     mask = torch.tensor((np.arange(T) < lengths[:, None]).astype(np.float64))
+    source = Path(core_algos.__file__).read_text()
     for mode in LOSS_AGG_MODES:
-        if f'"{mode}"' not in Path(core_algos.__file__).read_text():
+        if f'"{mode}"' not in source:
             continue  # token-sum: not in b178a3cd (verl >= 0.9.0 has it)
         x = torch.zeros((len(lengths), T), dtype=torch.float64, requires_grad=True)
         core_algos.agg_loss(x, mask, mode).backward()

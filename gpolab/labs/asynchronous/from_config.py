@@ -421,10 +421,14 @@ def _recipe(data: dict, where: str) -> dict:
             "verl's fully-async rollouter asserts (its trainer pulls require_batches × "
             "ppo_mini_batch_size prompts per local step)"
         )
+    return _with_recipe(flat)
+
+
+def _with_recipe(flat: dict) -> dict:
+    """``flat`` over the recipe's defaults (:data:`RECIPE`), unless the file sets the rollout
+    correction to null (off, as the user says)."""
     rc = "algorithm.rollout_correction"
-    if rc in flat and flat[rc] is None:  # null: the rollout correction off, as the user says
-        return flat
-    return {**RECIPE, **flat}
+    return flat if rc in flat and flat[rc] is None else {**RECIPE, **flat}
 
 
 def _verl_fully_async(flat: dict, where: str) -> dict:
@@ -433,7 +437,7 @@ def _verl_fully_async(flat: dict, where: str) -> dict:
     one policy version per ``trigger_parameter_sync_step`` local steps of ``require_batches`` ×
     ``ppo_epochs`` mini-batch updates (m), and rollouts up to ⌈staleness_threshold⌉ versions
     old (gpolab's reading of the rollouter's sample budget)."""
-    flat = {**RECIPE, **flat} if "algorithm.rollout_correction" not in flat else flat
+    flat = _with_recipe(flat)
     v = checked_values(flat, VERL_BATCH | FULLY_ASYNC, where)
     K, req = v[f"{ASYNC}.trigger_parameter_sync_step"], v[f"{ASYNC}.require_batches"]
     epochs = checked_values(flat, VERL, where)[f"{ACTOR}.ppo_epochs"]
