@@ -435,6 +435,50 @@ def _prefix_variance_off(t):
     return {**t, "updates": upd}
 
 
+def _float_spike_off(t):
+    """No spike: every float32 |A| the exact one (non-dyadic grids), and the dyadic grids 50 times
+    their bound (the control fails)."""
+    grid, spl = t["grid"].copy(), t["splits"].copy()
+    dy = grid["dyadic"].astype(bool).to_numpy()
+    grid.loc[~dy, "ratio_pre"] = 1.0
+    grid.loc[~dy, "max_pre"] = grid.loc[~dy, "bound"]
+    grid.loc[dy, "ratio_pre"] = 50.0
+    spl["a_pre"] = spl["a_exact"]
+    return {**t, "grid": grid, "splits": spl}
+
+
+def _float_mask_off(t):
+    """The mask leaves every spike (after = before, 3 times the bound at least) and the singleton
+    off its exact advantage; before the mask nothing spikes (the control fails)."""
+    grid, spl = t["grid"].copy(), t["splits"].copy()
+    grid["ratio_post"] = 3.0
+    grid["ratio_pre"] = 1.0
+    spl["a_post"] = spl["a_exact"] + 0.1
+    return {**t, "grid": grid, "splits": spl}
+
+
+def _verl_floor_off(t):
+    """No floor: every floored |A| the exact one (ratio 1) on the PR's scores, the fix 1% of the
+    bound off canonical grpo, and binary rewards shrunk 100× (the control fails)."""
+    verl = t["verl"].copy()
+    pr, binary = verl["grid"] == "pr6348", verl["grid"] == "binary"
+    verl.loc[pr, "shrink"] = 1.0
+    verl.loc[pr, "max_floored"] = verl.loc[pr, "bound"]
+    verl.loc[pr, "p_shrink2"] = 0.0
+    verl.loc[pr, "fix_vs_grpo"] = 0.01 * verl.loc[pr, "bound"]
+    verl.loc[binary, "shrink"] = 0.01
+    return {**t, "verl": verl}
+
+
+def _otb_off(t):
+    """OTB at the small G three times GRPO's direction error at the large G (20 SE), the control
+    resolved: OTB does not match."""
+    m = t["match"].copy()
+    m["otb_small_vs_ref_large"], m["otb_small_vs_ref_large_se"] = 3.0, 0.15
+    m["ref_small_vs_ref_large"], m["ref_small_vs_ref_large_se"] = 3.0, 0.15
+    return {**t, "match": m}
+
+
 FALSIFY = {
     "U1": _results(_oracle_off),
     "U1-loglinear": _results(_oracle_off),
@@ -479,6 +523,10 @@ FALSIFY = {
     "gpolab-async-product": _async_product_off,
     "VC-variance": _ess_off,
     "CT-variance": _prefix_variance_off,
+    "NM-spike": _float_spike_off,
+    "NM-mask": _float_mask_off,
+    "VP-floor": _verl_floor_off,
+    "OT-N4": _otb_off,
 }
 
 

@@ -884,7 +884,19 @@ def _allocate_train_render(v: dict) -> str:
     return "\n".join(lines)
 
 
-PUBLISHED = ("knapsack", "knapsack-grpo", "greso", "vip", "gvm", "mopps", "pods", "reinforce-ada")
+PUBLISHED = (
+    "knapsack",
+    "knapsack-grpo",
+    "greso",
+    "vip",
+    "gvm",
+    "mopps",
+    "pods",
+    "reinforce-ada",
+    "pilot-commit",
+    "pilot-commit-grpo",
+)
+CONSTRUCTED = ("gpolab-sgpo", "gpolab-hora")  # from an abstract (and a third-party port), no code
 OWN_RULES = (
     "uniform",
     *PUBLISHED[:2],
@@ -895,6 +907,7 @@ OWN_RULES = (
     "gpolab-gvm-gnorm",
     "gpolab-gvm-last",
     *PUBLISHED[5:],
+    *CONSTRUCTED,
 )
 
 
@@ -918,6 +931,8 @@ def _allocate_own_extract(t: dict) -> dict:
         out[f"{key} nonzero"] = (_f(r["nonzero_groups"]), None)
         out[f"{key} cost"] = (_f(r["update_cost"]), None)
         out[f"{key} rollouts"] = (_f(r["rollouts"] / r["budget"]), None)
+        if "hit_posterior" in r:  # HORA's own objective
+            out[f"{key} hit"] = (_f(r["hit_posterior"]), None)
     for _, r in tr.iterrows():
         ci = _f(r.get("rollouts_to_half_gap_ci", math.nan))
         out[f"{r['rule']} half"] = (_f(r["rollouts_to_half_gap"]), ci / Z95)
@@ -941,8 +956,9 @@ def _allocate_own_render(v: dict) -> str:
         "| rule | built for | MSE ÷ uniform's ("
         + ", ".join(f"N = {n}" for n in budgets)
         + f") | Knapsack value ÷ uniform's (N = {mid}) | groups with both outcomes "
-        f"(N = {mid}) | update cost (N = {mid}) | rollouts ÷ N (N = {mid}) |",
-        "|---|---|---|---|---|---|---|",
+        f"(N = {mid}) | update cost (N = {mid}) | rollouts ÷ N (N = {mid}) | posterior hit "
+        f"utility (N = {mid}) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for rule in [r for r in OWN_RULES if f"{r} N={mid} ratio" in v]:
         key = f"{rule} N={mid}"
@@ -952,6 +968,7 @@ def _allocate_own_render(v: dict) -> str:
             _share(_v(v, key + " nonzero")),
             _num(_v(v, key + " cost"), 3),
             _num(_v(v, key + " rollouts"), 3),
+            _num(_v(v, key + " hit"), 3) if key + " hit" in v else "—",
         )
         lines.append(f"| {rule} | {AIMS.get(rule, '—')} | {ratios} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -1075,8 +1092,29 @@ def _allocate_verdicts_render(v: dict) -> str:
             f"N = {mid} {_share(_v(v, f'reinforce-ada N={mid} nonzero'))}; training, per "
             f"rollout spent: {_race(v, 'reinforce-ada')}."
         ),
+        "pilot-commit": lambda: (
+            f"Pilot-Commit: {ratios('pilot-commit')}× uniform's MSE while spending "
+            f"{ratios('pilot-commit', 'rollouts')}× N rollouts; groups with both outcomes at "
+            f"N = {mid} {_share(_v(v, f'pilot-commit N={mid} nonzero'))}; training "
+            f"{_race(v, 'pilot-commit')}."
+        ),
+        "pilot-commit-grpo": lambda: (
+            f"Pilot-Commit with verl's GRPO over the pooled group: {ratios('pilot-commit-grpo')}× "
+            f"uniform's MSE; training {_race(v, 'pilot-commit-grpo')}."
+        ),
+        "gpolab-sgpo": lambda: (
+            f"gpolab's sGPO (from the abstract and a third-party port): {ratios('gpolab-sgpo')}× "
+            f"uniform's MSE; groups with both outcomes at N = {mid} "
+            f"{_share(_v(v, f'gpolab-sgpo N={mid} nonzero'))}; training {_race(v, 'gpolab-sgpo')}."
+        ),
+        "gpolab-hora": lambda: (
+            f"gpolab's HORA (from the abstract): {ratios('gpolab-hora')}× uniform's MSE; its own "
+            f"objective, the posterior hit utility at N = {mid}: "
+            f"{_num(_v(v, f'gpolab-hora N={mid} hit'), 3)} against uniform's "
+            f"{_num(_v(v, f'uniform N={mid} hit'), 3)}; training {_race(v, 'gpolab-hora')}."
+        ),
     }
-    for rule in PUBLISHED:
+    for rule in (*PUBLISHED, *CONSTRUCTED):
         if f"{rule} N={mid} ratio" in v and "uniform half" in v:
             lines.append("- " + say[rule]())
     return "\n".join(lines)
@@ -1255,6 +1293,105 @@ def _trl_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- float32 framework arithmetic (gpolab float32) --------------------------------------------
+def _float_nemo_extract(t: dict) -> dict:
+    g = t["float32"]["grid"]
+    out = {}
+    for r in g[g["computed"]].to_dict("records"):
+        k = f"{r['grid']}|{r['G']}"
+        for col in ("bound", "max_pre", "max_post", "p_spike_pre"):
+            out[f"{k}|{col}"] = (_f(r[col]), 0.0)
+        out[f"{k}|worst"] = (str(r["worst"]), None)
+    return out
+
+
+def _float_nemo_render(v: dict) -> str:
+    lines = [
+        "| grid | G | exact largest \\|A\\| | float32 largest \\|A\\| (7ea279ab) | the group | "
+        "P(spike), values equally likely | after PR#4158's mask |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for k in dict.fromkeys(k.rsplit("|", 1)[0] for k in v):
+        grid, G = k.split("|")
+        spike = _v(v, f"{k}|p_spike_pre") > 0
+        lines.append(
+            f"| {grid} | {G} | {_num(_v(v, f'{k}|bound'), 4)} | "
+            f"{_num(_v(v, f'{k}|max_pre'), 5)} | {v[f'{k}|worst'][0] if spike else '—'} | "
+            f"{_num(_v(v, f'{k}|p_spike_pre'), 3)} | {_num(_v(v, f'{k}|max_post'), 4)} |"
+        )
+    return "\n".join(lines)
+
+
+def _float_verl_extract(t: dict) -> dict:
+    g = t["float32"]["verl"]
+    out = {}
+    for r in g[g["computed"]].to_dict("records"):
+        k = f"{r['grid']}|{r['G']}"
+        for col in ("bound", "max_floored", "max_fixed", "max_grpo", "shrink", "p_shrink2"):
+            out[f"{k}|{col}"] = (_f(r[col]), 0.0)
+    return out
+
+
+def _float_verl_render(v: dict) -> str:
+    lines = [
+        "| grid | G | exact largest \\|A\\| | floored (b178a3cd) | fixed (1dda039b) | canonical "
+        "grpo | smallest floored/exact | P(shrunk > 2×) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for k in dict.fromkeys(k.rsplit("|", 1)[0] for k in v):
+        grid, G = k.split("|")
+        cols = ("bound", "max_floored", "max_fixed", "max_grpo", "shrink", "p_shrink2")
+        cells = " | ".join(_num(_v(v, f"{k}|{c}"), 4) for c in cols)
+        lines.append(f"| {grid} | {G} | {cells} |")
+    return "\n".join(lines)
+
+
+# ---- verl's optimal token baseline (gpolab otb) ------------------------------------------------
+OTB_EXPS = {"otb": "filler 64", "otb_no_filler": "no filler"}
+
+
+def _otb_extract(t: dict) -> dict:
+    out = {}
+    for exp, kind in OTB_EXPS.items():
+        for r in t[exp]["results"].to_dict("records"):
+            k = f"{kind}|{r['policy']}|{r['estimator']}|{r['G']}"
+            out[f"{k}|rel"] = (_f(r["rel_scaled_mse"]), _f(r["rel_scaled_mse_se"]))
+        for r in t[exp]["match"].to_dict("records"):
+            for col in ("otb_small_vs_ref_large", "ref_small_vs_ref_large", "otb_vs_ref_small"):
+                out[f"{kind}|{r['policy']}|{col}"] = (_f(r[col]), _f(r[f"{col}_se"]))
+            out[f"{kind}|{r['policy']}|otb_vs_ref_large"] = (
+                _f(r["otb_vs_ref_large"]),
+                _f(r["otb_vs_ref_large_se"]),
+            )
+    return out
+
+
+def _otb_render(v: dict) -> str:
+    cells = [k.split("|") for k in v if k.endswith("|rel")]
+    Gs = sorted({int(c[3]) for c in cells})
+    head = " | ".join(f"G = {G}" for G in Gs)
+    lines = [f"| surrogate | policy | estimator | {head} |", "|---|---|---|" + "---|" * len(Gs)]
+    for kind, policy, est in dict.fromkeys((c[0], c[1], c[2]) for c in cells):
+        vals = " | ".join(
+            _pm(v, f"{kind}|{policy}|{est}|{G}|rel")
+            if f"{kind}|{policy}|{est}|{G}|rel" in v
+            else ""
+            for G in Gs
+        )
+        lines.append(f"| {kind} | {policy} | {est} | {vals} |")
+    lines += [
+        "",
+        "| surrogate | policy | OTB at 4 / GRPO at 32 | GRPO at 4 / GRPO at 32 (control) | "
+        "OTB / GRPO at 4 | OTB / GRPO at 32 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind, policy in dict.fromkeys((c[0], c[1]) for c in cells):
+        cols = ("otb_small_vs_ref_large", "ref_small_vs_ref_large", "otb_vs_ref_small")
+        row = " | ".join(_pm(v, f"{kind}|{policy}|{c}") for c in (*cols, "otb_vs_ref_large"))
+        lines.append(f"| {kind} | {policy} | {row} |")
+    return "\n".join(lines)
+
+
 BLOCKS = {
     b.name: b
     for b in (
@@ -1267,6 +1404,9 @@ BLOCKS = {
             "snr / loo (no SE); arithmetic columns (the quick run uses 100 questions, not 500)",
         ),
         Block("kappa", ("zoo",), _kappa_extract, _kappa_render),
+        Block("otb", tuple(OTB_EXPS), _otb_extract, _otb_render),
+        Block("float32-nemo", ("float32",), _float_nemo_extract, _float_nemo_render),
+        Block("float32-verl", ("float32",), _float_verl_extract, _float_verl_render),
         Block(
             "plan-check", ("plan_check",), _plan_extract, _plan_render
         ),  # SE: 95% half-width/1.96

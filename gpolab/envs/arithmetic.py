@@ -184,26 +184,61 @@ def score_norms(
     return jax.vmap(lambda t: jnp.sum(ravel_pytree(t)[0] ** 2))(grads)
 
 
+def _energy_entropy(logits: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(1 − 2π(y) + Σ_a π(a)², −Σ_a π(a) log π(a)) of softmax(logits) [..., V] at tokens y [...]
+    (a masked logit, −1e9, has π = 0 and adds 0 to the entropy)."""
+    logp = jax.nn.log_softmax(logits)
+    p = jnp.exp(logp)
+    p_y = jnp.take_along_axis(p, y[..., None], -1)[..., 0]
+    return 1 - 2 * p_y + jnp.sum(p * p, -1), -jnp.sum(jnp.where(p > 0, p * logp, 0.0), -1)
+
+
+def token_stats(params: ArithmeticParams, features: jax.Array, tokens: jax.Array) -> tuple:
+    """(w, entropy, live), each (..., filler + thoughts + LENGTH): w_t = 1 − 2 π_t(y_t) +
+    Σ_a π_t(a)², the squared norm of ∂ log π_t(y_t)/∂logits (verl's forward-only "logit-gradient
+    proxy"), the entropy of π_t (TRL's ``entropies``, temperature 1), and the mask of the tokens
+    :func:`log_prob` counts."""
+    F = params.filler
+    core = tokens[..., F:]
+    features = jnp.broadcast_to(features, tokens.shape[:-1] + features.shape[-1:])
+    w, h = _energy_entropy(model.logits(params.weights, params, features, core), core)
+    live = jnp.concatenate(
+        [jnp.ones(core.shape[:-1] + (params.thoughts,)), live_mask(answer_part(core))], -1
+    )
+    if F:
+        zf = model.filler_logits(params.weights, features)
+        zf = jnp.broadcast_to(zf[..., None, :], tokens.shape[:-1] + (F, zf.shape[-1]))
+        wf, hf = _energy_entropy(zf, tokens[..., :F])
+        w, h = jnp.concatenate([wf, w], -1), jnp.concatenate([hf, h], -1)
+        live = jnp.concatenate([jnp.ones_like(wf), live], -1)
+    return w, h, live
+
+
 def logit_proxy(params: ArithmeticParams, features: jax.Array, tokens: jax.Array) -> jax.Array:
     """verl's forward-only score-norm proxy W(τ) = Σ_t [1 − 2 π_t(y_t) + Σ_a π_t(a)²] of each
     sequence (..., filler + thoughts + LENGTH) → (...): the squared norm of ∇_logits log π_t(y_t)
     summed over the counted tokens (those of :func:`log_prob`), without the network's Jacobian
     or the cross-token terms of ‖∇_θ log π‖² (:func:`score_norms`).  Source: verl
     ``trainer/ppo/metric_utils.py::compute_variance_proxy_metrics`` (``w_per_timestep``)."""
-    F = params.filler
-    core = tokens[..., F:]
-    features = jnp.broadcast_to(features, tokens.shape[:-1] + features.shape[-1:])
-    p = jax.nn.softmax(model.logits(params.weights, params, features, core))
-    p_y = jnp.take_along_axis(p, core[..., None], -1)[..., 0]
-    live = jnp.concatenate(
-        [jnp.ones(core.shape[:-1] + (params.thoughts,)), live_mask(answer_part(core))], -1
-    )
-    w = jnp.sum(live * (1 - 2 * p_y + jnp.sum(p * p, -1)), -1)
-    if F:
-        pf = filler_probs(params, features)
-        pf_y = jnp.take_along_axis(pf[..., None, :], tokens[..., :F, None], -1)[..., 0]
-        w = w + jnp.sum(1 - 2 * pf_y + jnp.sum(pf * pf, -1)[..., None], -1)
-    return w
+    w, _, live = token_stats(params, features, tokens)
+    return jnp.sum(live * w, -1)
+
+
+def token_gradient_estimates(
+    params: ArithmeticParams, features: jax.Array, tokens: jax.Array, weights: jax.Array
+) -> jax.Array:
+    """(E, D): ĝ_e = ∇_θ Σ_g Σ_t c_egt log π_θ(y_gt | x, y_g,<t) for E per-token weight rows
+    (E, G, T), T = filler + thoughts + LENGTH (weights on tokens :func:`log_prob` does not count
+    are ignored): one forward pass and a vjp per row, as :func:`gradient_estimates`."""
+    feats = jnp.broadcast_to(features, (tokens.shape[0], FEATURES))
+    flat, unravel = ravel_pytree(params.weights)
+
+    def counted(w):
+        logp, live = token_log_probs(unravel(w), params, feats, tokens)
+        return logp * live
+
+    logp, vjp = jax.vjp(counted, flat)
+    return jax.vmap(lambda c: vjp(c)[0])(jax.lax.stop_gradient(weights).astype(logp.dtype))
 
 
 POLICIES = {"base": 0.15, "instruct": 0.40, "icl": 0.65}  # target mean V(x) of each strength

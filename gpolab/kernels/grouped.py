@@ -160,14 +160,7 @@ def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
     estimator (a vjp with E cotangents).  ``cos``: cosine between the batch's gradient estimate
     (1/Q) Σ ĝ_x and its exact gradient (1/Q) Σ g_x."""
     params, truth, questions, eps = args
-    k_q, k_g = jax.random.split(key)
-    idx = jax.random.randint(k_q, (cell.Q,), 0, questions.features.shape[0])
-    feats, answers = questions.features[idx], questions.answers[idx]
-    tokens = jax.lax.map(
-        lambda a: arithmetic.sample(a[0], params, a[1], cell.G),
-        (jax.random.split(k_g, cell.Q), feats),
-    )  # (Q, G, length)
-    rewards = jax.vmap(arithmetic.rewards)(tokens, answers)  # (Q, G)
+    idx, feats, answers, tokens, rewards = arithmetic_draws(cell, key, params, questions)
     inputs = {  # built only for the estimators that need them
         "baseline": lambda: truth.V[idx],
         "lengths": lambda: arithmetic_lengths(cell, params, tokens, rewards),
@@ -177,21 +170,43 @@ def arithmetic_error(cell: ArithmeticCell, key: jax.Array, args) -> dict:
     }
     weights = cell_weights(cell, rewards, inputs, eps)  # (E, Q, G)
     weights = aggregate(cell, weights, inputs["lengths"])
-    g_x = truth.g_local[idx]
+    moments = question_moments(
+        arithmetic.gradient_estimates, params, feats, tokens, weights, truth.g_local[idx]
+    )
+    out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(moments["sq"].dtype))}
+    return {**out, **per_estimator(cell.estimators, **moments)}
+
+
+def arithmetic_draws(cell, key: jax.Array, params, questions) -> tuple:
+    """One seed's draws: ``cell.Q`` question indices (uniform), their features and answers, one
+    group of ``cell.G`` sampled sequences each (Q, G, length) and their rewards (Q, G)."""
+    k_q, k_g = jax.random.split(key)
+    idx = jax.random.randint(k_q, (cell.Q,), 0, questions.features.shape[0])
+    feats, answers = questions.features[idx], questions.answers[idx]
+    tokens = jax.lax.map(
+        lambda a: arithmetic.sample(a[0], params, a[1], cell.G),
+        (jax.random.split(k_g, cell.Q), feats),
+    )  # (Q, G, length)
+    return idx, feats, answers, tokens, jax.vmap(arithmetic.rewards)(tokens, answers)
+
+
+def question_moments(estimate, params, feats, tokens, weights, g_x) -> dict:
+    """Per-question means of ``sq`` = ‖ĝ_x − g_x‖², ``dot`` = ĝ_x·g_x, ``norm2`` = ‖ĝ_x‖² (each
+    (E,)) and ``cos``, the cosine of the batch's Σ_x ĝ_x with Σ_x g_x, over the Q questions;
+    ``estimate(params, feat, tokens, w)`` → (E, D) for one question's weights ``w`` (weights:
+    (E, Q, ...)), scanned over the questions (one question's Jacobian in memory at a time)."""
 
     def add(carry, a):
         feat, tok, w, g = a
-        ghat = arithmetic.gradient_estimates(params, feat, tok, w)  # (E, D)
+        ghat = estimate(params, feat, tok, w)  # (E, D)
         sq, dot, norm2 = jnp.sum((ghat - g[None]) ** 2, -1), ghat @ g, jnp.sum(ghat**2, -1)
         return (carry[0] + ghat, carry[1] + jnp.stack([sq, dot, norm2])), None
 
-    E = len(cell.estimators)
+    E = weights.shape[0]
     zero = (jnp.zeros((E, g_x.shape[-1]), g_x.dtype), jnp.zeros((3, E), g_x.dtype))
     (total, sums), _ = jax.lax.scan(add, zero, (feats, tokens, jnp.swapaxes(weights, 0, 1), g_x))
-    cos = cosine(total, jnp.sum(g_x, axis=0))
-    sq, dot, norm2 = sums / cell.Q  # per-question means
-    out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(sq.dtype))}
-    return {**out, **per_estimator(cell.estimators, sq=sq, cos=cos, dot=dot, norm2=norm2)}
+    sq, dot, norm2 = sums / feats.shape[0]  # per-question means
+    return {"sq": sq, "dot": dot, "norm2": norm2, "cos": cosine(total, jnp.sum(g_x, axis=0))}
 
 
 def aggregate(cell, weights: jax.Array, lengths) -> jax.Array:

@@ -279,6 +279,32 @@ def test_logit_proxy_is_the_logit_gradient_norm(filler_setup):
     fill = jax.vmap(jax.vmap(lambda y: sq_grad(zf, y)))(toks[:, :F])
     want = jnp.sum(core * live, -1) + jnp.sum(fill, -1)
     np.testing.assert_allclose(ar.logit_proxy(params, f, toks), want, rtol=1e-5)
+    w, h, counted = ar.token_stats(params, f, toks)  # per token (OTB's w_t), filler first
+    np.testing.assert_allclose(w * counted, jnp.concatenate([fill, core * live], -1), atol=1e-5)
+    np.testing.assert_array_equal(counted, jnp.concatenate([jnp.ones_like(fill), live], -1))
+
+    def entropy(z):
+        p = jax.nn.softmax(z)
+        return -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0))
+
+    core_h = jax.vmap(jax.vmap(entropy))(logits)
+    want_h = jnp.concatenate([jnp.broadcast_to(entropy(zf), (16, F)), core_h], -1)
+    np.testing.assert_allclose(h, want_h, rtol=1e-5, atol=1e-6)
+
+
+def test_token_gradient_estimates_equal_response_weights_on_every_token(filler_setup):
+    """Per-token weights c_g on every counted token give the response-level ĝ; a token weight
+    on an uncounted (after <eos>) token changes nothing."""
+    q, params = filler_setup
+    f = q.features[1]
+    toks = ar.sample(jax.random.key(2), params, f, 8)
+    c = jax.random.normal(jax.random.key(3), (2, 8))
+    _, _, live = ar.token_stats(params, f, toks)
+    want = ar.gradient_estimates(params, f, toks, c)
+    got = ar.token_gradient_estimates(params, f, toks, c[..., None] * live[None])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    padded = ar.token_gradient_estimates(params, f, toks, c[..., None] * jnp.ones_like(live)[None])
+    np.testing.assert_allclose(padded, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("x64", [False, True])

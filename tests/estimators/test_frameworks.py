@@ -204,6 +204,73 @@ def test_cross_prompt_hand(x64):
         run("jspo/jspo", r[:, :1])
 
 
+# DGPO hand batch (MathForge), G = 8: one correct of 8 (c = 1: A = G/(2c) = 4 on it,
+# −G/(2(G − c)) = −4/7 on the others), all 0.1 (0.1 is inexact: the authors' torch.mean leaves
+# noise there), a singleton outlier in graded rewards (the same ±4, −4/7: MAD is scale-free) and
+# seven correct of 8 (c = 7: 4/7 on a correct, −4 on the wrong one).  Σ|d| = 2c(G − c)/G for
+# binary groups, 70/8 for the outlier group; every value is exact up to the + 1e-4.
+R_DGPO = np.array([[1.0] + [0.0] * 7, [0.1] * 8, [0.0] * 7 + [5.0], [1.0] * 7 + [0.0]])
+DGAE = np.array([[4.0] + [-4 / 7] * 7, [0.0] * 8, [-4 / 7] * 7 + [4.0], [4 / 7] * 7 + [-4.0]])
+EXTENT = np.array([[7 / 4], [1.0], [70 / 8], [7 / 4]])  # Σ|d|: (1e-4 shifts A by ~1e-4/Σ|d|)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mathforge_hand(dtype, x64):
+    """DGAE and DGPO on R_DGPO in float32 and float64 against the hand values and the authors'
+    code transcribed (``ref_mathforge``); the all-equal group is exactly 0, never NaN."""
+    r = jnp.asarray(R_DGPO.astype(dtype))
+    tol = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+    extent = np.abs(DGAE * EXTENT / 8).sum(1, keepdims=True)  # the true Σ|d| (1.75, 0, 8.75)
+    want = DGAE * extent / (extent + 1e-4)  # G d/(Σ|d| + 1e-4)
+    dgae = np.asarray(F.mathforge_dgae(r))
+    assert dgae.dtype == dtype and np.isfinite(dgae).all()
+    np.testing.assert_allclose(dgae, want, **tol)
+    np.testing.assert_allclose(
+        dgae, ref_mathforge("mathforge/dgae", R_DGPO, None, {}).reshape(4, 8), **tol
+    )
+    assert (dgae[1] == 0).all()
+    # DGPO: 3 non-degenerate groups of 4 (equal lengths): ζ = 4/3; DQW over means
+    # (1/8, 5/8, 7/8), T = 2: w = 3 softmax(−mean/2); the all-equal group keeps w = 1
+    mean = np.array([1 / 8, 5 / 8, 7 / 8])
+    w = 3 * np.exp(-mean / 2) / np.exp(-mean / 2).sum()
+    scale = 4 / 3 * np.array([w[0], 1.0, w[1], w[2]])[:, None]
+    dgpo = np.asarray(F.mathforge_dgpo(r))
+    assert dgpo.dtype == dtype and np.isfinite(dgpo).all()
+    np.testing.assert_allclose(dgpo, want * scale, **tol)
+    np.testing.assert_allclose(
+        dgpo, ref_mathforge("mathforge/dgpo", R_DGPO, None, {}).reshape(4, 8), **tol
+    )
+    np.testing.assert_allclose(F.mathforge_dgpo(r, enable_dgpo_dqw=False), want * 4 / 3, **tol)
+    # tokens: ζ = Σ all / Σ non-degenerate; here the degenerate group holds 16 of 40 tokens
+    lengths = np.array([[1.0] * 8, [2.0] * 8, [1.0] * 8, [1.0] * 8])
+    np.testing.assert_allclose(
+        F.mathforge_dgpo(r, lengths=jnp.asarray(lengths.astype(dtype)), enable_dgpo_dqw=False),
+        want * 40 / 24,
+        **tol,
+    )
+    with pytest.raises(ValueError, match="dgpo_dqw_temp"):
+        F.mathforge_dgpo(r, dgpo_dqw_temp=0.0)
+    # an all-wrong group: mean 0 → read as 1 (harmless: it is degenerate); every group
+    # degenerate: ζ = 1, w = 1, A = 0
+    flat = jnp.asarray(np.array([[0.0] * 8, [1.0] * 8, [0.1] * 8]).astype(dtype))
+    for fn in (F.mathforge_dgae, F.mathforge_dgpo):
+        out = np.asarray(jax.jit(fn)(flat))
+        assert np.isfinite(out).all() and (out == 0).all()
+
+
+def test_mathforge_mad_balances_every_group(x64):
+    """Σ_g |A_g| = G Σ|d|/(Σ|d| + 1e-4) for every group that is not all-equal (the DGAE claim),
+    whatever its success count; GRPO's grows with the group's spread."""
+    G = 8
+    groups = np.array([[1.0] * c + [0.0] * (G - c) for c in range(1, G)])
+    dgae = np.asarray(F.mathforge_dgae(jnp.asarray(groups)))
+    total = np.abs(dgae).sum(1)
+    extent = 2 * np.arange(1, G) * (G - np.arange(1, G)) / G
+    np.testing.assert_allclose(total, G * extent / (extent + 1e-4), rtol=1e-12)
+    grpo = np.abs(run("trl/grpo", groups)).sum(1)
+    assert grpo.max() / grpo.min() > 1.5  # the imbalance DGAE removes
+
+
 # ----------------------------------------------------------------------------- 2. loop references
 # Each mirrors the framework's own code structure on a flat batch (index = prompt id).
 
@@ -338,6 +405,47 @@ def ref_passk(rewards, k):  # the authors' calc_adv, per group
     return np.concatenate(out)
 
 
+def ref_mathforge(name, rewards, lengths, opts):
+    """The authors' ``_generate_and_score_completions`` (MathForge @ 83edda02, L1678–1744), one
+    process, one reward function of weight 1, ``scale_rewards=True``; numpy for torch."""
+    G = rewards.shape[-1]
+    rewards = rewards.reshape(-1)
+    main_rewards = rewards
+    mean_grouped_main_rewards = main_rewards.reshape(-1, G).mean(1)
+    is_incorrect = np.isclose(mean_grouped_main_rewards, 0.0)
+    mean_grouped_rewards = rewards.reshape(-1, G).mean(1)
+    std_grouped_rewards = rewards.reshape(-1, G).std(1, ddof=1)
+    sample_num = len(mean_grouped_rewards)
+    is_std_zero = np.isclose(std_grouped_rewards, 0.0)
+    zero_sample_num = is_std_zero.sum()
+    length = np.full((sample_num, G), 1.0) if lengths is None else lengths
+    global_completion_length = length.reshape(-1)
+    dgpo = name == "mathforge/dgpo"
+    dqw = dgpo and opts.get("enable_dgpo_dqw", True)
+    if dgpo:
+        if zero_sample_num < sample_num:
+            kept = global_completion_length.reshape(-1, G)[~is_std_zero]
+            zero_mask_ratio = global_completion_length.sum() / kept.sum()
+        else:
+            zero_mask_ratio = 1.0
+        if dqw:
+            weights = np.ones_like(mean_grouped_main_rewards)
+            if zero_sample_num < sample_num:
+                m = mean_grouped_main_rewards.copy()
+                m[is_incorrect] = 1.0
+                e = np.exp(-m[~is_std_zero] / opts.get("dgpo_dqw_temp", 2.0))
+                weights[~is_std_zero] = (sample_num - zero_sample_num) * e / e.sum()
+            weights = np.repeat(weights, G)
+    advantages = rewards - np.repeat(mean_grouped_rewards, G)
+    extent = np.repeat(np.abs(advantages.reshape(-1, G)).sum(1), G)
+    advantages = G * advantages / (extent + 1e-4)
+    if dgpo:
+        advantages = advantages * zero_mask_ratio
+        if dqw:
+            advantages = advantages * weights
+    return advantages
+
+
 def ref_cross(name, rewards, baseline, opts):
     """LitePPO (AReaL's Normalization), JSPO (the authors' per-sample loop), SPO."""
     P, G = rewards.shape
@@ -377,6 +485,8 @@ def reference(name, rewards, lengths, greedy, opts, baseline=None):
         return ref_trl(name, rewards, opts)
     if name.startswith("openrlhf/"):
         return ref_openrlhf(name, rewards, lengths, opts)
+    if name.startswith("mathforge/"):
+        return ref_mathforge(name, rewards, None, opts)
     if name == "nemo/grpo":
         return ref_nemo(rewards, opts)
     return ref_passk(rewards, opts["k"])
@@ -392,6 +502,7 @@ OPTION_CASES = {
     "openrlhf/reinforce_baseline": [{}, {"no_std_norm": True}],
     "nemo/grpo": [{}, {"use_leave_one_out_baseline": False}, {"normalize_rewards": False}],
     "paper/passk-training": [{"k": 1}, {"k": 2}, {"k": 3}],
+    "mathforge/dgpo": [{}, {"enable_dgpo_dqw": False}, {"dgpo_dqw_temp": 0.5}],
 }
 
 
@@ -425,7 +536,12 @@ def test_matches_loop_reference(name, x64):
 
 
 WHITENED = ("reinforce_plus_plus_baseline", "reinforce_baseline")
-CROSS_ZERO = ("areal/liteppo", "jspo/jspo", "jspo/jspo_plus_plus")  # SPO's v̂ differs per prompt
+CROSS_ZERO = (
+    "areal/liteppo",
+    "jspo/jspo",
+    "jspo/jspo_plus_plus",
+    "mathforge/dgpo",
+)  # SPO's v̂ differs per prompt
 
 
 @pytest.mark.parametrize("name", list(SPEC))
@@ -453,7 +569,7 @@ def test_specs_are_consistent():
         assert set(s.options) <= set(s.fn.__kwdefaults__), s.name
         for opt, default in s.options.items():
             assert s.fn.__kwdefaults__[opt] == default, (s.name, opt)
-    assert len({s.name for s in F.SPECS}) == len(F.SPECS) == 21
+    assert len({s.name for s in F.SPECS}) == len(F.SPECS) == 23
 
 
 def test_leading_axes_and_missing_inputs():

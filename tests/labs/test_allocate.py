@@ -147,7 +147,7 @@ def test_every_rule_exact_mse_given_its_allocation_matches_its_monte_carlo(small
     z = (fixed["mse"] - fixed["theory_mse"]) / np.where(se > 0, se, 1)  # se 0: all dropped
     assert np.all(np.abs(z) < 4.5), fixed.assign(z=z)[["rule", "budget", "mse", "theory_mse", "z"]]
     other = res[res["theory_mse"].isna()]
-    assert set(other["rule"]) == {"pods", "reinforce-ada"}
+    assert set(other["rule"]) == {"pods", "reinforce-ada", "pilot-commit", "pilot-commit-grpo"}
     assert other["theory"].str.startswith("none:").all()
 
 
@@ -157,7 +157,12 @@ def test_rollouts_are_the_budget_where_a_rule_fixes_them(small):
     for rule in ("uniform", "gpolab-oracle", "gpolab", "knapsack", "vip", "mopps", "pods"):
         cur = res[res["rule"] == rule]
         assert np.allclose(cur["rollouts"], cur["budget"]), rule
-    for rule in ("gvm", "gpolab-gvm-last", "greso"):  # what passes the cap is not spent
+    hora = res[res["rule"] == "gpolab-hora"]
+    assert np.allclose(hora["rollouts"], hora["budget"])
+    pc = res[res["rule"] == "pilot-commit"]  # every prompt's pilots, commits at most N/2
+    pilots = [steps.stage_size(n, SMALL["prompts"]) * SMALL["prompts"] for n in pc["budget"]]
+    assert np.all(pc["rollouts"] <= pc["budget"]) and np.all(pc["rollouts"] >= pilots)
+    for rule in ("gvm", "gpolab-gvm-last", "greso", "gpolab-sgpo"):  # past the cap: not spent
         cur = res[res["rule"] == rule]
         assert np.all(cur["rollouts"] <= cur["budget"]) and np.all(cur["rollouts"] > 0)
     ada = res[res["rule"] == "reinforce-ada"]
@@ -280,7 +285,7 @@ def test_every_rule_cites_a_source_and_a_reading():
         assert (
             r.source
             and r.reads in rules.READS
-            and r.kind in ("allocate", "downsample", "sequential", "staged")
+            and r.kind in ("allocate", "downsample", "sequential", "staged", "pilot")
         )
 
 

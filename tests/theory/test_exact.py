@@ -47,6 +47,26 @@ def test_matches_mse_closed_forms(x64, kind, G):
             np.testing.assert_allclose(b2, want, rtol=RTOL, atol=1e-25)
 
 
+@pytest.mark.parametrize("G", [2, 4, 8])
+def test_mathforge_dgae_count_table_by_hand(x64, G):
+    """DGPO's MAD advantage (MathForge): c = s + 1 successes for a success, c = s for a failure,
+    Σ|d| = 2c(G − c)/G, so A = G(1 − c/G)/(Σ|d| + 1e-4) on a success and −c/(Σ|d| + 1e-4) on a
+    failure; all-equal groups (a success among G − 1 successes, a failure among none) 0.  Its
+    batch reweighting (``mathforge/dgpo``) has no table."""
+    s = np.arange(G, dtype=float)
+    c1, c0 = s + 1, s
+    ext1, ext0 = 2 * c1 * (G - c1) / G, 2 * c0 * (G - c0) / G
+    table = ex.registry_table("mathforge/dgae", G)
+    assert table.ok and table.dtype == "float64"
+    np.testing.assert_allclose(table.a1, (G - c1) / (ext1 + 1e-4), rtol=RTOL, atol=1e-15)
+    np.testing.assert_allclose(table.a0, -c0 / (ext0 + 1e-4), rtol=RTOL, atol=1e-15)
+    assert table.a1[-1] == 0 and table.a0[0] == 0  # the two all-equal groups
+    if G > 2:  # away from the all-equal groups: G/(2c) and −G/(2(G − c)), the 1e-4 aside
+        np.testing.assert_allclose(table.a1[1:-1], G / (2 * c1[1:-1]), rtol=1e-3)
+        np.testing.assert_allclose(table.a0[1:-1], -G / (2 * (G - c0[1:-1])), rtol=1e-3)
+    assert "batch-scoped" in ex.registry_table("mathforge/dgpo", G, strict=False).reason
+
+
 def test_ustat_is_loo_and_oracle_is_refused():
     G = 6
     u, loo = ex.registry_table("ustat", G), ex.registry_table("loo", G)
@@ -372,6 +392,7 @@ NOT_REWARD_ONLY = {
     "jspo/jspo": "batch-scoped",
     "jspo/jspo_plus_plus": "batch-scoped",
     "spo/spo": "needs baseline",
+    "mathforge/dgpo": "batch-scoped",
 }
 
 

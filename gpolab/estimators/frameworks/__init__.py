@@ -12,7 +12,8 @@ own names and defaults and must be static Python values under ``jax.jit``.  The 
 ``(P, G)``: per response the advantage every one of its tokens gets (the frameworks broadcast a
 scalar over the response mask; for token-whitened schemes the value is still one per response).
 A function's ``Args:`` leave out the inputs it does not read (``lengths``, ``greedy``).
-One module per family (``verl``, ``trl``, ``openrlhf``, ``nemo``, ``passk``, ``crossprompt``);
+One module per family (``verl``, ``trl``, ``openrlhf``, ``nemo``, ``passk``, ``crossprompt``,
+``mathforge``);
 this one names them all and holds :data:`SPECS`, what the registry reads.
 
 Sources read (the ``source`` of each :data:`SPECS` entry names file and function):
@@ -35,6 +36,9 @@ Sources read (the ``source`` of each :data:`SPECS` entry names file and function
   GRPOAdvantageEstimator.compute_advantage``.
 * Pass@k training (arXiv 2508.10751): the authors' ``RUCAIBox/Passk_Training``
   ``code/passk_adv.py::calc_adv`` @ ``00474d78`` and its README formulas.
+* DGPO (MathForge, arXiv 2601.20614): the authors' vendored TRL 0.20,
+  ``AMAP-ML/MathForge`` ``trl-0.20.0/trl/trainer/grpo_trainer.py::_generate_and_score_completions``
+  and ``grpo_config.py`` @ ``83edda02``, and its ``scripts_mathforge/*/run_dgpo.sh``.
 
 Floating-point policy (gpolab's): where a framework's value is exactly 0 in real arithmetic on an
 all-equal group (or an all-equal leave-one-out set), ours is exactly 0; the frameworks can return
@@ -48,6 +52,7 @@ import dataclasses
 from collections.abc import Callable
 
 from gpolab.estimators.frameworks.crossprompt import areal_liteppo, jspo, jspo_plus_plus, spo
+from gpolab.estimators.frameworks.mathforge import mathforge_dgae, mathforge_dgpo
 from gpolab.estimators.frameworks.nemo import nemo_grpo
 from gpolab.estimators.frameworks.openrlhf import (
     openrlhf_dr_grpo,
@@ -56,13 +61,14 @@ from gpolab.estimators.frameworks.openrlhf import (
     openrlhf_rloo,
 )
 from gpolab.estimators.frameworks.passk import passk_training
-from gpolab.estimators.frameworks.trl import trl_grpo, trl_rloo
+from gpolab.estimators.frameworks.trl import trl_grpo, trl_high_entropy_mask, trl_rloo
 from gpolab.estimators.frameworks.verl import (
     verl_gpg,
     verl_grpo,
     verl_grpo_passk,
     verl_grpo_vectorized,
     verl_opo,
+    verl_optimal_token_baseline,
     verl_reinforce_plus_plus_baseline,
     verl_remax,
     verl_rloo,
@@ -81,14 +87,18 @@ __all__ = [
     "verl_gpg",
     "verl_grpo_passk",
     "verl_remax",
+    "verl_optimal_token_baseline",
     "trl_grpo",
     "trl_rloo",
+    "trl_high_entropy_mask",
     "openrlhf_group_norm",
     "openrlhf_rloo",
     "openrlhf_reinforce_baseline",
     "openrlhf_dr_grpo",
     "nemo_grpo",
     "passk_training",
+    "mathforge_dgae",
+    "mathforge_dgpo",
     "areal_liteppo",
     "jspo",
     "jspo_plus_plus",
@@ -100,6 +110,10 @@ VERL = (
     " (v0.7.0-125), outputs compared"
 )
 TRL = "huggingface/trl trl/trainer/{}::_generate_and_score_completions @ f2cd5771 (v1.9.0-26)"
+MATHFORGE = (
+    "AMAP-ML/MathForge trl-0.20.0/trl/trainer/grpo_trainer.py::_generate_and_score_completions"
+    " @ 83edda02 (DGPO, arXiv 2601.20614)"
+)
 ORLHF = (
     "OpenRLHF/OpenRLHF openrlhf/trainer/ppo_utils/experience_maker.py::"
     "compute_advantages_and_returns ({}) @ 3c3be623 (v0.11.0)"
@@ -167,6 +181,13 @@ def _jspo(name: str, fn: Callable, *, also: str = "") -> Spec:
     )
 
 
+def _mathforge(name: str, fn: Callable, **fields) -> Spec:
+    """Entry ``mathforge/<name>``: DGPO in the authors' vendored TRL 0.20, G >= 2 (its
+    ``GRPOConfig`` refuses ``num_generations < 2``)."""
+    source = MATHFORGE + fields.pop("also", "")
+    return Spec(f"mathforge/{name}", fn, min_group=2, source=source, **fields)
+
+
 SPECS: tuple[Spec, ...] = (
     _verl("grpo", verl_grpo, options=dict(_EPS_NORM)),
     Spec(
@@ -229,6 +250,20 @@ SPECS: tuple[Spec, ...] = (
         min_group=4,
         options={"k": 4},
         source="RUCAIBox/Passk_Training code/passk_adv.py::calc_adv @ 00474d78 (arXiv 2508.10751)",
+    ),
+    _mathforge(
+        "dgae",
+        mathforge_dgae,
+        also="; the advantage alone (L1721-1726: G(r - mean)/(sum |r - mean| + 1e-4))",
+    ),
+    _mathforge(
+        "dgpo",
+        mathforge_dgpo,
+        scope="batch",
+        options={"enable_dgpo_dqw": True, "dgpo_dqw_temp": 2.0},
+        reward_only=False,
+        also="; with zero_mask_ratio and the DQW weights (L1701-1734, grpo_config.py L581-593,"
+        " the run_dgpo.sh settings); global_balancing_ratio (1 on one process) not modelled",
     ),
     Spec(
         "areal/liteppo",

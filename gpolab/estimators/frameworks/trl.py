@@ -82,3 +82,28 @@ def trl_rloo(rewards, *, lengths=None, greedy=None, normalize_advantages: bool =
         return jnp.zeros_like(adv)
     d = adv - _batch_sum(adv) / n
     return d / (jnp.sqrt(_batch_sum(d * d) / (n - 1)) + 1e-4)
+
+
+def trl_high_entropy_mask(entropies, mask, top_entropy_quantile: float = 1.0):
+    """TRL's ``top_entropy_quantile`` token mask (``GRPOTrainer.get_high_entropy_mask``, TRL
+    1.16.0; the ρ of "Beyond the 80/20 Rule", arXiv 2506.01939): the threshold is the
+    (1 − ρ)-quantile (``torch.quantile``, linear interpolation) of the entropies of every live
+    token of the batch passed in (TRL: one micro-batch, gathered over processes), and a token is
+    kept where its entropy is at least that threshold and it is live.  ρ = 1 (TRL's default)
+    skips the mask; a batch with no live token keeps none.
+
+    Args:
+      entropies: [..., T] per-token entropies of the policy.
+      mask: [..., T] 1 on live tokens.
+      top_entropy_quantile: ρ in [0, 1].
+
+    Returns:
+      [..., T] float mask (1 kept, 0 dropped).
+    """
+    validate.real("top_entropy_quantile", top_entropy_quantile, low=0.0, high=1.0)
+    live = mask > 0
+    if top_entropy_quantile >= 1.0:
+        return live.astype(entropies.dtype)
+    threshold = jnp.nanquantile(jnp.where(live, entropies, jnp.nan), 1.0 - top_entropy_quantile)
+    keep = live & (entropies * mask >= threshold)
+    return jnp.where(jnp.any(live), keep, False).astype(entropies.dtype)

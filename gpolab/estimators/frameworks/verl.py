@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import chex
 import jax
 import jax.numpy as jnp
 
@@ -252,3 +253,54 @@ def verl_remax(rewards, *, lengths=None, greedy=None):
     _need_group_axis(rewards, "verl/remax")
     greedy = _need(greedy, rewards, "verl/remax", "greedy", rewards.shape[:-1])
     return rewards - greedy[..., None]
+
+
+def verl_optimal_token_baseline(
+    rewards, mask, energy, *, handle_zero_tail: bool = True, epsilon: float = 1e-8
+) -> jax.Array:
+    """verl ``optimal_token_baseline`` (OTB, arXiv 2602.07078): one baseline per token position.
+
+    Per group and position t, B_t = Σ_i G_t W_t m_t / (Σ_i W_t m_t + epsilon) over the group's
+    responses i, **the response itself included**, with W_t = Σ_{j ≤ t} w_j m_j the cumulative
+    "realized energy" and w_j = 1 − 2π_j + Σ_a π_j(a)² (the squared norm of ∂ log π(y_j)/∂logits,
+    computed by the caller from the sampling policy's probabilities); A_t = (G_t − B_t) m_t.  G_t
+    is the reward-to-go: with the outcome reward on each response's last token (verl's reward
+    managers) it is R on every live token.  ``handle_zero_tail`` (verl's default True): where one
+    response is strictly the longest, its baseline is 0 from the second-longest length on (there
+    B_t would be its own return).  G = 1: no baseline, A_t = R m_t.  Not modelled: the
+    ``rollout_is_weights`` option (w × ρ̄², off-policy; gpolab measures OTB on-policy).
+    Source: volcengine/verl ``verl/trainer/ppo/core_algos.py::
+    compute_optimal_token_baseline_advantage`` @ 1dda039b9c63 (``tests/estimators/
+    test_verl_otb.py`` runs that function's own code on the same inputs where torch is installed
+    and otherwise compares with its outputs stored there).
+
+    Args:
+      rewards: [..., G] outcome rewards.
+      mask: [..., G, T] 1 on each response's live tokens (a prefix), 0 on padding.
+      energy: [..., G, T] per-token w_t = 1 − 2π_t + Σπ².
+      handle_zero_tail: verl's option of the same name.
+      epsilon: verl's ``epsilon`` (added to the denominator).
+
+    Returns:
+      [..., G, T] per-token advantages.
+    """
+    chex.assert_equal_shape([mask, energy])
+    chex.assert_equal_shape_prefix([rewards, mask], rewards.ndim)
+    returns = rewards[..., None] * mask
+    if rewards.shape[-1] == 1:
+        return returns
+    W = jnp.cumsum(energy * mask, axis=-1)
+    num = jnp.sum(returns * W * mask, axis=-2, keepdims=True)
+    baseline = num / (jnp.sum(W * mask, axis=-2, keepdims=True) + epsilon)
+    baseline = jnp.broadcast_to(baseline, mask.shape)
+    if handle_zero_tail:
+        L = jnp.sum(mask, axis=-1)  # [..., G]
+        top = jnp.max(L, axis=-1, keepdims=True)
+        second = jnp.sort(L, axis=-1)[..., -2:-1]
+        unique = (jnp.sum(L == top, -1, keepdims=True) == 1) & (top > second)
+        lead = (1,) * (L.ndim - 1)
+        longest = jnp.arange(L.shape[-1]).reshape(lead + (-1,)) == jnp.argmax(L, -1)[..., None]
+        t = jnp.arange(mask.shape[-1]).reshape(lead + (1, -1))
+        tail = (unique & longest)[..., None] & (t >= second[..., None])
+        baseline = jnp.where(tail, 0.0, baseline)
+    return (returns - baseline) * mask

@@ -18,9 +18,10 @@ register = lab_command(
     description="A step's rollout budget spread over prompts of a skewed difficulty mix by each "
     "rule (uniform G, gpolab's exact-MSE-optimal allocation from the truth or from Beta "
     "posteriors, Knapsack RL and GVM-RAFT as their authors run them, GRESO, VIP, MoPPS, PODS, "
-    "Reinforce-Ada): MSE, cos and snr of the step's gradient against the exact one at equal "
-    "rollouts, each rule's own objective (Knapsack RL's value, groups with both outcomes, update "
-    "cost, rollouts spent), the rollouts each rule "
+    "Reinforce-Ada, Pilot-Commit, gpolab's constructions of sGPO and HORA): MSE, cos and snr of "
+    "the step's gradient against the exact one at equal rollouts, each rule's own objective "
+    "(Knapsack RL's value, groups with both outcomes, update cost, hit utility, rollouts spent), "
+    "the rollouts each rule "
     "needs to match uniform G, and training curves (gap and success rate against cumulative "
     "rollouts, 95% intervals over runs).  Writes the results, match, training, trained and "
     "allocation tables, config.toml and figures to --out.",

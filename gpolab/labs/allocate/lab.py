@@ -17,9 +17,11 @@ turns each prompt's group into ĝ_x; the step's ĝ = Σ_x f_x ĝ_x is compared w
   rollouts generated, the share of rollouts in
   zero-signal groups, and each rule on the published rules' own objectives (Knapsack RL's value
   at the true p, the share of groups with both outcomes, the update cost: responses trained on
-  per response generated); for rules fixing group sizes before sampling (or, GVM-RAFT, after
-  its fresh first stage), also ``theory_mse``, the exact MSE given each seed's allocation
-  averaged over seeds (checked against the Monte Carlo).
+  per response generated, HORA's hit utility at the true p: the expected share of prompts with a
+  correct response among those generated, and as HORA computes it under the posterior the
+  rules read, ``hit_posterior``); for rules fixing group sizes before sampling (or,
+  GVM-RAFT, after its fresh first stage), also ``theory_mse``, the exact MSE given each seed's
+  allocation averaged over seeds (checked against the Monte Carlo).
 * ``match``: the rollouts each rule needs to reach uniform G's MSE at each budget (log-log
   interpolation along its own curve) and their ratio to uniform's.
 * ``training``: SGD on the bandit with each rule at ``train_budget`` rollouts per step,
@@ -68,7 +70,7 @@ JSON = tuple(
     (
         "rule budget rollouts mse mse_se theory_mse theory_mse_se theory bias_sq bias_sq_se "
         "variance scaled_mse scaled_mse_se cos cos_se snr zero_signal kept knapsack_value "
-        "nonzero_groups update_cost reads source estimator n_seeds"
+        "nonzero_groups update_cost hit_share hit_posterior reads source estimator n_seeds"
     ).split()
 )
 JSON_TABLES = {"results": JSON, "trained": None, "training": None}  # --json: every answer
@@ -204,7 +206,7 @@ def _ci(x) -> float:
 
 REPORT = {  # the report's tables and their columns
     "results": "rule budget rollouts mse mse_se theory_mse scaled_mse cos snr zero_signal kept "
-    "knapsack_value nonzero_groups update_cost",
+    "knapsack_value nonzero_groups update_cost hit_share hit_posterior",
     "trained": "rule budget rollouts_to_half_gap rollouts_to_half_gap_ci reached final_gap "
     "final_gap_ci",
 }

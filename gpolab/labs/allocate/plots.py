@@ -26,6 +26,10 @@ STYLE = {  # one color per rule: gpolab's in reds and purples, the published rul
     "mopps": ("C5", ">", "-"),
     "pods": ("C8", "h", "-"),
     "reinforce-ada": ("#8c6d31", "p", "-"),
+    "pilot-commit": ("#17becf", "d", "-"),
+    "pilot-commit-grpo": ("#17becf", "d", ":"),
+    "gpolab-sgpo": ("#9467bd", "X", "-."),
+    "gpolab-hora": ("#d62728", "H", ":"),
 }
 
 

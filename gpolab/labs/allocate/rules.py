@@ -7,9 +7,12 @@ lists every difference).  Arrays carry a leading seeds axis: (S, P).
 
 ``View`` is what a rule may read.  ``kind``: ``allocate`` (group sizes fixed before sampling),
 ``downsample`` (generate, then train on a subset chosen by reward: PODS), ``sequential``
-(sample in rounds until a condition holds: Reinforce-Ada) or ``staged`` (a first stage of
+(sample in rounds until a condition holds: Reinforce-Ada), ``staged`` (a first stage of
 fresh responses for every prompt, whose rewards the rule reads, then the allocation of the rest,
-trained on: GVM-RAFT's scripts); the lab draws the responses.
+trained on: GVM-RAFT's scripts) or ``pilot`` (the same first stage, then new responses for the
+prompts the rule admits, trained on pooled with their first stage: Pilot-Commit); the lab draws
+the responses.  Rules without authors' code are gpolab's constructions and named so
+(``gpolab-…``).
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ class View:
     alpha: np.ndarray  # Beta posterior of p_x from the rewards seen so far (prior Beta(1, 1))
     beta: np.ndarray
     last_c: np.ndarray  # successes of the prompt's last observed group
-    last_n: np.ndarray  # its size (0: never observed; ``staged`` rules: the fresh first stage)
+    last_n: np.ndarray  # its size (0: never observed; ``staged``, ``pilot``: the fresh first stage)
+    profile_c: np.ndarray  # successes of the prompt's first observed group (sGPO's profile)
+    profile_n: np.ndarray  # its size (0: never observed)
     kn_p: np.ndarray  # Knapsack RL's p̂: the last group's rate if it has >= 16 responses, else
     # the rate of the prompt's latest 16 rewards (their reward buffer)
     kn_count: np.ndarray  # rewards seen for the prompt (their validity: >= 8)
@@ -394,6 +399,93 @@ def reinforce_ada(view: View, budget: int, rng) -> np.ndarray:
     return uniform(view, budget, rng)
 
 
+# Pilot-Commit's shipped settings (databricks/pilot-commit @ 8ca7605, train_scripts/
+# pc_qwen2.5-1.5b_p32c96.sh and pc_qwen3-4b_p16c48.sh: both set diversity_threshold_lower =
+# 0.125, diversity_threshold_upper = 0.25, gen_batch_size = 3 × train_batch_size and rollout.n
+# = 3 × exploration.n, 96/32 and 48/16)
+PC_LOWER = 0.125  # admitted when PC_LOWER <= p̂ <= 1 − PC_UPPER (filter_batch, both ends in)
+PC_UPPER = 0.25
+PC_RATIO = 3  # prompts piloted per prompt committed, and commit rollouts per pilot rollout
+
+
+def pilot_commit(view: View, budget: int, rng) -> np.ndarray:
+    """Pilot-Commit (``RayPCTrainer.fit``): every prompt gets n_e pilots (``view.last_c`` of
+    ``view.last_n``, the lab's first stage); a prompt whose pilot mean p̂ lies in [0.125, 0.75]
+    (``filter_batch``) enters the buffer; at most P/3 of those (their train batch is a third of
+    the prompts piloted) are drawn uniformly at random (``buffer_sampling_method: random``) and
+    each gets n_c = 3 n_e new rollouts (``rollout.n``).  Returns the commit sizes (S, P): the lab
+    pools them with the prompt's pilots (their ``DataProto.concat``); ``budget`` is what is left
+    after the pilots."""
+    S, P = view.shape
+    n_e = np.maximum(view.last_n, 1)
+    p = view.last_c / n_e
+    admitted = (p >= PC_LOWER) & (p <= 1 - PC_UPPER) & (view.last_n > 0)
+    k = max(P // PC_RATIO, 1)
+    n_c = np.minimum(PC_RATIO * view.last_n, view.cap - view.last_n).astype(np.int64)
+    order = np.argsort(np.where(admitted, rng.random((S, P)), np.inf), axis=-1, kind="stable")
+    rank = np.argsort(order, axis=-1, kind="stable")
+    chosen = admitted & (rank < k)
+    C = np.where(chosen, n_c, 0)
+    over = C.sum(-1) > budget  # never binds at the lab's sizes (k·3n_e ≤ N/2)
+    if over.any():
+        raise ValueError(f"pilot-commit: commits exceed the budget left ({budget})")
+    return C
+
+
+# sGPO's thresholds as the third-party port reads the paper (RohanAwhad/fast-rl-bench @ 514d4d3a,
+# scripts/sgpo_profile.py ``classify``, prime_rl_patch/.../efficient_rl/sgpo.py)
+SGPO_TRIVIAL = 0.75  # p̂ > 0.75: never dispatched
+SGPO_UNSOLVED_MIX = 0.1  # p̂ = 0: dispatched with probability α
+SGPO_BUCKETS = (2, 4, 8)  # p̂ > 1/4, 1/8 < p̂ <= 1/4, p̂ <= 1/8
+
+
+def sgpo_bucket(p: np.ndarray) -> np.ndarray:
+    """The port's ``classify``: 0 for trivial (p̂ > 0.75) and unsolved (p̂ = 0), else the
+    power-of-two bucket of 1/p̂: 2 (p̂ > 1/4), 4 (p̂ > 1/8), 8."""
+    b = np.where(p > 1 / 4, 2, np.where(p > 1 / 8, 4, 8))
+    return np.where((p > SGPO_TRIVIAL) | (p <= 0), 0, b)
+
+
+def gpolab_sgpo(view: View, budget: int, rng) -> np.ndarray:
+    """gpolab's sGPO (the abstract, with the third-party port's thresholds): p̂ from the
+    prompt's profile (its first observed group); trivial prompts (p̂ > 0.75) dropped; a learnable
+    prompt's weight is its bucket G ∈ {2, 4, 8} (∝ 1/p̂, :func:`sgpo_bucket`); an unsolved one
+    (p̂ = 0) is mixed in with probability 0.1 (the port's online Bernoulli(α)) at the phase's
+    bucket, 2 (one phase: no curriculum); an unprofiled prompt at the base size N/P.  The
+    buckets are scaled to spend the step's budget (largest remainders, each ≤ cap)."""
+    seen = view.profile_n > 0
+    p = view.profile_c / np.maximum(view.profile_n, 1)
+    bucket = sgpo_bucket(p).astype(float)
+    mixed = (p <= 0) & (rng.random(view.shape) < SGPO_UNSOLVED_MIX)
+    bucket = np.where(mixed, SGPO_BUCKETS[0], bucket)
+    base = budget / view.shape[-1]
+    share = np.where(seen, bucket, base)
+    share = np.where(share.sum(-1, keepdims=True) > 0, share, 1.0)  # all dropped: uniform
+    return _rounded(share, budget, view.cap)
+
+
+def hit_utility(alpha, beta, m_max: int) -> np.ndarray:
+    """HORA's hit utility under the Beta(α, β) posterior of p: U(m) = P(at least one of m new
+    rollouts is correct) = 1 − E[(1 − p)^m] = 1 − B(α, β + m)/B(α, β), m = 0…m_max
+    (..., m_max + 1); E[(1 − p)^m] = Π_{j<m} (β + j)/(α + β + j)."""
+    a, b = np.asarray(alpha, float)[..., None], np.asarray(beta, float)[..., None]
+    j = np.arange(m_max)
+    miss = np.cumprod((b + j) / (a + b + j), axis=-1)
+    return 1 - np.concatenate([np.ones(miss.shape[:-1] + (1,)), miss], -1)
+
+
+HORA_MIN = 2  # gpolab's floor: a group of one has no baseline (the paper's caps were not read)
+
+
+def gpolab_hora(view: View, budget: int, rng) -> np.ndarray:
+    """gpolab's HORA (from the abstract; the paper's rule was not read): maximize the total
+    posterior hit utility Σ_x U_x(m_x) (:func:`hit_utility`; uniform prior Beta(1, 1) updated by
+    the prompt's observed hits, the lab's posterior) with Σ_x m_x = N, 2 ≤ m_x ≤ cap.  U is
+    concave in m (its gains E[p(1 − p)^m] fall with m), so greedy marginal gains are optimal."""
+    U = hit_utility(view.alpha, view.beta, view.cap)
+    return theory.greedy(-U, np.ones(view.shape[-1]), budget, g_min=HORA_MIN).astype(np.int64)
+
+
 def _src(arxiv: str, where: str) -> str:
     return f"arXiv {arxiv}; rule from the authors' code: {where}"
 
@@ -568,6 +660,52 @@ RULES: dict[str, Rule] = {
             "round size budget/P and kept n = budget/(2P) scale the script's 8 and 4; binary "
             "rewards (their success is reward > 0.7)",
         ),
+        Rule(
+            "pilot-commit",
+            pilot_commit,
+            "pilot",
+            "fresh stage",
+            "Pilot-Commit (README: 'Spend Your Rollouts Where It Counts'; no paper in the repo); "
+            "rule from the authors' code: databricks/pilot-commit @ 8ca7605 "
+            "recipe/pc/pc_ray_trainer.py RayPCTrainer.fit, filter_batch; "
+            "recipe/pc/replay_buffer.py ReplayBuffer.sample; recipe/pc/config/pc_trainer.yaml, "
+            "train_scripts/pc_qwen2.5-1.5b_p32c96.sh, pc_qwen3-4b_p16c48.sh",
+            "pilots N/(2P) per prompt, commits 3x that to at most P/3 admitted prompts (their "
+            "gen_batch = 3 train_batch, n = 3 n_explore); pilots fresh in the step (theirs: 1 to "
+            "5 steps old, from the buffer); the lab's estimator (see pilot-commit-grpo); no "
+            "end-of-epoch eviction",
+        ),
+        Rule(
+            "pilot-commit-grpo",
+            pilot_commit,
+            "pilot",
+            "fresh stage",
+            "Pilot-Commit as pilot-commit, with their estimator (adv_estimator = grpo: verl's "
+            "compute_grpo_outcome_advantage over the pooled pilot + commit group)",
+            "GRPO's ĝ estimates g/σ, not g: compare it scale-free (scaled_mse)",
+            "verl/grpo",
+        ),
+        Rule(
+            "gpolab-sgpo",
+            gpolab_sgpo,
+            "allocate",
+            "history",
+            "gpolab's construction of sGPO (arXiv 2606.08854, abstract only; no authors' code) "
+            "with a third-party port's thresholds: RohanAwhad/fast-rl-bench @ 514d4d3a "
+            "scripts/sgpo_profile.py classify, prime_rl_patch/src/prime_rl/efficient_rl/sgpo.py",
+            "profile = the prompt's first observed group (the port: 8 under the initial policy); "
+            "buckets scaled to the step's budget; no curriculum (the port's default single phase)",
+        ),
+        Rule(
+            "gpolab-hora",
+            gpolab_hora,
+            "allocate",
+            "posterior",
+            "gpolab's construction of HORA (arXiv 2605.07114, abstract only; no code found): "
+            "greedy maximum of the total posterior hit utility, uniform prior",
+            "U(m) = 1 − B(s + 1, n − s + 1 + m)/B(s + 1, n − s + 1) from the lab's posterior; "
+            "2 ≤ m ≤ cap (the paper's caps and stages unknown)",
+        ),
     )
 }
 for _r in RULES.values():
@@ -590,4 +728,12 @@ AIMS = {
     "update_cost; the lab counts update cost as free)",
     "reinforce-ada": "no zero-signal groups: sample until both outcomes are present (columns "
     "nonzero_groups, rollouts)",
+    "pilot-commit": "fewer cumulative rollouts to a target accuracy by skipping prompts whose "
+    "pilots have one outcome only (training: rollouts to halve the gap; columns nonzero_groups, "
+    "rollouts)",
+    "pilot-commit-grpo": "as pilot-commit, with their GRPO estimator",
+    "gpolab-sgpo": "the most advantage per generated rollout (G ≈ 1/p̂), training compute with "
+    "the profile counted (columns zero_signal, rollouts; training: rollouts to halve the gap)",
+    "gpolab-hora": "the total posterior hit utility Σ_x P(a correct rollout among m_x) (column "
+    "hit_share: at the true p, the expected share of prompts with a correct response)",
 }

@@ -80,31 +80,49 @@ def _accumulate(cfg: Config, budget: int, env: steps.Bandit, pi, t: dict) -> dic
             )
             fixed = rule.kind in ("allocate", "staged")  # sizes fixed before the rewards
             exact = steps.exact_given(oracles[trains[name]], env.f, G, weight) if fixed else None
-            acc[name].add(env.f, t["g"], ghat, gen, n, c, exact, G, t["V"])
+            post = (view.alpha, view.beta)
+            acc[name].add(env.f, t["g"], ghat, gen, n, c, exact, G, t["V"], post)
     return acc
 
 
 def _theory_reason(rule: rules.Rule, reasons: tuple, cap: int) -> str:
     if rule.kind == "downsample":
         return "none: the kept responses are chosen by their rewards"
+    if rule.kind == "pilot":
+        return "none: admission reads the pilots' rewards, which the trained group pools"
     if rule.kind == "sequential":
         return "none: sampling stops on the rewards; global-mean baseline"
     bad = [G for G in range(2, cap + 1) if reasons[G]]
     return f"none: {reasons[bad[0]]}" if bad else ""
 
 
-OWN = ("knapsack_value", "nonzero_groups", "update_cost")  # the published rules' objectives
+OWN = ("knapsack_value", "nonzero_groups", "update_cost", "hit_share", "hit_posterior")
 
 
-def own_objectives(n, c, gen, p) -> dict:
+def own_objectives(n, c, gen, p, alpha=None, beta=None) -> dict:
     """Each rule on the others' objectives, per seed (S,): Knapsack RL's value Σ_x value(n_x,
     p_x) at the true p of the responses trained on, the share of the P prompts whose trained
-    group holds both outcomes (a non-zero loo or GRPO gradient) and the update cost, responses
-    trained on per response generated (PODS's saving)."""
+    group holds both outcomes (a non-zero loo or GRPO gradient), the update cost, responses
+    trained on per response generated (PODS's saving), and HORA's hit utility at the true p:
+    the expected share of prompts with a correct response among the step's generated ones,
+    mean_x 1 − (1 − p_x)^gen_x (exact given the allocation), and with the Beta(``alpha``,
+    ``beta``) posteriors the rules read, the same share as HORA computes it, mean_x U_x(gen_x)
+    (:func:`rules.hit_utility`, NaN without them)."""
     value = np.where(n >= 1, rules.knapsack_value(n, p), 0.0).sum(-1)
     mixed = np.mean((c > 0) & (c < n), -1)
     cost = n.sum(-1) / np.maximum(gen.sum(-1), 1)
-    return {"knapsack_value": value, "nonzero_groups": mixed, "update_cost": cost}
+    hit = np.mean(1 - (1 - p) ** gen, -1)
+    post = np.full(hit.shape, np.nan)
+    if alpha is not None:
+        U = rules.hit_utility(alpha, beta, int(gen.max()))
+        post = np.mean(np.take_along_axis(U, gen[..., None].astype(np.int64), -1)[..., 0], -1)
+    return {
+        "knapsack_value": value,
+        "nonzero_groups": mixed,
+        "update_cost": cost,
+        "hit_share": hit,
+        "hit_posterior": post,
+    }
 
 
 class _Acc:
@@ -119,7 +137,7 @@ class _Acc:
         self.split_n = np.zeros(SPLITS)
         self.G = np.zeros(P)
 
-    def add(self, f, g, ghat, gen, n, c, exact, G, p) -> None:
+    def add(self, f, g, ghat, gen, n, c, exact, G, p, posterior=(None, None)) -> None:
         fe = f[:, None] * (ghat - g)
         sq = np.sum(fe**2, (-1, -2))
         est = f[:, None] * ghat
@@ -143,7 +161,7 @@ class _Acc:
         s["dot"] += dot.sum()
         s["dot2"] += np.sum(dot**2)
         s["dot_norm2"] += np.sum(dot * norm**2)
-        for k, v in own_objectives(n, c, gen, p).items():
+        for k, v in own_objectives(n, c, gen, p, *posterior).items():
             s[k] += v.sum()
         if exact is not None:
             s["ex"] += exact.sum()

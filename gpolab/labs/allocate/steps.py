@@ -187,7 +187,9 @@ def response_slots(cfg: Config, budget: int) -> int:
 
 def stage_size(budget: int, P: int) -> int:
     """GVM-RAFT's fresh first stage per prompt: half the step's rollouts (their run_em.sh
-    draws as many per prompt in stage 1 as in stage 2)."""
+    draws as many per prompt in stage 1 as in stage 2); Pilot-Commit's pilots too (its scripts
+    pilot 3 × the prompts they commit, with a third of the commit's rollouts: a round's pilots
+    cost as much as a step's commits)."""
     return max(budget // (2 * P), 1)
 
 
@@ -234,7 +236,8 @@ def fresh_state(S: int, P: int) -> dict:
     """The rules' information before any step (:func:`observe` updates it): prior Beta(1, 1),
     no group seen, an empty reward buffer, GRESO's keep probabilities at 1/2."""
     zeros = np.zeros((S, P))
-    seen = ("last_c", "last_n", "kn_p", "kn_count", "streak_easy", "streak_hard")
+    seen = ("last_c", "last_n", "profile_c", "profile_n", "kn_p", "kn_count")
+    seen += ("streak_easy", "streak_hard")
     return {
         "alpha": np.ones((S, P)),
         "beta": np.ones((S, P)),
@@ -258,6 +261,7 @@ def knapsack_buffer(buf: np.ndarray, z: np.ndarray, n: np.ndarray) -> np.ndarray
 def observe(state: dict, c: np.ndarray, n: np.ndarray, decay: float, z=None) -> dict:
     """The rules' information after a step whose groups had c successes of n (n = 0: the prompt
     was not sampled): decayed Beta counts (MoPPS's update, prior Beta(1, 1)), the last group,
+    the first group (sGPO's profile),
     GRESO's streaks and its adaptive keep probabilities (targets 0.25/3 easy, 0.25·2/3 hard),
     and with the rewards ``z`` (S, P, M; the group is ``z[..., :n]``) Knapsack RL's p̂: the
     group's rate if it holds 16 rewards or more, else the rate of the latest 16 (their
@@ -269,6 +273,9 @@ def observe(state: dict, c: np.ndarray, n: np.ndarray, decay: float, z=None) -> 
     out["beta"] = np.where(seen, decay * state["beta"] + (1 - decay) + n - c, state["beta"])
     for name, x in (("last_c", c), ("last_n", n)):  # the last group seen
         out[name] = np.where(seen, x, state[name])
+    first = seen & (state["profile_n"] == 0)  # the first group seen: sGPO's profile
+    for name, x in (("profile_c", c), ("profile_n", n)):
+        out[name] = np.where(first, x, state[name])
     for name, hit in (("streak_easy", easy), ("streak_hard", hard)):
         out[name] = np.where(seen, np.where(hit, state[name] + 1, 0), state[name])
     if z is not None:
@@ -292,11 +299,13 @@ def step(rule: rules.Rule, view: rules.View, budget: int, pi, success, a, z, rng
     tables of ``view``, or the rule's own: :func:`rule_tables`).  ``staged``
     (GVM-RAFT): the first ``stage_size`` slots of every prompt are its fresh first stage, read
     by the rule (its success rate and the mean score norm of its correct responses) and counted
-    in the rollouts; the allocation of the rest is trained on."""
+    in the rollouts; the allocation of the rest is trained on.  ``pilot`` (Pilot-Commit): the
+    same first stage (the pilots); the rule's commits follow them, and a committed prompt trains
+    on pilots and commits pooled (G: that pooled size, 0 for a prompt not committed)."""
     a1, a0 = view.a1, view.a0
     if rule.estimator is not None or rule.adv_clip is not None:
         a1, a0 = rule_tables(rule, view.estimator, a1.shape[0] - 1)[:2]
-    if rule.kind == "staged":
+    if rule.kind in ("staged", "pilot"):
         P = z.shape[1]
         s = stage_size(budget, P)
         first = dataclasses.replace(
@@ -307,8 +316,14 @@ def step(rule: rules.Rule, view: rules.View, budget: int, pi, success, a, z, rng
         )
         G = rule.fn(first, budget - s * P, rng_rule)
         pos = np.arange(z.shape[-1])
-        use = (pos >= s) & (pos < s + G[..., None])
-        generated, adv, weight = s + G, None, np.ones(G.shape)
+        if rule.kind == "staged":
+            use = (pos >= s) & (pos < s + G[..., None])
+            generated = s + G
+        else:  # pilot: the committed prompts train on their pilots and commits pooled
+            G = np.where(G > 0, s + G, 0)
+            use = pos < G[..., None]
+            generated = np.maximum(G, s)
+        adv, weight = None, np.ones(G.shape)
     else:
         G = rule.fn(view, budget, rng_rule)
         G, weight = G if isinstance(G, tuple) else (G, np.ones(G.shape))

@@ -36,8 +36,10 @@ from gpolab.labs.claims import stats as claims_stats
 from gpolab.labs.claims import (
     stats_async,
     stats_chi2,
+    stats_float,
     stats_gain,
     stats_groupsize,
+    stats_otb,
     stats_sweep,
     stats_tree,
 )
@@ -398,5 +400,7 @@ FAMILIES = (
     stats_groupsize,
     claims_stats,
     stats_async,
+    stats_float,
+    stats_otb,
 )
 STATISTICS = {f.__name__: f for family in FAMILIES for f in family.STATISTICS}

@@ -21,6 +21,9 @@ PAPERS = {
     "IP": "arXiv 2510.18855",
     "KP": "the KPop blog (2026)",
     "VC": "arXiv 2602.17616",
+    "NM": "NeMo-RL PR#4161 and PR#4158 (2026)",
+    "VP": "verl PR#6348 (2026)",
+    "OT": "arXiv 2602.07078",
     "gpolab": "gpolab's derivation",
 }
 VERDICTS = (
