@@ -479,6 +479,19 @@ def _otb_off(t):
     return {**t, "match": m}
 
 
+def _shaped_off(t):
+    """score drops the all-fail groups and acc keeps them, score's update points closer to
+    accuracy and trains it further (a gain, no collapse), and the λ = 0 rows differ."""
+    g, tr = t["gradient"].copy(), t["training"].copy()
+    score = (g["metric"] == "score").to_numpy()
+    g["allfail_share"] = np.where(score, 0.0, 0.3)
+    g["cos_acc"] = np.where(score, 0.5, 0.2)
+    last = (tr["step"] == tr["step"].max()).to_numpy()
+    tr.loc[last & (tr["metric"] == "score").to_numpy(), "J_acc"] = 0.9
+    tr.loc[last & (tr["metric"] == "acc").to_numpy(), "J_acc"] = 0.2
+    return {**t, "gradient": g, "training": tr}
+
+
 FALSIFY = {
     "U1": _results(_oracle_off),
     "U1-loglinear": _results(_oracle_off),
@@ -527,6 +540,7 @@ FALSIFY = {
     "NM-mask": _float_mask_off,
     "VP-floor": _verl_floor_off,
     "OT-N4": _otb_off,
+    "VR-phantom": _shaped_off,
 }
 
 

@@ -20,6 +20,7 @@ from gpolab.labs.groupsize import lab as groupsize
 from gpolab.labs.mismatch import lab as mismatch
 from gpolab.labs.offpolicy import lab as offpolicy
 from gpolab.labs.plan import lab as plan
+from gpolab.labs.shaped import lab as shaped
 from gpolab.labs.stdnorm import lab as stdnorm
 from gpolab.labs.sweep import lab as sweep
 from gpolab.labs.tree import lab as tree
@@ -97,6 +98,10 @@ RUNS = {
     "sweep-tree": (sweep, dict(env="tree", K=(2,), M=(2,), seeds=100)),
     "groupsize": (groupsize, dict(N=(8,), seeds=200)),
     "curvature": (curvature, dict(thetas=4, prompts=4, block=2)),
+    "shaped": (
+        shaped,
+        dict(shaping_weight=(0.0, 0.3), seeds=64, train_seeds=4, steps=4, every=2, prompts=3),
+    ),
     "offpolicy": (
         offpolicy,
         dict(

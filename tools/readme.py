@@ -1392,6 +1392,51 @@ def _otb_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- shaped rewards: DAPO's filter metric acc vs score (verl-recipe PR #125) --------------------
+
+
+SHAPED_CHECKED_STEP = 40  # the quick run's last step: J there is in both runs, so it is checked
+
+
+def _shaped_extract(t: dict) -> dict:
+    out = {}
+    tabs = t["shaped_rewards"]
+    for r in tabs["gradient"].to_dict("records"):
+        k = f"λ={r['shaping_weight']:g} {r['metric']}"
+        for col in ("cos_acc", "cos_score", "mse_acc", "allfail_share", "allfail"):
+            out[f"{k} {col}"] = (_f(r[col]), _f(r[f"{col}_se"]))
+    tr = tabs["training"]
+    steps = {SHAPED_CHECKED_STEP, int(tr["step"].max())}
+    for r in tr[tr["step"].isin(steps)].to_dict("records"):
+        k = f"λ={r['shaping_weight']:g} {r['metric']}"
+        for col in ("J_acc", "J_score"):
+            out[f"{k} {col}@{int(r['step'])}"] = (_f(r[col]), _f(r[f"{col}_se"]))
+    return out
+
+
+def _shaped_render(v: dict) -> str:
+    keys = sorted({k.rsplit(" ", 1)[0] for k in v}, key=lambda k: (float(k[2:].split()[0]), k))
+    end = max(int(k.rsplit("@", 1)[1]) for k in v if "@" in k)
+    lines = [
+        "| λ | metric | cos(ĝ, ∇J_acc) | cos(ĝ, ∇J_score) | MSE vs ∇J_acc | all-fail groups "
+        f"kept (of 8) | all-fail share of the update | J_acc at step {end} | J_score at step "
+        f"{end} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for k in keys:
+        lam, metric = k[2:].split()
+
+        def pm(col, d=3, k=k):
+            return f"{_v(v, f'{k} {col}'):.{d}f} ± {v.get(f'{k} {col}', [0, math.nan])[1]:.{d}f}"
+
+        lines.append(
+            f"| {lam} | {metric} | {pm('cos_acc')} | {pm('cos_score')} | "
+            f"{_v(v, f'{k} mse_acc'):.4f} | {pm('allfail', 2)} | {pm('allfail_share')} | "
+            f"{pm(f'J_acc@{end}')} | {pm(f'J_score@{end}')} |"
+        )
+    return "\n".join(lines)
+
+
 BLOCKS = {
     b.name: b
     for b in (
@@ -1423,6 +1468,13 @@ BLOCKS = {
             _dynamic_extract,
             _dynamic_render,
             "cos and degenerate share (no SE): the MSEs are checked instead",
+        ),
+        Block(
+            "shaped",
+            ("shaped_rewards",),
+            _shaped_extract,
+            _shaped_render,
+            "J at the last step (the quick run trains 40 steps: J at step 40 is checked)",
         ),
         Block(
             "offpolicy-reuse",

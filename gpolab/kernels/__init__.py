@@ -21,6 +21,8 @@ tables and figures around them.  One module per measurement, named as the theory
   aggregation;
 * :mod:`gpolab.kernels.dynamic`: DAPO dynamic sampling on the bandit (verl ``filter_groups``,
   :mod:`gpolab.theory.dynamic`);
+* :mod:`gpolab.kernels.shaped`: DAPO dynamic sampling under a shaped reward, verl's
+  ``filter_groups.metric`` acc against score (:mod:`gpolab.envs.shaped`);
 * :mod:`gpolab.kernels.tree`: K thoughts × M continuations: thought advantages, their
   correlation with the true values, the thought-policy gradient and the overlap moments
   (:mod:`gpolab.theory.tree`, :mod:`gpolab.theory.tree_overlap`).

@@ -27,7 +27,7 @@ def test_the_shipped_ledger_validates_and_covers_the_three_papers():
     ledger = claims.load(claims.LEDGER)
     assert {c["paper"] for c in ledger} == {
         *("U", "T", "N", "I", "W", "LL", "FK", "gpolab"),
-        *("AS", "Q", "CT", "VX", "IP", "KP", "VC", "NM", "OT", "VP"),
+        *("AS", "Q", "CT", "VX", "IP", "KP", "VC", "NM", "OT", "VP", "VR"),
     }
     assert len({c["id"] for c in ledger}) == len(ledger)
     claims.Config().validate()  # every experiment named exists, every statistic is known
@@ -50,7 +50,7 @@ def test_every_paper_claim_cites_the_papers_numbering_and_quotes_the_read_text()
     of the papers read from their abstracts only say so."""
     page = _plain(PAPERS_PAGE.read_text(encoding="utf-8"))
     for c in claims.load(claims.LEDGER):
-        if c["paper"] in ("U", "LL", "FK", "Q", "IP", "KP", "NM", "OT", "VP"):
+        if c["paper"] in ("U", "LL", "FK", "Q", "IP", "KP", "NM", "OT", "VP", "VR"):
             if c["paper"] == "U":
                 assert NUMBERED.search(c["where"]), f"{c['id']}: where names no numbered result"
             assert c.get("quote"), f"{c['id']}: no quote of the paper's sentence"

@@ -40,6 +40,7 @@ from gpolab.labs.claims import (
     stats_gain,
     stats_groupsize,
     stats_otb,
+    stats_shaped,
     stats_sweep,
     stats_tree,
 )
@@ -402,5 +403,6 @@ FAMILIES = (
     stats_async,
     stats_float,
     stats_otb,
+    stats_shaped,
 )
 STATISTICS = {f.__name__: f for family in FAMILIES for f in family.STATISTICS}

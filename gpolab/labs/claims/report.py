@@ -24,6 +24,7 @@ PAPERS = {
     "NM": "NeMo-RL PR#4161 and PR#4158 (2026)",
     "VP": "verl PR#6348 (2026)",
     "OT": "arXiv 2602.07078",
+    "VR": "verl-recipe PR #125 (2026)",
     "gpolab": "gpolab's derivation",
 }
 VERDICTS = (
@@ -106,8 +107,8 @@ def summary(tables: dict) -> str:
     not testable here (the ledger, :func:`markdown`, adds where each is made, the statistic,
     every rule's margin and each untestable claim's reason)."""
     records = tables["claims"].to_dict("records")
-    papers = ", ".join(f"{k}: {v}" for k, v in PAPERS.items())
-    note = _sizes_note(records, f"ids by source: {papers}")
+    papers = ", ".join(f"{k} {v.removeprefix('arXiv ')}" for k, v in PAPERS.items())
+    note = _sizes_note(records, f"ids by source (arXiv ids bare): {papers}")
     untestable = [r["id"] for r in records if r["verdict"] == UNTESTABLE]
     rows = [
         f"| {_cell(r['id'])} | {_cell(headline(r['claim']))} | **{r['verdict']}** |"
@@ -121,7 +122,7 @@ def summary(tables: dict) -> str:
     return note + table
 
 
-HEADLINE = 100  # characters of a claim the README's summary shows (the ledger page has it whole)
+HEADLINE = 80  # characters of a claim the README's summary shows (the ledger page has it whole)
 
 
 def headline(claim: str) -> str:
