@@ -106,6 +106,15 @@ def test_the_probabilities_sum_to_one(p):
         assert fa.multinomial_probs(fa.compositions(G, 3), p).sum() == pytest.approx(1, abs=1e-12)
 
 
+def _arrangements(values, G: int, p) -> tuple[np.ndarray, np.ndarray]:
+    """Every arrangement of G rewards on the grid (K^G rows, float32) and its product
+    probability (values equally likely where ``p`` is None)."""
+    v = np.asarray(values, np.float32)
+    pv = np.full(v.size, 1 / v.size) if p is None else np.asarray(p)
+    idx = np.asarray(list(itertools.product(range(v.size), repeat=G)))
+    return v[idx], np.prod(pv[idx], axis=1)
+
+
 @pytest.mark.parametrize(
     "values, G, p",
     [
@@ -119,10 +128,7 @@ def test_the_enumeration_matches_a_brute_force_product_over_arrangements(values,
     same bound, largest |A| and spike probabilities as the composition enumeration: the spike
     does not depend on where the singleton sits."""
     res = fa.enumerate_grid(values, G, p)
-    v = np.asarray(values, np.float32)
-    pv = np.full(v.size, 1 / v.size) if p is None else np.asarray(p)
-    idx = np.asarray(list(itertools.product(range(v.size), repeat=G)))
-    r, prob = v[idx], np.prod(pv[idx], axis=1)
+    r, prob = _arrangements(values, G, p)
     exact = np.abs(fa.exact_advantages(r)).max(1)
     pre = np.abs(fa.nemo_advantages(r)).max(1)
     post = np.abs(fa.nemo_advantages(r, mask_trivial=True)).max(1)
@@ -235,10 +241,7 @@ def test_the_verl_enumeration_matches_a_brute_force_product_over_arrangements(va
     """Every arrangement of G rewards with its product probability: the same bound, largest |A|
     and P(shrunk by more than 2×) as the composition enumeration."""
     res = fa.enumerate_verl(values, G, p)
-    v = np.asarray(values, np.float32)
-    pv = np.full(v.size, 1 / v.size) if p is None else np.asarray(p)
-    idx = np.asarray(list(itertools.product(range(v.size), repeat=G)))
-    r, prob = v[idx], np.prod(pv[idx], axis=1)
+    r, prob = _arrangements(values, G, p)
     exact = np.abs(fa.verl_exact(r)).max(1)
     floored = np.abs(fa.verl_vectorized(r, fixed=False)).max(1)
     moves = exact > 0

@@ -23,13 +23,14 @@ ratio between the two sizes, and the control ``reference`` at ``small`` against 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from typing import ClassVar
 
 import numpy as np
 
-from gpolab import configs, envs, estimators, validate
+from gpolab import configs, engine, envs, estimators, validate
 from gpolab.configs import borrow, option
 from gpolab.envs import arithmetic
 from gpolab.kernels import grouped, splits
@@ -111,33 +112,33 @@ def cell_keys(cfg: Config) -> list[str]:
 
 
 def summarize(parts: list, specs: tuple, target_sq: float) -> list[dict]:
-    """One row per estimator from the splits' moments (:mod:`gpolab.kernels.token_baseline`)."""
+    """One row per estimator from the splits' moments (:mod:`gpolab.kernels.token_baseline`):
+    each value from every seed, its SE from the spread of the splits."""
+    pooled = engine.Moments(
+        sum(p.n for p in parts),
+        {k: sum(p.sums[k] for p in parts) for k in parts[0].sums},
+        {k: sum(p.sumsq[k] for p in parts) for k in parts[0].sumsq},
+    )
+
+    def values(m, spec: str) -> tuple[float, float, float]:
+        scaled = grouped.best_scale(m, spec, target_sq)["scaled_mse"]
+        return float(m.mean(f"{spec}/sq")), scaled / target_sq, float(m.mean(f"{spec}/cos"))
+
     rows = []
     for spec in specs:
-        per = []
-        for p in parts:
-            mean = {k: float(p.sums[f"{spec}/{k}"]) / p.n for k in ("sq", "dot", "norm2", "cos")}
-            rel = 1 - mean["dot"] ** 2 / (mean["norm2"] * target_sq) if mean["norm2"] > 0 else 1.0
-            per.append((mean["sq"], rel, mean["cos"]))
-        v = np.asarray(per)
-        se = splits.split_se(v)
-        n = sum(p.n for p in parts)
-        pooled = [
-            sum(float(p.sums[f"{spec}/{k}"]) for p in parts) / n
-            for k in ("sq", "dot", "norm2", "cos")
-        ]
-        rel = 1 - pooled[1] ** 2 / (pooled[2] * target_sq) if pooled[2] > 0 else 1.0
+        se = splits.split_se([values(p, spec) for p in parts])
+        mse, rel, cos = values(pooled, spec)
         rows.append(
             dict(
                 estimator=spec,
-                mse=pooled[0],
+                mse=mse,
                 mse_se=float(se[0]),
                 rel_scaled_mse=rel,
                 rel_scaled_mse_se=float(se[1]),
-                cos=pooled[3],
+                cos=cos,
                 cos_se=float(se[2]),
                 target_sq=target_sq,
-                seeds=n,
+                seeds=pooled.n,
             )
         )
     return rows
@@ -146,12 +147,12 @@ def summarize(parts: list, specs: tuple, target_sq: float) -> list[dict]:
 def results(cfg: Config, key=None, store=None, progress=None):
     import jax
 
-    inst = instance(cfg)
+    policies = functools.cache(lambda: arithmetic.make(instance(cfg)))  # pre-trains them all
     setups = {}
 
     def setup(policy):
         if policy not in setups:
-            a = arithmetic.make(inst)[policy]
+            a = policies()[policy]
             truth = jax.jit(arithmetic.exact)(a)
             target = float(np.mean(np.sum(np.asarray(truth.g_local, np.float64) ** 2, -1)))
             eps = np.float32(cfg.eps)
@@ -184,6 +185,20 @@ def results(cfg: Config, key=None, store=None, progress=None):
     )
 
 
+# the match table's ratios of rel_scaled_mse: name → (numerator, denominator), each an
+# (estimator: OTB or the reference, group size: small or large)
+RATIOS = {
+    "otb_small_vs_ref_large": (("otb", "small"), ("ref", "large")),
+    "otb_small_vs_otb_large": (("otb", "small"), ("otb", "large")),
+    "ref_small_vs_ref_large": (("ref", "small"), ("ref", "large")),
+    "otb_vs_ref_small": (("otb", "small"), ("ref", "small")),
+    "otb_vs_ref_large": (("otb", "large"), ("ref", "large")),
+}
+MATCH_COLUMNS = ["policy", "small", "large", "reference"] + [
+    f"{name}{se}" for name in RATIOS for se in ("", "_se")
+]
+
+
 def _ratio(a: dict, b: dict) -> tuple[float, float]:
     """a/b of ``rel_scaled_mse`` and its delta-method SE (independent draws)."""
     x, y = a["rel_scaled_mse"], b["rel_scaled_mse"]
@@ -206,32 +221,14 @@ def match_table(cfg: Config, df):
         cell = {(r["estimator"], r["G"]): r for r in at.to_dict("records")}
         if any(k not in cell for k in need):
             continue
-        otb_s, otb_l = cell[(OTB, cfg.small)], cell[(OTB, cfg.large)]
-        ref_s, ref_l = cell[(cfg.reference, cfg.small)], cell[(cfg.reference, cfg.large)]
+        est = {"otb": OTB, "ref": cfg.reference}
+        size = {"small": cfg.small, "large": cfg.large}
         row = dict(policy=policy, small=cfg.small, large=cfg.large, reference=cfg.reference)
-        for name, (a, b) in dict(
-            otb_small_vs_ref_large=(otb_s, ref_l),
-            otb_small_vs_otb_large=(otb_s, otb_l),
-            ref_small_vs_ref_large=(ref_s, ref_l),
-            otb_vs_ref_small=(otb_s, ref_s),
-            otb_vs_ref_large=(otb_l, ref_l),
-        ).items():
+        for name, ((ea, ga), (eb, gb)) in RATIOS.items():
+            a, b = cell[(est[ea], size[ga])], cell[(est[eb], size[gb])]
             row[name], row[f"{name}_se"] = _ratio(a, b)
         rows.append(row)
     return pd.DataFrame(rows, columns=MATCH_COLUMNS)
-
-
-MATCH_COLUMNS = ["policy", "small", "large", "reference"] + [
-    f"{name}{se}"
-    for name in (
-        "otb_small_vs_ref_large",
-        "otb_small_vs_otb_large",
-        "ref_small_vs_ref_large",
-        "otb_vs_ref_small",
-        "otb_vs_ref_large",
-    )
-    for se in ("", "_se")
-]
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
