@@ -182,6 +182,46 @@ def _zoo_render(v: dict) -> str:
     return "\n".join(lines)
 
 
+# ---- the zoo on graded rewards at G = 4 and 8 ---------------------------------------------------
+GRADED_G = (4, 8)
+
+
+def _graded_extract(t: dict) -> dict:
+    df, out = t["zoo_graded"]["results"], {}
+    for G in GRADED_G:
+        for r in _rows(df, env="graded", G=G).to_dict("records"):
+            k = f"{r['estimator']} G={G}"
+            out |= {
+                f"{k} mse": (_f(r["mse"]), _f(r["mse_se"])),
+                f"{k} theory_mse": (_f(r["theory_mse"]), 0.0),
+                f"{k} binary_theory_mse": (_f(r["binary_theory_mse"]), 0.0),
+                f"{k} snr_vs_loo": (_f(r["theory_snr_vs_loo"]), 0.0),
+            }
+    return out
+
+
+def _graded_render(v: dict) -> str:
+    G0, G1 = GRADED_G
+    names = list(dict.fromkeys(k.rsplit(" G=", 1)[0] for k in v))
+    names = [n for n in names if not math.isnan(_v(v, f"{n} G={G1} theory_mse"))]
+    names.sort(key=lambda n: -_v(v, f"{n} G={G1} snr_vs_loo"))
+    head = " | ".join(
+        f"G = {G}: mse (graded exact) | binary theory | snr / loo (exact)" for G in GRADED_G
+    )
+    lines = [f"| estimator | {head} |", "|---|" + "---|" * 3 * len(GRADED_G)]
+    rows: dict[str, list] = {}  # estimators whose shown numbers agree share a row
+    for n in names:
+        cells = [
+            f"{_num(_v(v, f'{n} G={G} mse'))} ({_num(_v(v, f'{n} G={G} theory_mse'))}) | "
+            f"{_num(_v(v, f'{n} G={G} binary_theory_mse'))} | "
+            f"{_num(_v(v, f'{n} G={G} snr_vs_loo'), 3)}"
+            for G in (G0, G1)
+        ]
+        rows.setdefault(" | ".join(cells), []).append(n)
+    lines += [f"| {' = '.join(ns)} | {cells} |" for cells, ns in rows.items()]
+    return "\n".join(lines)
+
+
 # ---- κ_8(p) ------------------------------------------------------------------------------------
 KAPPA_P = (0.05, 0.5, 0.95)
 
@@ -1451,6 +1491,7 @@ BLOCKS = {
             "snr / loo (no SE); arithmetic columns (the quick run uses 100 questions, not 500)",
         ),
         Block("kappa", ("zoo",), _kappa_extract, _kappa_render),
+        Block("zoo-graded", ("zoo_graded",), _graded_extract, _graded_render),
         Block("otb", tuple(OTB_EXPS), _otb_extract, _otb_render),
         Block("float32-nemo", ("float32",), _float_nemo_extract, _float_nemo_render),
         Block("float32-verl", ("float32",), _float_verl_extract, _float_verl_render),

@@ -364,8 +364,11 @@ def to_global(params: BanditParams, prompts: jax.Array, local: jax.Array) -> jax
 
 
 @jax.jit
-def exact(params: BanditParams) -> BanditTruth:
-    """Every exact quantity of theory §3, by enumeration over actions (one compiled call)."""
+def exact(params: BanditParams, second: jax.Array | None = None) -> BanditTruth:
+    """Every exact quantity of theory §3, by enumeration over actions (one compiled call).
+
+    ``second``: (P, A) E[Z² | x, a] of a reward that is not Bernoulli (the graded env's; ``success``
+    then holds its mean); None: Bernoulli, E[Z²|x, a] = p(x, a)."""
     pi = policy(params)
     p = params.success
     f = params.prompt_probs
@@ -374,7 +377,9 @@ def exact(params: BanditParams) -> BanditTruth:
     V = jnp.sum(pi * p, axis=-1)
     g_local = jnp.einsum("pa,pad->pd", pi * (p - V[:, None]), W)
     gsq = jnp.sum(g_local**2, axis=-1)
-    e_w2_zv2 = jnp.sum(pi * w2 * (p * (1 - p) + (p - V[:, None]) ** 2), axis=-1)
+    m2 = p if second is None else second  # E[Z² | x, a]
+    var_a = p * (1 - p) if second is None else second - p**2  # Var(Z | x, a)
+    e_w2_zv2 = jnp.sum(pi * w2 * (var_a + (p - V[:, None]) ** 2), axis=-1)
     if params.tabular:  # prompt x's gradient sits in row x only: g's row x is f_x g_x, and
         # ‖g_x − g‖² = Σ_{y≠x} f_y² ‖g_y‖² + (1 − f_x)² ‖g_x‖² (gpolab's; no (P, P·A) array)
         g = (f[:, None] * g_local).reshape(-1)
@@ -386,12 +391,12 @@ def exact(params: BanditParams) -> BanditTruth:
     return BanditTruth(
         prompt_probs=f,
         V=V,
-        sigma2=V * (1 - V),
+        sigma2=V * (1 - V) if second is None else jnp.maximum(jnp.sum(pi * m2, -1) - V**2, 0.0),
         g_local=g_local,
         g=g,
         S2=jnp.sum(pi * w2, axis=-1),
         tr_sigma_oracle=e_w2_zv2 - gsq,
-        e_wz2=jnp.sum(pi * w2 * p, axis=-1),
+        e_wz2=jnp.sum(pi * w2 * m2, axis=-1),
         e_w2_zv=jnp.sum(pi * w2 * (p - V[:, None]), axis=-1),
         c1=c1,
     )

@@ -1,7 +1,8 @@
 """Grouped kernels: one group of G responses per prompt, every estimator on the same draws.
 
-The bandit's (:func:`bandit_error`) and the arithmetic surrogate's (:func:`arithmetic_error`)
-gradient errors against the exact gradient, under a loss aggregation (:func:`aggregate`); the
+The bandit's (:func:`bandit_error`; the graded bandit's :func:`graded_error`) and the arithmetic
+surrogate's (:func:`arithmetic_error`) gradient errors against the exact gradient, under a loss
+aggregation (:func:`aggregate`); the
 protocol is :mod:`gpolab.kernels`'.  Each ``*Cell`` dataclass is the static part of a
 measurement; the traced part travels in ``args``.  :func:`best_scale` summarises the moments.
 """
@@ -15,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from gpolab import estimators
-from gpolab.envs import arithmetic, bandit
+from gpolab.envs import arithmetic, bandit, graded
 
 GREEDY = 0x9E3  # fold_in tag of the greedy response's reward draw (other draws stay the same)
 # the arithmetic surrogate's chunk on CPU: its compilation (~4 s) outweighs what the engine's
@@ -98,14 +99,37 @@ def bandit_error(cell: BanditCell, key: jax.Array, args) -> dict:
     Returns ``{name: {"err": e, "sq": ‖e‖²}}`` per estimator plus the degenerate-group fraction.
     """
     params, truth, tables, eps = args
-    if cell.B == 0:
-        prompts, k_group = jnp.arange(params.num_prompts, dtype=jnp.int32), key
-    else:
-        k_prompts, k_group = jax.random.split(key)
-        prompts = bandit.sample_prompts(k_prompts, params, cell.B)
+    prompts, k_group = _bandit_prompts(cell, key, params)
     actions, rewards = bandit.sample(k_group, params, prompts, cell.G, tables)
-    out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
     inputs = bandit_inputs(key, params, truth, prompts, actions)
+    return _bandit_errors(cell, params, truth, prompts, actions, rewards, inputs, eps)
+
+
+def graded_error(cell: BanditCell, key: jax.Array, args) -> dict:
+    """:func:`bandit_error` on the graded bandit (:mod:`gpolab.envs.graded`): ``args = (params,
+    truth, tables, eps)`` with its :class:`~gpolab.envs.graded.GradedParams`, truth and alias
+    tables; rewards on its grid, the greedy response's reward drawn from its reward law."""
+    params, truth, tables, eps = args
+    prompts, k_group = _bandit_prompts(cell, key, params.bandit)
+    actions, rewards = graded.sample(k_group, params, prompts, cell.G, tables)
+    k_greedy = jax.random.fold_in(key, GREEDY)
+    inputs = bandit_inputs(key, params.bandit, truth, prompts, actions) | {
+        "greedy": lambda: graded.greedy_rewards(k_greedy, params, prompts)
+    }
+    return _bandit_errors(cell, params.bandit, truth, prompts, actions, rewards, inputs, eps)
+
+
+def _bandit_prompts(cell: BanditCell, key: jax.Array, params) -> tuple[jax.Array, jax.Array]:
+    """(prompts, the group draws' key): every prompt once (B = 0) or B iid from f."""
+    if cell.B == 0:
+        return jnp.arange(params.num_prompts, dtype=jnp.int32), key
+    k_prompts, k_group = jax.random.split(key)
+    return bandit.sample_prompts(k_prompts, params, cell.B), k_group
+
+
+def _bandit_errors(cell, params, truth, prompts, actions, rewards, inputs, eps) -> dict:
+    """The statistics of :func:`bandit_error` for drawn ``actions`` and ``rewards`` (B, G)."""
+    out = {"degenerate": jnp.mean(estimators.degenerate(rewards).astype(rewards.dtype))}
     weights = cell_weights(cell, rewards, inputs, eps)  # (E, B, G)
     weights = aggregate(cell, weights, inputs["lengths"])
     ghat = jax.vmap(bandit.weighted_scores, in_axes=(None, None, None, 0))(

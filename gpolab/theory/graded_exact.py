@@ -26,6 +26,7 @@ finite when some q_v = 0.  With the grid {0, 1} it is :mod:`gpolab.theory.exact`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from math import comb
 
@@ -35,7 +36,7 @@ from scipy.special import gammaln, xlogy
 from gpolab import validate
 from gpolab.theory import exact as ex
 
-__all__ = ["WeightMoments", "GradedMoments", "weight_moments", "graded_moments"]
+__all__ = ["WeightMoments", "GradedMoments", "weight_moments", "graded_moments", "instance_theory"]
 
 MAX_GROUPS = 200_000  # canonical groups evaluated at most (K² compositions of G − 2 rewards)
 
@@ -110,9 +111,10 @@ def _canonical(G: int, K: int, limit: int) -> tuple[np.ndarray, np.ndarray, int]
 
 
 def _multinomial(counts: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """P(composition) of counts (C, K) under iid draws from q; exact zeros where q_k = 0."""
+    """P(composition) (..., C) of counts (C, K) under iid draws from q (..., K); exact zeros
+    where q_k = 0."""
     n = counts.sum(1)
-    log = gammaln(n + 1) - gammaln(counts + 1).sum(1) + xlogy(counts, q[None]).sum(1)
+    log = gammaln(n + 1) - gammaln(counts + 1).sum(1) + xlogy(counts, q[..., None, :]).sum(-1)
     return np.exp(log)
 
 
@@ -144,6 +146,17 @@ def _weights_checked(spec: str, rewards: np.ndarray, shared: dict) -> np.ndarray
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _group_weights(spec, G: int, grid: tuple, max_groups: int, shared: tuple):
+    """(c (K^f, C, G) weights of every canonical group, counts (C, K), groups): the estimator's
+    part of :func:`weight_moments`, evaluated once per (spec, G, grid) whatever the law q."""
+    v = np.asarray(grid, np.float64)
+    idx, counts, n_groups = _canonical(G, v.size, max_groups)
+    ex.registry_table(spec, G, **dict(shared))  # refuses what is not group-scoped and reward-only
+    c = _weights_checked(spec, v[idx.reshape(-1, G)], dict(shared)).reshape(*idx.shape)
+    return c, counts, n_groups
+
+
 def weight_moments(
     spec: str, G: int, grid, q, *, max_groups: int = MAX_GROUPS, **shared
 ) -> WeightMoments:
@@ -155,7 +168,8 @@ def weight_moments(
         checks, then finiteness, permutation equivariance and group scope on graded groups).
       G: group size, at least the entry's minimum (2 for loo).
       grid: (K,) distinct reward values.
-      q: (K,) probabilities of the grid values (the marginal of one reward).
+      q: (K,) probabilities of the grid values (the marginal of one reward), or (P, K): one law
+        per prompt (the moments then carry a leading prompt axis; the estimator runs once).
       max_groups: the most canonical groups (K² compositions of G − 2 rewards) evaluated.
       shared: a lab's common options (``scale``, ``ddof``, ``eps``) for the entries reading them.
 
@@ -166,19 +180,39 @@ def weight_moments(
     from gpolab import estimators  # deferred: jax
 
     v = _check_grid(grid)
-    q = _check_probs("q", q, v.shape)
+    q = np.asarray(q, np.float64)
+    q = _check_probs("q", q, q.shape[:-1] + v.shape if q.ndim == 2 else v.shape)
     validate.integer(f"G (for {estimators.canonical(spec)})", G, estimators.minimum_G(spec))
     validate.integer("max_groups", max_groups, 1)
     K = v.size
-    idx, counts, n_groups = _canonical(G, K, max_groups)
-    ex.registry_table(spec, G, **shared)  # refuses what is not group-scoped and reward-only
-    c = _weights_checked(spec, v[idx.reshape(-1, G)], shared).reshape(*idx.shape)
-    pn = _multinomial(counts, q)  # (C,)
+    key = tuple(sorted(shared.items()))
+    c, counts, n_groups = _group_weights(spec, G, tuple(v.tolist()), max_groups, key)
+    pn = _multinomial(counts, q)  # (..., C)
     if G == 1:
-        return WeightMoments(c[:, :, 0] @ pn, c[:, :, 0] ** 2 @ pn, np.zeros((K, K)), n_groups)
+        c0 = c[:, :, 0]
+        return WeightMoments(pn @ c0.T, pn @ (c0**2).T, np.zeros(q.shape + (K,)), n_groups)
     c1, c2 = c[..., 0].reshape(K, K, -1), c[..., 1].reshape(K, K, -1)
-    e1, e2 = q @ (c1 @ pn).T, q @ (c1**2 @ pn).T  # r_2 is one more peer of member 1, iid q
-    return WeightMoments(e1, e2, (c1 * c2) @ pn, n_groups)
+    # r_2 is one more peer of member 1, iid q
+    e1 = np.einsum("...w,...vw->...v", q, np.einsum("...c,vwc->...vw", pn, c1))
+    e2 = np.einsum("...w,...vw->...v", q, np.einsum("...c,vwc->...vw", pn, c1**2))
+    return WeightMoments(e1, e2, np.einsum("...c,vwc->...vw", pn, c1 * c2), n_groups)
+
+
+def _prompt_moments(spec, G, v, P, pi, max_groups, shared):
+    """Per prompt (leading axes of ``P`` (..., A, K) and ``pi`` (..., A)): E ĝ_x (..., A), the
+    target g_x (..., A) and E‖ĝ_x‖² (...)."""
+    A = pi.shape[-1]
+    W = np.eye(A) - pi[..., None, :]  # (..., A, A) row a: W(a)
+    joint = pi[..., :, None] * P  # (..., A, K) P(a, v)
+    h = np.einsum("...ak,...ab->...kb", joint, W)  # (..., K, A) E[W 1{r=v}]
+    t = np.einsum("...ak,...a->...k", joint, np.sum(W**2, -1))  # E[‖W‖² 1{r=v}]
+    target = np.einsum("...a,...ab->...b", pi * (P @ v), W)
+    q = np.einsum("...a,...ak->...k", pi, P)
+    m = weight_moments(spec, G, v, q, max_groups=max_groups, **shared)
+    mean = G * np.einsum("...k,...kb->...b", m.e1, h)
+    hh = np.einsum("...kb,...wb->...kw", h, h)
+    second = G * np.sum(m.e2 * t, -1) + G * (G - 1) * np.sum(m.e12 * hh, (-2, -1))
+    return mean, target, second
 
 
 def graded_moments(
@@ -201,14 +235,66 @@ def graded_moments(
     v = _check_grid(grid)
     pi = _check_probs("pi", pi, (np.size(pi),))
     P = _check_probs("probs", probs, (pi.size, v.size))
-    W = np.eye(pi.size) - pi[None]  # row a: W(a)
-    joint = pi[:, None] * P  # (A, K) P(a, v)
-    h, t = joint.T @ W, joint.T @ np.sum(W**2, 1)  # (K, A) E[W 1{r=v}], (K,) E[‖W‖² 1{r=v}]
-    target = (pi * (P @ v)) @ W
-    m = weight_moments(spec, G, v, pi @ P, max_groups=max_groups, **shared)
-    mean = G * m.e1 @ h
-    second = G * m.e2 @ t + G * (G - 1) * np.sum(m.e12 * (h @ h.T))
+    mean, target, second = _prompt_moments(spec, G, v, P, pi, max_groups, shared)
     mse = second - 2 * mean @ target + target @ target
     return GradedMoments(
         mean, target, float(second), float(mse), float(np.sum((mean - target) ** 2))
     )
+
+
+def instance_theory(
+    spec: str,
+    G: int,
+    grid,
+    probs,
+    pi,
+    f,
+    B: int | None = None,
+    *,
+    max_groups: int = MAX_GROUPS,
+    **shared,
+) -> dict:
+    """Exact MSE, bias², best scale and scaled MSE of a whole tabular instance (prompt x moves
+    only its own row of θ), with the sweep's conventions (:func:`gpolab.theory.exact.mse`).
+
+    ``B=None`` (or 0): one group per prompt, Σ_x f_x of the per-prompt quantities; ``B=b``: a
+    mini-batch of b iid prompts from f, ĝ = (1/b) Σ_i ĝ_{x_i} in global coordinates, whose mean
+    m has row x f_x E ĝ_x and whose spread is Σ_x f_x E‖ĝ_x‖² − ‖m‖² (divided by b), against
+    g with row x f_x g_x.
+
+    Args:
+      spec, G, grid, max_groups, shared: as :func:`weight_moments`.
+      probs: (P, A, K) P(v_k | x, a).
+      pi: (P, A) the policy.
+      f: (P,) the prompt distribution.
+      B: the mini-batch (None or 0: one group per prompt).
+
+    Returns:
+      ``{mse, bias_sq, best_scale, scaled_mse, target_sq}`` (floats; best_scale NaN where
+      E‖ĝ‖² = 0).
+    """
+    v = _check_grid(grid)
+    f = _check_probs("f", f, (np.size(f),))
+    pi = _check_probs("pi", pi, (f.size, np.shape(pi)[-1]))
+    P = _check_probs("probs", probs, pi.shape + v.shape)
+    mean, target, second = _prompt_moments(spec, G, v, P, pi, max_groups, shared)
+    w = f if not B else f**2  # the weight of prompt x's row in the (squared) global norms
+    if B:
+        validate.integer("B", B, 1)
+    bias = w @ np.sum((mean - target) ** 2, -1)
+    dot = w @ np.sum(mean * target, -1)
+    target_sq = float(w @ np.sum(target**2, -1))
+    norm2 = (
+        f @ second
+        if not B
+        else (f @ second - w @ np.sum(mean**2, -1)) / B + w @ np.sum(mean**2, -1)
+    )
+    mse = norm2 - 2 * dot + target_sq
+    ok = norm2 > 0
+    return {
+        "mse": float(mse),
+        "bias_sq": float(bias),
+        "best_scale": float(dot / norm2) if ok else float("nan"),
+        "scaled_mse": float(target_sq - dot**2 / norm2) if ok else target_sq,
+        "target_sq": target_sq,
+    }

@@ -284,6 +284,25 @@ def zoo_theory(t: dict) -> dict:
     return exact_statistic("; ".join(parts), **out)
 
 
+def graded_theory(t: dict) -> dict:
+    """The graded zoo: Monte Carlo against the graded count tables (``joint_p``) and against the
+    binary theory of the same means (``binary_joint_p``: the rows' ``binary_theory_mse`` as the
+    theory), over the cells where both exist."""
+    df = t["results"]
+    rows = df[df["env"] == "graded"]
+    rows = rows[np.isfinite(rows["theory_mse"].astype(float))]
+    rows = rows[np.isfinite(rows["binary_theory_mse"].astype(float))]
+    joint, zmax = _joint(rows)
+    binary, bmax = _joint(rows.assign(theory_mse=rows["binary_theory_mse"]))
+    return exact_statistic(
+        f"graded count tables: joint p = {joint:.2g}, largest |z| {zmax:.2f}; binary theory of "
+        f"the same means: joint p = {binary:.2g}, largest |z| {bmax:.1f} "
+        f"({len(rows)} cells, {rows['estimator'].nunique()} estimators)",
+        joint_p=joint,
+        binary_joint_p=binary,
+    )
+
+
 STATISTICS = (
     strength_order,
     strength_family,
@@ -296,4 +315,5 @@ STATISTICS = (
     oracle_match,
     arithmetic_ordering,
     zoo_theory,
+    graded_theory,
 )

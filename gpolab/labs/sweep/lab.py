@@ -20,7 +20,7 @@ import pandas as pd
 from gpolab import configs, engine, envs, estimators, validate
 from gpolab.configs import option
 from gpolab.engine.stats import agreement, joint_test  # noqa: F401  (sweep.joint_test: claims, tests)
-from gpolab.envs import arithmetic, bandit, tree
+from gpolab.envs import arithmetic, bandit, graded, tree
 from gpolab.kit.store import cell_key, config_hash, resume
 from gpolab.kit.tables import table_text
 from gpolab.labs.sweep import units
@@ -32,7 +32,7 @@ INSTANCES = envs.instances(*envs.names(NEEDS))
 ENVS = tuple(INSTANCES)
 POLICIES = tuple(arithmetic.POLICIES)
 TREE_VARIANTS = estimators.TREE_VARIANTS
-GROUPED = {"env": ("bandit", "arithmetic")}
+GROUPED = {"env": ("bandit", "arithmetic", "graded")}
 STRENGTH = tuple(arithmetic.POLICIES.values())
 # options added after cells were stored: left out of a row's key at their defaults, so stored
 # cells of the default settings stay valid
@@ -67,7 +67,8 @@ class Config(configs.Config):
     env: str = option(
         "bandit",
         "bandit (softmax contextual bandit), tree (K thoughts x M "
-        "continuations) or arithmetic (autoregressive LLM surrogate)",
+        "continuations), arithmetic (autoregressive LLM surrogate) or graded (the bandit with "
+        "rewards on a grid of values)",
     )
     estimators: tuple[str, ...] = option(
         units.Grouped.ESTIMATORS,
@@ -104,7 +105,7 @@ class Config(configs.Config):
         False, "shard the seed axis over every device (of every process)", key=False
     )
     out: str = option("results/sweep", "output folder (tables, config.toml, figure)", key=False)
-    instance: bandit.Instance | tree.Instance | arithmetic.Instance = option(
+    instance: bandit.Instance | tree.Instance | arithmetic.Instance | graded.Instance = option(
         None, "the env's settings (default: the env's defaults)"
     )
 

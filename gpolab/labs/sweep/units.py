@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 from gpolab import engine, estimators, validate
-from gpolab.envs import arithmetic, bandit, tree
+from gpolab.envs import arithmetic, bandit, graded, tree
 from gpolab.kernels import dynamic as dynamic_kernel
 from gpolab.kernels import grouped
 from gpolab.kernels import tree as tree_kernel
-from gpolab.theory import aggregation, dynamic, exact
+from gpolab.theory import aggregation, dynamic, exact, graded_exact
 from gpolab.theory import mse as theory_mse
 from gpolab.theory import tree as theory_tree
 
@@ -380,6 +380,94 @@ class Bandit(Grouped):
             cap_warning(df)
 
 
+class Graded(Grouped):
+    """The graded bandit (:mod:`gpolab.envs.graded`): rewards on a finite grid, the exact theory
+    of every reward-only estimator by enumeration over the grid's compositions
+    (:func:`gpolab.theory.graded_exact.instance_theory`), theory §3's closed forms for the
+    estimators that read V(x) (oracle)."""
+
+    name = "graded"
+    REPORT = Bandit.REPORT
+
+    def validate(self, cfg) -> None:
+        super().validate(cfg)
+        if tuple(cfg.loss_agg) != (DEFAULT_AGG,):  # one-token responses: nothing to aggregate
+            raise validate.ConfigError(
+                f"loss_agg: got {','.join(cfg.loss_agg)}; allowed on graded: {DEFAULT_AGG} "
+                "(responses are one token)"
+            )
+
+    def setup(self, cfg):
+        params = graded.make(cfg.instance)
+        truth = graded.exact(params)
+        tables = graded.outcome_tables(params)
+        return lambda _: ((params, truth, tables), truth)
+
+    def cell(self, cfg, names, G, mode):
+        return grouped.BanditCell(names, G, cfg.instance.B, cfg.scale, cfg.ddof, True, mode)
+
+    def error(self, cfg):
+        return grouped.graded_error
+
+    B, batch = Bandit.B, Bandit.batch
+
+    def columns(self, cfg, truth, context) -> dict:
+        return {"env": self.name, "kind": graded.describe(cfg.instance)}
+
+    def theory(self, cfg, grid: pd.DataFrame, setup) -> pd.DataFrame:
+        """Per key: the graded count-table theory for a reward-only estimator, theory §3's closed
+        form for one that reads V(x) (``oracle``), else none (the reason in ``theory``).
+        ``binary_theory_mse``: what the binary theory (count tables, closed forms) says of the
+        same instance with its rewards replaced by Bernoulli(μ(x, a)) of the same means (NaN
+        when a mean lies outside [0, 1]): the number a reader using the binary tables gets."""
+        (params, *_), truth = setup(None)
+        specs, B, shared = self.specs(cfg), self.B(cfg), shared_options(cfg)
+        law = (np.asarray(params.grid, np.float64), _rows(params.probs))
+        pi, f = _rows(bandit.policy(params.bandit)), _rows(truth.prompt_probs)
+        mu = np.asarray(params.bandit.success)
+        binary = bandit.exact(params.bandit) if mu.min() >= 0 and mu.max() <= 1 else None
+        rows = []
+        for key in grid.to_dict(orient="records"):
+            spec, G = specs[key["estimator"]], key["G"]
+            row = {
+                **key,
+                "mean_V": float(f @ np.asarray(truth.V)),
+                "theory_first_order": theory_mse.mse(truth, "oracle", G, B),
+                "theory_mse_se": 0.0,
+                "binary_theory_mse": math.nan
+                if binary is None
+                else exact.theory_columns(binary, spec, G, B, **shared)["theory_mse"],
+            }
+            try:
+                th = graded_exact.instance_theory(spec, G, *law, pi, f, B, **shared)
+                how = "graded count table"
+            except validate.ConfigError as e:
+                th, how = None, f"none: {e}"
+            if th is None and str(spec) in theory_mse.PER_PROMPT:  # reads V(x): closed form
+                rows.append(row | exact.theory_columns(truth, spec, G, B, **shared))
+                continue
+            nan = math.nan
+            th = th or {"mse": nan, "bias_sq": nan, "best_scale": nan, "scaled_mse": nan}
+            rows.append(
+                row
+                | {
+                    "theory": how,
+                    "theory_mse": th["mse"],
+                    "theory_bias_sq": th["bias_sq"],
+                    "theory_best_scale": th["best_scale"],
+                    "theory_scaled_mse": th["scaled_mse"],
+                }
+            )
+        return pd.DataFrame(rows)
+
+
+def _rows(probs) -> np.ndarray:
+    """Probabilities in float64, renormalised along the last axis (float32 rows sum to 1 only
+    to ~1e-7)."""
+    p = np.asarray(probs, np.float64)
+    return p / p.sum(-1, keepdims=True)
+
+
 def plain_B(truth, G: int, B: int, max_draws: int) -> int:
     """round(exact E[groups drawn per step]) (at least 1, at most every drawn group): the groups
     of plain sampling at the same mean responses per step as dynamic sampling."""
@@ -617,7 +705,7 @@ class Tree:
         """Nothing to add."""
 
 
-ENVS = {"bandit": Bandit(), "tree": Tree(), "arithmetic": Arithmetic()}
+ENVS = {"bandit": Bandit(), "tree": Tree(), "arithmetic": Arithmetic(), "graded": Graded()}
 
 
 def get(name: str):

@@ -1,6 +1,7 @@
-"""The estimator zoo (``gpolab zoo``): every registered estimator × G on the bandit and on the
-arithmetic LLM surrogate, measured against the exact gradient, with exact finite-G theory where
-it exists, and the weight κ_G(p) each reward-only estimator gives a prompt of difficulty p.
+"""The estimator zoo (``gpolab zoo``): every registered estimator × G on the bandit, on the
+arithmetic LLM surrogate and on the graded bandit (rewards on a grid of values,
+:mod:`gpolab.envs.graded`), measured against the exact gradient, with exact finite-G theory
+where it exists, and the weight κ_G(p) each reward-only estimator gives a prompt of difficulty p.
 
 Table ``results``: the sweep's rows for every (env, estimator, G) cell — MSE with its CI, bias²
 (bandit), ``cos`` (cosine of the batch estimate with its exact gradient), the scale-invariant
@@ -24,18 +25,20 @@ from typing import ClassVar
 from gpolab import configs, envs, estimators, validate
 from gpolab.configs import borrow, option
 from gpolab.engine.stats import agreement, families  # noqa: F401  (zoo.families: tests)
-from gpolab.envs import arithmetic, bandit
+from gpolab.envs import arithmetic, bandit, graded
 from gpolab.labs.sweep import lab as sweep
 
 NAME = "zoo"
 TABLES = ("results", "kappa")
-# the envs the sweep runs whose truth carries the loo MSE law (the exact finite-G theory beside
-# the Monte Carlo), named (the lab builds their instances), bandit first (the stored runs' order)
-NEEDS = envs.Needs(("mse_law",), ("instance_seed",), only=("bandit", "arithmetic"))
+# the grouped envs the sweep runs with exact finite-G theory beside the Monte Carlo (the binary
+# count tables, the graded ones), named (the lab builds their instances), bandit first (the
+# stored runs' order)
+NEEDS = envs.Needs(fields=("instance_seed",), only=("bandit", "arithmetic", "graded"))
 ENVS = envs.names(NEEDS)
 ZOO = tuple(n for n, e in estimators.REGISTRY.items() if not e.user)
 REFERENCE = "loo"  # the snr ranking's reference: unbiased, defined at every G >= 2
 ARITH = {"env": ("arithmetic",)}
+GRADED = {"env": ("graded",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,15 +61,18 @@ class Config(configs.Config):
         "lists them)",
     )
     G: tuple[int, ...] = option(
-        (2, 4, 8, 16, 32), "bandit group sizes (an estimator runs at the sizes it is defined for)"
+        (2, 4, 8, 16, 32),
+        "bandit and graded group sizes (an estimator runs at the sizes it is defined for)",
     )
-    seeds: int = option(100_000, "bandit Monte Carlo seeds per cell")
+    seeds: int = option(100_000, "bandit and graded Monte Carlo seeds per cell")
     arithmetic_G: tuple[int, ...] = option((4, 8, 16), "arithmetic group sizes", when=ARITH)
     arithmetic_seeds: int = option(
         2_000, "arithmetic seeds per cell (8 questions each)", when=ARITH
     )
     policy: str = option("instruct", "arithmetic policy: base, instruct or icl", when=ARITH)
     questions: int = borrow(arithmetic.Instance, "questions", when=ARITH, prefix="arithmetic: ")
+    grid: tuple[float, ...] = borrow(graded.Instance, "grid", when=GRADED, prefix="graded: ")
+    concentration: float = borrow(graded.Instance, "concentration", when=GRADED, prefix="graded: ")
     kappa_G: tuple[int, ...] = option((4, 8, 16, 64), "group sizes of the kappa table")
     kappa_points: int = option(99, "difficulties p in (0, 1) of the kappa table")
     scale: str = option("group", "gpolab grpo's std: group, batch or none")
@@ -115,6 +121,11 @@ def _sweep_for(cfg: Config, env: str, specs: tuple, Gs: tuple) -> sweep.Config:
             policy=(cfg.policy,), questions=cfg.questions, instance_seed=cfg.instance_seed
         )
         return sweep.Config(**common, seeds=cfg.arithmetic_seeds, instance=inst)
+    if env == "graded":
+        inst = graded.Instance(
+            grid=cfg.grid, concentration=cfg.concentration, instance_seed=cfg.instance_seed
+        )
+        return sweep.Config(**common, seeds=cfg.seeds, instance=inst)
     inst = bandit.Instance(instance_seed=cfg.instance_seed)
     return sweep.Config(**common, seeds=cfg.seeds, instance=inst)
 
@@ -186,7 +197,10 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
     cfg.validate()
     parts = [sweep.run_sweep(s, store, progress, key=key) for s in sweeps(cfg)]
-    kappa = kappa_table(cfg)
+    # κ_G(p) is a binary-reward quantity (p the success rate): not for a graded-only run
+    kappa = kappa_table(
+        cfg if set(cfg.env) != {"graded"} else dataclasses.replace(cfg, estimators=())
+    )
     if progress is not None:
         progress.update(1, f"kappa table: {kappa['estimator'].nunique()} reward-only estimators")
     results = pd.concat(parts, ignore_index=True)
@@ -250,4 +264,6 @@ def notes(cfg: Config, tables: dict) -> str:
 def figures(tables: dict) -> dict:
     from gpolab.labs.zoo import plots
 
+    if tables["kappa"].empty:  # a graded-only run
+        return {"zoo.png": plots.zoo_figure}
     return {"zoo.png": plots.zoo_figure, "kappa.png": plots.kappa_figure}
