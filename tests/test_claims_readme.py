@@ -475,6 +475,15 @@ def _verl_floor_off(t):
     return {**t, "verl": verl}
 
 
+def _otb_train_off(t):
+    """GRPO at the large G gains twice OTB's at the small G (20 SE), the control resolved: OTB
+    does not match in training."""
+    m = t["train_match"].copy()
+    m["ref_large_vs_otb_small"], m["ref_large_vs_otb_small_se"] = 2.0, 0.05
+    m["ref_large_vs_ref_small"], m["ref_large_vs_ref_small_se"] = 2.0, 0.05
+    return {**t, "train_match": m}
+
+
 def _otb_off(t):
     """OTB at the small G three times GRPO's direction error at the large G (20 SE), the control
     resolved: OTB does not match."""
@@ -546,6 +555,7 @@ FALSIFY = {
     "NM-mask": _float_mask_off,
     "VP-floor": _verl_floor_off,
     "OT-N4": _otb_off,
+    "OT-N4-train": _otb_train_off,
     "VR-phantom": _shaped_off,
 }
 

@@ -1440,6 +1440,51 @@ def _otb_render(v: dict) -> str:
 SHAPED_CHECKED_STEP = 40  # the quick run's last step: J there is in both runs, so it is checked
 
 
+OTB_TRAIN_CHECKED_STEP = 30  # the quick run's last step: J there is compared with the full run
+
+
+def _otb_train_extract(t: dict) -> dict:
+    tabs, out = t["otb_no_filler"], {}
+    tr = tabs["train"]
+    steps = {OTB_TRAIN_CHECKED_STEP, int(tr["step"].max())}
+    for r in tr[tr["step"].isin(steps)].to_dict("records"):
+        k = f"{r['policy']} lr={r['lr']:g} {r['estimator']} G={r['G']} J@{int(r['step'])}"
+        out[k] = (_f(r["J"]), _f(r["J_se"]))
+    for r in tr[tr["step"] == 0].drop_duplicates("policy").to_dict("records"):
+        out[f"{r['policy']} J0"] = (_f(r["J"]), 0.0)  # the same start for every run: exact
+    for r in tabs["train_match"].to_dict("records"):
+        k = f"{r['policy']} lr={r['lr']:g}"
+        for col in ("ref_large_vs_otb_small", "ref_large_vs_ref_small"):
+            out[f"{k} {col}@{r['steps']}"] = (_f(r[col]), _f(r[f"{col}_se"]))
+    return out
+
+
+def _otb_train_render(v: dict) -> str:
+    end = max(int(k.rsplit("@", 1)[1]) for k in v if "@" in k)
+    runs = list(dict.fromkeys(" ".join(k.split()[:2]) for k in v if "@" in k))
+    confs = list(dict.fromkeys(" ".join(k.split()[2:4]) for k in v if " J@" in k))
+
+    def pm(key, d=3):
+        val, se = v.get(key, [math.nan, math.nan])
+        return f"{val:.{d}f} ± {se:.{d}f}"
+
+    head = " | ".join(f"J after {end} steps: {c}" for c in confs)
+    lines = [
+        f"| policy | lr | J at the start | {head} | gain ratio GRPO G=32 / OTB G=4 | "
+        "control GRPO G=32 / G=4 |",
+        "|---|---|---|" + "---|" * (len(confs) + 2),
+    ]
+    for run in runs:
+        policy, lr = run.split()
+        cells = " | ".join(pm(f"{run} {c} J@{end}") for c in confs)
+        lines.append(
+            f"| {policy} | {lr[3:]} | {_v(v, f'{policy} J0'):.3f} | {cells} | "
+            f"{pm(f'{run} ref_large_vs_otb_small@{end}', 2)} | "
+            f"{pm(f'{run} ref_large_vs_ref_small@{end}', 2)} |"
+        )
+    return "\n".join(lines)
+
+
 def _shaped_extract(t: dict) -> dict:
     out = {}
     tabs = t["shaped_rewards"]
@@ -1493,6 +1538,14 @@ BLOCKS = {
         Block("kappa", ("zoo",), _kappa_extract, _kappa_render),
         Block("zoo-graded", ("zoo_graded",), _graded_extract, _graded_render),
         Block("otb", tuple(OTB_EXPS), _otb_extract, _otb_render),
+        Block(
+            "otb-train",
+            ("otb_no_filler",),
+            _otb_train_extract,
+            _otb_train_render,
+            f"the gains and J after the last step (the quick run trains "
+            f"{OTB_TRAIN_CHECKED_STEP} steps: J at step {OTB_TRAIN_CHECKED_STEP} is checked)",
+        ),
         Block("float32-nemo", ("float32",), _float_nemo_extract, _float_nemo_render),
         Block("float32-verl", ("float32",), _float_verl_extract, _float_verl_render),
         Block(

@@ -16,6 +16,10 @@ comparison of a token-mean trainer's estimators is made on those two, not on the
 Outputs per estimator (sums over seeds, :func:`gpolab.engine.run`): ``sq`` the per-question
 mean ‖ĝ_x − g_x‖², ``dot`` ĝ_x·g_x, ``norm2`` ‖ĝ_x‖² (the moments of
 :func:`gpolab.kernels.grouped.best_scale`) and ``cos`` the batch cosine.
+
+:func:`train_run` trains with one estimator: Adam ascent (verl's actor optimizer is AdamW; Adam
+removes the advantages' overall scale, so runs compare directions, not step sizes) on fresh draws
+of Q questions × G responses per step, recording the exact J(θ_t) = mean_x V(x).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from gpolab import estimators, validate
+from gpolab.engine.train import ascend, optimizer
 from gpolab.envs import arithmetic
 from gpolab.estimators.frameworks.trl import trl_high_entropy_mask
 from gpolab.estimators.frameworks.verl import verl_optimal_token_baseline
@@ -130,3 +135,27 @@ def token_error(cell: TokenCell, key: jax.Array, args) -> dict:
         arithmetic.token_gradient_estimates, params, feats, tokens, weights, truth.g_local[idx]
     )
     return per_estimator(cell.estimators, **moments)
+
+
+def train_run(cell: TokenCell, key: jax.Array, instance, lr, steps: int, eps) -> jax.Array:
+    """One training run with the first estimator of ``cell``: ``steps`` Adam steps
+    (:func:`gpolab.engine.train.ascend`, ``scale_by_adam`` times ``lr``, traced) from the
+    instance's θ₀, step t drawing ``cell.Q`` questions and a group of ``cell.G`` each from
+    ``fold_in(key, t)``; the direction is the per-question mean of ĝ_x (the estimator's per-token
+    weights, as :func:`token_error`).  Returns J(θ_0) … J(θ_T), (steps + 1,), exact."""
+    validate.integer("steps", steps, 1)
+
+    def direction(k, theta, t):
+        params = arithmetic.at(instance, theta)
+        _, feats, _, tokens, rewards = arithmetic_draws(cell, k, params, instance.questions)
+        weights = _weights(cell, params, feats, tokens, rewards, eps)[0]  # (Q, G, T)
+        per_question = jax.vmap(
+            lambda f, tok, w: arithmetic.token_gradient_estimates(params, f, tok, w[None])[0]
+        )(feats, tokens, weights)
+        return jnp.mean(per_question, 0), arithmetic.value(instance, theta)
+
+    theta0 = arithmetic.init_theta(instance)
+    last, _, J = ascend(
+        direction, theta0, key, jnp.arange(steps), lr=lr, tx=optimizer("adam"), record=lambda j: j
+    )
+    return jnp.append(J, arithmetic.value(instance, last))

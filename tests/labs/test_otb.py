@@ -10,7 +10,7 @@ import pytest
 
 from gpolab import validate
 from gpolab.labs.claims import stats_otb
-from gpolab.labs.otb import lab
+from gpolab.labs.otb import lab, training
 
 
 @pytest.mark.parametrize(
@@ -97,3 +97,83 @@ def test_a_blind_control_makes_the_ratio_nan():
     assert math.isnan(out["ratio_best"])
     out = stats_otb.otb_group_size({"match": _match([np.nan, 1.0], 0.01, [3.0, 3.0], 0.1)})
     assert math.isnan(out["ratio_best"])
+
+
+# ---- training at equal steps (tables train, train_match; claim OT-N4-train) ------------------
+
+
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        (dict(train_steps=-1), "train_steps"),
+        (dict(train_steps=5, train_runs=1), "train_runs"),
+        (dict(train_steps=5, train_batch=0), "train_batch"),
+        (dict(train_steps=5, lr=(0.01, 0.0)), "lr"),
+        (dict(train_steps=5, lr=()), "lr"),
+    ],
+)
+def test_bad_training_settings_are_one_clear_error(kw, needle):
+    with pytest.raises(validate.ConfigError, match=needle):
+        lab.Config(**kw).validate()
+
+
+def test_training_options_leave_the_one_step_cells_stored():
+    """The results' store keys do not read the training options (stored cells stay valid)."""
+    a = lab.Config()
+    b = lab.Config(train_steps=7, train_runs=3, train_batch=5, lr=(0.5,))
+    assert lab.cell_keys(a) == lab.cell_keys(b)
+    assert len(set(training.keys(b))) == len(training.units(b)) == 3 * 3  # policies x configs
+
+
+def test_train_run_starts_at_the_exact_J_and_stands_still_at_lr_0():
+    from gpolab.envs import arithmetic
+    from gpolab.kernels import token_baseline as kernel
+
+    cfg = lab.Config(policy=("instruct",), questions=20, truth_samples=8, filler=0)
+    a = arithmetic.make(lab.instance(cfg))["instruct"]
+    cell = kernel.TokenCell(("verl/otb",), 4, 3)
+    eps = np.float32(1e-6)
+    J0 = float(arithmetic.value(a, arithmetic.init_theta(a)))
+    still = np.asarray(kernel.train_run(cell, jax.random.key(1), a, 0.0, 3, eps))
+    assert still.shape == (4,)
+    np.testing.assert_allclose(still, J0, rtol=1e-6)
+    moved = np.asarray(kernel.train_run(cell, jax.random.key(1), a, 0.05, 3, eps))
+    again = np.asarray(kernel.train_run(cell, jax.random.key(1), a, 0.05, 3, eps))
+    np.testing.assert_array_equal(moved, again)  # one key, one run
+    assert moved[0] == pytest.approx(J0, rel=1e-6) and np.all(np.isfinite(moved))
+    assert not np.allclose(moved[1:], J0)
+
+
+def _train_rows(gains: dict, se: float = 0.01) -> pd.DataFrame:
+    """A train table: J_0 = 0.4 for every configuration, J_T = 0.4 + its gain."""
+    rows = []
+    for (spec, G), gain in gains.items():
+        rows += [
+            dict(policy="instruct", lr=0.01, estimator=spec, G=G, step=0, J=0.4, J_se=0.0),
+            dict(policy="instruct", lr=0.01, estimator=spec, G=G, step=9, J=0.4 + gain, J_se=se),
+        ]
+    return pd.DataFrame(rows)
+
+
+def test_train_match_gains_and_ratios_by_hand():
+    cfg = lab.Config(train_steps=9)
+    gains = {("verl/otb", 4): 0.1, ("verl/grpo", 4): 0.05, ("verl/grpo", 32): 0.2}
+    m = training.match(cfg, _train_rows(gains)).iloc[0]
+    assert m["steps"] == 9
+    assert m["gain_otb_small"] == pytest.approx(0.1) and m["gain_ref_large"] == pytest.approx(0.2)
+    assert m["ref_large_vs_otb_small"] == pytest.approx(2.0)
+    assert m["ref_large_vs_otb_small_se"] == pytest.approx(2.0 * math.hypot(0.1, 0.05))
+    assert m["ref_large_vs_ref_small"] == pytest.approx(4.0)
+    out = stats_otb.otb_train({"train_match": training.match(cfg, _train_rows(gains))})
+    assert out["ratio_best"] == pytest.approx(2.0)
+
+
+def test_train_statistic_is_nan_when_the_sizes_are_not_separated_or_otb_does_not_learn():
+    cfg = lab.Config(train_steps=9)
+    blind = {("verl/otb", 4): 0.1, ("verl/grpo", 4): 0.19, ("verl/grpo", 32): 0.2}
+    out = stats_otb.otb_train({"train_match": training.match(cfg, _train_rows(blind))})
+    assert math.isnan(out["ratio_best"])
+    stuck = {("verl/otb", 4): -0.01, ("verl/grpo", 4): 0.05, ("verl/grpo", 32): 0.2}
+    m = training.match(cfg, _train_rows(stuck))
+    assert math.isnan(m["ref_large_vs_otb_small"].iloc[0])  # a gain ≤ 0: no ratio, no pass
+    assert math.isnan(stats_otb.otb_train({"train_match": m})["ratio_best"])

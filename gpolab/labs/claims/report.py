@@ -122,7 +122,7 @@ def summary(tables: dict) -> str:
     return note + table
 
 
-HEADLINE = 80  # characters of a claim the README's summary shows (the ledger page has it whole)
+HEADLINE = 76  # characters of a claim the README's summary shows (the ledger page has it whole)
 
 
 def headline(claim: str) -> str:

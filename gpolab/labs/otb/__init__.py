@@ -16,6 +16,8 @@ register = lab_command(
     "the arithmetic surrogate (TRL's top_entropy_quantile mask as trl/top_entropy), against the "
     "exact per-question gradient, per policy and G: MSE, "
     "the best-scale MSE relative to ||g||^2 and the cosine, with standard errors from "
-    "independent seed splits; the OTB abstract's N = 4 against N = 32 comparison.  Writes the "
-    "results and match tables (parquet and CSV), config.toml and otb.png to --out.",
+    "independent seed splits; the OTB abstract's N = 4 against N = 32 comparison, and with "
+    "--train-steps the same comparison in training at equal steps (Adam, exact J).  Writes the "
+    "results, match, train and train_match tables (parquet and CSV), config.toml, otb.png and "
+    "(training) otb_train.png to --out.",
 )

@@ -18,6 +18,9 @@ Table ``match``, one row per policy: OTB at G = ``small`` against ``reference`` 
 on ``rel_scaled_mse``: the ratio and its SE (independent draws: the delta method), OTB's own
 ratio between the two sizes, and the control ``reference`` at ``small`` against itself at
 ``large`` (a test that cannot tell the two sizes apart fails the control).
+
+Tables ``train`` and ``train_match`` (with ``train_steps``, :mod:`gpolab.labs.otb.training`): the
+same comparison in training at equal steps, the paper's own measure.
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ from gpolab.envs import arithmetic
 from gpolab.kernels import grouped, splits
 from gpolab.kernels import token_baseline as kernel
 from gpolab.kit.store import cell_key, resumed
+from gpolab.labs.otb import training
 
 NAME = "otb"
 NEEDS = envs.Needs(only=("arithmetic",))  # per-token probabilities of a policy with lengths
-TABLES = ("results", "match")
+TABLES = ("results", "match", "train", "train_match")
 OTB = "verl/otb"
 SPLITS = 4
 
@@ -68,6 +72,16 @@ class Config(configs.Config):
     truth_samples: int = borrow(arithmetic.Instance, "truth_samples", default=64)
     instance_seed: int = borrow(arithmetic.Instance, "instance_seed")
     eps: float = option(1e-6, "gpolab grpo's eps (framework entries use their own option)")
+    train_steps: int = option(
+        0,
+        "Adam steps of the training comparison at equal steps (0: none): OTB at small, the "
+        "reference at small and at large, from the same start",
+    )
+    train_runs: int = option(16, "independent training runs per configuration (with train_steps)")
+    train_batch: int = option(32, "questions per training step, one group each (with train_steps)")
+    lr: tuple[float, ...] = option(
+        (1e-3, 1e-2), "comma list of Adam learning rates (with train_steps)"
+    )
     seed: int = option(0, "master PRNG seed")
     out: str = option("results/otb", "output folder (tables, config.toml, figure)", key=False)
 
@@ -89,6 +103,13 @@ class Config(configs.Config):
         kernel.parse(self.reference)
         validate.real("eps", self.eps, low=0.0)
         validate.integer("seed", self.seed, 0)
+        validate.integer("train_steps", self.train_steps, 0)
+        if self.train_steps:
+            validate.integer("train_runs", self.train_runs, 2)
+            validate.integer("train_batch", self.train_batch, 1)
+            validate.nonempty("lr", self.lr)
+            for lr in self.lr:
+                validate.real("lr", lr, low=0.0, open_low=True)
         instance(self).validate()
 
 
@@ -101,12 +122,13 @@ def _units(cfg: Config) -> list[tuple[str, int]]:
 
 
 def cells(cfg: Config) -> int:
-    return len(_units(cfg))
+    return len(_units(cfg)) + (len(training.units(cfg)) if cfg.train_steps else 0)
 
 
 def cell_keys(cfg: Config) -> list[str]:
     common = configs.key_settings(cfg)
     drop = ("policy", "G", "small", "large", "reference")
+    drop += ("train_steps", "train_runs", "train_batch", "lr")  # the training tables' own
     common = {k: v for k, v in common.items() if k not in drop}
     return [cell_key(NAME, **common, policy=p, G=G) for p, G in _units(cfg)]
 
@@ -144,10 +166,13 @@ def summarize(parts: list, specs: tuple, target_sq: float) -> list[dict]:
     return rows
 
 
-def results(cfg: Config, key=None, store=None, progress=None):
+def results(cfg: Config, key=None, store=None, progress=None, policies=None):
+    """The ``results`` table; ``policies``: a thunk of the pre-trained policies (shared with
+    the training tables; built here otherwise)."""
     import jax
 
-    policies = functools.cache(lambda: arithmetic.make(instance(cfg)))  # pre-trains them all
+    if policies is None:
+        policies = functools.cache(lambda: arithmetic.make(instance(cfg)))  # pre-trains them all
     setups = {}
 
     def setup(policy):
@@ -232,10 +257,19 @@ def match_table(cfg: Config, df):
 
 
 def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
-    """``{results, match}``; each (policy, G) unit resumes from ``store``."""
+    """``{results, match, train, train_match}``; each (policy, G) unit and each training
+    configuration resumes from ``store``; the policies are pre-trained once, when a unit needs
+    them."""
     cfg.validate()
-    df = results(cfg, key, store, progress)
-    return {"results": df, "match": match_table(cfg, df)}
+    policies = functools.cache(lambda: arithmetic.make(instance(cfg)))  # pre-trains them all
+    df = results(cfg, key, store, progress, policies)
+    train = training.table(cfg, policies, key, store, progress)
+    return {
+        "results": df,
+        "match": match_table(cfg, df),
+        "train": train,
+        "train_match": training.match(cfg, train),
+    }
 
 
 COLUMNS = "policy G estimator mse mse_se rel_scaled_mse rel_scaled_mse_se cos cos_se".split()
@@ -254,10 +288,20 @@ def report(cfg: Config, tables: dict) -> str:
             f"G={r['large']} = {r['ref_small_vs_ref_large']:.3g} ± "
             f"{r['ref_small_vs_ref_large_se']:.2g}"
         )
+    for r in tables["train_match"].to_dict("records"):
+        lines.append(
+            f"{r['policy']}, lr {r['lr']:g}, {r['steps']} Adam steps: gain of {r['reference']} at "
+            f"G={r['large']} / OTB at G={r['small']} = {r['ref_large_vs_otb_small']:.3g} ± "
+            f"{r['ref_large_vs_otb_small_se']:.2g} (1: OTB matches); control {r['reference']} "
+            f"G={r['large']} / G={r['small']} = {r['ref_large_vs_ref_small']:.3g} ± "
+            f"{r['ref_large_vs_ref_small_se']:.2g}"
+        )
     return "\n".join(lines)
 
 
 def figures(tables: dict) -> dict:
     from gpolab.labs.otb import plots
 
-    return {"otb.png": plots.otb_figure}
+    if tables["train"].empty:
+        return {"otb.png": plots.otb_figure}
+    return {"otb.png": plots.otb_figure, "otb_train.png": plots.train_figure}

@@ -37,3 +37,35 @@ def otb_figure(tables: dict, path) -> Path:
     axes[0][0].legend(fontsize=8)
     fig.suptitle("verl's optimal token baseline against response-level baselines (arithmetic)")
     return save(fig, path)
+
+
+def train_figure(tables: dict, path) -> Path:
+    """A grid of panels, a policy per row and a learning rate per column: the mean exact J over
+    training steps of each configuration (OTB at small, the reference at small and at large),
+    ±1 SE bands."""
+    df = tables["train"]
+    plt = pyplot()
+    policies, lrs = list(dict.fromkeys(df["policy"])), sorted(df["lr"].unique())
+    fig, axes = plt.subplots(
+        len(policies),
+        len(lrs),
+        figsize=(4.2 * len(lrs), 3.0 * len(policies) + 0.6),
+        constrained_layout=True,
+        squeeze=False,
+    )
+    for row, policy in zip(axes, policies, strict=True):
+        for ax, lr in zip(row, lrs, strict=True):
+            at = df[(df["policy"] == policy) & (df["lr"] == lr)]
+            for i, ((spec, G), run) in enumerate(at.groupby(["estimator", "G"], sort=False)):
+                run = run.sort_values("step")
+                ax.plot(run["step"], run["J"], color=f"C{i}", label=f"{spec} G={G}")
+                low, high = run["J"] - run["J_se"], run["J"] + run["J_se"]
+                ax.fill_between(run["step"], low, high, color=f"C{i}", alpha=0.2)
+            ax.set(title=f"policy {policy}, lr {lr:g}")
+            ax.grid(alpha=0.3)
+        row[0].set_ylabel("exact J = mean success")
+    for ax in axes[-1]:
+        ax.set_xlabel("Adam step")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("training at equal steps: verl's OTB at small G against GRPO at small and large G")
+    return save(fig, path)
