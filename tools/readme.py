@@ -1463,11 +1463,6 @@ def _otb_train_render(v: dict) -> str:
     end = max(int(k.rsplit("@", 1)[1]) for k in v if "@" in k)
     runs = list(dict.fromkeys(" ".join(k.split()[:2]) for k in v if "@" in k))
     confs = list(dict.fromkeys(" ".join(k.split()[2:4]) for k in v if " J@" in k))
-
-    def pm(key, d=3):
-        val, se = v.get(key, [math.nan, math.nan])
-        return f"{val:.{d}f} ± {se:.{d}f}"
-
     head = " | ".join(f"J after {end} steps: {c}" for c in confs)
     lines = [
         f"| policy | lr | J at the start | {head} | gain ratio GRPO G=32 / OTB G=4 | "
@@ -1476,11 +1471,11 @@ def _otb_train_render(v: dict) -> str:
     ]
     for run in runs:
         policy, lr = run.split()
-        cells = " | ".join(pm(f"{run} {c} J@{end}") for c in confs)
+        cells = " | ".join(_pm(v, f"{run} {c} J@{end}") for c in confs)
         lines.append(
-            f"| {policy} | {lr[3:]} | {_v(v, f'{policy} J0'):.3f} | {cells} | "
-            f"{pm(f'{run} ref_large_vs_otb_small@{end}', 2)} | "
-            f"{pm(f'{run} ref_large_vs_ref_small@{end}', 2)} |"
+            f"| {policy} | {lr[3:]} | {_num(_v(v, f'{policy} J0'), 3)} | {cells} | "
+            f"{_pm(v, f'{run} ref_large_vs_otb_small@{end}')} | "
+            f"{_pm(v, f'{run} ref_large_vs_ref_small@{end}')} |"
         )
     return "\n".join(lines)
 
@@ -1512,15 +1507,10 @@ def _shaped_render(v: dict) -> str:
     ]
     for k in keys:
         lam, metric = k[2:].split()
-
-        def pm(col, d=3, k=k):
-            return f"{_v(v, f'{k} {col}'):.{d}f} ± {v.get(f'{k} {col}', [0, math.nan])[1]:.{d}f}"
-
-        lines.append(
-            f"| {lam} | {metric} | {pm('cos_acc')} | {pm('cos_score')} | "
-            f"{_v(v, f'{k} mse_acc'):.4f} | {pm('allfail', 2)} | {pm('allfail_share')} | "
-            f"{pm(f'J_acc@{end}')} | {pm(f'J_score@{end}')} |"
-        )
+        cols = ("cos_acc", "cos_score", "mse_acc", "allfail", "allfail_share")
+        cols += (f"J_acc@{end}", f"J_score@{end}")
+        cells = " | ".join(_pm(v, f"{k} {col}") for col in cols)
+        lines.append(f"| {lam} | {metric} | {cells} |")
     return "\n".join(lines)
 
 

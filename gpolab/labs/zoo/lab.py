@@ -150,7 +150,8 @@ def cells(cfg: Config) -> int:
 
 
 def kappa_table(cfg: Config):
-    """κ_G(p) of every reward-only estimator (its count table) at each G of ``kappa_G``."""
+    """κ_G(p) of every reward-only estimator (its count table) at each G of ``kappa_G``; empty
+    for a graded-only run (κ_G(p), p the success rate, is a binary-reward quantity)."""
     import numpy as np
     import pandas as pd
 
@@ -159,7 +160,8 @@ def kappa_table(cfg: Config):
     p = (np.arange(cfg.kappa_points) + 0.5) / cfg.kappa_points
     shared = {"scale": cfg.scale, "ddof": cfg.ddof, "eps": cfg.eps}
     rows = []
-    for name in cfg.estimators:
+    binary = set(cfg.env) != {"graded"}
+    for name in cfg.estimators if binary else ():
         spec = estimators.bound(name)  # resolved once for every G
         for G in cfg.kappa_G:
             if G < estimators.minimum_G(spec):
@@ -197,10 +199,7 @@ def run(cfg: Config, key=None, *, store=None, progress=None) -> dict:
 
     cfg.validate()
     parts = [sweep.run_sweep(s, store, progress, key=key) for s in sweeps(cfg)]
-    # κ_G(p) is a binary-reward quantity (p the success rate): not for a graded-only run
-    kappa = kappa_table(
-        cfg if set(cfg.env) != {"graded"} else dataclasses.replace(cfg, estimators=())
-    )
+    kappa = kappa_table(cfg)
     if progress is not None:
         progress.update(1, f"kappa table: {kappa['estimator'].nunique()} reward-only estimators")
     results = pd.concat(parts, ignore_index=True)
